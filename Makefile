@@ -1,0 +1,37 @@
+# Both entry points bootstrap .venv from nothing; the stamp keeps reruns fast.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+EXTRAS ?= dev,redis
+
+.PHONY: up test bench gpu-check redis-server clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+# Debian's redis-server backs the Redis rate-limit tests; the tests start it themselves.
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; }
+
+up: $(STAMP)
+	$(VENV)/bin/modelyard up
+
+test: $(STAMP) redis-server
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP) redis-server
+	$(PY) bench/run_all.py
+
+gpu-check:
+	$(MAKE) $(STAMP) EXTRAS=dev,redis,gpu
+	$(PY) -m pip install -q -e '.[dev,redis,gpu]'
+	$(PY) -m pytest -q -m gpu -rs tests
+	$(PY) bench/bench_kernels.py --gpu
+
+clean:
+	rm -rf $(VENV) build *.egg-info

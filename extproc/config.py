@@ -1,0 +1,247 @@
+"""`modelyard.yaml`: typed, validated configuration for Envoy and the extproc service.
+
+Every section is a pydantic model with `extra="forbid"`, so a misspelt key fails at load time
+with the key path named. `load_config` turns every failure into `ConfigError`, never a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+CONFIG_ENV = "MODELYARD_CONFIG"
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "modelyard.yaml"
+
+Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest"]
+Channel = Literal["standard", "fast"]
+Tier = Literal["L1", "L2", "L3"]
+TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the key path and what was expected."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ListenerConfig(_Model):
+    address: str = "127.0.0.1"
+    port: int = Field(10000, ge=1, le=65535)
+
+
+class ExtprocConfig(_Model):
+    address: str = "127.0.0.1:50051"
+    metrics_address: str = "127.0.0.1:9464"
+    # Where image preprocessing runs: auto picks CuPy when a device is present.
+    image_backend: Literal["auto", "cpu", "gpu"] = "auto"
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    drain_seconds: float = Field(10.0, ge=0)
+    metering_db: str | None = None
+
+
+class Capabilities(_Model):
+    context_window: int = Field(8192, ge=1)
+    max_output_tokens: int = Field(4096, ge=1)
+    tools: bool = False
+    vision: bool = False
+    streaming: bool = True
+
+
+class Cost(_Model):
+    input_per_1k: float = Field(0.0, ge=0)
+    output_per_1k: float = Field(0.0, ge=0)
+
+
+class TensorInput(_Model):
+    """What a vision model expects; the multipart path preprocesses images into this."""
+
+    name: str = "input"
+    width: int = Field(224, ge=1, le=8192)
+    height: int = Field(224, ge=1, le=8192)
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    channel_order: Literal["RGB", "BGR"] = "RGB"
+    datatype: Literal["FP32", "FP16"] = "FP32"
+    scale: float = 1.0 / 255.0
+
+
+class VisionConfig(_Model):
+    input: TensorInput = TensorInput()
+    output: str = "scores"
+    labels: list[str] = Field(default_factory=list)
+    max_images: int = Field(16, ge=1, le=256)
+    max_image_pixels: int = Field(40_000_000, ge=1)
+
+
+class BatchingConfig(_Model):
+    enabled: bool = True
+    max_delay_ms: float = Field(5.0, ge=0, le=1000)
+    min_size: int = Field(4, ge=1, le=32)
+    max_size: int = Field(16, ge=1, le=32)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "BatchingConfig":
+        if self.min_size > self.max_size:
+            raise ValueError("min_size must not exceed max_size")
+        return self
+
+
+class WatermarkSource(_Model):
+    url: str
+    kind: Literal["agent", "dcgm"] = "agent"
+
+
+class Deployment(_Model):
+    cluster: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    protocol: Protocol
+    channel: Channel = "standard"
+    endpoints: list[str] = Field(min_length=1)
+    # The model name the upstream knows; defaults to the gateway's model name.
+    upstream_model: str | None = None
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    timeout_ms: int = Field(60_000, ge=1)
+    tls: bool = False
+    watermark: WatermarkSource | None = None
+
+    @field_validator("endpoints")
+    @classmethod
+    def _host_port(cls, v: list[str]) -> list[str]:
+        for ep in v:
+            host, _, port = ep.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"endpoint {ep!r} is not host:port")
+        return v
+
+    def credential(self) -> str | None:
+        """The provider key to inject upstream, read fresh so rotated files take effect."""
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env) or None
+        if self.api_key_file:
+            try:
+                return Path(self.api_key_file).read_text().strip() or None
+            except OSError:
+                return None
+        return None
+
+
+class ModelConfig(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:/-]+$")
+    groups: list[str] = Field(default_factory=list)
+    task_types: list[TaskType] = Field(default_factory=lambda: ["chat"])
+    capabilities: Capabilities = Capabilities()
+    quality: float = Field(0.5, ge=0, le=1)
+    latency_ms: float = Field(500.0, ge=0)
+    cost: Cost = Cost()
+    owned_by: str = "modelyard"
+    vision: VisionConfig | None = None
+    batching: BatchingConfig | None = None
+    deployments: list[Deployment] = Field(min_length=1)
+
+
+class TenantConfig(_Model):
+    name: str
+    tier: Tier = "L3"
+    # sha256 hex digests of the tenant's API keys; plaintext keys never live in config.
+    api_keys: list[str] = Field(min_length=1)
+    allowed_models: list[str] = Field(default_factory=lambda: ["*"])
+    strategy: str = "balanced"
+
+    @field_validator("api_keys")
+    @classmethod
+    def _hashed(cls, v: list[str]) -> list[str]:
+        out = []
+        for k in v:
+            digest = k.removeprefix("sha256:")
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError("api_keys hold sha256 hex digests (use `modelyard hash-key`)")
+            out.append(digest)
+        return out
+
+    def may_use(self, model: str) -> bool:
+        return "*" in self.allowed_models or model in self.allowed_models
+
+
+class GatewayConfig(_Model):
+    listener: ListenerConfig = ListenerConfig()
+    extproc: ExtprocConfig = ExtprocConfig()
+    models: list[ModelConfig] = Field(min_length=1)
+    tenants: list[TenantConfig] = Field(min_length=1)
+    # Feature sections owned by their own modules, validated there (routing, ratelimit, ...).
+    routing: dict[str, Any] = Field(default_factory=dict)
+    ratelimit: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "GatewayConfig":
+        _no_duplicates([m.name for m in self.models], "models", "name")
+        _no_duplicates([t.name for t in self.tenants], "tenants", "name")
+        protocols: dict[str, str] = {}
+        for m in self.models:
+            for d in m.deployments:
+                if protocols.setdefault(d.cluster, d.protocol) != d.protocol:
+                    raise ValueError(f"cluster {d.cluster!r} is used with two protocols")
+        return self
+
+    def model(self, name: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def clusters(self) -> dict[str, Deployment]:
+        """One entry per upstream cluster (deployments may share a cluster across models)."""
+        out: dict[str, Deployment] = {}
+        for m in self.models:
+            for d in m.deployments:
+                out.setdefault(d.cluster, d)
+        return out
+
+
+def _no_duplicates(names: list[str], section: str, key: str) -> None:
+    seen: set[str] = set()
+    for i, n in enumerate(names):
+        if n in seen:
+            raise ValueError(f"{section}[{i}].{key}: duplicate {n!r}")
+        seen.add(n)
+
+
+def hash_api_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        path = ""
+        for part in e["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        lines.append(f"{path or '<root>'}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {_format_error(e)}") from None
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    return Path(explicit or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> GatewayConfig:
+    p = config_path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML ({e})") from None
+    return parse_config(data, str(p))
