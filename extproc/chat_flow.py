@@ -1,0 +1,188 @@
+"""LLM chat requests: parse in the client's protocol, route, render in the upstream's, and back.
+
+Same-protocol requests keep the client's body byte for byte (only the model name may change), so
+provider-specific fields survive; cross-protocol requests go through the internal format.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+
+from adapters.errors import AdapterError
+from adapters.internal import Usage, UsageUpdate
+from adapters.registry import PROTOCOLS, translate_stream
+from extproc import extproc_messages as msg
+from extproc.errors import GatewayError, render_error_body
+from extproc.choice import Choice
+from extproc.session import RequestContext
+
+log = logging.getLogger("modelyard.chat")
+
+# Every protocol's client credential header: none of them may reach an upstream.
+CLIENT_AUTH_HEADERS = sorted({h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS} | {"authorization"})
+# The body must come back uncompressed for translation and metering.
+_STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", "x-modelyard-strategy", "x-modelyard-channel"]
+
+
+def upstream_error_status(status: int) -> int:
+    """The client's fault stays a 4xx; the upstream's (or our credentials') becomes 502/504."""
+    if status in (400, 404, 413, 422, 429):
+        return 400 if status == 422 else status
+    if status == 504:
+        return 504
+    return 502
+
+
+class ChatFlow:
+    def __init__(self, gw: Any, ctx: RequestContext):
+        self.gw = gw
+        self.ctx = ctx
+        self.client = PROTOCOLS[ctx.protocol]
+        self.request: Any = None
+        self.choice: Choice | None = None
+        self.upstream: Any = None
+        self.translator: Any = None
+        self.decoder: Any = None
+        self.status = 0
+        self.client_status = 0
+        self.streaming = False
+        self.first_chunk_at: float | None = None
+        self.usage: Any = None
+        self.finished = False
+
+    @property
+    def translating(self) -> bool:
+        return self.choice is not None and self.choice.deployment.protocol != self.ctx.protocol
+
+    # -- request ---------------------------------------------------------------------------
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        ctx = self.ctx
+        try:
+            req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
+        except AdapterError as e:
+            raise GatewayError(e.status, e.message, e.type or "invalid_request_error") from None
+        self.request = req
+        self.choice = choice = await self.gw.choose_chat(ctx, req)
+        dep = choice.deployment
+        self.upstream = PROTOCOLS[dep.protocol]
+        upstream_model = dep.upstream_model or choice.model.name
+        up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential())
+        if self.translating:
+            out = up.body
+        else:
+            out = _with_model(body, upstream_model) if ctx.protocol != "gemini" else body
+        headers = [(k, v) for k, v in up.headers.items()]
+        headers += [(":path", up.path), ("content-length", str(len(out))),
+                    ("x-modelyard-cluster", dep.cluster), ("x-modelyard-task-id", ctx.task_id),
+                    ("x-modelyard-tenant", ctx.tenant.name if ctx.tenant else "")]
+        ctx.response_headers += choice.response_headers()
+        remove = [h for h in _STRIP_UPSTREAM if h not in up.headers]
+        return msg.request_body(headers, remove, body=out if out is not body else None, clear_route_cache=True)
+
+    # -- response --------------------------------------------------------------------------
+    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
+        self.status = status
+        self.client_status = status
+        set_h = self.ctx.task_headers()
+        remove: list[str] = []
+        if status < 400 and "text/event-stream" in headers.get("content-type", ""):
+            self.streaming = True
+            if self.translating:
+                self.translator = translate_stream(self.choice.deployment.protocol, self.ctx.protocol, self.request)
+                remove.append("content-length")
+                set_h.append(("content-type", "text/event-stream"))
+            else:
+                self.decoder = self.upstream.StreamDecoder()
+            return msg.response_headers(set_h, remove, stream_body=True)
+        if status >= 400:
+            self.client_status = upstream_error_status(status)
+            set_h.append((":status", str(self.client_status)))
+        if status >= 400 or self.translating:
+            remove.append("content-length")
+            set_h.append(("content-type", "application/json"))
+        return msg.response_headers(set_h, remove)
+
+    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
+        if self.streaming:
+            return self._stream_chunk(chunk, end_of_stream)
+        body = self._whole_body(chunk)
+        self._finish()
+        if body is None:
+            return msg.response_body()
+        headers = [("content-length", str(len(body)))]
+        if self.client_status != self.status:
+            headers.append((":status", str(self.client_status)))
+        return msg.response_body(headers, body=body)
+
+    def _whole_body(self, body: bytes) -> bytes | None:
+        model = self.choice.model.name if self.choice else ""
+        if self.status >= 400:
+            message = self.upstream.parse_error(self.status, body)
+            log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id,
+                     self.choice.deployment.cluster if self.choice else "-", self.status, message[:200])
+            return self.client.render_error(self.client_status, f"upstream error: {message}", "api_error")
+        try:
+            resp = self.upstream.parse_response(body)
+        except AdapterError as e:
+            self.client_status = 502
+            return render_error_body(self.ctx.protocol, 502, f"upstream sent an unreadable reply: {e.message}",
+                                     "api_error")
+        self.usage = resp.usage
+        if not self.translating:
+            return None
+        return self.client.render_response(resp, model=model)
+
+    def _stream_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:
+        if self.first_chunk_at is None and chunk:
+            self.first_chunk_at = time.monotonic()
+        if self.translator is not None:
+            out = self.translator.feed(chunk)
+            if end:
+                out += self.translator.finish()
+                self.usage = Usage(*self.translator.usage)
+                self._finish()
+            return msg.response_body(body=out)
+        try:
+            for ev in self.decoder.feed(chunk) + (self.decoder.close() if end else []):
+                if type(ev) is UsageUpdate:
+                    prev = self.usage or Usage()
+                    self.usage = Usage(ev.input_tokens if ev.input_tokens is not None else prev.input_tokens,
+                                       ev.output_tokens if ev.output_tokens is not None else prev.output_tokens)
+        except AdapterError:
+            pass  # passthrough stream: the client parses it; metering just misses usage
+        if end:
+            self._finish()
+        return msg.response_body()
+
+    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
+        self._finish()
+        return msg.response_trailers()
+
+    # -- accounting ------------------------------------------------------------------------
+    def _finish(self) -> None:
+        if self.finished or self.choice is None:
+            return
+        self.finished = True
+        now = time.monotonic()
+        ttft = (self.first_chunk_at - self.ctx.started) if self.first_chunk_at else None
+        self.gw.record_outcome(self.ctx, self.choice, status=self.client_status or self.status,
+                               latency_s=now - self.ctx.started, ttft_s=ttft, usage=self.usage,
+                               reservation=self.choice.reservation)
+
+    def close(self) -> None:
+        if not self.finished and self.choice is not None:
+            # The stream ended without a final body: the client went away or the upstream reset.
+            self.client_status = self.client_status or 502
+            self._finish()
+
+
+def _with_model(body: bytes, model: str) -> bytes:
+    data = orjson.loads(body)
+    if data.get("model") == model:
+        return body
+    data["model"] = model
+    return orjson.dumps(data)

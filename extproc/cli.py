@@ -1,0 +1,108 @@
+"""`modelyard`: the command line. Each subcommand is a thin front for a module that does the work."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from extproc.config import ConfigError, hash_api_key, load_config
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _cmd_serve(a: argparse.Namespace) -> int:
+    from extproc.service import serve
+
+    return serve(load_config(a.config))
+
+
+def _cmd_up(a: argparse.Namespace) -> int:
+    from extproc.launcher import up
+
+    return up(a.config, a.env)
+
+
+def _cmd_envoy_render(a: argparse.Namespace) -> int:
+    from extproc.envoy_config import load_environment, render_bootstrap
+
+    text = render_bootstrap(load_config(a.config), load_environment(a.env))
+    if a.output:
+        Path(a.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_hash_key(a: argparse.Namespace) -> int:
+    print(f"sha256:{hash_api_key(a.key)}")
+    return 0
+
+
+def _delegate(module: str, func: str):
+    def run(a: argparse.Namespace) -> int:
+        import importlib
+
+        return importlib.import_module(module).__getattribute__(func)(a.rest)
+    return run
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="modelyard", description="Multi-model API gateway on Envoy ext_proc")
+    p.add_argument("--log-level", default="info")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--config", "-c", default=None, help="modelyard.yaml (default: $MODELYARD_CONFIG or ./modelyard.yaml)")
+        return sp
+
+    with_config(sub.add_parser("serve", help="run the ext_proc gRPC service")).set_defaults(func=_cmd_serve)
+    up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the demo upstreams"))
+    up.add_argument("--env", default="dev")
+    up.set_defaults(func=_cmd_up)
+
+    envoy = sub.add_parser("envoy", help="Envoy configuration").add_subparsers(dest="envoy_cmd", required=True)
+    render = with_config(envoy.add_parser("render", help="render the Envoy bootstrap for an environment"))
+    render.add_argument("--env", required=True)
+    render.add_argument("--output", "-o", default=None)
+    render.set_defaults(func=_cmd_envoy_render)
+
+    hk = sub.add_parser("hash-key", help="print the config form of an API key")
+    hk.add_argument("key")
+    hk.set_defaults(func=_cmd_hash_key)
+
+    for name, module, func, help_ in [
+        ("agent", "extproc.agent", "main", "GPU watermark agent (NVML)"),
+        ("demo", "extproc.demo.cli", "main", "run a demo upstream (openai|anthropic|gemini|kserve)"),
+    ]:
+        sp = sub.add_parser(name, help=help_, add_help=False)
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+        sp.set_defaults(func=_delegate(module, func))
+    route = sub.add_parser("route", help="routing tools").add_subparsers(dest="route_cmd", required=True)
+    ex = route.add_parser("explain", help="show every candidate for a sample request", add_help=False)
+    ex.add_argument("rest", nargs=argparse.REMAINDER)
+    ex.set_defaults(func=_delegate("extproc.routing.explain", "explain_main"))
+    rl = sub.add_parser("ratelimit", help="rate limit tools").add_subparsers(dest="rl_cmd", required=True)
+    tune = rl.add_parser("tune", help="recommend bucket sizes from a traffic trace", add_help=False)
+    tune.add_argument("rest", nargs=argparse.REMAINDER)
+    tune.set_defaults(func=_delegate("ratelimit.tuner", "main"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    _logging(a.log_level)
+    try:
+        return a.func(a)
+    except ConfigError as e:
+        print(f"modelyard: configuration error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

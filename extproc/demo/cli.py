@@ -1,0 +1,19 @@
+"""`modelyard demo KIND ...`: run one demo upstream."""
+
+from __future__ import annotations
+
+import importlib
+
+_SERVERS = {
+    "openai": "extproc.demo.openai_server",
+    "anthropic": "extproc.demo.anthropic_server",
+    "gemini": "extproc.demo.gemini_server",
+    "kserve": "extproc.demo.kserve_server",
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in _SERVERS:
+        print(f"usage: modelyard demo {{{'|'.join(_SERVERS)}}} [options]")
+        return 2
+    return importlib.import_module(_SERVERS[argv[0]]).main(argv[1:]) or 0

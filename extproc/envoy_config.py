@@ -1,0 +1,338 @@
+"""Envoy bootstrap rendering: `modelyard.yaml` plus `envoy/environments/NAME.yaml` -> Envoy YAML.
+
+Built with envoy-data-plane's typed messages (off the request path), so a wrong field name fails
+here rather than in Envoy. The routing contract: the extproc sets `x-modelyard-cluster` and clears
+the route cache; the route picks the cluster from that header.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from envoy_data_plane.envoy.config.accesslog.v3 import AccessLog
+from envoy_data_plane.envoy.config.bootstrap.v3 import Admin, Bootstrap, BootstrapStaticResources
+from envoy_data_plane.envoy.config.cluster.v3 import (
+    Cluster,
+    ClusterDiscoveryType,
+    ClusterLbPolicy,
+    OutlierDetection,
+)
+from envoy_data_plane.envoy.config.core.v3 import (
+    Address,
+    GrpcService,
+    GrpcServiceEnvoyGrpc,
+    Http2ProtocolOptions,
+    SocketAddress,
+    TransportSocket,
+)
+from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints
+from envoy_data_plane.envoy.config.listener.v3 import Filter, FilterChain, Listener
+from envoy_data_plane.envoy.config.ratelimit.v3 import RateLimitServiceConfig
+from envoy_data_plane.envoy.config.route.v3 import (
+    DirectResponseAction,
+    HeaderMatcher,
+    RateLimit,
+    RateLimitAction,
+    RateLimitActionRequestHeaders,
+    RetryPolicy,
+    Route,
+    RouteAction,
+    RouteConfiguration,
+    RouteMatch,
+    VirtualHost,
+)
+from envoy_data_plane.envoy.config.core.v3 import DataSource, ApiVersion
+from envoy_data_plane.envoy.extensions.access_loggers.file.v3 import FileAccessLog
+from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
+    ExternalProcessor,
+    ProcessingMode,
+    ProcessingModeBodySendMode,
+    ProcessingModeHeaderSendMode,
+)
+from envoy_data_plane.envoy.extensions.filters.http.ratelimit.v3 import RateLimit as RateLimitFilter
+from envoy_data_plane.envoy.extensions.filters.http.router.v3 import Router
+from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    HttpConnectionManager,
+    HttpFilter,
+)
+from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
+from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
+    HttpProtocolOptions,
+    HttpProtocolOptionsExplicitHttpConfig,
+)
+from envoy_data_plane.google.protobuf import Any as AnyMsg
+
+from extproc.config import ConfigError, Deployment, GatewayConfig
+
+ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "envoy" / "environments"
+EXTPROC_CLUSTER = "modelyard-extproc"
+CLUSTER_HEADER = "x-modelyard-cluster"
+# Clusters that speak gRPC need HTTP/2 upstream; Envoy defaults to HTTP/1.1.
+H2_PROTOCOLS = {"kserve-grpc"}
+
+
+class _Env(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AdminSettings(_Env):
+    address: str = "127.0.0.1"
+    port: int = Field(9901, ge=0, le=65535)
+
+
+class TimeoutSettings(_Env):
+    route_s: float = Field(300.0, ge=0)
+    connect_s: float = Field(2.0, gt=0)
+    extproc_message_s: float = Field(10.0, gt=0)
+    stream_idle_s: float = Field(300.0, ge=0)
+
+
+class AccessLogSettings(_Env):
+    path: str = "/dev/stdout"
+    format: Literal["text", "json"] = "text"
+
+
+class RateLimitServiceSettings(_Env):
+    """Wires Envoy's native ratelimit filter to Modelyard's RLS (served on the extproc port)."""
+
+    domain: str = "modelyard"
+    timeout_s: float = Field(0.5, gt=0)
+    failure_mode_deny: bool = False
+
+
+class ListenerOverride(_Env):
+    address: str | None = None
+    port: int | None = Field(None, ge=0, le=65535)
+
+
+class EnvironmentConfig(_Env):
+    name: str
+    admin: AdminSettings | None = AdminSettings()
+    concurrency: int = Field(2, ge=1, le=256)
+    timeouts: TimeoutSettings = TimeoutSettings()
+    buffer_limit_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    access_log: AccessLogSettings | None = None
+    listener: ListenerOverride = ListenerOverride()
+    # Several extproc replicas behind one Envoy: list them here; default is config's extproc.address.
+    extproc_endpoints: list[str] = Field(default_factory=list)
+    retries: int = Field(1, ge=0, le=5)
+    rate_limit_service: RateLimitServiceSettings | None = None
+
+
+def load_environment(name: str, directory: Path | None = None) -> EnvironmentConfig:
+    path = (directory or ENVIRONMENTS_DIR) / f"{name}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError:
+        known = sorted(p.stem for p in (directory or ENVIRONMENTS_DIR).glob("*.yaml"))
+        raise ConfigError(f"{path}: no such environment (known: {', '.join(known)})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return EnvironmentConfig.model_validate({"name": name, **data})
+    except ValidationError as e:
+        msg = "; ".join(".".join(str(p) for p in err["loc"]) + ": " + err["msg"] for err in e.errors())
+        raise ConfigError(f"{path}: {msg}") from None
+
+
+def _secs(s: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=s)
+
+
+def _socket(address: str, port: int) -> Address:
+    return Address(socket_address=SocketAddress(address=address, port_value=port))
+
+
+def _split(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
+
+
+def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: bool, env: EnvironmentConfig,
+             outlier: bool) -> Cluster:
+    hosts = [_split(e) for e in endpoints]
+    static = all(_is_ip(h) for h, _ in hosts)
+    cluster = Cluster(
+        name=name,
+        type=ClusterDiscoveryType.STATIC if static else ClusterDiscoveryType.STRICT_DNS,
+        connect_timeout=_secs(env.timeouts.connect_s),
+        lb_policy=ClusterLbPolicy.ROUND_ROBIN,
+        per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
+        load_assignment=ClusterLoadAssignment(
+            cluster_name=name,
+            endpoints=[LocalityLbEndpoints(lb_endpoints=[
+                LbEndpoint(endpoint=Endpoint(address=_socket(h, p))) for h, p in hosts
+            ])],
+        ),
+    )
+    if h2:
+        opts = HttpProtocolOptions(explicit_http_config=HttpProtocolOptionsExplicitHttpConfig(
+            http2_protocol_options=Http2ProtocolOptions()))
+        cluster.typed_extension_protocol_options = {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": AnyMsg.pack(opts)}
+    if tls:
+        sni = hosts[0][0]
+        cluster.transport_socket = TransportSocket(
+            name="envoy.transport_sockets.tls", typed_config=AnyMsg.pack(UpstreamTlsContext(sni=sni)))
+    if outlier:
+        # Eject an endpoint that keeps failing so retries land on a healthy one.
+        cluster.outlier_detection = OutlierDetection(consecutive_5xx=5, base_ejection_time=_secs(10))
+    return cluster
+
+
+def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Cluster]:
+    out = []
+    for name, dep in cfg.clusters().items():
+        out.append(_cluster(name, dep.endpoints, h2=dep.protocol in H2_PROTOCOLS, tls=dep.tls, env=env,
+                            outlier=True))
+    return out
+
+
+def _ext_proc_filter(env: EnvironmentConfig) -> HttpFilter:
+    ext = ExternalProcessor(
+        grpc_service=GrpcService(envoy_grpc=GrpcServiceEnvoyGrpc(cluster_name=EXTPROC_CLUSTER),
+                                 timeout=_secs(env.timeouts.extproc_message_s)),
+        failure_mode_allow=False,
+        processing_mode=ProcessingMode(
+            request_header_mode=ProcessingModeHeaderSendMode.SEND,
+            response_header_mode=ProcessingModeHeaderSendMode.SEND,
+            request_body_mode=ProcessingModeBodySendMode.BUFFERED,
+            response_body_mode=ProcessingModeBodySendMode.BUFFERED,
+            request_trailer_mode=ProcessingModeHeaderSendMode.SKIP,
+            response_trailer_mode=ProcessingModeHeaderSendMode.SEND,
+        ),
+        # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
+        allow_mode_override=True,
+        message_timeout=_secs(env.timeouts.extproc_message_s),
+    )
+    return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
+
+
+def _rate_limit_filter(rls: RateLimitServiceSettings) -> HttpFilter:
+    f = RateLimitFilter(
+        domain=rls.domain,
+        timeout=_secs(rls.timeout_s),
+        failure_mode_deny=rls.failure_mode_deny,
+        enable_x_ratelimit_headers=1,  # DRAFT_VERSION_03 headers on every reply
+        rate_limit_service=RateLimitServiceConfig(
+            grpc_service=GrpcService(envoy_grpc=GrpcServiceEnvoyGrpc(cluster_name=EXTPROC_CLUSTER)),
+            transport_api_version=ApiVersion.V3,
+        ),
+    )
+    return HttpFilter(name="envoy.filters.http.ratelimit", typed_config=AnyMsg.pack(f))
+
+
+def _routes(env: EnvironmentConfig) -> RouteConfiguration:
+    action = RouteAction(
+        cluster_header=CLUSTER_HEADER,
+        timeout=_secs(env.timeouts.route_s),
+        idle_timeout=_secs(env.timeouts.stream_idle_s),
+        retry_policy=RetryPolicy(retry_on="connect-failure,refused-stream,reset", num_retries=env.retries),
+    )
+    if env.rate_limit_service:
+        # Descriptors the extproc stamps on the request: tenant and chosen cluster.
+        action.rate_limits = [RateLimit(actions=[
+            RateLimitAction(request_headers=RateLimitActionRequestHeaders(
+                header_name="x-modelyard-tenant", descriptor_key="tenant")),
+            RateLimitAction(request_headers=RateLimitActionRequestHeaders(
+                header_name=CLUSTER_HEADER, descriptor_key="cluster")),
+        ])]
+    not_routed = '{"error":{"message":"no upstream was chosen for this request","type":"invalid_request_error","code":"no_route"}}'
+    return RouteConfiguration(
+        name="modelyard",
+        virtual_hosts=[VirtualHost(
+            name="models",
+            domains=["*"],
+            routes=[
+                Route(match=RouteMatch(prefix="/", headers=[HeaderMatcher(name=CLUSTER_HEADER, present_match=True)]),
+                      route=action),
+                Route(match=RouteMatch(prefix="/"),
+                      direct_response=DirectResponseAction(status=404, body=DataSource(inline_string=not_routed))),
+            ],
+        )],
+    )
+
+
+def _access_log(settings: AccessLogSettings) -> AccessLog:
+    log = FileAccessLog(path=settings.path)
+    if settings.format == "json":
+        from envoy_data_plane.envoy.config.core.v3 import SubstitutionFormatString
+        from envoy_data_plane.google.protobuf import Struct
+        log.log_format = SubstitutionFormatString(json_format=Struct.from_dict({
+            "time": "%START_TIME%", "method": "%REQ(:METHOD)%", "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
+            "status": "%RESPONSE_CODE%", "duration_ms": "%DURATION%",
+            "cluster": "%UPSTREAM_CLUSTER%", "task_id": "%RESP(X-MODELYARD-TASK-ID)%",
+            "bytes_in": "%BYTES_RECEIVED%", "bytes_out": "%BYTES_SENT%",
+        }))
+    return AccessLog(name="envoy.access_loggers.file", typed_config=AnyMsg.pack(log))
+
+
+def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
+    filters = [_ext_proc_filter(env)]
+    if env.rate_limit_service:
+        filters.append(_rate_limit_filter(env.rate_limit_service))
+    filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))
+    hcm = HttpConnectionManager(
+        stat_prefix="modelyard",
+        route_config=_routes(env),
+        http_filters=filters,
+        stream_idle_timeout=_secs(env.timeouts.stream_idle_s),
+        request_timeout=_secs(0),
+        access_log=[_access_log(env.access_log)] if env.access_log else [],
+    )
+    listener = Listener(
+        name="modelyard",
+        address=_socket(env.listener.address or cfg.listener.address, env.listener.port or cfg.listener.port),
+        per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
+        filter_chains=[FilterChain(filters=[Filter(
+            name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])],
+    )
+    extproc = _cluster(EXTPROC_CLUSTER, env.extproc_endpoints or [cfg.extproc.address], h2=True, tls=False,
+                       env=env, outlier=False)
+    boot = Bootstrap(static_resources=BootstrapStaticResources(
+        listeners=[listener], clusters=[extproc, *_upstream_clusters(cfg, env)]))
+    if env.admin:
+        boot.admin = Admin(address=_socket(env.admin.address, env.admin.port))
+    return boot
+
+
+def render_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> str:
+    header = (f"# Rendered by `modelyard envoy render --env {env.name}`; do not edit by hand.\n"
+              f"# Run: envoy -c <this file> --concurrency {env.concurrency}\n")
+    return header + yaml.safe_dump(bootstrap_dict(build_bootstrap(cfg, env)), sort_keys=False)
+
+
+def bootstrap_dict(boot: Bootstrap) -> dict:
+    """Proto-JSON via the official protobuf runtime: betterproto2 misnames fields like `consecutive_5xx`."""
+    from google.protobuf import json_format
+
+    from envoy.config.bootstrap.v3 import bootstrap_pb2
+    # Register every typed_config type used above so Any fields resolve.
+    from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
+    from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
+    from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
+    from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
+    from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+    from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
+    from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
+
+    msg = bootstrap_pb2.Bootstrap.FromString(bytes(boot))
+    return json.loads(json_format.MessageToJson(msg, preserving_proto_field_name=True))
+

@@ -1,0 +1,88 @@
+"""Builders for ext_proc `ProcessingResponse` messages (xds-protos, upb: the fast runtime).
+
+Kept apart from the session so the decisions read as plain data and these stay the only place
+that knows the proto's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.type.v3 import http_status_pb2
+
+ProcessingRequest = pb.ProcessingRequest
+ProcessingResponse = pb.ProcessingResponse
+
+Headers = Mapping[str, str]
+HeaderPairs = Iterable[tuple[str, str]]
+
+_OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+
+
+def header_map(headers: pb.HttpHeaders | pb.HttpTrailers) -> dict[str, str]:
+    """Envoy sends values in `raw_value` (bytes) since 1.27; older builds use `value`."""
+    hm = headers.headers if isinstance(headers, pb.HttpHeaders) else headers.trailers
+    out: dict[str, str] = {}
+    for h in hm.headers:
+        out[h.key] = h.raw_value.decode("utf-8", "replace") if h.raw_value else h.value
+    return out
+
+
+def mutation(set_headers: HeaderPairs = (), remove: Iterable[str] = ()) -> pb.HeaderMutation:
+    m = pb.HeaderMutation(remove_headers=list(remove))
+    for k, v in set_headers:
+        m.set_headers.append(base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(key=k, raw_value=v.encode()), append_action=_OVERWRITE))
+    return m
+
+
+def common(set_headers: HeaderPairs = (), remove: Iterable[str] = (), body: bytes | None = None,
+           clear_route_cache: bool = False) -> pb.CommonResponse:
+    c = pb.CommonResponse(clear_route_cache=clear_route_cache)
+    hdrs = list(set_headers)
+    rem = list(remove)
+    if hdrs or rem:
+        c.header_mutation.CopyFrom(mutation(hdrs, rem))
+    if body is not None:
+        c.body_mutation.body = body
+    return c
+
+
+def request_headers(set_headers: HeaderPairs = (), remove: Iterable[str] = ()) -> pb.ProcessingResponse:
+    return pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=common(set_headers, remove)))
+
+
+def request_body(set_headers: HeaderPairs = (), remove: Iterable[str] = (), body: bytes | None = None,
+                 clear_route_cache: bool = False) -> pb.ProcessingResponse:
+    return pb.ProcessingResponse(request_body=pb.BodyResponse(
+        response=common(set_headers, remove, body, clear_route_cache)))
+
+
+def response_headers(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
+                     stream_body: bool = False) -> pb.ProcessingResponse:
+    r = pb.ProcessingResponse(response_headers=pb.HeadersResponse(response=common(set_headers, remove)))
+    if stream_body:
+        # SSE: hand each upstream chunk to us as it arrives instead of buffering the whole reply.
+        r.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.STREAMED
+    return r
+
+
+def response_body(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
+                  body: bytes | None = None) -> pb.ProcessingResponse:
+    return pb.ProcessingResponse(response_body=pb.BodyResponse(response=common(set_headers, remove, body)))
+
+
+def response_trailers(set_headers: HeaderPairs = (), remove: Iterable[str] = ()) -> pb.ProcessingResponse:
+    return pb.ProcessingResponse(response_trailers=pb.TrailersResponse(header_mutation=mutation(set_headers, remove)))
+
+
+def immediate(status: int, body: bytes, headers: HeaderPairs = (), details: str = "") -> pb.ProcessingResponse:
+    return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
+        status=http_status_pb2.HttpStatus(code=status),
+        headers=mutation(headers),
+        body=body,
+        details=details,
+    ))

@@ -1,0 +1,166 @@
+"""The process-wide state every session shares: config, keys, scheduler, limiter, batcher.
+
+`Gateway.classify` maps a request's method and path to what handles it: an answer straight from
+config (model lists, health) or a flow that sends the request upstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from extproc import extproc_messages as msg
+from extproc.auth import KeyRing
+from extproc.config import GatewayConfig, ModelConfig
+from extproc.choice import Choice
+from extproc.errors import GatewayError
+from extproc.metrics import CHANNEL, COST, LATENCY, REQUESTS, TOKENS, TTFT
+from extproc.session import Flow, RequestContext, json_response
+
+log = logging.getLogger("modelyard.gateway")
+
+Answer = Callable[["Gateway", RequestContext], msg.ProcessingResponse]
+FlowFactory = Callable[["Gateway", RequestContext], Flow]
+
+_MODEL_PATH = re.compile(r"^/v1/models/(?P<model>[^/]+)$")
+_V2_MODEL = re.compile(r"^/v2/models/(?P<model>[^/]+)(?:/versions/[^/]+)?(?P<infer>/infer)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    protocol: str
+    path_model: str | None = None
+    stream: bool = False
+    public: bool = False
+    answer: Answer | None = None
+    make_flow: FlowFactory | None = None
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, *, scheduler: Any = None, limiter: Any = None,
+                 batcher: Any = None, watermarks: Any = None):
+        self.config = config
+        self.keyring = KeyRing(config.tenants)
+        self.models: dict[str, ModelConfig] = {m.name: m for m in config.models}
+        self.scheduler = scheduler
+        self.limiter = limiter
+        self.batcher = batcher
+        self.watermarks = watermarks
+
+    # -- what handles a request -------------------------------------------------------------
+    def classify(self, ctx: RequestContext) -> RouteSpec:
+        from adapters.registry import detect_client_protocol
+
+        method, path = ctx.method, ctx.path
+        if method == "GET":
+            if path == "/v1/models":
+                return RouteSpec("openai", answer=_list_models)
+            if m := _MODEL_PATH.match(path):
+                return RouteSpec("openai", path_model=m["model"], answer=_get_model)
+            if path in ("/v2/health/ready", "/v2/health/live", "/v2"):
+                return RouteSpec("kserve", public=True, answer=_v2_health)
+            if (m := _V2_MODEL.match(path)) and not m["infer"]:
+                return RouteSpec("kserve", path_model=m["model"], answer=_v2_model_metadata)
+        if method == "POST":
+            if (m := _V2_MODEL.match(path)) and m["infer"]:
+                from extproc.vision_flow import KServeInferFlow
+
+                return RouteSpec("kserve", path_model=m["model"], make_flow=KServeInferFlow)
+            if path == "/v1/images/classify":
+                from extproc.vision_flow import ClassifyFlow
+
+                return RouteSpec("openai", make_flow=ClassifyFlow)
+            client = detect_client_protocol(method, path)
+            if client is not None:
+                from extproc.chat_flow import ChatFlow
+
+                return RouteSpec(client.protocol, path_model=client.model, stream=client.stream,
+                                 make_flow=ChatFlow)
+        return RouteSpec("openai", public=True, answer=_not_found)
+
+    def client_key(self, ctx: RequestContext) -> str | None:
+        from adapters.registry import PROTOCOLS
+
+        adapter = PROTOCOLS.get(ctx.protocol)
+        if adapter is not None:
+            return adapter.client_api_key(ctx.headers, ctx.query)
+        auth = ctx.headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            return auth[7:].strip()
+        return ctx.headers.get("x-api-key")
+
+    def visible_models(self, ctx: RequestContext) -> list[ModelConfig]:
+        assert ctx.tenant is not None
+        return [m for m in self.config.models if ctx.tenant.may_use(m.name)]
+
+    def model_for(self, ctx: RequestContext, name: str) -> ModelConfig:
+        """A model the tenant may use; unknown and forbidden look the same so keys can't probe."""
+        model = self.models.get(name)
+        if model is None or ctx.tenant is None or not ctx.tenant.may_use(name):
+            raise GatewayError(404, f"The model `{name}` does not exist or you do not have access to it.",
+                               "not_found_error")
+        return model
+
+    # -- routing, admission and accounting ---------------------------------------------------
+    async def choose_chat(self, ctx: RequestContext, req: Any) -> Choice:
+        model = self.model_for(ctx, req.model)
+        if not model.deployments:
+            raise GatewayError(503, f"model `{model.name}` has no deployment", "api_error")
+        standard = [d for d in model.deployments if d.channel == "standard"] or model.deployments
+        dep = standard[0]
+        return Choice(model=model, deployment=dep, channel=dep.channel,
+                      fallbacks=[(model, d) for d in standard[1:]])
+
+    def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, latency_s: float,
+                       ttft_s: float | None, usage: Any, reservation: Any) -> None:
+        cluster = choice.deployment.cluster
+        model = choice.model
+        REQUESTS.labels(model.name, cluster, str(status)).inc()
+        LATENCY.labels(model.name, cluster).observe(latency_s)
+        CHANNEL.labels(choice.channel, ctx.tenant.tier if ctx.tenant else "-").inc()
+        if ttft_s is not None:
+            TTFT.labels(model.name, cluster).observe(ttft_s)
+        if usage is not None:
+            tin, tout = usage.input_tokens or 0, usage.output_tokens or 0
+            TOKENS.labels(model.name, cluster, "input").inc(tin)
+            TOKENS.labels(model.name, cluster, "output").inc(tout)
+            cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
+            COST.labels(model.name, ctx.tenant.name if ctx.tenant else "-").inc(cost)
+
+    async def close(self) -> None:
+        for part in (self.watermarks, self.limiter, self.batcher):
+            close = getattr(part, "close", None)
+            if close is not None:
+                await close()
+
+
+def _model_card(m: ModelConfig) -> dict[str, Any]:
+    return {"id": m.name, "object": "model", "created": 0, "owned_by": m.owned_by,
+            "task_types": list(m.task_types)}
+
+
+def _list_models(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    return json_response(200, {"object": "list", "data": [_model_card(m) for m in gw.visible_models(ctx)]}, ctx)
+
+
+def _get_model(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    return json_response(200, _model_card(gw.model_for(ctx, ctx.path_model or "")), ctx)
+
+
+def _v2_health(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    return json_response(200, {"ready": True, "live": True}, ctx)
+
+
+def _v2_model_metadata(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    from adapters import kserve
+
+    model = gw.model_for(ctx, ctx.path_model or "")
+    return msg.immediate(200, kserve.render_model_metadata(model),
+                         [("content-type", "application/json"), *ctx.task_headers()])
+
+
+def _not_found(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    raise GatewayError(404, f"Unknown request URL: {ctx.method} {ctx.path}", "not_found_error")

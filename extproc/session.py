@@ -1,0 +1,158 @@
+"""One ext_proc stream = one `Session`: ProcessingRequest in, ProcessingResponse out.
+
+The session decides without I/O of its own; where a decision needs I/O (a Redis bucket, a batch
+wait) it awaits a small interface the `Gateway` hands it, so tests drive it with plain messages
+and in-memory backends. Each request kind is a flow (chat, vision, ...) with four steps:
+request body, response headers, response body, response trailers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import parse_qsl
+
+import orjson
+
+from extproc import extproc_messages as msg
+from extproc.config import TenantConfig
+from extproc.errors import GatewayError, error_response
+from extproc.metrics import ERRORS, STREAMS
+
+if TYPE_CHECKING:
+    from extproc.gateway import Gateway
+
+log = logging.getLogger("modelyard.session")
+
+TASK_ID_HEADER = "x-modelyard-task-id"
+# Headers only the gateway may set: a client sending them must not steer routing.
+RESERVED_HEADERS = ("x-modelyard-cluster", "x-modelyard-tenant")
+
+
+@dataclass
+class RequestContext:
+    """What the request headers told us; shared by every flow."""
+
+    task_id: str
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    protocol: str  # the client's protocol: its errors come back in this shape
+    started: float = field(default_factory=time.monotonic)
+    tenant: TenantConfig | None = None
+    path_model: str | None = None
+    stream_hint: bool = False
+    response_headers: list[tuple[str, str]] = field(default_factory=list)
+
+    def task_headers(self) -> list[tuple[str, str]]:
+        return [(TASK_ID_HEADER, self.task_id), *self.response_headers]
+
+
+class Flow(Protocol):
+    """The per-kind half of a session: everything after authentication."""
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse: ...
+    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse: ...
+    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse: ...
+    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse: ...
+    def close(self) -> None: ...
+
+
+class Session:
+    def __init__(self, gateway: "Gateway"):
+        self.gw = gateway
+        self.ctx: RequestContext | None = None
+        self.flow: Flow | None = None
+        self.done = False
+        STREAMS.inc()
+
+    async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
+        kind = req.WhichOneof("request")
+        try:
+            if kind == "request_headers":
+                return await self._request_headers(req.request_headers)
+            if self.flow is None or self.ctx is None:
+                return _passthrough(kind)
+            if kind == "request_body":
+                return await self.flow.request_body(req.request_body.body)
+            if kind == "response_headers":
+                headers = msg.header_map(req.response_headers)
+                return self.flow.response_headers(int(headers.get(":status", "200") or 200), headers)
+            if kind == "response_body":
+                return self.flow.response_body(req.response_body.body, req.response_body.end_of_stream)
+            if kind == "response_trailers":
+                return self.flow.response_trailers(msg.header_map(req.response_trailers))
+            return _passthrough(kind)
+        except GatewayError as e:
+            return self._error(e)
+        except Exception:  # a bug of ours must not become a 500 without a trace, nor kill the stream
+            log.exception("task %s: unexpected error in %s", self.ctx.task_id if self.ctx else "-", kind)
+            if kind in ("request_headers", "request_body"):
+                return self._error(GatewayError(502, "the gateway could not process this request", "api_error"))
+            return _passthrough(kind)
+
+    def _error(self, e: GatewayError) -> msg.ProcessingResponse:
+        protocol = self.ctx.protocol if self.ctx else "openai"
+        ERRORS.labels(protocol, str(e.status)).inc()
+        extra = self.ctx.task_headers() if self.ctx else []
+        return error_response(protocol, e, extra)
+
+    async def _request_headers(self, h: msg.pb.HttpHeaders) -> msg.ProcessingResponse:
+        headers = msg.header_map(h)
+        raw_path = headers.get(":path", "/")
+        path, _, qs = raw_path.partition("?")
+        self.ctx = ctx = RequestContext(
+            task_id=uuid.uuid4().hex,
+            method=headers.get(":method", "GET"),
+            path=path,
+            query=dict(parse_qsl(qs)),
+            headers=headers,
+            protocol="openai",
+        )
+        route = self.gw.classify(ctx)
+        ctx.protocol = route.protocol
+        ctx.path_model = route.path_model
+        ctx.stream_hint = route.stream
+        if route.public:
+            return route.answer(self.gw, ctx)  # type: ignore[misc]
+        ctx.tenant = self.gw.keyring.tenant_for(self.gw.client_key(ctx))
+        if ctx.tenant is None:
+            raise GatewayError(401, "invalid or missing API key", "authentication_error")
+        if route.answer is not None:
+            return route.answer(self.gw, ctx)
+        if h.end_of_stream:
+            raise GatewayError(400, "request body is required", "invalid_request_error")
+        self.flow = route.make_flow(self.gw, ctx)  # type: ignore[misc]
+        # Strip reserved headers now: the body step sets the real ones.
+        return msg.request_headers(remove=RESERVED_HEADERS)
+
+    def close(self) -> None:
+        if not self.done:
+            self.done = True
+            STREAMS.dec()
+            if self.flow is not None:
+                self.flow.close()
+
+
+def _passthrough(kind: str | None) -> msg.ProcessingResponse:
+    """Continue unchanged: the reply type must match the message Envoy sent."""
+    if kind == "request_body":
+        return msg.request_body()
+    if kind == "response_headers":
+        return msg.response_headers()
+    if kind == "response_body":
+        return msg.response_body()
+    if kind == "response_trailers":
+        return msg.response_trailers()
+    if kind == "request_trailers":
+        return msg.ProcessingResponse(request_trailers=msg.pb.TrailersResponse())
+    return msg.request_headers()
+
+
+def json_response(status: int, payload: object, ctx: RequestContext) -> msg.ProcessingResponse:
+    return msg.immediate(status, orjson.dumps(payload),
+                         [("content-type", "application/json"), *ctx.task_headers()])
