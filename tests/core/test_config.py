@@ -1,0 +1,62 @@
+"""Config loading: typed objects, and errors that name the key path instead of a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from extproc.config import ConfigError, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _demo() -> dict:
+    return yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+
+
+def test_demo_config_loads() -> None:
+    cfg = load_config(ROOT / "modelyard.yaml")
+    assert cfg.listener.port == 10000
+    assert cfg.model("demo-gpt").deployments[0].protocol == "openai"
+    assert {t.tier for t in cfg.tenants} == {"L1", "L2", "L3"}
+
+
+@pytest.mark.parametrize("mutate,expected", [
+    (lambda d: d["models"][0]["deployments"][0].__setitem__("protocol", "smtp"), "models[0].deployments[0].protocol"),
+    (lambda d: d["models"][1].__setitem__("quality", 7), "models[1].quality"),
+    (lambda d: d["tenants"][0].__setitem__("api_keys", ["plaintext-key"]), "tenants[0].api_keys"),
+    (lambda d: d["listener"].__setitem__("prot", 1), "listener.prot"),
+    (lambda d: d["models"][0]["deployments"][0].__setitem__("endpoints", ["nohost"]), "models[0].deployments[0].endpoints"),
+    (lambda d: d["models"].append(dict(d["models"][0])), "duplicate"),
+    (lambda d: d.pop("tenants"), "tenants"),
+])
+def test_bad_config_names_the_key(mutate, expected: str) -> None:
+    data = _demo()
+    mutate(data)
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, "test.yaml")
+    assert expected in str(e.value)
+
+
+def test_cli_reports_bad_config_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    data = _demo()
+    data["models"][0]["deployments"][0]["channel"] = "warp"
+    bad.write_text(yaml.safe_dump(data))
+    r = subprocess.run([sys.executable, "-m", "extproc.cli", "serve", "--config", str(bad)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "models[0].deployments[0].channel" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_and_invalid_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "x.yaml").write_text("models: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "x.yaml")

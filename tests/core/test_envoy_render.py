@@ -1,0 +1,51 @@
+"""Every shipped environment renders a bootstrap that Envoy itself accepts."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from extproc.config import ConfigError, load_config
+from extproc.envoy_config import ENVIRONMENTS_DIR, load_environment, render_bootstrap
+from extproc.launcher import envoy_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+ENVS = sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))
+
+
+def test_shipped_environments() -> None:
+    assert {"dev", "staging", "prod"} <= set(ENVS)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_envoy_validates(env: str, tmp_path: Path) -> None:
+    out = tmp_path / f"{env}.yaml"
+    r = subprocess.run(["modelyard", "envoy", "render", "--env", env, "--config", str(ROOT / "modelyard.yaml"),
+                        "-o", str(out)], capture_output=True, text=True, timeout=60,
+                       env={"PATH": str(Path(envoy_binary()).parent) + ":/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    v = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(out)], capture_output=True, text=True,
+                       timeout=60)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert "OK" in v.stdout + v.stderr
+
+
+def test_render_contract() -> None:
+    boot = yaml.safe_load(render_bootstrap(load_config(ROOT / "modelyard.yaml"), load_environment("staging")))
+    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    names = [f["name"] for f in hcm["http_filters"]]
+    assert names == ["envoy.filters.http.ext_proc", "envoy.filters.http.ratelimit", "envoy.filters.http.router"]
+    routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    assert routes[0]["route"]["cluster_header"] == "x-modelyard-cluster"
+    assert boot["static_resources"]["listeners"][0]["per_connection_buffer_limit_bytes"] == 32 * 1024 * 1024
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    assert "typed_extension_protocol_options" in clusters["demo-kserve"]  # gRPC upstream: HTTP/2
+    assert "typed_extension_protocol_options" in clusters["modelyard-extproc"]
+
+
+def test_unknown_environment() -> None:
+    with pytest.raises(ConfigError, match="no such environment"):
+        load_environment("moon")

@@ -1,0 +1,51 @@
+"""The real grpc.aio service: health, a stream across SIGTERM (drained, not cut), exit code 0."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import orjson
+import yaml
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.core.test_session import body_msg, chat_headers, headers_msg
+from tests.stack_config import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_sigterm_drains_open_stream(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    addr = f"127.0.0.1:{free_port()}"
+    data["extproc"] = {"address": addr, "metrics_address": f"127.0.0.1:{free_port()}", "drain_seconds": 10}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    proc = subprocess.Popen([sys.executable, "-m", "extproc.cli", "serve", "--config", str(cfg)])
+    try:
+        async with grpc.aio.insecure_channel(addr) as ch:
+            await asyncio.wait_for(ch.channel_ready(), 20)
+            health = health_pb2_grpc.HealthStub(ch)
+            r = await health.Check(health_pb2.HealthCheckRequest(service="envoy.service.ext_proc.v3.ExternalProcessor"))
+            assert r.status == health_pb2.HealthCheckResponse.SERVING
+
+            call = ext_grpc.ExternalProcessorStub(ch).Process()
+            await call.write(headers_msg(chat_headers()))
+            first = await call.read()
+            assert first.WhichOneof("response") == "request_headers"
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            body = orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "x"}]})
+            await call.write(body_msg(body))
+            second = await call.read()
+            assert second.WhichOneof("response") == "request_body"
+            await call.done_writing()
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

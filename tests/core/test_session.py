@@ -1,0 +1,111 @@
+"""The sans-I/O session driven with plain ext_proc messages: no Envoy, no sockets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc.config import load_config
+from extproc.gateway import Gateway
+from extproc.session import Session
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-modelyard-demo"
+
+
+def headers_msg(pairs: dict[str, str], eos: bool = False, response: bool = False) -> pb.ProcessingRequest:
+    hm = base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()])
+    h = pb.HttpHeaders(headers=hm, end_of_stream=eos)
+    return pb.ProcessingRequest(response_headers=h) if response else pb.ProcessingRequest(request_headers=h)
+
+
+def body_msg(body: bytes, response: bool = False, eos: bool = True) -> pb.ProcessingRequest:
+    b = pb.HttpBody(body=body, end_of_stream=eos)
+    return pb.ProcessingRequest(response_body=b) if response else pb.ProcessingRequest(request_body=b)
+
+
+def set_headers(mutation: pb.HeaderMutation) -> dict[str, str]:
+    return {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
+
+
+@pytest.fixture
+def gateway() -> Gateway:
+    return Gateway(load_config(ROOT / "modelyard.yaml"))
+
+
+def chat_headers(key: str | None = KEY) -> dict[str, str]:
+    h = {":method": "POST", ":path": "/v1/chat/completions", "content-type": "application/json"}
+    if key:
+        h["authorization"] = f"Bearer {key}"
+    return h
+
+
+async def test_chat_round_trip(gateway: Gateway) -> None:
+    s = Session(gateway)
+    r = await s.handle(headers_msg(chat_headers()))
+    assert r.WhichOneof("response") == "request_headers"
+    assert "x-modelyard-cluster" in r.request_headers.response.header_mutation.remove_headers
+
+    body = orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]})
+    r = await s.handle(body_msg(body))
+    common = r.request_body.response
+    hs = set_headers(common.header_mutation)
+    assert hs["x-modelyard-cluster"] == "demo-openai"
+    assert hs[":path"] == "/v1/chat/completions"
+    assert common.clear_route_cache
+    assert "authorization" in common.header_mutation.remove_headers or "authorization" in hs
+
+    r = await s.handle(headers_msg({":status": "200", "content-type": "application/json"}, response=True))
+    hs = set_headers(r.response_headers.response.header_mutation)
+    assert len(hs["x-modelyard-task-id"]) == 32
+    assert hs["x-modelyard-cluster"] == "demo-openai"
+
+    upstream = orjson.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "demo-gpt",
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "yo"},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+    r = await s.handle(body_msg(upstream, response=True))
+    assert r.WhichOneof("response") == "response_body"
+    s.close()
+
+
+@pytest.mark.parametrize("key,status", [(None, 401), ("sk-nope", 401)])
+async def test_auth_errors_are_immediate(gateway: Gateway, key: str | None, status: int) -> None:
+    r = await Session(gateway).handle(headers_msg(chat_headers(key)))
+    assert r.immediate_response.status.code == status
+    err = orjson.loads(r.immediate_response.body)["error"]
+    assert err["type"] and err["message"]
+
+
+async def test_unknown_model_and_bad_json(gateway: Gateway) -> None:
+    s = Session(gateway)
+    await s.handle(headers_msg(chat_headers()))
+    r = await s.handle(body_msg(b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}'))
+    assert r.immediate_response.status.code == 404
+    s = Session(gateway)
+    await s.handle(headers_msg(chat_headers()))
+    r = await s.handle(body_msg(b"{oops"))
+    assert r.immediate_response.status.code == 400
+
+
+async def test_models_list_without_upstream(gateway: Gateway) -> None:
+    r = await Session(gateway).handle(headers_msg({":method": "GET", ":path": "/v1/models",
+                                                   "authorization": f"Bearer {KEY}"}, eos=True))
+    data = orjson.loads(r.immediate_response.body)
+    assert r.immediate_response.status.code == 200
+    assert data["object"] == "list" and {m["id"] for m in data["data"]} >= {"demo-gpt", "demo-colors"}
+
+
+async def test_upstream_5xx_becomes_502_in_client_shape(gateway: Gateway) -> None:
+    s = Session(gateway)
+    await s.handle(headers_msg(chat_headers()))
+    await s.handle(body_msg(orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "x"}]})))
+    r = await s.handle(headers_msg({":status": "500", "content-type": "text/plain"}, response=True))
+    assert set_headers(r.response_headers.response.header_mutation)[":status"] == "502"
+    r = await s.handle(body_msg(b"upstream exploded", response=True))
+    out = orjson.loads(r.response_body.response.body_mutation.body)
+    assert "upstream" in out["error"]["message"]
