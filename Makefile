@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis
 
-.PHONY: up test bench gpu-check redis-server clean
+.PHONY: up test bench gpu-check redis-server bench-tools clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,13 +18,18 @@ redis-server:
 	@command -v redis-server >/dev/null || { \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; }
 
+# wrk drives the gateway benchmark.
+bench-tools:
+	@command -v wrk >/dev/null || { \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk) >/dev/null; }
+
 up: $(STAMP)
 	$(VENV)/bin/modelyard up
 
 test: $(STAMP) redis-server
 	$(PY) -m pytest -q -p no:cacheprovider
 
-bench: $(STAMP) redis-server
+bench: $(STAMP) redis-server bench-tools
 	$(PY) bench/run_all.py
 
 gpu-check:

@@ -16,6 +16,7 @@ from adapters.errors import AdapterError
 from adapters.internal import Usage, UsageUpdate
 from adapters.registry import PROTOCOLS, translate_stream
 from extproc import extproc_messages as msg
+from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TENANT_HEADER, TASK_ID_HEADER, UPSTREAM_CLUSTER_HEADER
 from extproc.errors import GatewayError, render_error_body
 from extproc.choice import Choice
 from extproc.session import RequestContext
@@ -25,7 +26,7 @@ log = logging.getLogger("modelyard.chat")
 # Every protocol's client credential header: none of them may reach an upstream.
 CLIENT_AUTH_HEADERS = sorted({h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS} | {"authorization"})
 # The body must come back uncompressed for translation and metering.
-_STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", "x-modelyard-strategy", "x-modelyard-channel"]
+_STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
 
 
 def upstream_error_status(status: int) -> int:
@@ -53,6 +54,8 @@ class ChatFlow:
         self.first_chunk_at: float | None = None
         self.usage: Any = None
         self.finished = False
+        # We asked the upstream for stream usage the client did not ask for: strip it on the way back.
+        self.usage_injected = False
 
     @property
     def translating(self) -> bool:
@@ -74,11 +77,11 @@ class ChatFlow:
         if self.translating:
             out = up.body
         else:
-            out = _with_model(body, upstream_model) if ctx.protocol != "gemini" else body
+            out, self.usage_injected = _passthrough_body(body, ctx.protocol, upstream_model, req)
         headers = [(k, v) for k, v in up.headers.items()]
         headers += [(":path", up.path), ("content-length", str(len(out))),
-                    ("x-modelyard-cluster", dep.cluster), ("x-modelyard-task-id", ctx.task_id),
-                    ("x-modelyard-tenant", ctx.tenant.name if ctx.tenant else "")]
+                    (CLUSTER_HEADER, self.gw.envoy_cluster.get(dep.cluster, dep.cluster)),
+                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else "")]
         ctx.response_headers += choice.response_headers()
         remove = [h for h in _STRIP_UPSTREAM if h not in up.headers]
         return msg.request_body(headers, remove, body=out if out is not body else None, clear_route_cache=True)
@@ -87,11 +90,12 @@ class ChatFlow:
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
         self.status = status
         self.client_status = status
+        self._note_failover(headers.get(UPSTREAM_CLUSTER_HEADER))
         set_h = self.ctx.task_headers()
-        remove: list[str] = []
+        remove: list[str] = [UPSTREAM_CLUSTER_HEADER]
         if status < 400 and "text/event-stream" in headers.get("content-type", ""):
             self.streaming = True
-            if self.translating:
+            if self.translating or self.usage_injected:
                 self.translator = translate_stream(self.choice.deployment.protocol, self.ctx.protocol, self.request)
                 remove.append("content-length")
                 set_h.append(("content-type", "text/event-stream"))
@@ -105,6 +109,18 @@ class ChatFlow:
             remove.append("content-length")
             set_h.append(("content-type", "application/json"))
         return msg.response_headers(set_h, remove)
+
+    def _note_failover(self, served_by: str | None) -> None:
+        """Envoy retried onto a peer deployment: report and meter the one that answered."""
+        choice = self.choice
+        if not served_by or choice is None or served_by == choice.deployment.cluster:
+            return
+        peer = next((d for d in choice.model.deployments if d.cluster == served_by), None)
+        if peer is not None:
+            self.gw.record_failure(choice.deployment.cluster)
+            choice.deployment = peer
+            self.ctx.response_headers = [h for h in self.ctx.response_headers if h[0] != CLUSTER_HEADER]
+            self.ctx.response_headers.append((CLUSTER_HEADER, peer.cluster))
 
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
         if self.streaming:
@@ -180,9 +196,15 @@ class ChatFlow:
             self._finish()
 
 
-def _with_model(body: bytes, model: str) -> bytes:
+def _passthrough_body(body: bytes, protocol: str, model: str, req: Any) -> tuple[bytes, bool]:
+    """The client's own body, with the upstream's model name and (OpenAI streams) usage switched on."""
+    if protocol == "gemini":
+        return body, False  # the model travels in the path
     data = orjson.loads(body)
-    if data.get("model") == model:
-        return body
+    changed = data.get("model") != model
     data["model"] = model
-    return orjson.dumps(data)
+    injected = False
+    if protocol == "openai" and req.stream and not req.include_usage:
+        data["stream_options"] = {**(data.get("stream_options") or {}), "include_usage": True}
+        injected = changed = True
+    return (orjson.dumps(data) if changed else body), injected

@@ -20,6 +20,7 @@ from envoy_data_plane.envoy.config.accesslog.v3 import AccessLog
 from envoy_data_plane.envoy.config.bootstrap.v3 import Admin, Bootstrap, BootstrapStaticResources
 from envoy_data_plane.envoy.config.cluster.v3 import (
     Cluster,
+    ClusterCustomClusterType,
     ClusterDiscoveryType,
     ClusterLbPolicy,
     OutlierDetection,
@@ -28,6 +29,9 @@ from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     GrpcService,
     GrpcServiceEnvoyGrpc,
+    HeaderValue,
+    HeaderValueOption,
+    HeaderValueOptionHeaderAppendAction,
     Http2ProtocolOptions,
     SocketAddress,
     TransportSocket,
@@ -42,6 +46,8 @@ from envoy_data_plane.envoy.config.route.v3 import (
     RateLimitAction,
     RateLimitActionRequestHeaders,
     RetryPolicy,
+    RetryPolicyRetryHostPredicate,
+    RetryPolicyRetryPriority,
     Route,
     RouteAction,
     RouteConfiguration,
@@ -69,11 +75,16 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
 )
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 
-from extproc.config import ConfigError, Deployment, GatewayConfig
+from envoy_data_plane.envoy.extensions.clusters.aggregate.v3 import ClusterConfig as AggregateClusterConfig
+from envoy_data_plane.envoy.extensions.retry.host.previous_hosts.v3 import PreviousHostsPredicate
+from envoy_data_plane.envoy.extensions.retry.priority.previous_priorities.v3 import PreviousPrioritiesConfig
+
+from extproc.config import ConfigError, GatewayConfig
+from extproc.failover import aggregate_name, failover_groups
+from extproc.headers import CLUSTER_HEADER, TENANT_HEADER, UPSTREAM_CLUSTER_HEADER
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "envoy" / "environments"
 EXTPROC_CLUSTER = "modelyard-extproc"
-CLUSTER_HEADER = "x-modelyard-cluster"
 # Clusters that speak gRPC need HTTP/2 upstream; Envoy defaults to HTTP/1.1.
 H2_PROTOCOLS = {"kserve-grpc"}
 
@@ -202,6 +213,15 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     for name, dep in cfg.clusters().items():
         out.append(_cluster(name, dep.endpoints, h2=dep.protocol in H2_PROTOCOLS, tls=dep.tls, env=env,
                             outlier=True))
+    for primary, members in failover_groups(cfg).items():
+        out.append(Cluster(
+            name=aggregate_name(primary),
+            connect_timeout=_secs(env.timeouts.connect_s),
+            lb_policy=ClusterLbPolicy.CLUSTER_PROVIDED,
+            cluster_type=ClusterCustomClusterType(
+                name="envoy.clusters.aggregate",
+                typed_config=AnyMsg.pack(AggregateClusterConfig(clusters=members))),
+        ))
     return out
 
 
@@ -244,16 +264,30 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
         cluster_header=CLUSTER_HEADER,
         timeout=_secs(env.timeouts.route_s),
         idle_timeout=_secs(env.timeouts.stream_idle_s),
-        retry_policy=RetryPolicy(retry_on="connect-failure,refused-stream,reset", num_retries=env.retries),
+        # Before the first byte of an answer: retry elsewhere. Across an aggregate cluster,
+        # previous_priorities moves each retry to the next member (the next deployment).
+        retry_policy=RetryPolicy(
+            retry_on="connect-failure,refused-stream,reset,5xx", num_retries=env.retries,
+            retry_priority=RetryPolicyRetryPriority(
+                name="envoy.retry_priorities.previous_priorities",
+                typed_config=AnyMsg.pack(PreviousPrioritiesConfig(update_frequency=1))),
+            retry_host_predicate=[RetryPolicyRetryHostPredicate(
+                name="envoy.retry_host_predicates.previous_hosts",
+                typed_config=AnyMsg.pack(PreviousHostsPredicate()))],
+            host_selection_retry_max_attempts=3,
+        ),
     )
     if env.rate_limit_service:
         # Descriptors the extproc stamps on the request: tenant and chosen cluster.
         action.rate_limits = [RateLimit(actions=[
             RateLimitAction(request_headers=RateLimitActionRequestHeaders(
-                header_name="x-modelyard-tenant", descriptor_key="tenant")),
+                header_name=TENANT_HEADER, descriptor_key="tenant")),
             RateLimitAction(request_headers=RateLimitActionRequestHeaders(
                 header_name=CLUSTER_HEADER, descriptor_key="cluster")),
         ])]
+    # Tells the extproc which member of a failover cluster answered.
+    upstream_header = HeaderValueOption(header=HeaderValue(key=UPSTREAM_CLUSTER_HEADER, value="%UPSTREAM_CLUSTER%"),
+                                        append_action=HeaderValueOptionHeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD)
     not_routed = '{"error":{"message":"no upstream was chosen for this request","type":"invalid_request_error","code":"no_route"}}'
     return RouteConfiguration(
         name="modelyard",
@@ -262,7 +296,7 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
             domains=["*"],
             routes=[
                 Route(match=RouteMatch(prefix="/", headers=[HeaderMatcher(name=CLUSTER_HEADER, present_match=True)]),
-                      route=action),
+                      route=action, response_headers_to_add=[upstream_header]),
                 Route(match=RouteMatch(prefix="/"),
                       direct_response=DirectResponseAction(status=404, body=DataSource(inline_string=not_routed))),
             ],
@@ -326,6 +360,9 @@ def bootstrap_dict(boot: Bootstrap) -> dict:
     from envoy.config.bootstrap.v3 import bootstrap_pb2
     # Register every typed_config type used above so Any fields resolve.
     from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
+    from envoy.extensions.clusters.aggregate.v3 import cluster_pb2  # noqa: F401
+    from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
+    from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2  # noqa: F401
     from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
     from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
     from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401

@@ -17,7 +17,8 @@ from extproc.auth import KeyRing
 from extproc.config import GatewayConfig, ModelConfig
 from extproc.choice import Choice
 from extproc.errors import GatewayError
-from extproc.metrics import CHANNEL, COST, LATENCY, REQUESTS, TOKENS, TTFT
+from extproc.failover import aggregate_name, failover_groups
+from extproc.metrics import CHANNEL, COST, model_series, requests_series
 from extproc.session import Flow, RequestContext, json_response
 
 log = logging.getLogger("modelyard.gateway")
@@ -49,6 +50,8 @@ class Gateway:
         self.limiter = limiter
         self.batcher = batcher
         self.watermarks = watermarks
+        # Deployments with same-protocol peers are sent to their Envoy failover cluster.
+        self.envoy_cluster = {c: aggregate_name(c) for c in failover_groups(config)}
 
     # -- what handles a request -------------------------------------------------------------
     def classify(self, ctx: RequestContext) -> RouteSpec:
@@ -116,19 +119,23 @@ class Gateway:
 
     def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, latency_s: float,
                        ttft_s: float | None, usage: Any, reservation: Any) -> None:
-        cluster = choice.deployment.cluster
         model = choice.model
-        REQUESTS.labels(model.name, cluster, str(status)).inc()
-        LATENCY.labels(model.name, cluster).observe(latency_s)
+        latency, ttft, tokens_in, tokens_out = model_series(model.name, choice.deployment.cluster)
+        requests_series(model.name, choice.deployment.cluster, status).inc()
+        latency.observe(latency_s)
         CHANNEL.labels(choice.channel, ctx.tenant.tier if ctx.tenant else "-").inc()
         if ttft_s is not None:
-            TTFT.labels(model.name, cluster).observe(ttft_s)
+            ttft.observe(ttft_s)
         if usage is not None:
             tin, tout = usage.input_tokens or 0, usage.output_tokens or 0
-            TOKENS.labels(model.name, cluster, "input").inc(tin)
-            TOKENS.labels(model.name, cluster, "output").inc(tout)
+            tokens_in.inc(tin)
+            tokens_out.inc(tout)
             cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
-            COST.labels(model.name, ctx.tenant.name if ctx.tenant else "-").inc(cost)
+            if cost:
+                COST.labels(model.name, ctx.tenant.name if ctx.tenant else "-").inc(cost)
+
+    def record_failure(self, cluster: str) -> None:
+        """A deployment failed before answering (Envoy failed over to a peer)."""
 
     async def close(self) -> None:
         for part in (self.watermarks, self.limiter, self.batcher):

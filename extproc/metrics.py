@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 REQUESTS = Counter("modelyard_requests_total", "Requests handled, by outcome",
@@ -28,3 +30,15 @@ def serve_metrics(address: str) -> None:
     """Serve /metrics from a daemon thread, off the event loop."""
     host, _, port = address.rpartition(":")
     start_http_server(int(port), addr=host or "0.0.0.0")
+
+
+@lru_cache(maxsize=4096)
+def model_series(model: str, cluster: str) -> tuple:
+    """Label children per (model, cluster), cached: `labels()` costs more than the increment."""
+    return (LATENCY.labels(model, cluster), TTFT.labels(model, cluster),
+            TOKENS.labels(model, cluster, "input"), TOKENS.labels(model, cluster, "output"))
+
+
+@lru_cache(maxsize=4096)
+def requests_series(model: str, cluster: str, status: int) -> Counter:
+    return REQUESTS.labels(model, cluster, str(status))

@@ -20,6 +20,7 @@ import orjson
 from extproc import extproc_messages as msg
 from extproc.config import TenantConfig
 from extproc.errors import GatewayError, error_response
+from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER, UPSTREAM_CLUSTER_HEADER
 from extproc.metrics import ERRORS, STREAMS
 
 if TYPE_CHECKING:
@@ -27,9 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("modelyard.session")
 
-TASK_ID_HEADER = "x-modelyard-task-id"
 # Headers only the gateway may set: a client sending them must not steer routing.
-RESERVED_HEADERS = ("x-modelyard-cluster", "x-modelyard-tenant")
+RESERVED_HEADERS = (CLUSTER_HEADER, TENANT_HEADER, UPSTREAM_CLUSTER_HEADER)
 
 
 @dataclass
