@@ -17,7 +17,7 @@ def _logging(level: str) -> None:
 def _cmd_serve(a: argparse.Namespace) -> int:
     from extproc.service import serve
 
-    return serve(load_config(a.config))
+    return serve(a.config)
 
 
 def _cmd_up(a: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ config (model lists, health) or a flow that sends the request upstream.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from extproc.errors import GatewayError
 from extproc.failover import aggregate_name, failover_groups
 from extproc.metrics import CHANNEL, COST, model_series, requests_series
 from extproc.session import Flow, RequestContext, json_response
+from ratelimit import RequestContext as RateLimitContext
 
 log = logging.getLogger("modelyard.gateway")
 
@@ -52,6 +54,7 @@ class Gateway:
         self.watermarks = watermarks
         # Deployments with same-protocol peers are sent to their Envoy failover cluster.
         self.envoy_cluster = {c: aggregate_name(c) for c in failover_groups(config)}
+        self._background: set[asyncio.Task] = set()
 
     # -- what handles a request -------------------------------------------------------------
     def classify(self, ctx: RequestContext) -> RouteSpec:
@@ -114,8 +117,26 @@ class Gateway:
             raise GatewayError(503, f"model `{model.name}` has no deployment", "api_error")
         standard = [d for d in model.deployments if d.channel == "standard"] or model.deployments
         dep = standard[0]
-        return Choice(model=model, deployment=dep, channel=dep.channel,
-                      fallbacks=[(model, d) for d in standard[1:]])
+        choice = Choice(model=model, deployment=dep, channel=dep.channel,
+                        fallbacks=[(model, d) for d in standard[1:]])
+        await self.admit(ctx, choice, estimate_tokens(req))
+        return choice
+
+    async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
+        """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""
+        if self.limiter is None or ctx.tenant is None or self.limiter.config.enforce != "extproc":
+            return
+        decision = await self.limiter.acquire(
+            RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel),
+            est_tokens)
+        if not decision.allowed:
+            if decision.too_large:
+                raise GatewayError(429, f"request needs about {est_tokens} tokens, more than the limit allows "
+                                        f"({decision.limited_by})", "rate_limit_error", decision.headers())
+            raise GatewayError(429, f"rate limit exceeded ({decision.limited_by}); retry in "
+                                    f"{decision.retry_after_s:.1f}s", "rate_limit_error", decision.headers())
+        choice.reservation = decision.reservation
+        choice.ratelimit_headers = decision.headers()
 
     def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, latency_s: float,
                        ttft_s: float | None, usage: Any, reservation: Any) -> None:
@@ -133,15 +154,30 @@ class Gateway:
             cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
             if cost:
                 COST.labels(model.name, ctx.tenant.name if ctx.tenant else "-").inc(cost)
+        if reservation is not None and self.limiter is not None:
+            # Hand back (or take) the difference between the estimate and the reported usage.
+            actual = (usage.input_tokens + usage.output_tokens) if usage is not None else 0
+            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(reservation, actual))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def record_failure(self, cluster: str) -> None:
         """A deployment failed before answering (Envoy failed over to a peer)."""
 
     async def close(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
         for part in (self.watermarks, self.limiter, self.batcher):
             close = getattr(part, "close", None)
             if close is not None:
                 await close()
+
+
+def estimate_tokens(req: Any) -> int:
+    """Token cost charged on arrival: prompt estimate plus the output the request may produce."""
+    from adapters.internal import estimate_prompt_tokens
+
+    return estimate_prompt_tokens(req) + (req.max_tokens or 256)
 
 
 def _model_card(m: ModelConfig) -> dict[str, Any]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 
-from extproc.config import GatewayConfig
+from extproc.config import ConfigError, GatewayConfig, config_path, load_config
 from extproc.gateway import Gateway
 from extproc.metrics import serve_metrics
 from extproc.server import ExtprocServer
@@ -15,18 +16,38 @@ log = logging.getLogger("modelyard.service")
 
 def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     """The gateway plus the extra gRPC services to serve beside ext_proc."""
-    gateway = Gateway(config)
-    return gateway, []
+    from ratelimit import Limiter
+    from ratelimit.rls import add_to_server
+
+    try:
+        limiter = Limiter.from_config(config.ratelimit)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    gateway = Gateway(config, limiter=limiter)
+    # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
+    return gateway, [lambda server: add_to_server(server, limiter)]
 
 
-async def run_service(config: GatewayConfig, *, metrics: bool = True) -> None:
+def reload_limits(gateway: Gateway, path: str | None) -> None:
+    """SIGHUP: re-read the config file and apply its rate limits; buckets keep their level."""
+    try:
+        fresh = load_config(path)
+        gateway.limiter.reload(fresh.ratelimit)
+        log.info("rate limits reloaded from %s", config_path(path))
+    except (ConfigError, ValueError) as e:
+        log.error("reload refused, keeping the running limits: %s", e)
+
+
+async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True) -> None:
     gateway, extra = build_gateway(config)
     server = ExtprocServer(config, gateway, extra_services=extra)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_limits, gateway, path)
     if metrics and config.extproc.metrics_address:
         serve_metrics(config.extproc.metrics_address)
     await server.serve_until_signal()
 
 
-def serve(config: GatewayConfig) -> int:
-    asyncio.run(run_service(config))
+def serve(path: str | None) -> int:
+    config = load_config(path)
+    asyncio.run(run_service(config, path=path))
     return 0

@@ -2,11 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-import yaml
-
 from tests.stack_config import demo_config_free_ports
 
 DEMO_KEY = "sk-modelyard-demo"
@@ -33,15 +29,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
     """Envoy + extproc + every demo upstream of the shipped config, on free ports, shared by e2e tests."""
-    from extproc.config import parse_config
-    from extproc.envoy_config import EnvironmentConfig
-    from extproc.launcher import Stack
+    from tests.stack_config import start_stack
 
     workdir = tmp_path_factory.mktemp("stack")
     data, _ = demo_config_free_ports()
-    path = workdir / "modelyard.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    env = EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
     os.environ.setdefault("DEMO_OPENAI_KEY", "sk-upstream-openai-secret")
-    with Stack(parse_config(data), env, config_path=path, workdir=workdir) as stack:
+    with start_stack(workdir, data) as stack:
         yield stack

@@ -37,3 +37,45 @@ def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, 
     data["listener"]["port"] = free_port()
     data.update(overrides)
     return data, ports
+
+
+def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: bool = True):
+    """A `Stack` (not yet started) for a test's own config; use it as a context manager."""
+    from extproc.config import parse_config
+    from extproc.envoy_config import EnvironmentConfig
+    from extproc.launcher import Stack
+
+    path = workdir / "modelyard.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = env or EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
+    return Stack(parse_config(data), env, config_path=path, workdir=workdir, demos=demos)
+
+
+def small_config(**overrides: Any) -> dict[str, Any]:
+    """One OpenAI demo model and the demo tenants, on free ports: a cheap stack for focused tests."""
+    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    data["models"] = [m for m in data["models"] if m["name"] == "demo-gpt"]
+    data["models"][0]["deployments"] = data["models"][0]["deployments"][:1]
+    data["models"][0]["deployments"][0].pop("watermark", None)
+    data["models"][0]["deployments"][0].pop("api_key_env", None)
+    data.pop("ratelimit", None)
+    data = _remap(data, {})
+    data["listener"]["port"] = free_port()
+    data.update(overrides)
+    return data
+
+
+def add_extproc_replica(stack: Any, data: dict[str, Any], workdir: Path) -> str:
+    """A second extproc process on its own port, started before Envoy; returns its address."""
+    from extproc.launcher import Child
+
+    addr = f"127.0.0.1:{free_port()}"
+    replica = {**data, "extproc": {**data["extproc"], "address": addr,
+                                   "metrics_address": f"127.0.0.1:{free_port()}"}}
+    path = workdir / "modelyard-replica.yaml"
+    path.write_text(yaml.safe_dump(replica, sort_keys=False))
+    import sys
+
+    child = Child("extproc-2", [sys.executable, "-m", "extproc.cli", "serve", "--config", str(path)], ("tcp", addr))
+    stack.children.insert(len(stack.children) - 1, child)
+    return addr

@@ -1,0 +1,89 @@
+"""Rate limit decisions per second: memory store vs Redis (sequential and concurrent).
+
+One decision covers 4 buckets (tenant, tier, cluster requests + global tokens). Redis is a real
+redis-server started here on a free loopback port. Baseline: the memory store, same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import time
+
+import orjson
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from ratelimit import Limiter, RequestContext  # noqa: E402
+from tests.ratelimit.redis_server import RedisServer  # noqa: E402
+
+LIMITS = [
+    {"scope": "tenant", "match": "*", "rate": 1e8, "burst": 4e6},
+    {"scope": "tier", "match": "*", "rate": 1e8, "burst": 4e6},
+    {"scope": "cluster", "match": "*", "rate": 1e8, "burst": 4e6},
+    {"scope": "global", "unit": "tokens", "rate": 1e8, "burst": 4e6},
+]
+CTXS = [RequestContext(f"tenant-{i}", "L1", f"cluster-{i % 4}", "standard") for i in range(16)]
+REPEATS = 5
+
+
+async def _sequential(lim: Limiter, n: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        await lim.acquire(CTXS[i & 15], 100)
+    return n / (time.perf_counter() - t0)
+
+
+async def _concurrent(lim: Limiter, n: int, width: int) -> float:
+    async def worker(k: int) -> None:
+        for i in range(n // width):
+            await lim.acquire(CTXS[(i + k) & 15], 100)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(width)))
+    return (n // width) * width / (time.perf_counter() - t0)
+
+
+async def _median(fn, *args) -> float:
+    return statistics.median([await fn(*args) for _ in range(REPEATS)])
+
+
+async def run() -> list[dict]:
+    rows: list[dict] = []
+    mem = Limiter.from_config({"limits": LIMITS})
+    base = await _median(_sequential, mem, 20_000)
+    rows.append({"bench": "ratelimit", "case": "memory 4 keys", "metric": "decisions_per_s", "value": round(base), "unit": "1/s"})
+    await mem.close()
+
+    srv = RedisServer()
+    srv.start()
+    try:
+        lim = Limiter.from_config({"backend": "redis", "redis": {"url": srv.url, "timeout_ms": 1000}, "limits": LIMITS})
+        await lim.acquire(CTXS[0], 1)  # load the script
+        seq = await _median(_sequential, lim, 2_000)
+        rows.append({"bench": "ratelimit", "case": "redis 4 keys sequential", "metric": "decisions_per_s", "value": round(seq), "unit": "1/s"})
+        for width in (16, 64):
+            con = await _median(_concurrent, lim, 4_000, width)
+            rows.append({"bench": "ratelimit", "case": f"redis 4 keys concurrent {width}", "metric": "decisions_per_s", "value": round(con), "unit": "1/s"})
+        await lim.close()
+    finally:
+        srv.stop()
+    for r in rows:
+        r["baseline"] = round(base)
+        r["ratio"] = round(r["value"] / base, 4)
+    return rows
+
+
+def main() -> int:
+    rows = asyncio.run(run())
+    print(f"{'case':<30} {'decisions/s':>12} {'vs memory':>10}")
+    for r in rows:
+        print(f"{r['case']:<30} {r['value']:>12,} {r['ratio']:>10.3f}")
+    print("SUMMARY " + orjson.dumps(rows).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""The async limiter the extproc session calls: acquire, reconcile, reload, close."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import metrics
+from .backend import BucketView, MemoryBuckets, TakeResult, monotonic_us
+from .bucket import NANO, BucketParams
+from .config import RateLimitConfig, RedisConfig, parse_config
+from .decision import Decision, Reservation, decide
+from .rules import Charge, RequestContext, RuleSet
+
+log = logging.getLogger("modelyard.ratelimit")
+
+_ALLOW_ALL = Decision(True)
+
+
+def _scaled(c: Charge, replicas: int) -> Charge:
+    """The local share of a shared bucket: rate and burst divided by the replica count."""
+    p = BucketParams(max(1, c.params.rate_milli // replicas), max(1, c.params.burst_nano // replicas))
+    return Charge(c.key, c.scope, c.unit, p, c.cost_nano)
+
+
+class Limiter:
+    """Token buckets for every request; Redis-backed (shared by replicas) or in memory."""
+
+    def __init__(self, cfg: RateLimitConfig, *, clock: Callable[[], int] = monotonic_us) -> None:
+        self._cfg = cfg
+        self._rules = RuleSet(cfg)
+        self._clock = clock
+        self._memory = MemoryBuckets(clock)  # the store itself (memory) or the fallback (redis)
+        self._redis = None
+        if cfg.backend == "redis":
+            from .redis_store import RedisBuckets
+
+            try:
+                self._redis = RedisBuckets(cfg.redis.url, cfg.redis.timeout_ms, cfg.redis.key_prefix)
+            except ValueError as e:
+                raise ValueError(f"ratelimit.redis.url: {e}") from None
+        self._down_until = 0.0  # monotonic seconds; Redis is skipped until then after a failure
+        self._down = False
+
+    @classmethod
+    def from_config(cls, raw: dict[str, Any] | None, *, clock: Callable[[], int] = monotonic_us) -> Limiter:
+        """Build from the `ratelimit:` dict of modelyard.yaml; ValueError names the bad key."""
+        return cls(parse_config(raw), clock=clock)
+
+    @property
+    def config(self) -> RateLimitConfig:
+        return self._cfg
+
+    @property
+    def rules(self) -> RuleSet:
+        return self._rules
+
+    @property
+    def degraded(self) -> bool:
+        return self._down
+
+    def charges(self, ctx: RequestContext, est_tokens: int, requests: int = 1) -> list[Charge]:
+        return self._rules.charges(ctx, {"requests": requests, "tokens": max(0, est_tokens)})
+
+    async def acquire(self, ctx: RequestContext, est_tokens: int = 0, *, requests: int = 1) -> Decision:
+        """Admit or refuse one request against all its buckets, all or nothing."""
+        if not self._cfg.enabled:
+            return _ALLOW_ALL
+        return await self.acquire_charges(self.charges(ctx, est_tokens, requests), est_tokens)
+
+    async def acquire_charges(self, charges: Sequence[Charge], est_tokens: int = 0) -> Decision:
+        if not charges:
+            return _ALLOW_ALL
+        result, store = await self._take(charges)
+        d = decide(result.allowed, result.views, store, est_tokens)
+        metrics.DECISIONS.labels("allowed" if d.allowed else "denied", store).inc()
+        return d
+
+    async def reconcile(self, reservation: Reservation | None, actual_tokens: int) -> None:
+        """Return an over-estimate to, or take an under-estimate from, the token buckets.
+
+        Taking may push a bucket below zero (down to -burst): later requests wait out the debt.
+        Calling it twice for one reservation does nothing the second time.
+        """
+        if reservation is None or reservation.settled or not reservation.token_charges:
+            return
+        reservation.settled = True
+        delta = reservation.est_tokens - max(0, actual_tokens)
+        if delta == 0:
+            return
+        metrics.RECONCILED_TOKENS.labels("returned" if delta > 0 else "taken").inc(abs(delta))
+        charges = reservation.token_charges
+        if reservation.store == "redis" and self._redis is not None:
+            try:
+                await self._redis.adjust([(c, delta * NANO) for c in charges])
+            except Exception as e:  # noqa: BLE001 - a lost correction must never fail a response
+                self._redis_failed(e)
+            return
+        # "memory" or "local": the reservation holds the (already scaled) charges it was made with
+        self._memory.adjust_now([(c, delta * NANO) for c in charges])
+
+    def reload(self, raw: dict[str, Any] | None) -> None:
+        """Swap the limits without a restart; existing buckets keep their level (capped at burst)."""
+        cfg = parse_config(raw)
+        if cfg.backend != self._cfg.backend or (cfg.backend == "redis" and cfg.redis != self._cfg.redis):
+            raise ValueError("ratelimit.backend: changing the backend or redis settings needs a restart")
+        self._rules = RuleSet(cfg)
+        self._cfg = cfg
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.close()
+            self._redis = None
+        await self._memory.close()
+
+    # -- store selection and the Redis failure policy --
+
+    async def _take(self, charges: Sequence[Charge]) -> tuple[TakeResult, str]:
+        if self._redis is None:
+            return self._memory.take_now(charges), "memory"
+        if self._down and time.monotonic() < self._down_until:
+            return self._degraded(charges)
+        try:
+            result = await self._redis.take(charges)
+        except Exception as e:  # noqa: BLE001 - any Redis trouble goes to the policy, never a crash
+            self._redis_failed(e)
+            return self._degraded(charges)
+        if self._down:
+            self._down = False
+            metrics.DEGRADED.set(0)
+            log.warning("ratelimit: Redis is back; shared buckets in force again")
+        return result, "redis"
+
+    def _redis_failed(self, e: BaseException) -> None:
+        rc: RedisConfig = self._cfg.redis
+        metrics.BACKEND_ERRORS.labels(rc.failure_policy).inc()
+        self._down_until = time.monotonic() + rc.retry_interval_ms / 1000
+        if not self._down:
+            self._down = True
+            metrics.DEGRADED.set(1)
+        log.warning(
+            "ratelimit: Redis call failed (%s: %s); policy %s until it answers again",
+            type(e).__name__, e, rc.failure_policy,
+        )
+
+    def _degraded(self, charges: Sequence[Charge]) -> tuple[TakeResult, str]:
+        rc = self._cfg.redis
+        if rc.failure_policy == "fallback":
+            return self._memory.take_now([_scaled(c, rc.replicas) for c in charges]), "local"
+        wait = max(1, rc.retry_interval_ms) * 1000
+        return TakeResult(False, tuple(BucketView(c, 0, wait) for c in charges)), "fail_closed"
+
+
+__all__ = ["Decision", "Limiter", "RequestContext", "Reservation"]

@@ -1,0 +1,85 @@
+"""From a request's context to the buckets it must pass: which rule applies, which key it uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .bucket import NANO, BucketParams
+from .config import SCOPES, LimitRule, RateLimitConfig, Unit
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who asks and where it goes; a None field skips that scope's buckets."""
+
+    tenant: str | None = None
+    tier: str | None = None
+    cluster: str | None = None
+    channel: str | None = None
+
+    def value(self, scope: str) -> str | None:
+        return "*" if scope == "global" else getattr(self, scope)
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One bucket of one decision: its key, its parameters, what this request costs it."""
+
+    key: str
+    scope: str
+    unit: Unit
+    params: BucketParams
+    cost_nano: int
+
+
+def bucket_key(scope: str, value: str, unit: str) -> str:
+    # ':' separates fields; values keep their text, so escape the separator and brace (hash tags).
+    safe = value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
+    return f"{scope}:{safe}:{unit}"
+
+
+class RuleSet:
+    """Rules indexed by (scope, unit). Most specific wins: an exact `match`, then (tenant scope)
+    a `*` rule for the tenant's tier, then `*`; a `*` rule gives each value its own bucket."""
+
+    def __init__(self, cfg: RateLimitConfig) -> None:
+        self._exact: dict[tuple[str, str, str], LimitRule] = {}
+        self._wild: dict[tuple[str, str], LimitRule] = {}
+        self._tenant_by_tier: dict[tuple[str, str], LimitRule] = {}
+        for r in cfg.limits:
+            if r.tier is not None:
+                self._tenant_by_tier[(r.tier, r.unit)] = r
+            elif r.match == "*":
+                self._wild[(r.scope, r.unit)] = r
+            else:
+                self._exact[(r.scope, r.match, r.unit)] = r
+        self.units: frozenset[str] = frozenset(r.unit for r in cfg.limits)
+
+    def rule_for(self, scope: str, value: str, unit: str, tier: str | None = None) -> LimitRule | None:
+        r = self._exact.get((scope, value, unit))
+        if r is None and tier is not None and scope == "tenant":
+            r = self._tenant_by_tier.get((tier, unit))
+        return r or self._wild.get((scope, unit))
+
+    def charge(
+        self, scope: str, value: str | None, unit: Unit, cost: int, tier: str | None = None
+    ) -> Charge | None:
+        if value is None:
+            return None
+        rule = self.rule_for(scope, value, unit, tier)
+        if rule is None:
+            return None
+        return Charge(
+            bucket_key(scope, value, unit), scope, unit, BucketParams.of(rule.rate, rule.burst), cost * NANO
+        )
+
+    def charges(self, ctx: RequestContext, costs: dict[Unit, int]) -> list[Charge]:
+        out: list[Charge] = []
+        for unit, cost in costs.items():
+            if unit not in self.units:
+                continue
+            for scope in SCOPES:
+                c = self.charge(scope, ctx.value(scope), unit, cost, ctx.tier)
+                if c is not None:
+                    out.append(c)
+        return out
