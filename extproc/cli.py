@@ -42,12 +42,22 @@ def _cmd_hash_key(a: argparse.Namespace) -> int:
     return 0
 
 
-def _delegate(module: str, func: str):
-    def run(a: argparse.Namespace) -> int:
-        import importlib
+# Subcommands owned by other modules get their arguments untouched (argparse would eat options).
+_DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
+    ("agent",): ("extproc.agent", "main"),
+    ("demo",): ("extproc.demo.cli", "main"),
+    ("route", "explain"): ("extproc.routing.explain", "explain_main"),
+    ("ratelimit", "tune"): ("ratelimit.tuner", "main"),
+}
 
-        return importlib.import_module(module).__getattribute__(func)(a.rest)
-    return run
+
+def _delegated(argv: list[str]) -> int | None:
+    for prefix, (module, func) in _DELEGATES.items():
+        if tuple(argv[:len(prefix)]) == prefix:
+            import importlib
+
+            return getattr(importlib.import_module(module), func)(argv[len(prefix):])
+    return None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -74,28 +84,22 @@ def parser() -> argparse.ArgumentParser:
     hk.add_argument("key")
     hk.set_defaults(func=_cmd_hash_key)
 
-    for name, module, func, help_ in [
-        ("agent", "extproc.agent", "main", "GPU watermark agent (NVML)"),
-        ("demo", "extproc.demo.cli", "main", "run a demo upstream (openai|anthropic|gemini|kserve)"),
-    ]:
-        sp = sub.add_parser(name, help=help_, add_help=False)
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-        sp.set_defaults(func=_delegate(module, func))
-    route = sub.add_parser("route", help="routing tools").add_subparsers(dest="route_cmd", required=True)
-    ex = route.add_parser("explain", help="show every candidate for a sample request", add_help=False)
-    ex.add_argument("rest", nargs=argparse.REMAINDER)
-    ex.set_defaults(func=_delegate("extproc.routing.explain", "explain_main"))
-    rl = sub.add_parser("ratelimit", help="rate limit tools").add_subparsers(dest="rl_cmd", required=True)
-    tune = rl.add_parser("tune", help="recommend bucket sizes from a traffic trace", add_help=False)
-    tune.add_argument("rest", nargs=argparse.REMAINDER)
-    tune.set_defaults(func=_delegate("ratelimit.tuner", "main"))
+    # Listed for --help only: main() hands these to their modules before argparse runs.
+    sub.add_parser("agent", help="GPU watermark agent (NVML); see `modelyard agent --help`")
+    sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
+    sub.add_parser("route", help="`route explain`: every candidate for a sample request")
+    sub.add_parser("ratelimit", help="`ratelimit tune`: bucket sizes from a traffic trace")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
-    _logging(a.log_level)
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        delegated = _delegated(argv)
+        if delegated is not None:
+            return delegated
+        a = parser().parse_args(argv)
+        _logging(a.log_level)
         return a.func(a)
     except ConfigError as e:
         print(f"modelyard: configuration error: {e}", file=sys.stderr)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ from extproc.config import GatewayConfig, ModelConfig
 from extproc.choice import Choice
 from extproc.errors import GatewayError
 from extproc.failover import aggregate_name, failover_groups
+from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
+from extproc.routing import NoRoute, RouteRequest, Scheduler
 from extproc.metrics import CHANNEL, COST, model_series, requests_series
 from extproc.session import Flow, RequestContext, json_response
 from ratelimit import RequestContext as RateLimitContext
@@ -43,12 +47,12 @@ class RouteSpec:
 
 
 class Gateway:
-    def __init__(self, config: GatewayConfig, *, scheduler: Any = None, limiter: Any = None,
+    def __init__(self, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Any = None,
                  batcher: Any = None, watermarks: Any = None):
         self.config = config
         self.keyring = KeyRing(config.tenants)
         self.models: dict[str, ModelConfig] = {m.name: m for m in config.models}
-        self.scheduler = scheduler
+        self.scheduler = scheduler or Scheduler(config)
         self.limiter = limiter
         self.batcher = batcher
         self.watermarks = watermarks
@@ -112,15 +116,30 @@ class Gateway:
 
     # -- routing, admission and accounting ---------------------------------------------------
     async def choose_chat(self, ctx: RequestContext, req: Any) -> Choice:
-        model = self.model_for(ctx, req.model)
-        if not model.deployments:
-            raise GatewayError(503, f"model `{model.name}` has no deployment", "api_error")
-        standard = [d for d in model.deployments if d.channel == "standard"] or model.deployments
-        dep = standard[0]
-        choice = Choice(model=model, deployment=dep, channel=dep.channel,
-                        fallbacks=[(model, d) for d in standard[1:]])
-        await self.admit(ctx, choice, estimate_tokens(req))
+        from adapters.internal import ImagePart, estimate_prompt_tokens
+
+        prompt_tokens = estimate_prompt_tokens(req)
+        choice = self.choose(ctx, RouteRequest(
+            model=req.model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
+            want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast",
+            est_prompt_tokens=prompt_tokens, est_output_tokens=req.max_tokens,
+            needs_tools=bool(req.tools),
+            needs_vision=any(type(p) is ImagePart for m in req.messages for p in m.content),
+            stream=req.stream, task_type="chat", task_id=ctx.task_id))
+        await self.admit(ctx, choice, prompt_tokens + (req.max_tokens or 256))
         return choice
+
+    def choose(self, ctx: RequestContext, route: RouteRequest) -> Choice:
+        """The scheduler's pick (filter, score, admission), as a Choice with its fallbacks."""
+        try:
+            d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
+        except NoRoute as e:
+            headers = [("retry-after", str(max(1, math.ceil(e.retry_after_s))))] if e.retry_after_s else []
+            type_ = "not_found_error" if e.status == 404 else ("api_error" if e.status >= 500 else "invalid_request_error")
+            raise GatewayError(e.status, e.message, type_, headers) from None
+        c = d.chosen
+        return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
+                      arm=d.arm, fallbacks=[(x.model_config, x.deployment) for x in d.candidates[1:]])
 
     async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
         """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""
@@ -141,6 +160,8 @@ class Gateway:
     def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, latency_s: float,
                        ttft_s: float | None, usage: Any, reservation: Any) -> None:
         model = choice.model
+        # Feedback for the score and cooldowns: only the upstream's failures count against it.
+        self.scheduler.record(choice.deployment.cluster, latency_s, status < 500, ttft_s, now=time.monotonic())
         latency, ttft, tokens_in, tokens_out = model_series(model.name, choice.deployment.cluster)
         requests_series(model.name, choice.deployment.cluster, status).inc()
         latency.observe(latency_s)
@@ -163,6 +184,7 @@ class Gateway:
 
     def record_failure(self, cluster: str) -> None:
         """A deployment failed before answering (Envoy failed over to a peer)."""
+        self.scheduler.record(cluster, 0.0, False, now=time.monotonic())
 
     async def close(self) -> None:
         if self._background:
@@ -171,13 +193,6 @@ class Gateway:
             close = getattr(part, "close", None)
             if close is not None:
                 await close()
-
-
-def estimate_tokens(req: Any) -> int:
-    """Token cost charged on arrival: prompt estimate plus the output the request may produce."""
-    from adapters.internal import estimate_prompt_tokens
-
-    return estimate_prompt_tokens(req) + (req.max_tokens or 256)
 
 
 def _model_card(m: ModelConfig) -> dict[str, Any]:

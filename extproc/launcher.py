@@ -79,7 +79,7 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Chil
             if u.hostname in ("127.0.0.1", "localhost") and u.port and u.netloc not in seen_agents:
                 seen_agents.add(u.netloc)
                 argv = [python, "-m", "extproc.agent", "--host", u.hostname, "--port", str(u.port),
-                        "--fake-util", "0.2", "--fake-mem", "0.3"]
+                        "--fake", "--fake-util", "0.2", "--fake-mem", "0.3"]
                 out.append(Child(f"agent@{u.port}", argv, ("http", f"http://{u.netloc}/watermarks")))
     return out
 

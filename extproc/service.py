@@ -19,11 +19,16 @@ def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     from ratelimit import Limiter
     from ratelimit.rls import add_to_server
 
+    from extproc.routing import Scheduler
+    from extproc.watermarks import WatermarkBoard
+
     try:
         limiter = Limiter.from_config(config.ratelimit)
+        scheduler = Scheduler(config)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    gateway = Gateway(config, limiter=limiter)
+    board = WatermarkBoard.from_config(config, scheduler.settings.watermarks.interval_s)
+    gateway = Gateway(config, scheduler=scheduler, limiter=limiter, watermarks=board)
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
     return gateway, [lambda server: add_to_server(server, limiter)]
 
@@ -42,6 +47,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     gateway, extra = build_gateway(config)
     server = ExtprocServer(config, gateway, extra_services=extra)
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_limits, gateway, path)
+    # Pollers run in the background; the first readings are in before traffic is accepted.
+    await gateway.watermarks.start(first_poll_timeout=2.0)
     if metrics and config.extproc.metrics_address:
         serve_metrics(config.extproc.metrics_address)
     await server.serve_until_signal()

@@ -79,3 +79,11 @@ def add_extproc_replica(stack: Any, data: dict[str, Any], workdir: Path) -> str:
     child = Child("extproc-2", [sys.executable, "-m", "extproc.cli", "serve", "--config", str(path)], ("tcp", addr))
     stack.children.insert(len(stack.children) - 1, child)
     return addr
+
+
+def without_watermarks(data: dict[str, Any]) -> dict[str, Any]:
+    """Drop every deployment's watermark source: unit tests run no agents."""
+    for m in data["models"]:
+        for d in m["deployments"]:
+            d.pop("watermark", None)
+    return data

@@ -15,13 +15,13 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.core.test_session import body_msg, chat_headers, headers_msg
-from tests.stack_config import free_port
+from tests.stack_config import free_port, without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_sigterm_drains_open_stream(tmp_path: Path) -> None:
-    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
     addr = f"127.0.0.1:{free_port()}"
     data["extproc"] = {"address": addr, "metrics_address": f"127.0.0.1:{free_port()}", "drain_seconds": 10}
     cfg = tmp_path / "c.yaml"

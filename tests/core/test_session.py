@@ -9,9 +9,12 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.config import load_config
+import yaml
+
+from extproc.config import parse_config
 from extproc.gateway import Gateway
 from extproc.session import Session
+from tests.stack_config import without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-modelyard-demo"
@@ -34,7 +37,8 @@ def set_headers(mutation: pb.HeaderMutation) -> dict[str, str]:
 
 @pytest.fixture
 def gateway() -> Gateway:
-    return Gateway(load_config(ROOT / "modelyard.yaml"))
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    return Gateway(parse_config(data))
 
 
 def chat_headers(key: str | None = KEY) -> dict[str, str]:

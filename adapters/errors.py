@@ -1,0 +1,152 @@
+"""AdapterError (the one exception adapters raise) and the small validators the parsers share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+
+# Canonical error types (Anthropic/OpenAI vocabulary); each protocol maps them to its own shape.
+DEFAULT_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def default_type(status: int) -> str:
+    """The canonical error type for an HTTP status."""
+    if status in DEFAULT_TYPES:
+        return DEFAULT_TYPES[status]
+    return "invalid_request_error" if 400 <= status < 500 else "api_error"
+
+
+class AdapterError(Exception):
+    """Bad input (or an untranslatable upstream answer), carrying the HTTP status to answer with."""
+
+    def __init__(self, status: int = 400, message: str = "invalid request", type: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or default_type(status)
+
+    def __repr__(self) -> str:
+        return f"AdapterError(status={self.status}, type={self.type!r}, message={self.message!r})"
+
+
+# ---- field validation shared by the protocol parsers (each raises AdapterError 400) ----------
+
+def load_object(body: bytes, what: str = "request body") -> dict:
+    """Parse JSON text that must be an object."""
+    try:
+        obj = orjson.loads(body)
+    except (orjson.JSONDecodeError, TypeError):
+        raise AdapterError(400, f"{what} is not valid JSON") from None
+    if type(obj) is not dict:
+        raise AdapterError(400, f"{what} must be a JSON object")
+    return obj
+
+
+def opt_str(obj: dict, key: str, where: str) -> str | None:
+    v = obj.get(key)
+    if v is None or type(v) is str:
+        return v
+    raise AdapterError(400, f"{where}.{key} must be a string")
+
+
+def req_str(obj: dict, key: str, where: str) -> str:
+    v = obj.get(key)
+    if type(v) is str and v:
+        return v
+    if v is None:
+        raise AdapterError(400, f"{where}.{key} is required")
+    raise AdapterError(400, f"{where}.{key} must be a non-empty string")
+
+
+def opt_number(obj: dict, key: str, where: str, lo: float, hi: float) -> float | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if type(v) not in (int, float):
+        raise AdapterError(400, f"{where}.{key} must be a number")
+    if not lo <= v <= hi:
+        raise AdapterError(400, f"{where}.{key} must be between {lo:g} and {hi:g}")
+    return float(v)
+
+
+def opt_int(obj: dict, key: str, where: str, lo: int = 1) -> int | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if type(v) is not int or v < lo:
+        raise AdapterError(400, f"{where}.{key} must be an integer >= {lo}")
+    return v
+
+
+def opt_bool(obj: dict, key: str, where: str) -> bool:
+    v = obj.get(key)
+    if v is None:
+        return False
+    if type(v) is not bool:
+        raise AdapterError(400, f"{where}.{key} must be a boolean")
+    return v
+
+
+def opt_list(obj: dict, key: str, where: str) -> list:
+    v = obj.get(key)
+    if v is None:
+        return []
+    if type(v) is not list:
+        raise AdapterError(400, f"{where}.{key} must be an array")
+    return v
+
+
+def as_object(v: object, where: str) -> dict:
+    if type(v) is not dict:
+        raise AdapterError(400, f"{where} must be an object")
+    return v
+
+
+def error_message(body: bytes, status: int) -> str:
+    """Best-effort message from an upstream error body: error.message, error (str), message, text."""
+    try:
+        obj = orjson.loads(body)
+    except (orjson.JSONDecodeError, TypeError):
+        obj = None
+    if type(obj) is list and obj and type(obj[0]) is dict:
+        obj = obj[0]  # Gemini's non-SSE stream answers errors as a one-element array
+    if type(obj) is dict:
+        err = obj.get("error")
+        if type(err) is dict:
+            msg = err.get("message")
+            if type(msg) is str and msg:
+                return msg
+        if type(err) is str and err:
+            return err
+        msg = obj.get("message")
+        if type(msg) is str and msg:
+            return msg
+    if isinstance(body, (bytes, bytearray)):
+        text = bytes(body[:500]).decode("utf-8", "replace").strip()
+        if text and obj is None:
+            return text
+    return f"upstream returned HTTP {status}"
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """Header lookup by lower-case name, tolerant of mixed-case keys."""
+    v = headers.get(name)
+    if v is not None:
+        return v
+    for k, v in headers.items():
+        if k.lower() == name:
+            return v
+    return None

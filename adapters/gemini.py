@@ -1,0 +1,582 @@
+"""Gemini generateContent <-> internal format, pure functions.
+
+POST /v1beta/models/{model}:generateContent and :streamGenerateContent?alt=sse. Gemini has no
+tool-call ids: parsing synthesizes stable `call_<n>` ids (n counts calls through the conversation)
+and pairs each functionResponse with the oldest unanswered call of the same name.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from urllib.parse import quote
+
+import orjson
+
+from adapters.errors import (
+    AdapterError, as_object, error_message, header, load_object, opt_int, opt_list, opt_number, opt_str,
+    req_str,
+)
+from adapters.internal import (
+    ChatRequest, ChatResponse, ContentPart, ImagePart, Message, StreamEnd, StreamError,
+    StreamEvent, StreamFinish, StreamStart, TextDelta, TextPart, ToolCall, ToolCallDelta,
+    ToolCallStart, ToolChoice, ToolDef, UpstreamRequest, Usage, UsageUpdate, message_text,
+)
+from adapters.sse import SSEFramer
+
+__all__ = [
+    "CLIENT_AUTH_HEADERS", "parse_request", "render_request", "parse_response", "render_response",
+    "StreamDecoder", "StreamEncoder", "render_error", "parse_error", "client_api_key", "request_path",
+]
+
+CLIENT_AUTH_HEADERS: tuple[str, ...] = ("x-goog-api-key", "authorization")
+
+_FINISH_IN = {
+    "STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter", "PROHIBITED_CONTENT": "content_filter", "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter", "LANGUAGE": "content_filter", "MALFORMED_FUNCTION_CALL": "error",
+}
+_FINISH_OUT = {
+    "stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY", "error": "OTHER",
+}
+_STATUS = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+    409: "ABORTED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
+    500: "INTERNAL", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
+}
+# Keys of Gemini's OpenAPI-subset Schema; anything else in a JSON Schema is dropped on the way up.
+_SCHEMA_KEYS = frozenset((
+    "type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties",
+    "required", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf",
+    "propertyOrdering", "default", "items", "minimum", "maximum",
+))
+_MIME_BY_EXT = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif",
+                "webp": "image/webp", "heic": "image/heic", "heif": "image/heif"}
+
+
+def _get(obj: dict, camel: str, snake: str) -> object:
+    v = obj.get(camel)
+    return obj.get(snake) if v is None else v
+
+
+def request_path(model: str, stream: bool) -> str:
+    m = quote(model, safe="-._~/")
+    return f"/v1beta/models/{m}:streamGenerateContent?alt=sse" if stream else f"/v1beta/models/{m}:generateContent"
+
+
+# ---- request -------------------------------------------------------------------------------
+
+
+def _response_text(resp: object) -> str:
+    # {"content": "..."} is how other protocols' plain-text tool results travel; unwrap it back.
+    if type(resp) is dict and len(resp) == 1:
+        for k in ("content", "result", "output"):
+            if type(resp.get(k)) is str:
+                return resp[k]
+    return orjson.dumps(resp).decode()
+
+
+def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
+    obj = load_object(body)
+    model = path_model if path_model is not None else obj.get("model")
+    if type(model) is not str or not model:
+        raise AdapterError(400, "model is required (in the path /v1beta/models/{model}:generateContent)")
+    if model.startswith("models/"):
+        model = model[7:]
+    contents = obj.get("contents")
+    if type(contents) is not list or not contents:
+        raise AdapterError(400, "contents must be a non-empty array")
+    msgs: list[Message] = []
+    pending: dict[str, list[str]] = {}  # function name -> ids of calls not yet answered
+    n = 0
+    for i, c in enumerate(contents):
+        where = f"contents[{i}]"
+        c = as_object(c, where)
+        role = c.get("role", "user")
+        if role != "user" and role != "model":
+            raise AdapterError(400, f"{where}.role {role!r} must be 'user' or 'model'")
+        raw_parts = c.get("parts")
+        if type(raw_parts) is not list or not raw_parts:
+            raise AdapterError(400, f"{where}.parts must be a non-empty array")
+        parts: list[ContentPart] = []
+        calls: list[ToolCall] = []
+        for j, p in enumerate(raw_parts):
+            pw = f"{where}.parts[{j}]"
+            p = as_object(p, pw)
+            if "text" in p:
+                text = p["text"]
+                if type(text) is not str:
+                    raise AdapterError(400, f"{pw}.text must be a string")
+                if not p.get("thought"):  # thought summaries do not cross protocols
+                    parts.append(TextPart(text))
+            elif "inlineData" in p or "inline_data" in p:
+                d = as_object(_get(p, "inlineData", "inline_data"), f"{pw}.inlineData")
+                parts.append(ImagePart(media_type=opt_str(d, "mimeType", pw) or opt_str(d, "mime_type", pw),
+                                       data=req_str(d, "data", f"{pw}.inlineData")))
+            elif "fileData" in p or "file_data" in p:
+                d = as_object(_get(p, "fileData", "file_data"), f"{pw}.fileData")
+                uri = d.get("fileUri", d.get("file_uri"))
+                if type(uri) is not str or not uri:
+                    raise AdapterError(400, f"{pw}.fileData.fileUri is required")
+                parts.append(ImagePart(media_type=opt_str(d, "mimeType", pw), url=uri))
+            elif ("functionCall" in p or "function_call" in p) and role == "model":
+                fc = as_object(_get(p, "functionCall", "function_call"), f"{pw}.functionCall")
+                name = req_str(fc, "name", f"{pw}.functionCall")
+                args = fc.get("args", {})
+                if type(args) is not dict:
+                    raise AdapterError(400, f"{pw}.functionCall.args must be an object")
+                cid = fc.get("id")
+                if type(cid) is not str or not cid:
+                    cid = f"call_{n}"
+                n += 1
+                pending.setdefault(name, []).append(cid)
+                calls.append(ToolCall(cid, name, orjson.dumps(args).decode()))
+            elif ("functionResponse" in p or "function_response" in p) and role == "user":
+                fr = as_object(_get(p, "functionResponse", "function_response"), f"{pw}.functionResponse")
+                name = req_str(fr, "name", f"{pw}.functionResponse")
+                cid = fr.get("id")
+                waiting = pending.get(name)
+                if type(cid) is str and cid:
+                    if waiting and cid in waiting:
+                        waiting.remove(cid)
+                elif waiting:
+                    cid = waiting.pop(0)
+                else:
+                    cid = f"call_{n}"
+                    n += 1
+                msgs.append(Message("tool", (TextPart(_response_text(fr.get("response", {}))),),
+                                    tool_call_id=cid, name=name))
+            else:
+                raise AdapterError(400, f"{pw}: unsupported part (keys {sorted(p)[:5]})")
+        if parts or calls:
+            msgs.append(Message("assistant" if role == "model" else "user", tuple(parts), tuple(calls)))
+    if not msgs:
+        raise AdapterError(400, "contents carry no usable parts")
+    system = None
+    si = _get(obj, "systemInstruction", "system_instruction")
+    if si is not None:
+        si = as_object(si, "systemInstruction")
+        texts = []
+        for j, p in enumerate(opt_list(si, "parts", "systemInstruction")):
+            p = as_object(p, f"systemInstruction.parts[{j}]")
+            if type(p.get("text")) is not str:
+                raise AdapterError(400, f"systemInstruction.parts[{j}].text must be a string")
+            texts.append(p["text"])
+        system = "".join(texts)
+    tools: list[ToolDef] = []
+    raw_tools = _get(obj, "tools", "tools")
+    if raw_tools is not None and type(raw_tools) is not list:
+        raise AdapterError(400, "tools must be an array")
+    for j, t in enumerate(raw_tools or ()):
+        t = as_object(t, f"tools[{j}]")
+        decls = _get(t, "functionDeclarations", "function_declarations")
+        if type(decls) is not list:
+            raise AdapterError(400, f"tools[{j}]: only functionDeclarations tools are supported")
+        for k, d in enumerate(decls):
+            dw = f"tools[{j}].functionDeclarations[{k}]"
+            d = as_object(d, dw)
+            params = d.get("parameters", d.get("parametersJsonSchema"))
+            if params is not None and type(params) is not dict:
+                raise AdapterError(400, f"{dw}.parameters must be an object")
+            tools.append(ToolDef(req_str(d, "name", dw), opt_str(d, "description", dw), params))
+    tool_choice = None
+    tc = _get(obj, "toolConfig", "tool_config")
+    if tc is not None:
+        fcc = _get(as_object(tc, "toolConfig"), "functionCallingConfig", "function_calling_config")
+        if fcc is not None:
+            fcc = as_object(fcc, "toolConfig.functionCallingConfig")
+            mode = fcc.get("mode", "AUTO")
+            allowed = _get(fcc, "allowedFunctionNames", "allowed_function_names")
+            if mode in ("AUTO", "VALIDATED", "MODE_UNSPECIFIED"):
+                tool_choice = ToolChoice("auto")
+            elif mode == "NONE":
+                tool_choice = ToolChoice("none")
+            elif mode == "ANY":
+                if type(allowed) is list and len(allowed) == 1 and type(allowed[0]) is str:
+                    tool_choice = ToolChoice("tool", allowed[0])
+                else:
+                    tool_choice = ToolChoice("required")
+            else:
+                raise AdapterError(400, "toolConfig.functionCallingConfig.mode must be AUTO, ANY or NONE")
+    gc = _get(obj, "generationConfig", "generation_config")
+    gc = as_object(gc, "generationConfig") if gc is not None else {}
+    w = "generationConfig"
+    cc = opt_int(gc, "candidateCount", w)
+    if cc is not None and cc != 1:
+        raise AdapterError(400, "generationConfig.candidateCount other than 1 is not supported")
+    stop = opt_list(gc, "stopSequences", w)
+    if not all(type(s) is str for s in stop):
+        raise AdapterError(400, "generationConfig.stopSequences must be an array of strings")
+    return ChatRequest(
+        model=model,
+        messages=tuple(msgs),
+        system=system,
+        tools=tuple(tools),
+        tool_choice=tool_choice,
+        temperature=opt_number(gc, "temperature", w, 0.0, 2.0),
+        top_p=opt_number(gc, "topP", w, 0.0, 1.0),
+        max_tokens=opt_int(gc, "maxOutputTokens", w),
+        stop=tuple(stop),
+        stream=stream_hint,
+        include_usage=True,  # Gemini chunks always carry usageMetadata
+    )
+
+
+def _schema(s: object) -> object:
+    if type(s) is not dict:
+        return s
+    out = {}
+    for k, v in s.items():
+        if k not in _SCHEMA_KEYS:
+            continue
+        if k == "properties" and type(v) is dict:
+            out[k] = {pk: _schema(pv) for pk, pv in v.items()}
+        elif k == "items":
+            out[k] = _schema(v)
+        elif k == "anyOf" and type(v) is list:
+            out[k] = [_schema(x) for x in v]
+        else:
+            out[k] = v
+    return out
+
+
+def _image_part(p: ImagePart) -> dict:
+    if p.url is not None:
+        mime = p.media_type or _MIME_BY_EXT.get(p.url.rsplit(".", 1)[-1].split("?", 1)[0].lower(), "image/jpeg")
+        return {"fileData": {"mimeType": mime, "fileUri": p.url}}
+    return {"inlineData": {"mimeType": p.media_type or "image/png", "data": p.data}}
+
+
+def _args(arguments: str) -> dict:
+    if not arguments:
+        return {}
+    try:
+        v = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {}
+    return v if type(v) is dict else {}
+
+
+def _tool_response(text: str) -> dict:
+    # Gemini wants an object; JSON-object results pass as they are, anything else is wrapped.
+    if text[:1] == "{":
+        try:
+            v = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            v = None
+        if type(v) is dict:
+            return v
+    return {"content": text}
+
+
+def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
+    contents: list[dict] = []
+    names: dict[str, str] = {}
+    for m in req.messages:
+        if m.role == "assistant":
+            parts: list[dict] = [{"text": p.text} for p in m.content if type(p) is TextPart and p.text]
+            for tc in m.tool_calls:
+                names[tc.id] = tc.name
+                parts.append({"functionCall": {"name": tc.name, "args": _args(tc.arguments)}})
+            if parts:
+                contents.append({"role": "model", "parts": parts})
+            continue
+        if m.role == "tool":
+            name = m.name or names.get(m.tool_call_id or "", "") or "tool"
+            parts = [{"functionResponse": {"name": name, "response": _tool_response(message_text(m))}}]
+            # All responses to one model turn's calls travel in one user turn.
+            if contents and contents[-1]["role"] == "user" and "functionResponse" in contents[-1]["parts"][-1]:
+                contents[-1]["parts"].extend(parts)
+                continue
+        else:
+            parts = [{"text": p.text} if type(p) is TextPart else _image_part(p) for p in m.content]
+        contents.append({"role": "user", "parts": parts})
+    body: dict = {"contents": contents}
+    if req.system:
+        body["systemInstruction"] = {"parts": [{"text": req.system}]}
+    if req.tools:
+        decls = []
+        for t in req.tools:
+            d: dict = {"name": t.name}
+            if t.description is not None:
+                d["description"] = t.description
+            if t.parameters is not None and t.parameters.get("properties"):
+                d["parameters"] = _schema(t.parameters)
+            decls.append(d)
+        body["tools"] = [{"functionDeclarations": decls}]
+    if req.tool_choice is not None:
+        mode = req.tool_choice.mode
+        fcc: dict = {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY", "tool": "ANY"}[mode]}
+        if mode == "tool":
+            fcc["allowedFunctionNames"] = [req.tool_choice.name]
+        body["toolConfig"] = {"functionCallingConfig": fcc}
+    gc: dict = {}
+    if req.temperature is not None:
+        gc["temperature"] = req.temperature
+    if req.top_p is not None:
+        gc["topP"] = req.top_p
+    if req.max_tokens is not None:
+        gc["maxOutputTokens"] = req.max_tokens
+    if req.stop:
+        gc["stopSequences"] = list(req.stop)
+    if gc:
+        body["generationConfig"] = gc
+    headers = {"content-type": "application/json"}
+    if credential:
+        headers["x-goog-api-key"] = credential
+    return UpstreamRequest(request_path(upstream_model, req.stream), headers, orjson.dumps(body))
+
+
+# ---- response ------------------------------------------------------------------------------
+
+
+def _bad(what: str) -> AdapterError:
+    return AdapterError(502, f"upstream response is invalid: {what}", "api_error")
+
+
+def _int(v: object) -> int:
+    return v if type(v) is int and v >= 0 else 0
+
+
+def _usage(u: dict) -> Usage:
+    # Thinking tokens are billed as output.
+    return Usage(_int(u.get("promptTokenCount")), _int(u.get("candidatesTokenCount")) + _int(u.get("thoughtsTokenCount")))
+
+
+def _candidate_parts(obj: dict) -> tuple[list | None, str | None]:
+    cands = obj.get("candidates")
+    if type(cands) is not list or not cands or type(cands[0]) is not dict:
+        return None, None
+    c = cands[0]
+    fr = c.get("finishReason")
+    content = c.get("content")
+    parts = content.get("parts") if type(content) is dict else None
+    return (parts if type(parts) is list else []), (fr if type(fr) is str else None)
+
+
+def parse_response(body: bytes) -> ChatResponse:
+    try:
+        obj = load_object(body, "upstream response")
+    except AdapterError as e:
+        raise _bad(e.message) from None
+    parts, fr = _candidate_parts(obj)
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    if parts is None:
+        pf = obj.get("promptFeedback")
+        if not (type(pf) is dict and pf.get("blockReason")):
+            raise _bad("no candidates")
+        reason = "content_filter"
+    else:
+        for j, p in enumerate(parts):
+            if type(p) is not dict:
+                raise _bad(f"parts[{j}] is not an object")
+            if type(p.get("text")) is str and not p.get("thought"):
+                texts.append(p["text"])
+            fc = p.get("functionCall")
+            if type(fc) is dict and type(fc.get("name")) is str:
+                cid = fc.get("id")
+                args = fc.get("args")
+                calls.append(ToolCall(cid if type(cid) is str and cid else f"call_{len(calls)}", fc["name"],
+                                      orjson.dumps(args if type(args) is dict else {}).decode()))
+        reason = _FINISH_IN.get(fr or "STOP", "stop")
+        if reason == "stop" and calls:
+            reason = "tool_calls"
+    u = obj.get("usageMetadata")
+    rid, model = obj.get("responseId"), obj.get("modelVersion")
+    return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(texts),
+                        tuple(calls), reason, _usage(u) if type(u) is dict else Usage())
+
+
+def _usage_meta(i: int, o: int) -> dict:
+    return {"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": i + o}
+
+
+def render_response(resp: ChatResponse, *, model: str) -> bytes:
+    parts: list[dict] = []
+    if resp.content:
+        parts.append({"text": resp.content})
+    for tc in resp.tool_calls:
+        parts.append({"functionCall": {"name": tc.name, "args": _args(tc.arguments)}})
+    if not parts:
+        parts.append({"text": ""})
+    return orjson.dumps({
+        "candidates": [{"content": {"role": "model", "parts": parts},
+                        "finishReason": _FINISH_OUT[resp.finish_reason], "index": 0}],
+        "usageMetadata": _usage_meta(resp.usage.input_tokens, resp.usage.output_tokens),
+        "modelVersion": model,
+        "responseId": resp.id or uuid.uuid4().hex,
+    })
+
+
+# ---- streaming -----------------------------------------------------------------------------
+
+
+class StreamDecoder:
+    """Upstream Gemini SSE bytes -> internal stream events (the stream has no terminator)."""
+
+    __slots__ = ("_sse", "_started", "_done", "_finished", "_ntools")
+
+    def __init__(self) -> None:
+        self._sse = SSEFramer()
+        self._started = False
+        self._done = False
+        self._finished = False
+        self._ntools = 0
+
+    def feed(self, chunk: bytes) -> list[StreamEvent]:
+        if self._done:
+            return []
+        out: list[StreamEvent] = []
+        for ev in self._sse.feed(chunk):
+            self._event(ev.data, out)
+            if self._done:
+                break
+        return out
+
+    def close(self) -> list[StreamEvent]:
+        if self._done:
+            return []
+        out: list[StreamEvent] = []
+        for ev in self._sse.close():
+            self._event(ev.data, out)
+            if self._done:
+                return out
+        self._done = True
+        # Gemini ends a stream by closing it; only a finishReason tells a whole stream from a cut one.
+        out.append(StreamEnd() if self._finished else StreamError("upstream stream ended before finishReason"))
+        return out
+
+    def _event(self, data: bytes, out: list[StreamEvent]) -> None:
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            obj = None
+        if type(obj) is list and len(obj) == 1:
+            obj = obj[0]
+        if type(obj) is not dict:
+            self._done = True
+            out.append(StreamError("upstream sent a malformed stream chunk", "api_error"))
+            return
+        if "error" in obj:
+            self._done = True
+            out.append(StreamError(error_message(data, 500), "api_error"))
+            return
+        if not self._started:
+            self._started = True
+            rid, model = obj.get("responseId"), obj.get("modelVersion")
+            out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
+        parts, fr = _candidate_parts(obj)
+        for p in parts or ():
+            if type(p) is not dict:
+                continue
+            text = p.get("text")
+            if type(text) is str and text and not p.get("thought"):
+                out.append(TextDelta(text))
+            fc = p.get("functionCall")
+            if type(fc) is dict and type(fc.get("name")) is str:
+                n = self._ntools
+                self._ntools += 1
+                cid, args = fc.get("id"), fc.get("args")
+                out.append(ToolCallStart(n, cid if type(cid) is str and cid else f"call_{n}", fc["name"]))
+                out.append(ToolCallDelta(n, orjson.dumps(args if type(args) is dict else {}).decode()))
+        if parts is None:
+            pf = obj.get("promptFeedback")
+            if type(pf) is dict and pf.get("blockReason"):
+                fr = "SAFETY"
+        if fr is not None and not self._finished:
+            self._finished = True
+            reason = _FINISH_IN.get(fr, "stop")
+            out.append(StreamFinish("tool_calls" if reason == "stop" and self._ntools else reason))
+        u = obj.get("usageMetadata")
+        if type(u) is dict:
+            us = _usage(u)
+            out.append(UsageUpdate(us.input_tokens, us.output_tokens))
+
+
+class StreamEncoder:
+    """Internal stream events -> Gemini `data: {candidates..}` SSE bytes for the client."""
+
+    __slots__ = ("_model", "_id", "_done", "_in", "_out", "_calls", "_reason")
+
+    def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
+        self._model = model
+        self._id = ""
+        self._done = False
+        self._in = 0
+        self._out = 0
+        self._calls: dict[int, list[str]] = {}  # tool ordinal -> [name, arguments text so far]
+        self._reason = "STOP"
+
+    def _chunk(self, parts: list[dict], finish: str | None = None) -> bytes:
+        cand: dict = {"content": {"role": "model", "parts": parts}, "index": 0}
+        if finish is not None:
+            cand["finishReason"] = finish
+        obj: dict = {"candidates": [cand]}
+        if finish is not None:
+            obj["usageMetadata"] = _usage_meta(self._in, self._out)
+        obj["modelVersion"] = self._model
+        if not self._id:
+            self._id = uuid.uuid4().hex
+        obj["responseId"] = self._id
+        return b"data: " + orjson.dumps(obj) + b"\r\n\r\n"
+
+    def encode(self, events: list[StreamEvent]) -> bytes:
+        parts: list[bytes] = []
+        for ev in events:
+            if self._done:
+                break
+            t = type(ev)
+            if t is TextDelta:
+                parts.append(self._chunk([{"text": ev.text}]))
+            elif t is ToolCallStart:
+                self._calls[ev.index] = [ev.name, ""]
+            elif t is ToolCallDelta:
+                c = self._calls.get(ev.index)
+                if c is not None:
+                    c[1] += ev.arguments
+            elif t is UsageUpdate:
+                if ev.input_tokens is not None:
+                    self._in = ev.input_tokens
+                if ev.output_tokens is not None:
+                    self._out = ev.output_tokens
+            elif t is StreamStart:
+                if not self._id:
+                    self._id = ev.id
+            elif t is StreamFinish:
+                self._reason = _FINISH_OUT[ev.reason]
+            elif t is StreamEnd:
+                self._done = True
+                # Gemini sends whole function calls, so streamed argument fragments are joined here.
+                fparts = [{"functionCall": {"name": n, "args": _args(a)}} for n, a in self._calls.values()]
+                parts.append(self._chunk(fparts or [{"text": ""}], self._reason))
+            elif t is StreamError:
+                self._done = True
+                parts.append(b"data: " + render_error(500, ev.message, ev.type) + b"\r\n\r\n")
+        return b"".join(parts)
+
+
+# ---- errors and auth -----------------------------------------------------------------------
+
+
+def render_error(status: int, message: str, type: str | None = None) -> bytes:
+    st = _STATUS.get(status)
+    if st is None:
+        st = "INVALID_ARGUMENT" if 400 <= status < 500 else "INTERNAL"
+    if type == "overloaded_error":
+        st = "UNAVAILABLE"
+    return orjson.dumps({"error": {"code": status, "message": message, "status": st}})
+
+
+def parse_error(status: int, body: bytes) -> str:
+    return error_message(body, status)
+
+
+def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    key = header(headers, "x-goog-api-key")
+    if key:
+        return key.strip() or None
+    q = query.get("key")
+    if q:
+        return q
+    return None

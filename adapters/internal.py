@@ -1,0 +1,199 @@
+"""The hub: one internal chat request/response/stream-event format every protocol converts through.
+
+In the spirit of a unified inference request (model id, task type, inputs, parameters, stream flag,
+task id), specialised for chat: `ChatRequest.messages` are the inputs, the sampling fields the
+parameters. All types are frozen, slotted dataclasses; adapters build them once per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+__all__ = [
+    "Role", "FinishReason", "TextPart", "ImagePart", "ContentPart", "ToolCall", "ToolDef",
+    "ToolChoice", "Message", "ChatRequest", "Usage", "ChatResponse", "UpstreamRequest",
+    "StreamStart", "TextDelta", "ToolCallStart", "ToolCallDelta", "StreamFinish", "UsageUpdate",
+    "StreamEnd", "StreamError", "StreamEvent", "estimate_prompt_tokens", "message_text",
+]
+
+Role = Literal["user", "assistant", "tool"]
+# Internal finish reasons; every protocol maps its own vocabulary onto these.
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image either inline (base64 `data` + `media_type`) or by `url`."""
+
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+
+ContentPart = Union[TextPart, ImagePart]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as OpenAI carries it; parsed only where a target needs an object
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDef:
+    name: str
+    description: str | None = None
+    parameters: dict | None = None  # JSON Schema
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    mode: Literal["auto", "none", "required", "tool"]
+    name: str | None = None  # only for mode == "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One turn. Tool results are `role="tool"` messages carrying `tool_call_id` (and `name`)."""
+
+    role: Role
+    content: tuple[ContentPart, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None  # function name of a tool result (Gemini needs it)
+    is_error: bool = False  # tool result reported as an error (Anthropic is_error)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str
+    messages: tuple[Message, ...]
+    system: str | None = None
+    tools: tuple[ToolDef, ...] = ()
+    tool_choice: ToolChoice | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False  # client asked for a usage chunk (OpenAI stream_options)
+    task: str = "chat"
+    task_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    id: str
+    model: str
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: FinishReason = "stop"
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+# ---- stream events (what decoders emit and encoders consume) -------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    id: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    index: int  # ordinal of the tool call within the response, 0-based
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    index: int
+    arguments: str  # a fragment of the JSON arguments text
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFinish:
+    reason: FinishReason
+
+
+@dataclass(frozen=True, slots=True)
+class UsageUpdate:
+    """Cumulative counts; None means 'not reported in this event'."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    message: str
+    type: str = "api_error"
+
+
+StreamEvent = Union[
+    StreamStart, TextDelta, ToolCallStart, ToolCallDelta, StreamFinish, UsageUpdate, StreamEnd,
+    StreamError,
+]
+
+
+def message_text(msg: Message) -> str:
+    """The text parts of a message joined (images dropped)."""
+    parts = [p.text for p in msg.content if type(p) is TextPart]
+    return parts[0] if len(parts) == 1 else "".join(parts)
+
+
+_IMAGE_TOKENS = 85  # flat per-image cost: a routing/rate-limit estimate, not billing
+
+
+def estimate_prompt_tokens(req: ChatRequest) -> int:
+    """Cheap prompt size estimate (chars/4 plus small per-message and per-image overheads)."""
+    chars = len(req.system) if req.system else 0
+    extra = 0
+    for m in req.messages:
+        extra += 4
+        for p in m.content:
+            if type(p) is TextPart:
+                chars += len(p.text)
+            else:
+                extra += _IMAGE_TOKENS
+        for tc in m.tool_calls:
+            chars += len(tc.name) + len(tc.arguments)
+    for t in req.tools:
+        chars += len(t.name) + len(t.description or "") + (len(repr(t.parameters)) if t.parameters else 0)
+    return chars // 4 + extra

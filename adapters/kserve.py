@@ -1,0 +1,571 @@
+"""KServe v2 / Open Inference Protocol: REST JSON <-> gRPC `ModelInfer`, pure functions.
+
+The client speaks REST JSON (`POST /v2/models/{m}/infer`); a `kserve-grpc` upstream speaks
+`inference.GRPCInferenceService/ModelInfer`. This module converts the request JSON to a
+`ModelInferRequest` (every tensor as `raw_input_contents`, little-endian, BYTES as 4-byte
+length-prefixed elements, as Triton reads them), frames it for gRPC, unframes the reply and
+renders `ModelInferResponse` back as REST JSON. gRPC statuses map to HTTP statuses. Messages
+are the generated ones `tritonclient[grpc]` ships, not hand-kept protos.
+
+A `kserve-rest` upstream needs none of this: the JSON body passes through unchanged and only
+the model segment of the path is rewritten (`rest_infer_path`).
+
+Every failure is a `KServeError(status, message)`: 400/404/405/413 for the client's input,
+502 when the upstream's reply is malformed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import orjson
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2 as pb
+
+from adapters.errors import AdapterError
+
+GRPC_SERVICE = "inference.GRPCInferenceService"
+GRPC_INFER_PATH = f"/{GRPC_SERVICE}/ModelInfer"
+GRPC_CONTENT_TYPE = "application/grpc"
+MAX_DIMS = 16
+
+# numpy dtypes for raw contents; always little-endian on the wire.
+DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype("?"),
+    "UINT8": np.dtype("<u1"), "UINT16": np.dtype("<u2"), "UINT32": np.dtype("<u4"), "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"), "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"), "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
+}
+DATATYPES = frozenset(DTYPES) | {"BYTES"}
+# Which InferTensorContents field holds each datatype when typed contents are used (FP16: none).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+    "UINT32": "uint_contents", "UINT64": "uint64_contents", "FP32": "fp32_contents",
+    "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+
+# gRPC status code -> HTTP status. Upstream-internal failures are 502 (not the client's fault).
+GRPC_TO_HTTP: dict[int, int] = {
+    0: 200,    # OK
+    1: 499,    # CANCELLED
+    2: 502,    # UNKNOWN
+    3: 400,    # INVALID_ARGUMENT
+    4: 504,    # DEADLINE_EXCEEDED
+    5: 404,    # NOT_FOUND
+    6: 409,    # ALREADY_EXISTS
+    7: 403,    # PERMISSION_DENIED
+    8: 429,    # RESOURCE_EXHAUSTED
+    9: 400,    # FAILED_PRECONDITION
+    10: 409,   # ABORTED
+    11: 400,   # OUT_OF_RANGE
+    12: 501,   # UNIMPLEMENTED
+    13: 502,   # INTERNAL
+    14: 503,   # UNAVAILABLE
+    15: 502,   # DATA_LOSS
+    16: 401,   # UNAUTHENTICATED
+}
+
+
+class KServeError(AdapterError, ValueError):
+    """A request or upstream reply that cannot be converted; `status` is the HTTP status.
+
+    An `adapters.errors.AdapterError` (status, message, type), so the session catches one type.
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(status, message)
+
+
+# ---------------------------------------------------------------- errors and gRPC status
+
+
+def render_error(status: int, message: str) -> bytes:
+    """KServe's REST error body: `{"error": "..."}` (status travels in the HTTP status line)."""
+    return orjson.dumps({"error": message})
+
+
+def grpc_status_to_http(code: int) -> int:
+    return GRPC_TO_HTTP.get(int(code), 502)
+
+
+@dataclass(frozen=True)
+class GrpcStatus:
+    code: int
+    message: str
+
+    @property
+    def http_status(self) -> int:
+        return grpc_status_to_http(self.code)
+
+    def error_body(self) -> bytes:
+        return render_error(self.http_status, self.message or f"upstream gRPC status {self.code}")
+
+
+def grpc_status_from_headers(headers: Mapping[str, str]) -> GrpcStatus | None:
+    """`grpc-status`/`grpc-message` from response headers (trailers-only reply) or trailers."""
+    raw = headers.get("grpc-status")
+    if raw is None:
+        return None
+    try:
+        code = int(raw.strip())
+    except ValueError:
+        return GrpcStatus(2, f"upstream sent an invalid grpc-status {raw!r}")
+    # grpc-message is percent-encoded UTF-8 (gRPC over HTTP/2 spec).
+    message = urllib.parse.unquote(headers.get("grpc-message", ""), errors="replace")
+    return GrpcStatus(code, message)
+
+
+# ---------------------------------------------------------------- gRPC framing
+
+
+def frame(msg: bytes) -> bytes:
+    """One uncompressed gRPC length-prefixed message: flag 0, 4-byte big-endian length, body."""
+    return b"\x00" + struct.pack(">I", len(msg)) + msg
+
+
+def unframe(body: bytes, status: int = 502) -> bytes:
+    """The single message of a unary gRPC body; truncation, compression or extra bytes are errors."""
+    if len(body) < 5:
+        raise KServeError(f"gRPC body is truncated ({len(body)} bytes, no 5-byte prefix)", status)
+    flag = body[0]
+    if flag == 1:
+        raise KServeError("gRPC message is compressed; compression is not supported", status)
+    if flag != 0:
+        raise KServeError(f"gRPC frame has an invalid flag byte {flag}", status)
+    (length,) = struct.unpack_from(">I", body, 1)
+    if len(body) - 5 < length:
+        raise KServeError(f"gRPC message is truncated ({len(body) - 5} of {length} bytes)", status)
+    if len(body) - 5 > length:
+        raise KServeError("gRPC body holds more than one message", status)
+    return bytes(body[5:])
+
+
+def grpc_request_headers(timeout_ms: int | None = None) -> list[tuple[str, str]]:
+    """Headers that turn the rewritten request into a gRPC call (Envoy adds :authority)."""
+    h = [(":method", "POST"), (":path", GRPC_INFER_PATH), ("content-type", GRPC_CONTENT_TYPE), ("te", "trailers")]
+    if timeout_ms:
+        h.append(("grpc-timeout", f"{int(timeout_ms)}m"))
+    return h
+
+
+# ---------------------------------------------------------------- REST JSON -> ModelInferRequest
+
+
+def _set_param(target: Any, key: Any, value: Any, where: str) -> None:
+    if not isinstance(key, str):
+        raise KServeError(f"{where}: parameter names must be strings")
+    p = target[key]
+    if isinstance(value, bool):
+        p.bool_param = value
+    elif isinstance(value, int):
+        if -(2**63) <= value < 2**63:
+            p.int64_param = value
+        elif 0 <= value < 2**64:
+            p.uint64_param = value
+        else:
+            raise KServeError(f"{where}: parameter {key!r} is out of the 64-bit range")
+    elif isinstance(value, float):
+        p.double_param = value
+    elif isinstance(value, str):
+        p.string_param = value
+    else:
+        raise KServeError(f"{where}: parameter {key!r} must be a bool, number or string")
+
+
+def _params(target: Any, params: Any, where: str) -> None:
+    if params is None:
+        return
+    if not isinstance(params, dict):
+        raise KServeError(f"{where}: parameters must be an object")
+    for k, v in params.items():
+        _set_param(target, k, v, where)
+
+
+def _shape(raw: Any, where: str) -> list[int]:
+    if not isinstance(raw, list) or len(raw) > MAX_DIMS:
+        raise KServeError(f"{where}: shape must be a list of at most {MAX_DIMS} integers")
+    for d in raw:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < 2**63:
+            raise KServeError(f"{where}: shape dimensions must be non-negative 64-bit integers")
+    return raw
+
+
+def _encode_bytes(values: list[Any], where: str) -> bytes:
+    out = bytearray()
+    for v in values:
+        if isinstance(v, str):
+            b = v.encode("utf-8")
+        else:
+            raise KServeError(f"{where}: BYTES data must be strings")
+        out += struct.pack("<I", len(b)) + b
+    return bytes(out)
+
+
+def _flatten_bytes(data: Any, where: str, depth: int = 0) -> list[Any]:
+    if depth > MAX_DIMS:
+        raise KServeError(f"{where}: data is nested too deeply")
+    if not isinstance(data, list):
+        return [data]
+    out: list[Any] = []
+    for d in data:
+        out.extend(_flatten_bytes(d, where, depth + 1) if isinstance(d, list) else [d])
+    return out
+
+
+def _tensor_raw(datatype: str, shape: list[int], data: Any, where: str) -> bytes:
+    """Validate data against datatype and shape; return the little-endian raw bytes."""
+    count = math.prod(shape)
+    if not isinstance(data, list):
+        raise KServeError(f"{where}: data must be a list")
+    if datatype == "BYTES":
+        flat = _flatten_bytes(data, where)
+        if len(flat) != count:
+            raise KServeError(f"{where}: shape {shape} holds {count} elements but data has {len(flat)}")
+        return _encode_bytes(flat, where)
+    try:
+        arr = np.array(data)
+    except (ValueError, TypeError, OverflowError):
+        raise KServeError(f"{where}: data is not a regular array of numbers") from None
+    if arr.size != count:
+        raise KServeError(f"{where}: shape {shape} holds {count} elements but data has {arr.size}")
+    if arr.ndim > 1 and list(arr.shape) != shape:
+        raise KServeError(f"{where}: nested data shape {list(arr.shape)} does not match shape {shape}")
+    target = DTYPES[datatype]
+    kind = arr.dtype.kind
+    if count == 0:
+        return b""
+    if datatype == "BOOL":
+        if kind != "b":
+            raise KServeError(f"{where}: BOOL data must be true/false")
+    elif target.kind in "iu":
+        info = np.iinfo(target)
+        if kind not in "iu":
+            # Values past int64 (UINT64 top half) make numpy fall back to object/float: check in Python.
+            flat = _flatten_bytes(data, where)
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+                raise KServeError(f"{where}: {datatype} data must be integers")
+            if any(v < info.min or v > info.max for v in flat):
+                raise KServeError(f"{where}: value out of range for {datatype}")
+            return np.array(flat, dtype=target).tobytes()
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < info.min or hi > info.max:
+            raise KServeError(f"{where}: value out of range for {datatype}")
+    else:
+        if kind not in "iuf":
+            raise KServeError(f"{where}: {datatype} data must be numbers")
+    with np.errstate(over="ignore"):
+        return arr.astype(target).tobytes()
+
+
+def parse_infer_request(body: bytes, model: str, version: str = "") -> pb.ModelInferRequest:
+    """REST v2 infer JSON -> ModelInferRequest for `model` (the upstream's name for it)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise KServeError(f"request body is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise KServeError("request body must be a JSON object")
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise KServeError("'inputs' must be a non-empty list")
+    req = pb.ModelInferRequest(model_name=model, model_version=version)
+    rid = doc.get("id")
+    if rid is not None:
+        if not isinstance(rid, str):
+            raise KServeError("'id' must be a string")
+        req.id = rid
+    _params(req.parameters, doc.get("parameters"), "parameters")
+    names: set[str] = set()
+    for i, t in enumerate(inputs):
+        where = f"inputs[{i}]"
+        if not isinstance(t, dict):
+            raise KServeError(f"{where}: must be an object")
+        name, datatype = t.get("name"), t.get("datatype")
+        if not isinstance(name, str) or not name:
+            raise KServeError(f"{where}: 'name' must be a non-empty string")
+        if name in names:
+            raise KServeError(f"{where}: duplicate input name {name!r}")
+        names.add(name)
+        if datatype not in DATATYPES:
+            raise KServeError(f"{where}: unsupported datatype {datatype!r} (one of {', '.join(sorted(DATATYPES))})")
+        shape = _shape(t.get("shape"), where)
+        params = t.get("parameters")
+        if isinstance(params, dict) and "binary_data_size" in params:
+            raise KServeError(f"{where}: the binary tensor data extension is not supported")
+        if "data" not in t:
+            raise KServeError(f"{where}: 'data' is required")
+        raw = _tensor_raw(datatype, shape, t["data"], where)
+        tensor = req.inputs.add(name=name, datatype=datatype, shape=shape)
+        _params(tensor.parameters, params, where)
+        req.raw_input_contents.append(raw)
+    outputs = doc.get("outputs")
+    if outputs is not None:
+        if not isinstance(outputs, list):
+            raise KServeError("'outputs' must be a list")
+        for i, o in enumerate(outputs):
+            if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+                raise KServeError(f"outputs[{i}]: must be an object with a string 'name'")
+            out = req.outputs.add(name=o["name"])
+            params = o.get("parameters")
+            if isinstance(params, dict):
+                # We always answer JSON, so Triton's binary_data output flag is dropped.
+                params = {k: v for k, v in params.items() if k != "binary_data"}
+            _params(out.parameters, params, f"outputs[{i}]")
+    return req
+
+
+def encode_infer_request(req: pb.ModelInferRequest) -> bytes:
+    """The gRPC-framed request body Envoy forwards to the HTTP/2 cluster."""
+    return frame(req.SerializeToString())
+
+
+# ---------------------------------------------------------------- ModelInferResponse -> REST JSON
+
+
+def _param_value(p: pb.InferParameter) -> Any:
+    which = p.WhichOneof("parameter_choice")
+    return getattr(p, which) if which else None
+
+
+def _decode_bytes(raw: bytes, count: int, where: str) -> list[str]:
+    out, pos = [], 0
+    for _ in range(count):
+        if pos + 4 > len(raw):
+            raise KServeError(f"{where}: BYTES raw contents are truncated", 502)
+        (n,) = struct.unpack_from("<I", raw, pos)
+        pos += 4
+        if pos + n > len(raw):
+            raise KServeError(f"{where}: BYTES raw contents are truncated", 502)
+        out.append(raw[pos:pos + n].decode("utf-8", errors="replace"))
+        pos += n
+    if pos != len(raw):
+        raise KServeError(f"{where}: BYTES raw contents have trailing bytes", 502)
+    return out
+
+
+def output_array(resp: pb.ModelInferResponse, index: int) -> np.ndarray | list[str]:
+    """Output `index` as a flat array (BYTES: a list of str), validated against its shape."""
+    t = resp.outputs[index]
+    where = f"upstream output {t.name!r}"
+    if t.datatype not in DATATYPES:
+        raise KServeError(f"{where}: unsupported datatype {t.datatype!r}", 502)
+    if any(d < 0 for d in t.shape):
+        raise KServeError(f"{where}: negative dimension in shape", 502)
+    count = math.prod(t.shape)
+    if index < len(resp.raw_output_contents):
+        raw = resp.raw_output_contents[index]
+        if t.datatype == "BYTES":
+            return _decode_bytes(raw, count, where)
+        dt = DTYPES[t.datatype]
+        if len(raw) != count * dt.itemsize:
+            raise KServeError(f"{where}: {len(raw)} raw bytes do not fit shape {list(t.shape)} of {t.datatype}", 502)
+        return np.frombuffer(raw, dtype=dt)
+    field = _CONTENTS_FIELD.get(t.datatype)
+    if field is None:
+        raise KServeError(f"{where}: {t.datatype} needs raw contents", 502)
+    values = getattr(t.contents, field)
+    if len(values) != count:
+        raise KServeError(f"{where}: {len(values)} values do not fit shape {list(t.shape)}", 502)
+    if t.datatype == "BYTES":
+        return [v.decode("utf-8", errors="replace") for v in values]
+    return np.array(values, dtype=DTYPES[t.datatype])
+
+
+def infer_response_dict(resp: pb.ModelInferResponse) -> dict[str, Any]:
+    doc: dict[str, Any] = {"model_name": resp.model_name, "model_version": resp.model_version}
+    if resp.id:
+        doc["id"] = resp.id
+    if resp.parameters:
+        doc["parameters"] = {k: _param_value(v) for k, v in resp.parameters.items()}
+    outputs = []
+    for i, t in enumerate(resp.outputs):
+        data = output_array(resp, i)
+        if isinstance(data, np.ndarray):
+            # orjson serialises numpy natively; FP16 widened first for portability.
+            data = data.astype(np.float32) if data.dtype == np.float16 else np.ascontiguousarray(data)
+        o: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape), "data": data}
+        if t.parameters:
+            o["parameters"] = {k: _param_value(v) for k, v in t.parameters.items()}
+        outputs.append(o)
+    doc["outputs"] = outputs
+    return doc
+
+
+def render_infer_response(resp: pb.ModelInferResponse) -> bytes:
+    return orjson.dumps(infer_response_dict(resp), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def parse_grpc_response(body: bytes) -> pb.ModelInferResponse:
+    """A framed ModelInfer reply body -> message; malformed replies are the upstream's (502)."""
+    msg = unframe(body)
+    resp = pb.ModelInferResponse()
+    try:
+        resp.ParseFromString(msg)
+    except DecodeError:
+        raise KServeError("upstream ModelInfer reply is not a valid protobuf message", 502) from None
+    return resp
+
+
+# ---------------------------------------------------------------- image classification
+
+
+def build_classify_request(
+    model: str, tensor: np.ndarray, spec: Any, *, input_name: str | None = None,
+    output: str = "scores", request_id: str = "",
+) -> pb.ModelInferRequest:
+    """One NCHW tensor (from `kernels.preprocess`) -> ModelInferRequest with raw_input_contents.
+
+    `spec` is a `TensorInput` (its `name` is the input name) or a `PreprocessSpec`.
+    """
+    datatype = {np.dtype(np.float32): "FP32", np.dtype(np.float16): "FP16"}.get(tensor.dtype)
+    if datatype is None or tensor.ndim != 4:
+        raise KServeError(f"classify tensor must be NCHW float32/float16, got {tensor.dtype} {tensor.shape}", 500)
+    if getattr(spec, "datatype", datatype) != datatype:
+        raise KServeError(f"classify tensor is {datatype} but the model declares {spec.datatype}", 500)
+    name = input_name or getattr(spec, "name", "input")
+    req = pb.ModelInferRequest(model_name=model, id=request_id)
+    req.inputs.add(name=name, datatype=datatype, shape=list(tensor.shape))
+    req.outputs.add(name=output)
+    req.raw_input_contents.append(np.ascontiguousarray(tensor, dtype=DTYPES[datatype]).tobytes())
+    return req
+
+
+def classify_scores(resp: pb.ModelInferResponse, output: str = "scores") -> np.ndarray:
+    """The [N, classes] score matrix from a ModelInfer reply (502 if the upstream got it wrong)."""
+    for i, t in enumerate(resp.outputs):
+        if t.name == output:
+            if t.datatype not in ("FP16", "FP32", "FP64"):
+                raise KServeError(f"upstream output {output!r} is {t.datatype}, not floating point", 502)
+            if len(t.shape) != 2:
+                raise KServeError(f"upstream output {output!r} has shape {list(t.shape)}, not [N, classes]", 502)
+            arr = output_array(resp, i)
+            return np.asarray(arr, dtype=np.float64).reshape(list(t.shape))
+    raise KServeError(f"upstream reply has no output named {output!r}", 502)
+
+
+def top_k_labels(scores: np.ndarray, labels: Sequence[str], top_k: int) -> list[list[dict[str, Any]]]:
+    """Per row, the top-k {"label", "score"} (ties keep class order); unnamed classes are their index."""
+    k = max(1, min(int(top_k), scores.shape[1])) if scores.shape[1] else 0
+    out = []
+    for row in scores:
+        order = np.argsort(-row, kind="stable")[:k]
+        out.append([
+            {"label": labels[j] if j < len(labels) else str(int(j)), "score": round(float(row[j]), 6)}
+            for j in order
+        ])
+    return out
+
+
+def parse_classify_response(
+    resp: pb.ModelInferResponse, labels: Sequence[str], top_k: int, *, expected: int | None = None,
+    output: str = "scores",
+) -> list[list[dict[str, Any]]]:
+    """Per image (upload order), its top-k labels. `expected` checks the image count."""
+    scores = classify_scores(resp, output)
+    if expected is not None and scores.shape[0] != expected:
+        raise KServeError(f"upstream scored {scores.shape[0]} images, expected {expected}", 502)
+    return top_k_labels(scores, labels, top_k)
+
+
+def split_classify_response(
+    resp: pb.ModelInferResponse, labels: Sequence[str], counts: Sequence[int], top_ks: Sequence[int],
+    *, output: str = "scores",
+) -> list[list[list[dict[str, Any]]]]:
+    """A batched reply cut back into per-request results: counts[i] images, top_ks[i] labels each."""
+    if len(counts) != len(top_ks):
+        raise ValueError("counts and top_ks differ in length")
+    scores = classify_scores(resp, output)
+    if scores.shape[0] != sum(counts):
+        raise KServeError(f"upstream scored {scores.shape[0]} images, expected {sum(counts)}", 502)
+    out, start = [], 0
+    for n, k in zip(counts, top_ks):
+        out.append(top_k_labels(scores[start:start + n], labels, k))
+        start += n
+    return out
+
+
+def render_classify_response(
+    model: str, results: Sequence[Sequence[dict[str, Any]]], filenames: Sequence[str | None] | None = None,
+) -> bytes:
+    """`{"model", "results": [{"index", "filename", "labels": [{"label","score"}]}]}`, upload order."""
+    rows = []
+    for i, labels in enumerate(results):
+        row: dict[str, Any] = {"index": i}
+        if filenames is not None and i < len(filenames) and filenames[i]:
+            row["filename"] = filenames[i]
+        row["labels"] = list(labels)
+        rows.append(row)
+    return orjson.dumps({"model": model, "results": rows})
+
+
+# ---------------------------------------------------------------- metadata, health, paths
+
+
+def model_metadata_dict(model_cfg: Any) -> dict[str, Any]:
+    """GET /v2/models/{m} answered from config (no upstream call): `extproc.config.ModelConfig`."""
+    doc: dict[str, Any] = {"name": model_cfg.name, "versions": [], "platform": "modelyard", "inputs": [], "outputs": []}
+    v = getattr(model_cfg, "vision", None)
+    if v is not None:
+        ti = v.input
+        doc["inputs"] = [{"name": ti.name, "datatype": ti.datatype, "shape": [-1, 3, ti.height, ti.width]}]
+        doc["outputs"] = [{"name": v.output, "datatype": "FP32", "shape": [-1, len(v.labels) or -1]}]
+    return doc
+
+
+def render_model_metadata(model_cfg: Any) -> bytes:
+    return orjson.dumps(model_metadata_dict(model_cfg))
+
+
+def render_ready(ready: bool = True) -> bytes:
+    """Body for /v2/health/ready, /v2/health/live and /v2/models/{m}/ready (status 200 or 503)."""
+    return orjson.dumps({"ready": ready} if ready else {"ready": False, "error": "not ready"})
+
+
+@dataclass(frozen=True)
+class KServeRoute:
+    kind: str  # "infer" | "model_metadata" | "model_ready" | "health_ready" | "health_live" | "classify"
+    model: str | None = None
+    version: str | None = None
+
+
+_MODEL_PATH = re.compile(r"^/v2/models/(?P<model>[^?#]+?)(?:/versions/(?P<version>[^/?#]+))?(?P<tail>/infer|/ready)?/?$")
+_METHODS = {"infer": "POST", "model_metadata": "GET", "model_ready": "GET", "health_ready": "GET",
+            "health_live": "GET", "classify": "POST"}
+
+
+def match_path(method: str, path: str) -> KServeRoute | None:
+    """Which KServe/vision endpoint a request is for; None if none; 405 on a wrong method."""
+    p = path.split("?", 1)[0]
+    route: KServeRoute | None = None
+    if p in ("/v2/health/ready", "/v2/health/ready/"):
+        route = KServeRoute("health_ready")
+    elif p in ("/v2/health/live", "/v2/health/live/"):
+        route = KServeRoute("health_live")
+    elif p in ("/v1/images/classify", "/v1/images/classify/"):
+        route = KServeRoute("classify")
+    else:
+        m = _MODEL_PATH.match(p)
+        if m:
+            kind = {"/infer": "infer", "/ready": "model_ready", None: "model_metadata"}[m.group("tail")]
+            model = urllib.parse.unquote(m.group("model"))
+            version = m.group("version")
+            route = KServeRoute(kind, model, urllib.parse.unquote(version) if version else None)
+    if route is None:
+        return None
+    want = _METHODS[route.kind]
+    if method.upper() != want and not (want == "GET" and method.upper() == "HEAD"):
+        raise KServeError(f"{method} is not allowed on {p} (use {want})", 405)
+    return route
+
+
+def rest_infer_path(upstream_model: str, version: str | None = None) -> str:
+    """REST-to-REST passthrough: the body is unchanged, only the path names the upstream model."""
+    m = urllib.parse.quote(upstream_model, safe="")
+    return f"/v2/models/{m}/versions/{urllib.parse.quote(version, safe='')}/infer" if version else f"/v2/models/{m}/infer"

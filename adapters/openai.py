@@ -1,0 +1,500 @@
+"""OpenAI Chat Completions <-> internal format (POST /v1/chat/completions), pure functions."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+
+import orjson
+
+from adapters.errors import (
+    AdapterError, as_object, default_type, error_message, header, load_object, opt_bool, opt_int,
+    opt_list, opt_number, opt_str, req_str,
+)
+from adapters.internal import (
+    ChatRequest, ChatResponse, ContentPart, ImagePart, Message, StreamEnd, StreamError,
+    StreamEvent, StreamFinish, StreamStart, TextDelta, TextPart, ToolCall, ToolCallDelta,
+    ToolCallStart, ToolChoice, ToolDef, UpstreamRequest, Usage, UsageUpdate, message_text,
+)
+from adapters.sse import SSEFramer
+
+__all__ = [
+    "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "render_request", "parse_response",
+    "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error",
+    "client_api_key",
+]
+
+PATH = "/v1/chat/completions"
+CLIENT_AUTH_HEADERS: tuple[str, ...] = ("authorization",)
+
+_FINISH_IN = {
+    "stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+_FINISH_OUT = {
+    "stop": "stop", "length": "length", "tool_calls": "tool_calls",
+    "content_filter": "content_filter", "error": "stop",
+}
+_ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
+
+
+# ---- request -------------------------------------------------------------------------------
+
+
+def _image(part: dict, where: str) -> ImagePart:
+    iu = part.get("image_url")
+    url = iu if type(iu) is str else req_str(as_object(iu, f"{where}.image_url"), "url", f"{where}.image_url")
+    if url.startswith("data:"):
+        head, sep, data = url.partition(",")
+        if not sep or ";base64" not in head:
+            raise AdapterError(400, f"{where}.image_url.url: only base64 data URLs are supported")
+        return ImagePart(media_type=head[5:].split(";", 1)[0] or None, data=data)
+    return ImagePart(url=url)
+
+
+def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, ...]:
+    if raw is None:
+        return ()
+    if type(raw) is str:
+        return (TextPart(raw),)
+    if type(raw) is not list:
+        raise AdapterError(400, f"{where}.content must be a string or an array")
+    parts: list[ContentPart] = []
+    for j, p in enumerate(raw):
+        pw = f"{where}.content[{j}]"
+        p = as_object(p, pw)
+        t = p.get("type")
+        if t == "text":
+            text = p.get("text")
+            if type(text) is not str:
+                raise AdapterError(400, f"{pw}.text must be a string")
+            parts.append(TextPart(text))
+        elif t == "image_url" and allow_images:
+            parts.append(_image(p, pw))
+        else:
+            raise AdapterError(400, f"{pw}.type {t!r} is not supported here")
+    return tuple(parts)
+
+
+def _tool_calls(raw: list, where: str) -> tuple[ToolCall, ...]:
+    out = []
+    for j, tc in enumerate(raw):
+        tw = f"{where}.tool_calls[{j}]"
+        tc = as_object(tc, tw)
+        fn = as_object(tc.get("function"), f"{tw}.function")
+        args = fn.get("arguments", "")
+        if type(args) is not str:
+            raise AdapterError(400, f"{tw}.function.arguments must be a string")
+        out.append(ToolCall(id=req_str(tc, "id", tw), name=req_str(fn, "name", f"{tw}.function"), arguments=args))
+    return tuple(out)
+
+
+def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
+    obj = load_object(body)
+    model = obj.get("model", path_model)
+    if type(model) is not str or not model:
+        raise AdapterError(400, "model is required and must be a non-empty string")
+    raw_msgs = obj.get("messages")
+    if type(raw_msgs) is not list or not raw_msgs:
+        raise AdapterError(400, "messages must be a non-empty array")
+    system: list[str] = []
+    msgs: list[Message] = []
+    for i, m in enumerate(raw_msgs):
+        if type(m) is dict:
+            role, c = m.get("role"), m.get("content")
+            # Fast path for the common shape: a user or assistant turn with plain string content.
+            if type(c) is str and (role == "user" or (role == "assistant" and not m.get("tool_calls"))):
+                msgs.append(Message(role, (TextPart(c),)))
+                continue
+        where = f"messages[{i}]"
+        m = as_object(m, where)
+        role = m.get("role")
+        if type(role) is not str or role not in _ROLES:
+            raise AdapterError(400, f"{where}.role {role!r} is not one of system, developer, user, assistant, tool")
+        if role == "system" or role == "developer":
+            # Every target has one system prompt, so system turns are hoisted and joined.
+            system.append("".join(p.text for p in _content(m.get("content"), where, False)))
+        elif role == "user":
+            content = _content(m.get("content"), where, True)
+            if not content:
+                raise AdapterError(400, f"{where}.content is required")
+            msgs.append(Message("user", content))
+        elif role == "assistant":
+            tcs = _tool_calls(opt_list(m, "tool_calls", where), where)
+            content = _content(m.get("content"), where, False)
+            if not content and not tcs:
+                raise AdapterError(400, f"{where} needs content or tool_calls")
+            msgs.append(Message("assistant", content, tcs))
+        else:
+            msgs.append(Message("tool", _content(m.get("content"), where, False),
+                                tool_call_id=req_str(m, "tool_call_id", where), name=opt_str(m, "name", where)))
+    if not msgs:
+        raise AdapterError(400, "messages must contain at least one user, assistant or tool message")
+    tools = []
+    for j, t in enumerate(opt_list(obj, "tools", "body")):
+        tw = f"tools[{j}]"
+        t = as_object(t, tw)
+        if t.get("type", "function") != "function":
+            raise AdapterError(400, f"{tw}.type must be 'function'")
+        fn = as_object(t.get("function"), f"{tw}.function")
+        params = fn.get("parameters")
+        if params is not None and type(params) is not dict:
+            raise AdapterError(400, f"{tw}.function.parameters must be an object")
+        tools.append(ToolDef(req_str(fn, "name", f"{tw}.function"), opt_str(fn, "description", tw), params))
+    tc_raw = obj.get("tool_choice")
+    tool_choice = None
+    if tc_raw is not None:
+        if tc_raw in ("auto", "none", "required"):
+            tool_choice = ToolChoice(tc_raw)
+        elif type(tc_raw) is dict:
+            fn = as_object(tc_raw.get("function"), "tool_choice.function")
+            tool_choice = ToolChoice("tool", req_str(fn, "name", "tool_choice.function"))
+        else:
+            raise AdapterError(400, "tool_choice must be 'auto', 'none', 'required' or a function object")
+    stop_raw = obj.get("stop")
+    if stop_raw is None:
+        stop: tuple[str, ...] = ()
+    elif type(stop_raw) is str:
+        stop = (stop_raw,)
+    elif type(stop_raw) is list and all(type(s) is str for s in stop_raw):
+        stop = tuple(stop_raw)
+    else:
+        raise AdapterError(400, "stop must be a string or an array of strings")
+    n = opt_int(obj, "n", "body")
+    if n is not None and n != 1:
+        raise AdapterError(400, "n other than 1 is not supported")
+    max_tokens = opt_int(obj, "max_completion_tokens", "body")
+    if max_tokens is None:
+        max_tokens = opt_int(obj, "max_tokens", "body")
+    so = obj.get("stream_options")
+    include_usage = opt_bool(as_object(so, "stream_options"), "include_usage", "stream_options") if so is not None else False
+    return ChatRequest(
+        model=model,
+        messages=tuple(msgs),
+        system="\n\n".join(system) if system else None,
+        tools=tuple(tools),
+        tool_choice=tool_choice,
+        temperature=opt_number(obj, "temperature", "body", 0.0, 2.0),
+        top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),
+        max_tokens=max_tokens,
+        stop=stop,
+        stream=opt_bool(obj, "stream", "body") or stream_hint,
+        include_usage=include_usage,
+    )
+
+
+def _render_content(content: tuple[ContentPart, ...]) -> str | list:
+    if len(content) == 1 and type(content[0]) is TextPart:
+        return content[0].text
+    out = []
+    for p in content:
+        if type(p) is TextPart:
+            out.append({"type": "text", "text": p.text})
+        else:
+            url = p.url if p.url is not None else f"data:{p.media_type or 'image/png'};base64,{p.data}"
+            out.append({"type": "image_url", "image_url": {"url": url}})
+    return out
+
+
+def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
+    msgs: list[dict] = []
+    if req.system is not None:
+        msgs.append({"role": "system", "content": req.system})
+    for m in req.messages:
+        if m.role == "user":
+            msgs.append({"role": "user", "content": _render_content(m.content)})
+        elif m.role == "assistant":
+            d: dict = {"role": "assistant", "content": message_text(m) if m.content else None}
+            if m.tool_calls:
+                d["tool_calls"] = [
+                    {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                    for tc in m.tool_calls
+                ]
+            msgs.append(d)
+        else:
+            msgs.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": message_text(m)})
+    body: dict = {"model": upstream_model, "messages": msgs}
+    if req.tools:
+        body["tools"] = [
+            {"type": "function", "function": _tool_def(t)} for t in req.tools
+        ]
+    if req.tool_choice is not None:
+        tc = req.tool_choice
+        body["tool_choice"] = tc.mode if tc.mode != "tool" else {"type": "function", "function": {"name": tc.name}}
+    if req.temperature is not None:
+        body["temperature"] = req.temperature
+    if req.top_p is not None:
+        body["top_p"] = req.top_p
+    if req.max_tokens is not None:
+        body["max_tokens"] = req.max_tokens
+    if req.stop:
+        body["stop"] = list(req.stop)
+    if req.stream:
+        # Always ask for usage: the gateway meters it even when the client did not ask for it.
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    headers = {"content-type": "application/json"}
+    if credential:
+        headers["authorization"] = "Bearer " + credential
+    return UpstreamRequest(PATH, headers, orjson.dumps(body))
+
+
+def _tool_def(t: ToolDef) -> dict:
+    d: dict = {"name": t.name}
+    if t.description is not None:
+        d["description"] = t.description
+    d["parameters"] = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
+    return d
+
+
+# ---- response ------------------------------------------------------------------------------
+
+
+def _bad(what: str) -> AdapterError:
+    return AdapterError(502, f"upstream response is invalid: {what}", "api_error")
+
+
+def parse_response(body: bytes) -> ChatResponse:
+    try:
+        obj = load_object(body, "upstream response")
+    except AdapterError as e:
+        raise _bad(e.message) from None
+    choices = obj.get("choices")
+    if type(choices) is not list or not choices or type(choices[0]) is not dict:
+        raise _bad("no choices")
+    msg = choices[0].get("message")
+    if type(msg) is not dict:
+        raise _bad("choices[0].message missing")
+    content = msg.get("content")
+    if type(content) is list:  # some servers answer with parts
+        content = "".join(p.get("text", "") for p in content if type(p) is dict and type(p.get("text")) is str)
+    elif type(content) is not str:
+        content = ""
+    tcs = []
+    raw_tcs = msg.get("tool_calls")
+    if type(raw_tcs) is list:
+        for j, tc in enumerate(raw_tcs):
+            fn = tc.get("function") if type(tc) is dict else None
+            if type(fn) is not dict or type(fn.get("name")) is not str:
+                raise _bad(f"tool_calls[{j}] malformed")
+            args = fn.get("arguments")
+            tid = tc.get("id")
+            tcs.append(ToolCall(tid if type(tid) is str else f"call_{j}", fn["name"], args if type(args) is str else ""))
+    fr = choices[0].get("finish_reason")
+    reason = _FINISH_IN.get(fr, "stop") if type(fr) is str else ("tool_calls" if tcs else "stop")
+    usage = obj.get("usage")
+    u = Usage()
+    if type(usage) is dict:
+        u = Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")))
+    rid, model = obj.get("id"), obj.get("model")
+    return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", content,
+                        tuple(tcs), reason, u)
+
+
+def _int(v: object) -> int:
+    return v if type(v) is int and v >= 0 else 0
+
+
+def render_response(resp: ChatResponse, *, model: str) -> bytes:
+    msg: dict = {"role": "assistant", "content": resp.content if resp.content or not resp.tool_calls else None}
+    if resp.tool_calls:
+        msg["tool_calls"] = [
+            {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+            for tc in resp.tool_calls
+        ]
+    u = resp.usage
+    return orjson.dumps({
+        "id": resp.id or "chatcmpl-" + uuid.uuid4().hex,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": msg, "finish_reason": _FINISH_OUT[resp.finish_reason], "logprobs": None}],
+        "usage": {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens, "total_tokens": u.total_tokens},
+    })
+
+
+# ---- streaming -----------------------------------------------------------------------------
+
+
+class StreamDecoder:
+    """Upstream OpenAI SSE bytes -> internal stream events."""
+
+    __slots__ = ("_sse", "_started", "_done", "_tools")
+
+    def __init__(self) -> None:
+        self._sse = SSEFramer()
+        self._started = False
+        self._done = False
+        self._tools: set[int] = set()
+
+    def feed(self, chunk: bytes) -> list[StreamEvent]:
+        if self._done:
+            return []
+        out: list[StreamEvent] = []
+        for ev in self._sse.feed(chunk):
+            self._event(ev.data, out)
+            if self._done:
+                break
+        return out
+
+    def close(self) -> list[StreamEvent]:
+        if self._done:
+            return []
+        out: list[StreamEvent] = []
+        for ev in self._sse.close():
+            self._event(ev.data, out)
+            if self._done:
+                return out
+        self._done = True
+        out.append(StreamError("upstream stream ended before [DONE]", "api_error"))
+        return out
+
+    def _event(self, data: bytes, out: list[StreamEvent]) -> None:
+        if data == b"[DONE]":
+            self._done = True
+            out.append(StreamEnd())
+            return
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            obj = None
+        if type(obj) is not dict:
+            self._done = True
+            out.append(StreamError("upstream sent a malformed stream chunk", "api_error"))
+            return
+        if "error" in obj:
+            self._done = True
+            out.append(StreamError(error_message(data, 500), "api_error"))
+            return
+        if not self._started:
+            self._started = True
+            rid, model = obj.get("id"), obj.get("model")
+            out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
+        choices = obj.get("choices")
+        if type(choices) is list and choices and type(choices[0]) is dict:
+            ch = choices[0]
+            delta = ch.get("delta")
+            if type(delta) is dict:
+                text = delta.get("content")
+                if type(text) is str and text:
+                    out.append(TextDelta(text))
+                tcs = delta.get("tool_calls")
+                if type(tcs) is list:
+                    for tc in tcs:
+                        if type(tc) is not dict:
+                            continue
+                        idx = tc.get("index")
+                        idx = idx if type(idx) is int else 0
+                        fn = tc.get("function")
+                        fn = fn if type(fn) is dict else {}
+                        if idx not in self._tools:
+                            self._tools.add(idx)
+                            tid, name = tc.get("id"), fn.get("name")
+                            out.append(ToolCallStart(idx, tid if type(tid) is str else f"call_{idx}",
+                                                     name if type(name) is str else ""))
+                        args = fn.get("arguments")
+                        if type(args) is str and args:
+                            out.append(ToolCallDelta(idx, args))
+            fr = ch.get("finish_reason")
+            if type(fr) is str:
+                out.append(StreamFinish(_FINISH_IN.get(fr, "stop")))
+        usage = obj.get("usage")
+        if type(usage) is dict:
+            out.append(UsageUpdate(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))))
+
+
+class StreamEncoder:
+    """Internal stream events -> OpenAI chat.completion.chunk SSE bytes for the client."""
+
+    __slots__ = ("_model", "_include_usage", "_id", "_created", "_started", "_done", "_in", "_out")
+
+    def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
+        self._model = model
+        self._include_usage = bool(request and request.include_usage)
+        self._id = ""
+        self._created = int(time.time())
+        self._started = False
+        self._done = False
+        self._in = 0
+        self._out = 0
+
+    def _chunk(self, delta: dict, finish: str | None = None) -> bytes:
+        return b"data: " + orjson.dumps({
+            "id": self._id, "object": "chat.completion.chunk", "created": self._created, "model": self._model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }) + b"\n\n"
+
+    def _start(self, rid: str, parts: list[bytes]) -> None:
+        self._started = True
+        self._id = rid or "chatcmpl-" + uuid.uuid4().hex
+        parts.append(self._chunk({"role": "assistant", "content": ""}))
+
+    def encode(self, events: list[StreamEvent]) -> bytes:
+        parts: list[bytes] = []
+        for ev in events:
+            if self._done:
+                break
+            t = type(ev)
+            if t is StreamStart:
+                if not self._started:
+                    self._start(ev.id, parts)
+                continue
+            if t is UsageUpdate:
+                if ev.input_tokens is not None:
+                    self._in = ev.input_tokens
+                if ev.output_tokens is not None:
+                    self._out = ev.output_tokens
+                continue
+            if t is StreamError:
+                self._done = True
+                parts.append(b"data: " + render_error(500, ev.message, ev.type) + b"\n\n")
+                continue
+            if not self._started:
+                self._start("", parts)
+            if t is TextDelta:
+                parts.append(self._chunk({"content": ev.text}))
+            elif t is ToolCallStart:
+                parts.append(self._chunk({"tool_calls": [{
+                    "index": ev.index, "id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""},
+                }]}))
+            elif t is ToolCallDelta:
+                parts.append(self._chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.arguments}}]}))
+            elif t is StreamFinish:
+                parts.append(self._chunk({}, _FINISH_OUT[ev.reason]))
+            elif t is StreamEnd:
+                self._done = True
+                if self._include_usage:
+                    parts.append(b"data: " + orjson.dumps({
+                        "id": self._id, "object": "chat.completion.chunk", "created": self._created,
+                        "model": self._model, "choices": [],
+                        "usage": {"prompt_tokens": self._in, "completion_tokens": self._out,
+                                  "total_tokens": self._in + self._out},
+                    }) + b"\n\n")
+                parts.append(b"data: [DONE]\n\n")
+        return b"".join(parts)
+
+
+# ---- errors and auth -----------------------------------------------------------------------
+
+_OPENAI_TYPES = {"api_error": "server_error", "overloaded_error": "server_error", "timeout_error": "server_error"}
+_OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
+
+
+def render_error(status: int, message: str, type: str | None = None) -> bytes:
+    t = type or default_type(status)
+    return orjson.dumps({"error": {
+        "message": message, "type": _OPENAI_TYPES.get(t, t), "param": None, "code": _OPENAI_CODES.get(status),
+    }})
+
+
+def parse_error(status: int, body: bytes) -> str:
+    return error_message(body, status)
+
+
+def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    auth = header(headers, "authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return None
+

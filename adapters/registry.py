@@ -1,0 +1,94 @@
+"""Protocol lookup, client-route detection and whole-stream translation between two protocols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from urllib.parse import unquote
+
+from adapters import anthropic, gemini, openai
+from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent, UsageUpdate
+
+__all__ = ["PROTOCOLS", "ClientRoute", "StreamTranslator", "translate_stream", "detect_client_protocol"]
+
+PROTOCOLS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRoute:
+    protocol: str
+    model: str | None = None  # from the path (Gemini); the others carry it in the body
+    stream: bool = False  # known from the path (Gemini :streamGenerateContent); else from the body
+
+
+_GEMINI_PREFIXES = ("/v1beta/models/", "/v1/models/")
+
+
+def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
+    """Which client protocol a request speaks, from its method and path (query string ignored)."""
+    if method.upper() != "POST":
+        return None
+    p = path.split("?", 1)[0]
+    if p == "/v1/chat/completions" or p == "/chat/completions":
+        return ClientRoute("openai")
+    if p == "/v1/messages":
+        return ClientRoute("anthropic")
+    for prefix in _GEMINI_PREFIXES:
+        if p.startswith(prefix):
+            model, sep, action = p[len(prefix):].rpartition(":")
+            if not sep or not model:
+                return None
+            if action == "generateContent":
+                return ClientRoute("gemini", unquote(model), False)
+            if action == "streamGenerateContent":
+                return ClientRoute("gemini", unquote(model), True)
+            return None
+    return None
+
+
+class StreamTranslator:
+    """Upstream SSE bytes in, client SSE bytes out; `usage` holds the latest counts seen."""
+
+    __slots__ = ("_decoder", "_encoder", "input_tokens", "output_tokens", "finished", "error")
+
+    def __init__(self, decoder: object, encoder: object) -> None:
+        self._decoder = decoder
+        self._encoder = encoder
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.finished = False  # the upstream stream completed normally
+        self.error: str | None = None  # message of an upstream error / cut, if any
+
+    @property
+    def usage(self) -> tuple[int, int]:
+        """(input_tokens, output_tokens) as reported so far by the upstream."""
+        return self.input_tokens, self.output_tokens
+
+    def _track(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        for ev in events:
+            t = type(ev)
+            if t is UsageUpdate:
+                if ev.input_tokens is not None:
+                    self.input_tokens = ev.input_tokens
+                if ev.output_tokens is not None:
+                    self.output_tokens = ev.output_tokens
+            elif t is StreamEnd:
+                self.finished = True
+            elif t is StreamError:
+                self.error = ev.message
+        return events
+
+    def feed(self, chunk: bytes) -> bytes:
+        return self._encoder.encode(self._track(self._decoder.feed(chunk)))
+
+    def finish(self) -> bytes:
+        return self._encoder.encode(self._track(self._decoder.close()))
+
+
+def translate_stream(upstream: str, client: str, request: ChatRequest) -> StreamTranslator:
+    """A translator from the upstream protocol's stream to the client's, for this request."""
+    try:
+        up, cl = PROTOCOLS[upstream], PROTOCOLS[client]
+    except KeyError as e:
+        raise ValueError(f"unknown protocol {e.args[0]!r}") from None
+    return StreamTranslator(up.StreamDecoder(), cl.StreamEncoder(model=request.model, request=request))

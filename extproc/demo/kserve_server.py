@@ -1,0 +1,291 @@
+"""A demo KServe v2 gRPC model server: the stand-in for a Triton/KServe box with a GPU.
+
+`ModelInfer` takes one NCHW image tensor (FP32 or FP16, raw or typed contents), undoes the
+normalisation it was configured with (defaults = `TensorInput` defaults) to recover RGB, and
+labels each image by its dominant colour: every pixel votes for the nearest palette colour and
+the `scores` output [N, len(labels)] FP32 holds the vote shares (they sum to 1). A red square
+comes back top-1 `red`. A simulated device cost (fixed_ms per call + per_image_ms per image,
+one call at a time like one GPU) and `GET /stats` ({"calls", "images"}) serve the batching
+benchmark.
+
+    python -m extproc.demo.kserve_server --port 8201 --stats-port 8202 --fixed-ms 5 --per-image-ms 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import random
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import grpc
+import numpy as np
+import orjson
+from aiohttp import web
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+log = logging.getLogger("modelyard.demo.kserve")
+
+DEFAULT_LABELS = ["red", "green", "blue", "white", "black", "yellow", "cyan", "magenta"]
+PALETTE: dict[str, tuple[int, int, int]] = {
+    "red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "white": (255, 255, 255),
+    "black": (0, 0, 0), "yellow": (255, 255, 0), "cyan": (0, 255, 255), "magenta": (255, 0, 255),
+    "gray": (128, 128, 128), "orange": (255, 165, 0),
+}
+_DTYPES = {"FP32": np.dtype("<f4"), "FP16": np.dtype("<f2")}
+
+
+class TensorError(ValueError):
+    """The request tensor is unusable (INVALID_ARGUMENT)."""
+
+
+@dataclass
+class ColourModel:
+    """The demo model: normalisation to undo plus the labels to score."""
+
+    labels: list[str] = field(default_factory=lambda: list(DEFAULT_LABELS))
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    scale: float = 1.0 / 255.0
+    channel_order: str = "RGB"
+
+    def to_rgb(self, x: np.ndarray) -> np.ndarray:
+        """NCHW normalised tensor -> N x (H*W) x 3 RGB in 0..255 (mean/std index R, G, B)."""
+        x = x.astype(np.float32)
+        if self.channel_order == "BGR":
+            x = x[:, ::-1]
+        mean = np.array(self.mean, np.float32)[None, :, None, None]
+        std = np.array(self.std, np.float32)[None, :, None, None]
+        rgb = (x * std + mean) / self.scale
+        return rgb.reshape(rgb.shape[0], 3, -1).transpose(0, 2, 1)
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """[N, len(labels)] vote shares; labels with no palette colour never win a vote."""
+        known = [(j, PALETTE[name.lower()]) for j, name in enumerate(self.labels) if name.lower() in PALETTE]
+        out = np.zeros((x.shape[0], len(self.labels)), dtype=np.float32)
+        if not known or x.shape[0] == 0:
+            return out
+        rgb = self.to_rgb(x)
+        colours = np.array([c for _, c in known], np.float32)
+        d = ((rgb[:, :, None, :] - colours[None, None, :, :]) ** 2).sum(-1)
+        votes = d.argmin(-1)
+        pixels = max(votes.shape[1], 1)
+        for k, (j, _) in enumerate(known):
+            out[:, j] = (votes == k).sum(1) / pixels
+        return out
+
+
+def read_input(req: pb.ModelInferRequest) -> np.ndarray:
+    """The request's single NCHW FP32/FP16 tensor, from raw or typed contents."""
+    if len(req.inputs) != 1:
+        raise TensorError(f"expected exactly one input tensor, got {len(req.inputs)}")
+    t = req.inputs[0]
+    if t.datatype not in _DTYPES:
+        raise TensorError(f"input {t.name!r}: datatype {t.datatype} not supported (FP32 or FP16)")
+    shape = list(t.shape)
+    if len(shape) != 4 or shape[1] != 3 or any(d < 1 for d in shape):
+        raise TensorError(f"input {t.name!r}: shape {shape} is not [N, 3, H, W]")
+    count = math.prod(shape)
+    if req.raw_input_contents:
+        raw = req.raw_input_contents[0]
+        dt = _DTYPES[t.datatype]
+        if len(raw) != count * dt.itemsize:
+            raise TensorError(f"input {t.name!r}: {len(raw)} raw bytes do not fit {shape} {t.datatype}")
+        return np.frombuffer(raw, dtype=dt).reshape(shape)
+    if t.datatype != "FP32":
+        raise TensorError(f"input {t.name!r}: FP16 needs raw_input_contents")
+    vals = t.contents.fp32_contents
+    if len(vals) != count:
+        raise TensorError(f"input {t.name!r}: {len(vals)} values do not fit {shape}")
+    return np.array(vals, dtype=np.float32).reshape(shape)
+
+
+@dataclass
+class Stats:
+    calls: int = 0
+    images: int = 0
+    failures: int = 0
+
+
+class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(
+        self, models: Sequence[str] = ("demo-colors",), model: ColourModel | None = None,
+        fixed_ms: float = 0.0, per_image_ms: float = 0.0, fail_rate: float = 0.0, fail_next: int = 0,
+        max_concurrency: int = 1, output: str = "scores", seed: int | None = None,
+    ) -> None:
+        self.models = set(models)
+        self.model = model or ColourModel()
+        self.fixed_ms, self.per_image_ms = fixed_ms, per_image_ms
+        self.fail_rate, self.fail_next = fail_rate, fail_next
+        self.output = output
+        self.stats = Stats()
+        self._slots = asyncio.Semaphore(max(1, max_concurrency))  # 1 = one GPU, one batch at a time
+        self._rng = random.Random(seed)
+
+    async def _known(self, name: str, context: grpc.aio.ServicerContext) -> None:
+        if name not in self.models:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"model {name!r} is not served here")
+
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=True)
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=request.name in self.models)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="modelyard-demo-kserve", version="1", extensions=[])
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        await self._known(request.name, context)
+        r = pb.ModelMetadataResponse(name=request.name, versions=["1"], platform="modelyard-demo")
+        r.inputs.add(name="input", datatype="FP32", shape=[-1, 3, -1, -1])
+        r.outputs.add(name=self.output, datatype="FP32", shape=[-1, len(self.model.labels)])
+        return r
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        await self._known(request.model_name, context)
+        forced = request.parameters.get("demo_fail_code")
+        if forced is not None and forced.int64_param:
+            self.stats.failures += 1
+            await context.abort(grpc.StatusCode(_code(forced.int64_param)), "demo: forced failure")
+        if self.fail_next > 0 or (self.fail_rate and self._rng.random() < self.fail_rate):
+            self.fail_next = max(0, self.fail_next - 1)
+            self.stats.failures += 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "demo: simulated upstream failure")
+        for o in request.outputs:
+            if o.name != self.output:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown output {o.name!r}")
+        try:
+            x = read_input(request)
+        except TensorError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        n = x.shape[0]
+        async with self._slots:
+            self.stats.calls += 1
+            self.stats.images += n
+            delay = (self.fixed_ms + self.per_image_ms * n) / 1000.0
+            if delay > 0:
+                await asyncio.sleep(delay)
+            scores = await asyncio.to_thread(self.model.scores, x)
+        resp = pb.ModelInferResponse(model_name=request.model_name, model_version="1", id=request.id)
+        resp.outputs.add(name=self.output, datatype="FP32", shape=[n, len(self.model.labels)])
+        resp.raw_output_contents.append(scores.astype("<f4").tobytes())
+        return resp
+
+
+def _code(value: int) -> tuple[int, str]:
+    for c in grpc.StatusCode:
+        if c.value[0] == value:
+            return c.value
+    return grpc.StatusCode.UNKNOWN.value
+
+
+@dataclass
+class RunningServer:
+    """Handle to a started demo server: its ports, live stats, and `stop()`."""
+
+    port: int
+    stats_port: int | None
+    servicer: KServeDemoServicer
+    _server: grpc.aio.Server
+    _runner: web.AppRunner | None
+
+    @property
+    def stats(self) -> Stats:
+        return self.servicer.stats
+
+    async def wait(self) -> None:
+        await self._server.wait_for_termination()
+
+    async def stop(self, grace: float = 0.5) -> None:
+        await self._server.stop(grace)
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+async def start(
+    port: int = 0, *, host: str = "127.0.0.1", stats_port: int | None = None, **kwargs: Any
+) -> RunningServer:
+    """Start the gRPC server (and /stats if stats_port is given; 0 picks a free port)."""
+    servicer = KServeDemoServicer(**kwargs)
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
+                                      ("grpc.max_send_message_length", 256 * 1024 * 1024)])
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind {host}:{port}")
+    await server.start()
+    runner, bound_stats = None, None
+    if stats_port is not None:
+        async def stats(_: web.Request) -> web.Response:
+            s = servicer.stats
+            body = {"calls": s.calls, "images": s.images, "failures": s.failures}
+            return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+        app = web.Application()
+        app.router.add_get("/stats", stats)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, stats_port)
+        await site.start()
+        bound_stats = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    log.info("demo kserve on %s:%d (stats %s)", host, bound, bound_stats)
+    return RunningServer(bound, bound_stats, servicer, server, runner)
+
+
+async def serve(port: int, **kwargs: Any) -> None:
+    """Run until cancelled or SIGTERM/SIGINT (then stop gracefully)."""
+    running = await start(port, **kwargs)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread / platform without signals
+            pass
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="demo KServe v2 gRPC model server (dominant-colour classifier)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8201)
+    p.add_argument("--stats-port", type=int, default=None, help="serve GET /stats here")
+    p.add_argument("--models", nargs="+", default=["demo-colors"])
+    p.add_argument("--labels", nargs="+", default=DEFAULT_LABELS)
+    p.add_argument("--mean", nargs=3, type=float, default=[0.485, 0.456, 0.406])
+    p.add_argument("--std", nargs=3, type=float, default=[0.229, 0.224, 0.225])
+    p.add_argument("--scale", type=float, default=1.0 / 255.0)
+    p.add_argument("--channel-order", choices=["RGB", "BGR"], default="RGB")
+    p.add_argument("--fixed-ms", type=float, default=0.0, help="simulated cost per call")
+    p.add_argument("--per-image-ms", type=float, default=0.0, help="simulated cost per image")
+    p.add_argument("--max-concurrency", type=int, default=1, help="calls computed at once (1 = one GPU)")
+    p.add_argument("--fail-rate", type=float, default=0.0, help="share of calls answered UNAVAILABLE")
+    p.add_argument("--fail-next", type=int, default=0, help="answer the next N calls UNAVAILABLE")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    model = ColourModel(list(a.labels), tuple(a.mean), tuple(a.std), a.scale, a.channel_order)
+    try:
+        asyncio.run(serve(
+            a.port, host=a.host, stats_port=a.stats_port, models=a.models, model=model,
+            fixed_ms=a.fixed_ms, per_image_ms=a.per_image_ms, fail_rate=a.fail_rate,
+            fail_next=a.fail_next, max_concurrency=a.max_concurrency,
+        ))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""Routing: which deployment serves a request (filter, score, admission, feedback).
+
+Pure and synchronous; see docs/routing.md. The request path builds a `RouteRequest`, calls
+`Scheduler.decide(req, now, board.readings)` and, after each upstream attempt,
+`Scheduler.record(cluster, latency_s, ok, ttft_s, now=now)`.
+"""
+
+from extproc.routing.scheduler import (
+    AUTO,
+    CHANNEL_HEADER,
+    STRATEGY_HEADER,
+    Candidate,
+    Decision,
+    NoRoute,
+    Rejection,
+    RouteRequest,
+    Scheduler,
+)
+from extproc.routing.settings import RoutingSettings, Weights, parse_routing_settings
+
+__all__ = [
+    "AUTO",
+    "CHANNEL_HEADER",
+    "STRATEGY_HEADER",
+    "Candidate",
+    "Decision",
+    "NoRoute",
+    "Rejection",
+    "RouteRequest",
+    "RoutingSettings",
+    "Scheduler",
+    "Weights",
+    "parse_routing_settings",
+]

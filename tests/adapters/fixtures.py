@@ -1,0 +1,241 @@
+"""One conversation in every protocol, and upstream responses / streams in every protocol."""
+
+from __future__ import annotations
+
+import orjson
+
+from adapters.internal import ChatRequest, ImagePart, Message, TextPart, ToolCall, ToolChoice, ToolDef
+
+PNG = "iVBORw0KGgo="
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+OPENAI_REQUEST = {
+    "model": "chat-model",
+    "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [
+            {"type": "text", "text": "What is the weather in Paris?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+        ]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "sunny, 21C"},
+        {"role": "user", "content": "Thanks! And tomorrow?"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather by city",
+                                                "parameters": SCHEMA}}],
+    "tool_choice": "auto",
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "max_tokens": 100,
+    "stop": ["END"],
+}
+
+ANTHROPIC_REQUEST = {
+    "model": "chat-model",
+    "max_tokens": 100,
+    "system": "You are terse.",
+    "messages": [
+        {"role": "user", "content": [
+            {"type": "text", "text": "What is the weather in Paris?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+        ]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "call_0", "name": "get_weather", "input": {"city": "Paris"}},
+        ]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "call_0", "content": "sunny, 21C"},
+            {"type": "text", "text": "Thanks! And tomorrow?"},
+        ]},
+    ],
+    "tools": [{"name": "get_weather", "description": "Weather by city", "input_schema": SCHEMA}],
+    "tool_choice": {"type": "auto"},
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "stop_sequences": ["END"],
+}
+
+GEMINI_REQUEST = {
+    "systemInstruction": {"parts": [{"text": "You are terse."}]},
+    "contents": [
+        {"role": "user", "parts": [{"text": "What is the weather in Paris?"},
+                                   {"inlineData": {"mimeType": "image/png", "data": PNG}}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"content": "sunny, 21C"}}}]},
+        {"role": "user", "parts": [{"text": "Thanks! And tomorrow?"}]},
+    ],
+    "tools": [{"functionDeclarations": [{"name": "get_weather", "description": "Weather by city",
+                                         "parameters": SCHEMA}]}],
+    "toolConfig": {"functionCallingConfig": {"mode": "AUTO"}},
+    "generationConfig": {"temperature": 0.5, "topP": 0.9, "maxOutputTokens": 100, "stopSequences": ["END"]},
+}
+
+REQUESTS = {"openai": OPENAI_REQUEST, "anthropic": ANTHROPIC_REQUEST, "gemini": GEMINI_REQUEST}
+
+# What every one of the three parses to (names/flags that differ per protocol are canonicalised away).
+CANONICAL = ChatRequest(
+    model="chat-model",
+    system="You are terse.",
+    messages=(
+        Message("user", (TextPart("What is the weather in Paris?"), ImagePart(media_type="image/png", data=PNG))),
+        Message("assistant", (), (ToolCall("call_0", "get_weather", '{"city":"Paris"}'),)),
+        Message("tool", (TextPart("sunny, 21C"),), tool_call_id="call_0"),
+        Message("user", (TextPart("Thanks! And tomorrow?"),)),
+    ),
+    tools=(ToolDef("get_weather", "Weather by city", SCHEMA),),
+    tool_choice=ToolChoice("auto"),
+    temperature=0.5,
+    top_p=0.9,
+    max_tokens=100,
+    stop=("END",),
+)
+
+
+def body(obj: dict) -> bytes:
+    return orjson.dumps(obj)
+
+
+# ---- upstream responses (plain) ------------------------------------------------------------
+
+RESPONSES = {
+    "openai": {
+        "text": {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-up",
+                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there"},
+                              "finish_reason": "stop"}],
+                 "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}},
+        "tool": {"id": "chatcmpl-2", "object": "chat.completion", "created": 1, "model": "gpt-up",
+                 "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [
+                     {"id": "call_0", "type": "function",
+                      "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
+                              "finish_reason": "tool_calls"}],
+                 "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}},
+        "length": {"id": "chatcmpl-3", "object": "chat.completion", "created": 1, "model": "gpt-up",
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hel"},
+                                "finish_reason": "length"}],
+                   "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}},
+    },
+    "anthropic": {
+        "text": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-up",
+                 "content": [{"type": "text", "text": "Hello there"}], "stop_reason": "end_turn",
+                 "stop_sequence": None, "usage": {"input_tokens": 11, "output_tokens": 2}},
+        "tool": {"id": "msg_2", "type": "message", "role": "assistant", "model": "claude-up",
+                 "content": [{"type": "tool_use", "id": "call_0", "name": "get_weather", "input": {"city": "Paris"}}],
+                 "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 20, "output_tokens": 7}},
+        "length": {"id": "msg_3", "type": "message", "role": "assistant", "model": "claude-up",
+                   "content": [{"type": "text", "text": "Hel"}], "stop_reason": "max_tokens",
+                   "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 1}},
+    },
+    "gemini": {
+        "text": {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hello there"}]},
+                                 "finishReason": "STOP", "index": 0}],
+                 "usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 2, "totalTokenCount": 13},
+                 "modelVersion": "gemini-up", "responseId": "resp-1"},
+        "tool": {"candidates": [{"content": {"role": "model", "parts": [
+                     {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]},
+                                 "finishReason": "STOP", "index": 0}],
+                 "usageMetadata": {"promptTokenCount": 20, "candidatesTokenCount": 7, "totalTokenCount": 27},
+                 "modelVersion": "gemini-up", "responseId": "resp-2"},
+        "length": {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]},
+                                   "finishReason": "MAX_TOKENS", "index": 0}],
+                   "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1, "totalTokenCount": 6},
+                   "modelVersion": "gemini-up", "responseId": "resp-3"},
+    },
+}
+
+# (content, [(name, args)], finish, input, output) every protocol's response above means
+RESPONSE_MEANING = {
+    "text": ("Hello there", [], "stop", 11, 2),
+    "tool": ("", [("get_weather", {"city": "Paris"})], "tool_calls", 20, 7),
+    "length": ("Hel", [], "length", 5, 1),
+}
+
+
+# ---- upstream streams ----------------------------------------------------------------------
+
+
+def _sse(objs: list, events: list[str] | None = None, sep: bytes = b"\n\n") -> bytes:
+    out = b""
+    for i, o in enumerate(objs):
+        data = o if isinstance(o, bytes) else orjson.dumps(o)
+        if events:
+            out += b"event: " + events[i].encode() + b"\n"
+        out += b"data: " + data + sep
+    return out
+
+
+def _oa_chunk(delta: dict, finish: str | None = None, **extra: object) -> dict:
+    return {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "gpt-up",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+_OA_USAGE = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "gpt-up", "choices": [],
+             "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13}}
+
+OPENAI_STREAM_TEXT = _sse([
+    _oa_chunk({"role": "assistant", "content": ""}), _oa_chunk({"content": "Hello"}), _oa_chunk({"content": " there"}),
+    _oa_chunk({}, "stop"), _OA_USAGE, b"[DONE]",
+])
+OPENAI_STREAM_TOOL = _sse([
+    _oa_chunk({"role": "assistant", "content": None}),
+    _oa_chunk({"tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                               "function": {"name": "get_weather", "arguments": ""}}]}),
+    _oa_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}),
+    _oa_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+    _oa_chunk({}, "tool_calls"),
+    {**_OA_USAGE, "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}}, b"[DONE]",
+])
+
+
+def _an(t: str, **kw: object) -> dict:
+    return {"type": t, **kw}
+
+
+_AN_START = _an("message_start", message={"id": "msg_s", "type": "message", "role": "assistant", "model": "claude-up",
+                                          "content": [], "stop_reason": None, "stop_sequence": None,
+                                          "usage": {"input_tokens": 11, "output_tokens": 1}})
+ANTHROPIC_STREAM_TEXT = _sse(
+    [_AN_START, _an("content_block_start", index=0, content_block={"type": "text", "text": ""}), _an("ping"),
+     _an("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hello"}),
+     _an("content_block_delta", index=0, delta={"type": "text_delta", "text": " there"}),
+     _an("content_block_stop", index=0),
+     _an("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None}, usage={"output_tokens": 2}),
+     _an("message_stop")],
+    ["message_start", "content_block_start", "ping", "content_block_delta", "content_block_delta",
+     "content_block_stop", "message_delta", "message_stop"],
+)
+ANTHROPIC_STREAM_TOOL = _sse(
+    [{**_AN_START, "message": {**_AN_START["message"], "usage": {"input_tokens": 20, "output_tokens": 1}}},
+     _an("content_block_start", index=0, content_block={"type": "tool_use", "id": "call_0", "name": "get_weather",
+                                                        "input": {}}),
+     _an("content_block_delta", index=0, delta={"type": "input_json_delta", "partial_json": '{"city":'}),
+     _an("content_block_delta", index=0, delta={"type": "input_json_delta", "partial_json": '"Paris"}'}),
+     _an("content_block_stop", index=0),
+     _an("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None}, usage={"output_tokens": 7}),
+     _an("message_stop")],
+    ["message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+     "message_delta", "message_stop"],
+)
+
+
+def _gm(parts: list, finish: str | None = None, usage: tuple[int, int] | None = None) -> dict:
+    cand: dict = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish:
+        cand["finishReason"] = finish
+    o: dict = {"candidates": [cand], "modelVersion": "gemini-up", "responseId": "resp-s"}
+    if usage:
+        o["usageMetadata"] = {"promptTokenCount": usage[0], "candidatesTokenCount": usage[1],
+                              "totalTokenCount": sum(usage)}
+    return o
+
+
+GEMINI_STREAM_TEXT = _sse([_gm([{"text": "Hello"}], usage=(11, 1)), _gm([{"text": " there"}], "STOP", (11, 2))],
+                          sep=b"\r\n\r\n")
+GEMINI_STREAM_TOOL = _sse([_gm([{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}], "STOP", (20, 7))],
+                          sep=b"\r\n\r\n")
+
+STREAMS = {
+    "openai": {"text": OPENAI_STREAM_TEXT, "tool": OPENAI_STREAM_TOOL},
+    "anthropic": {"text": ANTHROPIC_STREAM_TEXT, "tool": ANTHROPIC_STREAM_TOOL},
+    "gemini": {"text": GEMINI_STREAM_TEXT, "tool": GEMINI_STREAM_TOOL},
+}

@@ -1,0 +1,105 @@
+"""Response translation (non-streaming): upstream body -> internal -> client body, every pair."""
+
+from __future__ import annotations
+
+import anthropic as anthropic_sdk
+import openai as openai_sdk
+import orjson
+import pytest
+
+from adapters import anthropic, gemini, openai
+from adapters.errors import AdapterError
+from adapters.internal import ChatResponse, ToolCall, Usage
+from adapters.registry import PROTOCOLS
+from tests.adapters.fixtures import RESPONSE_MEANING, RESPONSES, body
+
+NAMES = ["openai", "anthropic", "gemini"]
+KINDS = ["text", "tool", "length"]
+
+
+def meaning(resp: ChatResponse) -> tuple:
+    calls = [(tc.name, orjson.loads(tc.arguments)) for tc in resp.tool_calls]
+    return resp.content, calls, resp.finish_reason, resp.usage.input_tokens, resp.usage.output_tokens
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("upstream", NAMES)
+def test_parse_response_golden(upstream: str, kind: str) -> None:
+    resp = PROTOCOLS[upstream].parse_response(body(RESPONSES[upstream][kind]))
+    assert meaning(resp) == RESPONSE_MEANING[kind]
+    assert resp.id and resp.model.endswith("-up")
+    if kind == "tool":
+        assert resp.tool_calls[0].id == "call_0"
+
+
+def sdk_check(client: str, raw: bytes) -> None:
+    """The real SDK types accept what we render (cheap shape check)."""
+    obj = orjson.loads(raw)
+    if client == "openai":
+        openai_sdk.types.chat.ChatCompletion.model_validate(obj)
+    elif client == "anthropic":
+        anthropic_sdk.types.Message.model_validate(obj)
+    else:
+        assert set(obj) == {"candidates", "usageMetadata", "modelVersion", "responseId"}
+        assert obj["candidates"][0]["content"]["role"] == "model"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("client", NAMES)
+@pytest.mark.parametrize("upstream", NAMES)
+def test_response_translation_every_pair(upstream: str, client: str, kind: str) -> None:
+    resp = PROTOCOLS[upstream].parse_response(body(RESPONSES[upstream][kind]))
+    raw = PROTOCOLS[client].render_response(resp, model="client-model")
+    sdk_check(client, raw)
+    back = PROTOCOLS[client].parse_response(raw)
+    assert meaning(back) == RESPONSE_MEANING[kind]
+    assert back.model == "client-model"
+
+
+def test_render_response_golden_shapes() -> None:
+    resp = ChatResponse("id-1", "up", "Hi", (ToolCall("call_9", "f", '{"a":1}'),), "tool_calls", Usage(3, 4))
+    oa = orjson.loads(openai.render_response(resp, model="m"))
+    del oa["created"]
+    assert oa == {"id": "id-1", "object": "chat.completion", "model": "m", "choices": [{
+        "index": 0, "finish_reason": "tool_calls", "logprobs": None, "message": {
+            "role": "assistant", "content": "Hi", "tool_calls": [
+                {"id": "call_9", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}]}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}
+    assert orjson.loads(anthropic.render_response(resp, model="m")) == {
+        "id": "id-1", "type": "message", "role": "assistant", "model": "m", "content": [
+            {"type": "text", "text": "Hi"}, {"type": "tool_use", "id": "call_9", "name": "f", "input": {"a": 1}}],
+        "stop_reason": "tool_use", "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 4}}
+    assert orjson.loads(gemini.render_response(resp, model="m")) == {
+        "candidates": [{"content": {"role": "model", "parts": [{"text": "Hi"}, {"functionCall": {
+            "name": "f", "args": {"a": 1}}}]}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4, "totalTokenCount": 7},
+        "modelVersion": "m", "responseId": "id-1"}
+
+
+def test_finish_reason_vocabularies() -> None:
+    def an(sr: str) -> str:
+        return anthropic.parse_response(body({"content": [], "stop_reason": sr})).finish_reason
+
+    assert [an(s) for s in ("end_turn", "stop_sequence", "max_tokens", "tool_use", "refusal")] == \
+        ["stop", "stop", "length", "tool_calls", "content_filter"]
+
+    def gm(fr: str) -> str:
+        return gemini.parse_response(body({"candidates": [{"content": {"parts": [{"text": "x"}]},
+                                                            "finishReason": fr}]})).finish_reason
+
+    assert [gm(s) for s in ("STOP", "MAX_TOKENS", "SAFETY", "RECITATION")] == \
+        ["stop", "length", "content_filter", "content_filter"]
+    blocked = gemini.parse_response(body({"promptFeedback": {"blockReason": "SAFETY"}}))
+    assert blocked.finish_reason == "content_filter" and blocked.content == ""
+    cached = anthropic.parse_response(body({"content": [], "usage": {
+        "input_tokens": 1, "cache_read_input_tokens": 10, "output_tokens": 2}}))
+    assert cached.usage == Usage(11, 2)
+
+
+@pytest.mark.parametrize("proto", NAMES)
+@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'{"choices":[]}', b'{"content":"x"}',
+                                 b'{"candidates":[1]}', b'{"choices":[{"message":{"tool_calls":[1]}}]}'])
+def test_bad_upstream_responses_are_502(proto: str, raw: bytes) -> None:
+    with pytest.raises(AdapterError) as ei:
+        PROTOCOLS[proto].parse_response(raw)
+    assert ei.value.status == 502

@@ -1,0 +1,45 @@
+import orjson
+
+from extproc.config import load_config
+from extproc.routing import RouteRequest, Scheduler
+from extproc.routing.explain import explain, explain_main, format_explain
+from extproc.watermarks import Reading
+
+from .test_score import ROOT
+
+CONFIG = str(ROOT / "modelyard.yaml")
+
+
+def test_explain_table(capsys):
+    assert explain_main(["--config", CONFIG, "--model", "auto", "--tenant", "demo", "--strategy", "cost"]) == 0
+    out = capsys.readouterr().out
+    assert "-> demo-openai-mini on the standard channel" in out
+    assert "demo-openai-fast" in out and "filtered: fast channel not requested" in out
+
+
+def test_explain_json_filters_and_fast(capsys):
+    argv = ["--config", CONFIG, "--tenant", "demo-l2", "--fast", "--tools", "--prompt-tokens", "9000",
+            "--watermark", "demo-openai-fast=0.8", "--json"]
+    assert explain_main(argv) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["chosen"] == "demo-openai" and doc["channel"] == "standard" and doc["downgraded"]
+    reasons = {r["cluster"]: r.get("filtered") for r in doc["rows"]}
+    assert "exceeds context window 8192" in reasons["demo-openai-mini"]
+    assert reasons["demo-openai-fast"] == "fast channel closed to L2 at watermark 0.80"
+
+
+def test_explain_errors(capsys):
+    assert explain_main(["--config", CONFIG, "--tenant", "demo-l3", "--model", "demo-claude"]) == 1
+    assert "404" in capsys.readouterr().out
+    assert explain_main(["--config", CONFIG, "--tenant", "nobody"]) == 2
+    assert explain_main(["--config", "/nonexistent.yaml"]) == 2
+
+
+def test_explain_does_not_spend_quota():
+    cfg = load_config(CONFIG)
+    s = Scheduler(cfg)
+    l3 = next(t for t in cfg.tenants if t.name == "demo-l3")
+    marks = {c: Reading(0.0, 0.0) for c in cfg.clusters()}
+    for _ in range(20):
+        doc = explain(s, RouteRequest("demo-gpt", l3, want_fast=True), 0.0, marks)
+    assert doc["channel"] == "fast" and "demo-openai-fast" in format_explain(doc)
