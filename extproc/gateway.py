@@ -48,13 +48,14 @@ class RouteSpec:
 
 class Gateway:
     def __init__(self, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Any = None,
-                 batcher: Any = None, watermarks: Any = None):
+                 batcher: Any = None, watermarks: Any = None, image_backend: Any = None):
         self.config = config
         self.keyring = KeyRing(config.tenants)
         self.models: dict[str, ModelConfig] = {m.name: m for m in config.models}
         self.scheduler = scheduler or Scheduler(config)
         self.limiter = limiter
         self.batcher = batcher
+        self.image_backend = image_backend  # kernels.Backend: CuPy on a GPU, else NumPy
         self.watermarks = watermarks
         # Deployments with same-protocol peers are sent to their Envoy failover cluster.
         self.envoy_cluster = {c: aggregate_name(c) for c in failover_groups(config)}
