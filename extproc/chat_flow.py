@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from adapters.errors import AdapterError
-from adapters.internal import Usage, UsageUpdate
+from adapters.internal import StreamError, Usage, UsageUpdate
 from adapters.registry import PROTOCOLS, translate_stream
 from extproc import extproc_messages as msg
 from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TENANT_HEADER, TASK_ID_HEADER, UPSTREAM_CLUSTER_HEADER
@@ -64,6 +64,9 @@ class ChatFlow:
     # -- request ---------------------------------------------------------------------------
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
+        if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
+            raise GatewayError(400, "streamGenerateContent is served as server-sent events: add ?alt=sse",
+                               "invalid_request_error")
         try:
             req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
         except AdapterError as e:
@@ -162,17 +165,22 @@ class ChatFlow:
                 self.usage = Usage(*self.translator.usage)
                 self._finish()
             return msg.response_body(body=out)
+        tail = b""
         try:
             for ev in self.decoder.feed(chunk) + (self.decoder.close() if end else []):
                 if type(ev) is UsageUpdate:
                     prev = self.usage or Usage()
                     self.usage = Usage(ev.input_tokens if ev.input_tokens is not None else prev.input_tokens,
                                        ev.output_tokens if ev.output_tokens is not None else prev.output_tokens)
+                elif type(ev) is StreamError and end:
+                    # The upstream stopped mid-stream: end the client's stream with an error event.
+                    tail = self.client.StreamEncoder(model=self.request.model, request=self.request).encode([ev])
+                    self.client_status = 502
         except AdapterError:
             pass  # passthrough stream: the client parses it; metering just misses usage
         if end:
             self._finish()
-        return msg.response_body()
+        return msg.response_body(body=chunk + tail) if tail else msg.response_body()
 
     def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
         self._finish()

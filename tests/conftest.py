@@ -6,6 +6,8 @@ import pytest
 from tests.stack_config import demo_config_free_ports
 
 DEMO_KEY = "sk-modelyard-demo"
+UPSTREAM_KEYS = {"DEMO_OPENAI_KEY": "sk-upstream-openai-secret", "DEMO_ANTHROPIC_KEY": "sk-ant-upstream-secret",
+                 "DEMO_GEMINI_KEY": "upstream-gemini-secret"}
 
 
 def _cuda_device_present() -> bool:
@@ -33,6 +35,8 @@ def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
 
     workdir = tmp_path_factory.mktemp("stack")
     data, _ = demo_config_free_ports()
-    os.environ.setdefault("DEMO_OPENAI_KEY", "sk-upstream-openai-secret")
+    # Provider keys: the demo upstreams demand them, so every 200 proves the gateway injected them.
+    for name, value in UPSTREAM_KEYS.items():
+        os.environ.setdefault(name, value)
     with start_stack(workdir, data) as stack:
         yield stack

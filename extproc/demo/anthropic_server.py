@@ -28,6 +28,8 @@ from adapters.internal import (
     ToolCallDelta, ToolCallStart, Usage, UsageUpdate, message_text,
 )
 
+from extproc.demo.faults import CUT, FAIL, fault_in
+
 PREFIX = "[demo-anthropic]"
 _PUNCT = ".,!?;:\"'()[]{}"
 
@@ -87,13 +89,17 @@ async def _messages(request: web.Request) -> web.StreamResponse:
     except AdapterError as e:
         return _error(e.status, e.message, e.type)
     n = next(request.app[_COUNTER])
+    fault = fault_in(next((message_text(m) for m in reversed(req.messages) if m.role == "user"), ""))
+    if fault == FAIL:
+        return _error(500, "demo upstream failed on purpose", "api_error")
     resp = demo_reply(req, PREFIX, response_id=f"msg_demo_{n}")
     if not req.stream:
         return web.Response(body=anthropic.render_response(resp, model=req.model), content_type="application/json")
     out = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
     await out.prepare(request)
     enc = anthropic.StreamEncoder(model=req.model, request=req)
-    for ev in demo_stream_events(resp):
+    events = demo_stream_events(resp)
+    for ev in events[: len(events) // 2] if fault == CUT else events:
         data = enc.encode([ev])
         if data:
             await out.write(data)

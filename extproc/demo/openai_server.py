@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from extproc.demo.faults import CUT, FAIL, fault_in
+
 
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
@@ -79,6 +81,10 @@ class DemoOpenAI:
             return _error(400, "body must be JSON with model and messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list")
+        last_user = next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), {})
+        fault = fault_in(_text_of(last_user.get("content")))
+        if fault == FAIL:
+            return _error(500, "demo upstream failed on purpose", "server_error")
         answer = reply_for(self.name, messages, body.get("tools"))
         prompt_tokens = _words(messages)
         completion_tokens = len(answer.get("text", "").split()) or 1
@@ -88,7 +94,8 @@ class DemoOpenAI:
         created = int(time.time())
         if body.get("stream"):
             return await self._stream(request, cid, created, model, answer, usage,
-                                      bool((body.get("stream_options") or {}).get("include_usage")))
+                                      bool((body.get("stream_options") or {}).get("include_usage")),
+                                      cut=fault == CUT)
         message: dict[str, Any] = {"role": "assistant", "content": answer.get("text")}
         finish = "stop"
         if "tool" in answer:
@@ -101,7 +108,8 @@ class DemoOpenAI:
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     async def _stream(self, request: web.Request, cid: str, created: int, model: str,
-                      answer: dict[str, Any], usage: dict[str, int], include_usage: bool) -> web.StreamResponse:
+                      answer: dict[str, Any], usage: dict[str, int], include_usage: bool,
+                      cut: bool = False) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
         await resp.prepare(request)
 
@@ -125,6 +133,9 @@ class DemoOpenAI:
             words = answer["text"].split(" ")
             for i, w in enumerate(words):
                 await send({"content": w if i == 0 else " " + w})
+                if cut and i == len(words) // 2:
+                    await resp.write_eof()  # no finish chunk, no [DONE]
+                    return resp
             await send({}, "stop")
         if include_usage:
             chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
