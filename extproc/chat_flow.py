@@ -16,7 +16,15 @@ from adapters.errors import AdapterError
 from adapters.internal import StreamError, Usage, UsageUpdate
 from adapters.registry import PROTOCOLS, translate_stream
 from extproc import extproc_messages as msg
-from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TENANT_HEADER, TASK_ID_HEADER, UPSTREAM_CLUSTER_HEADER
+from extproc.headers import (
+    CHANNEL_HEADER,
+    CLUSTER_HEADER,
+    STRATEGY_HEADER,
+    TASK_ID_HEADER,
+    TENANT_HEADER,
+    UPSTREAM_ATTEMPTS_HEADER,
+    UPSTREAM_HOST_HEADER,
+)
 from extproc.errors import GatewayError, render_error_body
 from extproc.choice import Choice
 from extproc.session import RequestContext
@@ -93,9 +101,9 @@ class ChatFlow:
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
         self.status = status
         self.client_status = status
-        self._note_failover(headers.get(UPSTREAM_CLUSTER_HEADER))
+        self._note_failover(headers)
         set_h = self.ctx.task_headers()
-        remove: list[str] = [UPSTREAM_CLUSTER_HEADER]
+        remove: list[str] = [UPSTREAM_HOST_HEADER, UPSTREAM_ATTEMPTS_HEADER]
         if status < 400 and "text/event-stream" in headers.get("content-type", ""):
             self.streaming = True
             if self.translating or self.usage_injected:
@@ -113,14 +121,15 @@ class ChatFlow:
             set_h.append(("content-type", "application/json"))
         return msg.response_headers(set_h, remove)
 
-    def _note_failover(self, served_by: str | None) -> None:
+    def _note_failover(self, headers: dict[str, str]) -> None:
         """Envoy retried onto a peer deployment: report and meter the one that answered."""
         choice = self.choice
-        if not served_by or choice is None or served_by == choice.deployment.cluster:
+        if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return
+        self.gw.record_failure(choice.deployment.cluster)
+        served_by = self.gw.endpoint_cluster.get(headers.get(UPSTREAM_HOST_HEADER, ""))
         peer = next((d for d in choice.model.deployments if d.cluster == served_by), None)
-        if peer is not None:
-            self.gw.record_failure(choice.deployment.cluster)
+        if peer is not None and peer is not choice.deployment:
             choice.deployment = peer
             self.ctx.response_headers = [h for h in self.ctx.response_headers if h[0] != CLUSTER_HEADER]
             self.ctx.response_headers.append((CLUSTER_HEADER, peer.cluster))

@@ -20,6 +20,9 @@ from envoy_data_plane.envoy.config.accesslog.v3 import AccessLog
 from envoy_data_plane.envoy.config.bootstrap.v3 import Admin, Bootstrap, BootstrapStaticResources
 from envoy_data_plane.envoy.config.cluster.v3 import (
     Cluster,
+    CircuitBreakers,
+    CircuitBreakersThresholds,
+    CircuitBreakersThresholdsRetryBudget,
     ClusterCustomClusterType,
     ClusterDiscoveryType,
     ClusterLbPolicy,
@@ -81,7 +84,7 @@ from envoy_data_plane.envoy.extensions.retry.priority.previous_priorities.v3 imp
 
 from extproc.config import ConfigError, GatewayConfig
 from extproc.failover import aggregate_name, failover_groups
-from extproc.headers import CLUSTER_HEADER, TENANT_HEADER, UPSTREAM_CLUSTER_HEADER
+from extproc.headers import CLUSTER_HEADER, TENANT_HEADER, UPSTREAM_ATTEMPTS_HEADER, UPSTREAM_HOST_HEADER
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "envoy" / "environments"
 EXTPROC_CLUSTER = "modelyard-extproc"
@@ -176,6 +179,16 @@ def _is_ip(host: str) -> bool:
         return False
 
 
+def _retry_budget() -> CircuitBreakers:
+    """Retries scale with load (25% of active requests, at least 16 at once): the default fixed
+    cap of 3 concurrent retries drops failovers exactly when an upstream dies under load."""
+    from envoy_data_plane.envoy.type.v3 import Percent
+
+    return CircuitBreakers(thresholds=[CircuitBreakersThresholds(
+        retry_budget=CircuitBreakersThresholdsRetryBudget(budget_percent=Percent(value=25.0), min_retry_concurrency=16),
+        track_remaining=True)])
+
+
 def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: bool, env: EnvironmentConfig,
              outlier: bool) -> Cluster:
     hosts = [_split(e) for e in endpoints]
@@ -186,6 +199,7 @@ def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: bool, env: Envir
         connect_timeout=_secs(env.timeouts.connect_s),
         lb_policy=ClusterLbPolicy.ROUND_ROBIN,
         per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
+        circuit_breakers=_retry_budget(),
         load_assignment=ClusterLoadAssignment(
             cluster_name=name,
             endpoints=[LocalityLbEndpoints(lb_endpoints=[
@@ -218,6 +232,7 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
             name=aggregate_name(primary),
             connect_timeout=_secs(env.timeouts.connect_s),
             lb_policy=ClusterLbPolicy.CLUSTER_PROVIDED,
+            circuit_breakers=_retry_budget(),
             cluster_type=ClusterCustomClusterType(
                 name="envoy.clusters.aggregate",
                 typed_config=AnyMsg.pack(AggregateClusterConfig(clusters=members))),
@@ -285,9 +300,11 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
             RateLimitAction(request_headers=RateLimitActionRequestHeaders(
                 header_name=CLUSTER_HEADER, descriptor_key="cluster")),
         ])]
-    # Tells the extproc which member of a failover cluster answered.
-    upstream_header = HeaderValueOption(header=HeaderValue(key=UPSTREAM_CLUSTER_HEADER, value="%UPSTREAM_CLUSTER%"),
-                                        append_action=HeaderValueOptionHeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD)
+    # Tells the extproc which endpoint answered (a failover cluster's member) and after how many tries.
+    answered_by = [HeaderValueOption(header=HeaderValue(key=k, value=v),
+                                     append_action=HeaderValueOptionHeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD)
+                   for k, v in ((UPSTREAM_HOST_HEADER, "%UPSTREAM_HOST%"),
+                                (UPSTREAM_ATTEMPTS_HEADER, "%UPSTREAM_REQUEST_ATTEMPT_COUNT%"))]
     not_routed = '{"error":{"message":"no upstream was chosen for this request","type":"invalid_request_error","code":"no_route"}}'
     return RouteConfiguration(
         name="modelyard",
@@ -296,7 +313,7 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
             domains=["*"],
             routes=[
                 Route(match=RouteMatch(prefix="/", headers=[HeaderMatcher(name=CLUSTER_HEADER, present_match=True)]),
-                      route=action, response_headers_to_add=[upstream_header]),
+                      route=action, response_headers_to_add=answered_by),
                 Route(match=RouteMatch(prefix="/"),
                       direct_response=DirectResponseAction(status=404, body=DataSource(inline_string=not_routed))),
             ],
@@ -312,7 +329,8 @@ def _access_log(settings: AccessLogSettings) -> AccessLog:
         log.log_format = SubstitutionFormatString(json_format=Struct.from_dict({
             "time": "%START_TIME%", "method": "%REQ(:METHOD)%", "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
             "status": "%RESPONSE_CODE%", "duration_ms": "%DURATION%",
-            "cluster": "%UPSTREAM_CLUSTER%", "task_id": "%RESP(X-MODELYARD-TASK-ID)%",
+            "cluster": "%UPSTREAM_CLUSTER%", "upstream_host": "%UPSTREAM_HOST%", "flags": "%RESPONSE_FLAGS%",
+            "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%", "task_id": "%RESP(X-MODELYARD-TASK-ID)%",
             "bytes_in": "%BYTES_RECEIVED%", "bytes_out": "%BYTES_SENT%",
         }))
     return AccessLog(name="envoy.access_loggers.file", typed_config=AnyMsg.pack(log))

@@ -58,7 +58,12 @@ class Gateway:
         self.image_backend = image_backend  # kernels.Backend: CuPy on a GPU, else NumPy
         self.watermarks = watermarks
         # Deployments with same-protocol peers are sent to their Envoy failover cluster.
-        self.envoy_cluster = {c: aggregate_name(c) for c in failover_groups(config)}
+        groups = failover_groups(config)
+        self.envoy_cluster = {c: aggregate_name(c) for c in groups}
+        # Endpoint -> cluster for failover members: tells who answered after an Envoy retry.
+        clusters = config.clusters()
+        self.endpoint_cluster = {ep: c for members in groups.values() for c in members
+                                 for ep in clusters[c].endpoints}
         self._background: set[asyncio.Task] = set()
 
     # -- what handles a request -------------------------------------------------------------

@@ -1,7 +1,10 @@
 """Header names shared by the Envoy config and the session: the contract between the two."""
 
 CLUSTER_HEADER = "x-modelyard-cluster"  # set by the extproc, read by the route's cluster_header
-UPSTREAM_CLUSTER_HEADER = "x-modelyard-upstream-cluster"  # set by the route: who actually answered
+# Set by the route on the answer: which endpoint answered and after how many attempts, so the
+# extproc can tell when Envoy failed over to a peer deployment.
+UPSTREAM_HOST_HEADER = "x-modelyard-upstream-host"
+UPSTREAM_ATTEMPTS_HEADER = "x-modelyard-upstream-attempts"
 TENANT_HEADER = "x-modelyard-tenant"  # rate limit descriptor for Envoy's ratelimit filter
 TASK_ID_HEADER = "x-modelyard-task-id"
 STRATEGY_HEADER = "x-modelyard-strategy"

@@ -20,7 +20,7 @@ import orjson
 from extproc import extproc_messages as msg
 from extproc.config import TenantConfig
 from extproc.errors import GatewayError, error_response
-from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER, UPSTREAM_CLUSTER_HEADER
+from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.metrics import ERRORS, STREAMS
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("modelyard.session")
 
 # Headers only the gateway may set: a client sending them must not steer routing.
-RESERVED_HEADERS = (CLUSTER_HEADER, TENANT_HEADER, UPSTREAM_CLUSTER_HEADER)
+RESERVED_HEADERS = (CLUSTER_HEADER, TENANT_HEADER)
 
 
 @dataclass

@@ -1,0 +1,156 @@
+"""Scheduling through a real Envoy: strategies, GPU watermarks from fake agents, staleness,
+failover when an upstream dies mid-run, and fast-channel admission for every tier."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import DEMO_KEY
+from tests.stack_config import free_port, small_config, start_stack
+
+pytestmark = pytest.mark.e2e
+INTERVAL = 0.2
+KEYS = {"L1": DEMO_KEY, "L2": "sk-modelyard-demo-l2", "L3": "sk-modelyard-demo-l3"}
+
+
+def _chat(url: str, model: str, key: str = DEMO_KEY, headers: dict | None = None) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", timeout=10,
+                      headers={"authorization": f"Bearer {key}", **(headers or {})},
+                      json={"model": model, "messages": [{"role": "user", "content": "where do I go"}]})
+
+
+@pytest.mark.parametrize("strategy,cluster", [("cost", "demo-openai-mini"), ("quality", "demo-openai")])
+def test_strategy_header_picks_deployment(demo_stack, strategy: str, cluster: str) -> None:
+    r = _chat(demo_stack.url, "auto", headers={"x-modelyard-strategy": strategy})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-modelyard-cluster"] == cluster
+    assert r.headers["x-modelyard-strategy"] == strategy
+    assert r.json()["choices"][0]["message"]["content"].startswith(f"[{cluster}]")
+
+
+def test_unknown_strategy_is_400(demo_stack) -> None:
+    r = _chat(demo_stack.url, "auto", headers={"x-modelyard-strategy": "vibes"})
+    assert r.status_code == 400 and r.json()["error"]["message"]
+
+
+def _twin_config() -> dict:
+    agents = {n: free_port() for n in ("a", "b", "fast")}
+
+    def dep(name: str, channel: str = "standard") -> dict:
+        return {"cluster": f"demo-twin-{name}", "protocol": "openai", "channel": channel,
+                "endpoints": [f"127.0.0.1:{free_port()}"],
+                "watermark": {"url": f"http://127.0.0.1:{agents[name]}/watermarks"}}
+
+    data = small_config()
+    data["models"] = [{"name": "twin", "quality": 0.7, "deployments": [dep("a"), dep("b"), dep("fast", "fast")]}]
+    for t in data["tenants"]:
+        t["allowed_models"] = ["twin"]
+    data["routing"] = {"watermarks": {"interval_s": INTERVAL, "stale_after_intervals": 3},
+                       "cooldown": {"failures": 2, "window_s": 30, "cooldown_s": 5},
+                       "admission": {"L3": {"max_watermark": 0.4, "trial_per_minute": 100}}}
+    return data
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory: pytest.TempPathFactory):
+    with start_stack(tmp_path_factory.mktemp("twins"), _twin_config()) as stack:
+        yield stack
+
+
+def _agent(stack, cluster: str) -> str:
+    dep = next(d for d in stack.cfg.models[0].deployments if d.cluster == cluster)
+    return dep.watermark.url.rsplit("/", 1)[0]
+
+
+def _set_util(stack, cluster: str, util: float) -> None:
+    r = httpx.post(f"{_agent(stack, cluster)}/fake", json={"util": util, "mem": 0.1})
+    assert r.status_code == 200
+
+
+def _clusters(stack, n: int, **kw) -> list[str]:
+    out = []
+    for _ in range(n):
+        r = _chat(stack.url, "twin", **kw)
+        assert r.status_code == 200, r.text
+        out.append(r.headers["x-modelyard-cluster"])
+    return out
+
+
+def test_hot_gpu_moves_traffic_within_one_poll(twins) -> None:
+    _set_util(twins, "demo-twin-a", 0.1)
+    _set_util(twins, "demo-twin-b", 0.5)
+    time.sleep(3 * INTERVAL)
+    assert set(_clusters(twins, 5)) == {"demo-twin-a"}  # the cooler GPU wins on load
+    _set_util(twins, "demo-twin-a", 0.95)
+    time.sleep(INTERVAL + 0.1)  # one poll interval (plus scheduling slack on a busy box)
+    assert set(_clusters(twins, 10)) == {"demo-twin-b"}
+    _set_util(twins, "demo-twin-a", 0.1)
+
+
+def test_stale_agent_is_avoided(twins) -> None:
+    _set_util(twins, "demo-twin-a", 0.5)
+    _set_util(twins, "demo-twin-b", 0.1)
+    time.sleep(3 * INTERVAL)
+    assert set(_clusters(twins, 3)) == {"demo-twin-b"}
+    agent = next(c for c in twins.children if c.name == f"agent@{_agent(twins, 'demo-twin-b').rsplit(':', 1)[1]}")
+    agent.proc.terminate()
+    agent.proc.wait(5)
+    time.sleep(4 * INTERVAL + 0.2)  # older than 3 intervals: counts as saturated
+    assert set(_clusters(twins, 5)) == {"demo-twin-a"}
+
+
+@pytest.mark.parametrize("tier,util,channel", [
+    ("L1", 0.85, "fast"), ("L2", 0.85, "standard"), ("L2", 0.5, "fast"),
+    ("L3", 0.5, "standard"), ("L3", 0.3, "fast"),
+])
+def test_fast_channel_admission(twins, tier: str, util: float, channel: str) -> None:
+    _set_util(twins, "demo-twin-fast", util)
+    _set_util(twins, "demo-twin-a", 0.1)
+    time.sleep(3 * INTERVAL)
+    fast = _chat(twins.url, "twin", KEYS[tier], {"x-modelyard-channel": "fast"})
+    assert fast.status_code == 200, fast.text
+    assert fast.headers["x-modelyard-channel"] == channel
+    assert (fast.headers["x-modelyard-cluster"] == "demo-twin-fast") == (channel == "fast")
+    plain = _chat(twins.url, "twin", KEYS[tier])
+    assert plain.headers["x-modelyard-channel"] == "standard"
+
+
+def test_killing_an_upstream_mid_run_loses_nothing(tmp_path: Path) -> None:
+    data = _twin_config()
+    for d in data["models"][0]["deployments"]:
+        d.pop("watermark")  # only failover under test here
+    data["models"][0]["deployments"].pop()  # no fast deployment
+    from extproc.envoy_config import EnvironmentConfig
+
+    env = EnvironmentConfig(name="t", admin=None, concurrency=1,
+                            access_log={"path": str(tmp_path / "access.log"), "format": "json"})
+    with start_stack(tmp_path, data, env) as stack:
+        results: list[int] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            with httpx.Client(timeout=10) as client:
+                while not stop.is_set():
+                    r = client.post(f"{stack.url}/v1/chat/completions", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                                    json={"model": "twin", "messages": [{"role": "user", "content": "keep going"}]})
+                    results.append(r.status_code)
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        victim = next(c for c in stack.children if c.name.startswith("demo-twin-a"))
+        victim.proc.kill()
+        time.sleep(2.0)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        after = [_chat(stack.url, "twin").headers["x-modelyard-cluster"] for _ in range(5)]
+    assert len(results) > 20
+    assert set(results) == {200}, {s: results.count(s) for s in set(results)}
+    assert set(after) == {"demo-twin-b"}
