@@ -9,12 +9,8 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-import yaml
-
-from extproc.config import parse_config
 from extproc.gateway import Gateway
 from extproc.session import Session
-from tests.stack_config import without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-modelyard-demo"
@@ -33,12 +29,6 @@ def body_msg(body: bytes, response: bool = False, eos: bool = True) -> pb.Proces
 
 def set_headers(mutation: pb.HeaderMutation) -> dict[str, str]:
     return {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
-
-
-@pytest.fixture
-def gateway() -> Gateway:
-    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
-    return Gateway(parse_config(data))
 
 
 def chat_headers(key: str | None = KEY) -> dict[str, str]:
