@@ -23,6 +23,7 @@ from extproc.errors import GatewayError
 from extproc.failover import aggregate_name, failover_groups
 from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
 from extproc.routing import NoRoute, RouteRequest, Scheduler
+from extproc.metering import MeterRecord, MeteringStore
 from extproc.metrics import CHANNEL, COST, model_series, requests_series
 from extproc.session import Flow, RequestContext, json_response
 from ratelimit import RequestContext as RateLimitContext
@@ -48,7 +49,8 @@ class RouteSpec:
 
 class Gateway:
     def __init__(self, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Any = None,
-                 batcher: Any = None, watermarks: Any = None, image_backend: Any = None):
+                 batcher: Any = None, watermarks: Any = None, image_backend: Any = None,
+                 metering: MeteringStore | None = None):
         self.config = config
         self.keyring = KeyRing(config.tenants)
         self.models: dict[str, ModelConfig] = {m.name: m for m in config.models}
@@ -56,6 +58,7 @@ class Gateway:
         self.limiter = limiter
         self.batcher = batcher
         self.image_backend = image_backend  # kernels.Backend: CuPy on a GPU, else NumPy
+        self.metering = metering
         self.watermarks = watermarks
         # Deployments with same-protocol peers are sent to their Envoy failover cluster.
         groups = failover_groups(config)
@@ -178,9 +181,17 @@ class Gateway:
             tin, tout = usage.input_tokens or 0, usage.output_tokens or 0
             tokens_in.inc(tin)
             tokens_out.inc(tout)
-            cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
-            if cost:
-                COST.labels(model.name, ctx.tenant.name if ctx.tenant else "-").inc(cost)
+        else:
+            tin = tout = 0
+        cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
+        tenant = ctx.tenant.name if ctx.tenant else "-"
+        if cost:
+            COST.labels(model.name, tenant).inc(cost)
+        if self.metering is not None:
+            self.metering.record(MeterRecord(
+                time.time(), ctx.task_id, tenant, ctx.tenant.tier if ctx.tenant else "-", model.name,
+                choice.deployment.cluster, choice.channel, status, latency_s * 1000,
+                ttft_s * 1000 if ttft_s is not None else None, tin, tout, cost, choice.strategy, choice.arm))
         if reservation is not None and self.limiter is not None:
             # Hand back (or take) the difference between the estimate and the reported usage.
             actual = (usage.input_tokens + usage.output_tokens) if usage is not None else 0
@@ -195,6 +206,8 @@ class Gateway:
     async def close(self) -> None:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        if self.metering is not None:
+            await asyncio.to_thread(self.metering.close)
         for part in (self.watermarks, self.limiter, self.batcher):
             close = getattr(part, "close", None)
             if close is not None:

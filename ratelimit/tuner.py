@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import sqlite3
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -234,12 +235,34 @@ def write_plot(path: Path, trace: dict[str, list[tuple[int, int]]], recs: list[R
         path.write_text(render_svg(shapes, height))
 
 
+METERING_KEYS = ("tenant", "tier", "cluster", "channel", "model")
+
+
+def trace_from_metering(path: Path, key: str, unit: str) -> dict[str, list[tuple[int, int]]]:
+    """Events per key from the metering store's `requests` table (see extproc/metering.py)."""
+    if key not in METERING_KEYS:
+        raise TraceError(f"unknown key {key!r}")
+    if not path.exists():
+        raise TraceError("no such metering database")
+    cost = "1" if unit == "requests" else "COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0)"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        rows = conn.execute(f"SELECT {key}, ts, {cost} FROM requests ORDER BY ts").fetchall()
+    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for k, ts, c in rows:
+        out[str(k)].append((int(ts * US), int(c) * NANO))
+    return dict(out)
+
+
 def main(argv: list[str]) -> int:
     """Entry for `modelyard ratelimit tune ...` (a leading 'tune' is accepted and skipped)."""
     if argv and argv[0] == "tune":
         argv = argv[1:]
     p = argparse.ArgumentParser(prog="modelyard ratelimit tune", description=__doc__.splitlines()[0])
-    p.add_argument("--trace", required=True, help="trace file: .csv (timestamp,key,cost) or .jsonl")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", help="trace file: .csv (timestamp,key,cost) or .jsonl")
+    src.add_argument("--metering-db", help="the extproc's metering store (extproc.metering_db)")
+    p.add_argument("--key", choices=METERING_KEYS, default="tenant", help="with --metering-db: bucket key")
+    p.add_argument("--unit", choices=("requests", "tokens"), default="requests", help="with --metering-db: cost")
     p.add_argument("--rate", required=True, type=float, help="bucket rate, units per second")
     p.add_argument("--target", type=float, default=0.01, help="highest acceptable rejected share")
     p.add_argument("--plot", help="write demand vs bucket level to this .svg or .png")
@@ -253,11 +276,14 @@ def main(argv: list[str]) -> int:
     if not 0 <= args.target < 1:
         print("error: --target must be in [0, 1)", file=sys.stderr)
         return 2
-    path = Path(args.trace)
+    path = Path(args.trace or args.metering_db)
     fmt = "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson") else "csv"
     try:
-        trace = parse_trace(path.read_text(), fmt)
-    except (OSError, UnicodeDecodeError, TraceError, csv.Error) as e:
+        if args.metering_db:
+            trace = trace_from_metering(path, args.key, args.unit)
+        else:
+            trace = parse_trace(path.read_text(), fmt)
+    except (OSError, UnicodeDecodeError, TraceError, csv.Error, sqlite3.Error) as e:
         print(f"error: {path}: {e}", file=sys.stderr)
         return 2
     if not trace:
