@@ -66,7 +66,7 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Chil
             host, _, port = ep.rpartition(":")
             if module:
                 argv = [python, "-m", module, "--host", host, "--port", port]
-                if dep.protocol == "openai":
+                if dep.protocol != "kserve-grpc":
                     argv += ["--name", name]
                 # A demo that knows the provider key proves the gateway injects it (and not the client's).
                 secret = os.environ.get(dep.api_key_env or "") if dep.api_key_env else None

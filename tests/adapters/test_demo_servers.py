@@ -20,7 +20,7 @@ from adapters import gemini, openai
 from adapters.errors import AdapterError
 from adapters.internal import StreamEnd, TextDelta, ToolCallDelta, ToolCallStart
 from adapters.registry import PROTOCOLS, translate_stream
-from extproc.demo import anthropic_server, gemini_server
+from extproc.demo import anthropic_server, behaviour, gemini_server
 
 WEATHER_TOOL = {"name": "get_weather", "description": "Weather by city",
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -210,7 +210,7 @@ def test_stream_event_helpers_cover_tools() -> None:
     from adapters.internal import ChatRequest, Message, TextPart, ToolDef
 
     req = ChatRequest("m", (Message("user", (TextPart("weather in Kyiv!"),)),), tools=(ToolDef("w"),))
-    resp = anthropic_server.demo_reply(req, "[x]")
-    evs = anthropic_server.demo_stream_events(resp)
+    resp = behaviour.demo_reply(req, "[x]")
+    evs = behaviour.demo_stream_events(resp)
     assert [e.name for e in evs if isinstance(e, ToolCallStart)] == ["w"]
     assert "".join(e.arguments for e in evs if isinstance(e, ToolCallDelta)) == '{"city":"Kyiv"}'

@@ -1,0 +1,97 @@
+"""The aiohttp shell of every demo LLM upstream: one protocol's adapter parses the request and
+renders the answer, `behaviour.demo_reply` decides it, `faults` can break it on purpose."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+from collections.abc import Callable
+from types import ModuleType
+
+from aiohttp import web
+
+from adapters.errors import AdapterError
+from extproc.demo.behaviour import demo_reply, demo_stream_events, last_user_text
+from extproc.demo.faults import CUT, FAIL, fault_in
+
+# The request's model and stream flag from its path (Gemini), or (None, False).
+PathInfo = Callable[[web.Request], tuple[str | None, bool] | None]
+
+
+class AdapterDemo:
+    def __init__(self, adapter: ModuleType, prefix: str, *, require_key: str | None = None,
+                 chunk_delay: float = 0.0):
+        self.adapter = adapter
+        self.prefix = prefix
+        self.require_key = require_key
+        self.chunk_delay = chunk_delay
+        self.requests = 0
+
+    def _error(self, status: int, message: str, type_: str | None = None) -> web.Response:
+        return web.Response(status=status, body=self.adapter.render_error(status, message, type_),
+                            content_type="application/json")
+
+    async def handle(self, request: web.Request, path_model: str | None = None,
+                     stream_hint: bool = False) -> web.StreamResponse:
+        self.requests += 1
+        if self.require_key is not None:
+            got = self.adapter.client_api_key(request.headers, request.query)
+            if got is None or not hmac.compare_digest(got.encode(), self.require_key.encode()):
+                return self._error(401, "invalid upstream API key", "authentication_error")
+        try:
+            req = self.adapter.parse_request(await request.read(), path_model=path_model, stream_hint=stream_hint)
+        except AdapterError as e:
+            return self._error(e.status, e.message, e.type)
+        fault = fault_in(last_user_text(req))
+        if fault == FAIL:
+            return self._error(500, "demo upstream failed on purpose", "api_error")
+        resp = demo_reply(req, self.prefix, response_id=f"{self.prefix.strip('[]')}-{self.requests}")
+        if not req.stream:
+            return web.Response(body=self.adapter.render_response(resp, model=req.model),
+                                content_type="application/json")
+        out = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+        await out.prepare(request)
+        encoder = self.adapter.StreamEncoder(model=req.model, request=req)
+        events = demo_stream_events(resp)
+        for ev in events[: len(events) // 2] if fault == CUT else events:
+            data = encoder.encode([ev])
+            if data:
+                await out.write(data)
+                if self.chunk_delay:
+                    await asyncio.sleep(self.chunk_delay)
+        await out.write_eof()  # a CUT stream ends here: no terminator
+        return out
+
+    def app(self, path: str, path_info: PathInfo | None = None) -> web.Application:
+        async def route(request: web.Request) -> web.StreamResponse:
+            info = path_info(request) if path_info else (None, False)
+            if info is None:
+                return self._error(404, f"unknown method {request.path}")
+            return await self.handle(request, *info)
+
+        async def health(_: web.Request) -> web.Response:
+            return web.json_response({"status": "ok", "name": self.prefix.strip("[]")})
+
+        async def stats(_: web.Request) -> web.Response:
+            return web.json_response({"requests": self.requests})
+
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post(path, route)
+        app.router.add_get("/health", health)
+        app.router.add_get("/stats", stats)
+        return app
+
+
+def run(argv: list[str] | None, *, description: str, default_port: int, default_name: str,
+        make_app: Callable[..., web.Application]) -> int:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=default_port)
+    p.add_argument("--name", default=default_name, help="the reply prefix: tells which upstream answered")
+    p.add_argument("--require-key", default=None, help="answer 401 unless the client sends this key")
+    p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream events")
+    a = p.parse_args(argv)
+    web.run_app(make_app(name=a.name, require_key=a.require_key, chunk_delay=a.chunk_delay),
+                host=a.host, port=a.port, print=None, access_log=None)
+    return 0

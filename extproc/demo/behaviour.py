@@ -1,0 +1,62 @@
+"""What every demo LLM upstream answers, whatever protocol it speaks: deterministic and
+input-dependent, so a test can tell which upstream answered and that the input arrived intact.
+
+- the reply is "<prefix> echo: <text of the last user message>";
+- with tools, a last user message containing "weather" gets a call to the first tool with
+  arguments {"city": <last word of the message, punctuation stripped>};
+- a last message carrying a tool result gets "<prefix> tool said: <result content>";
+- usage: input tokens = words in system prompt + all message texts, output tokens = words in
+  the reply (for a tool call: words in its arguments JSON);
+- streams send one text event per word (and tool arguments in two fragments).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from adapters.internal import (
+    ChatRequest, ChatResponse, StreamEnd, StreamEvent, StreamFinish, StreamStart, TextDelta, ToolCall,
+    ToolCallDelta, ToolCallStart, Usage, UsageUpdate, message_text,
+)
+
+_PUNCT = ".,!?;:\"'()[]{}"
+
+
+def last_user_text(req: ChatRequest) -> str:
+    return next((message_text(m) for m in reversed(req.messages) if m.role == "user"), "")
+
+
+def demo_reply(req: ChatRequest, prefix: str, *, response_id: str = "demo-0") -> ChatResponse:
+    """The deterministic answer every demo upstream gives to `req`."""
+    words_in = len(req.system.split()) if req.system else 0
+    for m in req.messages:
+        words_in += len(message_text(m).split())
+    last = req.messages[-1]
+    if last.role == "tool":
+        text = f"{prefix} tool said: {message_text(last)}"
+    else:
+        user_text = last_user_text(req)
+        if last.role == "user" and req.tools and "weather" in user_text.lower():
+            words = user_text.split()
+            city = words[-1].strip(_PUNCT) if words else ""
+            args = orjson.dumps({"city": city}).decode()
+            call = ToolCall("call_0", req.tools[0].name, args)
+            return ChatResponse(response_id, req.model, "", (call,), "tool_calls", Usage(words_in, len(args.split())))
+        text = f"{prefix} echo: {user_text}"
+    return ChatResponse(response_id, req.model, text, (), "stop", Usage(words_in, len(text.split())))
+
+
+def demo_stream_events(resp: ChatResponse) -> list[StreamEvent]:
+    """The reply cut into stream events: one text delta per word, tool arguments in two parts."""
+    events: list[StreamEvent] = [UsageUpdate(resp.usage.input_tokens, 0), StreamStart(resp.id, resp.model)]
+    words = resp.content.split(" ") if resp.content else []
+    for i, w in enumerate(words):
+        events.append(TextDelta(w if i == len(words) - 1 else w + " "))
+    for n, tc in enumerate(resp.tool_calls):
+        events.append(ToolCallStart(n, tc.id, tc.name))
+        half = len(tc.arguments) // 2
+        events.append(ToolCallDelta(n, tc.arguments[:half]))
+        events.append(ToolCallDelta(n, tc.arguments[half:]))
+    events += [StreamFinish(resp.finish_reason), UsageUpdate(resp.usage.input_tokens, resp.usage.output_tokens),
+               StreamEnd()]
+    return events
