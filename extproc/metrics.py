@@ -42,3 +42,15 @@ def model_series(model: str, cluster: str) -> tuple:
 @lru_cache(maxsize=4096)
 def requests_series(model: str, cluster: str, status: int) -> Counter:
     return REQUESTS.labels(model, cluster, str(status))
+
+# Dynamic batching of image inference (extproc/batching.py).
+BATCH_SIZE = Histogram("modelyard_batch_size", "Images (tensor rows) per merged upstream call", ["model"],
+                       buckets=(1, 2, 4, 8, 12, 16, 24, 32))
+BATCH_MEMBERS = Histogram("modelyard_batch_members", "Requests merged into one upstream call", ["model"],
+                          buckets=(1, 2, 4, 8, 12, 16, 24, 32))
+BATCH_QUEUE_DELAY = Histogram("modelyard_batch_queue_delay_seconds",
+                              "Time a request waited in its batch before the merged call left", ["model"],
+                              buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+BATCH_FALLBACKS = Counter("modelyard_batch_fallbacks_total",
+                          "Batch members that fell back to their own upstream call (the leader failed)",
+                          ["model"])

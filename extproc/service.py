@@ -19,8 +19,12 @@ def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     from ratelimit import Limiter
     from ratelimit.rls import add_to_server
 
+    from extproc.batching import Batcher
+    from extproc.metering import MeteringStore
+    from extproc.metrics import IMAGE_BACKEND
     from extproc.routing import Scheduler
     from extproc.watermarks import WatermarkBoard
+    from kernels import select_backend
 
     try:
         limiter = Limiter.from_config(config.ratelimit)
@@ -28,7 +32,13 @@ def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     board = WatermarkBoard.from_config(config, scheduler.settings.watermarks.interval_s)
-    gateway = Gateway(config, scheduler=scheduler, limiter=limiter, watermarks=board)
+    metering = MeteringStore(config.extproc.metering_db) if config.extproc.metering_db else None
+    # Image preprocessing: CuPy when a device is present (or asked for), else NumPy.
+    backend = select_backend(config.extproc.image_backend)
+    IMAGE_BACKEND.labels(backend.name).set(1)
+    log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
+    gateway = Gateway(config, scheduler=scheduler, limiter=limiter, watermarks=board, image_backend=backend,
+                      batcher=Batcher(), metering=metering)
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
     return gateway, [lambda server: add_to_server(server, limiter)]
 

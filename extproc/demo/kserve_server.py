@@ -5,8 +5,8 @@ normalisation it was configured with (defaults = `TensorInput` defaults) to reco
 labels each image by its dominant colour: every pixel votes for the nearest palette colour and
 the `scores` output [N, len(labels)] FP32 holds the vote shares (they sum to 1). A red square
 comes back top-1 `red`. A simulated device cost (fixed_ms per call + per_image_ms per image,
-one call at a time like one GPU) and `GET /stats` ({"calls", "images"}) serve the batching
-benchmark.
+one call at a time like one GPU), `GET /stats` ({"calls", "images", "failures"}) and
+`POST /control` ({"fail_next", "fixed_ms", "per_image_ms"}, for tests) serve the batching benchmark.
 
     python -m extproc.demo.kserve_server --port 8201 --stats-port 8202 --fixed-ms 5 --per-image-ms 1
 """
@@ -230,8 +230,20 @@ async def start(
             body = {"calls": s.calls, "images": s.images, "failures": s.failures}
             return web.Response(body=orjson.dumps(body), content_type="application/json")
 
+        async def control(request: web.Request) -> web.Response:
+            # Tests and benchmarks steer the next calls: {"fail_next": N, "fixed_ms": F, "per_image_ms": P}.
+            try:
+                doc = orjson.loads(await request.read())
+                for name in ("fail_next", "fixed_ms", "per_image_ms"):
+                    if name in doc:
+                        setattr(servicer, name, type(getattr(servicer, name))(doc[name]))
+            except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+                return web.Response(status=400, text="expected a JSON object of fail_next/fixed_ms/per_image_ms")
+            return await stats(request)
+
         app = web.Application()
         app.router.add_get("/stats", stats)
+        app.router.add_post("/control", control)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, stats_port)
