@@ -229,3 +229,241 @@ async def test_merge_batch_is_one_kernel_call_in_member_order() -> None:
     assert backend.calls == 1 and merged.shape == (4, 3, 4, 4)
     want = np.concatenate([preprocess([red, blue], spec), ready, preprocess([blue], spec)])
     np.testing.assert_allclose(merged, want, atol=1e-6)
+
+
+# ---------------------------------------------------------------- sessions (flows) without Envoy
+
+from pathlib import Path  # noqa: E402
+
+import orjson  # noqa: E402
+import yaml  # noqa: E402
+
+from adapters import kserve  # noqa: E402
+from extproc.config import parse_config  # noqa: E402
+from extproc.demo.kserve_server import ColourModel, read_input  # noqa: E402
+from extproc.gateway import Gateway  # noqa: E402
+from extproc.session import Session  # noqa: E402
+from kernels import select_backend  # noqa: E402
+from tests.core.test_session import body_msg, headers_msg  # noqa: E402
+from tests.stack_config import without_watermarks  # noqa: E402
+from tests.vision.formgen import build_form  # noqa: E402
+from tests.vision.imagegen import encode  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+RGB = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "yellow": (255, 255, 0)}
+
+
+@pytest.fixture
+def vision_gateway() -> Gateway:
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    return Gateway(parse_config(data), batcher=Batcher(), image_backend=select_backend("cpu"))
+
+
+async def _classify_session(gw: Gateway, colours: list[str]) -> tuple[Session, asyncio.Task]:
+    body, ctype = build_form([("model", "demo-colors", None, None),
+                              *[("image", encode(RGB[c], (9, 9)), f"{c}.png", None) for c in colours]])
+    s = Session(gw)
+    await s.handle(headers_msg({":method": "POST", ":path": "/v1/images/classify", "content-type": ctype,
+                                "authorization": "Bearer sk-modelyard-demo"}))
+    return s, asyncio.create_task(s.handle(body_msg(body)))
+
+
+def _grpc_reply(upstream_body: bytes) -> tuple[bytes, int]:
+    req = pb.ModelInferRequest.FromString(kserve.unframe(upstream_body))
+    x = read_input(req)
+    resp = pb.ModelInferResponse(model_name=req.model_name, id=req.id)
+    resp.outputs.add(name="scores", datatype="FP32", shape=[x.shape[0], 8])
+    resp.raw_output_contents.append(ColourModel().scores(x).astype("<f4").tobytes())
+    return kserve.frame(resp.SerializeToString()), x.shape[0]
+
+
+def _top1(body: bytes) -> list[str]:
+    return [row["labels"][0]["label"] for row in orjson.loads(body)["results"]]
+
+
+async def _leader_and_member(gw: Gateway, a: list[str], b: list[str]):
+    sa, ta = await _classify_session(gw, a)
+    sb, tb = await _classify_session(gw, b)
+    done, _ = await asyncio.wait({ta, tb}, return_when=asyncio.FIRST_COMPLETED, timeout=5)
+    assert len(done) == 1, "exactly one stream (the leader) leaves its request-body step"
+    if ta in done:
+        return (sa, ta, a), (sb, tb, b)
+    return (sb, tb, b), (sa, ta, a)
+
+
+async def test_leader_body_and_member_immediate(vision_gateway: Gateway) -> None:
+    (ls, lt, lwant), (ms, mt, mwant) = await _leader_and_member(vision_gateway, ["red"], ["green", "blue"])
+    up = lt.result().request_body.response
+    reply, rows = _grpc_reply(up.body_mutation.body)
+    assert rows == 3  # both requests in one merged call
+    await ls.handle(headers_msg({":status": "200", "content-type": "application/grpc"}, response=True))
+    rb = await ls.handle(body_msg(reply, response=True))
+    assert _top1(rb.response_body.response.body_mutation.body) == lwant
+    m = await asyncio.wait_for(mt, 5)
+    assert m.immediate_response.status.code == 200
+    assert _top1(m.immediate_response.body) == mwant
+
+
+async def test_leader_grpc_error_sends_member_on_its_own(vision_gateway: Gateway) -> None:
+    (ls, lt, _), (ms, mt, mwant) = await _leader_and_member(vision_gateway, ["red", "red"], ["yellow"])
+    r = await ls.handle(headers_msg({":status": "200", "grpc-status": "14", "grpc-message": "down"}, response=True))
+    assert r.immediate_response.status.code == 503
+    own = (await asyncio.wait_for(mt, 5)).request_body.response
+    reply, rows = _grpc_reply(own.body_mutation.body)
+    assert rows == 1  # its own images only
+    await ms.handle(headers_msg({":status": "200", "content-type": "application/grpc"}, response=True))
+    rb = await ms.handle(body_msg(reply, response=True))
+    assert _top1(rb.response_body.response.body_mutation.body) == mwant
+
+
+async def test_leader_stream_closing_sends_member_on_its_own(vision_gateway: Gateway) -> None:
+    (ls, lt, _), (ms, mt, _) = await _leader_and_member(vision_gateway, ["red"], ["blue"])
+    ls.close()  # Envoy ended the leader's stream before any reply
+    own = (await asyncio.wait_for(mt, 5)).request_body.response
+    assert _grpc_reply(own.body_mutation.body)[1] == 1
+
+
+async def test_empty_reply_is_502_and_members_fall_back(vision_gateway: Gateway) -> None:
+    (ls, lt, _), (ms, mt, _) = await _leader_and_member(vision_gateway, ["red"], ["blue"])
+    await ls.handle(headers_msg({":status": "200", "content-type": "application/grpc"}, response=True))
+    rb = await ls.handle(body_msg(b"", response=True))
+    hs = {h.header.key: h.header.raw_value.decode() for h in rb.response_body.response.header_mutation.set_headers}
+    assert hs[":status"] == "502" and b"without a reply" in rb.response_body.response.body_mutation.body
+    assert (await asyncio.wait_for(mt, 5)).WhichOneof("response") == "request_body"
+
+
+# ---------------------------------------------------------------- invariants under random operations
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_OPS = st.lists(st.one_of(st.tuples(st.just("join"), st.integers(1, 6)),
+                          st.tuples(st.just("leave"), st.integers(0, 40)),
+                          st.tuples(st.just("complete"), st.just(0)), st.tuples(st.just("fail"), st.just(0))),
+                max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS)
+def test_every_member_gets_exactly_its_rows(ops) -> None:
+    async def run() -> None:
+        b, flushed, _ = _batcher()
+        pol = BatchPolicy(max_delay_s=60, min_size=4, max_size=8, max_inflight=8)
+        members = []
+        for op, arg in ops:
+            if op == "join":
+                m = b.join(KEY, pol, len(members), arg)
+                if m is not None:
+                    members.append(m)
+            elif op == "leave" and members:
+                b.leave(members[arg % len(members)])
+            else:
+                live = [x for x in flushed if x.state == "dispatched"]
+                if live:
+                    (b.complete(live[0], "reply") if op == "complete" else b.fail(live[0], "no"))
+        for batch in flushed:
+            assert batch.rows <= pol.max_size
+            start = 0
+            for m in batch.members:
+                assert m.start == start and m.batch is batch
+                start += m.rows
+            assert start == batch.rows
+        await b.close()
+        for m in members:
+            if m.gone:
+                continue
+            assert m.future.done() and not m.future.cancelled()
+            out = m.future.result()
+            assert out.role in ("leader", "result", "fallback")
+            if out.role == "result":
+                assert out.start == m.start and m is not m.batch.leader
+    asyncio.run(run())
+
+
+# ---------------------------------------------------------------- the vision flows never fail on input
+
+import logging  # noqa: E402
+
+from hypothesis import HealthCheck  # noqa: E402
+
+_IMAGES = st.one_of(st.binary(max_size=64), st.sampled_from([encode(), encode(fmt="JPEG"), encode(fmt="WEBP")]),
+                    st.sampled_from([encode()[:60], encode(fmt="JPEG")[:300]]))
+_FIELDS = st.lists(st.one_of(
+    st.tuples(st.just("model"), st.sampled_from(["demo-colors", "demo-gpt", "nope", ""]), st.none(), st.none()),
+    st.tuples(st.just("image"), _IMAGES, st.sampled_from(["a.png", None]), st.none()),
+    st.tuples(st.just("top_k"), st.sampled_from(["1", "3", "0", "x", "99999"]), st.none(), st.none()),
+), max_size=5)
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats() | st.text(max_size=8),
+                     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                     max_leaves=16)
+_TENSORS = st.fixed_dictionaries({
+    "name": st.sampled_from(["input", "x", 3]), "datatype": st.sampled_from(["FP32", "FP16", "INT8", "BYTES", "Q"]),
+    "shape": st.one_of(st.just([1, 3, 32, 32]), st.lists(st.integers(-1, 4), max_size=4), _JSON),
+    "data": st.one_of(st.builds(lambda: [0.5] * 3072), st.lists(st.floats(), max_size=4), _JSON)})
+_V2 = st.one_of(st.binary(max_size=100), _JSON.map(orjson.dumps),
+                st.fixed_dictionaries({"inputs": st.lists(_TENSORS, max_size=2)},
+                                      optional={"parameters": _JSON, "outputs": _JSON, "id": _JSON}).map(orjson.dumps))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_vision_flows_never_fail_on_input(vision_gateway: Gateway, caplog, data) -> None:
+    if data.draw(st.booleans()):
+        path = "/v2/models/demo-colors/infer"
+        body, ctype = data.draw(_V2), "application/json"
+    else:
+        path = "/v1/images/classify"
+        body, ctype = build_form(data.draw(_FIELDS), boundary="fuzzb")
+        ctype = data.draw(st.sampled_from([ctype, "multipart/form-data", "text/plain",
+                                           "multipart/form-data; boundary=zz"]))
+
+    async def run():
+        s = Session(vision_gateway)
+        await s.handle(headers_msg({":method": "POST", ":path": path, "content-type": ctype,
+                                    "authorization": "Bearer sk-modelyard-demo"}))
+        r = await asyncio.wait_for(s.handle(body_msg(body)), 5)
+        s.close()
+        return r
+
+    with caplog.at_level(logging.ERROR, logger="modelyard"):
+        r = asyncio.run(run())
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
+    kind = r.WhichOneof("response")
+    if kind == "immediate_response":
+        assert 400 <= r.immediate_response.status.code < 500, r.immediate_response.body[:300]
+    else:
+        assert kind == "request_body"
+
+
+def _rest_gateway() -> Gateway:
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    colors = next(m for m in data["models"] if m["name"] == "demo-colors")
+    colors["deployments"] = [{"cluster": "rest-colors", "protocol": "kserve-rest", "upstream_model": "colors-v7",
+                              "endpoints": ["127.0.0.1:9"]}]
+    return Gateway(parse_config(data), batcher=Batcher(), image_backend=select_backend("cpu"))
+
+
+async def test_v2_to_a_rest_upstream_passes_the_body_through() -> None:
+    s = Session(_rest_gateway())
+    await s.handle(headers_msg({":method": "POST", ":path": "/v2/models/demo-colors/versions/2/infer",
+                                "content-type": "application/json", "authorization": "Bearer sk-modelyard-demo"}))
+    body = orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32],
+                                     "data": [0.0] * 3072}]})
+    r = (await s.handle(body_msg(body))).request_body.response
+    hs = {h.header.key: h.header.raw_value.decode() for h in r.header_mutation.set_headers}
+    assert hs[":path"] == "/v2/models/colors-v7/versions/2/infer" and hs["x-modelyard-cluster"] == "rest-colors"
+    assert hs["content-type"] == "application/json" and "te" not in hs
+    assert "authorization" in r.header_mutation.remove_headers and r.body_mutation.body == body
+    # A REST upstream's own error: its message, a 4xx kept, in KServe's shape.
+    h = await s.handle(headers_msg({":status": "400", "content-type": "application/json"}, response=True))
+    assert {x.header.key: x.header.raw_value.decode()
+            for x in h.response_headers.response.header_mutation.set_headers}[":status"] == "400"
+    b = await s.handle(body_msg(b'{"error": "bad tensor"}', response=True))
+    assert orjson.loads(b.response_body.response.body_mutation.body) == {"error": "upstream error: bad tensor"}
+
+
+async def test_classify_needs_a_grpc_upstream() -> None:
+    s, task = await _classify_session(_rest_gateway(), ["red"])
+    r = await asyncio.wait_for(task, 5)
+    assert r.immediate_response.status.code == 502
+    assert b"kserve-grpc" in r.immediate_response.body

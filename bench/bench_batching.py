@@ -1,0 +1,195 @@
+"""Dynamic batching: images/s and latency at 16 concurrent callers, batching on vs off, in one run.
+
+One stack (Envoy + extproc) in front of the demo KServe server with a GPU-like cost (a fixed cost
+per call plus a small cost per image, one call at a time). Two models point at it: one batches,
+one does not. Each case runs for `--seconds` after a short warm-up; callers send one distinct
+colour square each (PNG) and every answer is checked for its own label.
+
+    .venv/bin/python bench/bench_batching.py [--callers 16] [--seconds 6] [--fixed-ms 20] [--per-image-ms 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.stack_config import free_port  # noqa: E402
+from tests.vision.formgen import build_form  # noqa: E402
+from tests.vision.imagegen import encode  # noqa: E402
+
+KEY = "sk-modelyard-demo"
+LABELS = ["red", "green", "blue", "white", "black", "yellow", "cyan", "magenta"]
+COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "white": (255, 255, 255),
+           "black": (0, 0, 0), "yellow": (255, 255, 0), "cyan": (0, 255, 255), "magenta": (255, 0, 255)}
+_DEMO_TENANT = {"name": "demo", "tier": "L1", "allowed_models": ["*"],
+                "api_keys": ["sha256:c898d9f492d2577070136e9b8f2852e4f208ee9f1f4a5dff1385dcea7966f81e"]}
+
+
+def vision_config(demo_port: int, models: dict[str, dict[str, Any] | None], dead: frozenset[str] = frozenset()
+                  ) -> dict[str, Any]:
+    """Image models (name -> batching section, None = batching off) on one demo server; models in
+    `dead` point at a port nobody listens on."""
+    out = []
+    for i, (name, batching) in enumerate(models.items()):
+        port = free_port() if name in dead else demo_port
+        out.append({
+            "name": name, "task_types": ["image-classification", "infer"],
+            "capabilities": {"vision": True, "streaming": False}, "latency_ms": 20,
+            "vision": {"input": {"name": "input", "width": 32, "height": 32, "datatype": "FP32"},
+                       "output": "scores", "labels": LABELS, "max_images": 32},
+            "batching": batching if batching is not None else {"enabled": False},
+            "deployments": [{"cluster": f"kserve-{i}", "protocol": "kserve-grpc", "upstream_model": "demo-colors",
+                             "endpoints": [f"127.0.0.1:{port}"]}],
+        })
+    return {"listener": {"address": "127.0.0.1", "port": free_port()},
+            "extproc": {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}",
+                        "image_backend": "auto"},
+            "models": out, "tenants": [_DEMO_TENANT]}
+
+
+@contextlib.contextmanager
+def vision_stack(workdir: Path, models: dict[str, dict[str, Any] | None], demo_args: list[str] = (),
+                 dead: frozenset[str] = frozenset()) -> Iterator[Any]:
+    """Envoy + extproc + one demo KServe server (its own process, /stats and /control on `stack.demo_stats`)."""
+    from extproc.launcher import Child
+    from tests.stack_config import start_stack
+
+    port, stats = free_port(), free_port()
+    stack = start_stack(workdir, vision_config(port, models, dead), demos=False)
+    argv = [sys.executable, "-m", "extproc.demo.kserve_server", "--port", str(port), "--stats-port", str(stats),
+            *demo_args]
+    stack.children.insert(0, Child("kserve-demo", argv, ("http", f"http://127.0.0.1:{stats}/stats")))
+    stack.demo_stats = f"http://127.0.0.1:{stats}"
+    with stack:
+        yield stack
+
+
+def classify_form(model: str, colours: list[str], fmt: str = "PNG",
+                  size: tuple[int, int] = (32, 32)) -> tuple[bytes, str]:
+    files = [("image", encode(COLOURS[c], size, fmt), f"{c}.{fmt.lower()}", None) for c in colours]
+    return build_form([("model", model, None, None), *files])
+
+
+def demo_stats(stack: Any) -> dict[str, int]:
+    return httpx.get(f"{stack.demo_stats}/stats", timeout=5).json()
+
+
+async def _caller(client: httpx.AsyncClient, url: str, model: str, colour: str, until: float,
+                  lat: list[float], errors: list[str]) -> None:
+    body, ctype = classify_form(model, [colour])
+    headers = {"authorization": f"Bearer {KEY}", "content-type": ctype}
+    while time.perf_counter() < until:
+        t0 = time.perf_counter()
+        r = await client.post(f"{url}/v1/images/classify", content=body, headers=headers)
+        dt = time.perf_counter() - t0
+        if r.status_code != 200:
+            errors.append(f"{r.status_code} {r.text[:100]}")
+            continue
+        got = r.json()["results"][0]["labels"][0]["label"]
+        if got != colour:
+            errors.append(f"{colour} came back as {got}")
+        lat.append(dt)
+
+
+async def run_case(url: str, model: str, callers: int, seconds: float, stats_url: str,
+                   warmup: float = 1.0) -> dict[str, Any]:
+    colours = [LABELS[i % len(LABELS)] for i in range(callers)]
+    limits = httpx.Limits(max_connections=callers, max_keepalive_connections=callers)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        sink: list[float] = []
+        await asyncio.gather(*(_caller(client, url, model, c, time.perf_counter() + warmup, sink, [])
+                               for c in colours))
+        lat: list[float] = []
+        errors: list[str] = []
+        before = (await client.get(f"{stats_url}/stats")).json()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(_caller(client, url, model, c, t0 + seconds, lat, errors) for c in colours))
+        wall = time.perf_counter() - t0
+        after = (await client.get(f"{stats_url}/stats")).json()
+    lat.sort()
+    q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else [lat[0]] * 99
+    return {"requests": len(lat), "errors": errors, "images_per_s": len(lat) / wall,
+            "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000,
+            "upstream_calls": after["calls"] - before["calls"], "upstream_images": after["images"] - before["images"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--callers", type=int, default=16)
+    p.add_argument("--seconds", type=float, default=6.0)
+    p.add_argument("--fixed-ms", type=float, default=20.0)
+    p.add_argument("--per-image-ms", type=float, default=1.0)
+    p.add_argument("--max-delay-ms", type=float, default=5.0)
+    p.add_argument("--min-size", type=int, default=4)
+    p.add_argument("--max-size", type=int, default=16)
+    a = p.parse_args(argv)
+    batching = {"enabled": True, "max_delay_ms": a.max_delay_ms, "min_size": a.min_size, "max_size": a.max_size}
+    models = {"colors-batched": batching, "colors-single": None}
+    demo = ["--fixed-ms", str(a.fixed_ms), "--per-image-ms", str(a.per_image_ms), "--max-concurrency", "1"]
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-batching-") as tmp, vision_stack(Path(tmp), models, demo) as stack:
+        for case, model in (("off", "colors-single"), ("on", "colors-batched")):
+            results[case] = asyncio.run(run_case(stack.url, model, a.callers, a.seconds, stack.demo_stats))
+        # One caller: what the batching window costs a request when nobody else is there.
+        for case, model in (("off-1", "colors-single"), ("on-1", "colors-batched")):
+            results[case] = asyncio.run(run_case(stack.url, model, 1, a.seconds / 3, stack.demo_stats, 0.3))
+    on, off = results["on"], results["off"]
+    batch_compute_ms = a.fixed_ms + a.per_image_ms * a.max_size
+    print(f"demo model: {a.fixed_ms:g} ms per call + {a.per_image_ms:g} ms per image, one call at a time; "
+          f"{a.callers} callers, {a.seconds:g} s per case; batching max_delay {a.max_delay_ms:g} ms, "
+          f"size {a.min_size}..{a.max_size}")
+    print(f"{'case':<6}{'requests':>10}{'images/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'calls':>8}{'img/call':>9}"
+          f"{'errors':>8}")
+    for case in ("off", "on", "off-1", "on-1"):
+        r = results[case]
+        per_call = r["upstream_images"] / max(1, r["upstream_calls"])
+        print(f"{case:<6}{r['requests']:>10}{r['images_per_s']:>10.1f}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+              f"{r['upstream_calls']:>8}{per_call:>9.2f}{len(r['errors']):>8}")
+        for e in r["errors"][:3]:
+            print(f"   error: {e}")
+    ratio = on["images_per_s"] / off["images_per_s"] if off["images_per_s"] else 0.0
+    bound = a.max_delay_ms + batch_compute_ms
+    print(f"throughput on/off: {ratio:.2f}x (goal >= 3x)")
+    print(f"p99 on - p99 off: {on['p99_ms'] - off['p99_ms']:+.1f} ms (goal: batching adds at most max_delay + "
+          f"one batch's compute = {bound:g} ms)")
+    one_on, one_off = results["on-1"], results["off-1"]
+    print(f"one caller: p50 on - off {one_on['p50_ms'] - one_off['p50_ms']:+.1f} ms (the {a.max_delay_ms:g} ms "
+          f"window), p99 on - off {one_on['p99_ms'] - one_off['p99_ms']:+.1f} ms")
+    rows = []
+    for case in ("off", "on"):
+        r = results[case]
+        extra = {"baseline": off["images_per_s"], "ratio": round(ratio, 3)} if case == "on" else {}
+        rows += [
+            {"bench": "batching", "case": f"classify-16c-{case}", "metric": "images_per_s",
+             "value": round(r["images_per_s"], 1), "unit": "images/s", **extra},
+            {"bench": "batching", "case": f"classify-16c-{case}", "metric": "p50_latency",
+             "value": round(r["p50_ms"], 1), "unit": "ms"},
+            {"bench": "batching", "case": f"classify-16c-{case}", "metric": "p99_latency",
+             "value": round(r["p99_ms"], 1), "unit": "ms"},
+            {"bench": "batching", "case": f"classify-16c-{case}", "metric": "upstream_calls",
+             "value": r["upstream_calls"], "unit": "calls"},
+        ]
+    for case in ("off-1", "on-1"):
+        r = results[case]
+        rows += [{"bench": "batching", "case": f"classify-1c-{case[:-2]}", "metric": m, "value": round(r[k], 1),
+                  "unit": "ms"} for m, k in (("p50_latency", "p50_ms"), ("p99_latency", "p99_ms"))]
+    print("SUMMARY " + json.dumps(rows))
+    return 0 if not any(r["errors"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

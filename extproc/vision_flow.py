@@ -1,0 +1,387 @@
+"""Vision requests: KServe v2 REST infer and multipart image classification (docs/vision.md).
+
+Both flows parse and validate in the client's shape, route and admit, then either send their own
+`ModelInfer` call upstream through Envoy or join a batch (`extproc/batching.py`, docs/batching.md):
+the batch's leader carries the merged tensor upstream, the other members wait inside their
+request-body step and answer with an immediate response cut from the leader's reply.
+
+gRPC replies: errors usually come trailers-only (grpc-status in the response headers, no body),
+answered at once with an immediate response; a success has its message in the body and
+grpc-status 0 in the trailers. The body is buffered, so the JSON is rendered from the whole reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from adapters import kserve
+from adapters.errors import AdapterError, default_type
+from adapters.images import decode_images
+from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
+from extproc import extproc_messages as msg
+from extproc.batching import Batch, BatchKey, BatchPolicy, Member, merge_rows, slice_response
+from extproc.chat_flow import CLIENT_AUTH_HEADERS, upstream_error_status
+from extproc.choice import Choice
+from extproc.errors import GatewayError, render_error_body
+from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TASK_ID_HEADER, TENANT_HEADER
+from extproc.routing import RouteRequest
+from extproc.session import RequestContext
+from kernels import PreprocessError, PreprocessSpec
+
+log = logging.getLogger("modelyard.vision")
+
+# A member waits for its batch's reply at most this long, then makes its own call: under Envoy's
+# 10 s ext_proc message timeout, so a slow leader never turns into an ext_proc timeout.
+MEMBER_WAIT_S = 8.0
+_STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
+_STRIP_RESPONSE = ["content-length", "grpc-status", "grpc-message", "grpc-encoding", "grpc-accept-encoding",
+                   "grpc-status-details-bin"]
+_JSON = ("content-type", "application/json")
+
+
+@dataclass(slots=True)
+class Job:
+    """What one request adds to a merged call: decoded images (classify) or a ready tensor (v2)."""
+
+    rows: int
+    images: list[np.ndarray] | None = None
+    tensor: np.ndarray | None = None
+
+
+def _spec(ti: Any) -> PreprocessSpec:
+    return PreprocessSpec.from_tensor_input(ti)  # a few microseconds; a frozen value, equal per config
+
+
+def _adapter_error(e: AdapterError | PreprocessError) -> GatewayError:
+    return GatewayError(e.status, e.message, getattr(e, "type", None) or default_type(e.status))
+
+
+def merge_batch(batch: Batch, backend: Any, spec: PreprocessSpec) -> np.ndarray:
+    """The merged tensor in member order; every member's images go through ONE kernel call."""
+    images = [im for m in batch.members if m.payload.images is not None for im in m.payload.images]
+    pre = backend.preprocess(images, spec) if images else None
+    segments, k = [], 0
+    for m in batch.members:
+        job: Job = m.payload
+        if job.images is not None:
+            segments.append(pre[k:k + len(job.images)])  # type: ignore[index]
+            k += len(job.images)
+        else:
+            segments.append(job.tensor)
+    return merge_rows(segments)
+
+
+class _VisionFlow:
+    task_type = "infer"
+
+    def __init__(self, gw: Any, ctx: RequestContext):
+        self.gw = gw
+        self.ctx = ctx
+        self.model: Any = None
+        self.choice: Choice | None = None
+        self.upstream_model = ""
+        self.grpc = True
+        self.role = "single"  # single | leader | member (answered from the leader's reply)
+        self.member: Member | None = None
+        self.batch: Batch | None = None
+        self.job: Job | None = None
+        self.request_id = ""
+        self.error_status = 0  # an HTTP error status seen in the response headers
+        self.upstream_status = 0
+        self.finished = False
+
+    # -- hooks the two flows fill in ---------------------------------------------------------
+    def _render_ok(self, resp: Any) -> bytes:
+        raise NotImplementedError
+
+    async def _single_body(self) -> bytes:
+        """This request's own gRPC-framed ModelInfer body (no batch)."""
+        raise NotImplementedError
+
+    # -- routing and sending -----------------------------------------------------------------
+    async def _route(self, name: str) -> Choice:
+        ctx = self.ctx
+        self.choice = choice = self.gw.choose(ctx, RouteRequest(
+            model=name, tenant=ctx.tenant, task_type=self.task_type, needs_vision=True, task_id=ctx.task_id))
+        await self.gw.admit(ctx, choice, 0)
+        ctx.response_headers += choice.response_headers()
+        dep = choice.deployment
+        self.upstream_model = dep.upstream_model or choice.model.name
+        self.grpc = dep.protocol == "kserve-grpc"
+        return choice
+
+    def _send(self, body: bytes, path: str = kserve.GRPC_INFER_PATH,
+              content_type: str = kserve.GRPC_CONTENT_TYPE) -> msg.ProcessingResponse:
+        assert self.choice is not None
+        dep = self.choice.deployment
+        ctx = self.ctx
+        headers = [(":path", path), ("content-type", content_type), ("content-length", str(len(body))),
+                   (CLUSTER_HEADER, self.gw.envoy_cluster.get(dep.cluster, dep.cluster)),
+                   (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else "")]
+        if self.grpc:
+            headers += [("te", "trailers"), ("grpc-timeout", f"{dep.timeout_ms}m")]
+        return msg.request_body(headers, _STRIP_UPSTREAM, body=body, clear_route_cache=True)
+
+    def _policy(self) -> BatchPolicy | None:
+        cfg = self.model.batching if self.model is not None else None
+        if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None:
+            return None
+        return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))  # type: ignore[union-attr]
+
+    async def _dispatch(self, job: Job) -> msg.ProcessingResponse:
+        """Join a batch when the model batches, else (or on fallback) send this request alone."""
+        self.job = job
+        policy = self._policy()
+        member = None
+        if policy is not None and self.choice is not None:
+            ti = self.model.vision.input
+            key = BatchKey(self.model.name, self.choice.deployment.cluster, (3, ti.height, ti.width), ti.datatype)
+            member = self.gw.batcher.join(key, policy, job, job.rows)
+        if member is None:
+            return self._send(await self._single_body())
+        self.member = member
+        outcome = await self.gw.batcher.wait(member, MEMBER_WAIT_S)
+        if outcome.role == "leader":
+            return await self._lead(outcome.batch)
+        if outcome.role == "result":
+            answer = self._answer_member(outcome.batch, outcome.response, outcome.start)
+            if answer is not None:
+                return answer
+        else:
+            log.info("task %s: batch fallback (%s)", self.ctx.task_id, outcome.reason)
+        self.role = "single"
+        return self._send(await self._single_body())
+
+    async def _lead(self, batch: Batch) -> msg.ProcessingResponse:
+        self.role, self.batch = "leader", batch
+        v = self.model.vision
+        try:
+            tensor = await asyncio.to_thread(merge_batch, batch, self._backend(), _spec(v.input))
+            req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
+                                                request_id=self.ctx.task_id)
+        except BaseException:
+            self.gw.batcher.fail(batch, "the leader could not build the merged tensor")
+            raise
+        return self._send(kserve.encode_infer_request(req))
+
+    def _answer_member(self, batch: Batch, response: Any, start: int) -> msg.ProcessingResponse | None:
+        """This member's slice of the leader's reply as an immediate response (None: fall back)."""
+        assert self.job is not None
+        try:
+            part = slice_response(response, start, self.job.rows, total=batch.rows, request_id=self.request_id)
+            body = self._render_ok(part)
+        except (AdapterError, ValueError) as e:
+            log.warning("task %s: batched reply unusable for this member (%s); own call", self.ctx.task_id, e)
+            return None
+        self.role = "member"
+        self._finish(200)
+        return msg.immediate(200, body, [_JSON, *self.ctx.task_headers()])
+
+    def _backend(self) -> Any:
+        if self.gw.image_backend is None:
+            from kernels import select_backend
+
+            self.gw.image_backend = select_backend(self.gw.config.extproc.image_backend)
+        return self.gw.image_backend
+
+    # -- response ----------------------------------------------------------------------------
+    def _error_body(self, status: int, message: str) -> bytes:
+        return render_error_body(self.ctx.protocol, status, message, default_type(status))
+
+    def _fail_batch(self, reason: str) -> None:
+        if self.role == "leader" and self.batch is not None:
+            self.gw.batcher.fail(self.batch, reason)
+
+    def _immediate_error(self, status: int, message: str) -> msg.ProcessingResponse:
+        self._fail_batch(message)
+        self._finish(status)
+        return msg.immediate(status, self._error_body(status, message), [_JSON, *self.ctx.task_headers()],
+                             details="modelyard_upstream_error")
+
+    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
+        self.upstream_status = status
+        gs = kserve.grpc_status_from_headers(headers) if self.grpc else None
+        if gs is not None:  # trailers-only: no body follows
+            if gs.code != 0:
+                return self._immediate_error(gs.http_status, gs.message or f"upstream gRPC status {gs.code}")
+            return self._immediate_error(502, "upstream ended without a reply")
+        set_h = self.ctx.task_headers()
+        if status != 200:
+            self.error_status = upstream_error_status(status) if status >= 400 else 502
+            self._fail_batch(f"upstream answered HTTP {status}")
+            set_h += [(":status", str(self.error_status)), _JSON]
+            return msg.response_headers(set_h, _STRIP_RESPONSE)
+        if not self.grpc:
+            return msg.response_headers(set_h)  # kserve-rest: the JSON passes through
+        return msg.response_headers([*set_h, _JSON], _STRIP_RESPONSE)
+
+    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
+        if self.error_status:
+            message = f"upstream error: {_error_text(chunk, self.upstream_status)}"
+            return self._body_reply(self.error_status, self._error_body(self.error_status, message))
+        if not self.grpc:
+            self._finish(200)
+            return msg.response_body()
+        if not chunk:
+            self._fail_batch("empty reply")
+            return self._body_reply(502, self._error_body(502, "upstream ended without a reply"))
+        try:
+            resp = kserve.parse_grpc_response(chunk)
+            if self.role == "leader" and self.batch is not None and self.member is not None and self.job:
+                # Check (and cut) the leader's own rows first: a reply of the wrong shape fails the batch.
+                own = slice_response(resp, self.member.start, self.job.rows, total=self.batch.rows,
+                                     request_id=self.request_id)
+                self.gw.batcher.complete(self.batch, resp)
+                resp = own
+            body = self._render_ok(resp)
+        except (AdapterError, ValueError) as e:
+            self._fail_batch(str(e))
+            text = getattr(e, "message", str(e))
+            return self._body_reply(502, self._error_body(502, f"upstream sent an unusable reply: {text}"))
+        return self._body_reply(200, body)
+
+    def _body_reply(self, status: int, body: bytes) -> msg.ProcessingResponse:
+        self._finish(status)
+        return msg.response_body([(":status", str(status)), ("content-length", str(len(body))), _JSON], body=body)
+
+    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
+        self._finish(self.error_status or 200)
+        return msg.response_trailers(remove=["grpc-status", "grpc-message", "grpc-status-details-bin"])
+
+    # -- accounting --------------------------------------------------------------------------
+    def _finish(self, status: int) -> None:
+        if self.finished or self.choice is None:
+            return
+        self.finished = True
+        self.gw.record_outcome(self.ctx, self.choice, status=status, latency_s=time.monotonic() - self.ctx.started,
+                               ttft_s=None, usage=None, reservation=self.choice.reservation)
+
+    def close(self) -> None:
+        if self.member is not None and self.role != "member":
+            # Still waiting (dropped from its batch) or the leader (its members fall back).
+            self.gw.batcher.leave(self.member)
+        if not self.finished and self.choice is not None:
+            # No response headers came: Envoy answers upstream failures itself (they reach
+            # response_headers), so a stream ending here means the client went away.
+            self._finish(499)
+
+
+class KServeInferFlow(_VisionFlow):
+    """`POST /v2/models/{m}[/versions/{v}]/infer` (REST JSON) to a KServe gRPC or REST upstream."""
+
+    task_type = "infer"
+
+    def __init__(self, gw: Any, ctx: RequestContext):
+        super().__init__(gw, ctx)
+        self.request: Any = None
+        self.client_model = ""
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        ctx = self.ctx
+        try:
+            route = kserve.match_path(ctx.method, ctx.path)
+        except AdapterError as e:
+            raise _adapter_error(e) from None
+        name = route.model if route and route.model else (ctx.path_model or "")
+        version = (route.version if route else None) or ""
+        self.model = self.gw.model_for(ctx, name)
+        self.client_model = name
+        try:
+            req = await asyncio.to_thread(kserve.parse_infer_request, body, name, version)
+        except AdapterError as e:
+            raise _adapter_error(e) from None
+        choice = await self._route(name)
+        dep = choice.deployment
+        if dep.protocol == "kserve-rest":
+            return self._send(body, kserve.rest_infer_path(self.upstream_model, version or None), "application/json")
+        if not self.grpc:
+            raise GatewayError(502, f"deployment {dep.cluster} speaks {dep.protocol}, not KServe", "api_error")
+        req.model_name = self.upstream_model
+        self.request, self.request_id = req, req.id
+        job = self._batch_job(req)
+        if job is None:
+            return self._send(kserve.encode_infer_request(req))
+        return await self._dispatch(job)
+
+    def _batch_job(self, req: Any) -> Job | None:
+        """The request as one batchable tensor, or None when it must go alone (as sent)."""
+        v = self.model.vision
+        if v is None or self._policy() is None or len(req.inputs) != 1 or req.parameters:
+            return None
+        t = req.inputs[0]
+        ti = v.input
+        shape = list(t.shape)
+        if (t.name != ti.name or t.datatype != ti.datatype or t.parameters or len(shape) != 4
+                or shape[1:] != [3, ti.height, ti.width] or shape[0] < 1):
+            return None
+        if any(o.name != v.output or o.parameters for o in req.outputs) or len(req.outputs) > 1:
+            return None
+        tensor = np.frombuffer(req.raw_input_contents[0], dtype=kserve.DTYPES[t.datatype]).reshape(shape)
+        return Job(rows=shape[0], tensor=tensor)
+
+    async def _single_body(self) -> bytes:
+        return kserve.encode_infer_request(self.request)
+
+    def _render_ok(self, resp: Any) -> bytes:
+        resp.model_name = self.client_model
+        return kserve.render_infer_response(resp)
+
+
+class ClassifyFlow(_VisionFlow):
+    """`POST /v1/images/classify` (multipart: `model`, `image` x N, optional `top_k`)."""
+
+    task_type = "image-classification"
+
+    def __init__(self, gw: Any, ctx: RequestContext):
+        super().__init__(gw, ctx)
+        self.form: Any = None
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        ctx = self.ctx
+        limits = MultipartLimits(max_body_bytes=self.gw.config.extproc.max_body_bytes)
+        try:
+            self.form = form = read_classify_form(parse_multipart(body, ctx.headers.get("content-type"), limits))
+        except AdapterError as e:
+            raise _adapter_error(e) from None
+        self.model = model = self.gw.model_for(ctx, form.model)
+        v = model.vision
+        if v is None:
+            raise GatewayError(400, f"model `{form.model}` does not classify images", "invalid_request_error")
+        try:
+            images = await asyncio.to_thread(decode_images, form.images, v.max_images, v.max_image_pixels)
+        except AdapterError as e:
+            raise _adapter_error(e) from None
+        choice = await self._route(form.model)
+        if not self.grpc:
+            raise GatewayError(502, f"deployment {choice.deployment.cluster} speaks {choice.deployment.protocol}; "
+                                    "image classification needs kserve-grpc", "api_error")
+        return await self._dispatch(Job(rows=len(images), images=images))
+
+    async def _single_body(self) -> bytes:
+        v = self.model.vision
+        images = self.job.images if self.job is not None else None
+        try:
+            tensor = await asyncio.to_thread(self._backend().preprocess, images or [], _spec(v.input))
+        except PreprocessError as e:
+            raise _adapter_error(e) from None
+        req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
+                                            request_id=self.ctx.task_id)
+        return kserve.encode_infer_request(req)
+
+    def _render_ok(self, resp: Any) -> bytes:
+        v = self.model.vision
+        results = kserve.parse_classify_response(resp, v.labels, self.form.top_k or 5,
+                                                 expected=len(self.form.images), output=v.output)
+        return kserve.render_classify_response(self.form.model, results, [u.filename for u in self.form.images])
+
+
+def _error_text(body: bytes, status: int) -> str:
+    from adapters.errors import error_message
+
+    return error_message(body, status)

@@ -1,0 +1,167 @@
+"""Dynamic batching through a real Envoy: own labels per caller, leader-failure fallback, leaving members.
+
+One stack for the module: Envoy + extproc + the demo KServe server (own process, /stats and
+/control). Three models on it: `colors-batched` (short window), `colors-wide` (a 400 ms window
+and min_size 16, so every request fired together lands in one batch: deterministic), and
+`colors-single` (batching off).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+from bench.bench_batching import COLOURS, LABELS, classify_form, demo_stats, vision_stack
+from extproc.config import TensorInput
+from kernels import PreprocessSpec, preprocess
+from tests.conftest import DEMO_KEY
+
+pytestmark = pytest.mark.e2e
+
+AUTH = {"authorization": f"Bearer {DEMO_KEY}"}
+MODELS = {
+    "colors-batched": {"enabled": True, "max_delay_ms": 30, "min_size": 4, "max_size": 16},
+    "colors-wide": {"enabled": True, "max_delay_ms": 400, "min_size": 16, "max_size": 16},
+    "colors-single": None,
+    "colors-down": {"enabled": True, "max_delay_ms": 200, "min_size": 16, "max_size": 16},  # nobody listens
+}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    with vision_stack(tmp_path_factory.mktemp("batching"), MODELS, ["--fixed-ms", "10", "--per-image-ms", "1"],
+                      dead=frozenset({"colors-down"})) as s:
+        yield s
+
+
+def _classify(url: str, model: str, colours: list[str], timeout: float = 20, fmt: str = "PNG") -> httpx.Response:
+    body, ctype = classify_form(model, colours, fmt)
+    return httpx.post(f"{url}/v1/images/classify", content=body, headers={**AUTH, "content-type": ctype},
+                      timeout=timeout)
+
+
+def _infer(url: str, model: str, colours: list[str]) -> httpx.Response:
+    spec = PreprocessSpec.from_tensor_input(TensorInput(width=32, height=32))
+    x = preprocess([np.full((9, 7, 3), COLOURS[c], np.uint8) for c in colours], spec)
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+    return httpx.post(f"{url}/v2/models/{model}/infer", json=body, headers=AUTH, timeout=20)
+
+
+def _labels(r: httpx.Response) -> list[str]:
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    if "results" in doc:
+        return [row["labels"][0]["label"] for row in doc["results"]]
+    out = doc["outputs"][0]
+    return [LABELS[i] for i in np.array(out["data"]).reshape(out["shape"]).argmax(1)]
+
+
+def _together(calls: list) -> list:
+    """Run the calls at the same moment (a barrier), each on its own thread."""
+    gate = threading.Barrier(len(calls))
+
+    def run(call):
+        gate.wait()
+        try:
+            return call()
+        except httpx.HTTPError as e:
+            return e
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def _metric(stack, name: str, model: str) -> float:
+    text = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith(name) and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _wants(n: int) -> list[list[str]]:
+    """Distinct label sequences, 1 to 3 images each."""
+    return [[LABELS[(i + k * 3) % len(LABELS)] for k in range(1 + i % 3)] for i in range(n)]
+
+
+def test_concurrent_callers_get_their_own_labels(stack) -> None:
+    wants = _wants(10)
+    before = demo_stats(stack)
+    calls = [(lambda w=w, i=i: (_infer if i % 4 == 3 else _classify)(stack.url, "colors-batched", w))
+             for i, w in enumerate(wants)]
+    results = _together(calls)
+    assert [_labels(r) for r in results] == wants
+    after = demo_stats(stack)
+    assert after["images"] - before["images"] == sum(map(len, wants))
+    assert after["calls"] - before["calls"] < len(wants)  # merged calls
+    assert _metric(stack, "modelyard_batch_size_count", "colors-batched") >= 1
+
+
+def test_one_wide_batch_keeps_order_inside_each_request(stack) -> None:
+    wants = [["red", "green", "blue"], ["yellow"], ["magenta", "cyan"], ["white", "black", "red", "blue"],
+             ["green"]]
+    before = demo_stats(stack)
+    results = _together([lambda w=w: _classify(stack.url, "colors-wide", w, fmt="JPEG") for w in wants])
+    assert [_labels(r) for r in results] == wants
+    after = demo_stats(stack)
+    assert after["calls"] - before["calls"] == 1 and after["images"] - before["images"] == 11
+
+
+def test_leader_failure_falls_back_for_every_member(stack) -> None:
+    wants = _wants(6)
+    httpx.post(f"{stack.demo_stats}/control", json={"fail_next": 1}, timeout=5).raise_for_status()
+    before = demo_stats(stack)
+    fallbacks = _metric(stack, "modelyard_batch_fallbacks_total", "colors-wide")
+    results = _together([lambda w=w: _classify(stack.url, "colors-wide", w) for w in wants])
+    statuses = [r.status_code for r in results]
+    # The leader carried the merged call and gets its error; everyone else made their own call.
+    assert statuses.count(503) == 1, [r.text for r in results]
+    for r, w in zip(results, wants):
+        if r.status_code == 200:
+            assert _labels(r) == w
+    after = demo_stats(stack)
+    assert after["failures"] - before["failures"] == 1
+    assert after["calls"] - before["calls"] == len(wants) - 1
+    assert _metric(stack, "modelyard_batch_fallbacks_total", "colors-wide") - fallbacks == len(wants) - 1
+
+
+def test_cancelled_member_does_not_break_the_batch(stack) -> None:
+    wants = _wants(5)
+    before = demo_stats(stack)
+    calls = [lambda w=w: _classify(stack.url, "colors-wide", w) for w in wants[:4]]
+    calls.append(lambda: _classify(stack.url, "colors-wide", ["blue"] * 5, timeout=0.15))  # gives up mid-window
+    results = _together(calls)
+    assert isinstance(results[4], httpx.TimeoutException)
+    assert [_labels(r) for r in results[:4]] == wants[:4]
+    after = demo_stats(stack)
+    assert after["calls"] - before["calls"] == 1
+    # The member that left was dropped before the merged call: its 5 images never went upstream.
+    assert after["images"] - before["images"] == sum(map(len, wants[:4]))
+
+
+def test_batching_off_is_one_call_per_request(stack) -> None:
+    wants = _wants(6)
+    before = demo_stats(stack)
+    results = _together([lambda w=w: _classify(stack.url, "colors-single", w) for w in wants])
+    assert [_labels(r) for r in results] == wants
+    after = demo_stats(stack)
+    assert after["calls"] - before["calls"] == len(wants)
+    assert _metric(stack, "modelyard_batch_size_count", "colors-single") == 0
+
+
+def test_unreachable_upstream_answers_every_member(stack) -> None:
+    # Envoy answers the leader's call itself (connect failure, 503): 502 to the client, as for chat;
+    # members fall back and get the same answer from their own calls; nobody hangs, nobody sees a 500.
+    results = _together([lambda w=w: _classify(stack.url, "colors-down", w) for w in _wants(3)])
+    assert [r.status_code for r in results] == [502] * 3, [r.text for r in results]
+    assert all("upstream error" in r.json()["error"]["message"] for r in results)
+    assert _metric(stack, "modelyard_batch_fallbacks_total", "colors-down") == 2
+
+
+def test_service_still_serves_after_the_batching_tests(stack) -> None:
+    assert _labels(_classify(stack.url, "colors-batched", ["cyan"])) == ["cyan"]
+    assert _labels(_infer(stack.url, "colors-wide", ["yellow", "red"])) == ["yellow", "red"]
