@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.bench_batching import COLOURS, LABELS, classify_form, demo_stats, vision_stack
+from tests.vision_stack import COLOURS, LABELS, classify_form, demo_stats, vision_stack
 from extproc.config import TensorInput
 from kernels import PreprocessSpec, preprocess
 from tests.conftest import DEMO_KEY
