@@ -227,9 +227,24 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:
-        return GatewayConfig.model_validate(data)
+        cfg = GatewayConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{source}: {_format_error(e)}") from None
+    _check_feature_sections(cfg, source)
+    return cfg
+
+
+def _check_feature_sections(cfg: GatewayConfig, source: str) -> None:
+    """`routing:` and `ratelimit:` belong to their modules; validate them at load time all the same,
+    so every command (serve, up, envoy render) refuses a bad file before starting anything."""
+    from extproc.routing.settings import parse_routing_settings
+    from ratelimit.config import parse_config as parse_ratelimit
+
+    try:
+        parse_routing_settings(cfg.routing)
+        parse_ratelimit(cfg.ratelimit)
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from None
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

@@ -94,6 +94,6 @@ def parse_config(raw: dict[str, Any] | None) -> RateLimitConfig:
     except ValidationError as e:
         parts = []
         for err in e.errors():
-            loc = ".".join(str(p) for p in ("ratelimit", *err["loc"]))
+            loc = "ratelimit" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
             parts.append(f"{loc}: {err['msg']}")
         raise ValueError("; ".join(parts)) from None

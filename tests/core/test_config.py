@@ -60,3 +60,15 @@ def test_missing_and_invalid_yaml(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text("models: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(tmp_path / "x.yaml")
+
+
+@pytest.mark.parametrize("section,value,expected", [
+    ("ratelimit", {"limits": [{"scope": "planet", "rate": 1, "burst": 1}]}, "ratelimit.limits[0].scope"),
+    ("routing", {"cooldown": {"failures": -1}}, "routing.cooldown.failures"),
+])
+def test_feature_sections_fail_at_load(section: str, value: dict, expected: str) -> None:
+    data = _demo()
+    data[section] = value
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, "test.yaml")
+    assert expected in str(e.value)

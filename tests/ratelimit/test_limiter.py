@@ -1,5 +1,6 @@
 """The limiter over the memory store: config, all-or-nothing, reconcile, reload, headers."""
 
+import re
 import math
 
 import pytest
@@ -108,7 +109,7 @@ async def test_reload_keeps_level_and_applies_new_limits():
     assert d.views[0].level_nano == 2 * NANO
     with pytest.raises(ValueError, match="backend"):
         lim.reload({"backend": "redis", "limits": []})
-    with pytest.raises(ValueError, match=r"ratelimit\.limits\.0\.rate"):
+    with pytest.raises(ValueError, match=re.escape("ratelimit.limits[0].rate")):
         lim.reload({"limits": [{"scope": "tenant", "rate": -1, "burst": 3}]})
     assert lim.config.limits[0].burst == 3  # a bad reload changes nothing
 
@@ -143,9 +144,9 @@ def test_format_duration():
     "raw, path",
     [
         ({"backend": "etcd"}, "ratelimit.backend"),
-        ({"limits": [{"scope": "user", "rate": 1, "burst": 1}]}, "ratelimit.limits.0.scope"),
-        ({"limits": [{"scope": "global", "match": "x", "rate": 1, "burst": 1}]}, "ratelimit.limits.0"),
-        ({"limits": [{"scope": "tenant", "rate": 1, "burst": 1e9}]}, "ratelimit.limits.0.burst"),
+        ({"limits": [{"scope": "user", "rate": 1, "burst": 1}]}, "ratelimit.limits[0].scope"),
+        ({"limits": [{"scope": "global", "match": "x", "rate": 1, "burst": 1}]}, "ratelimit.limits[0]"),
+        ({"limits": [{"scope": "tenant", "rate": 1, "burst": 1e9}]}, "ratelimit.limits[0].burst"),
         ({"redis": {"replicas": 0}}, "ratelimit.redis.replicas"),
         ({"redis": {"failure_policy": "ignore"}}, "ratelimit.redis.failure_policy"),
         ({"limits": [{"scope": "tenant", "rate": 1, "burst": 1}] * 2}, "duplicate"),
@@ -154,7 +155,7 @@ def test_format_duration():
     ],
 )
 def test_config_errors_name_the_key(raw, path):
-    with pytest.raises(ValueError, match=path.replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(path)):
         parse_config(raw)
 
 
