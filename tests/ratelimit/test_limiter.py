@@ -1,7 +1,7 @@
 """The limiter over the memory store: config, all-or-nothing, reconcile, reload, headers."""
 
-import re
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
