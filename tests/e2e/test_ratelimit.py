@@ -153,3 +153,24 @@ def test_sighup_reloads_limits(tmp_path: Path) -> None:
         while _chat(stack.url, DEMO_KEY).status_code != 200:
             assert time.monotonic() < deadline, "limits not reloaded"
             time.sleep(0.1)
+
+
+def test_token_estimate_is_reconciled_with_usage(tmp_path: Path) -> None:
+    """Charged on arrival: prompt estimate + max_tokens; corrected to the upstream's usage after."""
+    data = small_config(ratelimit={"limits": [
+        {"scope": "tenant", "match": "demo", "unit": "tokens", "rate": 0.001, "burst": 100000}]})
+    with start_stack(tmp_path, data) as stack:
+        def send() -> int:
+            r = httpx.post(f"{stack.url}/v1/chat/completions", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                           json={"model": "demo-gpt", "max_tokens": 1000,
+                                 "messages": [{"role": "user", "content": "tokens please"}]}, timeout=10)
+            assert r.status_code == 200
+            return int(r.headers["x-ratelimit-remaining-tokens"])
+
+        first = send()
+        time.sleep(0.3)  # the reconciliation runs when the answer has ended
+        second = send()
+    assert first <= 100000 - 1000  # the estimate covered max_tokens
+    # Without reconciliation the second would be ~1000 lower than the first; with it, the first
+    # request's unused estimate came back, so the second charge leaves about as much as before.
+    assert second > first - 100, (first, second)
