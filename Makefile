@@ -32,8 +32,8 @@ test: $(STAMP) redis-server
 bench: $(STAMP) redis-server bench-tools
 	$(PY) bench/run_all.py
 
-gpu-check:
-	$(MAKE) $(STAMP) EXTRAS=dev,redis,gpu
+# On a CUDA machine: the gpu extra (CuPy), every test marked gpu, and the kernel benchmark.
+gpu-check: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,redis,gpu]'
 	$(PY) -m pytest -q -m gpu -rs tests
 	$(PY) bench/bench_kernels.py --gpu
