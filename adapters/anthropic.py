@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import orjson
 
 from adapters.errors import (
-    AdapterError, as_object, default_type, error_message, header, load_object, opt_bool, opt_int,
-    opt_list, opt_number, opt_str, req_str,
+    AdapterError, as_object, bad_upstream, default_type, error_message, header, load_object,
+    opt_bool, opt_int, opt_list, opt_number, opt_str, req_str, token_count,
 )
 from adapters.internal import (
     ChatRequest, ChatResponse, ContentPart, ImagePart, Message, StreamEnd, StreamError,
@@ -265,45 +265,39 @@ def _tool_def(t: ToolDef) -> dict:
 # ---- response ------------------------------------------------------------------------------
 
 
-def _bad(what: str) -> AdapterError:
-    return AdapterError(502, f"upstream response is invalid: {what}", "api_error")
-
-
-def _int(v: object) -> int:
-    return v if type(v) is int and v >= 0 else 0
 
 
 def _input_tokens(u: dict) -> int:
     # Cached prompt tokens are still prompt tokens for metering.
-    return _int(u.get("input_tokens")) + _int(u.get("cache_creation_input_tokens")) + _int(u.get("cache_read_input_tokens"))
+    return token_count(u.get("input_tokens")) + token_count(u.get("cache_creation_input_tokens")) + token_count(u.get("cache_read_input_tokens"))
 
 
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
     except AdapterError as e:
-        raise _bad(e.message) from None
+        raise bad_upstream(e.message) from None
     content = obj.get("content")
     if type(content) is not list:
-        raise _bad("content is not an array")
+        raise bad_upstream("content is not an array")
     texts: list[str] = []
     calls: list[ToolCall] = []
     for j, b in enumerate(content):
         if type(b) is not dict:
-            raise _bad(f"content[{j}] is not an object")
+            raise bad_upstream(f"content[{j}] is not an object")
         t = b.get("type")
         if t == "text" and type(b.get("text")) is str:
             texts.append(b["text"])
         elif t == "tool_use":
             tid, name, inp = b.get("id"), b.get("name"), b.get("input")
             if type(name) is not str:
-                raise _bad(f"content[{j}].name missing")
+                raise bad_upstream(f"content[{j}].name missing")
             calls.append(ToolCall(tid if type(tid) is str else f"call_{len(calls)}", name,
                                   orjson.dumps(inp if type(inp) is dict else {}).decode()))
     sr = obj.get("stop_reason")
     reason = _FINISH_IN.get(sr, "stop") if type(sr) is str else ("tool_calls" if calls else "stop")
     u = obj.get("usage")
-    usage = Usage(_input_tokens(u), _int(u.get("output_tokens"))) if type(u) is dict else Usage()
+    usage = Usage(_input_tokens(u), token_count(u.get("output_tokens"))) if type(u) is dict else Usage()
     rid, model = obj.get("id"), obj.get("model")
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(texts),
                         tuple(calls), reason, usage)
@@ -413,7 +407,7 @@ class StreamDecoder:
             u = msg.get("usage")
             if type(u) is dict:
                 # Usage first, so an encoder can put input tokens into its own start event.
-                out.append(UsageUpdate(_input_tokens(u), _int(u.get("output_tokens"))))
+                out.append(UsageUpdate(_input_tokens(u), token_count(u.get("output_tokens"))))
             rid, model = msg.get("id"), msg.get("model")
             out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
         elif t == "message_delta":
@@ -423,7 +417,7 @@ class StreamDecoder:
             u = obj.get("usage")
             if type(u) is dict:
                 inp = _input_tokens(u) if "input_tokens" in u else None
-                out.append(UsageUpdate(inp or None, _int(u.get("output_tokens"))))
+                out.append(UsageUpdate(inp or None, token_count(u.get("output_tokens"))))
         elif t == "message_stop":
             self._done = True
             out.append(StreamEnd())

@@ -150,3 +150,13 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
         if k.lower() == name:
             return v
     return None
+
+
+def bad_upstream(what: str) -> AdapterError:
+    """An upstream reply we cannot read: the upstream's fault, so 502."""
+    return AdapterError(502, f"upstream response is invalid: {what}", "api_error")
+
+
+def token_count(v: object) -> int:
+    """A usage count as reported, or 0 when it is missing or not a non-negative integer."""
+    return v if type(v) is int and v >= 0 else 0

@@ -14,8 +14,8 @@ from urllib.parse import quote
 import orjson
 
 from adapters.errors import (
-    AdapterError, as_object, error_message, header, load_object, opt_int, opt_list, opt_number, opt_str,
-    req_str,
+    AdapterError, as_object, bad_upstream, error_message, header, load_object, opt_int, opt_list,
+    opt_number, opt_str, req_str, token_count,
 )
 from adapters.internal import (
     ChatRequest, ChatResponse, ContentPart, ImagePart, Message, StreamEnd, StreamError,
@@ -330,17 +330,11 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
 # ---- response ------------------------------------------------------------------------------
 
 
-def _bad(what: str) -> AdapterError:
-    return AdapterError(502, f"upstream response is invalid: {what}", "api_error")
-
-
-def _int(v: object) -> int:
-    return v if type(v) is int and v >= 0 else 0
 
 
 def _usage(u: dict) -> Usage:
     # Thinking tokens are billed as output.
-    return Usage(_int(u.get("promptTokenCount")), _int(u.get("candidatesTokenCount")) + _int(u.get("thoughtsTokenCount")))
+    return Usage(token_count(u.get("promptTokenCount")), token_count(u.get("candidatesTokenCount")) + token_count(u.get("thoughtsTokenCount")))
 
 
 def _candidate_parts(obj: dict) -> tuple[list | None, str | None]:
@@ -358,19 +352,19 @@ def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
     except AdapterError as e:
-        raise _bad(e.message) from None
+        raise bad_upstream(e.message) from None
     parts, fr = _candidate_parts(obj)
     texts: list[str] = []
     calls: list[ToolCall] = []
     if parts is None:
         pf = obj.get("promptFeedback")
         if not (type(pf) is dict and pf.get("blockReason")):
-            raise _bad("no candidates")
+            raise bad_upstream("no candidates")
         reason = "content_filter"
     else:
         for j, p in enumerate(parts):
             if type(p) is not dict:
-                raise _bad(f"parts[{j}] is not an object")
+                raise bad_upstream(f"parts[{j}] is not an object")
             if type(p.get("text")) is str and not p.get("thought"):
                 texts.append(p["text"])
             fc = p.get("functionCall")

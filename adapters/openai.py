@@ -9,8 +9,8 @@ from collections.abc import Mapping
 import orjson
 
 from adapters.errors import (
-    AdapterError, as_object, default_type, error_message, header, load_object, opt_bool, opt_int,
-    opt_list, opt_number, opt_str, req_str,
+    AdapterError, as_object, bad_upstream, default_type, error_message, header, load_object,
+    opt_bool, opt_int, opt_list, opt_number, opt_str, req_str, token_count,
 )
 from adapters.internal import (
     ChatRequest, ChatResponse, ContentPart, ImagePart, Message, StreamEnd, StreamError,
@@ -251,21 +251,18 @@ def _tool_def(t: ToolDef) -> dict:
 # ---- response ------------------------------------------------------------------------------
 
 
-def _bad(what: str) -> AdapterError:
-    return AdapterError(502, f"upstream response is invalid: {what}", "api_error")
-
 
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
     except AdapterError as e:
-        raise _bad(e.message) from None
+        raise bad_upstream(e.message) from None
     choices = obj.get("choices")
     if type(choices) is not list or not choices or type(choices[0]) is not dict:
-        raise _bad("no choices")
+        raise bad_upstream("no choices")
     msg = choices[0].get("message")
     if type(msg) is not dict:
-        raise _bad("choices[0].message missing")
+        raise bad_upstream("choices[0].message missing")
     content = msg.get("content")
     if type(content) is list:  # some servers answer with parts
         content = "".join(p.get("text", "") for p in content if type(p) is dict and type(p.get("text")) is str)
@@ -277,7 +274,7 @@ def parse_response(body: bytes) -> ChatResponse:
         for j, tc in enumerate(raw_tcs):
             fn = tc.get("function") if type(tc) is dict else None
             if type(fn) is not dict or type(fn.get("name")) is not str:
-                raise _bad(f"tool_calls[{j}] malformed")
+                raise bad_upstream(f"tool_calls[{j}] malformed")
             args = fn.get("arguments")
             tid = tc.get("id")
             tcs.append(ToolCall(tid if type(tid) is str else f"call_{j}", fn["name"], args if type(args) is str else ""))
@@ -286,14 +283,11 @@ def parse_response(body: bytes) -> ChatResponse:
     usage = obj.get("usage")
     u = Usage()
     if type(usage) is dict:
-        u = Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")))
+        u = Usage(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens")))
     rid, model = obj.get("id"), obj.get("model")
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", content,
                         tuple(tcs), reason, u)
 
-
-def _int(v: object) -> int:
-    return v if type(v) is int and v >= 0 else 0
 
 
 def render_response(resp: ChatResponse, *, model: str) -> bytes:
@@ -401,7 +395,7 @@ class StreamDecoder:
                 out.append(StreamFinish(_FINISH_IN.get(fr, "stop")))
         usage = obj.get("usage")
         if type(usage) is dict:
-            out.append(UsageUpdate(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))))
+            out.append(UsageUpdate(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))))
 
 
 class StreamEncoder:
