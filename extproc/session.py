@@ -19,7 +19,7 @@ import orjson
 
 from extproc import extproc_messages as msg
 from extproc.config import TenantConfig
-from extproc.errors import GatewayError, error_response
+from extproc.errors import GatewayError, error_response, render_error_body
 from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.metrics import ERRORS, STREAMS
 
@@ -67,6 +67,8 @@ class Session:
         self.gw = gateway
         self.ctx: RequestContext | None = None
         self.flow: Flow | None = None
+        self.dispatched = False  # the request went upstream: response messages belong to the flow
+        self.local_status = 0
         self.done = False
         STREAMS.inc()
 
@@ -78,7 +80,11 @@ class Session:
             if self.flow is None or self.ctx is None:
                 return _passthrough(kind)
             if kind == "request_body":
-                return await self.flow.request_body(req.request_body.body)
+                resp = await self.flow.request_body(req.request_body.body)
+                self.dispatched = resp.WhichOneof("response") == "request_body"
+                return resp
+            if not self.dispatched and kind in ("response_headers", "response_body"):
+                return self._local_reply(req)
             if kind == "response_headers":
                 headers = msg.header_map(req.response_headers)
                 return self.flow.response_headers(int(headers.get(":status", "200") or 200), headers)
@@ -94,6 +100,23 @@ class Session:
             if kind in ("request_headers", "request_body"):
                 return self._error(GatewayError(502, "the gateway could not process this request", "api_error"))
             return _passthrough(kind)
+
+    def _local_reply(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse:
+        """Envoy answered by itself before the request went upstream (a body over the buffer
+        limit: 413): say it in the caller's protocol like any error of ours."""
+        assert self.ctx is not None
+        if req.WhichOneof("request") == "response_headers":
+            self.local_status = int(msg.header_map(req.response_headers).get(":status", "500") or 500)
+            return msg.response_headers([("content-type", "application/json"), *self.ctx.task_headers()],
+                                        ["content-length"])
+        status = self.local_status or 500
+        text = req.response_body.body.decode("utf-8", "replace").strip()[:200] or "request refused"
+        if status == 413:
+            text = f"request body is larger than the gateway accepts ({text})"
+        type_ = "invalid_request_error" if status < 500 else "api_error"
+        ERRORS.labels(self.ctx.protocol, str(status)).inc()
+        body = render_error_body(self.ctx.protocol, status, text, type_)
+        return msg.response_body([("content-length", str(len(body)))], body=body)
 
     def _error(self, e: GatewayError) -> msg.ProcessingResponse:
         protocol = self.ctx.protocol if self.ctx else "openai"
