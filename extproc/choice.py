@@ -15,8 +15,6 @@ class Choice:
     channel: str = "standard"
     strategy: str = ""
     arm: str = ""
-    # Next-best deployments, for failover when the chosen one fails before answering.
-    fallbacks: list[tuple[ModelConfig, Deployment]] = field(default_factory=list)
     reservation: Any = None
     ratelimit_headers: list[tuple[str, str]] = field(default_factory=list)
 

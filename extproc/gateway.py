@@ -139,7 +139,7 @@ class Gateway:
         return choice
 
     def choose(self, ctx: RequestContext, route: RouteRequest) -> Choice:
-        """The scheduler's pick (filter, score, admission), as a Choice with its fallbacks."""
+        """The scheduler's pick (filter, score, admission) as a Choice."""
         try:
             d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
         except NoRoute as e:
@@ -148,7 +148,7 @@ class Gateway:
             raise GatewayError(e.status, e.message, type_, headers) from None
         c = d.chosen
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
-                      arm=d.arm, fallbacks=[(x.model_config, x.deployment) for x in d.candidates[1:]])
+                      arm=d.arm)
 
     async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
         """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""

@@ -68,20 +68,19 @@ def small_config(**overrides: Any) -> dict[str, Any]:
     return data
 
 
-def add_extproc_replica(stack: Any, data: dict[str, Any], workdir: Path) -> str:
-    """A second extproc process on its own port, started before Envoy; returns its address."""
+def add_extproc_replica(stack: Any, data: dict[str, Any], workdir: Path) -> tuple[str, str]:
+    """A second extproc process on its own port, started before Envoy: (address, metrics address)."""
     from extproc.launcher import Child
 
-    addr = f"127.0.0.1:{free_port()}"
-    replica = {**data, "extproc": {**data["extproc"], "address": addr,
-                                   "metrics_address": f"127.0.0.1:{free_port()}"}}
+    addr, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    replica = {**data, "extproc": {**data["extproc"], "address": addr, "metrics_address": metrics}}
     path = workdir / "modelyard-replica.yaml"
     path.write_text(yaml.safe_dump(replica, sort_keys=False))
     import sys
 
     child = Child("extproc-2", [sys.executable, "-m", "extproc.cli", "serve", "--config", str(path)], ("tcp", addr))
     stack.children.insert(len(stack.children) - 1, child)
-    return addr
+    return addr, metrics
 
 
 def without_watermarks(data: dict[str, Any]) -> dict[str, Any]:

@@ -84,20 +84,28 @@ def redis_server():
     srv.stop()
 
 
+def _served(metrics_address: str) -> float:
+    """Requests one extproc replica decided (admitted or limited), from its own /metrics."""
+    text = httpx.get(f"http://{metrics_address}/metrics", timeout=5).text
+    return sum(float(ln.split()[-1]) for ln in text.splitlines()
+               if ln.startswith("modelyard_ratelimit_decisions_total{"))
+
+
 def test_two_replicas_share_one_redis_bucket(tmp_path: Path, redis_server) -> None:
     rate, burst = 2.0, 5
     data = small_config(ratelimit=_limits(burst, rate, url=redis_server.url))
     stack = start_stack(tmp_path, data, EnvironmentConfig(name="t", admin=None, concurrency=1))
-    second = add_extproc_replica(stack, data, tmp_path)
+    second, second_metrics = add_extproc_replica(stack, data, tmp_path)
     stack.env = EnvironmentConfig(name="t", admin=None, concurrency=1,
                                   extproc_endpoints=[data["extproc"]["address"], second])
     with stack:
         start = time.monotonic()
         statuses = []
-        with httpx.Client(timeout=10) as client:  # new connections spread streams over both replicas
-            while time.monotonic() - start < 3.0:
-                statuses.append(_chat(stack.url, DEMO_KEY).status_code)
+        while time.monotonic() - start < 3.0:
+            statuses.append(_chat(stack.url, DEMO_KEY).status_code)
         elapsed = time.monotonic() - start
+        served = [_served(m) for m in (data["extproc"]["metrics_address"], second_metrics)]
+    assert all(n > 0 for n in served), served  # Envoy spread the streams over both replicas
     admitted = statuses.count(200)
     assert statuses.count(429) > 0
     assert admitted <= math.floor(rate * elapsed + burst) + 1, (admitted, elapsed)
