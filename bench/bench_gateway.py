@@ -68,6 +68,14 @@ def _ms(text: str) -> float:
     return float(m[1]) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m[2]]
 
 
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM: the process's peak resident set, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def wrk(url: str, conns: int, seconds: float, script: Path) -> dict:
     out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script), url],
                          capture_output=True, text=True, timeout=seconds + 30).stdout
@@ -112,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             for conns in (1, 16):
                 for name, url in targets.items():
                     results.setdefault((name, conns), []).append(wrk(url, conns, a.seconds, script))
+        memory = {name: peak_rss_mb(stack.child(child).proc.pid)
+                  for name, child in (("extproc", "extproc"), ("modelyard envoy", "envoy"),
+                                      ("bare envoy", "bare-envoy"))}
     print(f"{'case':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'ratio':>8}")
     for conns in (1, 16):
         med = {}
@@ -132,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
             if m["errors"]:
                 print(f"  warning: {m['errors']} non-2xx responses for {name} c={conns}")
+    print(f"\npeak RSS after the load (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in memory.items()))
+    for name, mb in memory.items():
+        row = {"bench": "gateway", "case": name, "metric": "peak_rss", "value": round(mb, 1), "unit": "MB"}
+        if name == "modelyard envoy":
+            row.update(baseline=round(memory["bare envoy"], 1), ratio=round(mb / memory["bare envoy"], 3))
+        rows.append(row)
     print("SUMMARY " + json.dumps(rows))
     return 0
 
