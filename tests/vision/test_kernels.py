@@ -143,3 +143,19 @@ def test_cupy_matches_reference_small():
     spec = PreprocessSpec(height=12, width=20, channel_order="BGR")
     got = cupy_backend.CupyBackend().preprocess(imgs, spec)
     np.testing.assert_allclose(got, _ref(imgs, spec), rtol=0, atol=FP32_ATOL)
+
+
+@pytest.mark.parametrize("src_hw,out_hw", [((7, 9), (20, 25)), ((16, 16), (32, 48)), ((31, 17), (31, 40))])
+def test_upscale_matches_pillow_resize(src_hw, out_hw):
+    """Pillow's BILINEAR is plain half-pixel bilinear when enlarging (it only antialiases when
+    shrinking), so there the NumPy path must match Pillow resize + arithmetic, up to Pillow's
+    rounding of its result to uint8 (half a level, plus its fixed-point interpolation)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    im = _images(rng, [src_hw])[0]
+    spec = PreprocessSpec(height=out_hw[0], width=out_hw[1])
+    resized = np.asarray(Image.fromarray(im).resize((out_hw[1], out_hw[0]), Image.BILINEAR), np.float64)
+    want = ((resized * spec.scale - np.array(spec.mean)) / np.array(spec.std)).transpose(2, 0, 1)
+    got = preprocess([im], spec)[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1.0 / 255 / min(spec.std))
