@@ -277,6 +277,8 @@ def _rate_limit_filter(rls: RateLimitServiceSettings) -> HttpFilter:
 def _routes(env: EnvironmentConfig) -> RouteConfiguration:
     action = RouteAction(
         cluster_header=CLUSTER_HEADER,
+        # Hosted APIs route on Host: send the upstream's own name, not the gateway's.
+        auto_host_rewrite=True,
         timeout=_secs(env.timeouts.route_s),
         idle_timeout=_secs(env.timeouts.stream_idle_s),
         # Before the first byte of an answer: retry elsewhere. Across an aggregate cluster,

@@ -49,3 +49,24 @@ def test_render_contract() -> None:
 def test_unknown_environment() -> None:
     with pytest.raises(ConfigError, match="no such environment"):
         load_environment("moon")
+
+
+def test_tls_and_dns_upstreams_validate(tmp_path: Path) -> None:
+    """A hosted API: TLS with SNI to a DNS name (STRICT_DNS), credential from an env var."""
+    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    data["models"][0]["deployments"].append({
+        "cluster": "hosted-openai", "protocol": "openai", "endpoints": ["api.example.com:443"], "tls": True,
+        "api_key_env": "OPENAI_API_KEY", "upstream_model": "gpt-4o-mini"})
+    from extproc.config import parse_config
+
+    out = tmp_path / "tls.yaml"
+    out.write_text(render_bootstrap(parse_config(data), load_environment("prod")))
+    boot = yaml.safe_load(out.read_text())
+    hosted = next(c for c in boot["static_resources"]["clusters"] if c["name"] == "hosted-openai")
+    assert hosted["type"] == "STRICT_DNS"
+    assert hosted["transport_socket"]["typed_config"]["sni"] == "api.example.com"
+    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["auto_host_rewrite"] is True
+    v = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(out)], capture_output=True, text=True,
+                       timeout=60)
+    assert v.returncode == 0, v.stdout + v.stderr
