@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis
 
-.PHONY: up test bench gpu-check redis-server bench-tools clean
+.PHONY: up test lint bench gpu-check redis-server bench-tools clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ up: $(STAMP)
 
 test: $(STAMP) redis-server
 	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check extproc adapters kernels ratelimit tests bench
 
 bench: $(STAMP) redis-server bench-tools
 	$(PY) bench/run_all.py

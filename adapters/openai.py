@@ -9,13 +9,43 @@ from collections.abc import Mapping
 import orjson
 
 from adapters.errors import (
-    AdapterError, as_object, bad_upstream, default_type, error_message, header, load_object,
-    opt_bool, opt_int, opt_list, opt_number, opt_str, req_str, token_count,
+    AdapterError,
+    as_object,
+    bad_upstream,
+    default_type,
+    error_message,
+    header,
+    load_object,
+    opt_bool,
+    opt_int,
+    opt_list,
+    opt_number,
+    opt_str,
+    req_str,
+    token_count,
 )
 from adapters.internal import (
-    ChatRequest, ChatResponse, ContentPart, ImagePart, Message, StreamEnd, StreamError,
-    StreamEvent, StreamFinish, StreamStart, TextDelta, TextPart, ToolCall, ToolCallDelta,
-    ToolCallStart, ToolChoice, ToolDef, UpstreamRequest, Usage, UsageUpdate, message_text,
+    ChatRequest,
+    ChatResponse,
+    ContentPart,
+    ImagePart,
+    Message,
+    StreamEnd,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallStart,
+    ToolChoice,
+    ToolDef,
+    UpstreamRequest,
+    Usage,
+    UsageUpdate,
+    message_text,
 )
 from adapters.sse import SSEFramer
 

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
             if m["errors"]:
                 print(f"  warning: {m['errors']} non-2xx responses for {name} c={conns}")
-    print(f"\npeak RSS after the load (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in memory.items()))
+    print("\npeak RSS after the load (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in memory.items()))
     for name, mb in memory.items():
         row = {"bench": "gateway", "case": name, "metric": "peak_rss", "value": round(mb, 1), "unit": "MB"}
         if name == "modelyard envoy":

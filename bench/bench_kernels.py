@@ -23,8 +23,10 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels import PreprocessSpec  # noqa: E402
-from kernels import cupy_backend  # noqa: E402
+from kernels import (
+    PreprocessSpec,  # noqa: E402
+    cupy_backend,  # noqa: E402
+)
 from kernels.numpy_backend import NumpyBackend  # noqa: E402
 
 BATCHES = (1, 4, 16, 32)

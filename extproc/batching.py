@@ -291,8 +291,9 @@ def slice_response(resp: Any, start: int, count: int, *, total: int, request_id:
     Every output must have `total` rows (dim 0); otherwise `ValueError` (the caller falls back).
     The slice carries its outputs as raw contents.
     """
-    from adapters import kserve
     from tritonclient.grpc import service_pb2 as pb
+
+    from adapters import kserve
 
     out = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version,
                                 id=resp.id if request_id is None else request_id)

@@ -16,6 +16,8 @@ from adapters.errors import AdapterError
 from adapters.internal import StreamError, Usage, UsageUpdate
 from adapters.registry import PROTOCOLS, translate_stream
 from extproc import extproc_messages as msg
+from extproc.choice import Choice
+from extproc.errors import GatewayError, render_error_body
 from extproc.headers import (
     CHANNEL_HEADER,
     CLUSTER_HEADER,
@@ -25,8 +27,6 @@ from extproc.headers import (
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
 )
-from extproc.errors import GatewayError, render_error_body
-from extproc.choice import Choice
 from extproc.session import RequestContext
 
 log = logging.getLogger("modelyard.chat")

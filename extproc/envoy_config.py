@@ -8,21 +8,19 @@ the route cache; the route picks the cluster from that header.
 from __future__ import annotations
 
 import datetime
-import json
 import ipaddress
+import json
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from envoy_data_plane.envoy.config.accesslog.v3 import AccessLog
 from envoy_data_plane.envoy.config.bootstrap.v3 import Admin, Bootstrap, BootstrapStaticResources
 from envoy_data_plane.envoy.config.cluster.v3 import (
-    Cluster,
     CircuitBreakers,
     CircuitBreakersThresholds,
     CircuitBreakersThresholdsRetryBudget,
+    Cluster,
     ClusterCustomClusterType,
     ClusterDiscoveryType,
     ClusterLbPolicy,
@@ -30,6 +28,8 @@ from envoy_data_plane.envoy.config.cluster.v3 import (
 )
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
+    ApiVersion,
+    DataSource,
     GrpcService,
     GrpcServiceEnvoyGrpc,
     HeaderValue,
@@ -57,8 +57,8 @@ from envoy_data_plane.envoy.config.route.v3 import (
     RouteMatch,
     VirtualHost,
 )
-from envoy_data_plane.envoy.config.core.v3 import DataSource, ApiVersion
 from envoy_data_plane.envoy.extensions.access_loggers.file.v3 import FileAccessLog
+from envoy_data_plane.envoy.extensions.clusters.aggregate.v3 import ClusterConfig as AggregateClusterConfig
 from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
     ExternalProcessor,
     ProcessingMode,
@@ -71,16 +71,15 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
     HttpConnectionManager,
     HttpFilter,
 )
+from envoy_data_plane.envoy.extensions.retry.host.previous_hosts.v3 import PreviousHostsPredicate
+from envoy_data_plane.envoy.extensions.retry.priority.previous_priorities.v3 import PreviousPrioritiesConfig
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
 from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
     HttpProtocolOptions,
     HttpProtocolOptionsExplicitHttpConfig,
 )
 from envoy_data_plane.google.protobuf import Any as AnyMsg
-
-from envoy_data_plane.envoy.extensions.clusters.aggregate.v3 import ClusterConfig as AggregateClusterConfig
-from envoy_data_plane.envoy.extensions.retry.host.previous_hosts.v3 import PreviousHostsPredicate
-from envoy_data_plane.envoy.extensions.retry.priority.previous_priorities.v3 import PreviousPrioritiesConfig
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from extproc.config import ConfigError, GatewayConfig
 from extproc.failover import aggregate_name, failover_groups
@@ -375,20 +374,20 @@ def render_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> str:
 
 def bootstrap_dict(boot: Bootstrap) -> dict:
     """Proto-JSON via the official protobuf runtime: betterproto2 misnames fields like `consecutive_5xx`."""
-    from google.protobuf import json_format
-
     from envoy.config.bootstrap.v3 import bootstrap_pb2
+
     # Register every typed_config type used above so Any fields resolve.
     from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
     from envoy.extensions.clusters.aggregate.v3 import cluster_pb2  # noqa: F401
-    from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
-    from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2  # noqa: F401
     from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
     from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
     from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
     from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+    from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
+    from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2  # noqa: F401
     from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
     from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
+    from google.protobuf import json_format
 
     msg = bootstrap_pb2.Bootstrap.FromString(bytes(boot))
     return json.loads(json_format.MessageToJson(msg, preserving_proto_field_name=True))

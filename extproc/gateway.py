@@ -9,22 +9,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from extproc import extproc_messages as msg
 from extproc.auth import KeyRing
-from extproc.config import GatewayConfig, ModelConfig
 from extproc.choice import Choice
+from extproc.config import GatewayConfig, ModelConfig
 from extproc.errors import GatewayError
 from extproc.failover import aggregate_name, failover_groups
 from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
-from extproc.routing import NoRoute, RouteRequest, Scheduler
-from extproc.metering import MeterRecord, MeteringStore
+from extproc.metering import MeteringStore, MeterRecord
 from extproc.metrics import CHANNEL, COST, model_series, requests_series
+from extproc.routing import NoRoute, RouteRequest, Scheduler
 from extproc.session import Flow, RequestContext, json_response
 from ratelimit import RequestContext as RateLimitContext
 

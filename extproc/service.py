@@ -16,15 +16,14 @@ log = logging.getLogger("modelyard.service")
 
 def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     """The gateway plus the extra gRPC services to serve beside ext_proc."""
-    from ratelimit import Limiter
-    from ratelimit.rls import add_to_server
-
     from extproc.batching import Batcher
     from extproc.metering import MeteringStore
     from extproc.metrics import IMAGE_BACKEND
     from extproc.routing import Scheduler
     from extproc.watermarks import WatermarkBoard
     from kernels import select_backend
+    from ratelimit import Limiter
+    from ratelimit.rls import add_to_server
 
     try:
         limiter = Limiter.from_config(config.ratelimit)

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+
 import pytest
+
 from tests.stack_config import demo_config_free_ports
 
 DEMO_KEY = "sk-modelyard-demo"

@@ -15,8 +15,19 @@ from __future__ import annotations
 import orjson
 
 from adapters.internal import (
-    ChatRequest, ChatResponse, StreamEnd, StreamEvent, StreamFinish, StreamStart, TextDelta, ToolCall,
-    ToolCallDelta, ToolCallStart, Usage, UsageUpdate, message_text,
+    ChatRequest,
+    ChatResponse,
+    StreamEnd,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+    UsageUpdate,
+    message_text,
 )
 
 _PUNCT = ".,!?;:\"'()[]{}"

@@ -10,8 +10,18 @@ import pytest
 
 from adapters import anthropic, gemini, openai
 from adapters.internal import (
-    ChatRequest, Message, StreamEnd, StreamError, StreamEvent, StreamFinish, StreamStart, TextDelta, TextPart,
-    ToolCallDelta, ToolCallStart, UsageUpdate,
+    ChatRequest,
+    Message,
+    StreamEnd,
+    StreamError,
+    StreamEvent,
+    StreamFinish,
+    StreamStart,
+    TextDelta,
+    TextPart,
+    ToolCallDelta,
+    ToolCallStart,
+    UsageUpdate,
 )
 from adapters.registry import PROTOCOLS, translate_stream
 from adapters.sse import SSEFramer

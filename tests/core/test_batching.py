@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from extproc.batching import HARD_CAP, BatchKey, BatchPolicy, Batcher, slice_response
+from extproc.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy, slice_response
 from extproc.config import BatchingConfig, TensorInput
 from extproc.vision_flow import Job, merge_batch
 from kernels import PreprocessSpec, preprocess

@@ -15,10 +15,10 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.vision_stack import COLOURS, LABELS, classify_form, demo_stats, vision_stack
 from extproc.config import TensorInput
 from kernels import PreprocessSpec, preprocess
 from tests.conftest import DEMO_KEY
+from tests.vision_stack import COLOURS, LABELS, classify_form, demo_stats, vision_stack
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,7 @@ import logging
 import numpy as np
 import pytest
 
-from kernels import PreprocessError, PreprocessSpec, preprocess, select_backend
-from kernels import cupy_backend
+from kernels import PreprocessError, PreprocessSpec, cupy_backend, preprocess, select_backend
 from kernels.numpy_backend import NumpyBackend
 from tests.vision.reference import reference_preprocess
 

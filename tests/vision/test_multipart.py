@@ -8,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.multipart import (
-    MultipartError, MultipartLimits, Part, boundary_of, parse_multipart, read_classify_form,
+    MultipartError,
+    MultipartLimits,
+    Part,
+    boundary_of,
+    parse_multipart,
+    read_classify_form,
 )
 from tests.vision.formgen import build_form
 
