@@ -62,12 +62,15 @@ class ChatFlow:
         self.first_chunk_at: float | None = None
         self.usage: Any = None
         self.finished = False
+        # The protocol the answer arrives in: the chosen deployment's, even when Envoy failed over
+        # to a peer through a translation hop (the hop translates back to this protocol).
+        self.wire: str | None = None
         # We asked the upstream for stream usage the client did not ask for: strip it on the way back.
         self.usage_injected = False
 
     @property
     def translating(self) -> bool:
-        return self.choice is not None and self.choice.deployment.protocol != self.ctx.protocol
+        return self.wire is not None and self.wire != self.ctx.protocol
 
     # -- request ---------------------------------------------------------------------------
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
@@ -75,13 +78,25 @@ class ChatFlow:
         if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
             raise GatewayError(400, "streamGenerateContent is served as server-sent events: add ?alt=sse",
                                "invalid_request_error")
+        req = self._parse(body)
+        self.choice = await self.gw.choose_chat(ctx, req)
+        return self._send(body, req)
+
+    def _parse(self, body: bytes) -> Any:
+        ctx = self.ctx
         try:
             req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
         except AdapterError as e:
             raise GatewayError(e.status, e.message, e.type or "invalid_request_error") from None
         self.request = req
-        self.choice = choice = await self.gw.choose_chat(ctx, req)
+        return req
+
+    def _send(self, body: bytes, req: Any) -> msg.ProcessingResponse:
+        """The upstream request for the chosen deployment: path, headers, credential, body."""
+        ctx, choice = self.ctx, self.choice
+        assert choice is not None
         dep = choice.deployment
+        self.wire = dep.protocol
         self.upstream = PROTOCOLS[dep.protocol]
         upstream_model = dep.upstream_model or choice.model.name
         up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential())
@@ -107,7 +122,7 @@ class ChatFlow:
         if status < 400 and "text/event-stream" in headers.get("content-type", ""):
             self.streaming = True
             if self.translating or self.usage_injected:
-                self.translator = translate_stream(self.choice.deployment.protocol, self.ctx.protocol, self.request)
+                self.translator = translate_stream(self.wire, self.ctx.protocol, self.request)
                 remove.append("content-length")
                 set_h.append(("content-type", "text/event-stream"))
             else:
@@ -127,7 +142,7 @@ class ChatFlow:
         if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return
         self.gw.record_failure(choice.deployment.cluster)
-        served_by = self.gw.endpoint_cluster.get(headers.get(UPSTREAM_HOST_HEADER, ""))
+        served_by = self.gw.served_by(headers.get(UPSTREAM_HOST_HEADER, ""))
         peer = next((d for d in choice.model.deployments if d.cluster == served_by), None)
         if peer is not None and peer is not choice.deployment:
             choice.deployment = peer
@@ -225,3 +240,23 @@ def _passthrough_body(body: bytes, protocol: str, model: str, req: Any) -> tuple
         data["stream_options"] = {**(data.get("stream_options") or {}), "include_usage": True}
         injected = changed = True
     return (orjson.dumps(data) if changed else body), injected
+
+
+class XlateFlow(ChatFlow):
+    """A failover retry arriving at a translation hop (an Envoy internal listener): the body is in
+    the failed primary's protocol. Render it for the hop's target deployment and translate the
+    answer back into that protocol. No routing, limits or metering here: the outer request,
+    which sees this answer as its own, already did those."""
+
+    def __init__(self, gw: Any, ctx: RequestContext, target: str):
+        super().__init__(gw, ctx)
+        self.target = target
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        req = self._parse(body)
+        model, dep = self.gw.deployment(self.target)
+        self.choice = Choice(model=model, deployment=dep, channel=dep.channel)
+        return self._send(body, req)
+
+    def _finish(self) -> None:
+        self.finished = True

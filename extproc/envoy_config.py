@@ -30,6 +30,7 @@ from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     ApiVersion,
     DataSource,
+    EnvoyInternalAddress,
     GrpcService,
     GrpcServiceEnvoyGrpc,
     HeaderValue,
@@ -38,9 +39,10 @@ from envoy_data_plane.envoy.config.core.v3 import (
     Http2ProtocolOptions,
     SocketAddress,
     TransportSocket,
+    TypedExtensionConfig,
 )
 from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints
-from envoy_data_plane.envoy.config.listener.v3 import Filter, FilterChain, Listener
+from envoy_data_plane.envoy.config.listener.v3 import Filter, FilterChain, Listener, ListenerInternalListenerConfig
 from envoy_data_plane.envoy.config.ratelimit.v3 import RateLimitServiceConfig
 from envoy_data_plane.envoy.config.route.v3 import (
     DirectResponseAction,
@@ -58,6 +60,7 @@ from envoy_data_plane.envoy.config.route.v3 import (
     VirtualHost,
 )
 from envoy_data_plane.envoy.extensions.access_loggers.file.v3 import FileAccessLog
+from envoy_data_plane.envoy.extensions.bootstrap.internal_listener.v3 import InternalListener
 from envoy_data_plane.envoy.extensions.clusters.aggregate.v3 import ClusterConfig as AggregateClusterConfig
 from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
     ExternalProcessor,
@@ -73,6 +76,8 @@ from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v
 )
 from envoy_data_plane.envoy.extensions.retry.host.previous_hosts.v3 import PreviousHostsPredicate
 from envoy_data_plane.envoy.extensions.retry.priority.previous_priorities.v3 import PreviousPrioritiesConfig
+from envoy_data_plane.envoy.extensions.transport_sockets.internal_upstream.v3 import InternalUpstreamTransport
+from envoy_data_plane.envoy.extensions.transport_sockets.raw_buffer.v3 import RawBuffer
 from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
 from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
     HttpProtocolOptions,
@@ -82,8 +87,14 @@ from envoy_data_plane.google.protobuf import Any as AnyMsg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from extproc.config import ConfigError, GatewayConfig
-from extproc.failover import aggregate_name, failover_groups
-from extproc.headers import CLUSTER_HEADER, TENANT_HEADER, UPSTREAM_ATTEMPTS_HEADER, UPSTREAM_HOST_HEADER
+from extproc.failover import aggregate_name, failover_groups, translation_hops, xlate_name
+from extproc.headers import (
+    CLUSTER_HEADER,
+    TENANT_HEADER,
+    UPSTREAM_ATTEMPTS_HEADER,
+    UPSTREAM_HOST_HEADER,
+    XLATE_METADATA,
+)
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "envoy" / "environments"
 EXTPROC_CLUSTER = "modelyard-extproc"
@@ -226,6 +237,22 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     for name, dep in cfg.clusters().items():
         out.append(_cluster(name, dep.endpoints, h2=dep.protocol in H2_PROTOCOLS, tls=dep.tls, env=env,
                             outlier=True))
+    for from_protocol, target in translation_hops(cfg):
+        name = xlate_name(from_protocol, target)
+        out.append(Cluster(
+            name=name,
+            type=ClusterDiscoveryType.STATIC,
+            connect_timeout=_secs(env.timeouts.connect_s),
+            per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
+            circuit_breakers=_retry_budget(),
+            load_assignment=ClusterLoadAssignment(cluster_name=name, endpoints=[LocalityLbEndpoints(
+                lb_endpoints=[LbEndpoint(endpoint=Endpoint(address=Address(
+                    envoy_internal_address=EnvoyInternalAddress(server_listener_name=name))))])]),
+            transport_socket=TransportSocket(
+                name="envoy.transport_sockets.internal_upstream",
+                typed_config=AnyMsg.pack(InternalUpstreamTransport(transport_socket=TransportSocket(
+                    name="envoy.transport_sockets.raw_buffer", typed_config=AnyMsg.pack(RawBuffer()))))),
+        ))
     for primary, members in failover_groups(cfg).items():
         out.append(Cluster(
             name=aggregate_name(primary),
@@ -239,10 +266,14 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     return out
 
 
-def _ext_proc_filter(env: EnvironmentConfig) -> HttpFilter:
+def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFilter:
+    grpc = GrpcService(envoy_grpc=GrpcServiceEnvoyGrpc(cluster_name=EXTPROC_CLUSTER),
+                       timeout=_secs(env.timeouts.extproc_message_s))
+    if xlate:
+        # A translation hop's streams say so in their gRPC metadata: the extproc re-renders them.
+        grpc.initial_metadata = [HeaderValue(key=XLATE_METADATA, value=xlate)]
     ext = ExternalProcessor(
-        grpc_service=GrpcService(envoy_grpc=GrpcServiceEnvoyGrpc(cluster_name=EXTPROC_CLUSTER),
-                                 timeout=_secs(env.timeouts.extproc_message_s)),
+        grpc_service=grpc,
         failure_mode_allow=False,
         processing_mode=ProcessingMode(
             request_header_mode=ProcessingModeHeaderSendMode.SEND,
@@ -337,6 +368,28 @@ def _access_log(settings: AccessLogSettings) -> AccessLog:
     return AccessLog(name="envoy.access_loggers.file", typed_config=AnyMsg.pack(log))
 
 
+def _hop_listener(from_protocol: str, target: str, env: EnvironmentConfig) -> Listener:
+    """An internal listener: a failover retry arrives in `from_protocol`; its ext_proc stream
+    re-renders it for `target` and translates the answer back; the route goes to `target`."""
+    name = xlate_name(from_protocol, target)
+    route = RouteConfiguration(name=name, virtual_hosts=[VirtualHost(name=name, domains=["*"], routes=[Route(
+        match=RouteMatch(prefix="/"),
+        route=RouteAction(cluster=target, auto_host_rewrite=True, timeout=_secs(env.timeouts.route_s),
+                          idle_timeout=_secs(env.timeouts.stream_idle_s)))])])
+    hcm = HttpConnectionManager(
+        stat_prefix=name,
+        route_config=route,
+        http_filters=[_ext_proc_filter(env, xlate=f"{from_protocol}~{target}"),
+                      HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router()))],
+        stream_idle_timeout=_secs(env.timeouts.stream_idle_s),
+        request_timeout=_secs(0),
+    )
+    return Listener(name=name, internal_listener=ListenerInternalListenerConfig(),
+                    per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
+                    filter_chains=[FilterChain(filters=[Filter(
+                        name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])])
+
+
 def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     filters = [_ext_proc_filter(env)]
     if env.rate_limit_service:
@@ -359,8 +412,13 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     )
     extproc = _cluster(EXTPROC_CLUSTER, env.extproc_endpoints or [cfg.extproc.address], h2=True, tls=False,
                        env=env, outlier=False)
+    hops = translation_hops(cfg)
     boot = Bootstrap(static_resources=BootstrapStaticResources(
-        listeners=[listener], clusters=[extproc, *_upstream_clusters(cfg, env)]))
+        listeners=[listener, *(_hop_listener(f, t, env) for f, t in hops)],
+        clusters=[extproc, *_upstream_clusters(cfg, env)]))
+    if hops:
+        boot.bootstrap_extensions = [TypedExtensionConfig(
+            name="envoy.bootstrap.internal_listener", typed_config=AnyMsg.pack(InternalListener()))]
     if env.admin:
         boot.admin = Admin(address=_socket(env.admin.address, env.admin.port))
     return boot
@@ -378,6 +436,7 @@ def bootstrap_dict(boot: Bootstrap) -> dict:
 
     # Register every typed_config type used above so Any fields resolve.
     from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
+    from envoy.extensions.bootstrap.internal_listener.v3 import internal_listener_pb2  # noqa: F401
     from envoy.extensions.clusters.aggregate.v3 import cluster_pb2  # noqa: F401
     from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
     from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
@@ -385,6 +444,8 @@ def bootstrap_dict(boot: Bootstrap) -> dict:
     from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
     from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
     from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2  # noqa: F401
+    from envoy.extensions.transport_sockets.internal_upstream.v3 import internal_upstream_pb2  # noqa: F401
+    from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401
     from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
     from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
     from google.protobuf import json_format

@@ -1,10 +1,17 @@
 """Which deployments can stand in for a failed one within the same request, inside Envoy.
 
-A deployment with same-protocol peers gets an Envoy aggregate cluster `<cluster>~failover`:
-itself first, then the peers. Envoy retries (connect failure, reset, 5xx) move to the next member
-via the `previous_priorities` retry plugin, so the body needs no new translation. Peers must speak
-the same protocol, name the same upstream model and use the same credential; a standard-channel
-request never fails over onto the fast channel.
+A deployment with peers (other deployments of the same model) gets an Envoy aggregate cluster
+`<cluster>~failover`: itself first, then the peers. Envoy retries (connect failure, reset, 5xx)
+move to the next member via the `previous_priorities` retry plugin.
+
+- A peer that can take the very same bytes (same protocol, upstream model name and credential)
+  is a direct member.
+- Any other LLM peer (another protocol, model name or credential) is reached through a
+  translation hop: an Envoy internal listener `xlate~<protocol>~<cluster>` whose ext_proc stream
+  re-renders the request from the primary's protocol for the peer and translates the answer back.
+  So the body is translated again for the deployment that actually serves it.
+
+A standard-channel request never fails over onto the fast channel.
 """
 
 from __future__ import annotations
@@ -12,26 +19,56 @@ from __future__ import annotations
 from extproc.config import Deployment, GatewayConfig
 
 SUFFIX = "~failover"
+XLATE_PREFIX = "xlate~"
+# Protocols the translation hop can re-render (the hub-and-spoke chat adapters).
+TRANSLATABLE = frozenset({"openai", "anthropic", "gemini"})
 
 
-def _compatible(primary: Deployment, peer: Deployment) -> bool:
-    return (peer.cluster != primary.cluster and peer.protocol == primary.protocol
-            and peer.upstream_model == primary.upstream_model
-            and (peer.api_key_env, peer.api_key_file) == (primary.api_key_env, primary.api_key_file)
-            and (peer.channel == "standard" or primary.channel == "fast"))
+def _channel_ok(primary: Deployment, peer: Deployment) -> bool:
+    return peer.channel == "standard" or primary.channel == "fast"
+
+
+def _same_bytes(primary: Deployment, peer: Deployment) -> bool:
+    return (peer.protocol == primary.protocol and peer.upstream_model == primary.upstream_model
+            and (peer.api_key_env, peer.api_key_file) == (primary.api_key_env, primary.api_key_file))
 
 
 def failover_groups(cfg: GatewayConfig) -> dict[str, list[str]]:
-    """Primary cluster -> ordered member clusters, for every deployment that has a peer."""
+    """Primary cluster -> ordered member clusters (direct peers, then translation hops)."""
     groups: dict[str, list[str]] = {}
     for model in cfg.models:
         for dep in model.deployments:
-            peers = [p.cluster for p in model.deployments if _compatible(dep, p)]
-            if peers:
+            direct, hops = [], []
+            for peer in model.deployments:
+                if peer.cluster == dep.cluster or not _channel_ok(dep, peer):
+                    continue
+                if _same_bytes(dep, peer):
+                    direct.append(peer.cluster)
+                elif dep.protocol in TRANSLATABLE and peer.protocol in TRANSLATABLE:
+                    hops.append(xlate_name(dep.protocol, peer.cluster))
+            if direct or hops:
                 members = groups.setdefault(dep.cluster, [dep.cluster])
-                members += [p for p in peers if p not in members]
+                members += [m for m in direct + hops if m not in members]
     return groups
+
+
+def translation_hops(cfg: GatewayConfig) -> list[tuple[str, str]]:
+    """(from protocol, target cluster) for every translation hop some failover group uses."""
+    hops = {parse_xlate(m) for members in failover_groups(cfg).values() for m in members}
+    return sorted(h for h in hops if h is not None)
 
 
 def aggregate_name(cluster: str) -> str:
     return cluster + SUFFIX
+
+
+def xlate_name(from_protocol: str, cluster: str) -> str:
+    return f"{XLATE_PREFIX}{from_protocol}~{cluster}"
+
+
+def parse_xlate(name: str) -> tuple[str, str] | None:
+    """`xlate~openai~demo-claude` -> ("openai", "demo-claude"); None for anything else."""
+    if not name.startswith(XLATE_PREFIX):
+        return None
+    from_protocol, sep, cluster = name[len(XLATE_PREFIX):].partition("~")
+    return (from_protocol, cluster) if sep and cluster else None

@@ -18,9 +18,9 @@ from typing import Any
 from extproc import extproc_messages as msg
 from extproc.auth import KeyRing
 from extproc.choice import Choice
-from extproc.config import GatewayConfig, ModelConfig
+from extproc.config import Deployment, GatewayConfig, ModelConfig
 from extproc.errors import GatewayError
-from extproc.failover import aggregate_name, failover_groups
+from extproc.failover import aggregate_name, failover_groups, parse_xlate
 from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
 from extproc.metering import MeteringStore, MeterRecord
 from extproc.metrics import CHANNEL, COST, model_series, requests_series
@@ -65,7 +65,7 @@ class Gateway:
         self.envoy_cluster = {c: aggregate_name(c) for c in groups}
         # Endpoint -> cluster for failover members: tells who answered after an Envoy retry.
         clusters = config.clusters()
-        self.endpoint_cluster = {ep: c for members in groups.values() for c in members
+        self.endpoint_cluster = {ep: c for members in groups.values() for c in members if c in clusters
                                  for ep in clusters[c].endpoints}
         self._background: set[asyncio.Task] = set()
 
@@ -198,6 +198,22 @@ class Gateway:
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(reservation, actual))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    def deployment(self, cluster: str) -> tuple[ModelConfig, Deployment]:
+        """The model and deployment a cluster belongs to (the first model, if several share it)."""
+        for m in self.config.models:
+            for d in m.deployments:
+                if d.cluster == cluster:
+                    return m, d
+        raise GatewayError(502, f"no deployment for cluster {cluster!r}", "api_error")
+
+    def served_by(self, upstream_host: str) -> str | None:
+        """The cluster behind Envoy's %UPSTREAM_HOST%: an endpoint, or a translation hop's
+        internal listener (`envoy://xlate~<protocol>~<cluster>/...`)."""
+        if upstream_host.startswith("envoy://"):
+            hop = parse_xlate(upstream_host[len("envoy://"):].split("/", 1)[0])
+            return hop[1] if hop else None
+        return self.endpoint_cluster.get(upstream_host)
 
     def record_failure(self, cluster: str) -> None:
         """A deployment failed before answering (Envoy failed over to a peer)."""

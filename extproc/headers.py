@@ -9,3 +9,5 @@ TENANT_HEADER = "x-modelyard-tenant"  # rate limit descriptor for Envoy's rateli
 TASK_ID_HEADER = "x-modelyard-task-id"
 STRATEGY_HEADER = "x-modelyard-strategy"
 CHANNEL_HEADER = "x-modelyard-channel"
+# gRPC metadata on a translation hop's ext_proc streams: "<from protocol>~<target cluster>".
+XLATE_METADATA = "x-modelyard-xlate"

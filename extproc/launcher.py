@@ -129,11 +129,22 @@ class Stack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.envoy_config.write_text(render_bootstrap(self.cfg, self.env))
         for child in self.children:
-            log = open(self.log_dir / f"{child.name.replace('@', '-')}.log", "ab")
+            self._spawn(child)
+            self.wait_ready(child, timeout)
+
+    def _spawn(self, child: Child) -> None:
+        with open(self.log_dir / f"{child.name.replace('@', '-')}.log", "ab") as log:
             child.proc = subprocess.Popen(child.argv, stdout=log, stderr=subprocess.STDOUT,
                                           env={**os.environ, "PYTHONUNBUFFERED": "1", **child.env})
-            log.close()
-            self.wait_ready(child, timeout)
+
+    def restart(self, name: str, timeout: float = 60.0) -> None:
+        """Stop one child (SIGTERM, drained) and start it again, e.g. an extproc with fresh state."""
+        child = self.child(name)
+        if child.proc is not None and child.proc.poll() is None:
+            child.proc.terminate()
+            child.proc.wait(timeout=15)
+        self._spawn(child)
+        self.wait_ready(child, timeout)
 
     def wait_ready(self, child: Child, timeout: float) -> None:
         kind, target = child.ready

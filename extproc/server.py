@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from extproc.config import GatewayConfig
 from extproc.gateway import Gateway
+from extproc.headers import XLATE_METADATA
 from extproc.session import Session
 
 log = logging.getLogger("modelyard.server")
@@ -29,7 +30,9 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         self.gateway = gateway
 
     async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator:  # noqa: N802
-        session = Session(self.gateway)
+        # Translation hops (Envoy internal listeners) mark their streams in the gRPC metadata.
+        xlate = next((v for k, v in context.invocation_metadata() or () if k == XLATE_METADATA), None)
+        session = Session(self.gateway, xlate=xlate)
         try:
             async for req in request_iterator:
                 resp = await session.handle(req)

@@ -63,8 +63,9 @@ class Flow(Protocol):
 
 
 class Session:
-    def __init__(self, gateway: "Gateway"):
+    def __init__(self, gateway: "Gateway", xlate: str | None = None):
         self.gw = gateway
+        self.xlate = xlate  # "<protocol>~<cluster>" on a translation hop's streams
         self.ctx: RequestContext | None = None
         self.flow: Flow | None = None
         self.dispatched = False  # the request went upstream: response messages belong to the flow
@@ -136,6 +137,8 @@ class Session:
             headers=headers,
             protocol="openai",
         )
+        if self.xlate is not None:
+            return self._translation_hop(ctx, self.xlate)
         route = self.gw.classify(ctx)
         ctx.protocol = route.protocol
         ctx.path_model = route.path_model
@@ -152,6 +155,20 @@ class Session:
         self.flow = route.make_flow(self.gw, ctx)  # type: ignore[misc]
         # Strip reserved headers now: the body step sets the real ones.
         return msg.request_headers(remove=RESERVED_HEADERS)
+
+    def _translation_hop(self, ctx: RequestContext, xlate: str) -> msg.ProcessingResponse:
+        """Envoy failed over to a peer through an internal listener: the request is already
+        authenticated, routed and admitted; it only needs rendering for the peer."""
+        from adapters.registry import detect_client_protocol
+        from extproc.chat_flow import XlateFlow
+
+        from_protocol, _, target = xlate.partition("~")
+        route = detect_client_protocol(ctx.method, ctx.path)
+        if route is None or route.protocol != from_protocol:
+            raise GatewayError(502, f"translation hop {xlate!r} got {ctx.method} {ctx.path}", "api_error")
+        ctx.protocol, ctx.path_model, ctx.stream_hint = route.protocol, route.model, route.stream
+        self.flow = XlateFlow(self.gw, ctx, target)
+        return msg.request_headers()
 
     def close(self) -> None:
         if not self.done:
