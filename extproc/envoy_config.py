@@ -345,7 +345,9 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
             domains=["*"],
             routes=[
                 Route(match=RouteMatch(prefix="/", headers=[HeaderMatcher(name=CLUSTER_HEADER, present_match=True)]),
-                      route=action, response_headers_to_add=answered_by),
+                      route=action, response_headers_to_add=answered_by,
+                      # Routing inputs stay inside the gateway: the upstream never sees them.
+                      request_headers_to_remove=[CLUSTER_HEADER, TENANT_HEADER]),
                 Route(match=RouteMatch(prefix="/"),
                       direct_response=DirectResponseAction(status=404, body=DataSource(inline_string=not_routed))),
             ],
