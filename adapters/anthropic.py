@@ -50,7 +50,7 @@ from adapters.sse import SSEFramer
 
 __all__ = [
     "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request",
-    "render_request", "parse_response", "render_response", "StreamDecoder", "StreamEncoder",
+    "request_target", "render_request", "parse_response", "render_response", "StreamDecoder", "StreamEncoder",
     "render_error", "parse_error", "client_api_key",
 ]
 
@@ -230,6 +230,14 @@ def _user_blocks(content: tuple[ContentPart, ...]) -> list[dict]:
     return out
 
 
+def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None) -> tuple[str, dict[str, str]]:
+    """Path and headers of the upstream request, without rendering its body (passthrough)."""
+    headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
+    if credential:
+        headers["x-api-key"] = credential
+    return PATH, headers
+
+
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
     msgs: list[dict] = []
     for m in req.messages:
@@ -278,10 +286,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         body["stop_sequences"] = list(req.stop)
     if req.stream:
         body["stream"] = True
-    headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
-    if credential:
-        headers["x-api-key"] = credential
-    return UpstreamRequest(PATH, headers, orjson.dumps(body))
+    path, headers = request_target(req, upstream_model=upstream_model, credential=credential)
+    return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
 def _tool_def(t: ToolDef) -> dict:

@@ -53,7 +53,7 @@ from adapters.internal import (
 from adapters.sse import SSEFramer
 
 __all__ = [
-    "CLIENT_AUTH_HEADERS", "parse_request", "render_request", "parse_response", "render_response",
+    "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response", "render_response",
     "StreamDecoder", "StreamEncoder", "render_error", "parse_error", "client_api_key", "request_path",
 ]
 
@@ -297,6 +297,14 @@ def _tool_response(text: str) -> dict:
     return {"content": text}
 
 
+def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None) -> tuple[str, dict[str, str]]:
+    """Path and headers of the upstream request, without rendering its body (passthrough)."""
+    headers = {"content-type": "application/json"}
+    if credential:
+        headers["x-goog-api-key"] = credential
+    return request_path(upstream_model, req.stream), headers
+
+
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
     contents: list[dict] = []
     names: dict[str, str] = {}
@@ -349,10 +357,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         gc["stopSequences"] = list(req.stop)
     if gc:
         body["generationConfig"] = gc
-    headers = {"content-type": "application/json"}
-    if credential:
-        headers["x-goog-api-key"] = credential
-    return UpstreamRequest(request_path(upstream_model, req.stream), headers, orjson.dumps(body))
+    path, headers = request_target(req, upstream_model=upstream_model, credential=credential)
+    return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
 # ---- response ------------------------------------------------------------------------------

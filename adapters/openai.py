@@ -50,7 +50,7 @@ from adapters.internal import (
 from adapters.sse import SSEFramer
 
 __all__ = [
-    "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "render_request", "parse_response",
+    "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
     "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error",
     "client_api_key",
 ]
@@ -227,6 +227,14 @@ def _render_content(content: tuple[ContentPart, ...]) -> str | list:
     return out
 
 
+def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None) -> tuple[str, dict[str, str]]:
+    """Path and headers of the upstream request, without rendering its body (passthrough)."""
+    headers = {"content-type": "application/json"}
+    if credential:
+        headers["authorization"] = "Bearer " + credential
+    return PATH, headers
+
+
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
     msgs: list[dict] = []
     if req.system is not None:
@@ -264,10 +272,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         # Always ask for usage: the gateway meters it even when the client did not ask for it.
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    headers = {"content-type": "application/json"}
-    if credential:
-        headers["authorization"] = "Bearer " + credential
-    return UpstreamRequest(PATH, headers, orjson.dumps(body))
+    path, headers = request_target(req, upstream_model=upstream_model, credential=credential)
+    return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
 def _tool_def(t: ToolDef) -> dict:

@@ -99,17 +99,19 @@ class ChatFlow:
         self.wire = dep.protocol
         self.upstream = PROTOCOLS[dep.protocol]
         upstream_model = dep.upstream_model or choice.model.name
-        up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential())
         if self.translating:
-            out = up.body
-        else:
+            up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential())
+            path, up_headers, out = up.path, up.headers, up.body
+        else:  # the client's own bytes: only the path and headers are new
+            path, up_headers = self.upstream.request_target(req, upstream_model=upstream_model,
+                                                            credential=dep.credential())
             out, self.usage_injected = _passthrough_body(body, ctx.protocol, upstream_model, req)
-        headers = [(k, v) for k, v in up.headers.items()]
-        headers += [(":path", up.path), ("content-length", str(len(out))),
+        headers = list(up_headers.items())
+        headers += [(":path", path), ("content-length", str(len(out))),
                     (CLUSTER_HEADER, self.gw.envoy_cluster.get(dep.cluster, dep.cluster)),
                     (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else "")]
         ctx.response_headers += choice.response_headers()
-        remove = [h for h in _STRIP_UPSTREAM if h not in up.headers]
+        remove = [h for h in _STRIP_UPSTREAM if h not in up_headers]
         return msg.request_body(headers, remove, body=out if out is not body else None, clear_route_cache=True)
 
     # -- response --------------------------------------------------------------------------

@@ -185,3 +185,12 @@ def test_estimate_prompt_tokens_grows_with_input() -> None:
     assert 10 <= small < big and big >= 1000
     assert estimate_prompt_tokens(CANONICAL) > 0
     assert PNG
+
+
+@pytest.mark.parametrize("name", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_request_target_is_render_requests_path_and_headers(name: str, stream: bool) -> None:
+    mod = PROTOCOLS[name]
+    req = ChatRequest(model="m", messages=(Message("user", (TextPart("hi"),)),), stream=stream)
+    full = mod.render_request(req, upstream_model="up-model", credential="secret")
+    assert mod.request_target(req, upstream_model="up-model", credential="secret") == (full.path, full.headers)
