@@ -46,7 +46,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
-from adapters.sse import SSEFramer
+from adapters.sse import SSEDecoder, SSEEvent
 
 __all__ = [
     "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request",
@@ -360,40 +360,18 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
 # ---- streaming -----------------------------------------------------------------------------
 
 
-class StreamDecoder:
+class StreamDecoder(SSEDecoder):
     """Upstream Anthropic SSE bytes -> internal stream events."""
 
-    __slots__ = ("_sse", "_done", "_blocks", "_ntools")
+    __slots__ = ("_blocks", "_ntools")
 
     def __init__(self) -> None:
-        self._sse = SSEFramer()
-        self._done = False
+        super().__init__()
         self._blocks: dict[int, int] = {}  # content block index -> tool ordinal (tool_use blocks only)
         self._ntools = 0
 
-    def feed(self, chunk: bytes) -> list[StreamEvent]:
-        if self._done:
-            return []
-        out: list[StreamEvent] = []
-        for ev in self._sse.feed(chunk):
-            self._event(ev.event, ev.data, out)
-            if self._done:
-                break
-        return out
-
-    def close(self) -> list[StreamEvent]:
-        if self._done:
-            return []
-        out: list[StreamEvent] = []
-        for ev in self._sse.close():
-            self._event(ev.event, ev.data, out)
-            if self._done:
-                return out
-        self._done = True
-        out.append(StreamError("upstream stream ended before message_stop", "api_error"))
-        return out
-
-    def _event(self, name: str | None, data: bytes, out: list[StreamEvent]) -> None:
+    def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
+        name, data = ev.event, ev.data
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -465,6 +443,9 @@ class StreamDecoder:
             out.append(StreamError(msg if type(msg) is str else "upstream stream error",
                                    et if type(et) is str else "api_error"))
         # ping, content_block_stop and unknown events carry nothing to translate.
+
+    def _cut(self) -> StreamEvent:
+        return StreamError("upstream stream ended before message_stop", "api_error")
 
 
 def _sse(event: str, obj: dict) -> bytes:

@@ -42,6 +42,14 @@ class AdapterError(Exception):
         return f"AdapterError(status={self.status}, type={self.type!r}, message={self.message!r})"
 
 
+class InputError(AdapterError, ValueError):
+    """Base of the vision path's errors (images, multipart forms, KServe tensors): message first,
+    status defaulting to 400; still one `AdapterError` type for the session to catch."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(status, message)
+
+
 # ---- field validation shared by the protocol parsers (each raises AdapterError 400) ----------
 
 def load_object(body: bytes, what: str = "request body") -> dict:

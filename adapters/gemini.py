@@ -50,7 +50,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
-from adapters.sse import SSEFramer
+from adapters.sse import SSEDecoder, SSEEvent
 
 __all__ = [
     "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response", "render_response",
@@ -440,42 +440,19 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
 # ---- streaming -----------------------------------------------------------------------------
 
 
-class StreamDecoder:
+class StreamDecoder(SSEDecoder):
     """Upstream Gemini SSE bytes -> internal stream events (the stream has no terminator)."""
 
-    __slots__ = ("_sse", "_started", "_done", "_finished", "_ntools")
+    __slots__ = ("_started", "_finished", "_ntools")
 
     def __init__(self) -> None:
-        self._sse = SSEFramer()
+        super().__init__()
         self._started = False
-        self._done = False
         self._finished = False
         self._ntools = 0
 
-    def feed(self, chunk: bytes) -> list[StreamEvent]:
-        if self._done:
-            return []
-        out: list[StreamEvent] = []
-        for ev in self._sse.feed(chunk):
-            self._event(ev.data, out)
-            if self._done:
-                break
-        return out
-
-    def close(self) -> list[StreamEvent]:
-        if self._done:
-            return []
-        out: list[StreamEvent] = []
-        for ev in self._sse.close():
-            self._event(ev.data, out)
-            if self._done:
-                return out
-        self._done = True
-        # Gemini ends a stream by closing it; only a finishReason tells a whole stream from a cut one.
-        out.append(StreamEnd() if self._finished else StreamError("upstream stream ended before finishReason"))
-        return out
-
-    def _event(self, data: bytes, out: list[StreamEvent]) -> None:
+    def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
+        data = ev.data
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -520,6 +497,10 @@ class StreamDecoder:
         if type(u) is dict:
             us = _usage(u)
             out.append(UsageUpdate(us.input_tokens, us.output_tokens))
+
+    def _cut(self) -> StreamEvent:
+        # Gemini ends a stream by closing it; only a finishReason tells a whole stream from a cut one.
+        return StreamEnd() if self._finished else StreamError("upstream stream ended before finishReason")
 
 
 class StreamEncoder:

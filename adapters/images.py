@@ -15,21 +15,15 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from adapters.errors import AdapterError
+from adapters.errors import InputError
 
 ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "WEBP"})
 DEFAULT_MAX_PIXELS = 40_000_000
 _FORMATS = ["JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF"]  # open() identifies these, we then gate
 
 
-class ImageError(AdapterError, ValueError):
-    """An image the gateway will not decode; `status` is 400 (bad input) or 413 (too large).
-
-    An `adapters.errors.AdapterError` (status, message, type), so the session catches one type.
-    """
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(status, message)
+class ImageError(InputError):
+    """An image the gateway will not decode; `status` is 400 (bad input) or 413 (too large)."""
 
 
 @dataclass(frozen=True)

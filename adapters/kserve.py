@@ -28,7 +28,7 @@ import orjson
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from adapters.errors import AdapterError
+from adapters.errors import InputError
 
 GRPC_SERVICE = "inference.GRPCInferenceService"
 GRPC_INFER_PATH = f"/{GRPC_SERVICE}/ModelInfer"
@@ -73,14 +73,8 @@ GRPC_TO_HTTP: dict[int, int] = {
 }
 
 
-class KServeError(AdapterError, ValueError):
-    """A request or upstream reply that cannot be converted; `status` is the HTTP status.
-
-    An `adapters.errors.AdapterError` (status, message, type), so the session catches one type.
-    """
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(status, message)
+class KServeError(InputError):
+    """A request or upstream reply that cannot be converted; `status` is the HTTP status."""
 
 
 # ---------------------------------------------------------------- errors and gRPC status

@@ -11,7 +11,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
-from adapters.errors import AdapterError
+from adapters.errors import InputError
 from adapters.images import ImageUpload
 
 _TOKEN_PARAM = re.compile(
@@ -21,14 +21,8 @@ _BOUNDARY_CHARS = re.compile(r"^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\
 IMAGE_FIELD = "image"
 
 
-class MultipartError(AdapterError, ValueError):
-    """A form the gateway will not read; `status` is 400 (malformed) or 413 (over a limit).
-
-    An `adapters.errors.AdapterError` (status, message, type), so the session catches one type.
-    """
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(status, message)
+class MultipartError(InputError):
+    """A form the gateway will not read; `status` is 400 (malformed) or 413 (over a limit)."""
 
 
 @dataclass(frozen=True)

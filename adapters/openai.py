@@ -47,7 +47,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
-from adapters.sse import SSEFramer
+from adapters.sse import SSEDecoder, SSEEvent
 
 __all__ = [
     "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
@@ -347,40 +347,18 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
 # ---- streaming -----------------------------------------------------------------------------
 
 
-class StreamDecoder:
+class StreamDecoder(SSEDecoder):
     """Upstream OpenAI SSE bytes -> internal stream events."""
 
-    __slots__ = ("_sse", "_started", "_done", "_tools")
+    __slots__ = ("_started", "_tools")
 
     def __init__(self) -> None:
-        self._sse = SSEFramer()
+        super().__init__()
         self._started = False
-        self._done = False
         self._tools: set[int] = set()
 
-    def feed(self, chunk: bytes) -> list[StreamEvent]:
-        if self._done:
-            return []
-        out: list[StreamEvent] = []
-        for ev in self._sse.feed(chunk):
-            self._event(ev.data, out)
-            if self._done:
-                break
-        return out
-
-    def close(self) -> list[StreamEvent]:
-        if self._done:
-            return []
-        out: list[StreamEvent] = []
-        for ev in self._sse.close():
-            self._event(ev.data, out)
-            if self._done:
-                return out
-        self._done = True
-        out.append(StreamError("upstream stream ended before [DONE]", "api_error"))
-        return out
-
-    def _event(self, data: bytes, out: list[StreamEvent]) -> None:
+    def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
+        data = ev.data
         if data == b"[DONE]":
             self._done = True
             out.append(StreamEnd())
@@ -432,6 +410,9 @@ class StreamDecoder:
         usage = obj.get("usage")
         if type(usage) is dict:
             out.append(UsageUpdate(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))))
+
+    def _cut(self) -> StreamEvent:
+        return StreamError("upstream stream ended before [DONE]", "api_error")
 
 
 class StreamEncoder:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SSEEvent", "SSEFramer", "encode_event"]
+__all__ = ["SSEDecoder", "SSEEvent", "SSEFramer", "encode_event"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,46 @@ class SSEFramer:
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
         # id / retry / unknown fields carry nothing the adapters need.
+
+
+class SSEDecoder:
+    """The driver every protocol's stream decoder shares: frame the bytes, hand each event to
+    `_event`, stop once `_done` is set (the protocol's terminator), and let `_cut` say what a
+    stream that ended without one amounts to."""
+
+    __slots__ = ("_sse", "_done")
+
+    def __init__(self) -> None:
+        self._sse = SSEFramer()
+        self._done = False
+
+    def feed(self, chunk: bytes) -> list:
+        if self._done:
+            return []
+        out: list = []
+        for ev in self._sse.feed(chunk):
+            self._event(ev, out)
+            if self._done:
+                break
+        return out
+
+    def close(self) -> list:
+        if self._done:
+            return []
+        out: list = []
+        for ev in self._sse.close():
+            self._event(ev, out)
+            if self._done:
+                return out
+        self._done = True
+        out.append(self._cut())
+        return out
+
+    def _event(self, ev: SSEEvent, out: list) -> None:
+        raise NotImplementedError
+
+    def _cut(self) -> object:
+        raise NotImplementedError
 
 
 def encode_event(data: bytes, event: str | None = None) -> bytes:

@@ -244,6 +244,7 @@ from extproc.demo.kserve_server import ColourModel, read_input  # noqa: E402
 from extproc.gateway import Gateway  # noqa: E402
 from extproc.session import Session  # noqa: E402
 from kernels import select_backend  # noqa: E402
+from tests.core.session_driver import assert_refused_or_forwarded  # noqa: E402
 from tests.core.test_session import body_msg, headers_msg  # noqa: E402
 from tests.stack_config import without_watermarks  # noqa: E402
 from tests.vision.formgen import build_form  # noqa: E402
@@ -382,7 +383,6 @@ def test_every_member_gets_exactly_its_rows(ops) -> None:
 
 # ---------------------------------------------------------------- the vision flows never fail on input
 
-import logging  # noqa: E402
 
 from hypothesis import HealthCheck  # noqa: E402
 
@@ -417,22 +417,8 @@ def test_vision_flows_never_fail_on_input(vision_gateway: Gateway, caplog, data)
         ctype = data.draw(st.sampled_from([ctype, "multipart/form-data", "text/plain",
                                            "multipart/form-data; boundary=zz"]))
 
-    async def run():
-        s = Session(vision_gateway)
-        await s.handle(headers_msg({":method": "POST", ":path": path, "content-type": ctype,
-                                    "authorization": "Bearer sk-modelyard-demo"}))
-        r = await asyncio.wait_for(s.handle(body_msg(body)), 5)
-        s.close()
-        return r
-
-    with caplog.at_level(logging.ERROR, logger="modelyard"):
-        r = asyncio.run(run())
-    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
-    kind = r.WhichOneof("response")
-    if kind == "immediate_response":
-        assert 400 <= r.immediate_response.status.code < 500, r.immediate_response.body[:300]
-    else:
-        assert kind == "request_body"
+    assert_refused_or_forwarded(vision_gateway, caplog, {":method": "POST", ":path": path, "content-type": ctype,
+                                                         "authorization": "Bearer sk-modelyard-demo"}, body, 5)
 
 
 def _rest_gateway() -> Gateway:

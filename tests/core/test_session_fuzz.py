@@ -3,15 +3,11 @@ sends the request on: never an unexpected exception (which would surface as a 50
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extproc.session import Session
-from tests.core.test_session import body_msg, headers_msg
+from tests.core.session_driver import assert_refused_or_forwarded
 
 PATHS = {
     "/v1/chat/completions": {"authorization": "Bearer sk-modelyard-demo"},
@@ -40,18 +36,4 @@ bodies = st.one_of(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.sampled_from(sorted(PATHS)), body=bodies)
 def test_session_never_fails_on_input(gateway, caplog, path: str, body: bytes) -> None:
-    async def run():
-        s = Session(gateway)
-        await s.handle(headers_msg({":method": "POST", ":path": path, **PATHS[path]}))
-        r = await s.handle(body_msg(body))
-        s.close()
-        return r
-
-    with caplog.at_level(logging.ERROR, logger="modelyard"):
-        r = asyncio.run(run())
-    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
-    kind = r.WhichOneof("response")
-    if kind == "immediate_response":
-        assert 400 <= r.immediate_response.status.code < 500, r.immediate_response.body[:300]
-    else:
-        assert kind == "request_body"
+    assert_refused_or_forwarded(gateway, caplog, {":method": "POST", ":path": path, **PATHS[path]}, body)
