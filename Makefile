@@ -30,7 +30,7 @@ test: $(STAMP) redis-server
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check extproc adapters kernels ratelimit tests bench
+	$(VENV)/bin/ruff check modelyard extproc adapters kernels ratelimit controlplane devstack gpuagent tests bench
 
 bench: $(STAMP) redis-server bench-tools
 	$(PY) bench/run_all.py

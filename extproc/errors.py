@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from extproc import extproc_messages as msg
+from extproc import messages as msg
 
 
 class GatewayError(Exception):

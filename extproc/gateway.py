@@ -15,17 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from extproc import extproc_messages as msg
+from extproc import messages as msg
 from extproc.auth import KeyRing
 from extproc.choice import Choice
 from extproc.config import Deployment, GatewayConfig, ModelConfig
 from extproc.errors import GatewayError
-from extproc.failover import aggregate_name, failover_groups, parse_xlate
 from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
-from extproc.metering import MeteringStore, MeterRecord
-from extproc.metrics import CHANNEL, COST, model_series, requests_series
 from extproc.routing import NoRoute, RouteRequest, Scheduler
+from extproc.routing.failover import aggregate_name, failover_groups, parse_xlate
 from extproc.session import Flow, RequestContext, json_response
+from extproc.telemetry.metering import MeteringStore, MeterRecord
+from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series
 from ratelimit import RequestContext as RateLimitContext
 
 log = logging.getLogger("modelyard.gateway")
@@ -85,16 +85,16 @@ class Gateway:
                 return RouteSpec("kserve", path_model=m["model"], answer=_v2_model_metadata)
         if method == "POST":
             if (m := _V2_MODEL.match(path)) and m["infer"]:
-                from extproc.vision_flow import KServeInferFlow
+                from extproc.flows.vision import KServeInferFlow
 
                 return RouteSpec("kserve", path_model=m["model"], make_flow=KServeInferFlow)
             if path == "/v1/images/classify":
-                from extproc.vision_flow import ClassifyFlow
+                from extproc.flows.vision import ClassifyFlow
 
                 return RouteSpec("openai", make_flow=ClassifyFlow)
             client = detect_client_protocol(method, path)
             if client is not None:
-                from extproc.chat_flow import ChatFlow
+                from extproc.flows.chat import ChatFlow
 
                 return RouteSpec(client.protocol, path_model=client.model, stream=client.stream,
                                  make_flow=ChatFlow)

@@ -8,18 +8,18 @@ import signal
 
 from extproc.config import ConfigError, GatewayConfig, config_path, load_config
 from extproc.gateway import Gateway
-from extproc.metrics import serve_metrics
 from extproc.server import ExtprocServer
+from extproc.telemetry.metrics import serve_metrics
 
 log = logging.getLogger("modelyard.service")
 
 
 def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     """The gateway plus the extra gRPC services to serve beside ext_proc."""
-    from extproc.batching import Batcher
-    from extproc.metering import MeteringStore
-    from extproc.metrics import IMAGE_BACKEND
+    from extproc.flows.batching import Batcher
     from extproc.routing import Scheduler
+    from extproc.telemetry.metering import MeteringStore
+    from extproc.telemetry.metrics import IMAGE_BACKEND
     from extproc.watermarks import WatermarkBoard
     from kernels import select_backend
     from ratelimit import Limiter

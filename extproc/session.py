@@ -17,11 +17,11 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from extproc import extproc_messages as msg
+from extproc import messages as msg
 from extproc.config import TenantConfig
 from extproc.errors import GatewayError, error_response, render_error_body
 from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER
-from extproc.metrics import ERRORS, STREAMS
+from extproc.telemetry.metrics import ERRORS, STREAMS
 
 if TYPE_CHECKING:
     from extproc.gateway import Gateway
@@ -160,7 +160,7 @@ class Session:
         """Envoy failed over to a peer through an internal listener: the request is already
         authenticated, routed and admitted; it only needs rendering for the peer."""
         from adapters.registry import detect_client_protocol
-        from extproc.chat_flow import XlateFlow
+        from extproc.flows.chat import XlateFlow
 
         from_protocol, _, target = xlate.partition("~")
         route = detect_client_protocol(ctx.method, ctx.path)

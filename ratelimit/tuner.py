@@ -239,7 +239,7 @@ METERING_KEYS = ("tenant", "tier", "cluster", "channel", "model")
 
 
 def trace_from_metering(path: Path, key: str, unit: str) -> dict[str, list[tuple[int, int]]]:
-    """Events per key from the metering store's `requests` table (see extproc/metering.py)."""
+    """Events per key from the metering store's `requests` table (see extproc/telemetry/metering.py)."""
     if key not in METERING_KEYS:
         raise TraceError(f"unknown key {key!r}")
     if not path.exists():

@@ -41,9 +41,9 @@ def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, 
 
 def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: bool = True):
     """A `Stack` (not yet started) for a test's own config; use it as a context manager."""
+    from controlplane.bootstrap import EnvironmentConfig
+    from devstack.launcher import Stack
     from extproc.config import parse_config
-    from extproc.envoy_config import EnvironmentConfig
-    from extproc.launcher import Stack
 
     ext = data.setdefault("extproc", {})
     if ext.get("metering_db") and not Path(ext["metering_db"]).is_absolute():
@@ -70,7 +70,7 @@ def small_config(**overrides: Any) -> dict[str, Any]:
 
 def add_extproc_replica(stack: Any, data: dict[str, Any], workdir: Path) -> tuple[str, str]:
     """A second extproc process on its own port, started before Envoy: (address, metrics address)."""
-    from extproc.launcher import Child
+    from devstack.launcher import Child
 
     addr, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     replica = {**data, "extproc": {**data["extproc"], "address": addr, "metrics_address": metrics}}
@@ -78,7 +78,7 @@ def add_extproc_replica(stack: Any, data: dict[str, Any], workdir: Path) -> tupl
     path.write_text(yaml.safe_dump(replica, sort_keys=False))
     import sys
 
-    child = Child("extproc-2", [sys.executable, "-m", "extproc.cli", "serve", "--config", str(path)], ("tcp", addr))
+    child = Child("extproc-2", [sys.executable, "-m", "modelyard.cli", "serve", "--config", str(path)], ("tcp", addr))
     stack.children.insert(len(stack.children) - 1, child)
     return addr, metrics
 

@@ -48,12 +48,12 @@ def vision_config(demo_port: int, models: dict[str, dict[str, Any] | None], dead
 def vision_stack(workdir: Path, models: dict[str, dict[str, Any] | None], demo_args: list[str] = (),
                  dead: frozenset[str] = frozenset()) -> Iterator[Any]:
     """Envoy + extproc + one demo KServe server (its own process, /stats and /control on `stack.demo_stats`)."""
-    from extproc.launcher import Child
+    from devstack.launcher import Child
     from tests.stack_config import start_stack
 
     port, stats = free_port(), free_port()
     stack = start_stack(workdir, vision_config(port, models, dead), demos=False)
-    argv = [sys.executable, "-m", "extproc.demo.kserve_server", "--port", str(port), "--stats-port", str(stats),
+    argv = [sys.executable, "-m", "devstack.demo.kserve_server", "--port", str(port), "--stats-port", str(stats),
             *demo_args]
     stack.children.insert(0, Child("kserve-demo", argv, ("http", f"http://127.0.0.1:{stats}/stats")))
     stack.demo_stats = f"http://127.0.0.1:{stats}"

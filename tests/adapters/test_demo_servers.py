@@ -20,7 +20,7 @@ from adapters import gemini, openai
 from adapters.errors import AdapterError
 from adapters.internal import StreamEnd, TextDelta, ToolCallDelta, ToolCallStart
 from adapters.registry import PROTOCOLS, translate_stream
-from extproc.demo import anthropic_server, behaviour, gemini_server
+from devstack.demo import anthropic_server, behaviour, gemini_server
 
 WEATHER_TOOL = {"name": "get_weather", "description": "Weather by city",
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -184,7 +184,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("module", ["extproc.demo.anthropic_server", "extproc.demo.gemini_server"])
+@pytest.mark.parametrize("module", ["devstack.demo.anthropic_server", "devstack.demo.gemini_server"])
 async def test_cli_serves_health(module: str) -> None:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), "--require-key", "k"],

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from extproc.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy, slice_response
 from extproc.config import BatchingConfig, TensorInput
-from extproc.vision_flow import Job, merge_batch
+from extproc.flows.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy, slice_response
+from extproc.flows.vision import Job, merge_batch
 from kernels import PreprocessSpec, preprocess
 
 KEY = BatchKey("m", "c", (3, 4, 4), "FP32")
@@ -239,8 +239,8 @@ import orjson  # noqa: E402
 import yaml  # noqa: E402
 
 from adapters import kserve  # noqa: E402
+from devstack.demo.kserve_server import ColourModel, read_input  # noqa: E402
 from extproc.config import parse_config  # noqa: E402
-from extproc.demo.kserve_server import ColourModel, read_input  # noqa: E402
 from extproc.gateway import Gateway  # noqa: E402
 from extproc.session import Session  # noqa: E402
 from kernels import select_backend  # noqa: E402

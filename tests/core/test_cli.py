@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "extproc.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "modelyard.cli", *args], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
 
 

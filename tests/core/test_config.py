@@ -47,7 +47,7 @@ def test_cli_reports_bad_config_without_traceback(tmp_path: Path) -> None:
     data = _demo()
     data["models"][0]["deployments"][0]["channel"] = "warp"
     bad.write_text(yaml.safe_dump(data))
-    r = subprocess.run([sys.executable, "-m", "extproc.cli", "serve", "--config", str(bad)],
+    r = subprocess.run([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(bad)],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "models[0].deployments[0].channel" in r.stderr

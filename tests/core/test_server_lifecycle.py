@@ -26,7 +26,7 @@ async def test_sigterm_drains_open_stream(tmp_path: Path) -> None:
     data["extproc"] = {"address": addr, "metrics_address": f"127.0.0.1:{free_port()}", "drain_seconds": 10}
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    proc = subprocess.Popen([sys.executable, "-m", "extproc.cli", "serve", "--config", str(cfg)])
+    proc = subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(cfg)])
     try:
         async with grpc.aio.insecure_channel(addr) as ch:
             await asyncio.wait_for(ch.channel_ready(), 20)

@@ -38,7 +38,7 @@ def test_requests_are_metered_and_tunable(tmp_path: Path) -> None:
         assert (tenant, tier, model, cluster, channel, status) == ("demo", "L1", "demo-gpt", "demo-openai", "standard", 200)
         assert latency > 0 and tin == 4 and tout > 0
         assert cost == pytest.approx(tin / 1000 * 1.0 + tout / 1000 * 2.0)
-    out = subprocess.run([sys.executable, "-m", "extproc.cli", "ratelimit", "tune", "--metering-db", str(db),
+    out = subprocess.run([sys.executable, "-m", "modelyard.cli", "ratelimit", "tune", "--metering-db", str(db),
                           "--rate", "1", "--unit", "tokens", "--plot", str(tmp_path / "plot.svg")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -9,10 +9,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from extproc.agent import EXIT_NO_NVML, FakeSource, NvmlSource, NvmlUnavailable, main, make_app
 from extproc.config import WatermarkSource
 from extproc.routing import NoRoute, RouteRequest, Scheduler
 from extproc.watermarks import WatermarkBoard, WatermarkPoller, parse_dcgm_metrics
+from gpuagent.agent import EXIT_NO_NVML, FakeSource, NvmlSource, NvmlUnavailable, main, make_app
 
 from .conftest import dep, make_config, model
 from .test_watermark_parsers import DCGM_SAMPLE

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extproc.agent import parse_fake_spec
 from extproc.watermarks import WatermarkParseError, parse_agent_json, parse_dcgm_metrics, parse_reading
+from gpuagent.agent import parse_fake_spec
 
 DCGM_SAMPLE = """\
 # HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).

@@ -12,8 +12,8 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from adapters import kserve
 from adapters.images import decode_images
 from adapters.multipart import parse_multipart, read_classify_form
+from devstack.demo.kserve_server import ColourModel, start
 from extproc.config import TensorInput
-from extproc.demo.kserve_server import ColourModel, start
 from kernels import PreprocessSpec, preprocess
 from tests.vision.formgen import build_form
 from tests.vision.imagegen import encode
@@ -161,7 +161,7 @@ async def test_cli_process_serves_and_stops_on_sigterm():
 
     port, stats_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "extproc.demo.kserve_server", "--port", str(port), "--stats-port", str(stats_port),
+        sys.executable, "-m", "devstack.demo.kserve_server", "--port", str(port), "--stats-port", str(stats_port),
         "--fixed-ms", "1", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:

@@ -1,8 +1,8 @@
 """Demo OpenAI Chat Completions upstream: the stand-in for a model endpoint a team already runs.
 
-    python -m extproc.demo.openai_server --port 8101 [--name demo-openai] [--require-key KEY]
+    python -m devstack.demo.openai_server --port 8101 [--name demo-openai] [--require-key KEY]
 
-Answers as described in `extproc.demo.behaviour`, prefixed "[<name>]".
+Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]".
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from adapters import openai
-from extproc.demo.adapter_server import AdapterDemo, run
+from devstack.demo.adapter_server import AdapterDemo, run
 
 
 def make_app(name: str = "demo-openai", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:

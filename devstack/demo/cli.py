@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 
 _SERVERS = {
-    "openai": "extproc.demo.openai_server",
-    "anthropic": "extproc.demo.anthropic_server",
-    "gemini": "extproc.demo.gemini_server",
-    "kserve": "extproc.demo.kserve_server",
+    "openai": "devstack.demo.openai_server",
+    "anthropic": "devstack.demo.anthropic_server",
+    "gemini": "devstack.demo.gemini_server",
+    "kserve": "devstack.demo.kserve_server",
 }
 
 

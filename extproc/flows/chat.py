@@ -15,7 +15,7 @@ import orjson
 from adapters.errors import AdapterError
 from adapters.internal import StreamError, Usage, UsageUpdate
 from adapters.registry import PROTOCOLS, translate_stream
-from extproc import extproc_messages as msg
+from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.errors import GatewayError, render_error_body
 from extproc.headers import (

@@ -1,8 +1,8 @@
 """Demo Gemini generateContent upstream; streams for `:streamGenerateContent?alt=sse`.
 
-    python -m extproc.demo.gemini_server --port 8103 [--require-key KEY]
+    python -m devstack.demo.gemini_server --port 8103 [--require-key KEY]
 
-Answers as described in `extproc.demo.behaviour`, prefixed "[demo-gemini]".
+Answers as described in `devstack.demo.behaviour`, prefixed "[demo-gemini]".
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from aiohttp import web
 
 from adapters import gemini
 from adapters.registry import detect_client_protocol
-from extproc.demo.adapter_server import AdapterDemo, run
+from devstack.demo.adapter_server import AdapterDemo, run
 
 
 def _path_info(request: web.Request) -> tuple[str | None, bool] | None:

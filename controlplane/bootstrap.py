@@ -87,7 +87,6 @@ from envoy_data_plane.google.protobuf import Any as AnyMsg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from extproc.config import ConfigError, GatewayConfig
-from extproc.failover import aggregate_name, failover_groups, translation_hops, xlate_name
 from extproc.headers import (
     CLUSTER_HEADER,
     TENANT_HEADER,
@@ -95,6 +94,7 @@ from extproc.headers import (
     UPSTREAM_HOST_HEADER,
     XLATE_METADATA,
 )
+from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "envoy" / "environments"
 EXTPROC_CLUSTER = "modelyard-extproc"

@@ -12,8 +12,8 @@ from types import ModuleType
 from aiohttp import web
 
 from adapters.errors import AdapterError
-from extproc.demo.behaviour import demo_reply, demo_stream_events, last_user_text
-from extproc.demo.faults import CUT, FAIL, fault_in
+from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
+from devstack.demo.faults import CUT, FAIL, fault_in
 
 # The request's model and stream flag from its path (Gemini), or (None, False).
 PathInfo = Callable[[web.Request], tuple[str | None, bool] | None]

@@ -1,7 +1,7 @@
 """Vision requests: KServe v2 REST infer and multipart image classification (docs/vision.md).
 
 Both flows parse and validate in the client's shape, route and admit, then either send their own
-`ModelInfer` call upstream through Envoy or join a batch (`extproc/batching.py`, docs/batching.md):
+`ModelInfer` call upstream through Envoy or join a batch (`extproc/flows/batching.py`, docs/batching.md):
 the batch's leader carries the merged tensor upstream, the other members wait inside their
 request-body step and answer with an immediate response cut from the leader's reply.
 
@@ -24,11 +24,11 @@ from adapters import kserve
 from adapters.errors import AdapterError, default_type
 from adapters.images import decode_images
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
-from extproc import extproc_messages as msg
-from extproc.batching import Batch, BatchKey, BatchPolicy, Member, merge_rows, slice_response
-from extproc.chat_flow import CLIENT_AUTH_HEADERS, upstream_error_status
+from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.errors import GatewayError, render_error_body
+from extproc.flows.batching import Batch, BatchKey, BatchPolicy, Member, merge_rows, slice_response
+from extproc.flows.chat import CLIENT_AUTH_HEADERS, upstream_error_status
 from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.routing import RouteRequest
 from extproc.session import RequestContext

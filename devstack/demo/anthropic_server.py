@@ -1,8 +1,8 @@
 """Demo Anthropic Messages upstream.
 
-    python -m extproc.demo.anthropic_server --port 8102 [--require-key KEY]
+    python -m devstack.demo.anthropic_server --port 8102 [--require-key KEY]
 
-Answers as described in `extproc.demo.behaviour`, prefixed "[demo-anthropic]".
+Answers as described in `devstack.demo.behaviour`, prefixed "[demo-anthropic]".
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from adapters import anthropic
-from extproc.demo.adapter_server import AdapterDemo, run
+from devstack.demo.adapter_server import AdapterDemo, run
 
 
 def make_app(name: str = "demo-anthropic", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:

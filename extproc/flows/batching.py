@@ -261,7 +261,7 @@ class Batcher:
 
 
 def _observe_flush(batch: Batch) -> None:
-    from extproc.metrics import BATCH_MEMBERS, BATCH_QUEUE_DELAY, BATCH_SIZE
+    from extproc.telemetry.metrics import BATCH_MEMBERS, BATCH_QUEUE_DELAY, BATCH_SIZE
 
     model = batch.key.model
     BATCH_SIZE.labels(model).observe(batch.rows)
@@ -272,7 +272,7 @@ def _observe_flush(batch: Batch) -> None:
 
 
 def _observe_fallback(batch: Batch, members: int) -> None:
-    from extproc.metrics import BATCH_FALLBACKS
+    from extproc.telemetry.metrics import BATCH_FALLBACKS
 
     BATCH_FALLBACKS.labels(batch.key.model).inc(members)
 

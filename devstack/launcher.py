@@ -22,15 +22,15 @@ from urllib.parse import urlparse
 
 import yaml
 
+from controlplane.bootstrap import EnvironmentConfig, load_environment, render_bootstrap
 from extproc.config import GatewayConfig, load_config
-from extproc.envoy_config import EnvironmentConfig, load_environment, render_bootstrap
 
 DEMO_KEY = "sk-modelyard-demo"
 _DEMO_SERVERS = {
-    "openai": "extproc.demo.openai_server",
-    "anthropic": "extproc.demo.anthropic_server",
-    "gemini": "extproc.demo.gemini_server",
-    "kserve-grpc": "extproc.demo.kserve_server",
+    "openai": "devstack.demo.openai_server",
+    "anthropic": "devstack.demo.anthropic_server",
+    "gemini": "devstack.demo.gemini_server",
+    "kserve-grpc": "devstack.demo.kserve_server",
 }
 
 
@@ -78,7 +78,7 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Chil
             u = urlparse(dep.watermark.url)
             if u.hostname in ("127.0.0.1", "localhost") and u.port and u.netloc not in seen_agents:
                 seen_agents.add(u.netloc)
-                argv = [python, "-m", "extproc.agent", "--host", u.hostname, "--port", str(u.port),
+                argv = [python, "-m", "gpuagent.agent", "--host", u.hostname, "--port", str(u.port),
                         "--fake", "--fake-util", "0.2", "--fake-mem", "0.3"]
                 out.append(Child(f"agent@{u.port}", argv, ("http", f"http://{u.netloc}/watermarks")))
     return out
@@ -116,7 +116,7 @@ class Stack:
         self.children: list[Child] = demo_children(cfg) if demos else []
         self.envoy_config = self.workdir / f"envoy-{env.name}.yaml"
         self.admin_path = self.workdir / "envoy-admin.txt"
-        self.children.append(Child("extproc", [sys.executable, "-m", "extproc.cli", "serve", "--config",
+        self.children.append(Child("extproc", [sys.executable, "-m", "modelyard.cli", "serve", "--config",
                                                str(config_path)], ("tcp", cfg.extproc.address)))
         listener = f"{env.listener.address or cfg.listener.address}:{env.listener.port or cfg.listener.port}"
         self.url = f"http://{listener}"

@@ -8,7 +8,7 @@ comes back top-1 `red`. A simulated device cost (fixed_ms per call + per_image_m
 one call at a time like one GPU), `GET /stats` ({"calls", "images", "failures"}) and
 `POST /control` ({"fail_next", "fixed_ms", "per_image_ms"}, for tests) serve the batching benchmark.
 
-    python -m extproc.demo.kserve_server --port 8201 --stats-port 8202 --fixed-ms 5 --per-image-ms 1
+    python -m devstack.demo.kserve_server --port 8201 --stats-port 8202 --fixed-ms 5 --per-image-ms 1
 """
 
 from __future__ import annotations

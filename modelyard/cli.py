@@ -21,13 +21,13 @@ def _cmd_serve(a: argparse.Namespace) -> int:
 
 
 def _cmd_up(a: argparse.Namespace) -> int:
-    from extproc.launcher import up
+    from devstack.launcher import up
 
     return up(a.config, a.env)
 
 
 def _cmd_envoy_render(a: argparse.Namespace) -> int:
-    from extproc.envoy_config import load_environment, render_bootstrap
+    from controlplane.bootstrap import load_environment, render_bootstrap
 
     cfg, env = load_config(a.config), load_environment(a.env)
     enforce = (cfg.ratelimit or {}).get("enforce", "extproc")
@@ -50,8 +50,8 @@ def _cmd_hash_key(a: argparse.Namespace) -> int:
 
 # Subcommands owned by other modules get their arguments untouched (argparse would eat options).
 _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
-    ("agent",): ("extproc.agent", "main"),
-    ("demo",): ("extproc.demo.cli", "main"),
+    ("agent",): ("gpuagent.agent", "main"),
+    ("demo",): ("devstack.demo.cli", "main"),
     ("route", "explain"): ("extproc.routing.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuner", "main"),
 }

@@ -1,0 +1,1 @@
+"""Request flows: one per kind of request (chat, translation hop, vision, answers from config)."""
