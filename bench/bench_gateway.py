@@ -21,7 +21,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controlplane.bootstrap import EnvironmentConfig, bootstrap_dict, build_bootstrap  # noqa: E402
+from controlplane.bootstrap import bootstrap_dict, build_bootstrap  # noqa: E402
+from controlplane.environments import EnvironmentConfig  # noqa: E402
 from devstack.launcher import Child, Stack, envoy_binary  # noqa: E402
 from extproc.config import parse_config  # noqa: E402
 from tests.stack_config import free_port  # noqa: E402

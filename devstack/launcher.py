@@ -22,7 +22,8 @@ from urllib.parse import urlparse
 
 import yaml
 
-from controlplane.bootstrap import EnvironmentConfig, load_environment, render_bootstrap
+from controlplane.bootstrap import render_bootstrap
+from controlplane.environments import EnvironmentConfig, load_environment
 from extproc.config import GatewayConfig, load_config
 
 DEMO_KEY = "sk-modelyard-demo"

@@ -27,7 +27,8 @@ def _cmd_up(a: argparse.Namespace) -> int:
 
 
 def _cmd_envoy_render(a: argparse.Namespace) -> int:
-    from controlplane.bootstrap import load_environment, render_bootstrap
+    from controlplane.bootstrap import render_bootstrap
+    from controlplane.environments import load_environment
 
     cfg, env = load_config(a.config), load_environment(a.env)
     enforce = (cfg.ratelimit or {}).get("enforce", "extproc")

@@ -41,7 +41,7 @@ def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, 
 
 def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: bool = True):
     """A `Stack` (not yet started) for a test's own config; use it as a context manager."""
-    from controlplane.bootstrap import EnvironmentConfig
+    from controlplane.environments import EnvironmentConfig
     from devstack.launcher import Stack
     from extproc.config import parse_config
 

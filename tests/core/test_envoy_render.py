@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controlplane.bootstrap import ENVIRONMENTS_DIR, load_environment, render_bootstrap
+from controlplane.bootstrap import render_bootstrap
+from controlplane.environments import ENVIRONMENTS_DIR, load_environment
 from devstack.launcher import envoy_binary
 from extproc.config import ConfigError, load_config
 

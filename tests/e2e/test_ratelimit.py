@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controlplane.bootstrap import EnvironmentConfig
+from controlplane.environments import EnvironmentConfig
 from tests.conftest import DEMO_KEY
 from tests.ratelimit.redis_server import RedisServer
 from tests.stack_config import add_extproc_replica, small_config, start_stack

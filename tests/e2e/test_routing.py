@@ -131,7 +131,7 @@ def test_killing_an_upstream_mid_run_loses_nothing(tmp_path: Path) -> None:
     for d in data["models"][0]["deployments"]:
         d.pop("watermark")  # only failover under test here
     data["models"][0]["deployments"].pop()  # no fast deployment
-    from controlplane.bootstrap import EnvironmentConfig
+    from controlplane.environments import EnvironmentConfig
 
     env = EnvironmentConfig(name="t", admin=None, concurrency=1,
                             access_log={"path": str(tmp_path / "access.log"), "format": "json"})
