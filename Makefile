@@ -29,8 +29,11 @@ up: $(STAMP)
 test: $(STAMP) redis-server
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check modelyard extproc adapters kernels ratelimit controlplane devstack gpuagent tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP) redis-server bench-tools
 	$(PY) bench/run_all.py

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 
+from adapters.registry import PROTOCOLS
 from extproc.config import TenantConfig
 
 
@@ -24,3 +26,14 @@ class KeyRing:
         if tenant is None or not any(hmac.compare_digest(digest, d) for d in tenant.api_keys):
             return None
         return tenant
+
+
+def client_key(protocol: str, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The caller's API key, from its own protocol's header (or Gemini's `?key=`)."""
+    adapter = PROTOCOLS.get(protocol)
+    if adapter is not None:
+        return adapter.client_api_key(headers, query)
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return headers.get("x-api-key")

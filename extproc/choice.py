@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from extproc.config import Deployment, ModelConfig
+from extproc.headers import ARM_HEADER, CHANNEL_HEADER, CLUSTER_HEADER, MODEL_HEADER, STRATEGY_HEADER
+from ratelimit import Reservation
 
 
 @dataclass(slots=True)
@@ -15,14 +16,14 @@ class Choice:
     channel: str = "standard"
     strategy: str = ""
     arm: str = ""
-    reservation: Any = None
+    reservation: Reservation | None = None
     ratelimit_headers: list[tuple[str, str]] = field(default_factory=list)
 
     def response_headers(self) -> list[tuple[str, str]]:
-        out = [("x-modelyard-cluster", self.deployment.cluster), ("x-modelyard-model", self.model.name),
-               ("x-modelyard-channel", self.channel)]
+        out = [(CLUSTER_HEADER, self.deployment.cluster), (MODEL_HEADER, self.model.name),
+               (CHANNEL_HEADER, self.channel)]
         if self.strategy:
-            out.append(("x-modelyard-strategy", self.strategy))
+            out.append((STRATEGY_HEADER, self.strategy))
         if self.arm:
-            out.append(("x-modelyard-arm", self.arm))
+            out.append((ARM_HEADER, self.arm))
         return out + self.ratelimit_headers

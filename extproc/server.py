@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from extproc.config import GatewayConfig
 from extproc.gateway import Gateway
 from extproc.headers import XLATE_METADATA
+from extproc.routes import RouteTable
 from extproc.session import Session
 
 log = logging.getLogger("modelyard.server")
@@ -26,13 +27,14 @@ _SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 
 
 class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
-    def __init__(self, gateway: Gateway):
+    def __init__(self, gateway: Gateway, routes: RouteTable):
         self.gateway = gateway
+        self.routes = routes
 
     async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator:  # noqa: N802
         # Translation hops (Envoy internal listeners) mark their streams in the gRPC metadata.
         xlate = next((v for k, v in context.invocation_metadata() or () if k == XLATE_METADATA), None)
-        session = Session(self.gateway, xlate=xlate)
+        session = Session(self.gateway, self.routes, xlate=xlate)
         try:
             async for req in request_iterator:
                 resp = await session.handle(req)
@@ -45,7 +47,7 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
 class ExtprocServer:
     """Owns the gRPC server's lifecycle; `build_gateway` wires the feature parts from config."""
 
-    def __init__(self, config: GatewayConfig, gateway: Gateway, *,
+    def __init__(self, config: GatewayConfig, gateway: Gateway, routes: RouteTable, *,
                  extra_services: list[Callable[[grpc.aio.Server], None]] | None = None):
         self.config = config
         self.gateway = gateway
@@ -54,7 +56,7 @@ class ExtprocServer:
             ("grpc.max_send_message_length", config.extproc.max_body_bytes + 1024 * 1024),
         ])
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
-        ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway), self.server)
+        ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway, routes), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         for add in extra_services or []:
             add(self.server)

@@ -1,30 +1,84 @@
-"""The composition root: build the gateway's parts from config and run the extproc service."""
+"""The composition root: the route table, the gateway's parts from config, and the service's run.
+
+The only module that knows every flow: it puts them in the route table the sessions get.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+from urllib.parse import unquote
 
+from adapters import kserve
+from adapters.registry import detect_client_protocol
+from extproc.batching import Batcher
 from extproc.config import ConfigError, GatewayConfig, config_path, load_config
+from extproc.flows import local
+from extproc.flows.chat import ChatFlow
+from extproc.flows.vision import ClassifyFlow, KServeInferFlow
+from extproc.flows.xlate import XlateFlow
 from extproc.gateway import Gateway
+from extproc.routes import Route, RouteTable
+from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
-from extproc.telemetry.metrics import serve_metrics
+from extproc.telemetry.metering import MeteringStore
+from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
+from extproc.watermarks import WatermarkBoard
+from kernels import select_backend
+from modelyard.errors import ModelyardError
+from ratelimit import Limiter
+from ratelimit.rls import add_to_server
 
 log = logging.getLogger("modelyard.service")
 
+_V2_HEALTH = ("/v2/health/ready", "/v2/health/live", "/v2")
+_OPENAI_MODEL_PREFIX = "/v1/models/"
 
-def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
-    """The gateway plus the extra gRPC services to serve beside ext_proc."""
-    from extproc.flows.batching import Batcher
-    from extproc.routing import Scheduler
-    from extproc.telemetry.metering import MeteringStore
-    from extproc.telemetry.metrics import IMAGE_BACKEND
-    from extproc.watermarks import WatermarkBoard
-    from kernels import select_backend
-    from ratelimit import Limiter
-    from ratelimit.rls import add_to_server
 
+def _openai_models(method: str, path: str) -> Route | None:
+    if method != "GET":
+        return None
+    if path == "/v1/models":
+        return Route("openai", answer=local.list_models)
+    if path.startswith(_OPENAI_MODEL_PREFIX) and "/" not in path[len(_OPENAI_MODEL_PREFIX):]:
+        return Route("openai", path_model=unquote(path[len(_OPENAI_MODEL_PREFIX):]), answer=local.get_model)
+    return None
+
+
+def _kserve(method: str, path: str) -> Route | None:
+    if method == "GET" and path in _V2_HEALTH:
+        return Route("kserve", public=True, answer=local.v2_health)
+    try:
+        k = kserve.match_path(method, path)
+    except ModelyardError:  # a KServe path with the wrong method
+        return None
+    if k is None:
+        return None
+    if k.kind == "model_metadata":
+        return Route("kserve", path_model=k.model, path_version=k.version, answer=local.v2_model_metadata)
+    if k.kind == "infer":
+        return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow)
+    if k.kind == "classify":
+        return Route("openai", flow=ClassifyFlow)
+    return None  # model readiness is not answered yet
+
+
+def _chat(method: str, path: str) -> Route | None:
+    client = detect_client_protocol(method, path)
+    if client is None:
+        return None
+    return Route(client.protocol, path_model=client.model, stream=client.stream, translatable=True,  # type: ignore[arg-type]
+                 flow=ChatFlow)
+
+
+def build_routes() -> RouteTable:
+    """Every endpoint the gateway serves, in match order; anything else is a 404."""
+    return RouteTable([_openai_models, _kserve, _chat],
+                      fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
+
+
+def build_gateway(config: GatewayConfig) -> Gateway:
     try:
         limiter = Limiter.from_config(config.ratelimit)
         scheduler = Scheduler(config)
@@ -36,28 +90,33 @@ def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     backend = select_backend(config.extproc.image_backend)
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
-    gateway = Gateway(config, scheduler=scheduler, limiter=limiter, watermarks=board, image_backend=backend,
-                      batcher=Batcher(), metering=metering)
-    # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
-    return gateway, [lambda server: add_to_server(server, limiter)]
+    return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
+                         image_backend=backend, metering=metering)
 
 
 def reload_limits(gateway: Gateway, path: str | None) -> None:
     """SIGHUP: re-read the config file and apply its rate limits; buckets keep their level."""
+    limiter = gateway.dispatcher.limiter
+    if limiter is None:
+        return
     try:
         fresh = load_config(path)
-        gateway.limiter.reload(fresh.ratelimit)
+        limiter.reload(fresh.ratelimit)
         log.info("rate limits reloaded from %s", config_path(path))
-    except (ConfigError, ValueError) as e:
+    except ValueError as e:  # ConfigError included
         log.error("reload refused, keeping the running limits: %s", e)
 
 
 async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True) -> None:
-    gateway, extra = build_gateway(config)
-    server = ExtprocServer(config, gateway, extra_services=extra)
+    gateway = build_gateway(config)
+    limiter = gateway.dispatcher.limiter
+    # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
+    extra = [lambda server: add_to_server(server, limiter)] if limiter is not None else []
+    server = ExtprocServer(config, gateway, build_routes(), extra_services=extra)
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_limits, gateway, path)
     # Pollers run in the background; the first readings are in before traffic is accepted.
-    await gateway.watermarks.start(first_poll_timeout=2.0)
+    if gateway.watermarks is not None:
+        await gateway.watermarks.start(first_poll_timeout=2.0)
     if metrics and config.extproc.metrics_address:
         serve_metrics(config.extproc.metrics_address)
     await server.serve_until_signal()

@@ -2,29 +2,25 @@
 
 The session decides without I/O of its own; where a decision needs I/O (a Redis bucket, a batch
 wait) it awaits a small interface the `Gateway` hands it, so tests drive it with plain messages
-and in-memory backends. Each request kind is a flow (chat, vision, ...) with four steps:
-request body, response headers, response body, response trailers.
+and in-memory backends. The route table says which flow (chat, vision, ...) takes a request; a
+flow has four steps: request body, response headers, response body, response trailers.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qsl
 
-import orjson
-
 from extproc import messages as msg
-from extproc.config import TenantConfig
-from extproc.errors import GatewayError, error_response, render_error_body
-from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER
+from extproc.auth import client_key
+from extproc.context import Flow, RequestContext
+from extproc.errors import error_response, render_error_body
+from extproc.gateway import Gateway
+from extproc.headers import CLUSTER_HEADER, TENANT_HEADER
+from extproc.routes import Route, RouteTable
 from extproc.telemetry.metrics import ERRORS, STREAMS
-
-if TYPE_CHECKING:
-    from extproc.gateway import Gateway
+from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.session")
 
@@ -32,39 +28,10 @@ log = logging.getLogger("modelyard.session")
 RESERVED_HEADERS = (CLUSTER_HEADER, TENANT_HEADER)
 
 
-@dataclass
-class RequestContext:
-    """What the request headers told us; shared by every flow."""
-
-    task_id: str
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]
-    protocol: str  # the client's protocol: its errors come back in this shape
-    started: float = field(default_factory=time.monotonic)
-    tenant: TenantConfig | None = None
-    path_model: str | None = None
-    stream_hint: bool = False
-    response_headers: list[tuple[str, str]] = field(default_factory=list)
-
-    def task_headers(self) -> list[tuple[str, str]]:
-        return [(TASK_ID_HEADER, self.task_id), *self.response_headers]
-
-
-class Flow(Protocol):
-    """The per-kind half of a session: everything after authentication."""
-
-    async def request_body(self, body: bytes) -> msg.ProcessingResponse: ...
-    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse: ...
-    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse: ...
-    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse: ...
-    def close(self) -> None: ...
-
-
 class Session:
-    def __init__(self, gateway: "Gateway", xlate: str | None = None):
+    def __init__(self, gateway: Gateway, routes: RouteTable, xlate: str | None = None):
         self.gw = gateway
+        self.routes = routes
         self.xlate = xlate  # "<protocol>~<cluster>" on a translation hop's streams
         self.ctx: RequestContext | None = None
         self.flow: Flow | None = None
@@ -94,12 +61,12 @@ class Session:
             if kind == "response_trailers":
                 return self.flow.response_trailers(msg.header_map(req.response_trailers))
             return _passthrough(kind)
-        except GatewayError as e:
+        except ModelyardError as e:
             return self._error(e)
         except Exception:  # a bug of ours must not become a 500 without a trace, nor kill the stream
             log.exception("task %s: unexpected error in %s", self.ctx.task_id if self.ctx else "-", kind)
             if kind in ("request_headers", "request_body"):
-                return self._error(GatewayError(502, "the gateway could not process this request", "api_error"))
+                return self._error(UpstreamError("the gateway could not process this request"))
             return _passthrough(kind)
 
     def _local_reply(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse:
@@ -114,12 +81,11 @@ class Session:
         text = req.response_body.body.decode("utf-8", "replace").strip()[:200] or "request refused"
         if status == 413:
             text = f"request body is larger than the gateway accepts ({text})"
-        type_ = "invalid_request_error" if status < 500 else "api_error"
         ERRORS.labels(self.ctx.protocol, str(status)).inc()
-        body = render_error_body(self.ctx.protocol, status, text, type_)
+        body = render_error_body(self.ctx.protocol, status, text, default_type(status))
         return msg.response_body([("content-length", str(len(body)))], body=body)
 
-    def _error(self, e: GatewayError) -> msg.ProcessingResponse:
+    def _error(self, e: ModelyardError) -> msg.ProcessingResponse:
         protocol = self.ctx.protocol if self.ctx else "openai"
         ERRORS.labels(protocol, str(e.status)).inc()
         extra = self.ctx.task_headers() if self.ctx else []
@@ -135,39 +101,33 @@ class Session:
             path=path,
             query=dict(parse_qsl(qs)),
             headers=headers,
-            protocol="openai",
         )
-        if self.xlate is not None:
-            return self._translation_hop(ctx, self.xlate)
-        route = self.gw.classify(ctx)
+        route = self.routes.match(ctx.method, path)
         ctx.protocol = route.protocol
-        ctx.path_model = route.path_model
-        ctx.stream_hint = route.stream
-        if route.public:
-            return route.answer(self.gw, ctx)  # type: ignore[misc]
-        ctx.tenant = self.gw.keyring.tenant_for(self.gw.client_key(ctx))
+        ctx.path_model, ctx.path_version, ctx.stream_hint = route.path_model, route.path_version, route.stream
+        if self.xlate is not None:
+            return self._translation_hop(ctx, route, self.xlate)
+        if route.public and route.answer is not None:
+            return route.answer(self.gw, ctx)
+        ctx.tenant = self.gw.keyring.tenant_for(client_key(ctx.protocol, ctx.headers, ctx.query))
         if ctx.tenant is None:
-            raise GatewayError(401, "invalid or missing API key", "authentication_error")
+            raise ClientError("invalid or missing API key", status=401)
         if route.answer is not None:
             return route.answer(self.gw, ctx)
         if h.end_of_stream:
-            raise GatewayError(400, "request body is required", "invalid_request_error")
-        self.flow = route.make_flow(self.gw, ctx)  # type: ignore[misc]
+            raise ClientError("request body is required")
+        assert route.flow is not None
+        self.flow = route.flow(self.gw, ctx)
         # Strip reserved headers now: the body step sets the real ones.
         return msg.request_headers(remove=RESERVED_HEADERS)
 
-    def _translation_hop(self, ctx: RequestContext, xlate: str) -> msg.ProcessingResponse:
+    def _translation_hop(self, ctx: RequestContext, route: Route, xlate: str) -> msg.ProcessingResponse:
         """Envoy failed over to a peer through an internal listener: the request is already
         authenticated, routed and admitted; it only needs rendering for the peer."""
-        from adapters.registry import detect_client_protocol
-        from extproc.flows.chat import XlateFlow
-
         from_protocol, _, target = xlate.partition("~")
-        route = detect_client_protocol(ctx.method, ctx.path)
-        if route is None or route.protocol != from_protocol:
-            raise GatewayError(502, f"translation hop {xlate!r} got {ctx.method} {ctx.path}", "api_error")
-        ctx.protocol, ctx.path_model, ctx.stream_hint = route.protocol, route.model, route.stream
-        self.flow = XlateFlow(self.gw, ctx, target)
+        if not route.translatable or route.protocol != from_protocol:
+            raise UpstreamError(f"translation hop {xlate!r} got {ctx.method} {ctx.path}")
+        self.flow = self.routes.hop(self.gw, ctx, target)
         return msg.request_headers()
 
     def close(self) -> None:
@@ -192,7 +152,3 @@ def _passthrough(kind: str | None) -> msg.ProcessingResponse:
         return msg.ProcessingResponse(request_trailers=msg.pb.TrailersResponse())
     return msg.request_headers()
 
-
-def json_response(status: int, payload: object, ctx: RequestContext) -> msg.ProcessingResponse:
-    return msg.immediate(status, orjson.dumps(payload),
-                         [("content-type", "application/json"), *ctx.task_headers()])

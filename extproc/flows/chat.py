@@ -17,7 +17,9 @@ from adapters.internal import StreamError, Usage, UsageUpdate
 from adapters.registry import PROTOCOLS, translate_stream
 from extproc import messages as msg
 from extproc.choice import Choice
-from extproc.errors import GatewayError, render_error_body
+from extproc.context import RequestContext
+from extproc.errors import render_error_body
+from extproc.gateway import Gateway
 from extproc.headers import (
     CHANNEL_HEADER,
     CLUSTER_HEADER,
@@ -27,7 +29,7 @@ from extproc.headers import (
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
 )
-from extproc.session import RequestContext
+from modelyard.errors import ClientError
 
 log = logging.getLogger("modelyard.chat")
 
@@ -47,7 +49,7 @@ def upstream_error_status(status: int) -> int:
 
 
 class ChatFlow:
-    def __init__(self, gw: Any, ctx: RequestContext):
+    def __init__(self, gw: Gateway, ctx: RequestContext):
         self.gw = gw
         self.ctx = ctx
         self.client = PROTOCOLS[ctx.protocol]
@@ -76,10 +78,9 @@ class ChatFlow:
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
         if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
-            raise GatewayError(400, "streamGenerateContent is served as server-sent events: add ?alt=sse",
-                               "invalid_request_error")
+            raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
         req = self._parse(body)
-        self.choice = await self.gw.choose_chat(ctx, req)
+        self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
         return self._send(body, req)
 
     def _parse(self, body: bytes) -> Any:
@@ -87,7 +88,7 @@ class ChatFlow:
         try:
             req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
         except AdapterError as e:
-            raise GatewayError(e.status, e.message, e.type or "invalid_request_error") from None
+            raise ClientError(e.message, status=e.status, type=e.type) from None
         self.request = req
         return req
 
@@ -108,7 +109,7 @@ class ChatFlow:
             out, self.usage_injected = _passthrough_body(body, ctx.protocol, upstream_model, req)
         headers = list(up_headers.items())
         headers += [(":path", path), ("content-length", str(len(out))),
-                    (CLUSTER_HEADER, self.gw.envoy_cluster.get(dep.cluster, dep.cluster)),
+                    (CLUSTER_HEADER, self.gw.catalog.envoy_cluster(dep.cluster)),
                     (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else "")]
         ctx.response_headers += choice.response_headers()
         remove = [h for h in _STRIP_UPSTREAM if h not in up_headers]
@@ -143,8 +144,8 @@ class ChatFlow:
         choice = self.choice
         if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return
-        self.gw.record_failure(choice.deployment.cluster)
-        served_by = self.gw.served_by(headers.get(UPSTREAM_HOST_HEADER, ""))
+        self.gw.accountant.record_failure(choice.deployment.cluster)
+        served_by = self.gw.catalog.served_by(headers.get(UPSTREAM_HOST_HEADER, ""))
         peer = next((d for d in choice.model.deployments if d.cluster == served_by), None)
         if peer is not None and peer is not choice.deployment:
             choice.deployment = peer
@@ -219,9 +220,8 @@ class ChatFlow:
         self.finished = True
         now = time.monotonic()
         ttft = (self.first_chunk_at - self.ctx.started) if self.first_chunk_at else None
-        self.gw.record_outcome(self.ctx, self.choice, status=self.client_status or self.status,
-                               latency_s=now - self.ctx.started, ttft_s=ttft, usage=self.usage,
-                               reservation=self.choice.reservation)
+        self.gw.accountant.record_outcome(self.ctx, self.choice, status=self.client_status or self.status,
+                                          latency_s=now - self.ctx.started, ttft_s=ttft, usage=self.usage)
 
     def close(self) -> None:
         if not self.finished and self.choice is not None:
@@ -243,22 +243,3 @@ def _passthrough_body(body: bytes, protocol: str, model: str, req: Any) -> tuple
         injected = changed = True
     return (orjson.dumps(data) if changed else body), injected
 
-
-class XlateFlow(ChatFlow):
-    """A failover retry arriving at a translation hop (an Envoy internal listener): the body is in
-    the failed primary's protocol. Render it for the hop's target deployment and translate the
-    answer back into that protocol. No routing, limits or metering here: the outer request,
-    which sees this answer as its own, already did those."""
-
-    def __init__(self, gw: Any, ctx: RequestContext, target: str):
-        super().__init__(gw, ctx)
-        self.target = target
-
-    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
-        req = self._parse(body)
-        model, dep = self.gw.deployment(self.target)
-        self.choice = Choice(model=model, deployment=dep, channel=dep.channel)
-        return self._send(body, req)
-
-    def _finish(self) -> None:
-        self.finished = True

@@ -1,7 +1,7 @@
 """Vision requests: KServe v2 REST infer and multipart image classification (docs/vision.md).
 
 Both flows parse and validate in the client's shape, route and admit, then either send their own
-`ModelInfer` call upstream through Envoy or join a batch (`extproc/flows/batching.py`, docs/batching.md):
+`ModelInfer` call upstream through Envoy or join a batch (`extproc/batching.py`, docs/batching.md):
 the batch's leader carries the merged tensor upstream, the other members wait inside their
 request-body step and answer with an immediate response cut from the leader's reply.
 
@@ -16,23 +16,25 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from adapters import kserve
-from adapters.errors import AdapterError, default_type
+from adapters.errors import AdapterError, default_type, error_message
 from adapters.images import decode_images
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from extproc import messages as msg
+from extproc.batching import Batch, BatchKey, BatchPolicy, Member, merge_rows, slice_response
 from extproc.choice import Choice
-from extproc.errors import GatewayError, render_error_body
-from extproc.flows.batching import Batch, BatchKey, BatchPolicy, Member, merge_rows, slice_response
+from extproc.context import RequestContext
+from extproc.errors import render_error_body
 from extproc.flows.chat import CLIENT_AUTH_HEADERS, upstream_error_status
+from extproc.gateway import Gateway
 from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.routing import RouteRequest
-from extproc.session import RequestContext
-from kernels import PreprocessError, PreprocessSpec
+from kernels import Backend, PreprocessError, PreprocessSpec, select_backend
+from modelyard.errors import ClientError, ModelyardError, UpstreamError
 
 log = logging.getLogger("modelyard.vision")
 
@@ -43,6 +45,10 @@ _STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHA
 _STRIP_RESPONSE = ["content-length", "grpc-status", "grpc-message", "grpc-encoding", "grpc-accept-encoding",
                    "grpc-status-details-bin"]
 _JSON = ("content-type", "application/json")
+
+
+# single: its own call; leader: carries its batch upstream; member: answered from the leader's reply.
+VisionRole = Literal["single", "leader", "member"]
 
 
 @dataclass(slots=True)
@@ -58,8 +64,8 @@ def _spec(ti: Any) -> PreprocessSpec:
     return PreprocessSpec.from_tensor_input(ti)  # a few microseconds; a frozen value, equal per config
 
 
-def _adapter_error(e: AdapterError | PreprocessError) -> GatewayError:
-    return GatewayError(e.status, e.message, getattr(e, "type", None) or default_type(e.status))
+def _adapter_error(e: AdapterError | PreprocessError) -> ModelyardError:
+    return ClientError(e.message, status=e.status, type=getattr(e, "type", None) or default_type(e.status))
 
 
 def merge_batch(batch: Batch, backend: Any, spec: PreprocessSpec) -> np.ndarray:
@@ -80,14 +86,14 @@ def merge_batch(batch: Batch, backend: Any, spec: PreprocessSpec) -> np.ndarray:
 class _VisionFlow:
     task_type = "infer"
 
-    def __init__(self, gw: Any, ctx: RequestContext):
+    def __init__(self, gw: Gateway, ctx: RequestContext):
         self.gw = gw
         self.ctx = ctx
         self.model: Any = None
         self.choice: Choice | None = None
         self.upstream_model = ""
         self.grpc = True
-        self.role = "single"  # single | leader | member (answered from the leader's reply)
+        self.role: VisionRole = "single"
         self.member: Member | None = None
         self.batch: Batch | None = None
         self.job: Job | None = None
@@ -107,9 +113,10 @@ class _VisionFlow:
     # -- routing and sending -----------------------------------------------------------------
     async def _route(self, name: str) -> Choice:
         ctx = self.ctx
-        self.choice = choice = self.gw.choose(ctx, RouteRequest(
+        assert ctx.tenant is not None
+        self.choice = choice = self.gw.dispatcher.choose(RouteRequest(
             model=name, tenant=ctx.tenant, task_type=self.task_type, needs_vision=True, task_id=ctx.task_id))
-        await self.gw.admit(ctx, choice, 0)
+        await self.gw.dispatcher.admit(ctx, choice, 0)
         ctx.response_headers += choice.response_headers()
         dep = choice.deployment
         self.upstream_model = dep.upstream_model or choice.model.name
@@ -122,7 +129,7 @@ class _VisionFlow:
         dep = self.choice.deployment
         ctx = self.ctx
         headers = [(":path", path), ("content-type", content_type), ("content-length", str(len(body))),
-                   (CLUSTER_HEADER, self.gw.envoy_cluster.get(dep.cluster, dep.cluster)),
+                   (CLUSTER_HEADER, self.gw.catalog.envoy_cluster(dep.cluster)),
                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else "")]
         if self.grpc:
             headers += [("te", "trailers"), ("grpc-timeout", f"{dep.timeout_ms}m")]
@@ -183,10 +190,8 @@ class _VisionFlow:
         self._finish(200)
         return msg.immediate(200, body, [_JSON, *self.ctx.task_headers()])
 
-    def _backend(self) -> Any:
+    def _backend(self) -> Backend:
         if self.gw.image_backend is None:
-            from kernels import select_backend
-
             self.gw.image_backend = select_backend(self.gw.config.extproc.image_backend)
         return self.gw.image_backend
 
@@ -223,7 +228,7 @@ class _VisionFlow:
 
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
         if self.error_status:
-            message = f"upstream error: {_error_text(chunk, self.upstream_status)}"
+            message = f"upstream error: {error_message(chunk, self.upstream_status)}"
             return self._body_reply(self.error_status, self._error_body(self.error_status, message))
         if not self.grpc:
             self._finish(200)
@@ -259,8 +264,8 @@ class _VisionFlow:
         if self.finished or self.choice is None:
             return
         self.finished = True
-        self.gw.record_outcome(self.ctx, self.choice, status=status, latency_s=time.monotonic() - self.ctx.started,
-                               ttft_s=None, usage=None, reservation=self.choice.reservation)
+        self.gw.accountant.record_outcome(self.ctx, self.choice, status=status,
+                                          latency_s=time.monotonic() - self.ctx.started, ttft_s=None, usage=None)
 
     def close(self) -> None:
         if self.member is not None and self.role != "member":
@@ -277,20 +282,15 @@ class KServeInferFlow(_VisionFlow):
 
     task_type = "infer"
 
-    def __init__(self, gw: Any, ctx: RequestContext):
+    def __init__(self, gw: Gateway, ctx: RequestContext):
         super().__init__(gw, ctx)
         self.request: Any = None
         self.client_model = ""
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
-        try:
-            route = kserve.match_path(ctx.method, ctx.path)
-        except AdapterError as e:
-            raise _adapter_error(e) from None
-        name = route.model if route and route.model else (ctx.path_model or "")
-        version = (route.version if route else None) or ""
-        self.model = self.gw.model_for(ctx, name)
+        name, version = ctx.path_model or "", ctx.path_version or ""
+        self.model = self.gw.catalog.model_for(ctx.tenant, name)
         self.client_model = name
         try:
             req = await asyncio.to_thread(kserve.parse_infer_request, body, name, version)
@@ -301,7 +301,7 @@ class KServeInferFlow(_VisionFlow):
         if dep.protocol == "kserve-rest":
             return self._send(body, kserve.rest_infer_path(self.upstream_model, version or None), "application/json")
         if not self.grpc:
-            raise GatewayError(502, f"deployment {dep.cluster} speaks {dep.protocol}, not KServe", "api_error")
+            raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
         req.model_name = self.upstream_model
         self.request, self.request_id = req, req.id
         job = self._batch_job(req)
@@ -338,7 +338,7 @@ class ClassifyFlow(_VisionFlow):
 
     task_type = "image-classification"
 
-    def __init__(self, gw: Any, ctx: RequestContext):
+    def __init__(self, gw: Gateway, ctx: RequestContext):
         super().__init__(gw, ctx)
         self.form: Any = None
 
@@ -349,18 +349,18 @@ class ClassifyFlow(_VisionFlow):
             self.form = form = read_classify_form(parse_multipart(body, ctx.headers.get("content-type"), limits))
         except AdapterError as e:
             raise _adapter_error(e) from None
-        self.model = model = self.gw.model_for(ctx, form.model)
+        self.model = model = self.gw.catalog.model_for(ctx.tenant, form.model)
         v = model.vision
         if v is None:
-            raise GatewayError(400, f"model `{form.model}` does not classify images", "invalid_request_error")
+            raise ClientError(f"model `{form.model}` does not classify images")
         try:
             images = await asyncio.to_thread(decode_images, form.images, v.max_images, v.max_image_pixels)
         except AdapterError as e:
             raise _adapter_error(e) from None
         choice = await self._route(form.model)
         if not self.grpc:
-            raise GatewayError(502, f"deployment {choice.deployment.cluster} speaks {choice.deployment.protocol}; "
-                                    "image classification needs kserve-grpc", "api_error")
+            raise UpstreamError(f"deployment {choice.deployment.cluster} speaks {choice.deployment.protocol}; "
+                                "image classification needs kserve-grpc")
         return await self._dispatch(Job(rows=len(images), images=images))
 
     async def _single_body(self) -> bytes:
@@ -379,9 +379,3 @@ class ClassifyFlow(_VisionFlow):
         results = kserve.parse_classify_response(resp, v.labels, self.form.top_k or 5,
                                                  expected=len(self.form.images), output=v.output)
         return kserve.render_classify_response(self.form.model, results, [u.filename for u in self.form.images])
-
-
-def _error_text(body: bytes, status: int) -> str:
-    from adapters.errors import error_message
-
-    return error_message(body, status)

@@ -43,7 +43,7 @@ def model_series(model: str, cluster: str) -> tuple:
 def requests_series(model: str, cluster: str, status: int) -> Counter:
     return REQUESTS.labels(model, cluster, str(status))
 
-# Dynamic batching of image inference (extproc/flows/batching.py).
+# Dynamic batching of image inference (extproc/batching.py).
 BATCH_SIZE = Histogram("modelyard_batch_size", "Images (tensor rows) per merged upstream call", ["model"],
                        buckets=(1, 2, 4, 8, 12, 16, 24, 32))
 BATCH_MEMBERS = Histogram("modelyard_batch_members", "Requests merged into one upstream call", ["model"],

@@ -16,4 +16,4 @@ ROOT = Path(__file__).resolve().parents[2]
 def gateway() -> Gateway:
     """The demo config's gateway, no watermark agents, in-memory everything."""
     data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
-    return Gateway(parse_config(data))
+    return Gateway.build(parse_config(data))

@@ -8,8 +8,11 @@ import logging
 import pytest
 
 from extproc.gateway import Gateway
+from extproc.service import build_routes
 from extproc.session import Session
 from tests.core.test_session import body_msg, headers_msg
+
+ROUTES = build_routes()
 
 
 def assert_refused_or_forwarded(gateway: Gateway, caplog: pytest.LogCaptureFixture, headers: dict[str, str],
@@ -17,7 +20,7 @@ def assert_refused_or_forwarded(gateway: Gateway, caplog: pytest.LogCaptureFixtu
     """The request either gets a 4xx in its caller's shape or goes upstream; nothing is logged
     as an error (an unexpected exception would be, and would answer 502)."""
     async def run():
-        s = Session(gateway)
+        s = Session(gateway, ROUTES)
         await s.handle(headers_msg(headers))
         r = await asyncio.wait_for(s.handle(body_msg(body)), timeout)
         s.close()

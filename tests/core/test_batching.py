@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
+from extproc.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy, slice_response
 from extproc.config import BatchingConfig, TensorInput
-from extproc.flows.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy, slice_response
 from extproc.flows.vision import Job, merge_batch
 from kernels import PreprocessSpec, preprocess
 
@@ -242,6 +242,7 @@ from adapters import kserve  # noqa: E402
 from devstack.demo.kserve_server import ColourModel, read_input  # noqa: E402
 from extproc.config import parse_config  # noqa: E402
 from extproc.gateway import Gateway  # noqa: E402
+from extproc.service import build_routes  # noqa: E402
 from extproc.session import Session  # noqa: E402
 from kernels import select_backend  # noqa: E402
 from tests.core.session_driver import assert_refused_or_forwarded  # noqa: E402
@@ -250,6 +251,8 @@ from tests.stack_config import without_watermarks  # noqa: E402
 from tests.vision.formgen import build_form  # noqa: E402
 from tests.vision.imagegen import encode  # noqa: E402
 
+ROUTES = build_routes()
+
 ROOT = Path(__file__).resolve().parents[2]
 RGB = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "yellow": (255, 255, 0)}
 
@@ -257,13 +260,13 @@ RGB = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "yellow": 
 @pytest.fixture
 def vision_gateway() -> Gateway:
     data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
-    return Gateway(parse_config(data), batcher=Batcher(), image_backend=select_backend("cpu"))
+    return Gateway.build(parse_config(data), batcher=Batcher(), image_backend=select_backend("cpu"))
 
 
 async def _classify_session(gw: Gateway, colours: list[str]) -> tuple[Session, asyncio.Task]:
     body, ctype = build_form([("model", "demo-colors", None, None),
                               *[("image", encode(RGB[c], (9, 9)), f"{c}.png", None) for c in colours]])
-    s = Session(gw)
+    s = Session(gw, ROUTES)
     await s.handle(headers_msg({":method": "POST", ":path": "/v1/images/classify", "content-type": ctype,
                                 "authorization": "Bearer sk-modelyard-demo"}))
     return s, asyncio.create_task(s.handle(body_msg(body)))
@@ -426,11 +429,11 @@ def _rest_gateway() -> Gateway:
     colors = next(m for m in data["models"] if m["name"] == "demo-colors")
     colors["deployments"] = [{"cluster": "rest-colors", "protocol": "kserve-rest", "upstream_model": "colors-v7",
                               "endpoints": ["127.0.0.1:9"]}]
-    return Gateway(parse_config(data), batcher=Batcher(), image_backend=select_backend("cpu"))
+    return Gateway.build(parse_config(data), batcher=Batcher(), image_backend=select_backend("cpu"))
 
 
 async def test_v2_to_a_rest_upstream_passes_the_body_through() -> None:
-    s = Session(_rest_gateway())
+    s = Session(_rest_gateway(), ROUTES)
     await s.handle(headers_msg({":method": "POST", ":path": "/v2/models/demo-colors/versions/2/infer",
                                 "content-type": "application/json", "authorization": "Bearer sk-modelyard-demo"}))
     body = orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32],

@@ -10,7 +10,10 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.gateway import Gateway
+from extproc.service import build_routes
 from extproc.session import Session
+
+ROUTES = build_routes()
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-modelyard-demo"
@@ -39,7 +42,7 @@ def chat_headers(key: str | None = KEY) -> dict[str, str]:
 
 
 async def test_chat_round_trip(gateway: Gateway) -> None:
-    s = Session(gateway)
+    s = Session(gateway, ROUTES)
     r = await s.handle(headers_msg(chat_headers()))
     assert r.WhichOneof("response") == "request_headers"
     assert "x-modelyard-cluster" in r.request_headers.response.header_mutation.remove_headers
@@ -69,25 +72,25 @@ async def test_chat_round_trip(gateway: Gateway) -> None:
 
 @pytest.mark.parametrize("key,status", [(None, 401), ("sk-nope", 401)])
 async def test_auth_errors_are_immediate(gateway: Gateway, key: str | None, status: int) -> None:
-    r = await Session(gateway).handle(headers_msg(chat_headers(key)))
+    r = await Session(gateway, ROUTES).handle(headers_msg(chat_headers(key)))
     assert r.immediate_response.status.code == status
     err = orjson.loads(r.immediate_response.body)["error"]
     assert err["type"] and err["message"]
 
 
 async def test_unknown_model_and_bad_json(gateway: Gateway) -> None:
-    s = Session(gateway)
+    s = Session(gateway, ROUTES)
     await s.handle(headers_msg(chat_headers()))
     r = await s.handle(body_msg(b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}'))
     assert r.immediate_response.status.code == 404
-    s = Session(gateway)
+    s = Session(gateway, ROUTES)
     await s.handle(headers_msg(chat_headers()))
     r = await s.handle(body_msg(b"{oops"))
     assert r.immediate_response.status.code == 400
 
 
 async def test_models_list_without_upstream(gateway: Gateway) -> None:
-    r = await Session(gateway).handle(headers_msg({":method": "GET", ":path": "/v1/models",
+    r = await Session(gateway, ROUTES).handle(headers_msg({":method": "GET", ":path": "/v1/models",
                                                    "authorization": f"Bearer {KEY}"}, eos=True))
     data = orjson.loads(r.immediate_response.body)
     assert r.immediate_response.status.code == 200
@@ -95,7 +98,7 @@ async def test_models_list_without_upstream(gateway: Gateway) -> None:
 
 
 async def test_upstream_5xx_becomes_502_in_client_shape(gateway: Gateway) -> None:
-    s = Session(gateway)
+    s = Session(gateway, ROUTES)
     await s.handle(headers_msg(chat_headers()))
     await s.handle(body_msg(orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "x"}]})))
     r = await s.handle(headers_msg({":status": "500", "content-type": "text/plain"}, response=True))

@@ -27,9 +27,12 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+
+from extproc.config import BatchingConfig
+from extproc.telemetry.metrics import BATCH_FALLBACKS, BATCH_MEMBERS, BATCH_QUEUE_DELAY, BATCH_SIZE
 
 HARD_CAP = 32  # rows (images) per merged call, whatever the config says: a guard against OOM
 
@@ -44,6 +47,12 @@ class BatchKey:
     datatype: str
 
 
+# A waiting member's part: lead the batch, take a result cut from the leader's reply, or fall back.
+Role = Literal["leader", "result", "fallback"]
+# open -> dispatched (the leader carries it upstream) -> done
+BatchState = Literal["open", "dispatched", "done"]
+
+
 @dataclass(frozen=True, slots=True)
 class BatchPolicy:
     max_delay_s: float = 0.005
@@ -52,8 +61,8 @@ class BatchPolicy:
     max_inflight: int = 1  # batches of one key upstream at once (about one per device)
 
     @classmethod
-    def from_config(cls, cfg: Any, endpoints: int = 1) -> "BatchPolicy":
-        """From `extproc.config.BatchingConfig`; one in-flight batch per endpoint."""
+    def from_config(cls, cfg: BatchingConfig, endpoints: int = 1) -> "BatchPolicy":
+        """From the model's batching config; one in-flight batch per endpoint."""
         max_size = max(1, min(int(cfg.max_size), HARD_CAP))
         return cls(max_delay_s=float(cfg.max_delay_ms) / 1000.0, min_size=max(1, min(int(cfg.min_size), max_size)),
                    max_size=max_size, max_inflight=max(1, int(endpoints)))
@@ -63,7 +72,7 @@ class BatchPolicy:
 class Outcome:
     """What a waiting member learns: lead the batch, take a result, or fall back to its own call."""
 
-    role: str  # "leader" | "result" | "fallback"
+    role: Role
     batch: "Batch | None" = None
     response: Any = None
     start: int = 0
@@ -88,7 +97,7 @@ class Batch:
     opened: float
     members: list[Member] = field(default_factory=list)
     rows: int = 0
-    state: str = "open"  # open -> dispatched -> done
+    state: BatchState = "open"
     due: bool = False  # max_delay passed while the key was busy: flush when it frees up
     leader: Member | None = None
     dispatched_at: float = 0.0
@@ -261,8 +270,6 @@ class Batcher:
 
 
 def _observe_flush(batch: Batch) -> None:
-    from extproc.telemetry.metrics import BATCH_MEMBERS, BATCH_QUEUE_DELAY, BATCH_SIZE
-
     model = batch.key.model
     BATCH_SIZE.labels(model).observe(batch.rows)
     BATCH_MEMBERS.labels(model).observe(len(batch.members))
@@ -272,8 +279,6 @@ def _observe_flush(batch: Batch) -> None:
 
 
 def _observe_fallback(batch: Batch, members: int) -> None:
-    from extproc.telemetry.metrics import BATCH_FALLBACKS
-
     BATCH_FALLBACKS.labels(batch.key.model).inc(members)
 
 

@@ -1,0 +1,64 @@
+"""After the answer: scheduler feedback, metrics, the metering row and the token reconciliation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from adapters.internal import Usage
+from extproc.choice import Choice
+from extproc.context import RequestContext
+from extproc.routing import Scheduler
+from extproc.telemetry.metering import MeteringStore, MeterRecord
+from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series
+from ratelimit import Limiter
+
+
+class Accountant:
+    def __init__(self, scheduler: Scheduler, limiter: Limiter | None = None,
+                 metering: MeteringStore | None = None) -> None:
+        self.scheduler = scheduler
+        self.limiter = limiter
+        self.metering = metering
+        self._background: set[asyncio.Task[None]] = set()
+
+    def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, latency_s: float,
+                       ttft_s: float | None, usage: Usage | None) -> None:
+        model = choice.model
+        # Feedback for the score and cooldowns: only the upstream's failures count against it.
+        self.scheduler.record(choice.deployment.cluster, latency_s, status < 500, ttft_s, now=time.monotonic())
+        latency, ttft, tokens_in, tokens_out = model_series(model.name, choice.deployment.cluster)
+        requests_series(model.name, choice.deployment.cluster, status).inc()
+        latency.observe(latency_s)
+        tier = ctx.tenant.tier if ctx.tenant else "-"
+        CHANNEL.labels(choice.channel, tier).inc()
+        if ttft_s is not None:
+            ttft.observe(ttft_s)
+        tin = tout = 0
+        if usage is not None:
+            tin, tout = usage.input_tokens or 0, usage.output_tokens or 0
+            tokens_in.inc(tin)
+            tokens_out.inc(tout)
+        cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
+        if cost:
+            COST.labels(model.name, ctx.tenant_name).inc(cost)
+        if self.metering is not None:
+            self.metering.record(MeterRecord(
+                time.time(), ctx.task_id, ctx.tenant_name, tier, model.name, choice.deployment.cluster,
+                choice.channel, status, latency_s * 1000, ttft_s * 1000 if ttft_s is not None else None, tin, tout,
+                cost, choice.strategy, choice.arm))
+        if choice.reservation is not None and self.limiter is not None:
+            # Hand back (or take) the difference between the estimate and the reported usage.
+            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, tin + tout))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    def record_failure(self, cluster: str) -> None:
+        """A deployment failed before answering (Envoy failed over to a peer)."""
+        self.scheduler.record(cluster, 0.0, False, now=time.monotonic())
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        if self.metering is not None:
+            await asyncio.to_thread(self.metering.close)

@@ -1,0 +1,76 @@
+"""Where a request goes and whether it may go now: the scheduler's pick, then the rate limiter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Protocol
+
+from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
+from extproc.choice import Choice
+from extproc.context import RequestContext
+from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
+from extproc.routing import NoRoute, RouteRequest, Scheduler
+from extproc.watermarks import Reading
+from modelyard.errors import ClientError
+from ratelimit import Limiter
+from ratelimit import RequestContext as RateLimitContext
+
+# The rate-limit charge when a request does not say how many tokens it may produce.
+DEFAULT_OUTPUT_TOKENS = 256
+
+
+class ReadingSource(Protocol):
+    """The last watermark reading per cluster (the pollers fill it in the background)."""
+
+    readings: Mapping[str, Reading]
+
+
+class Dispatcher:
+    def __init__(self, scheduler: Scheduler, limiter: Limiter | None = None,
+                 watermarks: ReadingSource | None = None) -> None:
+        self.scheduler = scheduler
+        self.limiter = limiter
+        self.watermarks = watermarks
+
+    def choose(self, route: RouteRequest) -> Choice:
+        """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
+        try:  # MERGE-BRIDGE: goes when NoRoute joins the error tree
+            d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
+        except NoRoute as e:
+            from modelyard.errors import Unavailable
+            if e.status >= 500:
+                raise Unavailable(e.message, retry_after_s=e.retry_after_s) from None
+            raise ClientError(e.message, status=e.status) from None
+        c = d.chosen
+        return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
+                      arm=d.arm)
+
+    async def choose_chat(self, ctx: RequestContext, req: ChatRequest) -> Choice:
+        assert ctx.tenant is not None
+        prompt_tokens = estimate_prompt_tokens(req)
+        choice = self.choose(RouteRequest(
+            model=req.model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
+            want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast",
+            est_prompt_tokens=prompt_tokens, est_output_tokens=req.max_tokens,
+            needs_tools=bool(req.tools),
+            needs_vision=any(type(p) is ImagePart for m in req.messages for p in m.content),
+            stream=req.stream, task_type="chat", task_id=ctx.task_id))
+        await self.admit(ctx, choice, prompt_tokens + (req.max_tokens or DEFAULT_OUTPUT_TOKENS))
+        return choice
+
+    async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
+        """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""
+        if self.limiter is None or ctx.tenant is None or self.limiter.config.enforce != "extproc":
+            return
+        decision = await self.limiter.acquire(
+            RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel),
+            est_tokens)
+        if not decision.allowed:
+            if decision.too_large:
+                raise ClientError(f"request needs about {est_tokens} tokens, more than the limit allows "
+                                  f"({decision.limited_by})", status=429, headers=decision.headers())
+            raise ClientError(f"rate limit exceeded ({decision.limited_by}); retry in "
+                              f"{decision.retry_after_s:.1f}s", status=429, headers=decision.headers())
+        choice.reservation = decision.reservation
+        choice.ratelimit_headers = decision.headers()

@@ -1,0 +1,52 @@
+"""The route table: method + path -> the caller's protocol and what handles the request.
+
+One ordered list of matchers, built in the composition root (`extproc/service.py`) and injected
+into every session, so the session never imports a flow. Each entry either answers from config
+(`answer`) or hands the request to a flow that sends it upstream (`flow`). Path grammars belong
+to the protocols (`adapters.registry.detect_client_protocol`, `adapters.kserve.match_path`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from extproc import messages as msg
+from extproc.context import ClientProtocol, Flow, RequestContext
+from extproc.gateway import Gateway
+
+Answer = Callable[[Gateway, RequestContext], msg.ProcessingResponse]
+FlowFactory = Callable[[Gateway, RequestContext], Flow]
+# A translation hop's flow: the request arrives in the failed primary's protocol, bound for `target`.
+HopFactory = Callable[[Gateway, RequestContext, str], Flow]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    protocol: ClientProtocol
+    path_model: str | None = None
+    path_version: str | None = None
+    stream: bool = False  # known from the path (Gemini :streamGenerateContent)
+    public: bool = False  # answered without an API key
+    translatable: bool = False  # a chat request a translation hop may re-render for a peer
+    answer: Answer | None = None
+    flow: FlowFactory | None = None
+
+
+Matcher = Callable[[str, str], "Route | None"]
+
+
+class RouteTable:
+    """The first matcher that claims a request wins; `fallback` answers the rest."""
+
+    def __init__(self, matchers: Sequence[Matcher], *, fallback: Route, hop: HopFactory) -> None:
+        self.matchers = tuple(matchers)
+        self.fallback = fallback
+        self.hop = hop
+
+    def match(self, method: str, path: str) -> Route:
+        for matcher in self.matchers:
+            route = matcher(method, path)
+            if route is not None:
+                return route
+        return self.fallback
