@@ -67,6 +67,7 @@ from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
     ProcessingModeHeaderSendMode,
 )
 from envoy_data_plane.envoy.extensions.filters.http.ratelimit.v3 import RateLimit as RateLimitFilter
+from envoy_data_plane.envoy.extensions.filters.http.ratelimit.v3 import RateLimitXRateLimitHeadersRfcVersion
 from envoy_data_plane.envoy.extensions.filters.http.router.v3 import Router
 from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
     HttpConnectionManager,
@@ -226,7 +227,7 @@ def _rate_limit_filter(rls: RateLimitServiceSettings) -> HttpFilter:
         domain=rls.domain,
         timeout=_secs(rls.timeout_s),
         failure_mode_deny=rls.failure_mode_deny,
-        enable_x_ratelimit_headers=1,  # DRAFT_VERSION_03 headers on every reply
+        enable_x_ratelimit_headers=RateLimitXRateLimitHeadersRfcVersion.DRAFT_VERSION_03,  # on every reply
         rate_limit_service=RateLimitServiceConfig(
             grpc_service=GrpcService(envoy_grpc=GrpcServiceEnvoyGrpc(cluster_name=EXTPROC_CLUSTER)),
             transport_api_version=ApiVersion.V3,

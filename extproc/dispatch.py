@@ -23,7 +23,8 @@ DEFAULT_OUTPUT_TOKENS = 256
 class ReadingSource(Protocol):
     """The last watermark reading per cluster (the pollers fill it in the background)."""
 
-    readings: Mapping[str, Reading]
+    @property
+    def readings(self) -> Mapping[str, Reading]: ...
 
 
 class Dispatcher:

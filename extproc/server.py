@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
@@ -33,7 +33,8 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
 
     async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator:  # noqa: N802
         # Translation hops (Envoy internal listeners) mark their streams in the gRPC metadata.
-        xlate = next((v for k, v in context.invocation_metadata() or () if k == XLATE_METADATA), None)
+        xlate = next((v if isinstance(v, str) else v.decode("ascii", "replace")
+                      for k, v in context.invocation_metadata() or () if k == XLATE_METADATA), None)
         session = Session(self.gateway, self.routes, xlate=xlate)
         try:
             async for req in request_iterator:
@@ -47,8 +48,7 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
 class ExtprocServer:
     """Owns the gRPC server's lifecycle; `build_gateway` wires the feature parts from config."""
 
-    def __init__(self, config: GatewayConfig, gateway: Gateway, routes: RouteTable, *,
-                 extra_services: list[Callable[[grpc.aio.Server], None]] | None = None):
+    def __init__(self, config: GatewayConfig, gateway: Gateway, routes: RouteTable):
         self.config = config
         self.gateway = gateway
         self.server = grpc.aio.server(options=[
@@ -58,8 +58,6 @@ class ExtprocServer:
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway, routes), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        for add in extra_services or []:
-            add(self.server)
         self.port = self.server.add_insecure_port(config.extproc.address)
         self._stopping = asyncio.Event()
 

@@ -111,8 +111,9 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     gateway = build_gateway(config)
     limiter = gateway.dispatcher.limiter
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
-    extra = [lambda server: add_to_server(server, limiter)] if limiter is not None else []
-    server = ExtprocServer(config, gateway, build_routes(), extra_services=extra)
+    server = ExtprocServer(config, gateway, build_routes())
+    if limiter is not None:
+        add_to_server(server.server, limiter)
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_limits, gateway, path)
     # Pollers run in the background; the first readings are in before traffic is accepted.
     if gateway.watermarks is not None:

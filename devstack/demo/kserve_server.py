@@ -37,7 +37,7 @@ PALETTE: dict[str, tuple[int, int, int]] = {
     "black": (0, 0, 0), "yellow": (255, 255, 0), "cyan": (0, 255, 255), "magenta": (255, 0, 255),
     "gray": (128, 128, 128), "orange": (255, 165, 0),
 }
-_DTYPES = {"FP32": np.dtype("<f4"), "FP16": np.dtype("<f2")}
+_DTYPES: dict[str, np.dtype] = {"FP32": np.dtype("<f4"), "FP16": np.dtype("<f2")}
 
 
 class TensorError(ValueError):

@@ -124,7 +124,7 @@ class ChatFlow:
         remove: list[str] = [UPSTREAM_HOST_HEADER, UPSTREAM_ATTEMPTS_HEADER]
         if status < 400 and "text/event-stream" in headers.get("content-type", ""):
             self.streaming = True
-            if self.translating or self.usage_injected:
+            if self.wire is not None and (self.translating or self.usage_injected):
                 self.translator = translate_stream(self.wire, self.ctx.protocol, self.request)
                 remove.append("content-length")
                 set_h.append(("content-type", "text/event-stream"))

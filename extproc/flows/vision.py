@@ -25,7 +25,7 @@ from adapters.errors import AdapterError, default_type, error_message
 from adapters.images import decode_images
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from extproc import messages as msg
-from extproc.batching import Batch, BatchKey, BatchPolicy, Member, merge_rows, slice_response
+from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows, slice_response
 from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
@@ -141,6 +141,11 @@ class _VisionFlow:
             return None
         return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))  # type: ignore[union-attr]
 
+    @property
+    def _batcher(self) -> Batcher:
+        assert self.gw.batcher is not None  # only reached once `_policy` said this model batches
+        return self.gw.batcher
+
     async def _dispatch(self, job: Job) -> msg.ProcessingResponse:
         """Join a batch when the model batches, else (or on fallback) send this request alone."""
         self.job = job
@@ -149,14 +154,14 @@ class _VisionFlow:
         if policy is not None and self.choice is not None:
             ti = self.model.vision.input
             key = BatchKey(self.model.name, self.choice.deployment.cluster, (3, ti.height, ti.width), ti.datatype)
-            member = self.gw.batcher.join(key, policy, job, job.rows)
+            member = self._batcher.join(key, policy, job, job.rows)
         if member is None:
             return self._send(await self._single_body())
         self.member = member
-        outcome = await self.gw.batcher.wait(member, MEMBER_WAIT_S)
-        if outcome.role == "leader":
+        outcome = await self._batcher.wait(member, MEMBER_WAIT_S)
+        if outcome.role == "leader" and outcome.batch is not None:
             return await self._lead(outcome.batch)
-        if outcome.role == "result":
+        if outcome.role == "result" and outcome.batch is not None:
             answer = self._answer_member(outcome.batch, outcome.response, outcome.start)
             if answer is not None:
                 return answer
@@ -173,7 +178,7 @@ class _VisionFlow:
             req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
                                                 request_id=self.ctx.task_id)
         except BaseException:
-            self.gw.batcher.fail(batch, "the leader could not build the merged tensor")
+            self._batcher.fail(batch, "the leader could not build the merged tensor")
             raise
         return self._send(kserve.encode_infer_request(req))
 
@@ -201,7 +206,7 @@ class _VisionFlow:
 
     def _fail_batch(self, reason: str) -> None:
         if self.role == "leader" and self.batch is not None:
-            self.gw.batcher.fail(self.batch, reason)
+            self._batcher.fail(self.batch, reason)
 
     def _immediate_error(self, status: int, message: str) -> msg.ProcessingResponse:
         self._fail_batch(message)
@@ -242,7 +247,7 @@ class _VisionFlow:
                 # Check (and cut) the leader's own rows first: a reply of the wrong shape fails the batch.
                 own = slice_response(resp, self.member.start, self.job.rows, total=self.batch.rows,
                                      request_id=self.request_id)
-                self.gw.batcher.complete(self.batch, resp)
+                self._batcher.complete(self.batch, resp)
                 resp = own
             body = self._render_ok(resp)
         except (AdapterError, ValueError) as e:
@@ -270,7 +275,7 @@ class _VisionFlow:
     def close(self) -> None:
         if self.member is not None and self.role != "member":
             # Still waiting (dropped from its batch) or the leader (its members fall back).
-            self.gw.batcher.leave(self.member)
+            self._batcher.leave(self.member)
         if not self.finished and self.choice is not None:
             # No response headers came: Envoy answers upstream failures itself (they reach
             # response_headers), so a stream ending here means the client went away.

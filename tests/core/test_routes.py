@@ -1,0 +1,55 @@
+"""The route table, as a table: method + path -> the caller's protocol and what handles it."""
+
+from __future__ import annotations
+
+import pytest
+
+from extproc.flows import local
+from extproc.flows.chat import ChatFlow
+from extproc.flows.vision import ClassifyFlow, KServeInferFlow
+from extproc.flows.xlate import XlateFlow
+from extproc.service import build_routes
+
+ROUTES = build_routes()
+
+CASES = [
+    # method, path, protocol, handler, path_model, path_version, stream, public
+    ("POST", "/v1/chat/completions", "openai", ChatFlow, None, None, False, False),
+    ("POST", "/chat/completions", "openai", ChatFlow, None, None, False, False),
+    ("POST", "/v1/messages", "anthropic", ChatFlow, None, None, False, False),
+    ("POST", "/v1beta/models/gemini-x:generateContent", "gemini", ChatFlow, "gemini-x", None, False, False),
+    ("POST", "/v1beta/models/gemini-x:streamGenerateContent", "gemini", ChatFlow, "gemini-x", None, True, False),
+    ("POST", "/v1/models/a%2Fb:generateContent", "gemini", ChatFlow, "a/b", None, False, False),
+    ("GET", "/v1/models", "openai", local.list_models, None, None, False, False),
+    ("GET", "/v1/models/demo-gpt", "openai", local.get_model, "demo-gpt", None, False, False),
+    ("GET", "/v2/health/ready", "kserve", local.v2_health, None, None, False, True),
+    ("GET", "/v2/health/live", "kserve", local.v2_health, None, None, False, True),
+    ("GET", "/v2", "kserve", local.v2_health, None, None, False, True),
+    ("GET", "/v2/models/colors", "kserve", local.v2_model_metadata, "colors", None, False, False),
+    ("GET", "/v2/models/colors/versions/2", "kserve", local.v2_model_metadata, "colors", "2", False, False),
+    ("POST", "/v2/models/colors/infer", "kserve", KServeInferFlow, "colors", None, False, False),
+    ("POST", "/v2/models/colors/versions/3/infer", "kserve", KServeInferFlow, "colors", "3", False, False),
+    ("POST", "/v1/images/classify", "openai", ClassifyFlow, None, None, False, False),
+    # Everything else: the public 404 in OpenAI's shape.
+    ("GET", "/v1/chat/completions", "openai", local.not_found, None, None, False, True),
+    ("POST", "/v1/models", "openai", local.not_found, None, None, False, True),
+    ("GET", "/v2/models/colors/infer", "openai", local.not_found, None, None, False, True),
+    ("POST", "/v1beta/models/gemini-x:countTokens", "openai", local.not_found, None, None, False, True),
+    ("DELETE", "/v1/messages", "openai", local.not_found, None, None, False, True),
+    ("GET", "/nope", "openai", local.not_found, None, None, False, True),
+]
+
+
+@pytest.mark.parametrize("method,path,protocol,handler,model,version,stream,public", CASES,
+                         ids=[f"{c[0]} {c[1]}" for c in CASES])
+def test_route_table(method, path, protocol, handler, model, version, stream, public) -> None:
+    r = ROUTES.match(method, path)
+    assert r.protocol == protocol
+    assert (r.flow or r.answer) is handler
+    assert (r.path_model, r.path_version, r.stream, r.public) == (model, version, stream, public)
+
+
+def test_only_chat_routes_may_be_carried_by_a_translation_hop() -> None:
+    assert ROUTES.hop is XlateFlow
+    translatable = {c[1] for c in CASES if ROUTES.match(c[0], c[1]).translatable}
+    assert translatable == {c[1] for c in CASES if c[3] is ChatFlow}
