@@ -12,6 +12,22 @@ import ipaddress
 import json
 
 import yaml
+
+# Registers every typed_config type the bootstrap uses, so Any fields resolve in bootstrap_dict.
+from envoy.config.bootstrap.v3 import bootstrap_pb2
+from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
+from envoy.extensions.bootstrap.internal_listener.v3 import internal_listener_pb2  # noqa: F401
+from envoy.extensions.clusters.aggregate.v3 import cluster_pb2  # noqa: F401
+from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
+from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
+from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
+from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2  # noqa: F401
+from envoy.extensions.transport_sockets.internal_upstream.v3 import internal_upstream_pb2  # noqa: F401
+from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
 from envoy_data_plane.envoy.config.accesslog.v3 import AccessLog
 from envoy_data_plane.envoy.config.bootstrap.v3 import Admin, Bootstrap, BootstrapStaticResources
 from envoy_data_plane.envoy.config.cluster.v3 import (
@@ -36,6 +52,7 @@ from envoy_data_plane.envoy.config.core.v3 import (
     HeaderValueOptionHeaderAppendAction,
     Http2ProtocolOptions,
     SocketAddress,
+    SubstitutionFormatString,
     TransportSocket,
     TypedExtensionConfig,
 )
@@ -83,6 +100,8 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
     HttpProtocolOptionsExplicitHttpConfig,
 )
 from envoy_data_plane.google.protobuf import Any as AnyMsg
+from envoy_data_plane.google.protobuf import Struct
+from google.protobuf import json_format
 
 from controlplane.environments import AccessLogSettings, EnvironmentConfig, RateLimitServiceSettings
 from extproc.config import GatewayConfig
@@ -290,8 +309,6 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
 def _access_log(settings: AccessLogSettings) -> AccessLog:
     log = FileAccessLog(path=settings.path)
     if settings.format == "json":
-        from envoy_data_plane.envoy.config.core.v3 import SubstitutionFormatString
-        from envoy_data_plane.google.protobuf import Struct
         log.log_format = SubstitutionFormatString(json_format=Struct.from_dict({
             "time": "%START_TIME%", "method": "%REQ(:METHOD)%", "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
             "status": "%RESPONSE_CODE%", "duration_ms": "%DURATION%",
@@ -366,24 +383,6 @@ def render_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> str:
 
 def bootstrap_dict(boot: Bootstrap) -> dict:
     """Proto-JSON via the official protobuf runtime: betterproto2 misnames fields like `consecutive_5xx`."""
-    from envoy.config.bootstrap.v3 import bootstrap_pb2
-
-    # Register every typed_config type used above so Any fields resolve.
-    from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
-    from envoy.extensions.bootstrap.internal_listener.v3 import internal_listener_pb2  # noqa: F401
-    from envoy.extensions.clusters.aggregate.v3 import cluster_pb2  # noqa: F401
-    from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
-    from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
-    from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
-    from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
-    from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
-    from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2  # noqa: F401
-    from envoy.extensions.transport_sockets.internal_upstream.v3 import internal_upstream_pb2  # noqa: F401
-    from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401
-    from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
-    from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
-    from google.protobuf import json_format
-
     msg = bootstrap_pb2.Bootstrap.FromString(bytes(boot))
     return json.loads(json_format.MessageToJson(msg, preserving_proto_field_name=True))
 

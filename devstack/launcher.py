@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-import yaml
-
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import EnvironmentConfig, load_environment
-from extproc.config import GatewayConfig, load_config
+from extproc.config import GatewayConfig, config_path, load_config
 
 DEMO_KEY = "sk-modelyard-demo"
 _DEMO_SERVERS = {
@@ -189,8 +187,6 @@ class Stack:
 
 
 def up(config: str | None, env_name: str) -> int:
-    from extproc.config import config_path
-
     path = config_path(config).resolve()
     cfg = load_config(path)
     env = load_environment(env_name)
@@ -231,7 +227,3 @@ Ctrl-C stops everything.""", flush=True)
         print("modelyard: stopped", flush=True)
     return 0
 
-
-def write_config(cfg_dict: dict, path: Path) -> Path:
-    path.write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
-    return path

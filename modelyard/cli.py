@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+# Subcommands import their module when run: `modelyard hash-key` need not load grpc, Envoy's protos
+# or NumPy.
 def _cmd_serve(a: argparse.Namespace) -> int:
     from extproc.service import serve
 
@@ -61,8 +64,6 @@ _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
 def _delegated(argv: list[str]) -> int | None:
     for prefix, (module, func) in _DELEGATES.items():
         if tuple(argv[:len(prefix)]) == prefix:
-            import importlib
-
             return getattr(importlib.import_module(module), func)(argv[len(prefix):])
     return None
 
