@@ -1,7 +1,9 @@
 """Per-request metering records in SQLite, written by a background thread.
 
-The request path only puts a tuple on a queue; the writer thread batches inserts, so a slow disk
-never stalls the event loop. `modelyard ratelimit tune --metering-db` replays this table.
+The request path only puts a tuple on a bounded queue; the writer thread batches inserts, so a
+slow disk never stalls the event loop. A full queue refuses the row (counted, logged); a row SQLite
+cannot take is dropped alone (counted, logged), never its batch nor the writer. `close` drains
+everything accepted. `modelyard ratelimit tune --metering-db` replays this table.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
+
+from extproc.telemetry.metrics import METERING_DROPPED
 
 log = logging.getLogger("modelyard.metering")
 
@@ -44,16 +49,42 @@ _INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in fields(MeterRec
 _STOP = object()
 
 
+# SQLite integers are signed 64-bit: an upstream's u64 count must not lose the row.
+_INT64_MAX = 2**63 - 1
+# About a minute of rows at a few thousand requests a second; beyond it the disk is not keeping up.
+QUEUE_LIMIT = 200_000
+_BATCH = 1000
+_WARN_EVERY_S = 10.0
+
+
+def _clamp(v: object) -> object:
+    if type(v) is int and not -_INT64_MAX <= v <= _INT64_MAX:
+        return _INT64_MAX if v > 0 else -_INT64_MAX
+    return v
+
+
 class MeteringStore:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, queue_limit: int = QUEUE_LIMIT):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.Queue[tuple | object] = queue.Queue(maxsize=queue_limit)
+        self._warned_at = 0.0
         self._thread = threading.Thread(target=self._run, name="metering-writer", daemon=True)
         self._thread.start()
 
-    def record(self, rec: MeterRecord) -> None:
-        self._queue.put(astuple(rec))
+    def record(self, rec: MeterRecord) -> bool:
+        """Queue one row; False (counted, logged now and then) when the writer is too far behind."""
+        try:
+            self._queue.put_nowait(tuple(_clamp(v) for v in astuple(rec)))
+            return True
+        except queue.Full:
+            METERING_DROPPED.labels("queue_full").inc()
+            now = time.monotonic()
+            if now - self._warned_at > _WARN_EVERY_S:
+                self._warned_at = now
+                log.error("metering: queue full (%d rows); refusing rows until the writer catches up",
+                          self._queue.maxsize)
+            return False
 
     def _run(self) -> None:
         conn = sqlite3.connect(self.path)
@@ -61,19 +92,41 @@ class MeteringStore:
         conn.execute(_SCHEMA)
         while True:
             batch = [self._queue.get()]
-            while not self._queue.empty() and len(batch) < 1000:
-                batch.append(self._queue.get_nowait())
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
             stop = _STOP in batch
-            rows = [r for r in batch if r is not _STOP]
-            try:
-                conn.executemany(_INSERT, rows)
-                conn.commit()
-            except sqlite3.Error as e:  # a full disk must not take the gateway down
-                log.error("metering: %d records lost: %s", len(rows), e)
+            self._write(conn, [r for r in batch if r is not _STOP])
             if stop:
                 conn.close()
                 return
 
-    def close(self, timeout: float = 5.0) -> None:
+    @staticmethod
+    def _write(conn: sqlite3.Connection, rows: list) -> None:
+        try:
+            conn.executemany(_INSERT, rows)
+            conn.commit()
+            return
+        except Exception:  # one bad row must not cost its batch: retry them one by one
+            conn.rollback()
+        for row in rows:
+            try:
+                conn.execute(_INSERT, row)
+            except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, OverflowError,
+                    ValueError, TypeError) as e:
+                METERING_DROPPED.labels("bad_row").inc()
+                log.error("metering: row for task %s dropped: %s", row[1] if len(row) > 1 else "?", e)
+            except sqlite3.Error as e:  # a full disk must not take the gateway down
+                METERING_DROPPED.labels("db_error").inc()
+                log.error("metering: row lost: %s", e)
+        try:
+            conn.commit()
+        except sqlite3.Error as e:
+            log.error("metering: commit failed: %s", e)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write everything accepted, then stop (SIGTERM: nothing accepted is lost)."""
         self._queue.put(_STOP)
         self._thread.join(timeout)

@@ -54,3 +54,7 @@ BATCH_QUEUE_DELAY = Histogram("modelyard_batch_queue_delay_seconds",
 BATCH_FALLBACKS = Counter("modelyard_batch_fallbacks_total",
                           "Batch members that fell back to their own upstream call (the leader failed)",
                           ["model"])
+
+METERING_DROPPED = Counter("modelyard_metering_rows_dropped_total",
+                           "Metering rows not written: queue_full (refused at the door), bad_row, db_error",
+                           ["reason"])
