@@ -22,11 +22,14 @@ class Accountant:
         self.metering = metering
         self._background: set[asyncio.Task[None]] = set()
 
-    def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, latency_s: float,
-                       ttft_s: float | None, usage: Usage | None) -> None:
+    def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, upstream_ok: bool | None,
+                       latency_s: float, ttft_s: float | None, usage: Usage | None) -> None:
+        """`status` is what the caller got; `upstream_ok` what the upstream did: False only for its own
+        failure (5xx, a reply we cannot read, a stream it cut), None when it never answered for
+        itself (the client left, or the gateway failed the request): no feedback either way."""
         model = choice.model
-        # Feedback for the score and cooldowns: only the upstream's failures count against it.
-        self.scheduler.record(choice.deployment.cluster, latency_s, status < 500, ttft_s, now=time.monotonic())
+        if upstream_ok is not None:  # a client that leaves or our own error must not cool a deployment down
+            self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s, now=time.monotonic())
         latency, ttft, tokens_in, tokens_out = model_series(model.name, choice.deployment.cluster)
         requests_series(model.name, choice.deployment.cluster, status).inc()
         latency.observe(latency_s)

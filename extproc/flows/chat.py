@@ -64,6 +64,7 @@ class ChatFlow:
         self.first_chunk_at: float | None = None
         self.usage: Any = None
         self.finished = False
+        self.upstream_failed = False  # the upstream's own failure: 5xx, an unreadable reply, a cut stream
         # The protocol the answer arrives in: the chosen deployment's, even when Envoy failed over
         # to a peer through a translation hop (the hop translates back to this protocol).
         self.wire: str | None = None
@@ -132,6 +133,7 @@ class ChatFlow:
                 self.decoder = self.upstream.StreamDecoder()
             return msg.response_headers(set_h, remove, stream_body=True)
         if status >= 400:
+            self.upstream_failed = status >= 500
             self.client_status = upstream_error_status(status)
             set_h.append((":status", str(self.client_status)))
         if status >= 400 or self.translating:
@@ -175,6 +177,7 @@ class ChatFlow:
             resp = self.upstream.parse_response(body)
         except AdapterError as e:
             self.client_status = 502
+            self.upstream_failed = True
             return render_error_body(self.ctx.protocol, 502, f"upstream sent an unreadable reply: {e.message}",
                                      "api_error")
         self.usage = resp.usage
@@ -189,6 +192,7 @@ class ChatFlow:
             out = self.translator.feed(chunk)
             if end:
                 out += self.translator.finish()
+                self.upstream_failed = self.translator.error is not None
                 self.usage = Usage(*self.translator.usage)
                 self._finish()
             return msg.response_body(body=out)
@@ -203,6 +207,7 @@ class ChatFlow:
                     # The upstream stopped mid-stream: end the client's stream with an error event.
                     tail = self.client.StreamEncoder(model=self.request.model, request=self.request).encode([ev])
                     self.client_status = 502
+                    self.upstream_failed = True
         except AdapterError:
             pass  # passthrough stream: the client parses it; metering just misses usage
         if end:
@@ -214,20 +219,24 @@ class ChatFlow:
         return msg.response_trailers()
 
     # -- accounting ------------------------------------------------------------------------
-    def _finish(self) -> None:
+    def _finish(self, *, upstream_answered: bool = True) -> None:
         if self.finished or self.choice is None:
             return
         self.finished = True
         now = time.monotonic()
         ttft = (self.first_chunk_at - self.ctx.started) if self.first_chunk_at else None
+        upstream_ok = (not self.upstream_failed) if upstream_answered and self.status else None
         self.gw.accountant.record_outcome(self.ctx, self.choice, status=self.client_status or self.status,
-                                          latency_s=now - self.ctx.started, ttft_s=ttft, usage=self.usage)
+                                          upstream_ok=upstream_ok, latency_s=now - self.ctx.started, ttft_s=ttft,
+                                          usage=self.usage)
 
     def close(self) -> None:
         if not self.finished and self.choice is not None:
-            # The stream ended without a final body: the client went away or the upstream reset.
-            self.client_status = self.client_status or 502
-            self._finish()
+            # The stream ended without a final body: the client went away (499, as nginx logs it), the
+            # gateway failed the request, or the upstream reset mid-stream; none of it is held against
+            # the deployment: an upstream that is really down fails the next connects, which count.
+            self.client_status = 499
+            self._finish(upstream_answered=False)
 
 
 def _passthrough_body(body: bytes, protocol: str, model: str, req: Any) -> tuple[bytes, bool]:

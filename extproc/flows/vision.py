@@ -265,11 +265,13 @@ class _VisionFlow:
         return msg.response_trailers(remove=["grpc-status", "grpc-message", "grpc-status-details-bin"])
 
     # -- accounting --------------------------------------------------------------------------
-    def _finish(self, status: int) -> None:
+    def _finish(self, status: int, *, upstream_answered: bool = True) -> None:
+        """`status` came from the upstream's answer (or its slice of a batch), unless it never answered."""
         if self.finished or self.choice is None:
             return
         self.finished = True
         self.gw.accountant.record_outcome(self.ctx, self.choice, status=status,
+                                          upstream_ok=status < 500 if upstream_answered else None,
                                           latency_s=time.monotonic() - self.ctx.started, ttft_s=None, usage=None)
 
     def close(self) -> None:
@@ -279,7 +281,7 @@ class _VisionFlow:
         if not self.finished and self.choice is not None:
             # No response headers came: Envoy answers upstream failures itself (they reach
             # response_headers), so a stream ending here means the client went away.
-            self._finish(499)
+            self._finish(499, upstream_answered=False)
 
 
 class KServeInferFlow(_VisionFlow):
