@@ -7,11 +7,9 @@ from collections.abc import Mapping
 
 import orjson
 
-from adapters.errors import (
-    AdapterError,
+from adapters.fields import (
     as_object,
     bad_upstream,
-    default_type,
     error_message,
     header,
     load_object,
@@ -47,6 +45,7 @@ from adapters.internal import (
     message_text,
 )
 from adapters.sse import SSEDecoder, SSEEvent
+from modelyard.errors import ClientError, default_type
 
 __all__ = [
     "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request",
@@ -81,7 +80,7 @@ def _image(block: dict, where: str) -> ImagePart:
                          data=req_str(src, "data", f"{where}.source"))
     if st == "url":
         return ImagePart(url=req_str(src, "url", f"{where}.source"))
-    raise AdapterError(400, f"{where}.source.type {st!r} is not supported")
+    raise ClientError(f"{where}.source.type {st!r} is not supported")
 
 
 def _text_blocks(raw: object, where: str) -> str:
@@ -91,17 +90,17 @@ def _text_blocks(raw: object, where: str) -> str:
     if type(raw) is str:
         return raw
     if type(raw) is not list:
-        raise AdapterError(400, f"{where} must be a string or an array of blocks")
+        raise ClientError(f"{where} must be a string or an array of blocks")
     out = []
     for j, b in enumerate(raw):
         b = as_object(b, f"{where}[{j}]")
         if b.get("type") == "text":
             t = b.get("text")
             if type(t) is not str:
-                raise AdapterError(400, f"{where}[{j}].text must be a string")
+                raise ClientError(f"{where}[{j}].text must be a string")
             out.append(t)
         elif b.get("type") != "image":
-            raise AdapterError(400, f"{where}[{j}].type {b.get('type')!r} is not supported")
+            raise ClientError(f"{where}[{j}].type {b.get('type')!r} is not supported")
     return "".join(out)
 
 
@@ -109,13 +108,13 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     obj = load_object(body)
     model = obj.get("model", path_model)
     if type(model) is not str or not model:
-        raise AdapterError(400, "model is required and must be a non-empty string")
+        raise ClientError("model is required and must be a non-empty string")
     max_tokens = opt_int(obj, "max_tokens", "body")
     if max_tokens is None:
-        raise AdapterError(400, "max_tokens is required")
+        raise ClientError("max_tokens is required")
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
-        raise AdapterError(400, "messages must be a non-empty array")
+        raise ClientError("messages must be a non-empty array")
     msgs: list[Message] = []
     names: dict[str, str] = {}  # tool_use id -> name, so tool results know their function
     for i, m in enumerate(raw_msgs):
@@ -123,13 +122,13 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         m = as_object(m, where)
         role = m.get("role")
         if role != "user" and role != "assistant":
-            raise AdapterError(400, f"{where}.role {role!r} must be 'user' or 'assistant'")
+            raise ClientError(f"{where}.role {role!r} must be 'user' or 'assistant'")
         content = m.get("content")
         if type(content) is str:
             msgs.append(Message(role, (TextPart(content),)))
             continue
         if type(content) is not list or not content:
-            raise AdapterError(400, f"{where}.content must be a string or a non-empty array")
+            raise ClientError(f"{where}.content must be a string or a non-empty array")
         parts: list[ContentPart] = []
         calls: list[ToolCall] = []
         for j, b in enumerate(content):
@@ -139,7 +138,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
             if t == "text":
                 text = b.get("text")
                 if type(text) is not str:
-                    raise AdapterError(400, f"{bw}.text must be a string")
+                    raise ClientError(f"{bw}.text must be a string")
                 parts.append(TextPart(text))
             elif t == "image" and role == "user":
                 parts.append(_image(b, bw))
@@ -147,7 +146,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
                 tid, name = req_str(b, "id", bw), req_str(b, "name", bw)
                 inp = b.get("input", {})
                 if type(inp) is not dict:
-                    raise AdapterError(400, f"{bw}.input must be an object")
+                    raise ClientError(f"{bw}.input must be an object")
                 names[tid] = name
                 calls.append(ToolCall(tid, name, orjson.dumps(inp).decode()))
             elif t == "tool_result" and role == "user":
@@ -157,11 +156,11 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
             elif t in ("thinking", "redacted_thinking") and role == "assistant":
                 continue  # reasoning traces do not cross protocols
             else:
-                raise AdapterError(400, f"{bw}.type {t!r} is not supported in a {role} message")
+                raise ClientError(f"{bw}.type {t!r} is not supported in a {role} message")
         if parts or calls:
             msgs.append(Message(role, tuple(parts), tuple(calls)))
     if not msgs:
-        raise AdapterError(400, "messages carry no content")
+        raise ClientError("messages carry no content")
     system = obj.get("system")
     system_text = _text_blocks(system, "system") if system is not None else None
     tools = []
@@ -169,10 +168,10 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         tw = f"tools[{j}]"
         t = as_object(t, tw)
         if t.get("type", "custom") != "custom":
-            raise AdapterError(400, f"{tw}.type {t.get('type')!r}: server tools are not supported")
+            raise ClientError(f"{tw}.type {t.get('type')!r}: server tools are not supported")
         schema = t.get("input_schema")
         if type(schema) is not dict:
-            raise AdapterError(400, f"{tw}.input_schema must be an object")
+            raise ClientError(f"{tw}.input_schema must be an object")
         tools.append(ToolDef(req_str(t, "name", tw), opt_str(t, "description", tw), schema))
     tool_choice = None
     tc = obj.get("tool_choice")
@@ -186,10 +185,10 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         elif mode == "tool":
             tool_choice = ToolChoice("tool", req_str(tc, "name", "tool_choice"))
         else:
-            raise AdapterError(400, "tool_choice.type must be auto, any, tool or none")
+            raise ClientError("tool_choice.type must be auto, any, tool or none")
     stop = opt_list(obj, "stop_sequences", "body")
     if not all(type(s) is str for s in stop):
-        raise AdapterError(400, "stop_sequences must be an array of strings")
+        raise ClientError("stop_sequences must be an array of strings")
     return ChatRequest(
         model=model,
         messages=tuple(msgs),
@@ -311,7 +310,7 @@ def _input_tokens(u: dict) -> int:
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
-    except AdapterError as e:
+    except ClientError as e:
         raise bad_upstream(e.message) from None
     content = obj.get("content")
     if type(content) is not list:

@@ -13,8 +13,7 @@ from urllib.parse import quote
 
 import orjson
 
-from adapters.errors import (
-    AdapterError,
+from adapters.fields import (
     as_object,
     bad_upstream,
     error_message,
@@ -51,6 +50,7 @@ from adapters.internal import (
     message_text,
 )
 from adapters.sse import SSEDecoder, SSEEvent
+from modelyard.errors import ClientError
 
 __all__ = [
     "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response", "render_response",
@@ -108,12 +108,12 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     obj = load_object(body)
     model = path_model if path_model is not None else obj.get("model")
     if type(model) is not str or not model:
-        raise AdapterError(400, "model is required (in the path /v1beta/models/{model}:generateContent)")
+        raise ClientError("model is required (in the path /v1beta/models/{model}:generateContent)")
     if model.startswith("models/"):
         model = model[7:]
     contents = obj.get("contents")
     if type(contents) is not list or not contents:
-        raise AdapterError(400, "contents must be a non-empty array")
+        raise ClientError("contents must be a non-empty array")
     msgs: list[Message] = []
     pending: dict[str, list[str]] = {}  # function name -> ids of calls not yet answered
     n = 0
@@ -122,10 +122,10 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         c = as_object(c, where)
         role = c.get("role", "user")
         if role != "user" and role != "model":
-            raise AdapterError(400, f"{where}.role {role!r} must be 'user' or 'model'")
+            raise ClientError(f"{where}.role {role!r} must be 'user' or 'model'")
         raw_parts = c.get("parts")
         if type(raw_parts) is not list or not raw_parts:
-            raise AdapterError(400, f"{where}.parts must be a non-empty array")
+            raise ClientError(f"{where}.parts must be a non-empty array")
         parts: list[ContentPart] = []
         calls: list[ToolCall] = []
         for j, p in enumerate(raw_parts):
@@ -134,7 +134,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
             if "text" in p:
                 text = p["text"]
                 if type(text) is not str:
-                    raise AdapterError(400, f"{pw}.text must be a string")
+                    raise ClientError(f"{pw}.text must be a string")
                 if not p.get("thought"):  # thought summaries do not cross protocols
                     parts.append(TextPart(text))
             elif "inlineData" in p or "inline_data" in p:
@@ -145,14 +145,14 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
                 d = as_object(_get(p, "fileData", "file_data"), f"{pw}.fileData")
                 uri = d.get("fileUri", d.get("file_uri"))
                 if type(uri) is not str or not uri:
-                    raise AdapterError(400, f"{pw}.fileData.fileUri is required")
+                    raise ClientError(f"{pw}.fileData.fileUri is required")
                 parts.append(ImagePart(media_type=opt_str(d, "mimeType", pw), url=uri))
             elif ("functionCall" in p or "function_call" in p) and role == "model":
                 fc = as_object(_get(p, "functionCall", "function_call"), f"{pw}.functionCall")
                 name = req_str(fc, "name", f"{pw}.functionCall")
                 args = fc.get("args", {})
                 if type(args) is not dict:
-                    raise AdapterError(400, f"{pw}.functionCall.args must be an object")
+                    raise ClientError(f"{pw}.functionCall.args must be an object")
                 cid = fc.get("id")
                 if type(cid) is not str or not cid:
                     cid = f"call_{n}"
@@ -175,11 +175,11 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
                 msgs.append(Message("tool", (TextPart(_response_text(fr.get("response", {}))),),
                                     tool_call_id=cid, name=name))
             else:
-                raise AdapterError(400, f"{pw}: unsupported part (keys {sorted(p)[:5]})")
+                raise ClientError(f"{pw}: unsupported part (keys {sorted(p)[:5]})")
         if parts or calls:
             msgs.append(Message("assistant" if role == "model" else "user", tuple(parts), tuple(calls)))
     if not msgs:
-        raise AdapterError(400, "contents carry no usable parts")
+        raise ClientError("contents carry no usable parts")
     system = None
     si = _get(obj, "systemInstruction", "system_instruction")
     if si is not None:
@@ -188,24 +188,24 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         for j, p in enumerate(opt_list(si, "parts", "systemInstruction")):
             p = as_object(p, f"systemInstruction.parts[{j}]")
             if type(p.get("text")) is not str:
-                raise AdapterError(400, f"systemInstruction.parts[{j}].text must be a string")
+                raise ClientError(f"systemInstruction.parts[{j}].text must be a string")
             texts.append(p["text"])
         system = "".join(texts)
     tools: list[ToolDef] = []
     raw_tools = _get(obj, "tools", "tools")
     if raw_tools is not None and type(raw_tools) is not list:
-        raise AdapterError(400, "tools must be an array")
+        raise ClientError("tools must be an array")
     for j, t in enumerate(raw_tools or ()):
         t = as_object(t, f"tools[{j}]")
         decls = _get(t, "functionDeclarations", "function_declarations")
         if type(decls) is not list:
-            raise AdapterError(400, f"tools[{j}]: only functionDeclarations tools are supported")
+            raise ClientError(f"tools[{j}]: only functionDeclarations tools are supported")
         for k, d in enumerate(decls):
             dw = f"tools[{j}].functionDeclarations[{k}]"
             d = as_object(d, dw)
             params = d.get("parameters", d.get("parametersJsonSchema"))
             if params is not None and type(params) is not dict:
-                raise AdapterError(400, f"{dw}.parameters must be an object")
+                raise ClientError(f"{dw}.parameters must be an object")
             tools.append(ToolDef(req_str(d, "name", dw), opt_str(d, "description", dw), params))
     tool_choice = None
     tc = _get(obj, "toolConfig", "tool_config")
@@ -225,16 +225,16 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
                 else:
                     tool_choice = ToolChoice("required")
             else:
-                raise AdapterError(400, "toolConfig.functionCallingConfig.mode must be AUTO, ANY or NONE")
+                raise ClientError("toolConfig.functionCallingConfig.mode must be AUTO, ANY or NONE")
     gc = _get(obj, "generationConfig", "generation_config")
     gc = as_object(gc, "generationConfig") if gc is not None else {}
     w = "generationConfig"
     cc = opt_int(gc, "candidateCount", w)
     if cc is not None and cc != 1:
-        raise AdapterError(400, "generationConfig.candidateCount other than 1 is not supported")
+        raise ClientError("generationConfig.candidateCount other than 1 is not supported")
     stop = opt_list(gc, "stopSequences", w)
     if not all(type(s) is str for s in stop):
-        raise AdapterError(400, "generationConfig.stopSequences must be an array of strings")
+        raise ClientError("generationConfig.stopSequences must be an array of strings")
     return ChatRequest(
         model=model,
         messages=tuple(msgs),
@@ -385,7 +385,7 @@ def _candidate_parts(obj: dict) -> tuple[list | None, str | None]:
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
-    except AdapterError as e:
+    except ClientError as e:
         raise bad_upstream(e.message) from None
     parts, fr = _candidate_parts(obj)
     texts: list[str] = []

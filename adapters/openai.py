@@ -8,11 +8,9 @@ from collections.abc import Mapping
 
 import orjson
 
-from adapters.errors import (
-    AdapterError,
+from adapters.fields import (
     as_object,
     bad_upstream,
-    default_type,
     error_message,
     header,
     load_object,
@@ -48,6 +46,7 @@ from adapters.internal import (
     message_text,
 )
 from adapters.sse import SSEDecoder, SSEEvent
+from modelyard.errors import ClientError, default_type
 
 __all__ = [
     "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
@@ -78,7 +77,7 @@ def _image(part: dict, where: str) -> ImagePart:
     if url.startswith("data:"):
         head, sep, data = url.partition(",")
         if not sep or ";base64" not in head:
-            raise AdapterError(400, f"{where}.image_url.url: only base64 data URLs are supported")
+            raise ClientError(f"{where}.image_url.url: only base64 data URLs are supported")
         return ImagePart(media_type=head[5:].split(";", 1)[0] or None, data=data)
     return ImagePart(url=url)
 
@@ -89,7 +88,7 @@ def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, 
     if type(raw) is str:
         return (TextPart(raw),)
     if type(raw) is not list:
-        raise AdapterError(400, f"{where}.content must be a string or an array")
+        raise ClientError(f"{where}.content must be a string or an array")
     parts: list[ContentPart] = []
     for j, p in enumerate(raw):
         pw = f"{where}.content[{j}]"
@@ -98,12 +97,12 @@ def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, 
         if t == "text":
             text = p.get("text")
             if type(text) is not str:
-                raise AdapterError(400, f"{pw}.text must be a string")
+                raise ClientError(f"{pw}.text must be a string")
             parts.append(TextPart(text))
         elif t == "image_url" and allow_images:
             parts.append(_image(p, pw))
         else:
-            raise AdapterError(400, f"{pw}.type {t!r} is not supported here")
+            raise ClientError(f"{pw}.type {t!r} is not supported here")
     return tuple(parts)
 
 
@@ -115,7 +114,7 @@ def _tool_calls(raw: list, where: str) -> tuple[ToolCall, ...]:
         fn = as_object(tc.get("function"), f"{tw}.function")
         args = fn.get("arguments", "")
         if type(args) is not str:
-            raise AdapterError(400, f"{tw}.function.arguments must be a string")
+            raise ClientError(f"{tw}.function.arguments must be a string")
         out.append(ToolCall(id=req_str(tc, "id", tw), name=req_str(fn, "name", f"{tw}.function"), arguments=args))
     return tuple(out)
 
@@ -124,10 +123,10 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     obj = load_object(body)
     model = obj.get("model", path_model)
     if type(model) is not str or not model:
-        raise AdapterError(400, "model is required and must be a non-empty string")
+        raise ClientError("model is required and must be a non-empty string")
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
-        raise AdapterError(400, "messages must be a non-empty array")
+        raise ClientError("messages must be a non-empty array")
     system: list[str] = []
     msgs: list[Message] = []
     for i, m in enumerate(raw_msgs):
@@ -141,36 +140,36 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         m = as_object(m, where)
         role = m.get("role")
         if type(role) is not str or role not in _ROLES:
-            raise AdapterError(400, f"{where}.role {role!r} is not one of system, developer, user, assistant, tool")
+            raise ClientError(f"{where}.role {role!r} is not one of system, developer, user, assistant, tool")
         if role == "system" or role == "developer":
             # Every target has one system prompt, so system turns are hoisted and joined.
             system.append("".join(p.text for p in _content(m.get("content"), where, False)))
         elif role == "user":
             content = _content(m.get("content"), where, True)
             if not content:
-                raise AdapterError(400, f"{where}.content is required")
+                raise ClientError(f"{where}.content is required")
             msgs.append(Message("user", content))
         elif role == "assistant":
             tcs = _tool_calls(opt_list(m, "tool_calls", where), where)
             content = _content(m.get("content"), where, False)
             if not content and not tcs:
-                raise AdapterError(400, f"{where} needs content or tool_calls")
+                raise ClientError(f"{where} needs content or tool_calls")
             msgs.append(Message("assistant", content, tcs))
         else:
             msgs.append(Message("tool", _content(m.get("content"), where, False),
                                 tool_call_id=req_str(m, "tool_call_id", where), name=opt_str(m, "name", where)))
     if not msgs:
-        raise AdapterError(400, "messages must contain at least one user, assistant or tool message")
+        raise ClientError("messages must contain at least one user, assistant or tool message")
     tools = []
     for j, t in enumerate(opt_list(obj, "tools", "body")):
         tw = f"tools[{j}]"
         t = as_object(t, tw)
         if t.get("type", "function") != "function":
-            raise AdapterError(400, f"{tw}.type must be 'function'")
+            raise ClientError(f"{tw}.type must be 'function'")
         fn = as_object(t.get("function"), f"{tw}.function")
         params = fn.get("parameters")
         if params is not None and type(params) is not dict:
-            raise AdapterError(400, f"{tw}.function.parameters must be an object")
+            raise ClientError(f"{tw}.function.parameters must be an object")
         tools.append(ToolDef(req_str(fn, "name", f"{tw}.function"), opt_str(fn, "description", tw), params))
     tc_raw = obj.get("tool_choice")
     tool_choice = None
@@ -181,7 +180,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
             fn = as_object(tc_raw.get("function"), "tool_choice.function")
             tool_choice = ToolChoice("tool", req_str(fn, "name", "tool_choice.function"))
         else:
-            raise AdapterError(400, "tool_choice must be 'auto', 'none', 'required' or a function object")
+            raise ClientError("tool_choice must be 'auto', 'none', 'required' or a function object")
     stop_raw = obj.get("stop")
     if stop_raw is None:
         stop: tuple[str, ...] = ()
@@ -190,10 +189,10 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     elif type(stop_raw) is list and all(type(s) is str for s in stop_raw):
         stop = tuple(stop_raw)
     else:
-        raise AdapterError(400, "stop must be a string or an array of strings")
+        raise ClientError("stop must be a string or an array of strings")
     n = opt_int(obj, "n", "body")
     if n is not None and n != 1:
-        raise AdapterError(400, "n other than 1 is not supported")
+        raise ClientError("n other than 1 is not supported")
     max_tokens = opt_int(obj, "max_completion_tokens", "body")
     if max_tokens is None:
         max_tokens = opt_int(obj, "max_tokens", "body")
@@ -291,7 +290,7 @@ def _tool_def(t: ToolDef) -> dict:
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
-    except AdapterError as e:
+    except ClientError as e:
         raise bad_upstream(e.message) from None
     choices = obj.get("choices")
     if type(choices) is not list or not choices or type(choices[0]) is not dict:

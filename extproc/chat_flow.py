@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 
-from adapters.errors import AdapterError
 from adapters.internal import StreamError, Usage, UsageUpdate
 from adapters.registry import PROTOCOLS, translate_stream
 from extproc import extproc_messages as msg
@@ -28,6 +27,7 @@ from extproc.headers import (
     UPSTREAM_HOST_HEADER,
 )
 from extproc.session import RequestContext
+from modelyard.errors import ModelyardError
 
 log = logging.getLogger("modelyard.chat")
 
@@ -86,7 +86,7 @@ class ChatFlow:
         ctx = self.ctx
         try:
             req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
-        except AdapterError as e:
+        except ModelyardError as e:
             raise GatewayError(e.status, e.message, e.type or "invalid_request_error") from None
         self.request = req
         return req
@@ -172,7 +172,7 @@ class ChatFlow:
             return self.client.render_error(self.client_status, f"upstream error: {message}", "api_error")
         try:
             resp = self.upstream.parse_response(body)
-        except AdapterError as e:
+        except ModelyardError as e:
             self.client_status = 502
             return render_error_body(self.ctx.protocol, 502, f"upstream sent an unreadable reply: {e.message}",
                                      "api_error")
@@ -202,7 +202,7 @@ class ChatFlow:
                     # The upstream stopped mid-stream: end the client's stream with an error event.
                     tail = self.client.StreamEncoder(model=self.request.model, request=self.request).encode([ev])
                     self.client_status = 502
-        except AdapterError:
+        except ModelyardError:
             pass  # passthrough stream: the client parses it; metering just misses usage
         if end:
             self._finish()

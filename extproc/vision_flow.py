@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from adapters import kserve
-from adapters.errors import AdapterError, default_type
 from adapters.images import decode_images
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from extproc import extproc_messages as msg
@@ -33,6 +32,7 @@ from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TAS
 from extproc.routing import RouteRequest
 from extproc.session import RequestContext
 from kernels import PreprocessError, PreprocessSpec
+from modelyard.errors import ModelyardError, default_type
 
 log = logging.getLogger("modelyard.vision")
 
@@ -58,7 +58,7 @@ def _spec(ti: Any) -> PreprocessSpec:
     return PreprocessSpec.from_tensor_input(ti)  # a few microseconds; a frozen value, equal per config
 
 
-def _adapter_error(e: AdapterError | PreprocessError) -> GatewayError:
+def _adapter_error(e: ModelyardError) -> GatewayError:
     return GatewayError(e.status, e.message, getattr(e, "type", None) or default_type(e.status))
 
 
@@ -176,7 +176,7 @@ class _VisionFlow:
         try:
             part = slice_response(response, start, self.job.rows, total=batch.rows, request_id=self.request_id)
             body = self._render_ok(part)
-        except (AdapterError, ValueError) as e:
+        except (ModelyardError, ValueError) as e:
             log.warning("task %s: batched reply unusable for this member (%s); own call", self.ctx.task_id, e)
             return None
         self.role = "member"
@@ -240,7 +240,7 @@ class _VisionFlow:
                 self.gw.batcher.complete(self.batch, resp)
                 resp = own
             body = self._render_ok(resp)
-        except (AdapterError, ValueError) as e:
+        except (ModelyardError, ValueError) as e:
             self._fail_batch(str(e))
             text = getattr(e, "message", str(e))
             return self._body_reply(502, self._error_body(502, f"upstream sent an unusable reply: {text}"))
@@ -286,7 +286,7 @@ class KServeInferFlow(_VisionFlow):
         ctx = self.ctx
         try:
             route = kserve.match_path(ctx.method, ctx.path)
-        except AdapterError as e:
+        except ModelyardError as e:
             raise _adapter_error(e) from None
         name = route.model if route and route.model else (ctx.path_model or "")
         version = (route.version if route else None) or ""
@@ -294,7 +294,7 @@ class KServeInferFlow(_VisionFlow):
         self.client_model = name
         try:
             req = await asyncio.to_thread(kserve.parse_infer_request, body, name, version)
-        except AdapterError as e:
+        except ModelyardError as e:
             raise _adapter_error(e) from None
         choice = await self._route(name)
         dep = choice.deployment
@@ -347,7 +347,7 @@ class ClassifyFlow(_VisionFlow):
         limits = MultipartLimits(max_body_bytes=self.gw.config.extproc.max_body_bytes)
         try:
             self.form = form = read_classify_form(parse_multipart(body, ctx.headers.get("content-type"), limits))
-        except AdapterError as e:
+        except ModelyardError as e:
             raise _adapter_error(e) from None
         self.model = model = self.gw.model_for(ctx, form.model)
         v = model.vision
@@ -355,7 +355,7 @@ class ClassifyFlow(_VisionFlow):
             raise GatewayError(400, f"model `{form.model}` does not classify images", "invalid_request_error")
         try:
             images = await asyncio.to_thread(decode_images, form.images, v.max_images, v.max_image_pixels)
-        except AdapterError as e:
+        except ModelyardError as e:
             raise _adapter_error(e) from None
         choice = await self._route(form.model)
         if not self.grpc:
@@ -382,6 +382,6 @@ class ClassifyFlow(_VisionFlow):
 
 
 def _error_text(body: bytes, status: int) -> str:
-    from adapters.errors import error_message
+    from adapters.fields import error_message
 
     return error_message(body, status)

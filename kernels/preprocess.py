@@ -21,18 +21,15 @@ from typing import Literal, Protocol, Sequence
 
 import numpy as np
 
+from modelyard.errors import ClientError
+
 log = logging.getLogger(__name__)
 
 BackendName = Literal["numpy", "cupy"]
 
 
-class PreprocessError(ValueError):
-    """Images or a spec the kernels cannot work on; `status` is the HTTP status to answer."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class PreprocessError(ClientError):
+    """Images or a spec the kernels cannot work on (400)."""
 
 
 @dataclass(frozen=True)

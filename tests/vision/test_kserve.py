@@ -12,6 +12,7 @@ from tritonclient.grpc import service_pb2 as pb
 from adapters import kserve
 from adapters.kserve import KServeError
 from extproc.config import ModelConfig
+from modelyard.errors import ModelyardError, UpstreamError
 
 
 def _req(inputs, **extra) -> bytes:
@@ -118,7 +119,7 @@ def test_response_to_json_typed_contents():
 def test_malformed_upstream_response_is_502(mutate):
     r = _resp()
     mutate(r)
-    with pytest.raises(KServeError) as e:
+    with pytest.raises(UpstreamError) as e:
         kserve.render_infer_response(r)
     assert e.value.status == 502
 
@@ -131,7 +132,7 @@ def test_framing_round_trip_and_errors():
     for bad, needle in [(b"", "truncated"), (b"\x00\x00\x00", "truncated"), (framed[:-1], "truncated"),
                         (b"\x01" + framed[1:], "compressed"), (b"\x07" + framed[1:], "flag"),
                         (framed + b"\x00", "more than one")]:
-        with pytest.raises(KServeError) as e:
+        with pytest.raises(UpstreamError) as e:
             kserve.unframe(bad)
         assert needle in e.value.message and e.value.status == 502
 
@@ -139,7 +140,7 @@ def test_framing_round_trip_and_errors():
 def test_parse_grpc_response():
     r = _resp()
     assert kserve.parse_grpc_response(kserve.frame(r.SerializeToString())) == r
-    with pytest.raises(KServeError) as e:
+    with pytest.raises(UpstreamError) as e:
         kserve.parse_grpc_response(kserve.frame(b"\xff\xff\xff"))
     assert e.value.status == 502
 
@@ -171,8 +172,9 @@ def test_classify_request_and_response():
     req = kserve.build_classify_request("up", t, TensorInput(name="pixels", datatype="FP16"), output="probs")
     assert req.inputs[0].name == "pixels" and req.inputs[0].datatype == "FP16" and list(req.inputs[0].shape) == [2, 3, 4, 4]
     assert len(req.raw_input_contents[0]) == t.nbytes and req.outputs[0].name == "probs"
-    with pytest.raises(KServeError):
+    with pytest.raises(ModelyardError) as e:
         kserve.build_classify_request("up", t, TensorInput(datatype="FP32"))
+    assert e.value.status == 500
     r = pb.ModelInferResponse(model_name="up")
     r.outputs.add(name="scores", datatype="FP32", shape=[3, 3])
     r.raw_output_contents.append(np.array([[0.1, 0.7, 0.2], [0.5, 0.5, 0], [0, 0, 1]], "<f4").tobytes())
@@ -181,10 +183,10 @@ def test_classify_request_and_response():
     assert [x["label"] for x in res[1]] == ["a", "b"] and res[2][0] == {"label": "2", "score": 1.0}
     split = kserve.split_classify_response(r, ["a", "b", "c"], counts=[1, 2], top_ks=[1, 3])
     assert len(split) == 2 and len(split[0]) == 1 and len(split[0][0]) == 1 and len(split[1][1]) == 3
-    with pytest.raises(KServeError) as e:
+    with pytest.raises(UpstreamError) as e:
         kserve.parse_classify_response(r, [], 1, expected=4)
     assert e.value.status == 502
-    with pytest.raises(KServeError) as e:
+    with pytest.raises(UpstreamError) as e:
         kserve.parse_classify_response(r, [], 1, output="nope")
     assert e.value.status == 502
     doc = orjson.loads(kserve.render_classify_response("m", res[:1], ["a.png"]))
@@ -255,10 +257,10 @@ def test_fuzz_request_json_only_kserve_errors(doc):
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=64))
-def test_fuzz_grpc_body_only_kserve_errors(body):
+def test_fuzz_grpc_body_only_upstream_errors(body):
     try:
         kserve.render_infer_response(kserve.parse_grpc_response(body))
-    except KServeError as e:
+    except UpstreamError as e:
         assert e.status == 502
 
 
