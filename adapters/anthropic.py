@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from typing import Literal
 
 import orjson
 
@@ -44,7 +45,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
-from adapters.sse import SSEDecoder, SSEEvent
+from adapters.sse import SSEDecoder, SSEEvent, encode_event
 from modelyard.errors import ClientError, default_type
 
 __all__ = [
@@ -447,8 +448,9 @@ class StreamDecoder(SSEDecoder):
         return StreamError("upstream stream ended before message_stop", "api_error")
 
 
-def _sse(event: str, obj: dict) -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+def _sse_event(obj: dict) -> bytes:
+    # Anthropic names every SSE event after its payload's `type`.
+    return encode_event(orjson.dumps(obj), obj["type"])
 
 
 class StreamEncoder:
@@ -462,14 +464,14 @@ class StreamEncoder:
         self._done = False
         self._in = 0
         self._out = 0
-        self._open: tuple[str, int] | None = None  # ("text"|"tool", block index) of the open block
+        self._open: tuple[Literal["text", "tool"], int] | None = None  # (kind, block index) of the open block
         self._next = 0
         self._tool_blocks: dict[int, int] = {}
         self._reason = "end_turn"
 
     def _start(self, rid: str, parts: list[bytes]) -> None:
         self._started = True
-        parts.append(_sse("message_start", {"type": "message_start", "message": {
+        parts.append(_sse_event({"type": "message_start", "message": {
             "id": rid or "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": self._model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": self._in, "output_tokens": self._out},
@@ -477,63 +479,62 @@ class StreamEncoder:
 
     def _close_block(self, parts: list[bytes]) -> None:
         if self._open is not None:
-            parts.append(_sse("content_block_stop", {"type": "content_block_stop", "index": self._open[1]}))
+            parts.append(_sse_event({"type": "content_block_stop", "index": self._open[1]}))
             self._open = None
+
+    def _open_block(self, kind: Literal["text", "tool"], block: dict, parts: list[bytes]) -> int:
+        self._close_block(parts)
+        index = self._next
+        self._open = (kind, index)
+        self._next += 1
+        parts.append(_sse_event({"type": "content_block_start", "index": index, "content_block": block}))
+        return index
 
     def encode(self, events: list[StreamEvent]) -> bytes:
         parts: list[bytes] = []
         for ev in events:
             if self._done:
                 break
-            t = type(ev)
-            if t is UsageUpdate:
+            if isinstance(ev, UsageUpdate):
                 if ev.input_tokens is not None:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
                 continue
-            if t is StreamStart:
+            if isinstance(ev, StreamStart):
                 if not self._started:
                     self._start(ev.id, parts)
                 continue
-            if t is StreamError:
+            if isinstance(ev, StreamError):
                 self._done = True
-                parts.append(_sse("error", {"type": "error", "error": {"type": ev.type, "message": ev.message}}))
+                parts.append(_sse_event({"type": "error", "error": {"type": ev.type, "message": ev.message}}))
                 continue
             if not self._started:
                 self._start("", parts)
-            if t is TextDelta:
-                if self._open is None or self._open[0] != "text":
-                    self._close_block(parts)
-                    self._open = ("text", self._next)
-                    self._next += 1
-                    parts.append(_sse("content_block_start", {"type": "content_block_start", "index": self._open[1],
-                                                              "content_block": {"type": "text", "text": ""}}))
-                parts.append(_sse("content_block_delta", {"type": "content_block_delta", "index": self._open[1],
-                                                          "delta": {"type": "text_delta", "text": ev.text}}))
-            elif t is ToolCallStart:
-                self._close_block(parts)
-                self._open = ("tool", self._next)
-                self._tool_blocks[ev.index] = self._next
-                parts.append(_sse("content_block_start", {"type": "content_block_start", "index": self._next,
-                                                          "content_block": {"type": "tool_use", "id": ev.id,
-                                                                            "name": ev.name, "input": {}}}))
-                self._next += 1
-            elif t is ToolCallDelta:
+            if isinstance(ev, TextDelta):
+                if self._open is not None and self._open[0] == "text":
+                    index = self._open[1]
+                else:
+                    index = self._open_block("text", {"type": "text", "text": ""}, parts)
+                parts.append(_sse_event({"type": "content_block_delta", "index": index,
+                                         "delta": {"type": "text_delta", "text": ev.text}}))
+            elif isinstance(ev, ToolCallStart):
+                self._tool_blocks[ev.index] = self._open_block(
+                    "tool", {"type": "tool_use", "id": ev.id, "name": ev.name, "input": {}}, parts)
+            elif isinstance(ev, ToolCallDelta):
                 idx = self._tool_blocks.get(ev.index)
                 if idx is not None:
-                    parts.append(_sse("content_block_delta", {"type": "content_block_delta", "index": idx,
-                                                              "delta": {"type": "input_json_delta",
-                                                                        "partial_json": ev.arguments}}))
-            elif t is StreamFinish:
+                    parts.append(_sse_event({"type": "content_block_delta", "index": idx,
+                                             "delta": {"type": "input_json_delta", "partial_json": ev.arguments}}))
+            elif isinstance(ev, StreamFinish):
                 self._reason = _FINISH_OUT[ev.reason]
-            elif t is StreamEnd:
+            elif isinstance(ev, StreamEnd):
                 self._done = True
                 self._close_block(parts)
-                parts.append(_sse("message_delta", {"type": "message_delta",
-                                                    "delta": {"stop_reason": self._reason, "stop_sequence": None},
-                                                    "usage": {"input_tokens": self._in, "output_tokens": self._out}}))
-                parts.append(_sse("message_stop", {"type": "message_stop"}))
+                parts.append(_sse_event({"type": "message_delta",
+                                         "delta": {"stop_reason": self._reason, "stop_sequence": None},
+                                         "usage": {"input_tokens": self._in, "output_tokens": self._out}}))
+                parts.append(_sse_event({"type": "message_stop"}))
         return b"".join(parts)
 
 

@@ -468,20 +468,34 @@ def parse_classify_response(
     return top_k_labels(scores, labels, top_k)
 
 
-def split_classify_response(
-    resp: pb.ModelInferResponse, labels: Sequence[str], counts: Sequence[int], top_ks: Sequence[int],
-    *, output: str = "scores",
-) -> list[list[list[dict[str, Any]]]]:
-    """A batched reply cut back into per-request results: counts[i] images, top_ks[i] labels each."""
-    if len(counts) != len(top_ks):
-        raise ValueError("counts and top_ks differ in length")
-    scores = classify_scores(resp, output)
-    if scores.shape[0] != sum(counts):
-        raise UpstreamError(f"upstream scored {scores.shape[0]} images, expected {sum(counts)}")
-    out, start = [], 0
-    for n, k in zip(counts, top_ks):
-        out.append(top_k_labels(scores[start:start + n], labels, k))
-        start += n
+def slice_response(
+    resp: pb.ModelInferResponse, start: int, count: int, *, total: int, request_id: str | None = None,
+) -> pb.ModelInferResponse:
+    """Rows [start, start+count) of every output of a batched `ModelInferResponse`.
+
+    Every output must have `total` rows (dim 0); otherwise `ValueError` (the caller falls back).
+    The slice carries its outputs as raw contents.
+    """
+    out = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version,
+                                id=resp.id if request_id is None else request_id)
+    for k, v in resp.parameters.items():
+        out.parameters[k].CopyFrom(v)
+    if not resp.outputs:
+        raise ValueError("batched reply has no outputs")
+    for i, t in enumerate(resp.outputs):
+        if not t.shape or t.shape[0] != total:
+            raise ValueError(f"batched output {t.name!r} has shape {list(t.shape)}, expected {total} rows")
+        data = output_array(resp, i)  # validated against its shape (UpstreamError otherwise)
+        per_row = math.prod(t.shape[1:])
+        part = data[start * per_row:(start + count) * per_row]
+        o = out.outputs.add(name=t.name, datatype=t.datatype, shape=[count, *t.shape[1:]])
+        for k, v in t.parameters.items():
+            o.parameters[k].CopyFrom(v)
+        if t.datatype == "BYTES":
+            raw = b"".join(struct.pack("<I", len(s.encode())) + s.encode() for s in part)
+        else:
+            raw = np.ascontiguousarray(part, dtype=DTYPES[t.datatype]).tobytes()
+        out.raw_output_contents.append(raw)
     return out
 
 

@@ -45,7 +45,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
-from adapters.sse import SSEDecoder, SSEEvent
+from adapters.sse import SSEDecoder, SSEEvent, encode_event
 from modelyard.errors import ClientError, default_type
 
 __all__ = [
@@ -430,10 +430,10 @@ class StreamEncoder:
         self._out = 0
 
     def _chunk(self, delta: dict, finish: str | None = None) -> bytes:
-        return b"data: " + orjson.dumps({
+        return encode_event(orjson.dumps({
             "id": self._id, "object": "chat.completion.chunk", "created": self._created, "model": self._model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-        }) + b"\n\n"
+        }))
 
     def _start(self, rid: str, parts: list[bytes]) -> None:
         self._started = True
@@ -458,7 +458,7 @@ class StreamEncoder:
                 continue
             if t is StreamError:
                 self._done = True
-                parts.append(b"data: " + render_error(500, ev.message, ev.type) + b"\n\n")
+                parts.append(encode_event(render_error(500, ev.message, ev.type)))
                 continue
             if not self._started:
                 self._start("", parts)
@@ -475,12 +475,12 @@ class StreamEncoder:
             elif t is StreamEnd:
                 self._done = True
                 if self._include_usage:
-                    parts.append(b"data: " + orjson.dumps({
+                    parts.append(encode_event(orjson.dumps({
                         "id": self._id, "object": "chat.completion.chunk", "created": self._created,
                         "model": self._model, "choices": [],
                         "usage": {"prompt_tokens": self._in, "completion_tokens": self._out,
                                   "total_tokens": self._in + self._out},
-                    }) + b"\n\n")
+                    })))
                 parts.append(b"data: [DONE]\n\n")
         return b"".join(parts)
 

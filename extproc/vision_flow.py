@@ -22,9 +22,10 @@ import numpy as np
 
 from adapters import kserve
 from adapters.images import decode_images
+from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from extproc import extproc_messages as msg
-from extproc.batching import Batch, BatchKey, BatchPolicy, Member, merge_rows, slice_response
+from extproc.batching import Batch, BatchKey, BatchPolicy, Member, merge_rows
 from extproc.chat_flow import CLIENT_AUTH_HEADERS, upstream_error_status
 from extproc.choice import Choice
 from extproc.errors import GatewayError, render_error_body

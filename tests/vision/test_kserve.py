@@ -181,8 +181,6 @@ def test_classify_request_and_response():
     res = kserve.parse_classify_response(r, ["a", "b"], top_k=2, expected=3)
     assert [x["label"] for x in res[0]] == ["b", "2"]  # class 2 has no label: its index
     assert [x["label"] for x in res[1]] == ["a", "b"] and res[2][0] == {"label": "2", "score": 1.0}
-    split = kserve.split_classify_response(r, ["a", "b", "c"], counts=[1, 2], top_ks=[1, 3])
-    assert len(split) == 2 and len(split[0]) == 1 and len(split[0][0]) == 1 and len(split[1][1]) == 3
     with pytest.raises(UpstreamError) as e:
         kserve.parse_classify_response(r, [], 1, expected=4)
     assert e.value.status == 502
@@ -191,6 +189,30 @@ def test_classify_request_and_response():
     assert e.value.status == 502
     doc = orjson.loads(kserve.render_classify_response("m", res[:1], ["a.png"]))
     assert doc == {"model": "m", "results": [{"index": 0, "filename": "a.png", "labels": res[0]}]}
+
+
+def _reply(rows: int, classes: int = 3) -> pb.ModelInferResponse:
+    resp = pb.ModelInferResponse(model_name="m", model_version="1", id="lead")
+    resp.outputs.add(name="scores", datatype="FP32", shape=[rows, classes])
+    resp.raw_output_contents.append(np.arange(rows * classes, dtype="<f4").tobytes())
+    return resp
+
+
+def test_slice_response_rows() -> None:
+    resp = _reply(5)
+    resp.outputs.add(name="names", datatype="BYTES", shape=[5, 1])
+    resp.raw_output_contents.append(b"".join(len(s).to_bytes(4, "little") + s for s in
+                                             [b"a", b"bb", b"c", b"dd", b"e"]))
+    part = kserve.slice_response(resp, 1, 3, total=5, request_id="mine")
+    assert part.id == "mine" and list(part.outputs[0].shape) == [3, 3]
+    got = np.frombuffer(part.raw_output_contents[0], "<f4").reshape(3, 3)
+    assert (got == np.arange(15, dtype="<f4").reshape(5, 3)[1:4]).all()
+    assert kserve.output_array(part, 1) == ["bb", "c", "dd"]
+
+
+def test_slice_response_refuses_wrong_row_count() -> None:
+    with pytest.raises(ValueError):
+        kserve.slice_response(_reply(4), 0, 1, total=5)
 
 
 def test_model_metadata_from_config():
