@@ -105,65 +105,64 @@ def _text_blocks(raw: object, where: str) -> str:
     return "".join(out)
 
 
-def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
-    obj = load_object(body)
-    model = obj.get("model", path_model)
-    if type(model) is not str or not model:
-        raise ClientError("model is required and must be a non-empty string")
-    max_tokens = opt_int(obj, "max_tokens", "body")
-    if max_tokens is None:
-        raise ClientError("max_tokens is required")
+def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> None:
+    """One `messages[i]` turn appended to msgs; each tool_result block becomes its own tool message."""
+    m = as_object(m, where)
+    role = m.get("role")
+    if role != "user" and role != "assistant":
+        raise ClientError(f"{where}.role {role!r} must be 'user' or 'assistant'")
+    content = m.get("content")
+    if type(content) is str:
+        msgs.append(Message(role, (TextPart(content),)))
+        return
+    if type(content) is not list or not content:
+        raise ClientError(f"{where}.content must be a string or a non-empty array")
+    parts: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    for j, b in enumerate(content):
+        bw = f"{where}.content[{j}]"
+        b = as_object(b, bw)
+        t = b.get("type")
+        if t == "text":
+            text = b.get("text")
+            if type(text) is not str:
+                raise ClientError(f"{bw}.text must be a string")
+            parts.append(TextPart(text))
+        elif t == "image" and role == "user":
+            parts.append(_image(b, bw))
+        elif t == "tool_use" and role == "assistant":
+            tid, name = req_str(b, "id", bw), req_str(b, "name", bw)
+            inp = b.get("input", {})
+            if type(inp) is not dict:
+                raise ClientError(f"{bw}.input must be an object")
+            names[tid] = name
+            calls.append(ToolCall(tid, name, orjson.dumps(inp).decode()))
+        elif t == "tool_result" and role == "user":
+            tid = req_str(b, "tool_use_id", bw)
+            msgs.append(Message("tool", (TextPart(_text_blocks(b.get("content"), f"{bw}.content")),),
+                                tool_call_id=tid, name=names.get(tid), is_error=opt_bool(b, "is_error", bw)))
+        elif t in ("thinking", "redacted_thinking") and role == "assistant":
+            continue  # reasoning traces do not cross protocols
+        else:
+            raise ClientError(f"{bw}.type {t!r} is not supported in a {role} message")
+    if parts or calls:
+        msgs.append(Message(role, tuple(parts), tuple(calls)))
+
+
+def _messages(obj: dict) -> tuple[Message, ...]:
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
         raise ClientError("messages must be a non-empty array")
     msgs: list[Message] = []
     names: dict[str, str] = {}  # tool_use id -> name, so tool results know their function
     for i, m in enumerate(raw_msgs):
-        where = f"messages[{i}]"
-        m = as_object(m, where)
-        role = m.get("role")
-        if role != "user" and role != "assistant":
-            raise ClientError(f"{where}.role {role!r} must be 'user' or 'assistant'")
-        content = m.get("content")
-        if type(content) is str:
-            msgs.append(Message(role, (TextPart(content),)))
-            continue
-        if type(content) is not list or not content:
-            raise ClientError(f"{where}.content must be a string or a non-empty array")
-        parts: list[ContentPart] = []
-        calls: list[ToolCall] = []
-        for j, b in enumerate(content):
-            bw = f"{where}.content[{j}]"
-            b = as_object(b, bw)
-            t = b.get("type")
-            if t == "text":
-                text = b.get("text")
-                if type(text) is not str:
-                    raise ClientError(f"{bw}.text must be a string")
-                parts.append(TextPart(text))
-            elif t == "image" and role == "user":
-                parts.append(_image(b, bw))
-            elif t == "tool_use" and role == "assistant":
-                tid, name = req_str(b, "id", bw), req_str(b, "name", bw)
-                inp = b.get("input", {})
-                if type(inp) is not dict:
-                    raise ClientError(f"{bw}.input must be an object")
-                names[tid] = name
-                calls.append(ToolCall(tid, name, orjson.dumps(inp).decode()))
-            elif t == "tool_result" and role == "user":
-                tid = req_str(b, "tool_use_id", bw)
-                msgs.append(Message("tool", (TextPart(_text_blocks(b.get("content"), f"{bw}.content")),),
-                                    tool_call_id=tid, name=names.get(tid), is_error=opt_bool(b, "is_error", bw)))
-            elif t in ("thinking", "redacted_thinking") and role == "assistant":
-                continue  # reasoning traces do not cross protocols
-            else:
-                raise ClientError(f"{bw}.type {t!r} is not supported in a {role} message")
-        if parts or calls:
-            msgs.append(Message(role, tuple(parts), tuple(calls)))
+        _turn(m, f"messages[{i}]", names, msgs)
     if not msgs:
         raise ClientError("messages carry no content")
-    system = obj.get("system")
-    system_text = _text_blocks(system, "system") if system is not None else None
+    return tuple(msgs)
+
+
+def _tools(obj: dict) -> tuple[ToolDef, ...]:
     tools = []
     for j, t in enumerate(opt_list(obj, "tools", "body")):
         tw = f"tools[{j}]"
@@ -174,27 +173,45 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         if type(schema) is not dict:
             raise ClientError(f"{tw}.input_schema must be an object")
         tools.append(ToolDef(req_str(t, "name", tw), opt_str(t, "description", tw), schema))
-    tool_choice = None
+    return tuple(tools)
+
+
+def _tool_choice(obj: dict) -> ToolChoice | None:
     tc = obj.get("tool_choice")
-    if tc is not None:
-        tc = as_object(tc, "tool_choice")
-        mode = tc.get("type")
-        if mode == "auto" or mode == "none":
-            tool_choice = ToolChoice(mode)
-        elif mode == "any":
-            tool_choice = ToolChoice("required")
-        elif mode == "tool":
-            tool_choice = ToolChoice("tool", req_str(tc, "name", "tool_choice"))
-        else:
-            raise ClientError("tool_choice.type must be auto, any, tool or none")
+    if tc is None:
+        return None
+    tc = as_object(tc, "tool_choice")
+    mode = tc.get("type")
+    if mode == "auto" or mode == "none":
+        return ToolChoice(mode)
+    if mode == "any":
+        return ToolChoice("required")
+    if mode == "tool":
+        return ToolChoice("tool", req_str(tc, "name", "tool_choice"))
+    raise ClientError("tool_choice.type must be auto, any, tool or none")
+
+
+def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
+    obj = load_object(body)
+    model = obj.get("model", path_model)
+    if type(model) is not str or not model:
+        raise ClientError("model is required and must be a non-empty string")
+    max_tokens = opt_int(obj, "max_tokens", "body")
+    if max_tokens is None:
+        raise ClientError("max_tokens is required")
+    messages = _messages(obj)
+    system = obj.get("system")
+    system_text = _text_blocks(system, "system") if system is not None else None
+    tools = _tools(obj)
+    tool_choice = _tool_choice(obj)
     stop = opt_list(obj, "stop_sequences", "body")
     if not all(type(s) is str for s in stop):
         raise ClientError("stop_sequences must be an array of strings")
     return ChatRequest(
         model=model,
-        messages=tuple(msgs),
+        messages=messages,
         system=system_text,
-        tools=tuple(tools),
+        tools=tools,
         tool_choice=tool_choice,
         temperature=opt_number(obj, "temperature", "body", 0.0, 1.0),
         top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),

@@ -119,11 +119,32 @@ def _tool_calls(raw: list, where: str) -> tuple[ToolCall, ...]:
     return tuple(out)
 
 
-def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
-    obj = load_object(body)
-    model = obj.get("model", path_model)
-    if type(model) is not str or not model:
-        raise ClientError("model is required and must be a non-empty string")
+def _message(m: object, where: str) -> Message | str:
+    """One turn in the general shape; a system or developer turn comes back as its text."""
+    m = as_object(m, where)
+    role = m.get("role")
+    if type(role) is not str or role not in _ROLES:
+        raise ClientError(f"{where}.role {role!r} is not one of system, developer, user, assistant, tool")
+    if role == "system" or role == "developer":
+        # Without images allowed every part is text.
+        return "".join(p.text for p in _content(m.get("content"), where, False) if isinstance(p, TextPart))
+    if role == "user":
+        content = _content(m.get("content"), where, True)
+        if not content:
+            raise ClientError(f"{where}.content is required")
+        return Message("user", content)
+    if role == "assistant":
+        tcs = _tool_calls(opt_list(m, "tool_calls", where), where)
+        content = _content(m.get("content"), where, False)
+        if not content and not tcs:
+            raise ClientError(f"{where} needs content or tool_calls")
+        return Message("assistant", content, tcs)
+    return Message("tool", _content(m.get("content"), where, False),
+                   tool_call_id=req_str(m, "tool_call_id", where), name=opt_str(m, "name", where))
+
+
+def _messages(obj: dict) -> tuple[str | None, tuple[Message, ...]]:
+    """(system prompt, turns): every target has one system prompt, so system turns are hoisted and joined."""
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
         raise ClientError("messages must be a non-empty array")
@@ -136,30 +157,17 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
             if type(c) is str and (role == "user" or (role == "assistant" and not m.get("tool_calls"))):
                 msgs.append(Message(role, (TextPart(c),)))
                 continue
-        where = f"messages[{i}]"
-        m = as_object(m, where)
-        role = m.get("role")
-        if type(role) is not str or role not in _ROLES:
-            raise ClientError(f"{where}.role {role!r} is not one of system, developer, user, assistant, tool")
-        if role == "system" or role == "developer":
-            # Every target has one system prompt, so system turns are hoisted and joined.
-            system.append("".join(p.text for p in _content(m.get("content"), where, False)))
-        elif role == "user":
-            content = _content(m.get("content"), where, True)
-            if not content:
-                raise ClientError(f"{where}.content is required")
-            msgs.append(Message("user", content))
-        elif role == "assistant":
-            tcs = _tool_calls(opt_list(m, "tool_calls", where), where)
-            content = _content(m.get("content"), where, False)
-            if not content and not tcs:
-                raise ClientError(f"{where} needs content or tool_calls")
-            msgs.append(Message("assistant", content, tcs))
+        turn = _message(m, f"messages[{i}]")
+        if isinstance(turn, str):
+            system.append(turn)
         else:
-            msgs.append(Message("tool", _content(m.get("content"), where, False),
-                                tool_call_id=req_str(m, "tool_call_id", where), name=opt_str(m, "name", where)))
+            msgs.append(turn)
     if not msgs:
         raise ClientError("messages must contain at least one user, assistant or tool message")
+    return ("\n\n".join(system) if system else None), tuple(msgs)
+
+
+def _tools(obj: dict) -> tuple[ToolDef, ...]:
     tools = []
     for j, t in enumerate(opt_list(obj, "tools", "body")):
         tw = f"tools[{j}]"
@@ -171,38 +179,57 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         if params is not None and type(params) is not dict:
             raise ClientError(f"{tw}.function.parameters must be an object")
         tools.append(ToolDef(req_str(fn, "name", f"{tw}.function"), opt_str(fn, "description", tw), params))
+    return tuple(tools)
+
+
+def _tool_choice(obj: dict) -> ToolChoice | None:
     tc_raw = obj.get("tool_choice")
-    tool_choice = None
-    if tc_raw is not None:
-        if tc_raw in ("auto", "none", "required"):
-            tool_choice = ToolChoice(tc_raw)
-        elif type(tc_raw) is dict:
-            fn = as_object(tc_raw.get("function"), "tool_choice.function")
-            tool_choice = ToolChoice("tool", req_str(fn, "name", "tool_choice.function"))
-        else:
-            raise ClientError("tool_choice must be 'auto', 'none', 'required' or a function object")
+    if tc_raw is None:
+        return None
+    if tc_raw == "auto" or tc_raw == "none" or tc_raw == "required":
+        return ToolChoice(tc_raw)
+    if type(tc_raw) is dict:
+        fn = as_object(tc_raw.get("function"), "tool_choice.function")
+        return ToolChoice("tool", req_str(fn, "name", "tool_choice.function"))
+    raise ClientError("tool_choice must be 'auto', 'none', 'required' or a function object")
+
+
+def _stop(obj: dict) -> tuple[str, ...]:
     stop_raw = obj.get("stop")
     if stop_raw is None:
-        stop: tuple[str, ...] = ()
-    elif type(stop_raw) is str:
-        stop = (stop_raw,)
-    elif type(stop_raw) is list and all(type(s) is str for s in stop_raw):
-        stop = tuple(stop_raw)
-    else:
-        raise ClientError("stop must be a string or an array of strings")
+        return ()
+    if type(stop_raw) is str:
+        return (stop_raw,)
+    if type(stop_raw) is list and all(type(s) is str for s in stop_raw):
+        return tuple(stop_raw)
+    raise ClientError("stop must be a string or an array of strings")
+
+
+def _max_tokens(obj: dict) -> int | None:
     n = opt_int(obj, "n", "body")
     if n is not None and n != 1:
         raise ClientError("n other than 1 is not supported")
     max_tokens = opt_int(obj, "max_completion_tokens", "body")
-    if max_tokens is None:
-        max_tokens = opt_int(obj, "max_tokens", "body")
+    return opt_int(obj, "max_tokens", "body") if max_tokens is None else max_tokens
+
+
+def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
+    obj = load_object(body)
+    model = obj.get("model", path_model)
+    if type(model) is not str or not model:
+        raise ClientError("model is required and must be a non-empty string")
+    system, messages = _messages(obj)
+    tools = _tools(obj)
+    tool_choice = _tool_choice(obj)
+    stop = _stop(obj)
+    max_tokens = _max_tokens(obj)
     so = obj.get("stream_options")
     include_usage = opt_bool(as_object(so, "stream_options"), "include_usage", "stream_options") if so is not None else False
     return ChatRequest(
         model=model,
-        messages=tuple(msgs),
-        system="\n\n".join(system) if system else None,
-        tools=tuple(tools),
+        messages=messages,
+        system=system,
+        tools=tools,
         tool_choice=tool_choice,
         temperature=opt_number(obj, "temperature", "body", 0.0, 2.0),
         top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),
