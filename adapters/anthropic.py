@@ -26,6 +26,7 @@ from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    FinishReason,
     ImagePart,
     Message,
     StreamEnd,
@@ -60,11 +61,11 @@ API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("x-api-key", "authorization")
 
-_FINISH_IN = {
+_FINISH_IN: dict[str, FinishReason] = {
     "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
     "refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length",
 }
-_FINISH_OUT = {
+_FINISH_OUT: dict[FinishReason, str] = {
     "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal",
     "error": "end_turn",
 }
@@ -235,9 +236,9 @@ def _tool_input(arguments: str) -> dict:
 
 
 def _user_blocks(content: tuple[ContentPart, ...]) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for p in content:
-        if type(p) is TextPart:
+        if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
         elif p.url is not None:
             out.append({"type": "image", "source": {"type": "url", "url": p.url}})

@@ -31,6 +31,7 @@ from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    FinishReason,
     ImagePart,
     Message,
     StreamEnd,
@@ -60,12 +61,12 @@ __all__ = [
 
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("x-goog-api-key", "authorization")
 
-_FINISH_IN = {
+_FINISH_IN: dict[str, FinishReason] = {
     "STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter",
     "BLOCKLIST": "content_filter", "PROHIBITED_CONTENT": "content_filter", "SPII": "content_filter",
     "IMAGE_SAFETY": "content_filter", "LANGUAGE": "content_filter", "MALFORMED_FUNCTION_CALL": "error",
 }
-_FINISH_OUT = {
+_FINISH_OUT: dict[FinishReason, str] = {
     "stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY", "error": "OTHER",
 }
 _STATUS = {
@@ -328,7 +329,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
 def _schema(s: object) -> object:
     if type(s) is not dict:
         return s
-    out = {}
+    out: dict[str, object] = {}
     for k, v in s.items():
         if k not in _SCHEMA_KEYS:
             continue
@@ -400,7 +401,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
                 contents[-1]["parts"].extend(parts)
                 continue
         else:
-            parts = [{"text": p.text} if type(p) is TextPart else _image_part(p) for p in m.content]
+            parts = [{"text": p.text} if isinstance(p, TextPart) else _image_part(p) for p in m.content]
         contents.append({"role": "user", "parts": parts})
     body: dict = {"contents": contents}
     if req.system:
@@ -465,6 +466,7 @@ def parse_response(body: bytes) -> ChatResponse:
     parts, fr = _candidate_parts(obj)
     texts: list[str] = []
     calls: list[ToolCall] = []
+    reason: FinishReason
     if parts is None:
         pf = obj.get("promptFeedback")
         if not (type(pf) is dict and pf.get("blockReason")):
@@ -610,31 +612,30 @@ class StreamEncoder:
         for ev in events:
             if self._done:
                 break
-            t = type(ev)
-            if t is TextDelta:
+            if isinstance(ev, TextDelta):
                 parts.append(self._chunk([{"text": ev.text}]))
-            elif t is ToolCallStart:
+            elif isinstance(ev, ToolCallStart):
                 self._calls[ev.index] = [ev.name, ""]
-            elif t is ToolCallDelta:
+            elif isinstance(ev, ToolCallDelta):
                 c = self._calls.get(ev.index)
                 if c is not None:
                     c[1] += ev.arguments
-            elif t is UsageUpdate:
+            elif isinstance(ev, UsageUpdate):
                 if ev.input_tokens is not None:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
-            elif t is StreamStart:
+            elif isinstance(ev, StreamStart):
                 if not self._id:
                     self._id = ev.id
-            elif t is StreamFinish:
+            elif isinstance(ev, StreamFinish):
                 self._reason = _FINISH_OUT[ev.reason]
-            elif t is StreamEnd:
+            elif isinstance(ev, StreamEnd):
                 self._done = True
                 # Gemini sends whole function calls, so streamed argument fragments are joined here.
-                fparts = [{"functionCall": {"name": n, "args": _args(a)}} for n, a in self._calls.values()]
+                fparts: list[dict] = [{"functionCall": {"name": n, "args": _args(a)}} for n, a in self._calls.values()]
                 parts.append(self._chunk(fparts or [{"text": ""}], self._reason))
-            elif t is StreamError:
+            elif isinstance(ev, StreamError):
                 self._done = True
                 parts.append(b"data: " + render_error(500, ev.message, ev.type) + b"\r\n\r\n")
         return b"".join(parts)

@@ -26,6 +26,7 @@ from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    FinishReason,
     ImagePart,
     Message,
     StreamEnd,
@@ -57,11 +58,11 @@ __all__ = [
 PATH = "/v1/chat/completions"
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("authorization",)
 
-_FINISH_IN = {
+_FINISH_IN: dict[str, FinishReason] = {
     "stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
     "content_filter": "content_filter",
 }
-_FINISH_OUT = {
+_FINISH_OUT: dict[FinishReason, str] = {
     "stop": "stop", "length": "length", "tool_calls": "tool_calls",
     "content_filter": "content_filter", "error": "stop",
 }
@@ -243,9 +244,9 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
 def _render_content(content: tuple[ContentPart, ...]) -> str | list:
     if len(content) == 1 and type(content[0]) is TextPart:
         return content[0].text
-    out = []
+    out: list[dict] = []
     for p in content:
-        if type(p) is TextPart:
+        if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
         else:
             url = p.url if p.url is not None else f"data:{p.media_type or 'image/png'};base64,{p.data}"
@@ -472,34 +473,33 @@ class StreamEncoder:
         for ev in events:
             if self._done:
                 break
-            t = type(ev)
-            if t is StreamStart:
+            if isinstance(ev, StreamStart):
                 if not self._started:
                     self._start(ev.id, parts)
                 continue
-            if t is UsageUpdate:
+            if isinstance(ev, UsageUpdate):
                 if ev.input_tokens is not None:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
                 continue
-            if t is StreamError:
+            if isinstance(ev, StreamError):
                 self._done = True
                 parts.append(encode_event(render_error(500, ev.message, ev.type)))
                 continue
             if not self._started:
                 self._start("", parts)
-            if t is TextDelta:
+            if isinstance(ev, TextDelta):
                 parts.append(self._chunk({"content": ev.text}))
-            elif t is ToolCallStart:
+            elif isinstance(ev, ToolCallStart):
                 parts.append(self._chunk({"tool_calls": [{
                     "index": ev.index, "id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""},
                 }]}))
-            elif t is ToolCallDelta:
+            elif isinstance(ev, ToolCallDelta):
                 parts.append(self._chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.arguments}}]}))
-            elif t is StreamFinish:
+            elif isinstance(ev, StreamFinish):
                 parts.append(self._chunk({}, _FINISH_OUT[ev.reason]))
-            elif t is StreamEnd:
+            elif isinstance(ev, StreamEnd):
                 self._done = True
                 if self._include_usage:
                     parts.append(encode_event(orjson.dumps({
