@@ -9,6 +9,7 @@ from typing import Literal
 import orjson
 
 from adapters.fields import (
+    arguments_object,
     as_object,
     bad_upstream,
     error_message,
@@ -224,17 +225,6 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     )
 
 
-def _tool_input(arguments: str) -> dict:
-    """Tool arguments as the object Anthropic wants; unparseable text becomes {} (documented)."""
-    if not arguments:
-        return {}
-    try:
-        v = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {}
-    return v if type(v) is dict else {}
-
-
 def _user_blocks(content: tuple[ContentPart, ...]) -> list[dict]:
     out: list[dict] = []
     for p in content:
@@ -262,7 +252,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         if m.role == "assistant":
             blocks: list[dict] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
-                blocks.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": _tool_input(tc.arguments)})
+                blocks.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": arguments_object(tc.arguments)})
             if blocks:
                 msgs.append({"role": "assistant", "content": blocks})
             continue
@@ -362,7 +352,7 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
     if resp.content:
         content.append({"type": "text", "text": resp.content})
     for tc in resp.tool_calls:
-        content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": _tool_input(tc.arguments)})
+        content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": arguments_object(tc.arguments)})
     return orjson.dumps({
         "id": resp.id or "msg_" + uuid.uuid4().hex,
         "type": "message",

@@ -123,6 +123,17 @@ def bad_upstream(what: str) -> UpstreamError:
     return UpstreamError(f"upstream response is invalid: {what}")
 
 
+def arguments_object(arguments: str) -> dict:
+    """Tool-call arguments text as the object Anthropic and Gemini want; unparseable text becomes {}."""
+    if not arguments:
+        return {}
+    try:
+        v = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {}
+    return v if type(v) is dict else {}
+
+
 def token_count(v: object) -> int:
     """A usage count as reported, or 0 when it is missing or not a non-negative integer."""
     return v if type(v) is int and v >= 0 else 0

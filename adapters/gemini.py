@@ -15,6 +15,7 @@ from urllib.parse import quote
 import orjson
 
 from adapters.fields import (
+    arguments_object,
     as_object,
     bad_upstream,
     error_message,
@@ -351,16 +352,6 @@ def _image_part(p: ImagePart) -> dict:
     return {"inlineData": {"mimeType": p.media_type or "image/png", "data": p.data}}
 
 
-def _args(arguments: str) -> dict:
-    if not arguments:
-        return {}
-    try:
-        v = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {}
-    return v if type(v) is dict else {}
-
-
 def _tool_response(text: str) -> dict:
     # Gemini wants an object; JSON-object results pass as they are, anything else is wrapped.
     if text[:1] == "{":
@@ -389,7 +380,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
             parts: list[dict] = [{"text": p.text} for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
                 names[tc.id] = tc.name
-                parts.append({"functionCall": {"name": tc.name, "args": _args(tc.arguments)}})
+                parts.append({"functionCall": {"name": tc.name, "args": arguments_object(tc.arguments)}})
             if parts:
                 contents.append({"role": "model", "parts": parts})
             continue
@@ -502,7 +493,7 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
     if resp.content:
         parts.append({"text": resp.content})
     for tc in resp.tool_calls:
-        parts.append({"functionCall": {"name": tc.name, "args": _args(tc.arguments)}})
+        parts.append({"functionCall": {"name": tc.name, "args": arguments_object(tc.arguments)}})
     if not parts:
         parts.append({"text": ""})
     return orjson.dumps({
@@ -633,7 +624,7 @@ class StreamEncoder:
             elif isinstance(ev, StreamEnd):
                 self._done = True
                 # Gemini sends whole function calls, so streamed argument fragments are joined here.
-                fparts: list[dict] = [{"functionCall": {"name": n, "args": _args(a)}} for n, a in self._calls.values()]
+                fparts: list[dict] = [{"functionCall": {"name": n, "args": arguments_object(a)}} for n, a in self._calls.values()]
                 parts.append(self._chunk(fparts or [{"text": ""}], self._reason))
             elif isinstance(ev, StreamError):
                 self._done = True

@@ -21,7 +21,7 @@ import re
 import struct
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import orjson
@@ -139,14 +139,6 @@ def unframe(body: bytes) -> bytes:
     if len(body) - 5 > length:
         raise UpstreamError("gRPC body holds more than one message")
     return bytes(body[5:])
-
-
-def grpc_request_headers(timeout_ms: int | None = None) -> list[tuple[str, str]]:
-    """Headers that turn the rewritten request into a gRPC call (Envoy adds :authority)."""
-    h = [(":method", "POST"), (":path", GRPC_INFER_PATH), ("content-type", GRPC_CONTENT_TYPE), ("te", "trailers")]
-    if timeout_ms:
-        h.append(("grpc-timeout", f"{int(timeout_ms)}m"))
-    return h
 
 
 # ---------------------------------------------------------------- REST JSON -> ModelInferRequest
@@ -531,21 +523,22 @@ def render_model_metadata(model_cfg: Any) -> bytes:
     return orjson.dumps(model_metadata_dict(model_cfg))
 
 
-def render_ready(ready: bool = True) -> bytes:
-    """Body for /v2/health/ready, /v2/health/live and /v2/models/{m}/ready (status 200 or 503)."""
-    return orjson.dumps({"ready": ready} if ready else {"ready": False, "error": "not ready"})
+RouteKind = Literal["infer", "model_metadata", "model_ready", "health_ready", "health_live", "classify"]
 
 
 @dataclass(frozen=True)
 class KServeRoute:
-    kind: str  # "infer" | "model_metadata" | "model_ready" | "health_ready" | "health_live" | "classify"
+    kind: RouteKind
     model: str | None = None
     version: str | None = None
 
 
 _MODEL_PATH = re.compile(r"^/v2/models/(?P<model>[^?#]+?)(?:/versions/(?P<version>[^/?#]+))?(?P<tail>/infer|/ready)?/?$")
-_METHODS = {"infer": "POST", "model_metadata": "GET", "model_ready": "GET", "health_ready": "GET",
+_METHODS: dict[RouteKind, str] = {"infer": "POST", "model_metadata": "GET", "model_ready": "GET", "health_ready": "GET",
             "health_live": "GET", "classify": "POST"}
+
+
+_TAIL_KINDS: dict[str | None, RouteKind] = {"/infer": "infer", "/ready": "model_ready", None: "model_metadata"}
 
 
 def match_path(method: str, path: str) -> KServeRoute | None:
@@ -561,7 +554,7 @@ def match_path(method: str, path: str) -> KServeRoute | None:
     else:
         m = _MODEL_PATH.match(p)
         if m:
-            kind = {"/infer": "infer", "/ready": "model_ready", None: "model_metadata"}[m.group("tail")]
+            kind = _TAIL_KINDS[m.group("tail")]
             model = urllib.parse.unquote(m.group("model"))
             version = m.group("version")
             route = KServeRoute(kind, model, urllib.parse.unquote(version) if version else None)

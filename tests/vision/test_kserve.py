@@ -160,12 +160,6 @@ def test_grpc_status_from_headers_and_error_body():
     assert orjson.loads(kserve.render_error(400, "bad")) == {"error": "bad"}
 
 
-def test_grpc_request_headers():
-    h = dict(kserve.grpc_request_headers(1500))
-    assert h[":path"] == "/inference.GRPCInferenceService/ModelInfer" and h["content-type"] == "application/grpc"
-    assert h["grpc-timeout"] == "1500m" and h["te"] == "trailers"
-
-
 def test_classify_request_and_response():
     from extproc.config import TensorInput
     t = np.zeros((2, 3, 4, 4), np.float16)
@@ -224,7 +218,6 @@ def test_model_metadata_from_config():
     assert doc["name"] == "demo-colors"
     assert doc["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 3, 32, 32]}]
     assert doc["outputs"] == [{"name": "scores", "datatype": "FP32", "shape": [-1, 2]}]
-    assert orjson.loads(kserve.render_ready()) == {"ready": True}
 
 
 @pytest.mark.parametrize("method,path,want", [
