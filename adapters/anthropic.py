@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from typing import Literal
 
 import orjson
 
-from adapters.errors import (
-    AdapterError,
+from adapters.fields import (
+    arguments_object,
     as_object,
     bad_upstream,
-    default_type,
     error_message,
     header,
     load_object,
@@ -27,6 +27,7 @@ from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    FinishReason,
     ImagePart,
     Message,
     StreamEnd,
@@ -46,7 +47,8 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
-from adapters.sse import SSEDecoder, SSEEvent
+from adapters.sse import SSEDecoder, SSEEvent, encode_event
+from modelyard.errors import ClientError, default_type
 
 __all__ = [
     "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request",
@@ -60,11 +62,11 @@ API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("x-api-key", "authorization")
 
-_FINISH_IN = {
+_FINISH_IN: dict[str, FinishReason] = {
     "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
     "refusal": "content_filter", "pause_turn": "stop", "model_context_window_exceeded": "length",
 }
-_FINISH_OUT = {
+_FINISH_OUT: dict[FinishReason, str] = {
     "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal",
     "error": "end_turn",
 }
@@ -81,7 +83,7 @@ def _image(block: dict, where: str) -> ImagePart:
                          data=req_str(src, "data", f"{where}.source"))
     if st == "url":
         return ImagePart(url=req_str(src, "url", f"{where}.source"))
-    raise AdapterError(400, f"{where}.source.type {st!r} is not supported")
+    raise ClientError(f"{where}.source.type {st!r} is not supported")
 
 
 def _text_blocks(raw: object, where: str) -> str:
@@ -91,110 +93,127 @@ def _text_blocks(raw: object, where: str) -> str:
     if type(raw) is str:
         return raw
     if type(raw) is not list:
-        raise AdapterError(400, f"{where} must be a string or an array of blocks")
+        raise ClientError(f"{where} must be a string or an array of blocks")
     out = []
     for j, b in enumerate(raw):
         b = as_object(b, f"{where}[{j}]")
         if b.get("type") == "text":
             t = b.get("text")
             if type(t) is not str:
-                raise AdapterError(400, f"{where}[{j}].text must be a string")
+                raise ClientError(f"{where}[{j}].text must be a string")
             out.append(t)
         elif b.get("type") != "image":
-            raise AdapterError(400, f"{where}[{j}].type {b.get('type')!r} is not supported")
+            raise ClientError(f"{where}[{j}].type {b.get('type')!r} is not supported")
     return "".join(out)
+
+
+def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> None:
+    """One `messages[i]` turn appended to msgs; each tool_result block becomes its own tool message."""
+    m = as_object(m, where)
+    role = m.get("role")
+    if role != "user" and role != "assistant":
+        raise ClientError(f"{where}.role {role!r} must be 'user' or 'assistant'")
+    content = m.get("content")
+    if type(content) is str:
+        msgs.append(Message(role, (TextPart(content),)))
+        return
+    if type(content) is not list or not content:
+        raise ClientError(f"{where}.content must be a string or a non-empty array")
+    parts: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    for j, b in enumerate(content):
+        bw = f"{where}.content[{j}]"
+        b = as_object(b, bw)
+        t = b.get("type")
+        if t == "text":
+            text = b.get("text")
+            if type(text) is not str:
+                raise ClientError(f"{bw}.text must be a string")
+            parts.append(TextPart(text))
+        elif t == "image" and role == "user":
+            parts.append(_image(b, bw))
+        elif t == "tool_use" and role == "assistant":
+            tid, name = req_str(b, "id", bw), req_str(b, "name", bw)
+            inp = b.get("input", {})
+            if type(inp) is not dict:
+                raise ClientError(f"{bw}.input must be an object")
+            names[tid] = name
+            calls.append(ToolCall(tid, name, orjson.dumps(inp).decode()))
+        elif t == "tool_result" and role == "user":
+            tid = req_str(b, "tool_use_id", bw)
+            msgs.append(Message("tool", (TextPart(_text_blocks(b.get("content"), f"{bw}.content")),),
+                                tool_call_id=tid, name=names.get(tid), is_error=opt_bool(b, "is_error", bw)))
+        elif t in ("thinking", "redacted_thinking") and role == "assistant":
+            continue  # reasoning traces do not cross protocols
+        else:
+            raise ClientError(f"{bw}.type {t!r} is not supported in a {role} message")
+    if parts or calls:
+        msgs.append(Message(role, tuple(parts), tuple(calls)))
+
+
+def _messages(obj: dict) -> tuple[Message, ...]:
+    raw_msgs = obj.get("messages")
+    if type(raw_msgs) is not list or not raw_msgs:
+        raise ClientError("messages must be a non-empty array")
+    msgs: list[Message] = []
+    names: dict[str, str] = {}  # tool_use id -> name, so tool results know their function
+    for i, m in enumerate(raw_msgs):
+        _turn(m, f"messages[{i}]", names, msgs)
+    if not msgs:
+        raise ClientError("messages carry no content")
+    return tuple(msgs)
+
+
+def _tools(obj: dict) -> tuple[ToolDef, ...]:
+    tools = []
+    for j, t in enumerate(opt_list(obj, "tools", "body")):
+        tw = f"tools[{j}]"
+        t = as_object(t, tw)
+        if t.get("type", "custom") != "custom":
+            raise ClientError(f"{tw}.type {t.get('type')!r}: server tools are not supported")
+        schema = t.get("input_schema")
+        if type(schema) is not dict:
+            raise ClientError(f"{tw}.input_schema must be an object")
+        tools.append(ToolDef(req_str(t, "name", tw), opt_str(t, "description", tw), schema))
+    return tuple(tools)
+
+
+def _tool_choice(obj: dict) -> ToolChoice | None:
+    tc = obj.get("tool_choice")
+    if tc is None:
+        return None
+    tc = as_object(tc, "tool_choice")
+    mode = tc.get("type")
+    if mode == "auto" or mode == "none":
+        return ToolChoice(mode)
+    if mode == "any":
+        return ToolChoice("required")
+    if mode == "tool":
+        return ToolChoice("tool", req_str(tc, "name", "tool_choice"))
+    raise ClientError("tool_choice.type must be auto, any, tool or none")
 
 
 def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
     obj = load_object(body)
     model = obj.get("model", path_model)
     if type(model) is not str or not model:
-        raise AdapterError(400, "model is required and must be a non-empty string")
+        raise ClientError("model is required and must be a non-empty string")
     max_tokens = opt_int(obj, "max_tokens", "body")
     if max_tokens is None:
-        raise AdapterError(400, "max_tokens is required")
-    raw_msgs = obj.get("messages")
-    if type(raw_msgs) is not list or not raw_msgs:
-        raise AdapterError(400, "messages must be a non-empty array")
-    msgs: list[Message] = []
-    names: dict[str, str] = {}  # tool_use id -> name, so tool results know their function
-    for i, m in enumerate(raw_msgs):
-        where = f"messages[{i}]"
-        m = as_object(m, where)
-        role = m.get("role")
-        if role != "user" and role != "assistant":
-            raise AdapterError(400, f"{where}.role {role!r} must be 'user' or 'assistant'")
-        content = m.get("content")
-        if type(content) is str:
-            msgs.append(Message(role, (TextPart(content),)))
-            continue
-        if type(content) is not list or not content:
-            raise AdapterError(400, f"{where}.content must be a string or a non-empty array")
-        parts: list[ContentPart] = []
-        calls: list[ToolCall] = []
-        for j, b in enumerate(content):
-            bw = f"{where}.content[{j}]"
-            b = as_object(b, bw)
-            t = b.get("type")
-            if t == "text":
-                text = b.get("text")
-                if type(text) is not str:
-                    raise AdapterError(400, f"{bw}.text must be a string")
-                parts.append(TextPart(text))
-            elif t == "image" and role == "user":
-                parts.append(_image(b, bw))
-            elif t == "tool_use" and role == "assistant":
-                tid, name = req_str(b, "id", bw), req_str(b, "name", bw)
-                inp = b.get("input", {})
-                if type(inp) is not dict:
-                    raise AdapterError(400, f"{bw}.input must be an object")
-                names[tid] = name
-                calls.append(ToolCall(tid, name, orjson.dumps(inp).decode()))
-            elif t == "tool_result" and role == "user":
-                tid = req_str(b, "tool_use_id", bw)
-                msgs.append(Message("tool", (TextPart(_text_blocks(b.get("content"), f"{bw}.content")),),
-                                    tool_call_id=tid, name=names.get(tid), is_error=opt_bool(b, "is_error", bw)))
-            elif t in ("thinking", "redacted_thinking") and role == "assistant":
-                continue  # reasoning traces do not cross protocols
-            else:
-                raise AdapterError(400, f"{bw}.type {t!r} is not supported in a {role} message")
-        if parts or calls:
-            msgs.append(Message(role, tuple(parts), tuple(calls)))
-    if not msgs:
-        raise AdapterError(400, "messages carry no content")
+        raise ClientError("max_tokens is required")
+    messages = _messages(obj)
     system = obj.get("system")
     system_text = _text_blocks(system, "system") if system is not None else None
-    tools = []
-    for j, t in enumerate(opt_list(obj, "tools", "body")):
-        tw = f"tools[{j}]"
-        t = as_object(t, tw)
-        if t.get("type", "custom") != "custom":
-            raise AdapterError(400, f"{tw}.type {t.get('type')!r}: server tools are not supported")
-        schema = t.get("input_schema")
-        if type(schema) is not dict:
-            raise AdapterError(400, f"{tw}.input_schema must be an object")
-        tools.append(ToolDef(req_str(t, "name", tw), opt_str(t, "description", tw), schema))
-    tool_choice = None
-    tc = obj.get("tool_choice")
-    if tc is not None:
-        tc = as_object(tc, "tool_choice")
-        mode = tc.get("type")
-        if mode == "auto" or mode == "none":
-            tool_choice = ToolChoice(mode)
-        elif mode == "any":
-            tool_choice = ToolChoice("required")
-        elif mode == "tool":
-            tool_choice = ToolChoice("tool", req_str(tc, "name", "tool_choice"))
-        else:
-            raise AdapterError(400, "tool_choice.type must be auto, any, tool or none")
+    tools = _tools(obj)
+    tool_choice = _tool_choice(obj)
     stop = opt_list(obj, "stop_sequences", "body")
     if not all(type(s) is str for s in stop):
-        raise AdapterError(400, "stop_sequences must be an array of strings")
+        raise ClientError("stop_sequences must be an array of strings")
     return ChatRequest(
         model=model,
-        messages=tuple(msgs),
+        messages=messages,
         system=system_text,
-        tools=tuple(tools),
+        tools=tools,
         tool_choice=tool_choice,
         temperature=opt_number(obj, "temperature", "body", 0.0, 1.0),
         top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),
@@ -206,21 +225,10 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     )
 
 
-def _tool_input(arguments: str) -> dict:
-    """Tool arguments as the object Anthropic wants; unparseable text becomes {} (documented)."""
-    if not arguments:
-        return {}
-    try:
-        v = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {}
-    return v if type(v) is dict else {}
-
-
 def _user_blocks(content: tuple[ContentPart, ...]) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for p in content:
-        if type(p) is TextPart:
+        if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
         elif p.url is not None:
             out.append({"type": "image", "source": {"type": "url", "url": p.url}})
@@ -244,7 +252,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         if m.role == "assistant":
             blocks: list[dict] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
-                blocks.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": _tool_input(tc.arguments)})
+                blocks.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": arguments_object(tc.arguments)})
             if blocks:
                 msgs.append({"role": "assistant", "content": blocks})
             continue
@@ -311,7 +319,7 @@ def _input_tokens(u: dict) -> int:
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
-    except AdapterError as e:
+    except ClientError as e:
         raise bad_upstream(e.message) from None
     content = obj.get("content")
     if type(content) is not list:
@@ -344,7 +352,7 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
     if resp.content:
         content.append({"type": "text", "text": resp.content})
     for tc in resp.tool_calls:
-        content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": _tool_input(tc.arguments)})
+        content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": arguments_object(tc.arguments)})
     return orjson.dumps({
         "id": resp.id or "msg_" + uuid.uuid4().hex,
         "type": "message",
@@ -448,8 +456,9 @@ class StreamDecoder(SSEDecoder):
         return StreamError("upstream stream ended before message_stop", "api_error")
 
 
-def _sse(event: str, obj: dict) -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+def _sse_event(obj: dict) -> bytes:
+    # Anthropic names every SSE event after its payload's `type`.
+    return encode_event(orjson.dumps(obj), obj["type"])
 
 
 class StreamEncoder:
@@ -463,14 +472,14 @@ class StreamEncoder:
         self._done = False
         self._in = 0
         self._out = 0
-        self._open: tuple[str, int] | None = None  # ("text"|"tool", block index) of the open block
+        self._open: tuple[Literal["text", "tool"], int] | None = None  # (kind, block index) of the open block
         self._next = 0
         self._tool_blocks: dict[int, int] = {}
         self._reason = "end_turn"
 
     def _start(self, rid: str, parts: list[bytes]) -> None:
         self._started = True
-        parts.append(_sse("message_start", {"type": "message_start", "message": {
+        parts.append(_sse_event({"type": "message_start", "message": {
             "id": rid or "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": self._model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": self._in, "output_tokens": self._out},
@@ -478,63 +487,62 @@ class StreamEncoder:
 
     def _close_block(self, parts: list[bytes]) -> None:
         if self._open is not None:
-            parts.append(_sse("content_block_stop", {"type": "content_block_stop", "index": self._open[1]}))
+            parts.append(_sse_event({"type": "content_block_stop", "index": self._open[1]}))
             self._open = None
+
+    def _open_block(self, kind: Literal["text", "tool"], block: dict, parts: list[bytes]) -> int:
+        self._close_block(parts)
+        index = self._next
+        self._open = (kind, index)
+        self._next += 1
+        parts.append(_sse_event({"type": "content_block_start", "index": index, "content_block": block}))
+        return index
 
     def encode(self, events: list[StreamEvent]) -> bytes:
         parts: list[bytes] = []
         for ev in events:
             if self._done:
                 break
-            t = type(ev)
-            if t is UsageUpdate:
+            if isinstance(ev, UsageUpdate):
                 if ev.input_tokens is not None:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
                 continue
-            if t is StreamStart:
+            if isinstance(ev, StreamStart):
                 if not self._started:
                     self._start(ev.id, parts)
                 continue
-            if t is StreamError:
+            if isinstance(ev, StreamError):
                 self._done = True
-                parts.append(_sse("error", {"type": "error", "error": {"type": ev.type, "message": ev.message}}))
+                parts.append(_sse_event({"type": "error", "error": {"type": ev.type, "message": ev.message}}))
                 continue
             if not self._started:
                 self._start("", parts)
-            if t is TextDelta:
-                if self._open is None or self._open[0] != "text":
-                    self._close_block(parts)
-                    self._open = ("text", self._next)
-                    self._next += 1
-                    parts.append(_sse("content_block_start", {"type": "content_block_start", "index": self._open[1],
-                                                              "content_block": {"type": "text", "text": ""}}))
-                parts.append(_sse("content_block_delta", {"type": "content_block_delta", "index": self._open[1],
-                                                          "delta": {"type": "text_delta", "text": ev.text}}))
-            elif t is ToolCallStart:
-                self._close_block(parts)
-                self._open = ("tool", self._next)
-                self._tool_blocks[ev.index] = self._next
-                parts.append(_sse("content_block_start", {"type": "content_block_start", "index": self._next,
-                                                          "content_block": {"type": "tool_use", "id": ev.id,
-                                                                            "name": ev.name, "input": {}}}))
-                self._next += 1
-            elif t is ToolCallDelta:
+            if isinstance(ev, TextDelta):
+                if self._open is not None and self._open[0] == "text":
+                    index = self._open[1]
+                else:
+                    index = self._open_block("text", {"type": "text", "text": ""}, parts)
+                parts.append(_sse_event({"type": "content_block_delta", "index": index,
+                                         "delta": {"type": "text_delta", "text": ev.text}}))
+            elif isinstance(ev, ToolCallStart):
+                self._tool_blocks[ev.index] = self._open_block(
+                    "tool", {"type": "tool_use", "id": ev.id, "name": ev.name, "input": {}}, parts)
+            elif isinstance(ev, ToolCallDelta):
                 idx = self._tool_blocks.get(ev.index)
                 if idx is not None:
-                    parts.append(_sse("content_block_delta", {"type": "content_block_delta", "index": idx,
-                                                              "delta": {"type": "input_json_delta",
-                                                                        "partial_json": ev.arguments}}))
-            elif t is StreamFinish:
+                    parts.append(_sse_event({"type": "content_block_delta", "index": idx,
+                                             "delta": {"type": "input_json_delta", "partial_json": ev.arguments}}))
+            elif isinstance(ev, StreamFinish):
                 self._reason = _FINISH_OUT[ev.reason]
-            elif t is StreamEnd:
+            elif isinstance(ev, StreamEnd):
                 self._done = True
                 self._close_block(parts)
-                parts.append(_sse("message_delta", {"type": "message_delta",
-                                                    "delta": {"stop_reason": self._reason, "stop_sequence": None},
-                                                    "usage": {"input_tokens": self._in, "output_tokens": self._out}}))
-                parts.append(_sse("message_stop", {"type": "message_stop"}))
+                parts.append(_sse_event({"type": "message_delta",
+                                         "delta": {"stop_reason": self._reason, "stop_sequence": None},
+                                         "usage": {"input_tokens": self._in, "output_tokens": self._out}}))
+                parts.append(_sse_event({"type": "message_stop"}))
         return b"".join(parts)
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import orjson
 
-from adapters.errors import (
-    AdapterError,
+from adapters.fields import (
+    arguments_object,
     as_object,
     bad_upstream,
     error_message,
@@ -31,6 +32,7 @@ from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    FinishReason,
     ImagePart,
     Message,
     StreamEnd,
@@ -51,6 +53,7 @@ from adapters.internal import (
     message_text,
 )
 from adapters.sse import SSEDecoder, SSEEvent
+from modelyard.errors import ClientError
 
 __all__ = [
     "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response", "render_response",
@@ -59,12 +62,12 @@ __all__ = [
 
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("x-goog-api-key", "authorization")
 
-_FINISH_IN = {
+_FINISH_IN: dict[str, FinishReason] = {
     "STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter",
     "BLOCKLIST": "content_filter", "PROHIBITED_CONTENT": "content_filter", "SPII": "content_filter",
     "IMAGE_SAFETY": "content_filter", "LANGUAGE": "content_filter", "MALFORMED_FUNCTION_CALL": "error",
 }
-_FINISH_OUT = {
+_FINISH_OUT: dict[FinishReason, str] = {
     "stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY", "error": "OTHER",
 }
 _STATUS = {
@@ -104,147 +107,221 @@ def _response_text(resp: object) -> str:
     return orjson.dumps(resp).decode()
 
 
-def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
-    obj = load_object(body)
+class _CallIds:
+    """Gemini calls carry no ids: number them through the conversation and pair each response
+    with the oldest unanswered call of the same name."""
+
+    __slots__ = ("_pending", "_n")
+
+    def __init__(self) -> None:
+        self._pending: dict[str, list[str]] = {}  # function name -> ids of calls not yet answered
+        self._n = 0
+
+    def _next(self) -> str:
+        cid = f"call_{self._n}"
+        self._n += 1
+        return cid
+
+    def call(self, name: str, cid: object) -> str:
+        if type(cid) is not str or not cid:
+            cid = f"call_{self._n}"
+        self._n += 1  # counted even when the call brings its own id
+        self._pending.setdefault(name, []).append(cid)
+        return cid
+
+    def response(self, name: str, cid: object) -> str:
+        waiting = self._pending.get(name)
+        if type(cid) is str and cid:
+            if waiting and cid in waiting:
+                waiting.remove(cid)
+            return cid
+        if waiting:
+            return waiting.pop(0)
+        return self._next()
+
+
+def _model(obj: dict, path_model: str | None) -> str:
     model = path_model if path_model is not None else obj.get("model")
     if type(model) is not str or not model:
-        raise AdapterError(400, "model is required (in the path /v1beta/models/{model}:generateContent)")
-    if model.startswith("models/"):
-        model = model[7:]
+        raise ClientError("model is required (in the path /v1beta/models/{model}:generateContent)")
+    return model[7:] if model.startswith("models/") else model
+
+
+def _function_call(p: dict, pw: str, ids: _CallIds) -> ToolCall:
+    fc = as_object(_get(p, "functionCall", "function_call"), f"{pw}.functionCall")
+    name = req_str(fc, "name", f"{pw}.functionCall")
+    args = fc.get("args", {})
+    if type(args) is not dict:
+        raise ClientError(f"{pw}.functionCall.args must be an object")
+    return ToolCall(ids.call(name, fc.get("id")), name, orjson.dumps(args).decode())
+
+
+def _function_response(p: dict, pw: str, ids: _CallIds) -> Message:
+    fr = as_object(_get(p, "functionResponse", "function_response"), f"{pw}.functionResponse")
+    name = req_str(fr, "name", f"{pw}.functionResponse")
+    cid = ids.response(name, fr.get("id"))
+    return Message("tool", (TextPart(_response_text(fr.get("response", {}))),), tool_call_id=cid, name=name)
+
+
+def _content_part(p: dict, pw: str) -> ContentPart | None:
+    """A text or media part; None for a thought summary (they do not cross protocols)."""
+    if "text" in p:
+        text = p["text"]
+        if type(text) is not str:
+            raise ClientError(f"{pw}.text must be a string")
+        return None if p.get("thought") else TextPart(text)
+    if "inlineData" in p or "inline_data" in p:
+        d = as_object(_get(p, "inlineData", "inline_data"), f"{pw}.inlineData")
+        return ImagePart(media_type=opt_str(d, "mimeType", pw) or opt_str(d, "mime_type", pw),
+                         data=req_str(d, "data", f"{pw}.inlineData"))
+    d = as_object(_get(p, "fileData", "file_data"), f"{pw}.fileData")
+    uri = d.get("fileUri", d.get("file_uri"))
+    if type(uri) is not str or not uri:
+        raise ClientError(f"{pw}.fileData.fileUri is required")
+    return ImagePart(media_type=opt_str(d, "mimeType", pw), url=uri)
+
+
+def _content(c: object, where: str, ids: _CallIds, msgs: list[Message]) -> None:
+    """One `contents[i]` turn appended to msgs; each functionResponse part becomes its own tool message."""
+    c = as_object(c, where)
+    role = c.get("role", "user")
+    if role != "user" and role != "model":
+        raise ClientError(f"{where}.role {role!r} must be 'user' or 'model'")
+    raw_parts = c.get("parts")
+    if type(raw_parts) is not list or not raw_parts:
+        raise ClientError(f"{where}.parts must be a non-empty array")
+    parts: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    for j, p in enumerate(raw_parts):
+        pw = f"{where}.parts[{j}]"
+        p = as_object(p, pw)
+        if "text" in p or "inlineData" in p or "inline_data" in p or "fileData" in p or "file_data" in p:
+            part = _content_part(p, pw)
+            if part is not None:
+                parts.append(part)
+        elif ("functionCall" in p or "function_call" in p) and role == "model":
+            calls.append(_function_call(p, pw, ids))
+        elif ("functionResponse" in p or "function_response" in p) and role == "user":
+            msgs.append(_function_response(p, pw, ids))
+        else:
+            raise ClientError(f"{pw}: unsupported part (keys {sorted(p)[:5]})")
+    if parts or calls:
+        msgs.append(Message("assistant" if role == "model" else "user", tuple(parts), tuple(calls)))
+
+
+def _messages(obj: dict) -> tuple[Message, ...]:
     contents = obj.get("contents")
     if type(contents) is not list or not contents:
-        raise AdapterError(400, "contents must be a non-empty array")
+        raise ClientError("contents must be a non-empty array")
     msgs: list[Message] = []
-    pending: dict[str, list[str]] = {}  # function name -> ids of calls not yet answered
-    n = 0
+    ids = _CallIds()
     for i, c in enumerate(contents):
-        where = f"contents[{i}]"
-        c = as_object(c, where)
-        role = c.get("role", "user")
-        if role != "user" and role != "model":
-            raise AdapterError(400, f"{where}.role {role!r} must be 'user' or 'model'")
-        raw_parts = c.get("parts")
-        if type(raw_parts) is not list or not raw_parts:
-            raise AdapterError(400, f"{where}.parts must be a non-empty array")
-        parts: list[ContentPart] = []
-        calls: list[ToolCall] = []
-        for j, p in enumerate(raw_parts):
-            pw = f"{where}.parts[{j}]"
-            p = as_object(p, pw)
-            if "text" in p:
-                text = p["text"]
-                if type(text) is not str:
-                    raise AdapterError(400, f"{pw}.text must be a string")
-                if not p.get("thought"):  # thought summaries do not cross protocols
-                    parts.append(TextPart(text))
-            elif "inlineData" in p or "inline_data" in p:
-                d = as_object(_get(p, "inlineData", "inline_data"), f"{pw}.inlineData")
-                parts.append(ImagePart(media_type=opt_str(d, "mimeType", pw) or opt_str(d, "mime_type", pw),
-                                       data=req_str(d, "data", f"{pw}.inlineData")))
-            elif "fileData" in p or "file_data" in p:
-                d = as_object(_get(p, "fileData", "file_data"), f"{pw}.fileData")
-                uri = d.get("fileUri", d.get("file_uri"))
-                if type(uri) is not str or not uri:
-                    raise AdapterError(400, f"{pw}.fileData.fileUri is required")
-                parts.append(ImagePart(media_type=opt_str(d, "mimeType", pw), url=uri))
-            elif ("functionCall" in p or "function_call" in p) and role == "model":
-                fc = as_object(_get(p, "functionCall", "function_call"), f"{pw}.functionCall")
-                name = req_str(fc, "name", f"{pw}.functionCall")
-                args = fc.get("args", {})
-                if type(args) is not dict:
-                    raise AdapterError(400, f"{pw}.functionCall.args must be an object")
-                cid = fc.get("id")
-                if type(cid) is not str or not cid:
-                    cid = f"call_{n}"
-                n += 1
-                pending.setdefault(name, []).append(cid)
-                calls.append(ToolCall(cid, name, orjson.dumps(args).decode()))
-            elif ("functionResponse" in p or "function_response" in p) and role == "user":
-                fr = as_object(_get(p, "functionResponse", "function_response"), f"{pw}.functionResponse")
-                name = req_str(fr, "name", f"{pw}.functionResponse")
-                cid = fr.get("id")
-                waiting = pending.get(name)
-                if type(cid) is str and cid:
-                    if waiting and cid in waiting:
-                        waiting.remove(cid)
-                elif waiting:
-                    cid = waiting.pop(0)
-                else:
-                    cid = f"call_{n}"
-                    n += 1
-                msgs.append(Message("tool", (TextPart(_response_text(fr.get("response", {}))),),
-                                    tool_call_id=cid, name=name))
-            else:
-                raise AdapterError(400, f"{pw}: unsupported part (keys {sorted(p)[:5]})")
-        if parts or calls:
-            msgs.append(Message("assistant" if role == "model" else "user", tuple(parts), tuple(calls)))
+        _content(c, f"contents[{i}]", ids, msgs)
     if not msgs:
-        raise AdapterError(400, "contents carry no usable parts")
-    system = None
+        raise ClientError("contents carry no usable parts")
+    return tuple(msgs)
+
+
+def _system(obj: dict) -> str | None:
     si = _get(obj, "systemInstruction", "system_instruction")
-    if si is not None:
-        si = as_object(si, "systemInstruction")
-        texts = []
-        for j, p in enumerate(opt_list(si, "parts", "systemInstruction")):
-            p = as_object(p, f"systemInstruction.parts[{j}]")
-            if type(p.get("text")) is not str:
-                raise AdapterError(400, f"systemInstruction.parts[{j}].text must be a string")
-            texts.append(p["text"])
-        system = "".join(texts)
+    if si is None:
+        return None
+    si = as_object(si, "systemInstruction")
+    texts = []
+    for j, p in enumerate(opt_list(si, "parts", "systemInstruction")):
+        p = as_object(p, f"systemInstruction.parts[{j}]")
+        if type(p.get("text")) is not str:
+            raise ClientError(f"systemInstruction.parts[{j}].text must be a string")
+        texts.append(p["text"])
+    return "".join(texts)
+
+
+def _tools(obj: dict) -> tuple[ToolDef, ...]:
     tools: list[ToolDef] = []
     raw_tools = _get(obj, "tools", "tools")
     if raw_tools is not None and type(raw_tools) is not list:
-        raise AdapterError(400, "tools must be an array")
+        raise ClientError("tools must be an array")
     for j, t in enumerate(raw_tools or ()):
         t = as_object(t, f"tools[{j}]")
         decls = _get(t, "functionDeclarations", "function_declarations")
         if type(decls) is not list:
-            raise AdapterError(400, f"tools[{j}]: only functionDeclarations tools are supported")
+            raise ClientError(f"tools[{j}]: only functionDeclarations tools are supported")
         for k, d in enumerate(decls):
             dw = f"tools[{j}].functionDeclarations[{k}]"
             d = as_object(d, dw)
             params = d.get("parameters", d.get("parametersJsonSchema"))
             if params is not None and type(params) is not dict:
-                raise AdapterError(400, f"{dw}.parameters must be an object")
+                raise ClientError(f"{dw}.parameters must be an object")
             tools.append(ToolDef(req_str(d, "name", dw), opt_str(d, "description", dw), params))
-    tool_choice = None
+    return tuple(tools)
+
+
+def _tool_choice(obj: dict) -> ToolChoice | None:
     tc = _get(obj, "toolConfig", "tool_config")
-    if tc is not None:
-        fcc = _get(as_object(tc, "toolConfig"), "functionCallingConfig", "function_calling_config")
-        if fcc is not None:
-            fcc = as_object(fcc, "toolConfig.functionCallingConfig")
-            mode = fcc.get("mode", "AUTO")
-            allowed = _get(fcc, "allowedFunctionNames", "allowed_function_names")
-            if mode in ("AUTO", "VALIDATED", "MODE_UNSPECIFIED"):
-                tool_choice = ToolChoice("auto")
-            elif mode == "NONE":
-                tool_choice = ToolChoice("none")
-            elif mode == "ANY":
-                if type(allowed) is list and len(allowed) == 1 and type(allowed[0]) is str:
-                    tool_choice = ToolChoice("tool", allowed[0])
-                else:
-                    tool_choice = ToolChoice("required")
-            else:
-                raise AdapterError(400, "toolConfig.functionCallingConfig.mode must be AUTO, ANY or NONE")
+    if tc is None:
+        return None
+    fcc = _get(as_object(tc, "toolConfig"), "functionCallingConfig", "function_calling_config")
+    if fcc is None:
+        return None
+    fcc = as_object(fcc, "toolConfig.functionCallingConfig")
+    mode = fcc.get("mode", "AUTO")
+    allowed = _get(fcc, "allowedFunctionNames", "allowed_function_names")
+    if mode in ("AUTO", "VALIDATED", "MODE_UNSPECIFIED"):
+        return ToolChoice("auto")
+    if mode == "NONE":
+        return ToolChoice("none")
+    if mode == "ANY":
+        if type(allowed) is list and len(allowed) == 1 and type(allowed[0]) is str:
+            return ToolChoice("tool", allowed[0])
+        return ToolChoice("required")
+    raise ClientError("toolConfig.functionCallingConfig.mode must be AUTO, ANY or NONE")
+
+
+@dataclass(frozen=True, slots=True)
+class _Sampling:
+    temperature: float | None
+    top_p: float | None
+    max_tokens: int | None
+    stop: tuple[str, ...]
+
+
+def _sampling(obj: dict) -> _Sampling:
+    """generationConfig, checked in the order the fields are documented."""
     gc = _get(obj, "generationConfig", "generation_config")
     gc = as_object(gc, "generationConfig") if gc is not None else {}
     w = "generationConfig"
     cc = opt_int(gc, "candidateCount", w)
     if cc is not None and cc != 1:
-        raise AdapterError(400, "generationConfig.candidateCount other than 1 is not supported")
+        raise ClientError("generationConfig.candidateCount other than 1 is not supported")
     stop = opt_list(gc, "stopSequences", w)
     if not all(type(s) is str for s in stop):
-        raise AdapterError(400, "generationConfig.stopSequences must be an array of strings")
-    return ChatRequest(
-        model=model,
-        messages=tuple(msgs),
-        system=system,
-        tools=tuple(tools),
-        tool_choice=tool_choice,
+        raise ClientError("generationConfig.stopSequences must be an array of strings")
+    return _Sampling(
         temperature=opt_number(gc, "temperature", w, 0.0, 2.0),
         top_p=opt_number(gc, "topP", w, 0.0, 1.0),
         max_tokens=opt_int(gc, "maxOutputTokens", w),
         stop=tuple(stop),
+    )
+
+
+def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
+    obj = load_object(body)
+    model = _model(obj, path_model)
+    messages = _messages(obj)
+    system = _system(obj)
+    tools = _tools(obj)
+    tool_choice = _tool_choice(obj)
+    sampling = _sampling(obj)
+    return ChatRequest(
+        model=model,
+        messages=messages,
+        system=system,
+        tools=tools,
+        tool_choice=tool_choice,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        stop=sampling.stop,
         stream=stream_hint,
         include_usage=True,  # Gemini chunks always carry usageMetadata
     )
@@ -253,7 +330,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
 def _schema(s: object) -> object:
     if type(s) is not dict:
         return s
-    out = {}
+    out: dict[str, object] = {}
     for k, v in s.items():
         if k not in _SCHEMA_KEYS:
             continue
@@ -273,16 +350,6 @@ def _image_part(p: ImagePart) -> dict:
         mime = p.media_type or _MIME_BY_EXT.get(p.url.rsplit(".", 1)[-1].split("?", 1)[0].lower(), "image/jpeg")
         return {"fileData": {"mimeType": mime, "fileUri": p.url}}
     return {"inlineData": {"mimeType": p.media_type or "image/png", "data": p.data}}
-
-
-def _args(arguments: str) -> dict:
-    if not arguments:
-        return {}
-    try:
-        v = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {}
-    return v if type(v) is dict else {}
 
 
 def _tool_response(text: str) -> dict:
@@ -313,7 +380,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
             parts: list[dict] = [{"text": p.text} for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
                 names[tc.id] = tc.name
-                parts.append({"functionCall": {"name": tc.name, "args": _args(tc.arguments)}})
+                parts.append({"functionCall": {"name": tc.name, "args": arguments_object(tc.arguments)}})
             if parts:
                 contents.append({"role": "model", "parts": parts})
             continue
@@ -325,7 +392,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
                 contents[-1]["parts"].extend(parts)
                 continue
         else:
-            parts = [{"text": p.text} if type(p) is TextPart else _image_part(p) for p in m.content]
+            parts = [{"text": p.text} if isinstance(p, TextPart) else _image_part(p) for p in m.content]
         contents.append({"role": "user", "parts": parts})
     body: dict = {"contents": contents}
     if req.system:
@@ -385,11 +452,12 @@ def _candidate_parts(obj: dict) -> tuple[list | None, str | None]:
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
-    except AdapterError as e:
+    except ClientError as e:
         raise bad_upstream(e.message) from None
     parts, fr = _candidate_parts(obj)
     texts: list[str] = []
     calls: list[ToolCall] = []
+    reason: FinishReason
     if parts is None:
         pf = obj.get("promptFeedback")
         if not (type(pf) is dict and pf.get("blockReason")):
@@ -425,7 +493,7 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
     if resp.content:
         parts.append({"text": resp.content})
     for tc in resp.tool_calls:
-        parts.append({"functionCall": {"name": tc.name, "args": _args(tc.arguments)}})
+        parts.append({"functionCall": {"name": tc.name, "args": arguments_object(tc.arguments)}})
     if not parts:
         parts.append({"text": ""})
     return orjson.dumps({
@@ -535,31 +603,30 @@ class StreamEncoder:
         for ev in events:
             if self._done:
                 break
-            t = type(ev)
-            if t is TextDelta:
+            if isinstance(ev, TextDelta):
                 parts.append(self._chunk([{"text": ev.text}]))
-            elif t is ToolCallStart:
+            elif isinstance(ev, ToolCallStart):
                 self._calls[ev.index] = [ev.name, ""]
-            elif t is ToolCallDelta:
+            elif isinstance(ev, ToolCallDelta):
                 c = self._calls.get(ev.index)
                 if c is not None:
                     c[1] += ev.arguments
-            elif t is UsageUpdate:
+            elif isinstance(ev, UsageUpdate):
                 if ev.input_tokens is not None:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
-            elif t is StreamStart:
+            elif isinstance(ev, StreamStart):
                 if not self._id:
                     self._id = ev.id
-            elif t is StreamFinish:
+            elif isinstance(ev, StreamFinish):
                 self._reason = _FINISH_OUT[ev.reason]
-            elif t is StreamEnd:
+            elif isinstance(ev, StreamEnd):
                 self._done = True
                 # Gemini sends whole function calls, so streamed argument fragments are joined here.
-                fparts = [{"functionCall": {"name": n, "args": _args(a)}} for n, a in self._calls.values()]
+                fparts: list[dict] = [{"functionCall": {"name": n, "args": arguments_object(a)}} for n, a in self._calls.values()]
                 parts.append(self._chunk(fparts or [{"text": ""}], self._reason))
-            elif t is StreamError:
+            elif isinstance(ev, StreamError):
                 self._done = True
                 parts.append(b"data: " + render_error(500, ev.message, ev.type) + b"\r\n\r\n")
         return b"".join(parts)

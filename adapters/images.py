@@ -15,14 +15,14 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from adapters.errors import InputError
+from modelyard.errors import ClientError
 
 ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "WEBP"})
 DEFAULT_MAX_PIXELS = 40_000_000
 _FORMATS = ["JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF"]  # open() identifies these, we then gate
 
 
-class ImageError(InputError):
+class ImageError(ClientError):
     """An image the gateway will not decode; `status` is 400 (bad input) or 413 (too large)."""
 
 
@@ -50,7 +50,7 @@ def probe_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, *, label: str
     except UnidentifiedImageError:
         raise ImageError(f"{label}: not a recognised image (JPEG, PNG or WebP expected)") from None
     except Image.DecompressionBombError:
-        raise ImageError(f"{label}: image dimensions exceed the limit", 413) from None
+        raise ImageError(f"{label}: image dimensions exceed the limit", status=413) from None
     except Exception as e:  # noqa: BLE001  (Pillow plugins raise assorted types on corrupt headers)
         raise ImageError(f"{label}: unreadable image header ({type(e).__name__})") from None
     if fmt not in ALLOWED_FORMATS:
@@ -58,7 +58,7 @@ def probe_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, *, label: str
     if w < 1 or h < 1:
         raise ImageError(f"{label}: image has no pixels ({w}x{h})")
     if w * h > max_pixels:
-        raise ImageError(f"{label}: {w}x{h} = {w * h} pixels exceeds the limit of {max_pixels}", 413)
+        raise ImageError(f"{label}: {w}x{h} = {w * h} pixels exceeds the limit of {max_pixels}", status=413)
     return fmt, w, h
 
 
@@ -77,7 +77,7 @@ def decode_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, *, label: st
             rgb = im if im.mode == "RGB" else im.convert("RGB")
             arr = np.asarray(rgb, dtype=np.uint8)
     except Image.DecompressionBombError:
-        raise ImageError(f"{label}: image dimensions exceed the limit", 413) from None
+        raise ImageError(f"{label}: image dimensions exceed the limit", status=413) from None
     except Exception as e:  # noqa: BLE001  (decoders raise assorted types on corrupt data)
         raise ImageError(f"{label}: corrupt or truncated image ({type(e).__name__}: {e})") from None
     if arr.ndim != 3 or arr.shape[2] != 3:
@@ -92,7 +92,7 @@ def decode_images(
     if not uploads:
         raise ImageError("no images in the request (send one or more `image` files)")
     if len(uploads) > max_images:
-        raise ImageError(f"{len(uploads)} images exceed the maximum of {max_images} per request", 413)
+        raise ImageError(f"{len(uploads)} images exceed the maximum of {max_images} per request", status=413)
     # Headers first so one bomb in the batch fails the request before any pixels are decoded.
     for u in uploads:
         probe_image(u.data, max_pixels, label=_label(u.index, u.filename))

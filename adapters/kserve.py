@@ -10,8 +10,8 @@ are the generated ones `tritonclient[grpc]` ships, not hand-kept protos.
 A `kserve-rest` upstream needs none of this: the JSON body passes through unchanged and only
 the model segment of the path is rewritten (`rest_infer_path`).
 
-Every failure is a `KServeError(status, message)`: 400/404/405/413 for the client's input,
-502 when the upstream's reply is malformed.
+A client's input that cannot be converted raises `KServeError` (400, 405); an upstream reply
+that cannot be read raises `UpstreamError` (502); our own misuse raises `ModelyardError` (500).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import re
 import struct
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import orjson
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from adapters.errors import InputError
+from modelyard.errors import ClientError, ModelyardError, UpstreamError
 
 GRPC_SERVICE = "inference.GRPCInferenceService"
 GRPC_INFER_PATH = f"/{GRPC_SERVICE}/ModelInfer"
@@ -73,8 +73,8 @@ GRPC_TO_HTTP: dict[int, int] = {
 }
 
 
-class KServeError(InputError):
-    """A request or upstream reply that cannot be converted; `status` is the HTTP status."""
+class KServeError(ClientError):
+    """A client request that cannot be converted; `status` is the HTTP status (400, status=405)."""
 
 
 # ---------------------------------------------------------------- errors and gRPC status
@@ -124,29 +124,21 @@ def frame(msg: bytes) -> bytes:
     return b"\x00" + struct.pack(">I", len(msg)) + msg
 
 
-def unframe(body: bytes, status: int = 502) -> bytes:
-    """The single message of a unary gRPC body; truncation, compression or extra bytes are errors."""
+def unframe(body: bytes) -> bytes:
+    """The single message of a unary gRPC reply; truncation, compression or extra bytes are the upstream's fault."""
     if len(body) < 5:
-        raise KServeError(f"gRPC body is truncated ({len(body)} bytes, no 5-byte prefix)", status)
+        raise UpstreamError(f"gRPC body is truncated ({len(body)} bytes, no 5-byte prefix)")
     flag = body[0]
     if flag == 1:
-        raise KServeError("gRPC message is compressed; compression is not supported", status)
+        raise UpstreamError("gRPC message is compressed; compression is not supported")
     if flag != 0:
-        raise KServeError(f"gRPC frame has an invalid flag byte {flag}", status)
+        raise UpstreamError(f"gRPC frame has an invalid flag byte {flag}")
     (length,) = struct.unpack_from(">I", body, 1)
     if len(body) - 5 < length:
-        raise KServeError(f"gRPC message is truncated ({len(body) - 5} of {length} bytes)", status)
+        raise UpstreamError(f"gRPC message is truncated ({len(body) - 5} of {length} bytes)")
     if len(body) - 5 > length:
-        raise KServeError("gRPC body holds more than one message", status)
+        raise UpstreamError("gRPC body holds more than one message")
     return bytes(body[5:])
-
-
-def grpc_request_headers(timeout_ms: int | None = None) -> list[tuple[str, str]]:
-    """Headers that turn the rewritten request into a gRPC call (Envoy adds :authority)."""
-    h = [(":method", "POST"), (":path", GRPC_INFER_PATH), ("content-type", GRPC_CONTENT_TYPE), ("te", "trailers")]
-    if timeout_ms:
-        h.append(("grpc-timeout", f"{int(timeout_ms)}m"))
-    return h
 
 
 # ---------------------------------------------------------------- REST JSON -> ModelInferRequest
@@ -332,15 +324,15 @@ def _decode_bytes(raw: bytes, count: int, where: str) -> list[str]:
     out, pos = [], 0
     for _ in range(count):
         if pos + 4 > len(raw):
-            raise KServeError(f"{where}: BYTES raw contents are truncated", 502)
+            raise UpstreamError(f"{where}: BYTES raw contents are truncated")
         (n,) = struct.unpack_from("<I", raw, pos)
         pos += 4
         if pos + n > len(raw):
-            raise KServeError(f"{where}: BYTES raw contents are truncated", 502)
+            raise UpstreamError(f"{where}: BYTES raw contents are truncated")
         out.append(raw[pos:pos + n].decode("utf-8", errors="replace"))
         pos += n
     if pos != len(raw):
-        raise KServeError(f"{where}: BYTES raw contents have trailing bytes", 502)
+        raise UpstreamError(f"{where}: BYTES raw contents have trailing bytes")
     return out
 
 
@@ -349,9 +341,9 @@ def output_array(resp: pb.ModelInferResponse, index: int) -> np.ndarray | list[s
     t = resp.outputs[index]
     where = f"upstream output {t.name!r}"
     if t.datatype not in DATATYPES:
-        raise KServeError(f"{where}: unsupported datatype {t.datatype!r}", 502)
+        raise UpstreamError(f"{where}: unsupported datatype {t.datatype!r}")
     if any(d < 0 for d in t.shape):
-        raise KServeError(f"{where}: negative dimension in shape", 502)
+        raise UpstreamError(f"{where}: negative dimension in shape")
     count = math.prod(t.shape)
     if index < len(resp.raw_output_contents):
         raw = resp.raw_output_contents[index]
@@ -359,14 +351,14 @@ def output_array(resp: pb.ModelInferResponse, index: int) -> np.ndarray | list[s
             return _decode_bytes(raw, count, where)
         dt = DTYPES[t.datatype]
         if len(raw) != count * dt.itemsize:
-            raise KServeError(f"{where}: {len(raw)} raw bytes do not fit shape {list(t.shape)} of {t.datatype}", 502)
+            raise UpstreamError(f"{where}: {len(raw)} raw bytes do not fit shape {list(t.shape)} of {t.datatype}")
         return np.frombuffer(raw, dtype=dt)
     field = _CONTENTS_FIELD.get(t.datatype)
     if field is None:
-        raise KServeError(f"{where}: {t.datatype} needs raw contents", 502)
+        raise UpstreamError(f"{where}: {t.datatype} needs raw contents")
     values = getattr(t.contents, field)
     if len(values) != count:
-        raise KServeError(f"{where}: {len(values)} values do not fit shape {list(t.shape)}", 502)
+        raise UpstreamError(f"{where}: {len(values)} values do not fit shape {list(t.shape)}")
     if t.datatype == "BYTES":
         return [v.decode("utf-8", errors="replace") for v in values]
     return np.array(values, dtype=DTYPES[t.datatype])
@@ -403,7 +395,7 @@ def parse_grpc_response(body: bytes) -> pb.ModelInferResponse:
     try:
         resp.ParseFromString(msg)
     except DecodeError:
-        raise KServeError("upstream ModelInfer reply is not a valid protobuf message", 502) from None
+        raise UpstreamError("upstream ModelInfer reply is not a valid protobuf message") from None
     return resp
 
 
@@ -420,9 +412,9 @@ def build_classify_request(
     """
     datatype = {np.dtype(np.float32): "FP32", np.dtype(np.float16): "FP16"}.get(tensor.dtype)
     if datatype is None or tensor.ndim != 4:
-        raise KServeError(f"classify tensor must be NCHW float32/float16, got {tensor.dtype} {tensor.shape}", 500)
+        raise ModelyardError(f"classify tensor must be NCHW float32/float16, got {tensor.dtype} {tensor.shape}", status=500)
     if getattr(spec, "datatype", datatype) != datatype:
-        raise KServeError(f"classify tensor is {datatype} but the model declares {spec.datatype}", 500)
+        raise ModelyardError(f"classify tensor is {datatype} but the model declares {spec.datatype}", status=500)
     name = input_name or getattr(spec, "name", "input")
     req = pb.ModelInferRequest(model_name=model, id=request_id)
     req.inputs.add(name=name, datatype=datatype, shape=list(tensor.shape))
@@ -436,12 +428,12 @@ def classify_scores(resp: pb.ModelInferResponse, output: str = "scores") -> np.n
     for i, t in enumerate(resp.outputs):
         if t.name == output:
             if t.datatype not in ("FP16", "FP32", "FP64"):
-                raise KServeError(f"upstream output {output!r} is {t.datatype}, not floating point", 502)
+                raise UpstreamError(f"upstream output {output!r} is {t.datatype}, not floating point")
             if len(t.shape) != 2:
-                raise KServeError(f"upstream output {output!r} has shape {list(t.shape)}, not [N, classes]", 502)
+                raise UpstreamError(f"upstream output {output!r} has shape {list(t.shape)}, not [N, classes]")
             arr = output_array(resp, i)
             return np.asarray(arr, dtype=np.float64).reshape(list(t.shape))
-    raise KServeError(f"upstream reply has no output named {output!r}", 502)
+    raise UpstreamError(f"upstream reply has no output named {output!r}")
 
 
 def top_k_labels(scores: np.ndarray, labels: Sequence[str], top_k: int) -> list[list[dict[str, Any]]]:
@@ -464,24 +456,38 @@ def parse_classify_response(
     """Per image (upload order), its top-k labels. `expected` checks the image count."""
     scores = classify_scores(resp, output)
     if expected is not None and scores.shape[0] != expected:
-        raise KServeError(f"upstream scored {scores.shape[0]} images, expected {expected}", 502)
+        raise UpstreamError(f"upstream scored {scores.shape[0]} images, expected {expected}")
     return top_k_labels(scores, labels, top_k)
 
 
-def split_classify_response(
-    resp: pb.ModelInferResponse, labels: Sequence[str], counts: Sequence[int], top_ks: Sequence[int],
-    *, output: str = "scores",
-) -> list[list[list[dict[str, Any]]]]:
-    """A batched reply cut back into per-request results: counts[i] images, top_ks[i] labels each."""
-    if len(counts) != len(top_ks):
-        raise ValueError("counts and top_ks differ in length")
-    scores = classify_scores(resp, output)
-    if scores.shape[0] != sum(counts):
-        raise KServeError(f"upstream scored {scores.shape[0]} images, expected {sum(counts)}", 502)
-    out, start = [], 0
-    for n, k in zip(counts, top_ks):
-        out.append(top_k_labels(scores[start:start + n], labels, k))
-        start += n
+def slice_response(
+    resp: pb.ModelInferResponse, start: int, count: int, *, total: int, request_id: str | None = None,
+) -> pb.ModelInferResponse:
+    """Rows [start, start+count) of every output of a batched `ModelInferResponse`.
+
+    Every output must have `total` rows (dim 0); otherwise `ValueError` (the caller falls back).
+    The slice carries its outputs as raw contents.
+    """
+    out = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version,
+                                id=resp.id if request_id is None else request_id)
+    for k, v in resp.parameters.items():
+        out.parameters[k].CopyFrom(v)
+    if not resp.outputs:
+        raise ValueError("batched reply has no outputs")
+    for i, t in enumerate(resp.outputs):
+        if not t.shape or t.shape[0] != total:
+            raise ValueError(f"batched output {t.name!r} has shape {list(t.shape)}, expected {total} rows")
+        data = output_array(resp, i)  # validated against its shape (UpstreamError otherwise)
+        per_row = math.prod(t.shape[1:])
+        part = data[start * per_row:(start + count) * per_row]
+        o = out.outputs.add(name=t.name, datatype=t.datatype, shape=[count, *t.shape[1:]])
+        for k, v in t.parameters.items():
+            o.parameters[k].CopyFrom(v)
+        if t.datatype == "BYTES":
+            raw = b"".join(struct.pack("<I", len(s.encode())) + s.encode() for s in part)
+        else:
+            raw = np.ascontiguousarray(part, dtype=DTYPES[t.datatype]).tobytes()
+        out.raw_output_contents.append(raw)
     return out
 
 
@@ -517,21 +523,22 @@ def render_model_metadata(model_cfg: Any) -> bytes:
     return orjson.dumps(model_metadata_dict(model_cfg))
 
 
-def render_ready(ready: bool = True) -> bytes:
-    """Body for /v2/health/ready, /v2/health/live and /v2/models/{m}/ready (status 200 or 503)."""
-    return orjson.dumps({"ready": ready} if ready else {"ready": False, "error": "not ready"})
+RouteKind = Literal["infer", "model_metadata", "model_ready", "health_ready", "health_live", "classify"]
 
 
 @dataclass(frozen=True)
 class KServeRoute:
-    kind: str  # "infer" | "model_metadata" | "model_ready" | "health_ready" | "health_live" | "classify"
+    kind: RouteKind
     model: str | None = None
     version: str | None = None
 
 
 _MODEL_PATH = re.compile(r"^/v2/models/(?P<model>[^?#]+?)(?:/versions/(?P<version>[^/?#]+))?(?P<tail>/infer|/ready)?/?$")
-_METHODS = {"infer": "POST", "model_metadata": "GET", "model_ready": "GET", "health_ready": "GET",
+_METHODS: dict[RouteKind, str] = {"infer": "POST", "model_metadata": "GET", "model_ready": "GET", "health_ready": "GET",
             "health_live": "GET", "classify": "POST"}
+
+
+_TAIL_KINDS: dict[str | None, RouteKind] = {"/infer": "infer", "/ready": "model_ready", None: "model_metadata"}
 
 
 def match_path(method: str, path: str) -> KServeRoute | None:
@@ -547,7 +554,7 @@ def match_path(method: str, path: str) -> KServeRoute | None:
     else:
         m = _MODEL_PATH.match(p)
         if m:
-            kind = {"/infer": "infer", "/ready": "model_ready", None: "model_metadata"}[m.group("tail")]
+            kind = _TAIL_KINDS[m.group("tail")]
             model = urllib.parse.unquote(m.group("model"))
             version = m.group("version")
             route = KServeRoute(kind, model, urllib.parse.unquote(version) if version else None)
@@ -555,7 +562,7 @@ def match_path(method: str, path: str) -> KServeRoute | None:
         return None
     want = _METHODS[route.kind]
     if method.upper() != want and not (want == "GET" and method.upper() == "HEAD"):
-        raise KServeError(f"{method} is not allowed on {p} (use {want})", 405)
+        raise KServeError(f"{method} is not allowed on {p} (use {want})", status=405)
     return route
 
 

@@ -11,8 +11,8 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
-from adapters.errors import InputError
 from adapters.images import ImageUpload
+from modelyard.errors import ClientError
 
 _TOKEN_PARAM = re.compile(
     r';\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)\s*'
@@ -21,7 +21,7 @@ _BOUNDARY_CHARS = re.compile(r"^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\
 IMAGE_FIELD = "image"
 
 
-class MultipartError(InputError):
+class MultipartError(ClientError):
     """A form the gateway will not read; `status` is 400 (malformed) or 413 (over a limit)."""
 
 
@@ -112,7 +112,7 @@ def parse_multipart(body: bytes, content_type: str | None, limits: MultipartLimi
     """Split a multipart/form-data body into parts, in order. Strict CRLF framing."""
     boundary = boundary_of(content_type)
     if len(body) > limits.max_body_bytes:
-        raise MultipartError(f"form body of {len(body)} bytes exceeds {limits.max_body_bytes}", 413)
+        raise MultipartError(f"form body of {len(body)} bytes exceeds {limits.max_body_bytes}", status=413)
     delim = b"\r\n--" + boundary
     # A leading CRLF lets the first delimiter match the same pattern as the rest.
     buf = b"\r\n" + bytes(body)
@@ -134,7 +134,7 @@ def parse_multipart(body: bytes, content_type: str | None, limits: MultipartLimi
         if end < 0:
             raise MultipartError("multipart body is truncated (no closing boundary)")
         if len(parts) >= limits.max_parts:
-            raise MultipartError(f"form has more than {limits.max_parts} parts", 413)
+            raise MultipartError(f"form has more than {limits.max_parts} parts", status=413)
         index = len(parts)
         if buf.startswith(b"\r\n", pos):
             raw_headers, data_start = b"", pos + 2
@@ -144,7 +144,7 @@ def parse_multipart(body: bytes, content_type: str | None, limits: MultipartLimi
                 raise MultipartError(f"part {index}: headers not terminated by a blank line")
             raw_headers, data_start = buf[pos:sep], sep + 4
         if len(raw_headers) > limits.max_header_bytes:
-            raise MultipartError(f"part {index}: headers exceed {limits.max_header_bytes} bytes", 413)
+            raise MultipartError(f"part {index}: headers exceed {limits.max_header_bytes} bytes", status=413)
         headers = _parse_part_headers(raw_headers, index)
         name, filename = _disposition(headers, index)
         parts.append(Part(name, buf[data_start:end], filename, headers.get("content-type"), headers))
@@ -174,7 +174,7 @@ def read_classify_form(parts: list[Part], limits: MultipartLimits = MultipartLim
         if p.name not in ("model", "top_k"):
             continue
         if len(p.data) > limits.max_field_bytes:
-            raise MultipartError(f"form field {p.name!r} is too long", 413)
+            raise MultipartError(f"form field {p.name!r} is too long", status=413)
         try:
             text = p.data.decode("utf-8").strip()
         except UnicodeDecodeError:

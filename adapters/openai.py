@@ -8,11 +8,9 @@ from collections.abc import Mapping
 
 import orjson
 
-from adapters.errors import (
-    AdapterError,
+from adapters.fields import (
     as_object,
     bad_upstream,
-    default_type,
     error_message,
     header,
     load_object,
@@ -28,6 +26,7 @@ from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    FinishReason,
     ImagePart,
     Message,
     StreamEnd,
@@ -47,7 +46,8 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
-from adapters.sse import SSEDecoder, SSEEvent
+from adapters.sse import SSEDecoder, SSEEvent, encode_event
+from modelyard.errors import ClientError, default_type
 
 __all__ = [
     "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
@@ -58,11 +58,11 @@ __all__ = [
 PATH = "/v1/chat/completions"
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("authorization",)
 
-_FINISH_IN = {
+_FINISH_IN: dict[str, FinishReason] = {
     "stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
     "content_filter": "content_filter",
 }
-_FINISH_OUT = {
+_FINISH_OUT: dict[FinishReason, str] = {
     "stop": "stop", "length": "length", "tool_calls": "tool_calls",
     "content_filter": "content_filter", "error": "stop",
 }
@@ -78,7 +78,7 @@ def _image(part: dict, where: str) -> ImagePart:
     if url.startswith("data:"):
         head, sep, data = url.partition(",")
         if not sep or ";base64" not in head:
-            raise AdapterError(400, f"{where}.image_url.url: only base64 data URLs are supported")
+            raise ClientError(f"{where}.image_url.url: only base64 data URLs are supported")
         return ImagePart(media_type=head[5:].split(";", 1)[0] or None, data=data)
     return ImagePart(url=url)
 
@@ -89,7 +89,7 @@ def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, 
     if type(raw) is str:
         return (TextPart(raw),)
     if type(raw) is not list:
-        raise AdapterError(400, f"{where}.content must be a string or an array")
+        raise ClientError(f"{where}.content must be a string or an array")
     parts: list[ContentPart] = []
     for j, p in enumerate(raw):
         pw = f"{where}.content[{j}]"
@@ -98,12 +98,12 @@ def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, 
         if t == "text":
             text = p.get("text")
             if type(text) is not str:
-                raise AdapterError(400, f"{pw}.text must be a string")
+                raise ClientError(f"{pw}.text must be a string")
             parts.append(TextPart(text))
         elif t == "image_url" and allow_images:
             parts.append(_image(p, pw))
         else:
-            raise AdapterError(400, f"{pw}.type {t!r} is not supported here")
+            raise ClientError(f"{pw}.type {t!r} is not supported here")
     return tuple(parts)
 
 
@@ -115,19 +115,40 @@ def _tool_calls(raw: list, where: str) -> tuple[ToolCall, ...]:
         fn = as_object(tc.get("function"), f"{tw}.function")
         args = fn.get("arguments", "")
         if type(args) is not str:
-            raise AdapterError(400, f"{tw}.function.arguments must be a string")
+            raise ClientError(f"{tw}.function.arguments must be a string")
         out.append(ToolCall(id=req_str(tc, "id", tw), name=req_str(fn, "name", f"{tw}.function"), arguments=args))
     return tuple(out)
 
 
-def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
-    obj = load_object(body)
-    model = obj.get("model", path_model)
-    if type(model) is not str or not model:
-        raise AdapterError(400, "model is required and must be a non-empty string")
+def _message(m: object, where: str) -> Message | str:
+    """One turn in the general shape; a system or developer turn comes back as its text."""
+    m = as_object(m, where)
+    role = m.get("role")
+    if type(role) is not str or role not in _ROLES:
+        raise ClientError(f"{where}.role {role!r} is not one of system, developer, user, assistant, tool")
+    if role == "system" or role == "developer":
+        # Without images allowed every part is text.
+        return "".join(p.text for p in _content(m.get("content"), where, False) if isinstance(p, TextPart))
+    if role == "user":
+        content = _content(m.get("content"), where, True)
+        if not content:
+            raise ClientError(f"{where}.content is required")
+        return Message("user", content)
+    if role == "assistant":
+        tcs = _tool_calls(opt_list(m, "tool_calls", where), where)
+        content = _content(m.get("content"), where, False)
+        if not content and not tcs:
+            raise ClientError(f"{where} needs content or tool_calls")
+        return Message("assistant", content, tcs)
+    return Message("tool", _content(m.get("content"), where, False),
+                   tool_call_id=req_str(m, "tool_call_id", where), name=opt_str(m, "name", where))
+
+
+def _messages(obj: dict) -> tuple[str | None, tuple[Message, ...]]:
+    """(system prompt, turns): every target has one system prompt, so system turns are hoisted and joined."""
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
-        raise AdapterError(400, "messages must be a non-empty array")
+        raise ClientError("messages must be a non-empty array")
     system: list[str] = []
     msgs: list[Message] = []
     for i, m in enumerate(raw_msgs):
@@ -137,73 +158,79 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
             if type(c) is str and (role == "user" or (role == "assistant" and not m.get("tool_calls"))):
                 msgs.append(Message(role, (TextPart(c),)))
                 continue
-        where = f"messages[{i}]"
-        m = as_object(m, where)
-        role = m.get("role")
-        if type(role) is not str or role not in _ROLES:
-            raise AdapterError(400, f"{where}.role {role!r} is not one of system, developer, user, assistant, tool")
-        if role == "system" or role == "developer":
-            # Every target has one system prompt, so system turns are hoisted and joined.
-            system.append("".join(p.text for p in _content(m.get("content"), where, False)))
-        elif role == "user":
-            content = _content(m.get("content"), where, True)
-            if not content:
-                raise AdapterError(400, f"{where}.content is required")
-            msgs.append(Message("user", content))
-        elif role == "assistant":
-            tcs = _tool_calls(opt_list(m, "tool_calls", where), where)
-            content = _content(m.get("content"), where, False)
-            if not content and not tcs:
-                raise AdapterError(400, f"{where} needs content or tool_calls")
-            msgs.append(Message("assistant", content, tcs))
+        turn = _message(m, f"messages[{i}]")
+        if isinstance(turn, str):
+            system.append(turn)
         else:
-            msgs.append(Message("tool", _content(m.get("content"), where, False),
-                                tool_call_id=req_str(m, "tool_call_id", where), name=opt_str(m, "name", where)))
+            msgs.append(turn)
     if not msgs:
-        raise AdapterError(400, "messages must contain at least one user, assistant or tool message")
+        raise ClientError("messages must contain at least one user, assistant or tool message")
+    return ("\n\n".join(system) if system else None), tuple(msgs)
+
+
+def _tools(obj: dict) -> tuple[ToolDef, ...]:
     tools = []
     for j, t in enumerate(opt_list(obj, "tools", "body")):
         tw = f"tools[{j}]"
         t = as_object(t, tw)
         if t.get("type", "function") != "function":
-            raise AdapterError(400, f"{tw}.type must be 'function'")
+            raise ClientError(f"{tw}.type must be 'function'")
         fn = as_object(t.get("function"), f"{tw}.function")
         params = fn.get("parameters")
         if params is not None and type(params) is not dict:
-            raise AdapterError(400, f"{tw}.function.parameters must be an object")
+            raise ClientError(f"{tw}.function.parameters must be an object")
         tools.append(ToolDef(req_str(fn, "name", f"{tw}.function"), opt_str(fn, "description", tw), params))
+    return tuple(tools)
+
+
+def _tool_choice(obj: dict) -> ToolChoice | None:
     tc_raw = obj.get("tool_choice")
-    tool_choice = None
-    if tc_raw is not None:
-        if tc_raw in ("auto", "none", "required"):
-            tool_choice = ToolChoice(tc_raw)
-        elif type(tc_raw) is dict:
-            fn = as_object(tc_raw.get("function"), "tool_choice.function")
-            tool_choice = ToolChoice("tool", req_str(fn, "name", "tool_choice.function"))
-        else:
-            raise AdapterError(400, "tool_choice must be 'auto', 'none', 'required' or a function object")
+    if tc_raw is None:
+        return None
+    if tc_raw == "auto" or tc_raw == "none" or tc_raw == "required":
+        return ToolChoice(tc_raw)
+    if type(tc_raw) is dict:
+        fn = as_object(tc_raw.get("function"), "tool_choice.function")
+        return ToolChoice("tool", req_str(fn, "name", "tool_choice.function"))
+    raise ClientError("tool_choice must be 'auto', 'none', 'required' or a function object")
+
+
+def _stop(obj: dict) -> tuple[str, ...]:
     stop_raw = obj.get("stop")
     if stop_raw is None:
-        stop: tuple[str, ...] = ()
-    elif type(stop_raw) is str:
-        stop = (stop_raw,)
-    elif type(stop_raw) is list and all(type(s) is str for s in stop_raw):
-        stop = tuple(stop_raw)
-    else:
-        raise AdapterError(400, "stop must be a string or an array of strings")
+        return ()
+    if type(stop_raw) is str:
+        return (stop_raw,)
+    if type(stop_raw) is list and all(type(s) is str for s in stop_raw):
+        return tuple(stop_raw)
+    raise ClientError("stop must be a string or an array of strings")
+
+
+def _max_tokens(obj: dict) -> int | None:
     n = opt_int(obj, "n", "body")
     if n is not None and n != 1:
-        raise AdapterError(400, "n other than 1 is not supported")
+        raise ClientError("n other than 1 is not supported")
     max_tokens = opt_int(obj, "max_completion_tokens", "body")
-    if max_tokens is None:
-        max_tokens = opt_int(obj, "max_tokens", "body")
+    return opt_int(obj, "max_tokens", "body") if max_tokens is None else max_tokens
+
+
+def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
+    obj = load_object(body)
+    model = obj.get("model", path_model)
+    if type(model) is not str or not model:
+        raise ClientError("model is required and must be a non-empty string")
+    system, messages = _messages(obj)
+    tools = _tools(obj)
+    tool_choice = _tool_choice(obj)
+    stop = _stop(obj)
+    max_tokens = _max_tokens(obj)
     so = obj.get("stream_options")
     include_usage = opt_bool(as_object(so, "stream_options"), "include_usage", "stream_options") if so is not None else False
     return ChatRequest(
         model=model,
-        messages=tuple(msgs),
-        system="\n\n".join(system) if system else None,
-        tools=tuple(tools),
+        messages=messages,
+        system=system,
+        tools=tools,
         tool_choice=tool_choice,
         temperature=opt_number(obj, "temperature", "body", 0.0, 2.0),
         top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),
@@ -217,9 +244,9 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
 def _render_content(content: tuple[ContentPart, ...]) -> str | list:
     if len(content) == 1 and type(content[0]) is TextPart:
         return content[0].text
-    out = []
+    out: list[dict] = []
     for p in content:
-        if type(p) is TextPart:
+        if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
         else:
             url = p.url if p.url is not None else f"data:{p.media_type or 'image/png'};base64,{p.data}"
@@ -291,7 +318,7 @@ def _tool_def(t: ToolDef) -> dict:
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
-    except AdapterError as e:
+    except ClientError as e:
         raise bad_upstream(e.message) from None
     choices = obj.get("choices")
     if type(choices) is not list or not choices or type(choices[0]) is not dict:
@@ -431,10 +458,10 @@ class StreamEncoder:
         self._out = 0
 
     def _chunk(self, delta: dict, finish: str | None = None) -> bytes:
-        return b"data: " + orjson.dumps({
+        return encode_event(orjson.dumps({
             "id": self._id, "object": "chat.completion.chunk", "created": self._created, "model": self._model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-        }) + b"\n\n"
+        }))
 
     def _start(self, rid: str, parts: list[bytes]) -> None:
         self._started = True
@@ -446,42 +473,41 @@ class StreamEncoder:
         for ev in events:
             if self._done:
                 break
-            t = type(ev)
-            if t is StreamStart:
+            if isinstance(ev, StreamStart):
                 if not self._started:
                     self._start(ev.id, parts)
                 continue
-            if t is UsageUpdate:
+            if isinstance(ev, UsageUpdate):
                 if ev.input_tokens is not None:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
                 continue
-            if t is StreamError:
+            if isinstance(ev, StreamError):
                 self._done = True
-                parts.append(b"data: " + render_error(500, ev.message, ev.type) + b"\n\n")
+                parts.append(encode_event(render_error(500, ev.message, ev.type)))
                 continue
             if not self._started:
                 self._start("", parts)
-            if t is TextDelta:
+            if isinstance(ev, TextDelta):
                 parts.append(self._chunk({"content": ev.text}))
-            elif t is ToolCallStart:
+            elif isinstance(ev, ToolCallStart):
                 parts.append(self._chunk({"tool_calls": [{
                     "index": ev.index, "id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""},
                 }]}))
-            elif t is ToolCallDelta:
+            elif isinstance(ev, ToolCallDelta):
                 parts.append(self._chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.arguments}}]}))
-            elif t is StreamFinish:
+            elif isinstance(ev, StreamFinish):
                 parts.append(self._chunk({}, _FINISH_OUT[ev.reason]))
-            elif t is StreamEnd:
+            elif isinstance(ev, StreamEnd):
                 self._done = True
                 if self._include_usage:
-                    parts.append(b"data: " + orjson.dumps({
+                    parts.append(encode_event(orjson.dumps({
                         "id": self._id, "object": "chat.completion.chunk", "created": self._created,
                         "model": self._model, "choices": [],
                         "usage": {"prompt_tokens": self._in, "completion_tokens": self._out,
                                   "total_tokens": self._in + self._out},
-                    }) + b"\n\n")
+                    })))
                 parts.append(b"data: [DONE]\n\n")
         return b"".join(parts)
 

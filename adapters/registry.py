@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
 from urllib.parse import unquote
 
 from adapters import anthropic, gemini, openai
 from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent, UsageUpdate
+from adapters.protocol import ChatProtocol, StreamDecoder, StreamEncoder
 
 __all__ = ["PROTOCOLS", "ClientRoute", "StreamTranslator", "translate_stream", "detect_client_protocol"]
 
-PROTOCOLS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
+PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class StreamTranslator:
 
     __slots__ = ("_decoder", "_encoder", "input_tokens", "output_tokens", "finished", "error")
 
-    def __init__(self, decoder: object, encoder: object) -> None:
+    def __init__(self, decoder: StreamDecoder, encoder: StreamEncoder) -> None:
         self._decoder = decoder
         self._encoder = encoder
         self.input_tokens = 0
@@ -66,15 +66,14 @@ class StreamTranslator:
 
     def _track(self, events: list[StreamEvent]) -> list[StreamEvent]:
         for ev in events:
-            t = type(ev)
-            if t is UsageUpdate:
+            if isinstance(ev, UsageUpdate):
                 if ev.input_tokens is not None:
                     self.input_tokens = ev.input_tokens
                 if ev.output_tokens is not None:
                     self.output_tokens = ev.output_tokens
-            elif t is StreamEnd:
+            elif isinstance(ev, StreamEnd):
                 self.finished = True
-            elif t is StreamError:
+            elif isinstance(ev, StreamError):
                 self.error = ev.message
         return events
 

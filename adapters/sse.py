@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adapters.internal import StreamEvent
+
 __all__ = ["SSEDecoder", "SSEEvent", "SSEFramer", "encode_event"]
 
 
@@ -90,20 +92,20 @@ class SSEDecoder:
         self._sse = SSEFramer()
         self._done = False
 
-    def feed(self, chunk: bytes) -> list:
+    def feed(self, chunk: bytes) -> list[StreamEvent]:
         if self._done:
             return []
-        out: list = []
+        out: list[StreamEvent] = []
         for ev in self._sse.feed(chunk):
             self._event(ev, out)
             if self._done:
                 break
         return out
 
-    def close(self) -> list:
+    def close(self) -> list[StreamEvent]:
         if self._done:
             return []
-        out: list = []
+        out: list[StreamEvent] = []
         for ev in self._sse.close():
             self._event(ev, out)
             if self._done:
@@ -112,10 +114,10 @@ class SSEDecoder:
         out.append(self._cut())
         return out
 
-    def _event(self, ev: SSEEvent, out: list) -> None:
+    def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
         raise NotImplementedError
 
-    def _cut(self) -> object:
+    def _cut(self) -> StreamEvent:
         raise NotImplementedError
 
 

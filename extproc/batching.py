@@ -5,7 +5,7 @@ join one `Batch`. When the batch is flushed, its first member becomes the leader
 stream carries the merged tensor upstream through Envoy (retries, load balancing, stats all
 apply). When the leader's reply comes back it calls `Batcher.complete`, and every other member's
 future resolves with the reply and its row offset; each member cuts its own slice
-(`slice_response`) and answers with an immediate response. If the leader fails (`Batcher.fail`),
+(`adapters.kserve.slice_response`) and answers with an immediate response. If the leader fails (`Batcher.fail`),
 every other member is told to fall back to its own upstream call.
 
 When a batch is flushed:
@@ -22,8 +22,6 @@ Pure asyncio: no I/O here, futures and timers only, so tests drive it without En
 from __future__ import annotations
 
 import asyncio
-import math
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -288,36 +286,3 @@ def _observe_fallback(batch: Batch, members: int) -> None:
 def merge_rows(segments: list[np.ndarray]) -> np.ndarray:
     """Member tensors (N_i x row shape) concatenated along N, in member order."""
     return segments[0] if len(segments) == 1 else np.concatenate(segments, axis=0)
-
-
-def slice_response(resp: Any, start: int, count: int, *, total: int, request_id: str | None = None) -> Any:
-    """Rows [start, start+count) of every output of a batched `ModelInferResponse`.
-
-    Every output must have `total` rows (dim 0); otherwise `ValueError` (the caller falls back).
-    The slice carries its outputs as raw contents.
-    """
-    from tritonclient.grpc import service_pb2 as pb
-
-    from adapters import kserve
-
-    out = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version,
-                                id=resp.id if request_id is None else request_id)
-    for k, v in resp.parameters.items():
-        out.parameters[k].CopyFrom(v)
-    if not resp.outputs:
-        raise ValueError("batched reply has no outputs")
-    for i, t in enumerate(resp.outputs):
-        if not t.shape or t.shape[0] != total:
-            raise ValueError(f"batched output {t.name!r} has shape {list(t.shape)}, expected {total} rows")
-        data = kserve.output_array(resp, i)  # validated against its shape (KServeError otherwise)
-        per_row = math.prod(t.shape[1:])
-        part = data[start * per_row:(start + count) * per_row]
-        o = out.outputs.add(name=t.name, datatype=t.datatype, shape=[count, *t.shape[1:]])
-        for k, v in t.parameters.items():
-            o.parameters[k].CopyFrom(v)
-        if t.datatype == "BYTES":
-            raw = b"".join(struct.pack("<I", len(s.encode())) + s.encode() for s in part)
-        else:
-            raw = np.ascontiguousarray(part, dtype=kserve.DTYPES[t.datatype]).tobytes()
-        out.raw_output_contents.append(raw)
-    return out

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kernels.preprocess import BackendName, PreprocessSpec, validate_images
+from kernels.spec import BackendName, PreprocessSpec, validate_images
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ __global__ void preprocess_nchw(
     int c = (int)((idx / ((long long)ow * oh)) % 3);
     int i = (int)(idx / ((long long)ow * oh * 3));
     int h = heights[i], w = widths[i];
-    // Same arithmetic as kernels.preprocess.axis_coords (half-pixel centres, clamped).
+    // Same arithmetic as kernels.spec.axis_coords (half-pixel centres, clamped).
     float sy = fmaxf(((float)y + 0.5f) * ((float)h / (float)oh) - 0.5f, 0.0f);
     float sx = fmaxf(((float)x + 0.5f) * ((float)w / (float)ow) - 0.5f, 0.0f);
     int y0 = min((int)floorf(sy), h - 1), x0 = min((int)floorf(sx), w - 1);

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from kernels.preprocess import BackendName, PreprocessSpec, axis_coords, validate_images
+from kernels.spec import BackendName, PreprocessSpec, axis_coords, validate_images
 
 
 def _resize_into(im: np.ndarray, out: np.ndarray) -> None:

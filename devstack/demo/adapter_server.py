@@ -11,9 +11,9 @@ from types import ModuleType
 
 from aiohttp import web
 
-from adapters.errors import AdapterError
 from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
 from devstack.demo.faults import CUT, FAIL, fault_in
+from modelyard.errors import ModelyardError
 
 # The request's model and stream flag from its path (Gemini), or (None, False).
 PathInfo = Callable[[web.Request], tuple[str | None, bool] | None]
@@ -41,7 +41,7 @@ class AdapterDemo:
                 return self._error(401, "invalid upstream API key", "authentication_error")
         try:
             req = self.adapter.parse_request(await request.read(), path_model=path_model, stream_hint=stream_hint)
-        except AdapterError as e:
+        except ModelyardError as e:
             return self._error(e.status, e.message, e.type)
         fault = fault_in(last_user_text(req))
         if fault == FAIL:

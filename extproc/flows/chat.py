@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 
-from adapters.errors import AdapterError
 from adapters.internal import StreamError, Usage, UsageUpdate
 from adapters.registry import PROTOCOLS, translate_stream
 from extproc import messages as msg
@@ -29,7 +28,7 @@ from extproc.headers import (
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
 )
-from modelyard.errors import ClientError
+from modelyard.errors import ClientError, ModelyardError
 
 log = logging.getLogger("modelyard.chat")
 
@@ -86,10 +85,7 @@ class ChatFlow:
 
     def _parse(self, body: bytes) -> Any:
         ctx = self.ctx
-        try:
-            req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
-        except AdapterError as e:
-            raise ClientError(e.message, status=e.status, type=e.type) from None
+        req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
         self.request = req
         return req
 
@@ -175,7 +171,7 @@ class ChatFlow:
             return self.client.render_error(self.client_status, f"upstream error: {message}", "api_error")
         try:
             resp = self.upstream.parse_response(body)
-        except AdapterError as e:
+        except ModelyardError as e:
             self.client_status = 502
             self.upstream_failed = True
             return render_error_body(self.ctx.protocol, 502, f"upstream sent an unreadable reply: {e.message}",
@@ -208,7 +204,7 @@ class ChatFlow:
                     tail = self.client.StreamEncoder(model=self.request.model, request=self.request).encode([ev])
                     self.client_status = 502
                     self.upstream_failed = True
-        except AdapterError:
+        except ModelyardError:
             pass  # passthrough stream: the client parses it; metering just misses usage
         if end:
             self._finish()

@@ -21,11 +21,12 @@ from typing import Any, Literal
 import numpy as np
 
 from adapters import kserve
-from adapters.errors import AdapterError, default_type, error_message
+from adapters.fields import error_message
 from adapters.images import decode_images
+from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from extproc import messages as msg
-from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows, slice_response
+from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
 from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
@@ -33,8 +34,8 @@ from extproc.flows.chat import CLIENT_AUTH_HEADERS, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.routing import RouteRequest
-from kernels import Backend, PreprocessError, PreprocessSpec, select_backend
-from modelyard.errors import ClientError, ModelyardError, UpstreamError
+from kernels import Backend, PreprocessSpec, select_backend
+from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.vision")
 
@@ -64,8 +65,6 @@ def _spec(ti: Any) -> PreprocessSpec:
     return PreprocessSpec.from_tensor_input(ti)  # a few microseconds; a frozen value, equal per config
 
 
-def _adapter_error(e: AdapterError | PreprocessError) -> ModelyardError:
-    return ClientError(e.message, status=e.status, type=getattr(e, "type", None) or default_type(e.status))
 
 
 def merge_batch(batch: Batch, backend: Any, spec: PreprocessSpec) -> np.ndarray:
@@ -188,7 +187,7 @@ class _VisionFlow:
         try:
             part = slice_response(response, start, self.job.rows, total=batch.rows, request_id=self.request_id)
             body = self._render_ok(part)
-        except (AdapterError, ValueError) as e:
+        except (ModelyardError, ValueError) as e:
             log.warning("task %s: batched reply unusable for this member (%s); own call", self.ctx.task_id, e)
             return None
         self.role = "member"
@@ -250,7 +249,7 @@ class _VisionFlow:
                 self._batcher.complete(self.batch, resp)
                 resp = own
             body = self._render_ok(resp)
-        except (AdapterError, ValueError) as e:
+        except (ModelyardError, ValueError) as e:
             self._fail_batch(str(e))
             text = getattr(e, "message", str(e))
             return self._body_reply(502, self._error_body(502, f"upstream sent an unusable reply: {text}"))
@@ -299,10 +298,7 @@ class KServeInferFlow(_VisionFlow):
         name, version = ctx.path_model or "", ctx.path_version or ""
         self.model = self.gw.catalog.model_for(ctx.tenant, name)
         self.client_model = name
-        try:
-            req = await asyncio.to_thread(kserve.parse_infer_request, body, name, version)
-        except AdapterError as e:
-            raise _adapter_error(e) from None
+        req = await asyncio.to_thread(kserve.parse_infer_request, body, name, version)
         choice = await self._route(name)
         dep = choice.deployment
         if dep.protocol == "kserve-rest":
@@ -352,18 +348,12 @@ class ClassifyFlow(_VisionFlow):
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
         limits = MultipartLimits(max_body_bytes=self.gw.config.extproc.max_body_bytes)
-        try:
-            self.form = form = read_classify_form(parse_multipart(body, ctx.headers.get("content-type"), limits))
-        except AdapterError as e:
-            raise _adapter_error(e) from None
+        self.form = form = read_classify_form(parse_multipart(body, ctx.headers.get("content-type"), limits))
         self.model = model = self.gw.catalog.model_for(ctx.tenant, form.model)
         v = model.vision
         if v is None:
             raise ClientError(f"model `{form.model}` does not classify images")
-        try:
-            images = await asyncio.to_thread(decode_images, form.images, v.max_images, v.max_image_pixels)
-        except AdapterError as e:
-            raise _adapter_error(e) from None
+        images = await asyncio.to_thread(decode_images, form.images, v.max_images, v.max_image_pixels)
         choice = await self._route(form.model)
         if not self.grpc:
             raise UpstreamError(f"deployment {choice.deployment.cluster} speaks {choice.deployment.protocol}; "
@@ -373,10 +363,7 @@ class ClassifyFlow(_VisionFlow):
     async def _single_body(self) -> bytes:
         v = self.model.vision
         images = self.job.images if self.job is not None else None
-        try:
-            tensor = await asyncio.to_thread(self._backend().preprocess, images or [], _spec(v.input))
-        except PreprocessError as e:
-            raise _adapter_error(e) from None
+        tensor = await asyncio.to_thread(self._backend().preprocess, images or [], _spec(v.input))
         req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
                                             request_id=self.ctx.task_id)
         return kserve.encode_infer_request(req)

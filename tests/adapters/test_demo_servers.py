@@ -17,10 +17,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from adapters import gemini, openai
-from adapters.errors import AdapterError
 from adapters.internal import StreamEnd, TextDelta, ToolCallDelta, ToolCallStart
 from adapters.registry import PROTOCOLS, translate_stream
 from devstack.demo import anthropic_server, behaviour, gemini_server
+from modelyard.errors import ModelyardError
 
 WEATHER_TOOL = {"name": "get_weather", "description": "Weather by city",
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -118,7 +118,7 @@ def _proxy_app(upstream: str, base: str, key: str) -> web.Application:
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
             req = openai.parse_request(await request.read())
-        except AdapterError as e:
+        except ModelyardError as e:
             return web.Response(status=e.status, body=openai.render_error(e.status, e.message, e.type))
         up = PROTOCOLS[upstream].render_request(req, upstream_model="up-" + req.model, credential=key)
         async with aiohttp.ClientSession() as s, s.post(base + up.path, data=up.body, headers=up.headers) as r:

@@ -7,9 +7,9 @@ import orjson
 import pytest
 
 from adapters import anthropic, gemini, openai
-from adapters.errors import AdapterError
 from adapters.registry import PROTOCOLS, ClientRoute, detect_client_protocol, translate_stream
 from adapters.sse import SSEEvent, SSEFramer, encode_event
+from modelyard.errors import ClientError, UpstreamError
 from tests.adapters.fixtures import CANONICAL
 
 NAMES = ["openai", "anthropic", "gemini"]
@@ -102,7 +102,7 @@ def test_sse_framer_rules() -> None:
     assert encode_event(b"{}") == b"data: {}\n\n"
 
 
-def test_adapter_error_defaults() -> None:
-    e = AdapterError(429, "slow")
+def test_error_defaults() -> None:
+    e = ClientError("slow", status=429)
     assert (e.status, e.type, str(e)) == (429, "rate_limit_error", "slow")
-    assert AdapterError(502, "x").type == "api_error" and AdapterError(418, "x").type == "invalid_request_error"
+    assert UpstreamError("x").type == "api_error" and ClientError("x", status=418).type == "invalid_request_error"

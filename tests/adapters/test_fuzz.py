@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing: every parser either succeeds or raises AdapterError, never anything else."""
+"""Hypothesis fuzzing: every parser either succeeds or raises ModelyardError, never anything else."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.errors import AdapterError
 from adapters.internal import StreamEnd, StreamError
 from adapters.registry import PROTOCOLS, translate_stream
 from adapters.sse import SSEFramer
+from modelyard.errors import ModelyardError
 from tests.adapters.fixtures import CANONICAL, REQUESTS, RESPONSES, STREAMS
 
 NAMES = ["openai", "anthropic", "gemini"]
@@ -50,10 +50,10 @@ def _mutate(obj: object, path: list, value: object) -> object:
     return [*obj[:i], _mutate(obj[i], path[1:], value), *obj[i + 1:]]
 
 
-def _raises_only_adapter_error(fn, *args, **kw) -> None:
+def _raises_only_modelyard_error(fn, *args, **kw) -> None:
     try:
         fn(*args, **kw)
-    except AdapterError as e:
+    except ModelyardError as e:
         assert isinstance(e.status, int) and isinstance(e.message, str)
 
 
@@ -61,7 +61,7 @@ def _raises_only_adapter_error(fn, *args, **kw) -> None:
 @FUZZ
 @given(data=st.one_of(st.binary(max_size=200), JSON.map(orjson.dumps)))
 def test_parse_request_random(proto: str, data: bytes) -> None:
-    _raises_only_adapter_error(PROTOCOLS[proto].parse_request, data, path_model="m")
+    _raises_only_modelyard_error(PROTOCOLS[proto].parse_request, data, path_model="m")
 
 
 @pytest.mark.parametrize("proto", NAMES)
@@ -71,7 +71,7 @@ def test_parse_request_mutated_fixture(proto: str, path: list, value: object) ->
     raw = orjson.dumps(_mutate(REQUESTS[proto], path, value))
     try:
         req = PROTOCOLS[proto].parse_request(raw, path_model="m")
-    except AdapterError:
+    except ModelyardError:
         return
     # Whatever parses must render to every upstream without crashing.
     for up in NAMES:
@@ -83,11 +83,11 @@ def test_parse_request_mutated_fixture(proto: str, path: list, value: object) ->
 @given(kind=st.sampled_from(["text", "tool", "length"]), path=st.lists(st.integers(0, 50), max_size=6),
        value=JSON, raw=st.binary(max_size=100))
 def test_parse_response_fuzz(proto: str, kind: str, path: list, value: object, raw: bytes) -> None:
-    _raises_only_adapter_error(PROTOCOLS[proto].parse_response, raw)
+    _raises_only_modelyard_error(PROTOCOLS[proto].parse_response, raw)
     mutated = orjson.dumps(_mutate(RESPONSES[proto][kind], path, value))
     try:
         resp = PROTOCOLS[proto].parse_response(mutated)
-    except AdapterError:
+    except ModelyardError:
         return
     for cl in NAMES:
         PROTOCOLS[cl].render_response(resp, model="m")

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from adapters import anthropic, gemini, openai
-from adapters.errors import AdapterError
 from adapters.internal import ChatRequest, Message, TextPart, ToolChoice, estimate_prompt_tokens
 from adapters.registry import PROTOCOLS
+from modelyard.errors import ClientError
 from tests.adapters.fixtures import CANONICAL, PNG, REQUESTS, SCHEMA, body
 
 NAMES = ["openai", "anthropic", "gemini"]
@@ -169,13 +169,13 @@ BAD = {
 
 @pytest.mark.parametrize(("proto", "raw"), [(p, r) for p, rs in BAD.items() for r in rs])
 def test_bad_requests_are_400(proto: str, raw: bytes) -> None:
-    with pytest.raises(AdapterError) as ei:
+    with pytest.raises(ClientError) as ei:
         PROTOCOLS[proto].parse_request(raw, path_model="m" if proto == "gemini" else None)
     assert ei.value.status == 400 and ei.value.message
 
 
 def test_gemini_requires_a_model_in_the_path() -> None:
-    with pytest.raises(AdapterError):
+    with pytest.raises(ClientError):
         gemini.parse_request(b'{"contents":[{"parts":[{"text":"x"}]}]}')
 
 

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from adapters import anthropic, gemini, openai
-from adapters.errors import AdapterError
 from adapters.internal import ChatResponse, ToolCall, Usage
 from adapters.registry import PROTOCOLS
+from modelyard.errors import UpstreamError
 from tests.adapters.fixtures import RESPONSE_MEANING, RESPONSES, body
 
 NAMES = ["openai", "anthropic", "gemini"]
@@ -100,6 +100,6 @@ def test_finish_reason_vocabularies() -> None:
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'{"choices":[]}', b'{"content":"x"}',
                                  b'{"candidates":[1]}', b'{"choices":[{"message":{"tool_calls":[1]}}]}'])
 def test_bad_upstream_responses_are_502(proto: str, raw: bytes) -> None:
-    with pytest.raises(AdapterError) as ei:
+    with pytest.raises(UpstreamError) as ei:
         PROTOCOLS[proto].parse_response(raw)
     assert ei.value.status == 502

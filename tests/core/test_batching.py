@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from extproc.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy, slice_response
+from extproc.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy
 from extproc.config import BatchingConfig, TensorInput
 from extproc.flows.vision import Job, merge_batch
 from kernels import PreprocessSpec, preprocess
@@ -22,13 +22,6 @@ def _batcher(**kw) -> tuple[Batcher, list, list]:
     fallbacks: list = []
     b = Batcher(on_flush=flushed.append, on_fallback=lambda batch, n: fallbacks.append(n), **kw)
     return b, flushed, fallbacks
-
-
-def _reply(rows: int, classes: int = 3) -> pb.ModelInferResponse:
-    resp = pb.ModelInferResponse(model_name="m", model_version="1", id="lead")
-    resp.outputs.add(name="scores", datatype="FP32", shape=[rows, classes])
-    resp.raw_output_contents.append(np.arange(rows * classes, dtype="<f4").tobytes())
-    return resp
 
 
 async def test_flush_at_min_size_when_idle() -> None:
@@ -184,25 +177,6 @@ async def test_close_releases_everyone() -> None:
 
 
 # ---------------------------------------------------------------- tensors
-
-
-def test_slice_response_rows() -> None:
-    resp = _reply(5)
-    resp.outputs.add(name="names", datatype="BYTES", shape=[5, 1])
-    resp.raw_output_contents.append(b"".join(len(s).to_bytes(4, "little") + s for s in
-                                             [b"a", b"bb", b"c", b"dd", b"e"]))
-    part = slice_response(resp, 1, 3, total=5, request_id="mine")
-    assert part.id == "mine" and list(part.outputs[0].shape) == [3, 3]
-    got = np.frombuffer(part.raw_output_contents[0], "<f4").reshape(3, 3)
-    assert (got == np.arange(15, dtype="<f4").reshape(5, 3)[1:4]).all()
-    from adapters import kserve
-
-    assert kserve.output_array(part, 1) == ["bb", "c", "dd"]
-
-
-def test_slice_response_refuses_wrong_row_count() -> None:
-    with pytest.raises(ValueError):
-        slice_response(_reply(4), 0, 1, total=5)
 
 
 class _CountingBackend:

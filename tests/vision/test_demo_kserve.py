@@ -140,7 +140,7 @@ async def test_multipart_to_demo_end_to_end(server, stub):
     ti = TensorInput(width=32, height=32)
     tensor = preprocess(images, PreprocessSpec.from_tensor_input(ti))
     wire = kserve.encode_infer_request(kserve.build_classify_request("demo-colors", tensor, ti))
-    req = pb.ModelInferRequest.FromString(kserve.unframe(wire, status=400))
+    req = pb.ModelInferRequest.FromString(kserve.unframe(wire))
     resp = await stub.ModelInfer(req)
     results = kserve.parse_classify_response(resp, ["red", "green", "blue", "white", "black", "yellow", "cyan", "magenta"],
                                              form.top_k, expected=len(images))

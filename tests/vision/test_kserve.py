@@ -12,6 +12,7 @@ from tritonclient.grpc import service_pb2 as pb
 from adapters import kserve
 from adapters.kserve import KServeError
 from extproc.config import ModelConfig
+from modelyard.errors import ModelyardError, UpstreamError
 
 
 def _req(inputs, **extra) -> bytes:
@@ -118,7 +119,7 @@ def test_response_to_json_typed_contents():
 def test_malformed_upstream_response_is_502(mutate):
     r = _resp()
     mutate(r)
-    with pytest.raises(KServeError) as e:
+    with pytest.raises(UpstreamError) as e:
         kserve.render_infer_response(r)
     assert e.value.status == 502
 
@@ -131,7 +132,7 @@ def test_framing_round_trip_and_errors():
     for bad, needle in [(b"", "truncated"), (b"\x00\x00\x00", "truncated"), (framed[:-1], "truncated"),
                         (b"\x01" + framed[1:], "compressed"), (b"\x07" + framed[1:], "flag"),
                         (framed + b"\x00", "more than one")]:
-        with pytest.raises(KServeError) as e:
+        with pytest.raises(UpstreamError) as e:
             kserve.unframe(bad)
         assert needle in e.value.message and e.value.status == 502
 
@@ -139,7 +140,7 @@ def test_framing_round_trip_and_errors():
 def test_parse_grpc_response():
     r = _resp()
     assert kserve.parse_grpc_response(kserve.frame(r.SerializeToString())) == r
-    with pytest.raises(KServeError) as e:
+    with pytest.raises(UpstreamError) as e:
         kserve.parse_grpc_response(kserve.frame(b"\xff\xff\xff"))
     assert e.value.status == 502
 
@@ -159,36 +160,53 @@ def test_grpc_status_from_headers_and_error_body():
     assert orjson.loads(kserve.render_error(400, "bad")) == {"error": "bad"}
 
 
-def test_grpc_request_headers():
-    h = dict(kserve.grpc_request_headers(1500))
-    assert h[":path"] == "/inference.GRPCInferenceService/ModelInfer" and h["content-type"] == "application/grpc"
-    assert h["grpc-timeout"] == "1500m" and h["te"] == "trailers"
-
-
 def test_classify_request_and_response():
     from extproc.config import TensorInput
     t = np.zeros((2, 3, 4, 4), np.float16)
     req = kserve.build_classify_request("up", t, TensorInput(name="pixels", datatype="FP16"), output="probs")
     assert req.inputs[0].name == "pixels" and req.inputs[0].datatype == "FP16" and list(req.inputs[0].shape) == [2, 3, 4, 4]
     assert len(req.raw_input_contents[0]) == t.nbytes and req.outputs[0].name == "probs"
-    with pytest.raises(KServeError):
+    with pytest.raises(ModelyardError) as e:
         kserve.build_classify_request("up", t, TensorInput(datatype="FP32"))
+    assert e.value.status == 500
     r = pb.ModelInferResponse(model_name="up")
     r.outputs.add(name="scores", datatype="FP32", shape=[3, 3])
     r.raw_output_contents.append(np.array([[0.1, 0.7, 0.2], [0.5, 0.5, 0], [0, 0, 1]], "<f4").tobytes())
     res = kserve.parse_classify_response(r, ["a", "b"], top_k=2, expected=3)
     assert [x["label"] for x in res[0]] == ["b", "2"]  # class 2 has no label: its index
     assert [x["label"] for x in res[1]] == ["a", "b"] and res[2][0] == {"label": "2", "score": 1.0}
-    split = kserve.split_classify_response(r, ["a", "b", "c"], counts=[1, 2], top_ks=[1, 3])
-    assert len(split) == 2 and len(split[0]) == 1 and len(split[0][0]) == 1 and len(split[1][1]) == 3
-    with pytest.raises(KServeError) as e:
+    with pytest.raises(UpstreamError) as e:
         kserve.parse_classify_response(r, [], 1, expected=4)
     assert e.value.status == 502
-    with pytest.raises(KServeError) as e:
+    with pytest.raises(UpstreamError) as e:
         kserve.parse_classify_response(r, [], 1, output="nope")
     assert e.value.status == 502
     doc = orjson.loads(kserve.render_classify_response("m", res[:1], ["a.png"]))
     assert doc == {"model": "m", "results": [{"index": 0, "filename": "a.png", "labels": res[0]}]}
+
+
+def _reply(rows: int, classes: int = 3) -> pb.ModelInferResponse:
+    resp = pb.ModelInferResponse(model_name="m", model_version="1", id="lead")
+    resp.outputs.add(name="scores", datatype="FP32", shape=[rows, classes])
+    resp.raw_output_contents.append(np.arange(rows * classes, dtype="<f4").tobytes())
+    return resp
+
+
+def test_slice_response_rows() -> None:
+    resp = _reply(5)
+    resp.outputs.add(name="names", datatype="BYTES", shape=[5, 1])
+    resp.raw_output_contents.append(b"".join(len(s).to_bytes(4, "little") + s for s in
+                                             [b"a", b"bb", b"c", b"dd", b"e"]))
+    part = kserve.slice_response(resp, 1, 3, total=5, request_id="mine")
+    assert part.id == "mine" and list(part.outputs[0].shape) == [3, 3]
+    got = np.frombuffer(part.raw_output_contents[0], "<f4").reshape(3, 3)
+    assert (got == np.arange(15, dtype="<f4").reshape(5, 3)[1:4]).all()
+    assert kserve.output_array(part, 1) == ["bb", "c", "dd"]
+
+
+def test_slice_response_refuses_wrong_row_count() -> None:
+    with pytest.raises(ValueError):
+        kserve.slice_response(_reply(4), 0, 1, total=5)
 
 
 def test_model_metadata_from_config():
@@ -200,7 +218,6 @@ def test_model_metadata_from_config():
     assert doc["name"] == "demo-colors"
     assert doc["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 3, 32, 32]}]
     assert doc["outputs"] == [{"name": "scores", "datatype": "FP32", "shape": [-1, 2]}]
-    assert orjson.loads(kserve.render_ready()) == {"ready": True}
 
 
 @pytest.mark.parametrize("method,path,want", [
@@ -255,10 +272,10 @@ def test_fuzz_request_json_only_kserve_errors(doc):
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=64))
-def test_fuzz_grpc_body_only_kserve_errors(body):
+def test_fuzz_grpc_body_only_upstream_errors(body):
     try:
         kserve.render_infer_response(kserve.parse_grpc_response(body))
-    except KServeError as e:
+    except UpstreamError as e:
         assert e.status == 502
 
 

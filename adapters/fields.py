@@ -1,4 +1,4 @@
-"""AdapterError (the one exception adapters raise) and the small validators the parsers share."""
+"""The small validators and readers the protocol parsers share (bad input raises `ClientError`)."""
 
 from __future__ import annotations
 
@@ -6,60 +6,18 @@ from collections.abc import Mapping
 
 import orjson
 
-# Canonical error types (Anthropic/OpenAI vocabulary); each protocol maps them to its own shape.
-DEFAULT_TYPES: dict[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    502: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
+from modelyard.errors import ClientError, UpstreamError
 
-
-def default_type(status: int) -> str:
-    """The canonical error type for an HTTP status."""
-    if status in DEFAULT_TYPES:
-        return DEFAULT_TYPES[status]
-    return "invalid_request_error" if 400 <= status < 500 else "api_error"
-
-
-class AdapterError(Exception):
-    """Bad input (or an untranslatable upstream answer), carrying the HTTP status to answer with."""
-
-    def __init__(self, status: int = 400, message: str = "invalid request", type: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type or default_type(status)
-
-    def __repr__(self) -> str:
-        return f"AdapterError(status={self.status}, type={self.type!r}, message={self.message!r})"
-
-
-class InputError(AdapterError, ValueError):
-    """Base of the vision path's errors (images, multipart forms, KServe tensors): message first,
-    status defaulting to 400; still one `AdapterError` type for the session to catch."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(status, message)
-
-
-# ---- field validation shared by the protocol parsers (each raises AdapterError 400) ----------
+# ---- field validation shared by the protocol parsers (each raises ClientError 400) ----------
 
 def load_object(body: bytes, what: str = "request body") -> dict:
     """Parse JSON text that must be an object."""
     try:
         obj = orjson.loads(body)
     except (orjson.JSONDecodeError, TypeError):
-        raise AdapterError(400, f"{what} is not valid JSON") from None
+        raise ClientError(f"{what} is not valid JSON") from None
     if type(obj) is not dict:
-        raise AdapterError(400, f"{what} must be a JSON object")
+        raise ClientError(f"{what} must be a JSON object")
     return obj
 
 
@@ -67,7 +25,7 @@ def opt_str(obj: dict, key: str, where: str) -> str | None:
     v = obj.get(key)
     if v is None or type(v) is str:
         return v
-    raise AdapterError(400, f"{where}.{key} must be a string")
+    raise ClientError(f"{where}.{key} must be a string")
 
 
 def req_str(obj: dict, key: str, where: str) -> str:
@@ -75,8 +33,8 @@ def req_str(obj: dict, key: str, where: str) -> str:
     if type(v) is str and v:
         return v
     if v is None:
-        raise AdapterError(400, f"{where}.{key} is required")
-    raise AdapterError(400, f"{where}.{key} must be a non-empty string")
+        raise ClientError(f"{where}.{key} is required")
+    raise ClientError(f"{where}.{key} must be a non-empty string")
 
 
 def opt_number(obj: dict, key: str, where: str, lo: float, hi: float) -> float | None:
@@ -84,9 +42,9 @@ def opt_number(obj: dict, key: str, where: str, lo: float, hi: float) -> float |
     if v is None:
         return None
     if type(v) not in (int, float):
-        raise AdapterError(400, f"{where}.{key} must be a number")
+        raise ClientError(f"{where}.{key} must be a number")
     if not lo <= v <= hi:
-        raise AdapterError(400, f"{where}.{key} must be between {lo:g} and {hi:g}")
+        raise ClientError(f"{where}.{key} must be between {lo:g} and {hi:g}")
     return float(v)
 
 
@@ -95,7 +53,7 @@ def opt_int(obj: dict, key: str, where: str, lo: int = 1) -> int | None:
     if v is None:
         return None
     if type(v) is not int or v < lo:
-        raise AdapterError(400, f"{where}.{key} must be an integer >= {lo}")
+        raise ClientError(f"{where}.{key} must be an integer >= {lo}")
     return v
 
 
@@ -104,7 +62,7 @@ def opt_bool(obj: dict, key: str, where: str) -> bool:
     if v is None:
         return False
     if type(v) is not bool:
-        raise AdapterError(400, f"{where}.{key} must be a boolean")
+        raise ClientError(f"{where}.{key} must be a boolean")
     return v
 
 
@@ -113,13 +71,13 @@ def opt_list(obj: dict, key: str, where: str) -> list:
     if v is None:
         return []
     if type(v) is not list:
-        raise AdapterError(400, f"{where}.{key} must be an array")
+        raise ClientError(f"{where}.{key} must be an array")
     return v
 
 
 def as_object(v: object, where: str) -> dict:
     if type(v) is not dict:
-        raise AdapterError(400, f"{where} must be an object")
+        raise ClientError(f"{where} must be an object")
     return v
 
 
@@ -160,9 +118,20 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def bad_upstream(what: str) -> AdapterError:
+def bad_upstream(what: str) -> UpstreamError:
     """An upstream reply we cannot read: the upstream's fault, so 502."""
-    return AdapterError(502, f"upstream response is invalid: {what}", "api_error")
+    return UpstreamError(f"upstream response is invalid: {what}")
+
+
+def arguments_object(arguments: str) -> dict:
+    """Tool-call arguments text as the object Anthropic and Gemini want; unparseable text becomes {}."""
+    if not arguments:
+        return {}
+    try:
+        v = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {}
+    return v if type(v) is dict else {}
 
 
 def token_count(v: object) -> int:
