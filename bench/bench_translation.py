@@ -12,11 +12,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 
-from adapters import anthropic, openai
-from adapters.registry import translate_stream
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from adapters import anthropic, openai  # noqa: E402
+from adapters.registry import translate_stream  # noqa: E402
 
 GOAL_1KB_US = 50.0
 

@@ -1,4 +1,9 @@
-"""`make bench`: run every bench/bench_*.py and print one summary table from their SUMMARY lines."""
+"""`make bench`: run every bench/bench_*.py and print one summary table from their SUMMARY lines.
+
+A bench fails when it exits non-zero (the ones that send requests do so on any unexpected status
+or transport error, printing `FAILED:` lines), prints no SUMMARY line, or runs past its timeout.
+Every bench still runs; the exit status is 1 if any failed, and the failures are listed by name.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,18 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+TIMEOUT_S = 900
+
+
+def _run(script: Path) -> tuple[int | str, str, str]:
+    """(exit status or "timed out", stdout, stderr) of one bench."""
+    try:
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        def text(b: bytes | str | None) -> str:
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        return f"timed out after {TIMEOUT_S}s", text(e.stdout), text(e.stderr)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def main(argv: list[str]) -> int:
@@ -21,12 +38,15 @@ def main(argv: list[str]) -> int:
             continue
         print(f"== {script.name}", flush=True)
         t = time.monotonic()
-        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
-        summary = [ln for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")]
-        sys.stdout.write("\n".join(ln for ln in proc.stdout.splitlines() if not ln.startswith("SUMMARY ")) + "\n")
-        if proc.returncode != 0 or not summary:
-            failed.append(script.name)
-            sys.stdout.write(proc.stderr[-3000:])
+        status, out, err = _run(script)
+        lines = out.splitlines()
+        summary = [ln for ln in lines if ln.startswith("SUMMARY ")]
+        sys.stdout.write("\n".join(ln for ln in lines if not ln.startswith("SUMMARY ")) + "\n")
+        if status != 0 or not summary:
+            why = "no SUMMARY line" if status == 0 else f"exit {status}" if isinstance(status, int) else status
+            reasons = [ln for ln in lines if ln.startswith("FAILED: ")]
+            failed.append(f"{script.name} ({why})" + "".join(f"\n    {r}" for r in reasons))
+            sys.stdout.write(err[-3000:])
             continue
         rows += json.loads(summary[-1][len("SUMMARY "):])
         print(f"   ({time.monotonic() - t:.0f}s)", flush=True)
@@ -36,7 +56,9 @@ def main(argv: list[str]) -> int:
         ratio = f"{r['ratio']:.3g}" if r.get("ratio") is not None else ""
         print(f"{r['bench']:<12}{str(r['case']):<34}{r['metric']:<16}{r['value']:>14.4g} {r['unit']:<10}{ratio:>8}")
     if failed:
-        print(f"\nfailed: {', '.join(failed)}")
+        print("\nFAILED benches (their figures are left out above):")
+        for f in failed:
+            print(f"  {f}")
     return 1 if failed else 0
 
 

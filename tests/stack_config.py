@@ -78,7 +78,8 @@ def add_extproc_replica(stack: Any, data: dict[str, Any], workdir: Path) -> tupl
     path.write_text(yaml.safe_dump(replica, sort_keys=False))
     import sys
 
-    child = Child("extproc-2", [sys.executable, "-m", "modelyard.cli", "serve", "--config", str(path)], ("tcp", addr))
+    child = Child("extproc-2", [sys.executable, "-m", "modelyard.cli", "serve", "--config", str(path)], ("tcp", addr),
+                  role="replica")
     stack.children.insert(len(stack.children) - 1, child)
     return addr, metrics
 

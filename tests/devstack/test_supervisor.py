@@ -1,0 +1,115 @@
+"""The supervisor's decisions on cheap real processes (a sleeping Python) and a fake clock."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devstack.child import Child, Role
+from devstack.supervisor import Backoff, Supervisor
+from tests.stack_config import free_port
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _child(name: str, role: Role = "auxiliary") -> Child:
+    # Ready as soon as it runs: nothing listens on the port, so is_ready is patched per test.
+    return Child(name, SLEEPER, ("tcp", f"127.0.0.1:{free_port()}"), role=role)
+
+
+@pytest.fixture
+def children(tmp_path: Path) -> Iterator[list[Child]]:
+    kids = [_child("demo@1"), _child("extproc", "replica"), _child("extproc-2", "replica"),
+            _child("envoy", "essential")]
+    for c in kids:
+        c.spawn(tmp_path)
+    yield kids
+    for c in kids:
+        if c.proc and c.proc.poll() is None:
+            c.proc.kill()
+            c.proc.wait()
+
+
+def _kill(child: Child) -> None:
+    assert child.proc is not None
+    child.proc.kill()
+    child.proc.wait()
+
+
+def _sup(children: list[Child], tmp_path: Path, clock: Clock, lines: list[str]) -> Supervisor:
+    return Supervisor(children, tmp_path, backoff=Backoff(initial=0.5, cap=2.0, stable_s=10.0),
+                      log=lines.append, clock=clock)
+
+
+def test_a_dead_auxiliary_child_restarts_after_its_backoff(children, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(Child, "is_ready", lambda self: True)
+    clock, lines = Clock(), []
+    sup = _sup(children, tmp_path, clock, lines)
+    demo = children[0]
+    old = demo.proc.pid
+    _kill(demo)
+    assert sup.tick() is None
+    assert lines == [f"modelyard: demo@1 exited with code -9 (log {tmp_path / 'demo-1.log'}); restarting in 0.5s"]
+    clock.now += 0.4
+    assert sup.tick() is None and demo.proc.pid == old  # still waiting
+    clock.now += 0.1
+    assert sup.tick() is None and demo.proc.pid != old and demo.exit_code() is None
+    assert sup.tick() is None
+    assert lines[-1] == f"modelyard: demo@1 restarted (pid {demo.proc.pid}) and ready"
+
+
+def test_backoff_doubles_to_the_cap_and_resets_after_a_stable_run(children, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(Child, "is_ready", lambda self: True)
+    clock, lines = Clock(), []
+    sup = _sup(children, tmp_path, clock, lines)
+    demo = children[0]
+    delays = []
+    for _ in range(4):
+        demo.started_at = clock.now  # each run dies at once
+        _kill(demo)
+        sup.tick()
+        delays.append(lines[-1].rsplit(" ", 1)[1])
+        clock.now += 5
+        sup.tick()  # respawned
+        sup.tick()  # ready
+    assert delays == ["0.5s", "1s", "2s", "2s"]
+    demo.started_at = clock.now - 10  # up for stable_s: a rare crash, not a loop
+    _kill(demo)
+    sup.tick()
+    assert lines[-1].endswith("restarting in 0.5s")
+
+
+def test_envoy_dying_stops_the_stack(children, tmp_path) -> None:
+    lines: list[str] = []
+    sup = _sup(children, tmp_path, Clock(), lines)
+    _kill(children[3])
+    why = sup.tick()
+    assert why == f"envoy exited with code -9 (log {tmp_path / 'envoy.log'}); the stack cannot serve without it"
+    assert lines == [f"modelyard: {why}; stopping"]
+
+
+def test_one_replica_dying_restarts_it_every_replica_dying_stops(children, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(Child, "is_ready", lambda self: False)
+    clock, lines = Clock(), []
+    sup = _sup(children, tmp_path, clock, lines)
+    _kill(children[1])
+    assert sup.tick() is None
+    assert lines[-1].endswith("restarting in 0.5s")
+    _kill(children[2])  # the other one dies while the first waits for its restart
+    why = sup.tick()
+    assert why is not None and why.startswith("extproc-2 exited with code -9") and "no other replica" in why
+
+
+def test_run_returns_none_when_asked_to_stop(children, tmp_path) -> None:
+    assert _sup(children, tmp_path, Clock(), []).run(lambda: True) is None
