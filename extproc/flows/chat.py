@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import orjson
 
-from adapters.internal import StreamError, Usage, UsageUpdate
-from adapters.registry import PROTOCOLS, translate_stream
+from adapters.internal import ChatRequest, StreamError, Usage, UsageUpdate
+from adapters.protocol import ChatProtocol, StreamDecoder
+from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.context import RequestContext
@@ -52,16 +52,16 @@ class ChatFlow:
         self.gw = gw
         self.ctx = ctx
         self.client = PROTOCOLS[ctx.protocol]
-        self.request: Any = None
+        self.request: ChatRequest | None = None
         self.choice: Choice | None = None
-        self.upstream: Any = None
-        self.translator: Any = None
-        self.decoder: Any = None
+        self.upstream: ChatProtocol = self.client  # the chosen deployment's protocol, set when sent
+        self.translator: StreamTranslator | None = None
+        self.decoder: StreamDecoder | None = None
         self.status = 0
         self.client_status = 0
         self.streaming = False
         self.first_chunk_at: float | None = None
-        self.usage: Any = None
+        self.usage: Usage | None = None
         self.finished = False
         self.upstream_failed = False  # the upstream's own failure: 5xx, an unreadable reply, a cut stream
         # The protocol the answer arrives in: the chosen deployment's, even when Envoy failed over
@@ -83,13 +83,13 @@ class ChatFlow:
         self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
         return self._send(body, req)
 
-    def _parse(self, body: bytes) -> Any:
+    def _parse(self, body: bytes) -> ChatRequest:
         ctx = self.ctx
         req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
         self.request = req
         return req
 
-    def _send(self, body: bytes, req: Any) -> msg.ProcessingResponse:
+    def _send(self, body: bytes, req: ChatRequest) -> msg.ProcessingResponse:
         """The upstream request for the chosen deployment: path, headers, credential, body."""
         ctx, choice = self.ctx, self.choice
         assert choice is not None
@@ -120,6 +120,7 @@ class ChatFlow:
         set_h = self.ctx.task_headers()
         remove: list[str] = [UPSTREAM_HOST_HEADER, UPSTREAM_ATTEMPTS_HEADER]
         if status < 400 and "text/event-stream" in headers.get("content-type", ""):
+            assert self.request is not None  # parsed before anything went upstream
             self.streaming = True
             if self.wire is not None and (self.translating or self.usage_injected):
                 self.translator = translate_stream(self.wire, self.ctx.protocol, self.request)
@@ -193,15 +194,17 @@ class ChatFlow:
                 self._finish()
             return msg.response_body(body=out)
         tail = b""
+        decoder, request = self.decoder, self.request
+        assert decoder is not None and request is not None  # set when the stream's headers came
         try:
-            for ev in self.decoder.feed(chunk) + (self.decoder.close() if end else []):
+            for ev in decoder.feed(chunk) + (decoder.close() if end else []):
                 if type(ev) is UsageUpdate:
                     prev = self.usage or Usage()
                     self.usage = Usage(ev.input_tokens if ev.input_tokens is not None else prev.input_tokens,
                                        ev.output_tokens if ev.output_tokens is not None else prev.output_tokens)
                 elif type(ev) is StreamError and end:
                     # The upstream stopped mid-stream: end the client's stream with an error event.
-                    tail = self.client.StreamEncoder(model=self.request.model, request=self.request).encode([ev])
+                    tail = self.client.StreamEncoder(model=request.model, request=request).encode([ev])
                     self.client_status = 502
                     self.upstream_failed = True
         except ModelyardError:
@@ -235,7 +238,7 @@ class ChatFlow:
             self._finish(upstream_answered=False)
 
 
-def _passthrough_body(body: bytes, protocol: str, model: str, req: Any) -> tuple[bytes, bool]:
+def _passthrough_body(body: bytes, protocol: str, model: str, req: ChatRequest) -> tuple[bytes, bool]:
     """The client's own body, with the upstream's model name and (OpenAI streams) usage switched on."""
     if protocol == "gemini":
         return body, False  # the model travels in the path

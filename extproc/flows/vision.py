@@ -28,6 +28,7 @@ from adapters.multipart import MultipartLimits, parse_multipart, read_classify_f
 from extproc import messages as msg
 from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
 from extproc.choice import Choice
+from extproc.config import TensorInput
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows.chat import CLIENT_AUTH_HEADERS, upstream_error_status
@@ -61,13 +62,13 @@ class Job:
     tensor: np.ndarray | None = None
 
 
-def _spec(ti: Any) -> PreprocessSpec:
+def _spec(ti: TensorInput) -> PreprocessSpec:
     return PreprocessSpec.from_tensor_input(ti)  # a few microseconds; a frozen value, equal per config
 
 
 
 
-def merge_batch(batch: Batch, backend: Any, spec: PreprocessSpec) -> np.ndarray:
+def merge_batch(batch: Batch, backend: Backend, spec: PreprocessSpec) -> np.ndarray:
     """The merged tensor in member order; every member's images go through ONE kernel call."""
     images = [im for m in batch.members if m.payload.images is not None for im in m.payload.images]
     pre = backend.preprocess(images, spec) if images else None

@@ -29,5 +29,5 @@ class XlateFlow(ChatFlow):
         self.choice = Choice(model=model, deployment=dep, channel=dep.channel)
         return self._send(body, req)
 
-    def _finish(self) -> None:
+    def _finish(self, *, upstream_answered: bool = True) -> None:
         self.finished = True
