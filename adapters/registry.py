@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from adapters import anthropic, gemini, openai
-from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent, UsageUpdate
+from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent
 from adapters.protocol import ChatProtocol, StreamDecoder, StreamEncoder
+from adapters.stream_usage import StreamUsage
 
 __all__ = ["PROTOCOLS", "ClientRoute", "StreamTranslator", "translate_stream", "detect_client_protocol"]
 
@@ -47,31 +48,21 @@ def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
 
 
 class StreamTranslator:
-    """Upstream SSE bytes in, client SSE bytes out; `usage` holds the latest counts seen."""
+    """Upstream SSE bytes in, client SSE bytes out; `meter` holds the usage seen so far."""
 
-    __slots__ = ("_decoder", "_encoder", "input_tokens", "output_tokens", "finished", "error")
+    __slots__ = ("_decoder", "_encoder", "meter", "finished", "error")
 
     def __init__(self, decoder: StreamDecoder, encoder: StreamEncoder) -> None:
         self._decoder = decoder
         self._encoder = encoder
-        self.input_tokens = 0
-        self.output_tokens = 0
+        self.meter = StreamUsage()
         self.finished = False  # the upstream stream completed normally
         self.error: str | None = None  # message of an upstream error / cut, if any
 
-    @property
-    def usage(self) -> tuple[int, int]:
-        """(input_tokens, output_tokens) as reported so far by the upstream."""
-        return self.input_tokens, self.output_tokens
-
     def _track(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        self.meter.observe(events)
         for ev in events:
-            if isinstance(ev, UsageUpdate):
-                if ev.input_tokens is not None:
-                    self.input_tokens = ev.input_tokens
-                if ev.output_tokens is not None:
-                    self.output_tokens = ev.output_tokens
-            elif isinstance(ev, StreamEnd):
+            if isinstance(ev, StreamEnd):
                 self.finished = True
             elif isinstance(ev, StreamError):
                 self.error = ev.message

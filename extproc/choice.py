@@ -17,6 +17,7 @@ class Choice:
     strategy: str = ""
     arm: str = ""
     reservation: Reservation | None = None
+    est_prompt_tokens: int = 0  # charged on arrival; what an aborted stream is metered for its input
     ratelimit_headers: list[tuple[str, str]] = field(default_factory=list)
 
     def response_headers(self) -> list[tuple[str, str]]:

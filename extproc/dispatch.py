@@ -57,6 +57,7 @@ class Dispatcher:
             needs_tools=bool(req.tools),
             needs_vision=any(type(p) is ImagePart for m in req.messages for p in m.content),
             stream=req.stream, task_type="chat", task_id=ctx.task_id))
+        choice.est_prompt_tokens = prompt_tokens
         await self.admit(ctx, choice, prompt_tokens + (req.max_tokens or DEFAULT_OUTPUT_TOKENS))
         return choice
 

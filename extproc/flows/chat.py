@@ -11,9 +11,10 @@ import time
 
 import orjson
 
-from adapters.internal import ChatRequest, StreamError, Usage, UsageUpdate
+from adapters.internal import ChatRequest, StreamError, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
+from adapters.stream_usage import StreamUsage
 from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.context import RequestContext
@@ -57,6 +58,7 @@ class ChatFlow:
         self.upstream: ChatProtocol = self.client  # the chosen deployment's protocol, set when sent
         self.translator: StreamTranslator | None = None
         self.decoder: StreamDecoder | None = None
+        self.meter = StreamUsage()  # a passthrough stream's usage (a translated one has its own)
         self.status = 0
         self.client_status = 0
         self.streaming = False
@@ -190,19 +192,17 @@ class ChatFlow:
             if end:
                 out += self.translator.finish()
                 self.upstream_failed = self.translator.error is not None
-                self.usage = Usage(*self.translator.usage)
+                self.usage = self.translator.meter.reported
                 self._finish()
             return msg.response_body(body=out)
         tail = b""
         decoder, request = self.decoder, self.request
         assert decoder is not None and request is not None  # set when the stream's headers came
         try:
-            for ev in decoder.feed(chunk) + (decoder.close() if end else []):
-                if type(ev) is UsageUpdate:
-                    prev = self.usage or Usage()
-                    self.usage = Usage(ev.input_tokens if ev.input_tokens is not None else prev.input_tokens,
-                                       ev.output_tokens if ev.output_tokens is not None else prev.output_tokens)
-                elif type(ev) is StreamError and end:
+            events = decoder.feed(chunk) + (decoder.close() if end else [])
+            self.meter.observe(events)
+            for ev in events:
+                if type(ev) is StreamError and end:
                     # The upstream stopped mid-stream: end the client's stream with an error event.
                     tail = self.client.StreamEncoder(model=request.model, request=request).encode([ev])
                     self.client_status = 502
@@ -210,6 +210,7 @@ class ChatFlow:
         except ModelyardError:
             pass  # passthrough stream: the client parses it; metering just misses usage
         if end:
+            self.usage = self.meter.reported
             self._finish()
         return msg.response_body(body=chunk + tail) if tail else msg.response_body()
 
@@ -235,6 +236,9 @@ class ChatFlow:
             # gateway failed the request, or the upstream reset mid-stream; none of it is held against
             # the deployment: an upstream that is really down fails the next connects, which count.
             self.client_status = 499
+            if self.streaming:  # charge and meter what already streamed, not the whole estimate back
+                meter = self.translator.meter if self.translator is not None else self.meter
+                self.usage = meter.partial(self.choice.est_prompt_tokens)
             self._finish(upstream_answered=False)
 
 

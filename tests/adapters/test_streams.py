@@ -145,7 +145,7 @@ def test_stream_translation_every_pair(upstream: str, kind: str, client: str) ->
     # Feed in awkward 5-byte pieces to exercise reassembly across the whole pipeline.
     out = b"".join(tr.feed(raw[i:i + 5]) for i in range(0, len(raw), 5)) + tr.finish()
     assert tr.finished and tr.error is None
-    assert tr.usage == STREAM_MEANING[kind][3:5]
+    assert (tr.meter.reported.input_tokens, tr.meter.reported.output_tokens) == STREAM_MEANING[kind][3:5]
     client_events(client, out)
     # Decoding our own client output recovers the same meaning.
     assert summary(decode(client, [out])) == STREAM_MEANING[kind]
