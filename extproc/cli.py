@@ -7,7 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from extproc.config import ConfigError, hash_api_key, load_config
+from extproc.config import hash_api_key, load_config
+from modelyard.errors import ConfigError
 
 
 def _logging(level: str) -> None:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modelyard.errors import ConfigError
+
 CONFIG_ENV = "MODELYARD_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "modelyard.yaml"
 
@@ -21,10 +23,6 @@ Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest"
 Channel = Literal["standard", "fast"]
 Tier = Literal["L1", "L2", "L3"]
 TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
-
-
-class ConfigError(Exception):
-    """A config file that cannot be used; the message names the key path and what was expected."""
 
 
 class _Model(BaseModel):

@@ -86,7 +86,7 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from extproc.config import ConfigError, GatewayConfig
+from extproc.config import GatewayConfig
 from extproc.failover import aggregate_name, failover_groups, translation_hops, xlate_name
 from extproc.headers import (
     CLUSTER_HEADER,
@@ -95,6 +95,7 @@ from extproc.headers import (
     UPSTREAM_HOST_HEADER,
     XLATE_METADATA,
 )
+from modelyard.errors import ConfigError
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "envoy" / "environments"
 EXTPROC_CLUSTER = "modelyard-extproc"

@@ -6,10 +6,11 @@ import asyncio
 import logging
 import signal
 
-from extproc.config import ConfigError, GatewayConfig, config_path, load_config
+from extproc.config import GatewayConfig, config_path, load_config
 from extproc.gateway import Gateway
 from extproc.metrics import serve_metrics
 from extproc.server import ExtprocServer
+from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.service")
 

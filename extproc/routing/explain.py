@@ -10,9 +10,10 @@ from collections.abc import Mapping
 
 import orjson
 
-from extproc.config import ConfigError, load_config
+from extproc.config import load_config
 from extproc.routing.scheduler import NoRoute, RouteRequest, Scheduler
 from extproc.watermarks import Reading
+from modelyard.errors import ConfigError
 
 
 def explain(

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.config import ConfigError, load_config, parse_config
+from extproc.config import load_config, parse_config
+from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

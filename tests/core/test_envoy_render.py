@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.config import ConfigError, load_config
+from extproc.config import load_config
 from extproc.envoy_config import ENVIRONMENTS_DIR, load_environment, render_bootstrap
 from extproc.launcher import envoy_binary
+from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS = sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))
