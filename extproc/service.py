@@ -21,7 +21,7 @@ def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     from extproc.metering import MeteringStore
     from extproc.metrics import IMAGE_BACKEND
     from extproc.routing import Scheduler
-    from extproc.watermarks import WatermarkBoard
+    from extproc.telemetry.pollers import WatermarkBoard
     from kernels import select_backend
     from ratelimit import Limiter
     from ratelimit.rls import add_to_server

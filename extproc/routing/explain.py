@@ -12,7 +12,7 @@ import orjson
 
 from extproc.config import load_config
 from extproc.routing.scheduler import NoRoute, RouteRequest, Scheduler
-from extproc.watermarks import Reading
+from extproc.routing.watermarks import Reading
 from modelyard.errors import ConfigError
 
 

@@ -16,7 +16,7 @@ from extproc.config import Deployment, GatewayConfig, ModelConfig, TenantConfig
 from extproc.routing.admission import FastAdmission, tier_allows
 from extproc.routing.feedback import Feedback
 from extproc.routing.settings import RoutingSettings, Weights, parse_routing_settings
-from extproc.watermarks import Reading
+from extproc.routing.watermarks import Reading
 
 AUTO = "auto"
 _SHAPE_CACHE_SIZE = 1024

@@ -3,7 +3,7 @@
 import pytest
 
 from extproc.routing import NoRoute, RouteRequest, Scheduler
-from extproc.watermarks import Reading
+from extproc.routing.watermarks import Reading
 
 from .conftest import dep, fresh, make_config, model, tenant, tenant_of
 

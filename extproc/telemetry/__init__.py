@@ -1,0 +1,1 @@
+"""Telemetry: metrics, metering and the background pollers."""
