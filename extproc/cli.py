@@ -31,7 +31,7 @@ def _cmd_envoy_render(a: argparse.Namespace) -> int:
     from extproc.envoy_config import load_environment, render_bootstrap
 
     cfg, env = load_config(a.config), load_environment(a.env)
-    enforce = (cfg.ratelimit or {}).get("enforce", "extproc")
+    enforce = cfg.ratelimit.enforce
     if env.rate_limit_service and enforce != "envoy":
         print(f"modelyard: warning: environment {env.name} wires Envoy's ratelimit filter to the RLS while "
               f"ratelimit.enforce is {enforce!r}: requests would be charged twice; set `enforce: envoy`",

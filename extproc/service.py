@@ -27,7 +27,7 @@ def build_gateway(config: GatewayConfig) -> tuple[Gateway, list]:
     from ratelimit.rls import add_to_server
 
     try:
-        limiter = Limiter.from_config(config.ratelimit)
+        limiter = Limiter(config.ratelimit)
         scheduler = Scheduler(config)
     except ValueError as e:
         raise ConfigError(str(e)) from None

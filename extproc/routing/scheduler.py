@@ -11,12 +11,16 @@ import hashlib
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from extproc.config import Deployment, GatewayConfig, ModelConfig, TenantConfig
 from extproc.routing.admission import FastAdmission, tier_allows
 from extproc.routing.feedback import Feedback
-from extproc.routing.settings import RoutingSettings, Weights, parse_routing_settings
+from extproc.routing.settings import RoutingSettings, Weights
 from extproc.routing.watermarks import Reading
+
+if TYPE_CHECKING:
+    # Annotations only: extproc.config holds RoutingSettings, so a runtime import would be a cycle.
+    from extproc.config import Deployment, GatewayConfig, ModelConfig, TenantConfig
 
 AUTO = "auto"
 _SHAPE_CACHE_SIZE = 1024
@@ -135,13 +139,10 @@ class _Entry:
 
 class Scheduler:
     def __init__(self, config: GatewayConfig, settings: RoutingSettings | None = None) -> None:
+        """`settings` overrides `config.routing` (tests); load_config has checked tenants' strategies."""
         self.config = config
-        self.settings = settings if settings is not None else parse_routing_settings(config.routing)
+        self.settings = settings if settings is not None else config.routing
         s = self.settings
-        for i, t in enumerate(config.tenants):
-            if t.strategy not in s.strategies:
-                known = ", ".join(sorted(s.strategies))
-                raise ValueError(f"tenants[{i}].strategy: unknown strategy {t.strategy!r} ({known})")
         self.feedback = Feedback(s.feedback, s.cooldown)
         self.admission = FastAdmission(s.admission)
         self._entries: dict[str, tuple[_Entry, ...]] = {}

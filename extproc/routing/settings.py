@@ -1,7 +1,8 @@
 """The `routing:` section of modelyard.yaml: strategies, A/B, cooldowns, admission, watermarks.
 
-Every key has a default, so an empty section is valid. `parse_routing_settings` turns any
-validation failure into a ValueError whose message names the key path (`routing.cooldown.failures`).
+Every key has a default, so an empty section is valid. `extproc.config` parses it as part of the
+whole file; `parse_routing_settings` parses the section alone (tests, tools) and turns any
+validation failure into a ConfigError whose message names the key path (`routing.cooldown.failures`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from modelyard.errors import ConfigError
 
 TERMS = ("quality", "latency", "cost", "load")
 
@@ -148,12 +151,12 @@ def _key_path(err: ValidationError, prefix: str) -> str:
 
 
 def parse_routing_settings(data: Any, prefix: str = "routing") -> RoutingSettings:
-    """Validate the `routing:` mapping (None or {} gives the defaults); ValueError names the key."""
+    """Validate the `routing:` mapping (None or {} gives the defaults); ConfigError names the key."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"{prefix}: expected a mapping")
+        raise ConfigError(f"{prefix}: expected a mapping")
     try:
         return RoutingSettings.model_validate(data)
     except ValidationError as e:
-        raise ValueError(_key_path(e, prefix)) from None
+        raise ConfigError(_key_path(e, prefix)) from None

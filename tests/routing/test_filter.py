@@ -4,6 +4,7 @@ import pytest
 
 from extproc.routing import NoRoute, RouteRequest, Scheduler
 from extproc.routing.watermarks import Reading
+from modelyard.errors import ConfigError
 
 from .conftest import dep, fresh, make_config, model, tenant, tenant_of
 
@@ -135,11 +136,10 @@ def test_saturated_one_fails_over_to_the_other():
     assert [(r.cluster, r.runtime) for r in d.rejected] == [("a1", True)]
 
 
-def test_unknown_strategy_is_400_and_bad_tenant_strategy_fails_at_start(two_models):
+def test_unknown_strategy_is_400_and_bad_tenant_strategy_fails_at_load(two_models):
     s = Scheduler(two_models)
     with pytest.raises(NoRoute) as e:
         s.decide(RouteRequest("chat", tenant_of(two_models, "gold"), "cheapest"), NOW, fresh(two_models))
     assert e.value.status == 400 and "cheapest" in e.value.message
-    cfg = make_config([model("a", [dep("a1")])], tenants=[tenant("x", strategy="fastest")])
-    with pytest.raises(ValueError, match=r"tenants\[0\]\.strategy"):
-        Scheduler(cfg)
+    with pytest.raises(ConfigError, match=r"tenants\[0\]\.strategy"):
+        make_config([model("a", [dep("a1")])], tenants=[tenant("x", strategy="fastest")])
