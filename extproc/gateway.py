@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
 import time
 from collections.abc import Callable
@@ -143,9 +142,7 @@ class Gateway:
         try:
             d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
         except NoRoute as e:
-            headers = [("retry-after", str(max(1, math.ceil(e.retry_after_s))))] if e.retry_after_s else []
-            type_ = "not_found_error" if e.status == 404 else ("api_error" if e.status >= 500 else "invalid_request_error")
-            raise GatewayError(e.status, e.message, type_, headers) from None
+            raise GatewayError(e.status, e.message, e.type, e.headers) from None
         c = d.chosen
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
                       arm=d.arm)

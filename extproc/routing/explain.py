@@ -11,7 +11,9 @@ from collections.abc import Mapping
 import orjson
 
 from extproc.config import load_config
-from extproc.routing.scheduler import NoRoute, RouteRequest, Scheduler
+from extproc.routing.decision import RouteRequest
+from extproc.routing.errors import NoCapacity, NoRoute
+from extproc.routing.scheduler import Scheduler
 from extproc.routing.watermarks import Reading
 from modelyard.errors import ConfigError
 
@@ -29,7 +31,8 @@ def explain(
     try:
         d = scheduler.decide(req, now, watermarks, dry_run=True)
     except NoRoute as e:
-        out.update(status=e.status, error=e.message, retry_after_s=e.retry_after_s)
+        retry_after_s = e.retry_after_s if isinstance(e, NoCapacity) else None
+        out.update(status=e.status, error=e.message, retry_after_s=retry_after_s)
         rejected, candidates = e.rejected, ()
     else:
         out.update(
