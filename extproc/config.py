@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from extproc.routing.service_levels import Channel, Tier
 from extproc.routing.settings import RoutingSettings
 from modelyard.errors import ConfigError
 from ratelimit.config import RateLimitConfig
@@ -23,8 +24,6 @@ CONFIG_ENV = "MODELYARD_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "modelyard.yaml"
 
 Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest"]
-Channel = Literal["standard", "fast"]
-Tier = Literal["L1", "L2", "L3"]
 TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
 
 
@@ -133,10 +132,14 @@ class Deployment(_Model):
         return None
 
 
+def _chat_only() -> list[TaskType]:
+    return ["chat"]
+
+
 class ModelConfig(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.:/-]+$")
     groups: list[str] = Field(default_factory=list)
-    task_types: list[TaskType] = Field(default_factory=lambda: ["chat"])
+    task_types: list[TaskType] = Field(default_factory=_chat_only)
     capabilities: Capabilities = Capabilities()
     quality: float = Field(0.5, ge=0, le=1)
     latency_ms: float = Field(500.0, ge=0)

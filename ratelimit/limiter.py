@@ -10,7 +10,7 @@ from . import metrics
 from .backend import BucketView, MemoryBuckets, TakeResult, monotonic_us
 from .bucket import NANO, BucketParams
 from .config import RateLimitConfig, RedisConfig
-from .decision import Decision, Reservation, decide
+from .decision import Decision, Reservation, Store, decide
 from .rules import Charge, RequestContext, RuleSet
 
 log = logging.getLogger("modelyard.ratelimit")
@@ -110,7 +110,7 @@ class Limiter:
 
     # -- store selection and the Redis failure policy --
 
-    async def _take(self, charges: Sequence[Charge]) -> tuple[TakeResult, str]:
+    async def _take(self, charges: Sequence[Charge]) -> tuple[TakeResult, Store]:
         if self._redis is None:
             return self._memory.take_now(charges), "memory"
         if self._down and time.monotonic() < self._down_until:
@@ -138,7 +138,7 @@ class Limiter:
             type(e).__name__, e, rc.failure_policy,
         )
 
-    def _degraded(self, charges: Sequence[Charge]) -> tuple[TakeResult, str]:
+    def _degraded(self, charges: Sequence[Charge]) -> tuple[TakeResult, Store]:
         rc = self._cfg.redis
         if rc.failure_policy == "fallback":
             return self._memory.take_now([_scaled(c, rc.replicas) for c in charges]), "local"

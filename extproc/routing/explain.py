@@ -7,11 +7,12 @@ import argparse
 import sys
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
 from extproc.config import load_config
-from extproc.routing.decision import RouteRequest
+from extproc.routing.decision import Candidate, Rejection, RouteRequest
 from extproc.routing.errors import NoCapacity, NoRoute
 from extproc.routing.scheduler import Scheduler
 from extproc.routing.watermarks import Reading
@@ -20,9 +21,11 @@ from modelyard.errors import ConfigError
 
 def explain(
     scheduler: Scheduler, req: RouteRequest, now: float, watermarks: Mapping[str, Reading]
-) -> dict:
+) -> dict[str, Any]:
     """A JSON-ready account of one decision (dry run: no trial quota is consumed)."""
-    out: dict = {
+    rejected: tuple[Rejection, ...]
+    candidates: tuple[Candidate, ...]
+    out: dict[str, Any] = {
         "model": req.model,
         "tenant": req.tenant.name,
         "tier": req.tenant.tier,
@@ -45,7 +48,7 @@ def explain(
             chosen=d.chosen.cluster,
         )
         rejected, candidates = d.rejected, d.candidates
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "rank": i + 1,
             "model": c.model,
@@ -64,7 +67,7 @@ def explain(
     return out
 
 
-def format_explain(doc: dict) -> str:
+def format_explain(doc: Mapping[str, Any]) -> str:
     head = f"model={doc['model']} tenant={doc['tenant']} ({doc['tier']}) fast={doc['want_fast']}"
     if doc["status"] != 200:
         lines = [head, f"-> {doc['status']}: {doc['error']}"]

@@ -15,6 +15,7 @@ from extproc.routing.decision import Rejection, RouteRequest
 from extproc.routing.errors import ModelNotFound
 from extproc.routing.feedback import ClusterStats
 from extproc.routing.index import Entry
+from extproc.routing.service_levels import Tier
 from extproc.routing.settings import TierAdmission
 from extproc.routing.watermarks import Reading
 
@@ -172,7 +173,7 @@ def saturated(
 
 
 def fast_admission(
-    loads: list[tuple[Entry, float]], quota_left: bool, rule: TierAdmission, tier: str, rejected: Rejected
+    loads: list[tuple[Entry, float]], quota_left: bool, rule: TierAdmission, tier: Tier, rejected: Rejected
 ) -> list[tuple[Entry, float, bool]]:
     """For a request that asked for fast: whether each fast deployment admits it as fast use.
     A fast-only model's deployment that does not still serves it, as standard use."""

@@ -7,10 +7,11 @@ validation failure into a ConfigError whose message names the key path (`routing
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from extproc.routing.service_levels import Tier
 from modelyard.errors import ConfigError
 
 TERMS = ("quality", "latency", "cost", "load")
@@ -80,7 +81,7 @@ class TierAdmission(_Model):
     trial_per_minute: int | None = Field(None, ge=0)
 
 
-def _default_admission() -> dict[str, TierAdmission]:
+def _default_admission() -> dict[Tier, TierAdmission]:
     return {
         "L1": TierAdmission(),
         "L2": TierAdmission(max_watermark=0.7),
@@ -106,7 +107,7 @@ class RoutingSettings(_Model):
     saturation_threshold: float = Field(0.9, gt=0, le=1)
     cooldown: CooldownSettings = CooldownSettings()
     feedback: FeedbackSettings = FeedbackSettings()
-    admission: dict[Literal["L1", "L2", "L3"], TierAdmission] = Field(
+    admission: dict[Tier, TierAdmission] = Field(
         default_factory=_default_admission
     )
     watermarks: WatermarkSettings = WatermarkSettings()
