@@ -137,7 +137,7 @@ def explain_main(argv: list[str]) -> int:
     try:
         config = load_config(args.config)
         scheduler = Scheduler(config)
-    except (ConfigError, ValueError) as e:
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     tenant = next((t for t in config.tenants if t.name == args.tenant), None)
