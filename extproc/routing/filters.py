@@ -103,13 +103,12 @@ Rejected = list[tuple[Entry, Rejection]]
 
 
 def context_window(entries: list[Entry], prompt_tokens: int, rejected: Rejected) -> list[Entry]:
-    out = []
-    for e in entries:
-        if prompt_tokens > e.context_window:
-            why = f"prompt ~{prompt_tokens} tokens exceeds context window {e.context_window}"
-            rejected.append((e, Rejection(e.name, e.cluster, why, "context_window")))
-        else:
-            out.append(e)
+    out = [e for e in entries if not prompt_tokens > e.context_window]
+    if len(out) < len(entries):
+        for e in entries:
+            if prompt_tokens > e.context_window:
+                why = f"prompt ~{prompt_tokens} tokens exceeds context window {e.context_window}"
+                rejected.append((e, Rejection(e.name, e.cluster, why, "context_window")))
     return out
 
 
@@ -129,16 +128,12 @@ def missing_reading(
     entries: list[Entry], watermarks: Mapping[str, Reading], rejected: Rejected
 ) -> list[tuple[Entry, Reading | None]]:
     """Monitored entries with their reading; unmonitored ones (hosted APIs) with None."""
-    out: list[tuple[Entry, Reading | None]] = []
-    for e in entries:
-        if not e.monitored:
-            out.append((e, None))
-            continue
-        r = watermarks.get(e.cluster)
-        if r is None:
-            rejected.append((e, Rejection(e.name, e.cluster, "no watermark reading", "no_reading")))
-        else:
-            out.append((e, r))
+    pairs = [(e, watermarks.get(e.cluster) if e.monitored else None) for e in entries]
+    out = [(e, r) for e, r in pairs if r is not None or not e.monitored]
+    if len(out) < len(pairs):
+        for e, r in pairs:
+            if r is None and e.monitored:
+                rejected.append((e, Rejection(e.name, e.cluster, "no watermark reading", "no_reading")))
     return out
 
 
@@ -146,13 +141,12 @@ def stale_reading(
     pairs: list[tuple[Entry, Reading | None]], now: float, stale_after_s: float, rejected: Rejected
 ) -> list[tuple[Entry, Reading | None]]:
     # An old reading may hide a saturated GPU, so it counts as one.
-    out = []
-    for e, r in pairs:
-        if r is not None and now - r.ts > stale_after_s:
-            why = f"stale watermark ({now - r.ts:.1f}s old)"
-            rejected.append((e, Rejection(e.name, e.cluster, why, "stale_reading")))
-        else:
-            out.append((e, r))
+    out = [(e, r) for e, r in pairs if not (r is not None and now - r.ts > stale_after_s)]
+    if len(out) < len(pairs):
+        for e, r in pairs:
+            if r is not None and now - r.ts > stale_after_s:
+                why = f"stale watermark ({now - r.ts:.1f}s old)"
+                rejected.append((e, Rejection(e.name, e.cluster, why, "stale_reading")))
     return out
 
 
@@ -160,15 +154,16 @@ def saturated(
     pairs: list[tuple[Entry, Reading | None]], threshold: float, unmonitored: float, rejected: Rejected
 ) -> list[tuple[Entry, float]]:
     """Entries below the saturation threshold with their watermark (`unmonitored` for hosted APIs)."""
-    out = []
-    for e, r in pairs:
-        if r is None:
-            out.append((e, unmonitored))
-        elif r.saturated or r.watermark >= threshold:
-            why = f"saturated (watermark {r.watermark:.2f})"
-            rejected.append((e, Rejection(e.name, e.cluster, why, "saturated")))
-        else:
-            out.append((e, r.watermark))
+    out = [
+        (e, unmonitored if r is None else r.watermark)
+        for e, r in pairs
+        if r is None or not (r.saturated or r.watermark >= threshold)
+    ]
+    if len(out) < len(pairs):
+        for e, r in pairs:
+            if r is not None and (r.saturated or r.watermark >= threshold):
+                why = f"saturated (watermark {r.watermark:.2f})"
+                rejected.append((e, Rejection(e.name, e.cluster, why, "saturated")))
     return out
 
 

@@ -17,7 +17,7 @@ from extproc.routing.decision import Arm, Decision, Rejection, RouteRequest
 from extproc.routing.errors import BadRouteRequest, NoCapacity, NoRoute
 from extproc.routing.feedback import Feedback
 from extproc.routing.index import Entry, entries_of, groups_of
-from extproc.routing.score import candidate, pick, score
+from extproc.routing.score import pick, score
 from extproc.routing.settings import RoutingSettings, Weights
 from extproc.routing.watermarks import Reading
 
@@ -83,9 +83,10 @@ class Scheduler:
                        prior_weight=s.feedback.prior_weight, prompt_tokens=req.est_prompt_tokens,
                        output_tokens=out_tokens)
         top = pick(scored, s.max_candidates)
-        if not dry_run and req.want_fast and top[0][5]:
+        candidates = tuple(scored.candidate(i) for i in top)
+        if not dry_run and req.want_fast and candidates[0].fast_admitted:
             self.admission.consume(req.tenant.name, req.tenant.tier, now)
-        return Decision(tuple(candidate(p) for p in top), strategy, arm, weights, req.want_fast, rejected)
+        return Decision(candidates, strategy, arm, weights, req.want_fast, rejected)
 
     # -- the stages ---------------------------------------------------------------------------
 

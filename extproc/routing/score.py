@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from extproc.routing.decision import Candidate
 from extproc.routing.feedback import ClusterStats
@@ -34,10 +35,33 @@ def cost_estimate(e: Entry, prompt_tokens: int, output_tokens: int) -> float:
     return (prompt_tokens * e.cost_in + output_tokens * e.cost_out) / 1000.0
 
 
-# One deployment that passed every check: (entry, watermark, expected latency s, cost estimate,
-# error rate, admitted as fast, latency term, cost term, score). A tuple: a decision may score
-# a thousand of them and builds a Candidate only for the few it returns.
-Scored = tuple[Entry, float, float, float, float, bool, float, float, float]
+@dataclass(slots=True)
+class Scores:
+    """Every term of every deployment that passed the checks, computed once, index-aligned with
+    `admitted`. Lists, not objects: a decision may score a thousand deployments and builds a
+    Candidate only for the few it returns."""
+
+    admitted: list[tuple[Entry, float, bool]]  # (entry, watermark, admitted as fast)
+    latency_s: list[float]
+    cost_est: list[float]
+    error_rate: list[float]
+    latency: list[float]
+    cost: list[float]
+    score: list[float]
+
+    def candidate(self, i: int) -> Candidate:
+        e, wm, fast = self.admitted[i]
+        terms = {
+            "quality": e.quality,
+            "latency": self.latency[i],
+            "cost": self.cost[i],
+            "load": 1.0 - wm,
+            "error_rate": self.error_rate[i],
+            "latency_s": self.latency_s[i],
+            "cost_est": self.cost_est[i],
+            "watermark": wm,
+        }
+        return Candidate(e.name, e.dep, e.channel, self.score[i], terms, e.model, fast)
 
 
 def score(
@@ -49,47 +73,28 @@ def score(
     prior_weight: float,
     prompt_tokens: int,
     output_tokens: int,
-) -> list[Scored]:
+) -> Scores:
     """Every term of every deployment, computed once, and its score."""
-    lats: list[float] = []
-    costs: list[float] = []
-    errs: list[float] = []
-    for e, _, _ in admitted:
-        st = stats.get(e.cluster)
-        lats.append(expected_latency(e, st, stream, prior_weight))
-        costs.append(cost_estimate(e, prompt_tokens, output_tokens))
-        errs.append(st.error_rate if st is not None else 0.0)
-    wq, wl, wc, wload = weights.normalised()
+    sts = [stats.get(e.cluster) for e, _, _ in admitted]
+    lats = [expected_latency(e, st, stream, prior_weight) for (e, _, _), st in zip(admitted, sts)]
+    costs = [cost_estimate(e, prompt_tokens, output_tokens) for e, _, _ in admitted]
+    errs = [st.error_rate if st is not None else 0.0 for st in sts]
+    # Min-max across the candidate set: the fastest / cheapest gets 1, the slowest 0.
     lat_lo, cost_lo = min(lats), min(costs)
     lat_span, cost_span = max(lats) - lat_lo, max(costs) - cost_lo
-    out: list[Scored] = []
-    for (e, wm, fast), lat, cost, err in zip(admitted, lats, costs, errs):
-        # Min-max across the candidate set: the fastest / cheapest gets 1, the slowest 0.
-        t_lat = 1.0 - (lat - lat_lo) / lat_span if lat_span > 0 else 1.0
-        t_cost = 1.0 - (cost - cost_lo) / cost_span if cost_span > 0 else 1.0
-        base = wq * e.quality + wl * t_lat + wc * t_cost + wload * (1.0 - wm)
-        out.append((e, wm, lat, cost, err, fast, t_lat, t_cost, base * (1.0 - err)))
-    return out
+    t_lat = [1.0 - (x - lat_lo) / lat_span for x in lats] if lat_span > 0 else [1.0] * len(lats)
+    t_cost = [1.0 - (x - cost_lo) / cost_span for x in costs] if cost_span > 0 else [1.0] * len(costs)
+    wq, wl, wc, wload = weights.normalised()
+    scores = [
+        (wq * e.quality + wl * tl + wc * tc + wload * (1.0 - wm)) * (1.0 - err)
+        for (e, wm, _), tl, tc, err in zip(admitted, t_lat, t_cost, errs)
+    ]
+    return Scores(admitted, lats, costs, errs, t_lat, t_cost, scores)
 
 
-def pick(scored: list[Scored], limit: int) -> list[Scored]:
-    """Best first, at most `limit` (0: all): admitted fast deployments first, then standard ones
-    as failover; config order breaks ties so decisions are reproducible."""
-    keys = [(not p[5], -p[8], i) for i, p in enumerate(scored)]
+def pick(scores: Scores, limit: int) -> list[int]:
+    """Indices, best first, at most `limit` (0: all): admitted fast deployments first, then
+    standard ones as failover; config order breaks ties so decisions are reproducible."""
+    keys = [(not fast, -total, i) for i, ((_, _, fast), total) in enumerate(zip(scores.admitted, scores.score))]
     top = heapq.nsmallest(limit, keys) if 0 < limit < len(keys) else sorted(keys)
-    return [scored[i] for _, _, i in top]
-
-
-def candidate(p: Scored) -> Candidate:
-    e, wm, lat, cost, err, fast, t_lat, t_cost, total = p
-    terms = {
-        "quality": e.quality,
-        "latency": t_lat,
-        "cost": t_cost,
-        "load": 1.0 - wm,
-        "error_rate": err,
-        "latency_s": lat,
-        "cost_est": cost,
-        "watermark": wm,
-    }
-    return Candidate(e.name, e.dep, e.channel, total, terms, e.model, fast)
+    return [i for _, _, i in top]
