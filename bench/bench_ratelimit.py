@@ -23,7 +23,7 @@ import orjson
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bench.outcomes import Tally, report  # noqa: E402
-from ratelimit import Limiter, RequestContext  # noqa: E402
+from ratelimit import Limiter, RequestContext, parse_config  # noqa: E402
 from tests.ratelimit.redis_server import RedisServer  # noqa: E402
 
 LIMITS = [
@@ -78,7 +78,7 @@ async def run(tallies: list[Tally]) -> list[dict]:
         return tallies[-1]
 
     rows: list[dict] = []
-    mem = Limiter.from_config({"limits": LIMITS})
+    mem = Limiter(parse_config({"limits": LIMITS}))
     base = await _median(_sequential, mem, 20_000, case("memory 4 keys", "memory"))
     rows.append({"bench": "ratelimit", "case": "memory 4 keys", "metric": "decisions_per_s", "value": round(base), "unit": "1/s"})
     await mem.close()
@@ -86,7 +86,7 @@ async def run(tallies: list[Tally]) -> list[dict]:
     srv = RedisServer()
     srv.start()
     try:
-        lim = Limiter.from_config({"backend": "redis", "redis": {"url": srv.url, "timeout_ms": 1000}, "limits": LIMITS})
+        lim = Limiter(parse_config({"backend": "redis", "redis": {"url": srv.url, "timeout_ms": 1000}, "limits": LIMITS}))
         await _outcome(lim, case("redis warm-up", "redis"))(CTXS[0])  # load the script
         seq = await _median(_sequential, lim, 2_000, case("redis 4 keys sequential", "redis"))
         rows.append({"bench": "ratelimit", "case": "redis 4 keys sequential", "metric": "decisions_per_s", "value": round(seq), "unit": "1/s"})

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from extproc.config import GatewayConfig, parse_config  # noqa: E402
 from extproc.routing import RouteRequest, Scheduler  # noqa: E402
-from extproc.watermarks import Reading  # noqa: E402
+from extproc.routing.watermarks import Reading  # noqa: E402
 
 DEPLOYMENTS_PER_MODEL = 4
 

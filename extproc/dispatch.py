@@ -10,8 +10,8 @@ from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
 from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
-from extproc.routing import NoRoute, RouteRequest, Scheduler
-from extproc.watermarks import Reading
+from extproc.routing import RouteRequest, Scheduler
+from extproc.routing.watermarks import Reading
 from modelyard.errors import ClientError
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
@@ -36,13 +36,7 @@ class Dispatcher:
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
-        try:  # MERGE-BRIDGE: goes when NoRoute joins the error tree
-            d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
-        except NoRoute as e:
-            from modelyard.errors import Unavailable
-            if e.status >= 500:
-                raise Unavailable(e.message, retry_after_s=e.retry_after_s) from None
-            raise ClientError(e.message, status=e.status) from None
+        d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
         c = d.chosen
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
                       arm=d.arm)

@@ -17,7 +17,7 @@ from extproc.config import GatewayConfig
 from extproc.dispatch import Dispatcher
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore
-from extproc.watermarks import WatermarkBoard
+from extproc.telemetry.pollers import WatermarkBoard
 from kernels import Backend
 from ratelimit import Limiter
 

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 from adapters import kserve
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
-from extproc.config import ConfigError, GatewayConfig, config_path, load_config
+from extproc.config import GatewayConfig, config_path, load_config
 from extproc.flows import local
 from extproc.flows.chat import ChatFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
@@ -24,9 +24,9 @@ from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
-from extproc.watermarks import WatermarkBoard
+from extproc.telemetry.pollers import WatermarkBoard
 from kernels import select_backend
-from modelyard.errors import ModelyardError
+from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
 from ratelimit.rls import add_to_server
 
@@ -80,7 +80,7 @@ def build_routes() -> RouteTable:
 
 def build_gateway(config: GatewayConfig) -> Gateway:
     try:
-        limiter = Limiter.from_config(config.ratelimit)
+        limiter = Limiter(config.ratelimit)
         scheduler = Scheduler(config)
     except ValueError as e:
         raise ConfigError(str(e)) from None

@@ -8,7 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
-from extproc.config import ConfigError, hash_api_key, load_config
+from extproc.config import hash_api_key, load_config
+from modelyard.errors import ConfigError
 
 
 def _logging(level: str) -> None:
@@ -34,7 +35,7 @@ def _cmd_envoy_render(a: argparse.Namespace) -> int:
     from controlplane.environments import load_environment
 
     cfg, env = load_config(a.config), load_environment(a.env)
-    enforce = (cfg.ratelimit or {}).get("enforce", "extproc")
+    enforce = cfg.ratelimit.enforce
     if env.rate_limit_service and enforce != "envoy":
         print(f"modelyard: warning: environment {env.name} wires Envoy's ratelimit filter to the RLS while "
               f"ratelimit.enforce is {enforce!r}: requests would be charged twice; set `enforce: envoy`",

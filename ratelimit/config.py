@@ -1,6 +1,7 @@
 """The `ratelimit:` section of modelyard.yaml, validated with pydantic.
 
-`parse_config` takes the plain dict and raises `ValueError` naming the key path on any error.
+`extproc.config` parses it as part of the whole file; `parse_config` parses the section alone
+(tests, tools) and raises `ConfigError` naming the key path on any error.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from modelyard.errors import ConfigError
 
 Scope = Literal["tenant", "tier", "cluster", "channel", "global"]
 Unit = Literal["requests", "tokens"]
@@ -84,11 +87,11 @@ class RateLimitConfig(_Model):
 
 
 def parse_config(raw: dict[str, Any] | None) -> RateLimitConfig:
-    """Validate the `ratelimit:` dict; errors become ValueError('ratelimit.<path>: <why>')."""
+    """Validate the `ratelimit:` dict; errors become ConfigError('ratelimit.<path>: <why>')."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ValueError(f"ratelimit: expected a mapping, got {type(raw).__name__}")
+        raise ConfigError(f"ratelimit: expected a mapping, got {type(raw).__name__}")
     try:
         return RateLimitConfig.model_validate(raw)
     except ValidationError as e:
@@ -96,4 +99,4 @@ def parse_config(raw: dict[str, Any] | None) -> RateLimitConfig:
         for err in e.errors():
             loc = "ratelimit" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
             parts.append(f"{loc}: {err['msg']}")
-        raise ValueError("; ".join(parts)) from None
+        raise ConfigError("; ".join(parts)) from None

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 from .backend import BucketView
 from .bucket import NANO, US, reset_us
 from .rules import Charge
+
+# Who decided: the in-memory store, Redis, the local fallback while Redis is down, or the
+# fail-closed policy refusing everything while it is down.
+Store = Literal["memory", "redis", "local", "fail_closed"]
 
 
 @dataclass(slots=True)
 class Reservation:
     """What an admitted request took from token buckets, to correct once usage is known."""
 
-    store: str  # "redis" | "local": reconcile where it was charged
+    store: Store  # reconcile where it was charged
     token_charges: tuple[Charge, ...]
     est_tokens: int
     settled: bool = False
@@ -30,7 +35,7 @@ class Decision:
     limited_by: str = ""
     # True when a refused cost exceeds a bucket's burst: waiting will never help.
     too_large: bool = False
-    store: str = "memory"
+    store: Store = "memory"
 
     def headers(self) -> list[tuple[str, str]]:
         """x-ratelimit-{limit,remaining,reset}-{requests,tokens} of the tightest bucket per unit."""
@@ -76,7 +81,7 @@ def format_duration(seconds: float) -> str:
     return f"{s_txt}s"
 
 
-def decide(result_allowed: bool, views: tuple[BucketView, ...], store: str, est_tokens: int) -> Decision:
+def decide(result_allowed: bool, views: tuple[BucketView, ...], store: Store, est_tokens: int) -> Decision:
     """Fold one store answer into a Decision (pure)."""
     if result_allowed:
         toks = tuple(v.charge for v in views if v.charge.unit == "tokens")

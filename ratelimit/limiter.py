@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from . import metrics
 from .backend import BucketView, MemoryBuckets, TakeResult, monotonic_us
 from .bucket import NANO, BucketParams
-from .config import RateLimitConfig, RedisConfig, parse_config
-from .decision import Decision, Reservation, decide
+from .config import RateLimitConfig, RedisConfig
+from .decision import Decision, Reservation, Store, decide
 from .rules import Charge, RequestContext, RuleSet
 
 log = logging.getLogger("modelyard.ratelimit")
@@ -43,11 +42,6 @@ class Limiter:
                 raise ValueError(f"ratelimit.redis.url: {e}") from None
         self._down_until = 0.0  # monotonic seconds; Redis is skipped until then after a failure
         self._down = False
-
-    @classmethod
-    def from_config(cls, raw: dict[str, Any] | None, *, clock: Callable[[], int] = monotonic_us) -> Limiter:
-        """Build from the `ratelimit:` dict of modelyard.yaml; ValueError names the bad key."""
-        return cls(parse_config(raw), clock=clock)
 
     @property
     def config(self) -> RateLimitConfig:
@@ -101,9 +95,8 @@ class Limiter:
         # "memory" or "local": the reservation holds the (already scaled) charges it was made with
         self._memory.adjust_now([(c, delta * NANO) for c in charges])
 
-    def reload(self, raw: dict[str, Any] | None) -> None:
+    def reload(self, cfg: RateLimitConfig) -> None:
         """Swap the limits without a restart; existing buckets keep their level (capped at burst)."""
-        cfg = parse_config(raw)
         if cfg.backend != self._cfg.backend or (cfg.backend == "redis" and cfg.redis != self._cfg.redis):
             raise ValueError("ratelimit.backend: changing the backend or redis settings needs a restart")
         self._rules = RuleSet(cfg)
@@ -117,7 +110,7 @@ class Limiter:
 
     # -- store selection and the Redis failure policy --
 
-    async def _take(self, charges: Sequence[Charge]) -> tuple[TakeResult, str]:
+    async def _take(self, charges: Sequence[Charge]) -> tuple[TakeResult, Store]:
         if self._redis is None:
             return self._memory.take_now(charges), "memory"
         if self._down and time.monotonic() < self._down_until:
@@ -145,7 +138,7 @@ class Limiter:
             type(e).__name__, e, rc.failure_policy,
         )
 
-    def _degraded(self, charges: Sequence[Charge]) -> tuple[TakeResult, str]:
+    def _degraded(self, charges: Sequence[Charge]) -> tuple[TakeResult, Store]:
         rc = self._cfg.redis
         if rc.failure_policy == "fallback":
             return self._memory.take_now([_scaled(c, rc.replicas) for c in charges]), "local"

@@ -12,29 +12,32 @@ Entries with other keys are ignored; a descriptor that selects no bucket is OK w
 from __future__ import annotations
 
 import grpc
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
 
 from .backend import BucketView
 from .bucket import NANO, US, reset_us
-from .config import MAX_BURST, UNITS
+from .config import MAX_BURST, UNITS, Scope, Unit
 from .decision import Decision
 from .limiter import Limiter
 from .rules import Charge
 
-_CTX_KEYS = ("tenant", "tier", "cluster", "channel")
+# Descriptor entry keys that name a context field, and the scope each selects.
+_CTX_SCOPES: dict[str, Scope] = {"tenant": "tenant", "tier": "tier", "cluster": "cluster", "channel": "channel"}
 _RL = rls_pb2.RateLimitResponse
 _OK = _RL.OK
 _OVER = _RL.OVER_LIMIT
 
 
-def descriptor_charges(limiter: Limiter, descriptor, hits: int) -> list[Charge]:
+def descriptor_charges(limiter: Limiter, descriptor: ratelimit_pb2.RateLimitDescriptor, hits: int) -> list[Charge]:
     """The buckets one RLS descriptor selects (see the module doc for the mapping)."""
-    unit = "requests"
-    wanted: list[tuple[str, str]] = []
+    unit: Unit = "requests"
+    wanted: list[tuple[Scope, str]] = []
     for e in descriptor.entries:
-        if e.key in _CTX_KEYS:
-            wanted.append((e.key, e.value))
+        scope = _CTX_SCOPES.get(e.key)
+        if scope is not None:
+            wanted.append((scope, e.value))
         elif e.key == "generic_key" and e.value == "global":
             wanted.append(("global", "*"))
         elif e.key == "unit" and e.value in UNITS:
@@ -42,7 +45,7 @@ def descriptor_charges(limiter: Limiter, descriptor, hits: int) -> list[Charge]:
     tier = next((v for k, v in wanted if k == "tier"), None)  # picks per-tier tenant rules
     out = []
     for scope, value in wanted:
-        c = limiter.rules.charge(scope, value, unit, hits, tier)  # type: ignore[arg-type]
+        c = limiter.rules.charge(scope, value, unit, hits, tier)
         if c is not None:
             out.append(c)
     return out
@@ -55,7 +58,7 @@ def _duration(us: int) -> Duration:
     return d
 
 
-def _rate_limit(v: BucketView) -> _RL.RateLimit:
+def _rate_limit(v: BucketView) -> rls_pb2.RateLimitResponse.RateLimit:
     # RLS limits are whole requests per unit of time: pick the smallest unit that keeps precision.
     per_s = v.params.rate_milli / 1000
     for unit, secs in ((_RL.RateLimit.SECOND, 1), (_RL.RateLimit.MINUTE, 60), (_RL.RateLimit.HOUR, 3600)):
@@ -92,7 +95,9 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
     def __init__(self, limiter: Limiter) -> None:
         self._limiter = limiter
 
-    async def ShouldRateLimit(self, request, context) -> rls_pb2.RateLimitResponse:  # noqa: N802
+    async def ShouldRateLimit(  # noqa: N802
+        self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext
+    ) -> rls_pb2.RateLimitResponse:
         groups: list[list[Charge]] = []
         flat: dict[str, Charge] = {}
         for d in request.descriptors:

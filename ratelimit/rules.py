@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .bucket import NANO, BucketParams
-from .config import SCOPES, LimitRule, RateLimitConfig, Unit
+from .config import SCOPES, LimitRule, RateLimitConfig, Scope, Unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +17,7 @@ class RequestContext:
     cluster: str | None = None
     channel: str | None = None
 
-    def value(self, scope: str) -> str | None:
+    def value(self, scope: Scope) -> str | None:
         return "*" if scope == "global" else getattr(self, scope)
 
 
@@ -26,13 +26,13 @@ class Charge:
     """One bucket of one decision: its key, its parameters, what this request costs it."""
 
     key: str
-    scope: str
+    scope: Scope
     unit: Unit
     params: BucketParams
     cost_nano: int
 
 
-def bucket_key(scope: str, value: str, unit: str) -> str:
+def bucket_key(scope: Scope, value: str, unit: Unit) -> str:
     # ':' separates fields; values keep their text, so escape the separator and brace (hash tags).
     safe = value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
     return f"{scope}:{safe}:{unit}"
@@ -55,14 +55,14 @@ class RuleSet:
                 self._exact[(r.scope, r.match, r.unit)] = r
         self.units: frozenset[str] = frozenset(r.unit for r in cfg.limits)
 
-    def rule_for(self, scope: str, value: str, unit: str, tier: str | None = None) -> LimitRule | None:
+    def rule_for(self, scope: Scope, value: str, unit: Unit, tier: str | None = None) -> LimitRule | None:
         r = self._exact.get((scope, value, unit))
         if r is None and tier is not None and scope == "tenant":
             r = self._tenant_by_tier.get((tier, unit))
         return r or self._wild.get((scope, unit))
 
     def charge(
-        self, scope: str, value: str | None, unit: Unit, cost: int, tier: str | None = None
+        self, scope: Scope, value: str | None, unit: Unit, cost: int, tier: str | None = None
     ) -> Charge | None:
         if value is None:
             return None

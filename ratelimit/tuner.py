@@ -59,7 +59,7 @@ def _ts_us(raw: object, where: str) -> int:
     return round(v * US)
 
 
-def _cost_nano(raw: object, where: str) -> int:
+def _cost_nano(raw: str | float | None, where: str) -> int:
     try:
         v = float(raw) if raw not in (None, "") else 1.0
     except (TypeError, ValueError):

@@ -5,25 +5,19 @@ Pure and synchronous; see docs/routing.md. The request path builds a `RouteReque
 `Scheduler.record(cluster, latency_s, ok, ttft_s, now=now)`.
 """
 
-from extproc.routing.scheduler import (
-    AUTO,
-    CHANNEL_HEADER,
-    STRATEGY_HEADER,
-    Candidate,
-    Decision,
-    NoRoute,
-    Rejection,
-    RouteRequest,
-    Scheduler,
-)
-from extproc.routing.settings import RoutingSettings, Weights, parse_routing_settings
+from extproc.config.routing import RoutingSettings, Weights, parse_routing_settings
+from extproc.routing.decision import Candidate, Decision, Rejection, RouteRequest
+from extproc.routing.errors import BadRouteRequest, ModelNotFound, NoCapacity, NoRoute
+from extproc.routing.index import AUTO
+from extproc.routing.scheduler import Scheduler
 
 __all__ = [
     "AUTO",
-    "CHANNEL_HEADER",
-    "STRATEGY_HEADER",
+    "BadRouteRequest",
     "Candidate",
     "Decision",
+    "ModelNotFound",
+    "NoCapacity",
     "NoRoute",
     "Rejection",
     "RouteRequest",

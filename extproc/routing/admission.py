@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from extproc.routing.settings import TierAdmission
+from extproc.config.routing import TierAdmission
+from extproc.config.service_levels import Tier
 
 TRIAL_WINDOW_S = 60.0
 
@@ -17,14 +18,14 @@ def tier_allows(rule: TierAdmission, watermark: float) -> bool:
 
 
 class FastAdmission:
-    def __init__(self, tiers: Mapping[str, TierAdmission]) -> None:
+    def __init__(self, tiers: Mapping[Tier, TierAdmission]) -> None:
         self.tiers = dict(tiers)
         self._used: dict[str, deque[float]] = {}
 
-    def rule(self, tier: str) -> TierAdmission:
+    def rule(self, tier: Tier) -> TierAdmission:
         return self.tiers.get(tier) or TierAdmission(max_watermark=0.0)
 
-    def quota_left(self, tenant: str, tier: str, now: float) -> bool:
+    def quota_left(self, tenant: str, tier: Tier, now: float) -> bool:
         limit = self.rule(tier).trial_per_minute
         if limit is None:
             return True
@@ -35,7 +36,7 @@ class FastAdmission:
             q.popleft()
         return len(q) < limit
 
-    def consume(self, tenant: str, tier: str, now: float) -> None:
+    def consume(self, tenant: str, tier: Tier, now: float) -> None:
         if self.rule(tier).trial_per_minute is None:
             return
         self._used.setdefault(tenant, deque()).append(now)

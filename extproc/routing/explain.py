@@ -7,19 +7,25 @@ import argparse
 import sys
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
-from extproc.config import ConfigError, load_config
-from extproc.routing.scheduler import NoRoute, RouteRequest, Scheduler
-from extproc.watermarks import Reading
+from extproc.config import load_config
+from extproc.routing.decision import Candidate, Rejection, RouteRequest
+from extproc.routing.errors import NoCapacity, NoRoute
+from extproc.routing.scheduler import Scheduler
+from extproc.routing.watermarks import Reading
+from modelyard.errors import ConfigError
 
 
 def explain(
     scheduler: Scheduler, req: RouteRequest, now: float, watermarks: Mapping[str, Reading]
-) -> dict:
+) -> dict[str, Any]:
     """A JSON-ready account of one decision (dry run: no trial quota is consumed)."""
-    out: dict = {
+    rejected: tuple[Rejection, ...]
+    candidates: tuple[Candidate, ...]
+    out: dict[str, Any] = {
         "model": req.model,
         "tenant": req.tenant.name,
         "tier": req.tenant.tier,
@@ -28,7 +34,8 @@ def explain(
     try:
         d = scheduler.decide(req, now, watermarks, dry_run=True)
     except NoRoute as e:
-        out.update(status=e.status, error=e.message, retry_after_s=e.retry_after_s)
+        retry_after_s = e.retry_after_s if isinstance(e, NoCapacity) else None
+        out.update(status=e.status, error=e.message, retry_after_s=retry_after_s)
         rejected, candidates = e.rejected, ()
     else:
         out.update(
@@ -41,7 +48,7 @@ def explain(
             chosen=d.chosen.cluster,
         )
         rejected, candidates = d.rejected, d.candidates
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "rank": i + 1,
             "model": c.model,
@@ -60,7 +67,7 @@ def explain(
     return out
 
 
-def format_explain(doc: dict) -> str:
+def format_explain(doc: Mapping[str, Any]) -> str:
     head = f"model={doc['model']} tenant={doc['tenant']} ({doc['tier']}) fast={doc['want_fast']}"
     if doc["status"] != 200:
         lines = [head, f"-> {doc['status']}: {doc['error']}"]
@@ -130,7 +137,7 @@ def explain_main(argv: list[str]) -> int:
     try:
         config = load_config(args.config)
         scheduler = Scheduler(config)
-    except (ConfigError, ValueError) as e:
+    except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     tenant = next((t for t in config.tenants if t.name == args.tenant), None)

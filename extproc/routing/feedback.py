@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from extproc.routing.settings import CooldownSettings, FeedbackSettings
+from extproc.config.routing import CooldownSettings, FeedbackSettings
 
 
 @dataclass(slots=True)

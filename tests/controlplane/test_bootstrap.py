@@ -11,7 +11,8 @@ import yaml
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import ENVIRONMENTS_DIR, load_environment
 from devstack.launcher import envoy_binary
-from extproc.config import ConfigError, load_config
+from extproc.config import load_config
+from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS = sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.config import ConfigError, load_config, parse_config
+from extproc.config import load_config, parse_config
+from extproc.config.routing import RoutingSettings
+from modelyard.errors import ConfigError
+from ratelimit.config import RateLimitConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,3 +75,50 @@ def test_feature_sections_fail_at_load(section: str, value: dict, expected: str)
     with pytest.raises(ConfigError) as e:
         parse_config(data, "test.yaml")
     assert expected in str(e.value)
+
+
+def test_feature_sections_are_typed_once_at_load() -> None:
+    data = _demo()
+    data["routing"] = {"saturation_threshold": 0.8}
+    data["ratelimit"] = {"enforce": "envoy"}
+    cfg = parse_config(data, "test.yaml")
+    assert isinstance(cfg.routing, RoutingSettings) and cfg.routing.saturation_threshold == 0.8
+    assert isinstance(cfg.ratelimit, RateLimitConfig) and cfg.ratelimit.enforce == "envoy"
+    data.pop("routing"), data.pop("ratelimit")
+    bare = parse_config(data, "test.yaml")
+    assert bare.routing == RoutingSettings() and bare.ratelimit == RateLimitConfig()
+
+
+@pytest.mark.parametrize("value", ["fast please", ["x"], None])
+def test_feature_section_not_a_mapping_names_the_key(value: object) -> None:
+    data = _demo()
+    data["routing"] = value
+    with pytest.raises(ConfigError, match=r"^test\.yaml: routing: "):
+        parse_config(data, "test.yaml")
+
+
+def test_unknown_tenant_strategy_fails_at_load() -> None:
+    data = _demo()
+    data["tenants"][1]["strategy"] = "nonesuch"
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, "test.yaml")
+    assert str(e.value).startswith("test.yaml: tenants[1].strategy: unknown strategy 'nonesuch' (known: ")
+    assert "balanced" in str(e.value)
+
+
+def test_tenant_strategy_may_name_a_configured_strategy() -> None:
+    data = _demo()
+    data["tenants"][0]["strategy"] = "pinned"
+    data["routing"] = {"strategies": {"pinned": {"quality": 1}}}
+    assert parse_config(data, "test.yaml").tenants[0].strategy == "pinned"
+
+
+def test_cli_refuses_unknown_tenant_strategy_before_starting(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    data = _demo()
+    data["tenants"][0]["strategy"] = "nonesuch"
+    bad.write_text(yaml.safe_dump(data))
+    r = subprocess.run([sys.executable, "-m", "modelyard.cli", "envoy", "render", "--env", "dev", "--config", str(bad)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "tenants[0].strategy" in r.stderr and "Traceback" not in r.stderr

@@ -28,7 +28,7 @@ class Clock:
 
 def _limiter(limits, **kw):
     clock = Clock()
-    return Limiter.from_config({"limits": limits, **kw}, clock=clock), clock
+    return Limiter(parse_config({"limits": limits, **kw}), clock=clock), clock
 
 
 async def test_demo_limited_tenant_gets_429_after_three():
@@ -101,16 +101,16 @@ async def test_reload_keeps_level_and_applies_new_limits():
     lim, _ = _limiter(rules)
     for _ in range(4):
         await lim.acquire(CTX)
-    lim.reload({"limits": [{"scope": "tenant", "match": "*", "rate": 1, "burst": 20}]})
+    lim.reload(parse_config({"limits": [{"scope": "tenant", "match": "*", "rate": 1, "burst": 20}]}))
     d = await lim.acquire(CTX)
     assert d.views[0].level_nano == 5 * NANO and d.views[0].params.burst_nano == 20 * NANO
-    lim.reload({"limits": [{"scope": "tenant", "match": "*", "rate": 1, "burst": 3}]})
+    lim.reload(parse_config({"limits": [{"scope": "tenant", "match": "*", "rate": 1, "burst": 3}]}))
     d = await lim.acquire(CTX)  # level is capped at the new, smaller burst
     assert d.views[0].level_nano == 2 * NANO
     with pytest.raises(ValueError, match="backend"):
-        lim.reload({"backend": "redis", "limits": []})
+        lim.reload(parse_config({"backend": "redis", "limits": []}))
     with pytest.raises(ValueError, match=re.escape("ratelimit.limits[0].rate")):
-        lim.reload({"limits": [{"scope": "tenant", "rate": -1, "burst": 3}]})
+        lim.reload(parse_config({"limits": [{"scope": "tenant", "rate": -1, "burst": 3}]}))
     assert lim.config.limits[0].burst == 3  # a bad reload changes nothing
 
 
@@ -161,7 +161,7 @@ def test_config_errors_name_the_key(raw, path):
 
 def test_bad_redis_url_from_config():
     with pytest.raises(ValueError, match=r"ratelimit\.redis\.url"):
-        Limiter.from_config({"backend": "redis", "redis": {"url": "redis://h:notaport/0"}})
+        Limiter(parse_config({"backend": "redis", "redis": {"url": "redis://h:notaport/0"}}))
 
 
 def test_config_not_a_mapping():
@@ -222,11 +222,11 @@ async def test_reconcile_on_fallback_uses_the_local_share():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    lim = Limiter.from_config({
+    lim = Limiter(parse_config({
         "backend": "redis",
         "redis": {"url": f"redis://127.0.0.1:{port}/0", "replicas": 4, "timeout_ms": 200},
         "limits": [{"scope": "tenant", "match": "*", "unit": "tokens", "rate": 1, "burst": 4000}],
-    })
+    }))
     d = await lim.acquire(CTX, 600)
     assert d.allowed and d.store == "local" and d.views[0].params.burst_nano == 1000 * NANO
     await lim.reconcile(d.reservation, 100)

@@ -6,7 +6,7 @@ import time
 
 from prometheus_client import REGISTRY
 
-from ratelimit import Limiter, RequestContext
+from ratelimit import Limiter, RequestContext, parse_config
 from ratelimit.backend import MemoryBuckets
 from ratelimit.bucket import NANO, BucketParams
 from ratelimit.redis_store import RedisBuckets
@@ -52,7 +52,7 @@ async def test_lua_matches_pure_math_exactly(redis_server):
 async def test_two_replicas_share_one_bucket_under_concurrent_load(redis_server):
     rate, burst = 200, 20
     cfg = _cfg(redis_server.url, [{"scope": "tenant", "match": "*", "rate": rate, "burst": burst}], replicas=2)
-    a, b = Limiter.from_config(cfg), Limiter.from_config(cfg)
+    a, b = Limiter(parse_config(cfg)), Limiter(parse_config(cfg))
     admitted = 0
     stop = time.monotonic() + 0.6
 
@@ -78,7 +78,7 @@ async def test_redis_down_fallback_then_recovery(redis_server):
         [{"scope": "tenant", "match": "*", "rate": 0.001, "burst": 10}],
         replicas=2, failure_policy="fallback", retry_interval_ms=0,
     )
-    lim = Limiter.from_config(cfg)
+    lim = Limiter(parse_config(cfg))
     assert (await lim.acquire(CTX)).store == "redis"
     before = _errors("fallback")
     redis_server.stop()
@@ -99,7 +99,7 @@ async def test_redis_down_fail_closed_denies(redis_server):
         redis_server.url, [{"scope": "tenant", "match": "*", "rate": 1, "burst": 10}],
         failure_policy="fail_closed", retry_interval_ms=60_000,
     )
-    lim = Limiter.from_config(cfg)
+    lim = Limiter(parse_config(cfg))
     assert (await lim.acquire(CTX)).allowed
     before = _errors("fail_closed")
     redis_server.stop()
@@ -114,7 +114,7 @@ async def test_redis_down_fail_closed_denies(redis_server):
 
 async def test_reconcile_and_noscript_recovery(redis_server):
     cfg = _cfg(redis_server.url, [{"scope": "global", "unit": "tokens", "rate": 1, "burst": 1000}])
-    lim = Limiter.from_config(cfg)
+    lim = Limiter(parse_config(cfg))
     d = await lim.acquire(CTX, 600)
     await lim.reconcile(d.reservation, 100)
     import redis.asyncio as aioredis
@@ -131,7 +131,7 @@ async def test_reconcile_and_noscript_recovery(redis_server):
 async def test_kill_under_concurrent_load_never_raises(redis_server):
     cfg = _cfg(redis_server.url, [{"scope": "tenant", "match": "*", "rate": 1000, "burst": 100}],
                replicas=2, retry_interval_ms=50)
-    lim = Limiter.from_config(cfg)
+    lim = Limiter(parse_config(cfg))
     stores: set[str] = set()
     killed = asyncio.Event()
 
@@ -158,7 +158,7 @@ async def test_hung_redis_times_out_to_the_policy(redis_server):
 
     cfg = _cfg(redis_server.url, [{"scope": "tenant", "match": "*", "rate": 1, "burst": 10}], retry_interval_ms=0)
     cfg["redis"]["timeout_ms"] = 100
-    lim = Limiter.from_config(cfg)
+    lim = Limiter(parse_config(cfg))
     assert (await lim.acquire(CTX)).store == "redis"
     os.kill(redis_server.proc.pid, signal.SIGSTOP)
     try:

@@ -6,7 +6,7 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf.wrappers_pb2 import UInt64Value
 
-from ratelimit import Limiter, RequestContext
+from ratelimit import Limiter, RequestContext, parse_config
 from ratelimit.rls import add_to_server
 
 OK = rls_pb2.RateLimitResponse.OK
@@ -25,12 +25,12 @@ def _desc(hits=None, **entries):
 @pytest.fixture
 async def rls():
     clock = [1_000_000]
-    lim = Limiter.from_config(
+    lim = Limiter(parse_config(
         {"limits": [
             {"scope": "tenant", "match": "demo-limited", "rate": 1, "burst": 3},
             {"scope": "global", "unit": "tokens", "rate": 100, "burst": 1000},
             {"scope": "cluster", "match": "*", "rate": 0.5, "burst": 100},
-        ]},
+        ]}),
         clock=lambda: clock[0],
     )
     server = grpc.aio.server()
@@ -103,10 +103,10 @@ _entry = st.tuples(
     st.integers(0, 2**32 - 1),
 )
 async def test_fuzz_descriptors_never_fail(descs, hits):
-    lim = Limiter.from_config({"limits": [
+    lim = Limiter(parse_config({"limits": [
         {"scope": "tenant", "match": "*", "rate": 1, "burst": 3},
         {"scope": "global", "unit": "tokens", "rate": 100, "burst": 1000},
-    ]})
+    ]}))
     svc = RateLimitService(lim)
     req = rls_pb2.RateLimitRequest(hits_addend=hits)
     for entries, h in descs:

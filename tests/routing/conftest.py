@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from extproc.config import GatewayConfig, TenantConfig, parse_config
-from extproc.watermarks import Reading
+from extproc.routing.watermarks import Reading
 
 KEY = "sha256:" + "0" * 64
 

@@ -11,7 +11,8 @@ from aiohttp import web
 
 from extproc.config import WatermarkSource
 from extproc.routing import NoRoute, RouteRequest, Scheduler
-from extproc.watermarks import WatermarkBoard, WatermarkPoller, parse_dcgm_metrics
+from extproc.routing.watermarks import parse_dcgm_metrics
+from extproc.telemetry.pollers import WatermarkBoard, WatermarkPoller
 from gpuagent.agent import EXIT_NO_NVML, FakeSource, NvmlSource, NvmlUnavailable, main, make_app
 
 from .conftest import dep, make_config, model

@@ -3,7 +3,7 @@ import orjson
 from extproc.config import load_config
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.explain import explain, explain_main, format_explain
-from extproc.watermarks import Reading
+from extproc.routing.watermarks import Reading
 
 from .test_score import ROOT
 

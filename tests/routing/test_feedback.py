@@ -2,9 +2,9 @@
 
 import pytest
 
+from extproc.config.routing import CooldownSettings, FeedbackSettings
 from extproc.routing import NoRoute, RouteRequest, Scheduler, parse_routing_settings
 from extproc.routing.feedback import Feedback
-from extproc.routing.settings import CooldownSettings, FeedbackSettings
 
 from .conftest import dep, fresh, make_config, model
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from extproc.routing import NoRoute, RouteRequest, Scheduler
-from extproc.watermarks import Reading
+from extproc.routing import BadRouteRequest, ModelNotFound, NoCapacity, NoRoute, RouteRequest, Scheduler
+from extproc.routing.watermarks import Reading
+from modelyard.errors import ClientError, ConfigError, NotFound, Unavailable
 
 from .conftest import dep, fresh, make_config, model, tenant, tenant_of
 
@@ -135,11 +136,31 @@ def test_saturated_one_fails_over_to_the_other():
     assert [(r.cluster, r.runtime) for r in d.rejected] == [("a1", True)]
 
 
-def test_unknown_strategy_is_400_and_bad_tenant_strategy_fails_at_start(two_models):
+def test_unknown_strategy_is_400_and_bad_tenant_strategy_fails_at_load(two_models):
     s = Scheduler(two_models)
     with pytest.raises(NoRoute) as e:
         s.decide(RouteRequest("chat", tenant_of(two_models, "gold"), "cheapest"), NOW, fresh(two_models))
     assert e.value.status == 400 and "cheapest" in e.value.message
-    cfg = make_config([model("a", [dep("a1")])], tenants=[tenant("x", strategy="fastest")])
-    with pytest.raises(ValueError, match=r"tenants\[0\]\.strategy"):
-        Scheduler(cfg)
+    with pytest.raises(ConfigError, match=r"tenants\[0\]\.strategy"):
+        make_config([model("a", [dep("a1")])], tenants=[tenant("x", strategy="fastest")])
+
+
+def test_no_route_cases_sit_in_the_error_tree(two_models):
+    s = Scheduler(two_models)
+    gold = tenant_of(two_models, "gold")
+    with pytest.raises(ModelNotFound) as missing:
+        s.decide(RouteRequest("nope", gold), NOW, {})
+    assert isinstance(missing.value, NotFound) and missing.value.type == "not_found_error"
+    with pytest.raises(BadRouteRequest) as bad:
+        s.decide(RouteRequest("chat", gold, "cheapest"), NOW, fresh(two_models))
+    assert isinstance(bad.value, ClientError) and bad.value.status == 400
+    for c in ("big-a", "small-a"):
+        for t in range(3):
+            s.record(c, 1.0, False, now=NOW - 1 + t * 0.1)
+    with pytest.raises(NoCapacity) as busy:
+        s.decide(RouteRequest("chat", gold), NOW, fresh(two_models))
+    e = busy.value
+    assert isinstance(e, Unavailable) and isinstance(e, NoRoute) and e.status == 503
+    # The wire type routing 503s have always had, and a retry-after from the soonest cooldown end.
+    assert e.type == "api_error" and e.retry_after_s == pytest.approx(29.2)
+    assert ("retry-after", "30") in e.headers and {r.check for r in e.rejected} >= {"cooldown"}

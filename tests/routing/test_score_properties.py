@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extproc.routing import NoRoute, RouteRequest, Scheduler, parse_routing_settings
-from extproc.watermarks import Reading
+from extproc.routing.watermarks import Reading
 
 from .conftest import dep, make_config, model, tenant
 

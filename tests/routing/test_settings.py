@@ -1,6 +1,6 @@
 import pytest
 
-from extproc.routing.settings import DEFAULT_STRATEGIES, parse_routing_settings
+from extproc.config.routing import DEFAULT_STRATEGIES, parse_routing_settings
 
 
 def test_empty_section_gives_defaults():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extproc.watermarks import WatermarkParseError, parse_agent_json, parse_dcgm_metrics, parse_reading
+from extproc.routing.watermarks import WatermarkParseError, parse_agent_json, parse_dcgm_metrics, parse_reading
 from gpuagent.agent import parse_fake_spec
 
 DCGM_SAMPLE = """\
@@ -146,13 +146,3 @@ def test_fuzz_dcgm(lines):
         _check(parse_dcgm_metrics("\n".join(lines)))
     except WatermarkParseError:
         pass
-
-
-def test_effective_reading_staleness():
-    from extproc.watermarks import Reading, effective
-
-    r = Reading(0.2, 10.0)
-    assert effective(r, 13.0, 3.0) is r
-    old = effective(r, 13.01, 3.0)
-    assert old.saturated and old.watermark == 1.0 and old.ts == 10.0
-    assert effective(None, 5.0, 3.0).saturated

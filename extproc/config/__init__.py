@@ -1,7 +1,8 @@
 """`modelyard.yaml`: typed, validated configuration for Envoy and the extproc service.
 
 Every section is a pydantic model with `extra="forbid"`, so a misspelt key fails at load time
-with the key path named. `load_config` turns every failure into `ConfigError`, never a traceback.
+with the key path named. The feature sections (`routing:`, `ratelimit:`) are their modules' own
+models, parsed here once. `load_config` turns every failure into `ConfigError`, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,17 +15,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from extproc.config.routing import RoutingSettings
+from extproc.config.service_levels import Channel, Tier
+from modelyard.errors import ConfigError
+from ratelimit.config import RateLimitConfig
+
 CONFIG_ENV = "MODELYARD_CONFIG"
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "modelyard.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
 
 Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest"]
-Channel = Literal["standard", "fast"]
-Tier = Literal["L1", "L2", "L3"]
 TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
-
-
-class ConfigError(Exception):
-    """A config file that cannot be used; the message names the key path and what was expected."""
 
 
 class _Model(BaseModel):
@@ -132,10 +132,14 @@ class Deployment(_Model):
         return None
 
 
+def _chat_only() -> list[TaskType]:
+    return ["chat"]
+
+
 class ModelConfig(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.:/-]+$")
     groups: list[str] = Field(default_factory=list)
-    task_types: list[TaskType] = Field(default_factory=lambda: ["chat"])
+    task_types: list[TaskType] = Field(default_factory=_chat_only)
     capabilities: Capabilities = Capabilities()
     quality: float = Field(0.5, ge=0, le=1)
     latency_ms: float = Field(500.0, ge=0)
@@ -174,9 +178,9 @@ class GatewayConfig(_Model):
     extproc: ExtprocConfig = ExtprocConfig()
     models: list[ModelConfig] = Field(min_length=1)
     tenants: list[TenantConfig] = Field(min_length=1)
-    # Feature sections owned by their own modules, validated there (routing, ratelimit, ...).
-    routing: dict[str, Any] = Field(default_factory=dict)
-    ratelimit: dict[str, Any] = Field(default_factory=dict)
+    # Feature sections: models owned by their own modules (routing, ratelimit), parsed here once.
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> "GatewayConfig":
@@ -230,21 +234,18 @@ def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
         cfg = GatewayConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{source}: {_format_error(e)}") from None
-    _check_feature_sections(cfg, source)
+    _check_references(cfg, source)
     return cfg
 
 
-def _check_feature_sections(cfg: GatewayConfig, source: str) -> None:
-    """`routing:` and `ratelimit:` belong to their modules; validate them at load time all the same,
-    so every command (serve, up, envoy render) refuses a bad file before starting anything."""
-    from extproc.routing.settings import parse_routing_settings
-    from ratelimit.config import parse_config as parse_ratelimit
-
-    try:
-        parse_routing_settings(cfg.routing)
-        parse_ratelimit(cfg.ratelimit)
-    except ValueError as e:
-        raise ConfigError(f"{source}: {e}") from None
+def _check_references(cfg: GatewayConfig, source: str) -> None:
+    """Names one section uses and another defines; checked at load so every command (serve, up,
+    envoy render, route explain) refuses the file alike, not only the one that builds a Scheduler."""
+    strategies = cfg.routing.strategies
+    for i, t in enumerate(cfg.tenants):
+        if t.strategy not in strategies:
+            known = ", ".join(sorted(strategies))
+            raise ConfigError(f"{source}: tenants[{i}].strategy: unknown strategy {t.strategy!r} (known: {known})")
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

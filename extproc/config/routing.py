@@ -1,14 +1,18 @@
 """The `routing:` section of modelyard.yaml: strategies, A/B, cooldowns, admission, watermarks.
 
-Every key has a default, so an empty section is valid. `parse_routing_settings` turns any
-validation failure into a ValueError whose message names the key path (`routing.cooldown.failures`).
+Every key has a default, so an empty section is valid. `extproc.config` parses it as part of the
+whole file; `parse_routing_settings` parses the section alone (tests, tools) and turns any
+validation failure into a ConfigError whose message names the key path (`routing.cooldown.failures`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from extproc.config.service_levels import Tier
+from modelyard.errors import ConfigError
 
 TERMS = ("quality", "latency", "cost", "load")
 
@@ -77,7 +81,7 @@ class TierAdmission(_Model):
     trial_per_minute: int | None = Field(None, ge=0)
 
 
-def _default_admission() -> dict[str, TierAdmission]:
+def _default_admission() -> dict[Tier, TierAdmission]:
     return {
         "L1": TierAdmission(),
         "L2": TierAdmission(max_watermark=0.7),
@@ -103,7 +107,7 @@ class RoutingSettings(_Model):
     saturation_threshold: float = Field(0.9, gt=0, le=1)
     cooldown: CooldownSettings = CooldownSettings()
     feedback: FeedbackSettings = FeedbackSettings()
-    admission: dict[Literal["L1", "L2", "L3"], TierAdmission] = Field(
+    admission: dict[Tier, TierAdmission] = Field(
         default_factory=_default_admission
     )
     watermarks: WatermarkSettings = WatermarkSettings()
@@ -148,12 +152,12 @@ def _key_path(err: ValidationError, prefix: str) -> str:
 
 
 def parse_routing_settings(data: Any, prefix: str = "routing") -> RoutingSettings:
-    """Validate the `routing:` mapping (None or {} gives the defaults); ValueError names the key."""
+    """Validate the `routing:` mapping (None or {} gives the defaults); ConfigError names the key."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"{prefix}: expected a mapping")
+        raise ConfigError(f"{prefix}: expected a mapping")
     try:
         return RoutingSettings.model_validate(data)
     except ValidationError as e:
-        raise ValueError(_key_path(e, prefix)) from None
+        raise ConfigError(_key_path(e, prefix)) from None

@@ -1,34 +1,23 @@
-"""GPU watermarks: pure parsers for agent JSON and DCGM exporter text, and background pollers.
+"""GPU watermarks as routing reads them: readings, and pure parsers for agent JSON and DCGM text.
 
 A watermark is the busiest GPU's pressure, max over GPUs of max(util, memory used fraction),
-in [0, 1]. `WatermarkBoard` polls every configured source in the background and keeps the last
-`Reading` per cluster in a plain dict; the request path reads that dict synchronously and never
-waits on a poll. Readings carry the monotonic time they arrived so the scheduler can treat an old
-reading as saturated.
+in [0, 1]. Readings carry the monotonic time they arrived so the scheduler can treat an old
+reading as saturated. The pollers that fetch them live in `extproc/telemetry/pollers.py`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
 import re
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import aiohttp
 import orjson
 
-from extproc.config import GatewayConfig, WatermarkSource
-
-log = logging.getLogger(__name__)
+from modelyard.errors import UpstreamError
 
 
-class WatermarkParseError(ValueError):
+class WatermarkParseError(UpstreamError):
     """A watermark source answered with something that is not a usable reading."""
-
-    status = 502
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +46,6 @@ class Reading:
 
     def age(self, now: float) -> float:
         return now - self.ts
-
-
-def effective(reading: Reading | None, now: float, stale_after_s: float) -> Reading:
-    """The reading as routing sees it: missing or older than `stale_after_s` is saturated (1.0)."""
-    if reading is None:
-        return Reading(1.0, now, source="none", saturated=True)
-    if now - reading.ts > stale_after_s:
-        return Reading(1.0, reading.ts, reading.gpus, reading.source, saturated=True)
-    return reading
 
 
 def watermark_of(gpus: tuple[GpuReading, ...] | list[GpuReading]) -> float:
@@ -188,113 +168,3 @@ def parse_reading(kind: str, body: bytes, now: float) -> Reading:
     if kind == "dcgm":
         return parse_dcgm_metrics(body, now)
     return parse_agent_json(body, now)
-
-
-@dataclass
-class WatermarkPoller:
-    """Polls one source every `interval_s`; `reading` is the last good one (None before)."""
-
-    cluster: str
-    source: WatermarkSource
-    interval_s: float = 1.0
-    clock: Callable[[], float] = time.monotonic
-    reading: Reading | None = None
-    errors: int = 0
-    last_error: str | None = None
-    _updated: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-
-    async def poll_once(self, session: aiohttp.ClientSession) -> Reading | None:
-        try:
-            timeout = aiohttp.ClientTimeout(total=self.interval_s)
-            async with session.get(self.source.url, timeout=timeout) as resp:
-                if resp.status != 200:
-                    raise WatermarkParseError(f"HTTP {resp.status}")
-                body = await resp.read()
-            reading = parse_reading(self.source.kind, body, self.clock())
-        except (aiohttp.ClientError, asyncio.TimeoutError, WatermarkParseError, OSError) as e:
-            self.errors += 1
-            msg = f"{type(e).__name__}: {e}"
-            if msg != self.last_error:  # log changes, not every failed poll
-                log.warning("watermark %s (%s): %s", self.cluster, self.source.url, msg)
-            self.last_error = msg
-            return None
-        self.reading, self.last_error = reading, None
-        self._updated.set()
-        self._updated = asyncio.Event()
-        return reading
-
-    async def wait_for_update(self, timeout: float) -> Reading | None:
-        """Wait for the next successful poll (tests and readiness checks)."""
-        try:
-            await asyncio.wait_for(self._updated.wait(), timeout)
-        except asyncio.TimeoutError:
-            return None
-        return self.reading
-
-    async def run(self, session: aiohttp.ClientSession, on_reading: Callable[[str, Reading], None]) -> None:
-        loop = asyncio.get_running_loop()
-        next_at = loop.time()
-        while True:
-            r = await self.poll_once(session)
-            if r is not None:
-                on_reading(self.cluster, r)
-            # Fixed cadence: a slow poll shortens the next wait instead of drifting.
-            next_at += self.interval_s
-            delay = next_at - loop.time()
-            if delay < 0:
-                next_at, delay = loop.time(), 0
-            await asyncio.sleep(delay)
-
-
-class WatermarkBoard:
-    """Background pollers for every cluster with a watermark source; `readings` is the live map
-    handed to `Scheduler.decide` (updated in place on the event loop, read synchronously)."""
-
-    def __init__(
-        self,
-        sources: Mapping[str, WatermarkSource],
-        interval_s: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.pollers = {c: WatermarkPoller(c, s, interval_s, clock) for c, s in sources.items()}
-        self.readings: dict[str, Reading] = {}
-        self._session: aiohttp.ClientSession | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-
-    @classmethod
-    def from_config(cls, config: GatewayConfig, interval_s: float = 1.0) -> "WatermarkBoard":
-        sources = {c: d.watermark for c, d in config.clusters().items() if d.watermark is not None}
-        return cls(sources, interval_s)
-
-    def _store(self, cluster: str, reading: Reading) -> None:
-        self.readings[cluster] = reading
-
-    async def start(self, first_poll_timeout: float | None = None) -> None:
-        """Start polling; with `first_poll_timeout`, wait (bounded) for one round first so the
-        gateway does not start with every monitored deployment counted as saturated."""
-        self._session = aiohttp.ClientSession()
-        if first_poll_timeout and self.pollers:
-            polls = [p.poll_once(self._session) for p in self.pollers.values()]
-            try:
-                done = await asyncio.wait_for(asyncio.gather(*polls), first_poll_timeout)
-            except asyncio.TimeoutError:
-                log.warning("watermarks: first poll round took over %.1fs", first_poll_timeout)
-            else:
-                for p, r in zip(self.pollers.values(), done):
-                    if r is not None:
-                        self._store(p.cluster, r)
-        self._tasks = [
-            asyncio.create_task(p.run(self._session, self._store), name=f"watermark:{p.cluster}")
-            for p in self.pollers.values()
-        ]
-
-    async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    close = stop  # the gateway closes its parts with `close()`

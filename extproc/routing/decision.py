@@ -1,0 +1,97 @@
+"""What a routing decision takes and gives: the request, the ranked candidates, the rejections."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from extproc.config.routing import Weights
+from extproc.config.service_levels import Channel
+
+if TYPE_CHECKING:
+    # Annotations only: extproc.config holds RoutingSettings, so a runtime import would be a cycle.
+    from extproc.config import Deployment, ModelConfig, TenantConfig
+
+Arm = Literal["A", "B"]
+# Which check dropped a deployment; `Rejection.reason` is the human-readable account of it.
+Check = Literal[
+    "task_type", "tools", "vision", "streaming", "channel", "context_window",
+    "cooldown", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier",
+]
+# Checks that may pass later (a retry can help, so no route is a 503); the rest never change.
+RUNTIME_CHECKS: frozenset[Check] = frozenset(
+    {"cooldown", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    model: str
+    tenant: TenantConfig
+    strategy_override: str | None = None
+    want_fast: bool = False
+    est_prompt_tokens: int = 0
+    # Caps output tokens for the cost estimate; None uses routing.est_output_tokens.
+    est_output_tokens: int | None = None
+    needs_tools: bool = False
+    needs_vision: bool = False
+    stream: bool = False
+    # Free text from the request path: an unknown task type is a 400, not a type error.
+    task_type: str = "chat"
+    task_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    model: str
+    deployment: Deployment
+    channel: Channel
+    score: float
+    terms: Mapping[str, float]
+    model_config: ModelConfig
+    # Admitted to the fast channel (counts as fast use); False for fast-only models serving
+    # a request that was not admitted or did not ask.
+    fast_admitted: bool = False
+
+    @property
+    def cluster(self) -> str:
+        return self.deployment.cluster
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    model: str
+    cluster: str
+    reason: str
+    check: Check
+
+    @property
+    def runtime(self) -> bool:
+        """Runtime reasons (cooldown, watermark, admission) pass; static ones (capabilities) do not."""
+        return self.check in RUNTIME_CHECKS
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    candidates: tuple[Candidate, ...]
+    strategy: str
+    arm: Arm
+    weights: Weights
+    fast_requested: bool
+    rejected: tuple[Rejection, ...] = ()
+
+    @property
+    def chosen(self) -> Candidate:
+        return self.candidates[0]
+
+    @property
+    def channel(self) -> Channel:
+        """The channel of the first choice; after a failover use that candidate's `channel`."""
+        return self.candidates[0].channel
+
+    @property
+    def downgraded(self) -> bool:
+        """Asked for fast and not admitted: silently served on the standard channel (or on a
+        fast-only model's deployment without counting as fast use)."""
+        return self.fast_requested and not self.candidates[0].fast_admitted

@@ -1,0 +1,100 @@
+"""The weighted score: each surviving deployment's terms, computed once, and the pick order.
+
+Latency and cost are min-max normalised across the candidates of one decision (the fastest or
+cheapest gets 1, the slowest or priciest 0); quality is the configured one; load is 1 - watermark.
+The weighted sum is scaled down by the observed error rate.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from extproc.config.routing import Weights
+from extproc.routing.decision import Candidate
+from extproc.routing.feedback import ClusterStats
+from extproc.routing.index import Entry
+
+
+def expected_latency(e: Entry, stats: ClusterStats | None, stream: bool, prior_weight: float) -> float:
+    """Seconds: the configured latency blended with observations (time to first token when
+    streaming), the configured value counting as `prior_weight` samples."""
+    lat = e.prior_latency_s
+    if stats is None:
+        return lat
+    k = prior_weight
+    if stream and stats.ttft_n:
+        return (lat * k + stats.ttft_s * stats.ttft_n) / (k + stats.ttft_n)
+    if stats.latency_n:
+        return (lat * k + stats.latency_s * stats.latency_n) / (k + stats.latency_n)
+    return lat
+
+
+def cost_estimate(e: Entry, prompt_tokens: int, output_tokens: int) -> float:
+    return (prompt_tokens * e.cost_in + output_tokens * e.cost_out) / 1000.0
+
+
+@dataclass(slots=True)
+class Scores:
+    """Every term of every deployment that passed the checks, computed once, index-aligned with
+    `admitted`. Lists, not objects: a decision may score a thousand deployments and builds a
+    Candidate only for the few it returns."""
+
+    admitted: list[tuple[Entry, float, bool]]  # (entry, watermark, admitted as fast)
+    latency_s: list[float]
+    cost_est: list[float]
+    error_rate: list[float]
+    latency: list[float]
+    cost: list[float]
+    score: list[float]
+
+    def candidate(self, i: int) -> Candidate:
+        e, wm, fast = self.admitted[i]
+        terms = {
+            "quality": e.quality,
+            "latency": self.latency[i],
+            "cost": self.cost[i],
+            "load": 1.0 - wm,
+            "error_rate": self.error_rate[i],
+            "latency_s": self.latency_s[i],
+            "cost_est": self.cost_est[i],
+            "watermark": wm,
+        }
+        return Candidate(e.name, e.dep, e.channel, self.score[i], terms, e.model, fast)
+
+
+def score(
+    admitted: list[tuple[Entry, float, bool]],
+    stats: Mapping[str, ClusterStats],
+    weights: Weights,
+    *,
+    stream: bool,
+    prior_weight: float,
+    prompt_tokens: int,
+    output_tokens: int,
+) -> Scores:
+    """Every term of every deployment, computed once, and its score."""
+    sts = [stats.get(e.cluster) for e, _, _ in admitted]
+    lats = [expected_latency(e, st, stream, prior_weight) for (e, _, _), st in zip(admitted, sts)]
+    costs = [cost_estimate(e, prompt_tokens, output_tokens) for e, _, _ in admitted]
+    errs = [st.error_rate if st is not None else 0.0 for st in sts]
+    # Min-max across the candidate set: the fastest / cheapest gets 1, the slowest 0.
+    lat_lo, cost_lo = min(lats), min(costs)
+    lat_span, cost_span = max(lats) - lat_lo, max(costs) - cost_lo
+    t_lat = [1.0 - (x - lat_lo) / lat_span for x in lats] if lat_span > 0 else [1.0] * len(lats)
+    t_cost = [1.0 - (x - cost_lo) / cost_span for x in costs] if cost_span > 0 else [1.0] * len(costs)
+    wq, wl, wc, wload = weights.normalised()
+    scores = [
+        (wq * e.quality + wl * tl + wc * tc + wload * (1.0 - wm)) * (1.0 - err)
+        for (e, wm, _), tl, tc, err in zip(admitted, t_lat, t_cost, errs)
+    ]
+    return Scores(admitted, lats, costs, errs, t_lat, t_cost, scores)
+
+
+def pick(scores: Scores, limit: int) -> list[int]:
+    """Indices, best first, at most `limit` (0: all): admitted fast deployments first, then
+    standard ones as failover; config order breaks ties so decisions are reproducible."""
+    keys = [(not fast, -total, i) for i, ((_, _, fast), total) in enumerate(zip(scores.admitted, scores.score))]
+    top = heapq.nsmallest(limit, keys) if 0 < limit < len(keys) else sorted(keys)
+    return [i for _, _, i in top]
