@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Protocol
@@ -11,10 +12,19 @@ from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
 from extproc.routing import RouteRequest, Scheduler
+from extproc.routing.decision import FailOpen
 from extproc.routing.watermarks import Reading
+from extproc.telemetry.metrics import FAIL_OPEN, FAIL_OPEN_ACTIVE
 from modelyard.errors import ClientError
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
+
+log = logging.getLogger("modelyard.dispatch")
+
+_FAIL_OPEN_WHY: dict[FailOpen, str] = {
+    "cooldown": "every deployment is cooling down; serving from them rather than refusing the model",
+    "watermarks": "no deployment has a fresh watermark reading; routing as if unmonitored",
+}
 
 # The rate-limit charge when a request does not say how many tokens it may produce.
 DEFAULT_OUTPUT_TOKENS = 256
@@ -33,13 +43,30 @@ class Dispatcher:
         self.scheduler = scheduler
         self.limiter = limiter
         self.watermarks = watermarks
+        self._failing_open: dict[str, set[FailOpen]] = {}  # by model
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
         d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
+        if d.fail_open or route.model in self._failing_open:
+            self._note_fail_open(route.model, set(d.fail_open))
         c = d.chosen
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
                       arm=d.arm)
+
+    def _note_fail_open(self, model: str, now_open: set[FailOpen]) -> None:
+        """Count every fail-open decision; log when one starts and when it ends, not per request."""
+        was_open = self._failing_open.pop(model, set())
+        if now_open:
+            self._failing_open[model] = now_open
+        for check in now_open:
+            FAIL_OPEN.labels(check).inc()
+        for check in now_open - was_open:
+            FAIL_OPEN_ACTIVE.labels(check).inc()
+            log.warning("routing fails open (%s) for %r: %s", check, model, _FAIL_OPEN_WHY[check])
+        for check in was_open - now_open:
+            FAIL_OPEN_ACTIVE.labels(check).dec()
+            log.warning("routing for %r no longer fails open (%s)", model, check)
 
     async def choose_chat(self, ctx: RequestContext, req: ChatRequest) -> Choice:
         assert ctx.tenant is not None

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from extproc.config import Deployment, ModelConfig, TenantConfig
 from extproc.config.routing import Weights
 from extproc.config.service_levels import Channel
-
-if TYPE_CHECKING:
-    # Annotations only: extproc.config holds RoutingSettings, so a runtime import would be a cycle.
-    from extproc.config import Deployment, ModelConfig, TenantConfig
 
 Arm = Literal["A", "B"]
 # Which check dropped a deployment; `Rejection.reason` is the human-readable account of it.
@@ -24,6 +21,11 @@ RUNTIME_CHECKS: frozenset[Check] = frozenset(
     {"cooldown", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier"}
 )
 
+
+# When a check would leave no deployment at all, it is set aside rather than become an outage:
+# "cooldown" when every deployment is cooling down (Envoy's panic routing, in effect), and
+# "watermarks" when no deployment has a fresh reading (monitoring is dark: route as if unmonitored).
+FailOpen = Literal["cooldown", "watermarks"]
 
 @dataclass(frozen=True, slots=True)
 class RouteRequest:
@@ -80,6 +82,8 @@ class Decision:
     weights: Weights
     fast_requested: bool
     rejected: tuple[Rejection, ...] = ()
+    # Checks set aside because they would have rejected every deployment (see `FailOpen`).
+    fail_open: tuple[FailOpen, ...] = ()
 
     @property
     def chosen(self) -> Candidate:

@@ -8,8 +8,8 @@ live feedback and the watermark readings of this moment.
 from __future__ import annotations
 
 from collections.abc import Container, Mapping
-from typing import TYPE_CHECKING
 
+from extproc.config import TenantConfig
 from extproc.config.routing import TierAdmission
 from extproc.config.service_levels import Tier
 from extproc.routing.admission import tier_allows
@@ -18,10 +18,6 @@ from extproc.routing.errors import ModelNotFound
 from extproc.routing.feedback import ClusterStats
 from extproc.routing.index import Entry
 from extproc.routing.watermarks import Reading
-
-if TYPE_CHECKING:
-    from extproc.config import TenantConfig
-
 
 # -- tenant access --------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from extproc.config.routing import RoutingSettings, Weights
 from extproc.routing import filters
 from extproc.routing.admission import FastAdmission
-from extproc.routing.decision import Arm, Decision, Rejection, RouteRequest
+from extproc.routing.decision import Arm, Decision, FailOpen, Rejection, RouteRequest
 from extproc.routing.errors import BadRouteRequest, NoCapacity, NoRoute
 from extproc.routing.feedback import Feedback
 from extproc.routing.index import Entry, entries_of, groups_of
@@ -73,7 +73,7 @@ class Scheduler:
         members = self._resolve(req.model, req.tenant)
         strategy, arm, weights = self._weights(req)
         eligible, static_rejected = self._shape(req, members)
-        admitted, runtime_rejected = self._runtime_filter(req, eligible, now, watermarks)
+        admitted, runtime_rejected, fail_open = self._runtime_filter(req, eligible, now, watermarks)
         rejected = static_rejected + tuple(runtime_rejected)
         if not admitted:
             raise self._no_route(req.model, rejected, now)
@@ -86,7 +86,7 @@ class Scheduler:
         candidates = tuple(scored.candidate(i) for i in top)
         if not dry_run and req.want_fast and candidates[0].fast_admitted:
             self.admission.consume(req.tenant.name, req.tenant.tier, now)
-        return Decision(candidates, strategy, arm, weights, req.want_fast, rejected)
+        return Decision(candidates, strategy, arm, weights, req.want_fast, rejected, fail_open)
 
     # -- the stages ---------------------------------------------------------------------------
 
@@ -128,15 +128,29 @@ class Scheduler:
 
     def _runtime_filter(
         self, req: RouteRequest, eligible: tuple[Entry, ...], now: float, watermarks: Mapping[str, Reading]
-    ) -> tuple[list[tuple[Entry, float, bool]], list[Rejection]]:
+    ) -> tuple[list[tuple[Entry, float, bool]], list[Rejection], tuple[FailOpen, ...]]:
         """The entries that pass every runtime check, with their watermark and whether they are
-        admitted as fast use; and the others' rejections, in config order."""
+        admitted as fast use; the others' rejections, in config order; the checks set aside."""
         s = self.settings
         dropped: filters.Rejected = []
+        fail_open: list[FailOpen] = []
         entries = filters.context_window(list(eligible), req.est_prompt_tokens, dropped)
-        entries = filters.cooldown(entries, self.feedback.stats, now, dropped)
-        readings = filters.missing_reading(entries, watermarks, dropped)
-        readings = filters.stale_reading(readings, now, s.watermarks.stale_after_s, dropped)
+        cooling: filters.Rejected = []
+        cooled = filters.cooldown(entries, self.feedback.stats, now, cooling)
+        if cooled or not entries:
+            dropped += cooling
+            entries = cooled
+        else:  # every deployment cooling down: serve from them rather than refuse the model outright
+            fail_open.append("cooldown")
+        dark: filters.Rejected = []
+        present = filters.missing_reading(entries, watermarks, dark)
+        fresh = filters.stale_reading(present, now, s.watermarks.stale_after_s, dark)
+        if fresh or not dark:
+            dropped += dark
+            readings = fresh
+        else:  # no deployment has a fresh reading: monitoring is down, not the fleet; route unmonitored
+            fail_open.append("watermarks")
+            readings = [(e, None) for e in entries]
         loads = filters.saturated(readings, s.saturation_threshold, s.watermarks.unmonitored, dropped)
         if req.want_fast:
             tier = req.tenant.tier
@@ -148,7 +162,7 @@ class Scheduler:
             # Each entry fails one check at most: list them as a single pass over the config would.
             position = {id(e): i for i, e in enumerate(eligible)}
             dropped.sort(key=lambda d: position[id(d[0])])
-        return admitted, [r for _, r in dropped]
+        return admitted, [r for _, r in dropped], tuple(fail_open)
 
     # -- private ------------------------------------------------------------------------------
 
@@ -165,12 +179,9 @@ class Scheduler:
     def _no_route(self, model: str, rejected: tuple[Rejection, ...], now: float) -> NoRoute:
         runtime = [r for r in rejected if r.runtime]
         if runtime:
-            retry = None
-            if all(r.check == "cooldown" for r in runtime):
-                # Every capable deployment comes back when its cooldown ends: the soonest one.
-                until = min(self.feedback.stats[r.cluster].cooldown_until for r in runtime)
-                retry = max(0.0, until - now)
-            return NoCapacity(f"no deployment of {model!r} is available now", rejected=rejected, retry_after_s=retry)
+            # Saturated by real readings (cooldowns and dark monitoring fail open): the next reading may differ.
+            return NoCapacity(f"no deployment of {model!r} is available now", rejected=rejected,
+                              retry_after_s=self.settings.watermarks.interval_s)
         reasons = sorted({r.reason for r in rejected if r.check != "channel"})
         detail = "; ".join(reasons) or "no deployment"
         return BadRouteRequest(f"no deployment of {model!r} can serve this request: {detail}", rejected=rejected)

@@ -58,3 +58,9 @@ BATCH_FALLBACKS = Counter("modelyard_batch_fallbacks_total",
 METERING_DROPPED = Counter("modelyard_metering_rows_dropped_total",
                            "Metering rows not written: queue_full (refused at the door), bad_row, db_error",
                            ["reason"])
+
+FAIL_OPEN = Counter("modelyard_routing_fail_open_total",
+                    "Routing decisions that set a check aside rather than refuse every deployment "
+                    "(cooldown: all cooling down; watermarks: no fresh reading anywhere)", ["check"])
+FAIL_OPEN_ACTIVE = Gauge("modelyard_routing_fail_open_models",
+                         "Models whose last routing decision set this check aside", ["check"])

@@ -3,7 +3,7 @@
 import pytest
 
 from extproc.config.routing import CooldownSettings, FeedbackSettings
-from extproc.routing import NoRoute, RouteRequest, Scheduler, parse_routing_settings
+from extproc.routing import RouteRequest, Scheduler, parse_routing_settings
 from extproc.routing.feedback import Feedback
 
 from .conftest import dep, fresh, make_config, model
@@ -73,12 +73,12 @@ def test_cooldown_and_recovery(pair):
     d = s.decide(RouteRequest("m", t), 110, fresh(pair, now=110))
     assert [c.cluster for c in d.candidates] == ["m2"]
     assert d.rejected[0].reason.startswith("cooling down")
-    # Both cooling: 503 with the time until the first comes back.
+    # Both cooling: no outage. Both serve again (panic routing), and the decision says so.
     for i in range(3):
         s.record("m2", 0.1, False, now=111 + i)
-    with pytest.raises(NoRoute) as e:
-        s.decide(RouteRequest("m", t), 115, fresh(pair, now=115))
-    assert e.value.status == 503 and e.value.retry_after_s == pytest.approx(17)
+    d = s.decide(RouteRequest("m", t), 115, fresh(pair, now=115))
+    assert sorted(c.cluster for c in d.candidates) == ["m1", "m2"] and d.fail_open == ("cooldown",)
+    assert not any(r.check == "cooldown" for r in d.rejected)
     # After the cooldown m1 is tried again; one more failure does not send it straight back.
     d = s.decide(RouteRequest("m", t), 132.5, fresh(pair, now=132.5))
     assert "m1" in [c.cluster for c in d.candidates]

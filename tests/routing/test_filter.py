@@ -103,22 +103,31 @@ def test_unmonitored_deployment_needs_no_reading():
 
 
 @pytest.mark.parametrize(
-    "reading, reason",
-    [
-        (None, "no watermark reading"),
-        (Reading(0.1, NOW - 3.5), "stale watermark"),
-        (Reading(0.9, NOW), "saturated"),
-        (Reading(0.95, NOW), "saturated"),
-        (Reading(0.2, NOW, saturated=True), "saturated"),
-    ],
+    "reading",
+    [Reading(0.9, NOW), Reading(0.95, NOW), Reading(0.2, NOW, saturated=True)],
 )
-def test_runtime_filters_give_503(reading, reason):
+def test_saturation_by_a_real_reading_sheds_load_with_503_and_retry_after(reading):
     cfg = make_config([model("a", [dep("a1")])])
-    marks = {} if reading is None else {"a1": reading}
     with pytest.raises(NoRoute) as e:
-        Scheduler(cfg).decide(RouteRequest("a", cfg.tenants[0]), NOW, marks)
-    assert e.value.status == 503
-    assert [r.reason.split(" (")[0] for r in e.value.rejected] == [reason]
+        Scheduler(cfg).decide(RouteRequest("a", cfg.tenants[0]), NOW, {"a1": reading})
+    assert e.value.status == 503 and ("retry-after", "1") in e.value.headers
+    assert [r.reason.split(" (")[0] for r in e.value.rejected] == ["saturated"]
+
+
+@pytest.mark.parametrize("reading", [None, Reading(0.1, NOW - 3.5)], ids=["no reading", "stale"])
+def test_monitoring_gone_dark_everywhere_fails_open(reading):
+    cfg = make_config([model("a", [dep("a1"), dep("a2")])])
+    marks = {} if reading is None else {"a1": reading, "a2": reading}
+    d = Scheduler(cfg).decide(RouteRequest("a", cfg.tenants[0]), NOW, marks)
+    assert sorted(clusters(d)) == ["a1", "a2"] and d.fail_open == ("watermarks",)
+
+
+def test_a_deployment_without_a_fresh_reading_is_avoided_while_another_has_one():
+    cfg = make_config([model("a", [dep("a1"), dep("a2")])])
+    d = Scheduler(cfg).decide(RouteRequest("a", cfg.tenants[0]), NOW,
+                              {"a1": Reading(0.1, NOW - 3.5), "a2": Reading(0.5, NOW)})
+    assert clusters(d) == ["a2"] and d.fail_open == ()
+    assert [r.check for r in d.rejected] == ["stale_reading"]
 
 
 def test_fresh_enough_reading_is_used():
@@ -154,13 +163,11 @@ def test_no_route_cases_sit_in_the_error_tree(two_models):
     with pytest.raises(BadRouteRequest) as bad:
         s.decide(RouteRequest("chat", gold, "cheapest"), NOW, fresh(two_models))
     assert isinstance(bad.value, ClientError) and bad.value.status == 400
-    for c in ("big-a", "small-a"):
-        for t in range(3):
-            s.record(c, 1.0, False, now=NOW - 1 + t * 0.1)
+    busy_marks = {c: Reading(0.99, NOW) for c in fresh(two_models)}
     with pytest.raises(NoCapacity) as busy:
-        s.decide(RouteRequest("chat", gold), NOW, fresh(two_models))
+        s.decide(RouteRequest("chat", gold), NOW, busy_marks)
     e = busy.value
     assert isinstance(e, Unavailable) and isinstance(e, NoRoute) and e.status == 503
-    # The wire type routing 503s have always had, and a retry-after from the soonest cooldown end.
-    assert e.type == "api_error" and e.retry_after_s == pytest.approx(29.2)
-    assert ("retry-after", "30") in e.headers and {r.check for r in e.rejected} >= {"cooldown"}
+    # The wire type routing 503s have always had, and a retry-after of one watermark interval.
+    assert e.type == "api_error" and e.retry_after_s == pytest.approx(1.0)
+    assert ("retry-after", "1") in e.headers and {r.check for r in e.rejected if r.runtime} == {"saturated"}
