@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import unquote
 
 from adapters import anthropic, gemini, openai
@@ -15,9 +16,13 @@ __all__ = ["PROTOCOLS", "ClientRoute", "StreamTranslator", "translate_stream", "
 PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
 
 
+# The chat protocols a client may speak (keys of PROTOCOLS).
+ChatProtocolName = Literal["openai", "anthropic", "gemini"]
+
+
 @dataclass(frozen=True, slots=True)
 class ClientRoute:
-    protocol: str
+    protocol: ChatProtocolName
     model: str | None = None  # from the path (Gemini); the others carry it in the body
     stream: bool = False  # known from the path (Gemini :streamGenerateContent); else from the body
 

@@ -68,8 +68,7 @@ def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
         return None
-    return Route(client.protocol, path_model=client.model, stream=client.stream, translatable=True,  # type: ignore[arg-type]
-                 flow=ChatFlow)
+    return Route(client.protocol, path_model=client.model, stream=client.stream, translatable=True, flow=ChatFlow)
 
 
 def build_routes() -> RouteTable:

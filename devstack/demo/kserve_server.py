@@ -248,7 +248,7 @@ async def start(
         await runner.setup()
         site = web.TCPSite(runner, host, stats_port)
         await site.start()
-        bound_stats = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        bound_stats = runner.addresses[0][1]
     log.info("demo kserve on %s:%d (stats %s)", host, bound, bound_stats)
     return RunningServer(bound, bound_stats, servicer, server, runner)
 

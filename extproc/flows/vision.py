@@ -71,14 +71,15 @@ def _spec(ti: TensorInput) -> PreprocessSpec:
 def merge_batch(batch: Batch, backend: Backend, spec: PreprocessSpec) -> np.ndarray:
     """The merged tensor in member order; every member's images go through ONE kernel call."""
     images = [im for m in batch.members if m.payload.images is not None for im in m.payload.images]
-    pre = backend.preprocess(images, spec) if images else None
-    segments, k = [], 0
+    pre = backend.preprocess(images, spec) if images else np.empty((0,))
+    segments: list[np.ndarray] = []
+    k = 0
     for m in batch.members:
         job: Job = m.payload
         if job.images is not None:
-            segments.append(pre[k:k + len(job.images)])  # type: ignore[index]
+            segments.append(pre[k:k + len(job.images)])
             k += len(job.images)
-        else:
+        elif job.tensor is not None:
             segments.append(job.tensor)
     return merge_rows(segments)
 
@@ -137,9 +138,9 @@ class _VisionFlow:
 
     def _policy(self) -> BatchPolicy | None:
         cfg = self.model.batching if self.model is not None else None
-        if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None:
+        if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not self.choice:
             return None
-        return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))  # type: ignore[union-attr]
+        return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))
 
     @property
     def _batcher(self) -> Batcher:
