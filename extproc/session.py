@@ -66,7 +66,8 @@ class Session:
         except Exception:  # a bug of ours must not become a 500 without a trace, nor kill the stream
             log.exception("task %s: unexpected error in %s", self.ctx.task_id if self.ctx else "-", kind)
             if kind in ("request_headers", "request_body"):
-                return self._error(UpstreamError("the gateway could not process this request"))
+                # 502, not 500: callers and SDKs retry a bad gateway; the traceback is in our log.
+                return self._error(ModelyardError("the gateway could not process this request", status=502))
             return _passthrough(kind)
 
     def _local_reply(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse:
