@@ -94,7 +94,6 @@ from envoy_data_plane.envoy.extensions.retry.host.previous_hosts.v3 import Previ
 from envoy_data_plane.envoy.extensions.retry.priority.previous_priorities.v3 import PreviousPrioritiesConfig
 from envoy_data_plane.envoy.extensions.transport_sockets.internal_upstream.v3 import InternalUpstreamTransport
 from envoy_data_plane.envoy.extensions.transport_sockets.raw_buffer.v3 import RawBuffer
-from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import UpstreamTlsContext
 from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
     HttpProtocolOptions,
     HttpProtocolOptionsExplicitHttpConfig,
@@ -104,7 +103,8 @@ from envoy_data_plane.google.protobuf import Struct
 from google.protobuf import json_format
 
 from controlplane.environments import AccessLogSettings, EnvironmentConfig, RateLimitServiceSettings
-from extproc.config import GatewayConfig
+from controlplane.upstream_tls import TlsSettings, tls_transport_socket
+from extproc.config import Deployment, GatewayConfig
 from extproc.headers import (
     CLUSTER_HEADER,
     TENANT_HEADER,
@@ -150,7 +150,7 @@ def _retry_budget() -> CircuitBreakers:
         track_remaining=True)])
 
 
-def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: bool, env: EnvironmentConfig,
+def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: TlsSettings | None, env: EnvironmentConfig,
              outlier: bool) -> Cluster:
     hosts = [_split(e) for e in endpoints]
     static = all(_is_ip(h) for h, _ in hosts)
@@ -174,20 +174,26 @@ def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: bool, env: Envir
         cluster.typed_extension_protocol_options = {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": AnyMsg.pack(opts)}
     if tls:
-        sni = hosts[0][0]
-        cluster.transport_socket = TransportSocket(
-            name="envoy.transport_sockets.tls", typed_config=AnyMsg.pack(UpstreamTlsContext(sni=sni)))
+        cluster.transport_socket = tls_transport_socket(tls)
     if outlier:
         # Eject an endpoint that keeps failing so retries land on a healthy one.
         cluster.outlier_detection = OutlierDetection(consecutive_5xx=5, base_ejection_time=_secs(10))
     return cluster
 
 
+def _deployment_tls(name: str, dep: Deployment) -> TlsSettings | None:
+    if not dep.tls:
+        return None
+    return TlsSettings(owner=f"deployment {name}", hosts=tuple(_split(e)[0] for e in dep.endpoints),
+                       ca_file=dep.tls_ca_file, client_cert_file=dep.tls_client_cert_file,
+                       client_key_file=dep.tls_client_key_file, insecure_skip_verify=dep.tls_insecure_skip_verify)
+
+
 def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Cluster]:
     out = []
     for name, dep in cfg.clusters().items():
-        out.append(_cluster(name, dep.endpoints, h2=dep.protocol in H2_PROTOCOLS, tls=dep.tls, env=env,
-                            outlier=True))
+        out.append(_cluster(name, dep.endpoints, h2=dep.protocol in H2_PROTOCOLS, tls=_deployment_tls(name, dep),
+                            env=env, outlier=True))
     for from_protocol, target in translation_hops(cfg):
         name = xlate_name(from_protocol, target)
         out.append(Cluster(
@@ -361,7 +367,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         filter_chains=[FilterChain(filters=[Filter(
             name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])],
     )
-    extproc = _cluster(EXTPROC_CLUSTER, env.extproc_endpoints or [cfg.extproc.address], h2=True, tls=False,
+    extproc = _cluster(EXTPROC_CLUSTER, env.extproc_endpoints or [cfg.extproc.address], h2=True, tls=None,
                        env=env, outlier=False)
     hops = translation_hops(cfg)
     boot = Bootstrap(static_resources=BootstrapStaticResources(

@@ -122,7 +122,14 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     await server.serve_until_signal()
 
 
+def warn_unverified_tls(config: GatewayConfig) -> None:
+    """Said at every start, not only at render: an unverified upstream must not go unnoticed."""
+    for cluster in config.unverified_tls_clusters():
+        log.warning("deployment %s: upstream TLS certificate is NOT verified (tls_insecure_skip_verify)", cluster)
+
+
 def serve(path: str | None) -> int:
     config = load_config(path)
+    warn_unverified_tls(config)
     asyncio.run(run_service(config, path=path))
     return 0

@@ -109,6 +109,12 @@ class Deployment(_Model):
     api_key_file: str | None = None
     timeout_ms: int = Field(60_000, ge=1)
     tls: bool = False
+    # Upstream TLS is verified: the CA bundle to trust (default: the system's, found at render
+    # time), an optional client certificate for mTLS, or an explicit, loudly logged opt-out.
+    tls_ca_file: str | None = None
+    tls_client_cert_file: str | None = None
+    tls_client_key_file: str | None = None
+    tls_insecure_skip_verify: bool = False
     watermark: WatermarkSource | None = None
 
     @field_validator("endpoints")
@@ -119,6 +125,17 @@ class Deployment(_Model):
             if not host or not port.isdigit():
                 raise ValueError(f"endpoint {ep!r} is not host:port")
         return v
+
+    @model_validator(mode="after")
+    def _tls_settings(self) -> "Deployment":
+        tls_keys = ("tls_ca_file", "tls_client_cert_file", "tls_client_key_file", "tls_insecure_skip_verify")
+        if not self.tls and any(getattr(self, k) for k in tls_keys):
+            raise ValueError(f"{next(k for k in tls_keys if getattr(self, k))} needs tls: true")
+        if bool(self.tls_client_cert_file) != bool(self.tls_client_key_file):
+            raise ValueError("tls_client_cert_file and tls_client_key_file go together (both or neither)")
+        if self.tls_insecure_skip_verify and self.tls_ca_file:
+            raise ValueError("tls_insecure_skip_verify and tls_ca_file contradict each other: pick one")
+        return self
 
     def credential(self) -> str | None:
         """The provider key to inject upstream, read fresh so rotated files take effect."""
@@ -195,6 +212,10 @@ class GatewayConfig(_Model):
 
     def model(self, name: str) -> ModelConfig | None:
         return next((m for m in self.models if m.name == name), None)
+
+    def unverified_tls_clusters(self) -> list[str]:
+        """Clusters whose upstream certificate nobody checks (`tls_insecure_skip_verify`)."""
+        return [name for name, d in self.clusters().items() if d.tls and d.tls_insecure_skip_verify]
 
     def clusters(self) -> dict[str, Deployment]:
         """One entry per upstream cluster (deployments may share a cluster across models)."""

@@ -66,7 +66,9 @@ def test_tls_and_dns_upstreams_validate(tmp_path: Path) -> None:
     boot = yaml.safe_load(out.read_text())
     hosted = next(c for c in boot["static_resources"]["clusters"] if c["name"] == "hosted-openai")
     assert hosted["type"] == "STRICT_DNS"
-    assert hosted["transport_socket"]["typed_config"]["sni"] == "api.example.com"
+    tls = hosted["transport_socket"]["typed_config"]
+    assert tls["sni"] == "api.example.com"
+    assert tls["common_tls_context"]["validation_context"]["trusted_ca"]["filename"]  # verified by default
     hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     assert hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["auto_host_rewrite"] is True
     v = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(out)], capture_output=True, text=True,
