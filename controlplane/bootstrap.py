@@ -7,9 +7,11 @@ the route cache; the route picks the cluster from that header.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 import json
+import logging
 
 import yaml
 
@@ -28,7 +30,6 @@ from envoy.extensions.transport_sockets.internal_upstream.v3 import internal_ups
 from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2  # noqa: F401
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2  # noqa: F401
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2  # noqa: F401
-from envoy_data_plane.envoy.config.accesslog.v3 import AccessLog
 from envoy_data_plane.envoy.config.bootstrap.v3 import Admin, Bootstrap, BootstrapStaticResources
 from envoy_data_plane.envoy.config.cluster.v3 import (
     CircuitBreakers,
@@ -51,11 +52,12 @@ from envoy_data_plane.envoy.config.core.v3 import (
     HeaderValueOption,
     HeaderValueOptionHeaderAppendAction,
     Http2ProtocolOptions,
+    Pipe,
     SocketAddress,
-    SubstitutionFormatString,
     TransportSocket,
     TypedExtensionConfig,
 )
+from envoy_data_plane.envoy.config.core.v3 import HttpProtocolOptions as HttpProtocolOptionsCore
 from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints
 from envoy_data_plane.envoy.config.listener.v3 import Filter, FilterChain, Listener, ListenerInternalListenerConfig
 from envoy_data_plane.envoy.config.ratelimit.v3 import RateLimitServiceConfig
@@ -74,7 +76,6 @@ from envoy_data_plane.envoy.config.route.v3 import (
     RouteMatch,
     VirtualHost,
 )
-from envoy_data_plane.envoy.extensions.access_loggers.file.v3 import FileAccessLog
 from envoy_data_plane.envoy.extensions.bootstrap.internal_listener.v3 import InternalListener
 from envoy_data_plane.envoy.extensions.clusters.aggregate.v3 import ClusterConfig as AggregateClusterConfig
 from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
@@ -99,10 +100,11 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
     HttpProtocolOptionsExplicitHttpConfig,
 )
 from envoy_data_plane.google.protobuf import Any as AnyMsg
-from envoy_data_plane.google.protobuf import Struct
 from google.protobuf import json_format
 
-from controlplane.environments import AccessLogSettings, EnvironmentConfig, RateLimitServiceSettings
+from controlplane.access_log import access_log
+from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
+from controlplane.overload import overload_manager
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 from extproc.config import Deployment, GatewayConfig
 from extproc.headers import (
@@ -113,6 +115,8 @@ from extproc.headers import (
     XLATE_METADATA,
 )
 from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
+
+log = logging.getLogger("modelyard.controlplane")
 
 EXTPROC_CLUSTER = "modelyard-extproc"
 # Clusters that speak gRPC need HTTP/2 upstream; Envoy defaults to HTTP/1.1.
@@ -174,7 +178,8 @@ def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: TlsSettings | No
         cluster.typed_extension_protocol_options = {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": AnyMsg.pack(opts)}
     if tls:
-        cluster.transport_socket = tls_transport_socket(tls)
+        # gRPC servers insist on ALPN h2 over TLS.
+        cluster.transport_socket = tls_transport_socket(dataclasses.replace(tls, alpn=("h2",)) if h2 else tls)
     if outlier:
         # Eject an endpoint that keeps failing so retries land on a healthy one.
         cluster.outlier_detection = OutlierDetection(consecutive_5xx=5, base_ejection_time=_secs(10))
@@ -187,6 +192,23 @@ def _deployment_tls(name: str, dep: Deployment) -> TlsSettings | None:
     return TlsSettings(owner=f"deployment {name}", hosts=tuple(_split(e)[0] for e in dep.endpoints),
                        ca_file=dep.tls_ca_file, client_cert_file=dep.tls_client_cert_file,
                        client_key_file=dep.tls_client_key_file, insecure_skip_verify=dep.tls_insecure_skip_verify)
+
+
+def _extproc_tls(env: EnvironmentConfig, endpoints: list[str]) -> TlsSettings | None:
+    hosts = tuple(_split(e)[0] for e in endpoints)
+    if env.extproc_tls is None:
+        if any(not _is_loopback(h) for h in hosts):
+            log.warning("environment %s: extproc endpoints %s are not on loopback and Envoy reaches them in "
+                        "plaintext: set extproc_tls (mTLS) or keep them on a private network", env.name,
+                        ", ".join(endpoints))
+        return None
+    t = env.extproc_tls
+    return TlsSettings(owner=f"environment {env.name} extproc", hosts=hosts, ca_file=t.ca_file,
+                       client_cert_file=t.cert_file, client_key_file=t.key_file, server_name=t.server_name)
+
+
+def _is_loopback(host: str) -> bool:
+    return host == "localhost" or (_is_ip(host) and ipaddress.ip_address(host).is_loopback)
 
 
 def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Cluster]:
@@ -312,19 +334,6 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
     )
 
 
-def _access_log(settings: AccessLogSettings) -> AccessLog:
-    log = FileAccessLog(path=settings.path)
-    if settings.format == "json":
-        log.log_format = SubstitutionFormatString(json_format=Struct.from_dict({
-            "time": "%START_TIME%", "method": "%REQ(:METHOD)%", "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
-            "status": "%RESPONSE_CODE%", "duration_ms": "%DURATION%",
-            "cluster": "%UPSTREAM_CLUSTER%", "upstream_host": "%UPSTREAM_HOST%", "flags": "%RESPONSE_FLAGS%",
-            "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%", "task_id": "%RESP(X-MODELYARD-TASK-ID)%",
-            "bytes_in": "%BYTES_RECEIVED%", "bytes_out": "%BYTES_SENT%",
-        }))
-    return AccessLog(name="envoy.access_loggers.file", typed_config=AnyMsg.pack(log))
-
-
 def _hop_listener(from_protocol: str, target: str, env: EnvironmentConfig) -> Listener:
     """An internal listener: a failover retry arrives in `from_protocol`; its ext_proc stream
     re-renders it for `target` and translates the answer back; the route goes to `target`."""
@@ -352,13 +361,20 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
     filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))
+    edge = env.edge
     hcm = HttpConnectionManager(
         stat_prefix="modelyard",
         route_config=_routes(env),
         http_filters=filters,
         stream_idle_timeout=_secs(env.timeouts.stream_idle_s),
-        request_timeout=_secs(0),
-        access_log=[_access_log(env.access_log)] if env.access_log else [],
+        # Both stop once the response starts: slow senders are cut, long streams are not.
+        request_headers_timeout=_secs(edge.request_headers_timeout_s),
+        request_timeout=_secs(edge.request_timeout_s),
+        common_http_protocol_options=HttpProtocolOptionsCore(
+            idle_timeout=_secs(edge.idle_timeout_s), max_requests_per_connection=edge.max_requests_per_connection),
+        use_remote_address=edge.use_remote_address,
+        xff_num_trusted_hops=edge.xff_num_trusted_hops,
+        access_log=[access_log(env.access_log)] if env.access_log else [],
     )
     listener = Listener(
         name="modelyard",
@@ -367,16 +383,21 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         filter_chains=[FilterChain(filters=[Filter(
             name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])],
     )
-    extproc = _cluster(EXTPROC_CLUSTER, env.extproc_endpoints or [cfg.extproc.address], h2=True, tls=None,
+    extproc_endpoints = env.extproc_endpoints or [cfg.extproc.address]
+    extproc = _cluster(EXTPROC_CLUSTER, extproc_endpoints, h2=True, tls=_extproc_tls(env, extproc_endpoints),
                        env=env, outlier=False)
     hops = translation_hops(cfg)
-    boot = Bootstrap(static_resources=BootstrapStaticResources(
-        listeners=[listener, *(_hop_listener(f, t, env) for f, t in hops)],
-        clusters=[extproc, *_upstream_clusters(cfg, env)]))
+    boot = Bootstrap(
+        static_resources=BootstrapStaticResources(
+            listeners=[listener, *(_hop_listener(f, t, env) for f, t in hops)],
+            clusters=[extproc, *_upstream_clusters(cfg, env)]),
+        overload_manager=overload_manager(env.overload, env.edge))
     if hops:
         boot.bootstrap_extensions = [TypedExtensionConfig(
             name="envoy.bootstrap.internal_listener", typed_config=AnyMsg.pack(InternalListener()))]
-    if env.admin:
+    if env.admin and env.admin.pipe:
+        boot.admin = Admin(address=Address(pipe=Pipe(path=env.admin.pipe, mode=0o600)))
+    elif env.admin:
         boot.admin = Admin(address=_socket(env.admin.address, env.admin.port))
     return boot
 

@@ -1,5 +1,6 @@
 """Envoy environments: `envoy/environments/NAME.yaml`, what differs between dev, staging and prod
-(admin exposure, timeouts, access log, concurrency, retries, extproc replicas, Envoy's RLS)."""
+(admin exposure, timeouts, access log, concurrency, retries, extproc replicas, Envoy's RLS, and the
+edge: client address trust, slow-client timeouts, connection limits, the overload manager)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from extproc.config import ConfigError
 
@@ -21,6 +22,8 @@ class _Env(BaseModel):
 class AdminSettings(_Env):
     address: str = "127.0.0.1"
     port: int = Field(9901, ge=0, le=65535)
+    # A unix socket path (mode 0600) instead of a TCP port: only local processes of Envoy's user reach it.
+    pipe: str | None = None
 
 
 class TimeoutSettings(_Env):
@@ -33,6 +36,54 @@ class TimeoutSettings(_Env):
 class AccessLogSettings(_Env):
     path: str = "/dev/stdout"
     format: Literal["text", "json"] = "text"
+
+
+class EdgeSettings(_Env):
+    """The listener's downstream side: whom to believe about the client's address, how long a
+    client may take to send a request, and how much one connection may hold."""
+
+    # Envoy sets X-Forwarded-For from the peer address; with proxies in front, trust that many hops.
+    use_remote_address: bool = True
+    xff_num_trusted_hops: int = Field(0, ge=0, le=10)
+    # Slow-loris: the whole header block must arrive within this, from its first byte.
+    request_headers_timeout_s: float = Field(10.0, gt=0)
+    # The whole request (headers, body, the extproc's work on it) until it goes upstream; the timer
+    # stops when the response starts, so it never cuts a stream. 0 turns it off.
+    request_timeout_s: float = Field(60.0, ge=0)
+    # A connection with no request in flight is closed after this.
+    idle_timeout_s: float = Field(300.0, gt=0)
+    max_requests_per_connection: int = Field(1000, ge=1)
+    # Open downstream connections, all listeners together (Envoy's overload manager enforces it).
+    max_connections: int = Field(10_000, ge=1)
+
+
+class OverloadSettings(_Env):
+    """Envoy's overload manager on a fixed heap budget: shrink the heap, then refuse new requests."""
+
+    max_heap_bytes: int = Field(1024 * 1024 * 1024, ge=64 * 1024 * 1024)
+    shrink_heap_at: float = Field(0.90, gt=0, le=1)
+    stop_accepting_requests_at: float = Field(0.95, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "OverloadSettings":
+        if self.shrink_heap_at >= self.stop_accepting_requests_at:
+            raise ValueError("shrink_heap_at must be below stop_accepting_requests_at")
+        return self
+
+
+class ExtprocTlsSettings(_Env):
+    """Envoy -> extproc over TLS (mTLS with a client certificate), for replicas on other hosts."""
+
+    ca_file: str
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None  # the name in the extproc's certificate, when not the endpoint host
+
+    @model_validator(mode="after")
+    def _pair(self) -> "ExtprocTlsSettings":
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("cert_file and key_file go together (both or neither)")
+        return self
 
 
 class RateLimitServiceSettings(_Env):
@@ -58,8 +109,18 @@ class EnvironmentConfig(_Env):
     listener: ListenerOverride = ListenerOverride()
     # Several extproc replicas behind one Envoy: list them here; default is config's extproc.address.
     extproc_endpoints: list[str] = Field(default_factory=list)
+    extproc_tls: ExtprocTlsSettings | None = None
     retries: int = Field(1, ge=0, le=5)
     rate_limit_service: RateLimitServiceSettings | None = None
+    edge: EdgeSettings = EdgeSettings()
+    overload: OverloadSettings = OverloadSettings()
+
+    @model_validator(mode="after")
+    def _request_outlives_extproc(self) -> "EnvironmentConfig":
+        # Headers and body each get one extproc message; a shorter request timeout cuts allowed work.
+        if self.edge.request_timeout_s and self.edge.request_timeout_s <= 2 * self.timeouts.extproc_message_s:
+            raise ValueError("edge.request_timeout_s must be 0 or above twice timeouts.extproc_message_s")
+        return self
 
 
 def load_environment(name: str, directory: Path | None = None) -> EnvironmentConfig:
@@ -76,5 +137,5 @@ def load_environment(name: str, directory: Path | None = None) -> EnvironmentCon
     try:
         return EnvironmentConfig.model_validate({"name": name, **data})
     except ValidationError as e:
-        msg = "; ".join(".".join(str(p) for p in err["loc"]) + ": " + err["msg"] for err in e.errors())
+        msg = "; ".join((".".join(str(p) for p in err["loc"]) or "<root>") + ": " + err["msg"] for err in e.errors())
         raise ConfigError(f"{path}: {msg}") from None

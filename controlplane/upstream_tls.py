@@ -47,6 +47,7 @@ class TlsSettings:
     client_key_file: str | None = None
     insecure_skip_verify: bool = False
     server_name: str | None = None  # SNI and SAN to check when it differs from the endpoint hosts
+    alpn: tuple[str, ...] = ()
 
 
 def system_ca_bundle() -> str:
@@ -77,7 +78,7 @@ def _san(host: str) -> SubjectAltNameMatcher:
 def upstream_tls_context(tls: TlsSettings) -> UpstreamTlsContext:
     names = (tls.server_name,) if tls.server_name else tls.hosts
     sni = next((n for n in names if not _is_ip(n)), None)  # SNI carries names, never addresses (RFC 6066)
-    common = CommonTlsContext()
+    common = CommonTlsContext(alpn_protocols=list(tls.alpn))
     if tls.client_cert_file and tls.client_key_file:
         common.tls_certificates = [TlsCertificate(certificate_chain=DataSource(filename=tls.client_cert_file),
                                                   private_key=DataSource(filename=tls.client_key_file))]
