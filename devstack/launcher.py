@@ -59,9 +59,9 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Chil
                 if dep.protocol != "kserve-grpc":
                     argv += ["--name", name]
                 # A demo that knows the provider key proves the gateway injects it (and not the client's).
-                secret = os.environ.get(dep.api_key_env or "") if dep.api_key_env else None
-                if secret and dep.protocol != "kserve-grpc":
-                    argv += ["--require-key", secret]
+                # It names the variable; the value reaches it through the environment, off `ps`.
+                if dep.api_key_env and os.environ.get(dep.api_key_env) and dep.protocol != "kserve-grpc":
+                    argv += ["--require-key-env", dep.api_key_env]
                 ready = ("tcp", ep) if dep.protocol == "kserve-grpc" else ("http", f"http://{ep}/health")
                 out.append(Child(f"{name}@{port}", argv, ready))
         if dep.watermark and dep.watermark.kind == "agent":

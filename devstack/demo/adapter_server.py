@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hmac
+import os
 from collections.abc import Callable
 from types import ModuleType
 
@@ -89,9 +90,16 @@ def run(argv: list[str] | None, *, description: str, default_port: int, default_
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=default_port)
     p.add_argument("--name", default=default_name, help="the reply prefix: tells which upstream answered")
-    p.add_argument("--require-key", default=None, help="answer 401 unless the client sends this key")
+    # The key comes from the environment, never the command line: `ps` shows every argv to every user.
+    p.add_argument("--require-key-env", default=None, metavar="VAR",
+                   help="answer 401 unless the client sends the key held in environment variable VAR")
     p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream events")
     a = p.parse_args(argv)
-    web.run_app(make_app(name=a.name, require_key=a.require_key, chunk_delay=a.chunk_delay),
+    require_key = None
+    if a.require_key_env:
+        require_key = os.environ.get(a.require_key_env)
+        if not require_key:
+            p.error(f"--require-key-env {a.require_key_env}: the variable is not set")
+    web.run_app(make_app(name=a.name, require_key=require_key, chunk_delay=a.chunk_delay),
                 host=a.host, port=a.port, print=None, access_log=None)
     return 0

@@ -1,6 +1,6 @@
 """Demo Anthropic Messages upstream.
 
-    python -m devstack.demo.anthropic_server --port 8102 [--require-key KEY]
+    python -m devstack.demo.anthropic_server --port 8102 [--require-key-env VAR]
 
 Answers as described in `devstack.demo.behaviour`, prefixed "[demo-anthropic]".
 """

@@ -1,6 +1,6 @@
 """Demo Gemini generateContent upstream; streams for `:streamGenerateContent?alt=sse`.
 
-    python -m devstack.demo.gemini_server --port 8103 [--require-key KEY]
+    python -m devstack.demo.gemini_server --port 8103 [--require-key-env VAR]
 
 Answers as described in `devstack.demo.behaviour`, prefixed "[demo-gemini]".
 """

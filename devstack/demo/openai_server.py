@@ -1,6 +1,6 @@
 """Demo OpenAI Chat Completions upstream: the stand-in for a model endpoint a team already runs.
 
-    python -m devstack.demo.openai_server --port 8101 [--name demo-openai] [--require-key KEY]
+    python -m devstack.demo.openai_server --port 8101 [--name demo-openai] [--require-key-env VAR]
 
 Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]".
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -187,8 +188,8 @@ def _free_port() -> int:
 @pytest.mark.parametrize("module", ["devstack.demo.anthropic_server", "devstack.demo.gemini_server"])
 async def test_cli_serves_health(module: str) -> None:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), "--require-key", "k"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), "--require-key-env", "DEMO_KEY_T"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "DEMO_KEY_T": "k"})
     try:
         async with aiohttp.ClientSession() as s:
             for _ in range(200):  # readiness poll, up to ~10 s
