@@ -13,7 +13,8 @@ import yaml
 from controlplane import upstream_tls
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import load_environment
-from extproc.config import ConfigError, parse_config
+from extproc.config import parse_config
+from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
