@@ -28,8 +28,8 @@ from extproc.telemetry.pollers import WatermarkBoard
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
-from ratelimit.rls import add_to_server
 from ratelimit import status as ratelimit_status
+from ratelimit.rls import add_to_server
 
 log = logging.getLogger("modelyard.service")
 
