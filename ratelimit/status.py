@@ -56,14 +56,16 @@ def add_to_server(server: grpc.aio.Server, limiter: Limiter) -> None:
             window = 60.0
         return orjson.dumps(await snapshot(limiter, window))
 
-    handler = grpc.unary_unary_rpc_method_handler(get)  # no (de)serializers: raw bytes
+    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(get)  # raw bytes
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Get": handler}),))
 
 
 def fetch(address: str, window_s: float = 60.0, timeout_s: float = 5.0) -> dict[str, Any]:
     with grpc.insecure_channel(address) as ch:
-        raw = ch.unary_unary(METHOD)(orjson.dumps({"window_s": window_s}), timeout=timeout_s)
-    return orjson.loads(raw)
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = ch.unary_unary(METHOD)
+        raw: bytes = call(orjson.dumps({"window_s": window_s}), timeout=timeout_s)
+    out: dict[str, Any] = orjson.loads(raw)
+    return out
 
 
 def format_status(s: dict[str, Any]) -> str:
@@ -107,7 +109,7 @@ def main(argv: list[str]) -> int:
     try:
         s = fetch(addr, a.window)
     except grpc.RpcError as e:
-        print(f"error: {addr}: {e.code().name}: {e.details()}", file=sys.stderr)  # type: ignore[attr-defined]
+        print(f"error: {addr}: {e.code().name}: {e.details()}", file=sys.stderr)
         return 1
     print(orjson.dumps(s, option=orjson.OPT_INDENT_2).decode() if a.json else format_status(s))
     return 0
