@@ -37,7 +37,7 @@ async def _check(limiter: Limiter, capsys) -> None:
         by_key = {b["key"]: b for b in s["buckets"]}
         assert by_key["tenant:acme:requests"]["refusals"] == 2
         assert 0 <= by_key["tenant:acme:requests"]["level"] < 1  # three taken, a little refilled
-        assert by_key["global:*:tokens"]["level"] == pytest.approx(10000 - 1500, abs=5)
+        assert by_key["global:*:tokens"]["level"] == pytest.approx(10000 - 1500, abs=60)  # refills 100/s while the test runs
         assert await asyncio.to_thread(rl_status.main, ["--address", addr]) == 0
         out = capsys.readouterr().out
         assert "tenant:acme:requests" in out and "2 refusals in the last 60s" in out
@@ -61,7 +61,7 @@ async def test_status_redis_backend_reads_shared_levels(redis_server, capsys):
     await other.acquire(RequestContext("acme", "L1"), 100)
     s = await rl_status.snapshot(lim)
     g = {b["key"]: b for b in s["buckets"]}["global:*:tokens"]
-    assert g["level"] == pytest.approx(10000 - 1500 - 100, abs=5)  # bob's decision refused nothing, charged 100
+    assert g["level"] == pytest.approx(10000 - 1500 - 100, abs=60)  # refills 100/s while the test runs  # bob's decision refused nothing, charged 100
     await other.close()
     await lim.close()
 
