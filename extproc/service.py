@@ -28,6 +28,7 @@ from extproc.telemetry.pollers import WatermarkBoard
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
+from ratelimit import status as ratelimit_status
 from ratelimit.rls import add_to_server
 
 log = logging.getLogger("modelyard.service")
@@ -113,6 +114,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     server = ExtprocServer(config, gateway, build_routes())
     if limiter is not None:
         add_to_server(server.server, limiter)
+        ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_limits, gateway, path)
     # Pollers run in the background; the first readings are in before traffic is accepted.
     if gateway.watermarks is not None:

@@ -58,7 +58,8 @@ _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("agent",): ("gpuagent.agent", "main"),
     ("demo",): ("devstack.demo.cli", "main"),
     ("route", "explain"): ("extproc.routing.explain", "explain_main"),
-    ("ratelimit", "tune"): ("ratelimit.tuner", "main"),
+    ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
+    ("ratelimit", "status"): ("ratelimit.status", "main"),
 }
 
 
@@ -97,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("agent", help="GPU watermark agent (NVML); see `modelyard agent --help`")
     sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
     sub.add_parser("route", help="`route explain`: every candidate for a sample request")
-    sub.add_parser("ratelimit", help="`ratelimit tune`: bucket sizes from a traffic trace")
+    sub.add_parser("ratelimit", help="`ratelimit tune`: limits from recorded traffic; `ratelimit status`: live buckets")
     return p
 
 

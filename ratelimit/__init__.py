@@ -1,4 +1,4 @@
-"""Token bucket rate limiting: pure bucket math, memory and Redis stores, Envoy RLS, a tuner."""
+"""Token bucket rate limiting: pure bucket math, memory and Redis stores, Envoy RLS, a tuner (tuning/), a live status."""
 
 from .config import RateLimitConfig, parse_config
 from .decision import Decision, Reservation

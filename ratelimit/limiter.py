@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
-from . import metrics
+from . import bucket, metrics
 from .backend import BucketView, MemoryBuckets, TakeResult, monotonic_us
 from .bucket import NANO, BucketParams
 from .config import RateLimitConfig, RedisConfig
@@ -16,6 +17,8 @@ from .rules import Charge, RequestContext, RuleSet
 log = logging.getLogger("modelyard.ratelimit")
 
 _ALLOW_ALL = Decision(True)
+SEEN_MAX = 10_000  # buckets remembered for `modelyard ratelimit status`
+REFUSALS_KEPT = 10_000
 
 
 def _scaled(c: Charge, replicas: int) -> Charge:
@@ -42,6 +45,10 @@ class Limiter:
                 raise ValueError(f"ratelimit.redis.url: {e}") from None
         self._down_until = 0.0  # monotonic seconds; Redis is skipped until then after a failure
         self._down = False
+        # For the live view (ratelimit/status.py): the buckets this process charged, and its
+        # recent refusals as (wall time, bucket key that bound).
+        self.seen: dict[str, Charge] = {}
+        self.refusals: deque[tuple[float, str]] = deque(maxlen=REFUSALS_KEPT)
 
     @property
     def config(self) -> RateLimitConfig:
@@ -70,7 +77,31 @@ class Limiter:
         result, store = await self._take(charges)
         d = decide(result.allowed, result.views, store, est_tokens)
         metrics.DECISIONS.labels("allowed" if d.allowed else "denied", store).inc()
+        seen = self.seen
+        for c in charges:
+            if c.key not in seen and len(seen) < SEEN_MAX:
+                seen[c.key] = c
+        if not d.allowed:
+            self.refusals.append((time.time(), d.limited_by))
         return d
+
+    async def levels(self, charges: Sequence[Charge]) -> list[int]:
+        """Each bucket's level now (nano), refilled to now but not written: from Redis when it
+        is the store and answers, else from this process's memory buckets."""
+        if self._redis is not None and not self._down:
+            try:
+                now, stored = await self._redis.read([c.key for c in charges])
+                return [c.params.burst_nano if st is None else
+                        bucket.settle(bucket.BucketState(*st), c.params, now).level_nano
+                        for c, st in zip(charges, stored)]
+            except Exception as e:  # noqa: BLE001 - a status read must not change the policy state
+                log.warning("ratelimit status: Redis read failed (%s)", e)
+        now = self._clock()
+        out = []
+        for c in charges:
+            st = self._memory.level(c.key)
+            out.append(c.params.burst_nano if st is None else bucket.settle(st, c.params, now).level_nano)
+        return out
 
     async def reconcile(self, reservation: Reservation | None, actual_tokens: int) -> None:
         """Return an over-estimate to, or take an under-estimate from, the token buckets.

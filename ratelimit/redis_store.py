@@ -186,6 +186,20 @@ class RedisBuckets:
             keys, args = self._args("adjust", items)
             await self._submit(keys, args)
 
+    async def read(self, keys: Sequence[str]) -> tuple[int, list[tuple[int, int] | None]]:
+        """Redis TIME (us) and each bucket's stored (level nano, time us); None: no such bucket
+        (a full one). Read-only: nothing is refilled or written."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.time()
+        for k in keys:
+            pipe.hmget(f"{self._prefix}:{k}", "l", "t")
+        res = await pipe.execute()
+        sec, usec = res[0]
+        out: list[tuple[int, int] | None] = []
+        for lv, ts in res[1:]:
+            out.append(None if lv is None else (int(lv), int(ts)))
+        return int(sec) * 1_000_000 + int(usec), out
+
     async def ping(self) -> bool:
         return bool(await self._r.ping())
 

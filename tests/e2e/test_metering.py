@@ -42,4 +42,4 @@ def test_requests_are_metered_and_tunable(tmp_path: Path) -> None:
                           "--rate", "1", "--unit", "tokens", "--plot", str(tmp_path / "plot.svg")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "demo" in out.stdout and (tmp_path / "plot.svg").read_text().startswith("<svg")
+    assert "demo" in out.stdout and "<svg" in (tmp_path / "plot.svg").read_text()
