@@ -40,6 +40,7 @@ from envoy_data_plane.envoy.config.cluster.v3 import (
     ClusterLbPolicy,
     OutlierDetection,
 )
+from envoy_data_plane.envoy.config.common.mutation_rules.v3 import HeaderMutationRules
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     ApiVersion,
@@ -237,6 +238,8 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFi
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
         allow_mode_override=True,
         message_timeout=_secs(env.timeouts.extproc_message_s),
+        # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
+        mutation_rules=HeaderMutationRules(allow_envoy=True),
     )
     return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
 
