@@ -4,10 +4,10 @@ from __future__ import annotations
 
 FAIL = "demo-fail-500"  # answer 500 with an error body in the upstream's own shape
 CUT = "demo-cut-stream"  # stream a few events, then end the response without the terminator
-SLOW = "demo-slow"  # wait SLOW_SECONDS before answering: longer than any test deployment's timeout
+SLOW = "demo-slow"  # wait SLOW_SECONDS before answering: longer than the chaos deployments' timeout
 GARBAGE = "demo-garbage"  # answer 200 with bytes that are no protocol's reply
 
-SLOW_SECONDS = 30.0
+SLOW_SECONDS = 5.0  # short enough that a stopping demo server is not held up long
 GARBAGE_BODY = b"\x00\xffnot json <html>stack trace at upstream.internal:8443</html>"
 
 
