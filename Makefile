@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis
 
-.PHONY: up test lint bench gpu-check redis-server bench-tools clean
+.PHONY: up test lint bench chaos reliability gpu-check redis-server bench-tools clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,3 +46,11 @@ gpu-check: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Fault injection on real stacks under load, long variant (the short one runs in `make test`).
+chaos: $(STAMP) redis-server bench-tools
+	MODELYARD_CHAOS=long $(PY) -m pytest -q -p no:cacheprovider -m chaos tests/chaos
+
+# The long chaos run, its figures written to docs/reliability.md.
+reliability: $(STAMP) redis-server bench-tools
+	$(PY) bench/reliability.py

@@ -41,6 +41,7 @@ from envoy_data_plane.envoy.config.cluster.v3 import (
     ClusterLbPolicy,
     OutlierDetection,
 )
+from envoy_data_plane.envoy.config.common.mutation_rules.v3 import HeaderMutationRules
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     ApiVersion,
@@ -51,6 +52,8 @@ from envoy_data_plane.envoy.config.core.v3 import (
     HeaderValue,
     HeaderValueOption,
     HeaderValueOptionHeaderAppendAction,
+    HealthCheck,
+    HealthCheckGrpcHealthCheck,
     Http2ProtocolOptions,
     Pipe,
     SocketAddress,
@@ -58,6 +61,10 @@ from envoy_data_plane.envoy.config.core.v3 import (
     TypedExtensionConfig,
 )
 from envoy_data_plane.envoy.config.core.v3 import HttpProtocolOptions as HttpProtocolOptionsCore
+from envoy_data_plane.envoy.config.core.v3 import RetryPolicy as CoreRetryPolicy
+from envoy_data_plane.envoy.config.core.v3 import (
+    RetryPolicyRetryHostPredicate as CoreRetryHostPredicate,
+)
 from envoy_data_plane.envoy.config.endpoint.v3 import ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints
 from envoy_data_plane.envoy.config.listener.v3 import Filter, FilterChain, Listener, ListenerInternalListenerConfig
 from envoy_data_plane.envoy.config.ratelimit.v3 import RateLimitServiceConfig
@@ -246,7 +253,14 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
 
 
 def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFilter:
-    grpc = GrpcService(envoy_grpc=GrpcServiceEnvoyGrpc(cluster_name=EXTPROC_CLUSTER),
+    # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
+    # a message was sent: open the stream on another replica instead of failing the request.
+    retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
+                            retry_host_predicate=[CoreRetryHostPredicate(
+                                name="envoy.retry_host_predicates.previous_hosts",
+                                typed_config=AnyMsg.pack(PreviousHostsPredicate()))],
+                            host_selection_retry_max_attempts=3)
+    grpc = GrpcService(envoy_grpc=GrpcServiceEnvoyGrpc(cluster_name=EXTPROC_CLUSTER, retry_policy=retry),
                        timeout=_secs(env.timeouts.extproc_message_s))
     if xlate:
         # A translation hop's streams say so in their gRPC metadata: the extproc re-renders them.
@@ -265,6 +279,8 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFi
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
         allow_mode_override=True,
         message_timeout=_secs(env.timeouts.extproc_message_s),
+        # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
+        mutation_rules=HeaderMutationRules(allow_envoy=True),
     )
     return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
 
@@ -386,6 +402,13 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     extproc_endpoints = env.extproc_endpoints or [cfg.extproc.address]
     extproc = _cluster(EXTPROC_CLUSTER, extproc_endpoints, h2=True, tls=_extproc_tls(env, extproc_endpoints),
                        env=env, outlier=False)
+    # gRPC health: a replica that drains (NOT_SERVING) or died leaves the rotation within a second;
+    # one refused connection ejects it at once, before the next health check.
+    extproc.health_checks = [HealthCheck(timeout=_secs(1), interval=_secs(1), unhealthy_threshold=1,
+                                         healthy_threshold=1, grpc_health_check=HealthCheckGrpcHealthCheck())]
+    extproc.outlier_detection = OutlierDetection(split_external_local_origin_errors=True,
+                                                 consecutive_local_origin_failure=1, base_ejection_time=_secs(2),
+                                                 max_ejection_percent=50, consecutive_5xx=1000)
     hops = translation_hops(cfg)
     boot = Bootstrap(
         static_resources=BootstrapStaticResources(

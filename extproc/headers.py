@@ -9,6 +9,8 @@ TENANT_HEADER = "x-modelyard-tenant"  # rate limit descriptor for Envoy's rateli
 TASK_ID_HEADER = "x-modelyard-task-id"
 STRATEGY_HEADER = "x-modelyard-strategy"
 CHANNEL_HEADER = "x-modelyard-channel"
+# Envoy's router reads (and strips) it: the chosen deployment's timeout_ms bounds the upstream call.
+UPSTREAM_TIMEOUT_HEADER = "x-envoy-upstream-rq-timeout-ms"
 MODEL_HEADER = "x-modelyard-model"
 ARM_HEADER = "x-modelyard-arm"  # the A/B arm a request fell in
 # gRPC metadata on a translation hop's ext_proc streams: "<from protocol>~<target cluster>".

@@ -24,6 +24,9 @@ from extproc.session import Session
 log = logging.getLogger("modelyard.server")
 
 _SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+# On SIGTERM, report NOT_SERVING this long before closing the port: Envoy's gRPC health check
+# (every 1 s, controlplane.bootstrap) takes the replica out within two checks while it still accepts streams.
+UNREADY_BEFORE_DRAIN_S = 2.5
 
 
 class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
@@ -87,6 +90,8 @@ class ExtprocServer:
             loop.add_signal_handler(sig, self.request_stop)
         await self.start()
         await self._stopping.wait()
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await asyncio.sleep(UNREADY_BEFORE_DRAIN_S)
         log.info("draining open streams (up to %.0fs)", self.config.extproc.drain_seconds)
         await self.stop()
         log.info("stopped")

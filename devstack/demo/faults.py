@@ -4,11 +4,15 @@ from __future__ import annotations
 
 FAIL = "demo-fail-500"  # answer 500 with an error body in the upstream's own shape
 CUT = "demo-cut-stream"  # stream a few events, then end the response without the terminator
+SLOW = "demo-slow"  # wait SLOW_SECONDS before answering: longer than the chaos deployments' timeout
+GARBAGE = "demo-garbage"  # answer 200 with bytes that are no protocol's reply
+
+SLOW_SECONDS = 5.0  # short enough that a stopping demo server is not held up long
+GARBAGE_BODY = b"\x00\xffnot json <html>stack trace at upstream.internal:8443</html>"
 
 
 def fault_in(text: str) -> str | None:
-    if FAIL in text:
-        return FAIL
-    if CUT in text:
-        return CUT
+    for fault in (FAIL, CUT, SLOW, GARBAGE):
+        if fault in text:
+            return fault
     return None

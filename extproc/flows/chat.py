@@ -28,6 +28,7 @@ from extproc.headers import (
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
+    UPSTREAM_TIMEOUT_HEADER,
 )
 from modelyard.errors import ClientError, ModelyardError
 
@@ -109,7 +110,8 @@ class ChatFlow:
         headers = list(up_headers.items())
         headers += [(":path", path), ("content-length", str(len(out))),
                     (CLUSTER_HEADER, self.gw.catalog.envoy_cluster(dep.cluster)),
-                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else "")]
+                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
+                    (UPSTREAM_TIMEOUT_HEADER, str(dep.timeout_ms))]
         ctx.response_headers += choice.response_headers()
         remove = [h for h in _STRIP_UPSTREAM if h not in up_headers]
         return msg.request_body(headers, remove, body=out if out is not body else None, clear_route_cache=True)

@@ -215,3 +215,22 @@ def test_stream_event_helpers_cover_tools() -> None:
     evs = behaviour.demo_stream_events(resp)
     assert [e.name for e in evs if isinstance(e, ToolCallStart)] == ["w"]
     assert "".join(e.arguments for e in evs if isinstance(e, ToolCallDelta)) == '{"city":"Kyiv"}'
+
+
+async def test_demo_garbage_and_slow_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    from devstack.demo import adapter_server, faults, openai_server
+
+    monkeypatch.setattr(adapter_server, "SLOW_SECONDS", 0.3)
+    async with TestServer(openai_server.make_app(), host="127.0.0.1") as srv:
+        url = str(srv.make_url("/v1/chat/completions"))
+        async with aiohttp.ClientSession() as s:
+            def body(text: str) -> dict:
+                return {"model": "m", "messages": [{"role": "user", "content": text}]}
+
+            async with s.post(url, json=body(f"please {faults.GARBAGE}")) as r:
+                assert r.status == 200 and await r.read() == faults.GARBAGE_BODY
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            async with s.post(url, json=body(f"please {faults.SLOW}")) as r:
+                assert r.status == 200 and "echo" in (await r.json())["choices"][0]["message"]["content"]
+            assert loop.time() - start >= 0.3

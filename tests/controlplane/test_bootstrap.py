@@ -40,6 +40,8 @@ def test_render_contract() -> None:
     hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     names = [f["name"] for f in hcm["http_filters"]]
     assert names == ["envoy.filters.http.ext_proc", "envoy.filters.http.ratelimit", "envoy.filters.http.router"]
+    # The extproc may set x-envoy-upstream-rq-timeout-ms (a deployment's timeout_ms): Envoy drops it otherwise.
+    assert hcm["http_filters"][0]["typed_config"]["mutation_rules"]["allow_envoy"] is True
     routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
     assert routes[0]["route"]["cluster_header"] == "x-modelyard-cluster"
     assert boot["static_resources"]["listeners"][0]["per_connection_buffer_limit_bytes"] == 32 * 1024 * 1024

@@ -53,6 +53,7 @@ async def test_chat_round_trip(gateway: Gateway) -> None:
     hs = set_headers(common.header_mutation)
     assert hs["x-modelyard-cluster"] == "demo-openai"
     assert hs[":path"] == "/v1/chat/completions"
+    assert hs["x-envoy-upstream-rq-timeout-ms"] == "60000"  # the deployment's timeout_ms, for Envoy's router
     assert common.clear_route_cache
     assert "authorization" in common.header_mutation.remove_headers or "authorization" in hs
 
