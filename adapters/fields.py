@@ -6,12 +6,14 @@ from collections.abc import Mapping
 
 import orjson
 
+from adapters.json_shape import check_shape
 from modelyard.errors import ClientError, UpstreamError
 
 # ---- field validation shared by the protocol parsers (each raises ClientError 400) ----------
 
-def load_object(body: bytes, what: str = "request body") -> dict:
-    """Parse JSON text that must be an object."""
+def load_object(body: bytes, what: str = "request body", *, max_values: int | None = None) -> dict:
+    """Parse JSON text that must be an object; its depth (and value count) is checked first."""
+    check_shape(body, max_values=max_values, what=what)
     try:
         obj = orjson.loads(body)
     except (orjson.JSONDecodeError, TypeError):
