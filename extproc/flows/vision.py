@@ -22,7 +22,7 @@ import numpy as np
 
 from adapters import kserve
 from adapters.fields import error_message
-from adapters.images import decode_images
+from adapters.images import ImageBudget, ImageError, check_images, decode_checked
 from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from extproc import messages as msg
@@ -354,11 +354,20 @@ class ClassifyFlow(_VisionFlow):
         v = model.vision
         if v is None:
             raise ClientError(f"model `{form.model}` does not classify images")
-        images = await asyncio.to_thread(decode_images, form.images, v.max_images, v.max_image_pixels)
+        budget = ImageBudget(v.max_images, v.max_image_pixels, v.max_request_pixels, v.max_decoded_bytes)
+        # Headers only (a thread: a crafted JPEG can hold many markers); bombs and over-budget
+        # requests are refused here, before routing, admission or any decoding.
+        await asyncio.to_thread(check_images, form.images, budget)
         choice = await self._route(form.model)
         if not self.grpc:
             raise UpstreamError(f"deployment {choice.deployment.cluster} speaks {choice.deployment.protocol}; "
                                 "image classification needs kserve-grpc")
+        # Pixels are decoded only for an admitted request.
+        try:
+            images = await asyncio.to_thread(decode_checked, form.images, budget)
+        except ImageError as e:
+            self._finish(e.status, upstream_answered=False)  # a corrupt body past a valid header: the caller's fault
+            raise
         return await self._dispatch(Job(rows=len(images), images=images))
 
     async def _single_body(self) -> bytes:
