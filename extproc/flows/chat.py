@@ -6,6 +6,8 @@ provider-specific fields survive; cross-protocol requests go through the interna
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
 
@@ -37,6 +39,9 @@ log = logging.getLogger("modelyard.chat")
 CLIENT_AUTH_HEADERS = sorted({h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS} | {"authorization"})
 # The body must come back uncompressed for translation and metering.
 _STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
+# Bodies past this are parsed in a worker thread so the event loop keeps serving other streams;
+# the parsers bound depth and value counts before building anything (docs/security.md).
+INLINE_PARSE_BYTES = 64 * 1024
 
 
 def upstream_error_status(status: int) -> int:
@@ -81,13 +86,15 @@ class ChatFlow:
         ctx = self.ctx
         if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
             raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
-        req = self._parse(body)
+        req = await self._parse(body)
         self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
         return self._send(body, req)
 
-    def _parse(self, body: bytes) -> ChatRequest:
+    async def _parse(self, body: bytes) -> ChatRequest:
         ctx = self.ctx
-        req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
+        parse = functools.partial(self.client.parse_request, body, path_model=ctx.path_model,
+                                  stream_hint=ctx.stream_hint)
+        req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
         self.request = req
         return req
 
