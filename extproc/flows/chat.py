@@ -13,10 +13,12 @@ import time
 
 import orjson
 
+from adapters import upstream_errors
 from adapters.internal import ChatRequest, StreamError, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
+from adapters.upstream_errors import log_excerpt
 from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.context import RequestContext
@@ -175,10 +177,11 @@ class ChatFlow:
     def _whole_body(self, body: bytes) -> bytes | None:
         model = self.choice.model.name if self.choice else ""
         if self.status >= 400:
-            message = self.upstream.parse_error(self.status, body)
+            # The caller gets the status and a provider message at most; the log keeps the body.
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id,
-                     self.choice.deployment.cluster if self.choice else "-", self.status, message[:200])
-            return self.client.render_error(self.client_status, f"upstream error: {message}", "api_error")
+                     self.choice.deployment.cluster if self.choice else "-", self.status, log_excerpt(body))
+            return self.client.render_error(self.client_status, upstream_errors.client_text(self.status, body),
+                                            "api_error")
         try:
             resp = self.upstream.parse_response(body)
         except ModelyardError as e:

@@ -21,10 +21,10 @@ from typing import Any, Literal
 import numpy as np
 
 from adapters import kserve
-from adapters.fields import error_message
 from adapters.images import ImageBudget, ImageError, check_images, decode_checked
 from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
+from adapters.upstream_errors import client_text, log_excerpt, sanitize
 from extproc import messages as msg
 from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
 from extproc.choice import Choice
@@ -219,7 +219,9 @@ class _VisionFlow:
         gs = kserve.grpc_status_from_headers(headers) if self.grpc else None
         if gs is not None:  # trailers-only: no body follows
             if gs.code != 0:
-                return self._immediate_error(gs.http_status, gs.message or f"upstream gRPC status {gs.code}")
+                log.info("task %s: upstream answered gRPC status %d: %r", self.ctx.task_id, gs.code,
+                         gs.message[:2000])
+                return self._immediate_error(gs.http_status, sanitize(gs.message) or f"upstream gRPC status {gs.code}")
             return self._immediate_error(502, "upstream ended without a reply")
         set_h = self.ctx.task_headers()
         if status != 200:
@@ -233,7 +235,9 @@ class _VisionFlow:
 
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
         if self.error_status:
-            message = f"upstream error: {error_message(chunk, self.upstream_status)}"
+            log.info("task %s: upstream answered HTTP %d: %s", self.ctx.task_id, self.upstream_status,
+                     log_excerpt(chunk))
+            message = client_text(self.upstream_status, chunk)
             return self._body_reply(self.error_status, self._error_body(self.error_status, message))
         if not self.grpc:
             self._finish(200)
