@@ -12,7 +12,7 @@ from types import ModuleType
 from aiohttp import web
 
 from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
-from devstack.demo.faults import CUT, FAIL, fault_in
+from devstack.demo.faults import CUT, FAIL, TRACE, TRACEBACK, fault_in
 from modelyard.errors import ModelyardError
 
 # The request's model and stream flag from its path (Gemini), or (None, False).
@@ -46,6 +46,8 @@ class AdapterDemo:
         fault = fault_in(last_user_text(req))
         if fault == FAIL:
             return self._error(500, "demo upstream failed on purpose", "api_error")
+        if fault == TRACE:
+            return web.Response(status=500, text=TRACEBACK, content_type="text/plain")
         resp = demo_reply(req, self.prefix, response_id=f"{self.prefix.strip('[]')}-{self.requests}")
         if not req.stream:
             return web.Response(body=self.adapter.render_response(resp, model=req.model),

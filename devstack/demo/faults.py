@@ -4,9 +4,17 @@ from __future__ import annotations
 
 FAIL = "demo-fail-500"  # answer 500 with an error body in the upstream's own shape
 CUT = "demo-cut-stream"  # stream a few events, then end the response without the terminator
+TRACE = "demo-fail-traceback"  # answer 500 with a Python traceback as text, like a server in debug mode
+TRACEBACK = """Traceback (most recent call last):
+  File "/opt/demo/venv/lib/python3.11/site-packages/demo_server/handlers.py", line 42, in generate
+    weights = load_shard("/mnt/weights/demo-70b/shard-00003.safetensors")
+RuntimeError: CUDA out of memory (demo traceback)
+"""
 
 
 def fault_in(text: str) -> str | None:
+    if TRACE in text:
+        return TRACE
     if FAIL in text:
         return FAIL
     if CUT in text:

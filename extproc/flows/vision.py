@@ -209,10 +209,15 @@ class _VisionFlow:
             self._batcher.fail(self.batch, reason)
 
     def _immediate_error(self, status: int, message: str) -> msg.ProcessingResponse:
+        """The upstream's own headers, rewritten, with our body in place of its (absent) one: an
+        immediate response here would be a local reply Envoy stamps with the route's internal
+        x-modelyard-upstream-* headers after the session has had its say."""
         self._fail_batch(message)
         self._finish(status)
-        return msg.immediate(status, self._error_body(status, message), [_JSON, *self.ctx.task_headers()],
-                             details="modelyard_upstream_error")
+        body = self._error_body(status, message)
+        return msg.response_headers_replacing_body(
+            [(":status", str(status)), _JSON, ("content-length", str(len(body))), *self.ctx.task_headers()],
+            _STRIP_RESPONSE, body)
 
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
         self.upstream_status = status

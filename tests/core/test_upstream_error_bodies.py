@@ -11,7 +11,7 @@ from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session
 from tests.adapters.test_upstream_errors import TRACEBACK
-from tests.core.test_session import KEY, body_msg, chat_headers, headers_msg
+from tests.core.test_session import KEY, body_msg, chat_headers, headers_msg, set_headers
 
 ROUTES = build_routes()
 
@@ -65,5 +65,8 @@ async def test_vision_grpc_message_sanitized(gateway: Gateway) -> None:
     await s.handle(body_msg(orjson.dumps(body)))
     r = await s.handle(headers_msg({":status": "200", "content-type": "application/grpc", "grpc-status": "13",
                                     "grpc-message": TRACEBACK.decode().replace("\n", " | ")}, response=True))
-    out = orjson.loads(r.immediate_response.body)
-    assert r.immediate_response.status.code == 502 and out["error"] == "upstream gRPC status 13"
+    reply = r.response_headers.response
+    assert reply.status == reply.CONTINUE_AND_REPLACE  # not a local reply: Envoy would stamp those
+    assert set_headers(reply.header_mutation)[":status"] == "502"
+    assert orjson.loads(reply.body_mutation.body)["error"] == "upstream gRPC status 13"
+    assert "x-modelyard-upstream-host" not in set_headers(reply.header_mutation)
