@@ -63,17 +63,26 @@ def _many_parts_form() -> tuple[bytes, str]:
     return part * 900_000 + b"--bb--\r\n", "multipart/form-data; boundary=bb"
 
 
-def _many_messages_json() -> bytes:
-    return b'{"model":"demo-gpt","messages":[' + b",".join([b'{"role":"user","content":""}'] * 800_000) + b"]}"
+def _padded_form() -> tuple[bytes, str]:
+    return b"--bb" + b" " * 23_000_000 + b"\r\n" + b"x" * 10, "multipart/form-data; boundary=bb"
 
 
-@pytest.mark.parametrize("attack", ["multipart-900k-parts", "chat-800k-messages"])
+def _many_messages_json() -> tuple[bytes, str]:
+    body = b'{"model":"demo-gpt","messages":[' + b",".join([b'{"role":"user","content":""}'] * 800_000) + b"]}"
+    return body, "application/json"
+
+
+ATTACKS = {  # name: (path, body builder, status, error type)
+    "multipart-900k-parts": ("/v1/images/classify", _many_parts_form, 413, "request_too_large"),
+    "multipart-23mb-padding": ("/v1/images/classify", _padded_form, 400, "invalid_request_error"),
+    "chat-800k-messages": ("/v1/chat/completions", _many_messages_json, 413, "request_too_large"),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_attack_body_does_not_stall_other_requests(demo_stack, attack: str) -> None:
-    if attack.startswith("multipart"):
-        body, ctype = _many_parts_form()
-        path = "/v1/images/classify"
-    else:
-        body, ctype, path = _many_messages_json(), "application/json", "/v1/chat/completions"
+    path, build, status, error_type = ATTACKS[attack]
+    body, ctype = build()
     assert 20_000_000 < len(body) < 32 * 1024 * 1024  # under Envoy's buffer limit: it reaches the extproc
     before = _error_lines(demo_stack)
     t0 = time.perf_counter()
@@ -83,8 +92,8 @@ def test_attack_body_does_not_stall_other_requests(demo_stack, attack: str) -> N
     print(f"\n{attack}: {len(body) / 1e6:.1f} MB answered {r.status_code} in {total:.2f}s (upload included); "
           f"GET /v1/models during it: {len(latencies)} probes, max {max(latencies) * 1000:.0f} ms, "
           f"median {sorted(latencies)[len(latencies) // 2] * 1000:.0f} ms")
-    assert r.status_code == 413, r.text[:300]
-    assert r.json()["error"]["type"] == "request_too_large"  # OpenAI's shape, both routes speak it
+    assert r.status_code == status, r.text[:300]
+    assert r.json()["error"]["type"] == error_type  # OpenAI's shape, both routes speak it
     assert max(latencies) < PROBE_BOUND_S
     assert _error_lines(demo_stack) == before
 
