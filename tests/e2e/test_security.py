@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 from extproc.public_headers import PUBLIC_RESPONSE_HEADERS
 from tests.conftest import DEMO_KEY
+from tests.stack_config import small_config, start_stack
 from tests.vision.formgen import build_form
 from tests.vision.imagegen import encode, png_bomb
 
@@ -195,8 +198,6 @@ def _endpoints(url: str) -> list[tuple[str, httpx.Response]]:
         add("no-key", "POST", "/v1/chat/completions", json=chat)
         add("unknown-path", "GET", "/nope", headers=AUTH)
         add("bad-json", "POST", "/v1/chat/completions", content=b"{", headers=AUTH)
-        add("upstream-500", "POST", "/v1/chat/completions", headers=AUTH,
-            json={**chat, "messages": [{"role": "user", "content": "demo-fail-500"}]})
     return out
 
 
@@ -214,15 +215,33 @@ def test_only_documented_modelyard_headers(demo_stack) -> None:
 # ---------------------------------------------------------------- upstream tracebacks
 
 
-@pytest.mark.parametrize("path,model,headers,message", [
-    ("/v1/chat/completions", "demo-gpt", AUTH, lambda d: d["error"]["message"]),
-    ("/v1/messages", "demo-claude", {"x-api-key": DEMO_KEY, "anthropic-version": "2023-06-01"},
-     lambda d: d["error"]["message"]),
-    ("/v1/chat/completions", "demo-gemini", AUTH, lambda d: d["error"]["message"]),  # translated
-])
-def test_upstream_traceback_stays_in_the_log(demo_stack, path: str, model: str, headers: dict, message) -> None:
-    r = httpx.post(f"{demo_stack.url}{path}", headers=headers, timeout=20,
-                   json={"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "demo-fail-traceback"}]})
+@pytest.fixture(scope="module")
+def faulty_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Its own stack: upstream failures put a deployment in cooldown, which would turn the shared
+    demo stack's later requests into 503s; here the cooldown is off."""
+    data = small_config()
+    data.setdefault("routing", {})["cooldown"] = {"cooldown_s": 0}
+    with start_stack(tmp_path_factory.mktemp("faulty"), data) as stack:
+        yield stack
+
+
+@pytest.mark.parametrize("fault", ["demo-fail-500", "demo-fail-traceback"])
+def test_upstream_errors_carry_only_documented_headers(faulty_stack, fault: str) -> None:
+    r = httpx.post(f"{faulty_stack.url}/v1/chat/completions", headers=AUTH, timeout=20,
+                   json={"model": "demo-gpt", "messages": [{"role": "user", "content": fault}]})
+    assert r.status_code == 502
+    assert {h for h in r.headers if h.startswith("x-modelyard-")} <= PUBLIC_RESPONSE_HEADERS
+
+
+@pytest.mark.parametrize("path,headers,message", [
+    ("/v1/chat/completions", AUTH, lambda d: d["error"]["message"]),  # passthrough
+    ("/v1/messages", {"x-api-key": DEMO_KEY, "anthropic-version": "2023-06-01"},
+     lambda d: d["type"] == "error" and d["error"]["message"]),  # translated from the OpenAI upstream
+], ids=["openai", "anthropic"])
+def test_upstream_traceback_stays_in_the_log(faulty_stack, path: str, headers: dict, message) -> None:
+    r = httpx.post(f"{faulty_stack.url}{path}", headers=headers, timeout=20,
+                   json={"model": "demo-gpt", "max_tokens": 5,
+                         "messages": [{"role": "user", "content": "demo-fail-traceback"}]})
     assert r.status_code == 502
     text = message(r.json())
     assert text == "upstream error (HTTP 500)"
@@ -230,7 +249,7 @@ def test_upstream_traceback_stays_in_the_log(demo_stack, path: str, model: str, 
     task = r.headers["x-modelyard-task-id"]
     deadline = time.monotonic() + 5
     while True:
-        lines = [ln for ln in _log_text(demo_stack).splitlines() if task in ln]
+        lines = [ln for ln in _log_text(faulty_stack).splitlines() if task in ln]
         if lines or time.monotonic() > deadline:
             break
         time.sleep(0.1)
