@@ -47,6 +47,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
+from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 from modelyard.errors import ClientError, default_type
 
@@ -94,6 +95,7 @@ def _text_blocks(raw: object, where: str) -> str:
         return raw
     if type(raw) is not list:
         raise ClientError(f"{where} must be a string or an array of blocks")
+    check_count(raw, MAX_CONTENT_PARTS, f"{where} blocks")
     out = []
     for j, b in enumerate(raw):
         b = as_object(b, f"{where}[{j}]")
@@ -119,6 +121,7 @@ def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> 
         return
     if type(content) is not list or not content:
         raise ClientError(f"{where}.content must be a string or a non-empty array")
+    check_count(content, MAX_CONTENT_PARTS, f"{where}.content blocks")
     parts: list[ContentPart] = []
     calls: list[ToolCall] = []
     for j, b in enumerate(content):
@@ -155,6 +158,7 @@ def _messages(obj: dict) -> tuple[Message, ...]:
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
         raise ClientError("messages must be a non-empty array")
+    check_count(raw_msgs, MAX_MESSAGES, "messages")
     msgs: list[Message] = []
     names: dict[str, str] = {}  # tool_use id -> name, so tool results know their function
     for i, m in enumerate(raw_msgs):
@@ -166,7 +170,9 @@ def _messages(obj: dict) -> tuple[Message, ...]:
 
 def _tools(obj: dict) -> tuple[ToolDef, ...]:
     tools = []
-    for j, t in enumerate(opt_list(obj, "tools", "body")):
+    raw_tools = opt_list(obj, "tools", "body")
+    check_count(raw_tools, MAX_TOOLS, "tools")
+    for j, t in enumerate(raw_tools):
         tw = f"tools[{j}]"
         t = as_object(t, tw)
         if t.get("type", "custom") != "custom":
@@ -194,7 +200,7 @@ def _tool_choice(obj: dict) -> ToolChoice | None:
 
 
 def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
-    obj = load_object(body)
+    obj = load_object(body, max_values=MAX_CHAT_JSON_VALUES)
     model = obj.get("model", path_model)
     if type(model) is not str or not model:
         raise ClientError("model is required and must be a non-empty string")

@@ -6,12 +6,15 @@ from collections.abc import Mapping
 
 import orjson
 
+from adapters.json_shape import check_shape
+from adapters.upstream_errors import provider_message
 from modelyard.errors import ClientError, UpstreamError
 
 # ---- field validation shared by the protocol parsers (each raises ClientError 400) ----------
 
-def load_object(body: bytes, what: str = "request body") -> dict:
-    """Parse JSON text that must be an object."""
+def load_object(body: bytes, what: str = "request body", *, max_values: int | None = None) -> dict:
+    """Parse JSON text that must be an object; its depth (and value count) is checked first."""
+    check_shape(body, max_values=max_values, what=what)
     try:
         obj = orjson.loads(body)
     except (orjson.JSONDecodeError, TypeError):
@@ -82,29 +85,9 @@ def as_object(v: object, where: str) -> dict:
 
 
 def error_message(body: bytes, status: int) -> str:
-    """Best-effort message from an upstream error body: error.message, error (str), message, text."""
-    try:
-        obj = orjson.loads(body)
-    except (orjson.JSONDecodeError, TypeError):
-        obj = None
-    if type(obj) is list and obj and type(obj[0]) is dict:
-        obj = obj[0]  # Gemini's non-SSE stream answers errors as a one-element array
-    if type(obj) is dict:
-        err = obj.get("error")
-        if type(err) is dict:
-            msg = err.get("message")
-            if type(msg) is str and msg:
-                return msg
-        if type(err) is str and err:
-            return err
-        msg = obj.get("message")
-        if type(msg) is str and msg:
-            return msg
-    if isinstance(body, (bytes, bytearray)):
-        text = bytes(body[:500]).decode("utf-8", "replace").strip()
-        if text and obj is None:
-            return text
-    return f"upstream returned HTTP {status}"
+    """The provider's sanitized message from an upstream error body, else `upstream returned HTTP n`;
+    never the raw text (it may be a traceback: adapters/upstream_errors.py)."""
+    return provider_message(body) or f"upstream returned HTTP {status}"
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:

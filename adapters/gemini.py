@@ -52,6 +52,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
+from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from adapters.sse import SSEDecoder, SSEEvent
 from modelyard.errors import ClientError
 
@@ -190,6 +191,7 @@ def _content(c: object, where: str, ids: _CallIds, msgs: list[Message]) -> None:
     raw_parts = c.get("parts")
     if type(raw_parts) is not list or not raw_parts:
         raise ClientError(f"{where}.parts must be a non-empty array")
+    check_count(raw_parts, MAX_CONTENT_PARTS, f"{where}.parts")
     parts: list[ContentPart] = []
     calls: list[ToolCall] = []
     for j, p in enumerate(raw_parts):
@@ -213,6 +215,7 @@ def _messages(obj: dict) -> tuple[Message, ...]:
     contents = obj.get("contents")
     if type(contents) is not list or not contents:
         raise ClientError("contents must be a non-empty array")
+    check_count(contents, MAX_MESSAGES, "contents")
     msgs: list[Message] = []
     ids = _CallIds()
     for i, c in enumerate(contents):
@@ -228,7 +231,9 @@ def _system(obj: dict) -> str | None:
         return None
     si = as_object(si, "systemInstruction")
     texts = []
-    for j, p in enumerate(opt_list(si, "parts", "systemInstruction")):
+    si_parts = opt_list(si, "parts", "systemInstruction")
+    check_count(si_parts, MAX_CONTENT_PARTS, "systemInstruction.parts")
+    for j, p in enumerate(si_parts):
         p = as_object(p, f"systemInstruction.parts[{j}]")
         if type(p.get("text")) is not str:
             raise ClientError(f"systemInstruction.parts[{j}].text must be a string")
@@ -241,11 +246,14 @@ def _tools(obj: dict) -> tuple[ToolDef, ...]:
     raw_tools = _get(obj, "tools", "tools")
     if raw_tools is not None and type(raw_tools) is not list:
         raise ClientError("tools must be an array")
+    check_count(raw_tools or (), MAX_TOOLS, "tools")
     for j, t in enumerate(raw_tools or ()):
         t = as_object(t, f"tools[{j}]")
         decls = _get(t, "functionDeclarations", "function_declarations")
         if type(decls) is not list:
             raise ClientError(f"tools[{j}]: only functionDeclarations tools are supported")
+        if len(tools) + len(decls) > MAX_TOOLS:
+            raise ClientError(f"function declarations exceed the limit of {MAX_TOOLS}", status=413)
         for k, d in enumerate(decls):
             dw = f"tools[{j}].functionDeclarations[{k}]"
             d = as_object(d, dw)
@@ -305,7 +313,7 @@ def _sampling(obj: dict) -> _Sampling:
 
 
 def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
-    obj = load_object(body)
+    obj = load_object(body, max_values=MAX_CHAT_JSON_VALUES)
     model = _model(obj, path_model)
     messages = _messages(obj)
     system = _system(obj)

@@ -28,6 +28,8 @@ import orjson
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
+from adapters.json_shape import check_shape
+from adapters.limits import MAX_KSERVE_CONTAINERS, MAX_KSERVE_TENSORS, check_count
 from modelyard.errors import ClientError, ModelyardError, UpstreamError
 
 GRPC_SERVICE = "inference.GRPCInferenceService"
@@ -170,6 +172,7 @@ def _params(target: Any, params: Any, where: str) -> None:
         return
     if not isinstance(params, dict):
         raise KServeError(f"{where}: parameters must be an object")
+    check_count(params, MAX_KSERVE_TENSORS, f"{where}: parameters")
     for k, v in params.items():
         _set_param(target, k, v, where)
 
@@ -252,6 +255,9 @@ def _tensor_raw(datatype: str, shape: list[int], data: Any, where: str) -> bytes
 
 def parse_infer_request(body: bytes, model: str, version: str = "") -> pb.ModelInferRequest:
     """REST v2 infer JSON -> ModelInferRequest for `model` (the upstream's name for it)."""
+    # Tensor data is nested arrays, so containers (not every number) are what to bound.
+    if check_shape(body).containers > MAX_KSERVE_CONTAINERS:
+        raise KServeError(f"request body: more than {MAX_KSERVE_CONTAINERS} JSON arrays and objects", status=413)
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -261,6 +267,7 @@ def parse_infer_request(body: bytes, model: str, version: str = "") -> pb.ModelI
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise KServeError("'inputs' must be a non-empty list")
+    check_count(inputs, MAX_KSERVE_TENSORS, "inputs")
     req = pb.ModelInferRequest(model_name=model, model_version=version)
     rid = doc.get("id")
     if rid is not None:
@@ -295,6 +302,7 @@ def parse_infer_request(body: bytes, model: str, version: str = "") -> pb.ModelI
     if outputs is not None:
         if not isinstance(outputs, list):
             raise KServeError("'outputs' must be a list")
+        check_count(outputs, MAX_KSERVE_TENSORS, "outputs")
         for i, o in enumerate(outputs):
             if not isinstance(o, dict) or not isinstance(o.get("name"), str):
                 raise KServeError(f"outputs[{i}]: must be an object with a string 'name'")

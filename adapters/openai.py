@@ -46,6 +46,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
+from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 from modelyard.errors import ClientError, default_type
 
@@ -90,6 +91,7 @@ def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, 
         return (TextPart(raw),)
     if type(raw) is not list:
         raise ClientError(f"{where}.content must be a string or an array")
+    check_count(raw, MAX_CONTENT_PARTS, f"{where}.content parts")
     parts: list[ContentPart] = []
     for j, p in enumerate(raw):
         pw = f"{where}.content[{j}]"
@@ -149,6 +151,7 @@ def _messages(obj: dict) -> tuple[str | None, tuple[Message, ...]]:
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
         raise ClientError("messages must be a non-empty array")
+    check_count(raw_msgs, MAX_MESSAGES, "messages")
     system: list[str] = []
     msgs: list[Message] = []
     for i, m in enumerate(raw_msgs):
@@ -170,7 +173,9 @@ def _messages(obj: dict) -> tuple[str | None, tuple[Message, ...]]:
 
 def _tools(obj: dict) -> tuple[ToolDef, ...]:
     tools = []
-    for j, t in enumerate(opt_list(obj, "tools", "body")):
+    raw_tools = opt_list(obj, "tools", "body")
+    check_count(raw_tools, MAX_TOOLS, "tools")
+    for j, t in enumerate(raw_tools):
         tw = f"tools[{j}]"
         t = as_object(t, tw)
         if t.get("type", "function") != "function":
@@ -215,7 +220,7 @@ def _max_tokens(obj: dict) -> int | None:
 
 
 def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
-    obj = load_object(body)
+    obj = load_object(body, max_values=MAX_CHAT_JSON_VALUES)
     model = obj.get("model", path_model)
     if type(model) is not str or not model:
         raise ClientError("model is required and must be a non-empty string")

@@ -70,6 +70,15 @@ def response_headers(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
     return r
 
 
+def response_headers_replacing_body(set_headers: HeaderPairs, remove: Iterable[str],
+                                    body: bytes) -> pb.ProcessingResponse:
+    """Headers mutated and `body` sent in place of the upstream's (CONTINUE_AND_REPLACE also adds
+    a body to a headers-only answer, such as a trailers-only gRPC error)."""
+    c = common(set_headers, remove, body)
+    c.status = pb.CommonResponse.CONTINUE_AND_REPLACE
+    return pb.ProcessingResponse(response_headers=pb.HeadersResponse(response=c))
+
+
 def response_body(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
                   body: bytes | None = None) -> pb.ProcessingResponse:
     return pb.ProcessingResponse(response_body=pb.BodyResponse(response=common(set_headers, remove, body)))

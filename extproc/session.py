@@ -18,6 +18,7 @@ from extproc.context import Flow, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
 from extproc.headers import CLUSTER_HEADER, TENANT_HEADER
+from extproc.public_headers import scrub
 from extproc.routes import Route, RouteTable
 from extproc.telemetry.metrics import ERRORS, STREAMS
 from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
@@ -41,6 +42,18 @@ class Session:
         STREAMS.inc()
 
     async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
+        resp = await self._handle(req)
+        if resp is None:
+            return None
+        kind = req.WhichOneof("request")
+        seen: list[str] = []
+        if kind == "response_headers":
+            seen = [h.key for h in req.response_headers.headers.headers]
+        elif kind == "response_trailers":
+            seen = [h.key for h in req.response_trailers.trailers.headers]
+        return scrub(resp, seen)
+
+    async def _handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
         kind = req.WhichOneof("request")
         try:
             if kind == "request_headers":

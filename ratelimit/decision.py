@@ -14,6 +14,10 @@ from .rules import Charge
 # fail-closed policy refusing everything while it is down.
 Store = Literal["memory", "redis", "local", "fail_closed"]
 
+# Buckets that belong to the caller. Cluster, channel and global buckets are shared by every
+# tenant: reporting them would show one tenant the others' traffic.
+CALLER_SCOPES = frozenset({"tenant", "tier"})
+
 
 @dataclass(slots=True)
 class Reservation:
@@ -38,10 +42,12 @@ class Decision:
     store: Store = "memory"
 
     def headers(self) -> list[tuple[str, str]]:
-        """x-ratelimit-{limit,remaining,reset}-{requests,tokens} of the tightest bucket per unit."""
+        """x-ratelimit-{limit,remaining,reset}-{requests,tokens} of the caller's tightest bucket per
+        unit (its tenant's or tier's; none when it has neither), and retry-after on a refusal."""
         out: list[tuple[str, str]] = []
+        own = tuple(v for v in self.views if v.charge.scope in CALLER_SCOPES)
         for unit in ("requests", "tokens"):
-            v = tightest(self.views, unit)
+            v = tightest(own, unit)
             if v is None:
                 continue
             out.append((f"x-ratelimit-limit-{unit}", str(v.params.burst_nano // NANO)))

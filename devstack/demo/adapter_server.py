@@ -13,7 +13,7 @@ from types import ModuleType
 from aiohttp import web
 
 from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
-from devstack.demo.faults import CUT, FAIL, GARBAGE, GARBAGE_BODY, SLOW, SLOW_SECONDS, fault_in
+from devstack.demo.faults import CUT, FAIL, GARBAGE, GARBAGE_BODY, SLOW, SLOW_SECONDS, TRACE, TRACEBACK, fault_in
 from modelyard.errors import ModelyardError
 
 # The request's model and stream flag from its path (Gemini), or (None, False).
@@ -47,6 +47,8 @@ class AdapterDemo:
         fault = fault_in(last_user_text(req))
         if fault == FAIL:
             return self._error(500, "demo upstream failed on purpose", "api_error")
+        if fault == TRACE:
+            return web.Response(status=500, text=TRACEBACK, content_type="text/plain")
         if fault == SLOW:
             await asyncio.sleep(SLOW_SECONDS)
         if fault == GARBAGE:

@@ -78,6 +78,10 @@ class VisionConfig(_Model):
     labels: list[str] = Field(default_factory=list)
     max_images: int = Field(16, ge=1, le=256)
     max_image_pixels: int = Field(40_000_000, ge=1)
+    # Per request, checked from the headers before anything is decoded (docs/security.md); the
+    # same defaults as adapters.images.ImageBudget, kept literal so config does not import Pillow.
+    max_request_pixels: int = Field(50_000_000, ge=1)
+    max_decoded_bytes: int = Field(384 * 1024 * 1024, ge=1)
 
 
 class BatchingConfig(_Model):

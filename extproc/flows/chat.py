@@ -6,15 +6,19 @@ provider-specific fields survive; cross-protocol requests go through the interna
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
 
 import orjson
 
+from adapters import upstream_errors
 from adapters.internal import ChatRequest, StreamError, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
+from adapters.upstream_errors import log_excerpt
 from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.context import RequestContext
@@ -38,6 +42,9 @@ log = logging.getLogger("modelyard.chat")
 CLIENT_AUTH_HEADERS = sorted({h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS} | {"authorization"})
 # The body must come back uncompressed for translation and metering.
 _STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
+# Bodies past this are parsed in a worker thread so the event loop keeps serving other streams;
+# the parsers bound depth and value counts before building anything (docs/security.md).
+INLINE_PARSE_BYTES = 64 * 1024
 
 
 def upstream_error_status(status: int) -> int:
@@ -82,13 +89,15 @@ class ChatFlow:
         ctx = self.ctx
         if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
             raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
-        req = self._parse(body)
+        req = await self._parse(body)
         self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
         return self._send(body, req)
 
-    def _parse(self, body: bytes) -> ChatRequest:
+    async def _parse(self, body: bytes) -> ChatRequest:
         ctx = self.ctx
-        req = self.client.parse_request(body, path_model=ctx.path_model, stream_hint=ctx.stream_hint)
+        parse = functools.partial(self.client.parse_request, body, path_model=ctx.path_model,
+                                  stream_hint=ctx.stream_hint)
+        req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
         self.request = req
         return req
 
@@ -170,10 +179,11 @@ class ChatFlow:
     def _whole_body(self, body: bytes) -> bytes | None:
         model = self.choice.model.name if self.choice else ""
         if self.status >= 400:
-            message = self.upstream.parse_error(self.status, body)
+            # The caller gets the status and a provider message at most; the log keeps the body.
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id,
-                     self.choice.deployment.cluster if self.choice else "-", self.status, message[:200])
-            return self.client.render_error(self.client_status, f"upstream error: {message}", "api_error")
+                     self.choice.deployment.cluster if self.choice else "-", self.status, log_excerpt(body))
+            return self.client.render_error(self.client_status, upstream_errors.client_text(self.status, body),
+                                            "api_error")
         try:
             resp = self.upstream.parse_response(body)
         except ModelyardError as e:

@@ -21,10 +21,10 @@ from typing import Any, Literal
 import numpy as np
 
 from adapters import kserve
-from adapters.fields import error_message
-from adapters.images import decode_images
+from adapters.images import ImageBudget, ImageError, check_images, decode_checked
 from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
+from adapters.upstream_errors import client_text, log_excerpt, sanitize
 from extproc import messages as msg
 from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
 from extproc.choice import Choice
@@ -210,17 +210,24 @@ class _VisionFlow:
             self._batcher.fail(self.batch, reason)
 
     def _immediate_error(self, status: int, message: str) -> msg.ProcessingResponse:
+        """The upstream's own headers, rewritten, with our body in place of its (absent) one: an
+        immediate response here would be a local reply Envoy stamps with the route's internal
+        x-modelyard-upstream-* headers after the session has had its say."""
         self._fail_batch(message)
         self._finish(status)
-        return msg.immediate(status, self._error_body(status, message), [_JSON, *self.ctx.task_headers()],
-                             details="modelyard_upstream_error")
+        body = self._error_body(status, message)
+        return msg.response_headers_replacing_body(
+            [(":status", str(status)), _JSON, ("content-length", str(len(body))), *self.ctx.task_headers()],
+            _STRIP_RESPONSE, body)
 
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
         self.upstream_status = status
         gs = kserve.grpc_status_from_headers(headers) if self.grpc else None
         if gs is not None:  # trailers-only: no body follows
             if gs.code != 0:
-                return self._immediate_error(gs.http_status, gs.message or f"upstream gRPC status {gs.code}")
+                log.info("task %s: upstream answered gRPC status %d: %r", self.ctx.task_id, gs.code,
+                         gs.message[:2000])
+                return self._immediate_error(gs.http_status, sanitize(gs.message) or f"upstream gRPC status {gs.code}")
             return self._immediate_error(502, "upstream ended without a reply")
         set_h = self.ctx.task_headers()
         if status != 200:
@@ -234,7 +241,9 @@ class _VisionFlow:
 
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
         if self.error_status:
-            message = f"upstream error: {error_message(chunk, self.upstream_status)}"
+            log.info("task %s: upstream answered HTTP %d: %s", self.ctx.task_id, self.upstream_status,
+                     log_excerpt(chunk))
+            message = client_text(self.upstream_status, chunk)
             return self._body_reply(self.error_status, self._error_body(self.error_status, message))
         if not self.grpc:
             self._finish(200)
@@ -355,11 +364,20 @@ class ClassifyFlow(_VisionFlow):
         v = model.vision
         if v is None:
             raise ClientError(f"model `{form.model}` does not classify images")
-        images = await asyncio.to_thread(decode_images, form.images, v.max_images, v.max_image_pixels)
+        budget = ImageBudget(v.max_images, v.max_image_pixels, v.max_request_pixels, v.max_decoded_bytes)
+        # Headers only (a thread: a crafted JPEG can hold many markers); bombs and over-budget
+        # requests are refused here, before routing, admission or any decoding.
+        await asyncio.to_thread(check_images, form.images, budget)
         choice = await self._route(form.model)
         if not self.grpc:
             raise UpstreamError(f"deployment {choice.deployment.cluster} speaks {choice.deployment.protocol}; "
                                 "image classification needs kserve-grpc")
+        # Pixels are decoded only for an admitted request.
+        try:
+            images = await asyncio.to_thread(decode_checked, form.images, budget)
+        except ImageError as e:
+            self._finish(e.status, upstream_answered=False)  # a corrupt body past a valid header: the caller's fault
+            raise
         return await self._dispatch(Job(rows=len(images), images=images))
 
     async def _single_body(self) -> bytes:

@@ -24,7 +24,7 @@ class XlateFlow(ChatFlow):
         self.target = target
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
-        req = self._parse(body)
+        req = await self._parse(body)
         model, dep = self.gw.catalog.deployment(self.target)
         self.choice = Choice(model=model, deployment=dep, channel=dep.channel)
         return self._send(body, req)

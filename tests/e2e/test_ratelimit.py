@@ -64,10 +64,17 @@ def test_limited_key_gets_anthropic_429(demo_stack) -> None:
     assert "retry-after" in limited.headers
 
 
-def test_admitted_requests_carry_remaining_headers(demo_stack) -> None:
+def test_admitted_requests_carry_only_their_own_buckets(demo_stack) -> None:
+    # demo-l3 has its tier's per-tenant token bucket: shown. Its requests pass only the global
+    # bucket, shared by every tenant: not shown.
+    r = _chat(demo_stack.url, "sk-modelyard-demo-l3")
+    assert r.status_code == 200
+    assert int(r.headers["x-ratelimit-remaining-tokens"]) > 0
+    assert "x-ratelimit-remaining-requests" not in r.headers
+    # demo (L1) has no rule of its own: no x-ratelimit-* at all, though the global bucket charged it.
     r = _chat(demo_stack.url, DEMO_KEY)
     assert r.status_code == 200
-    assert int(r.headers["x-ratelimit-remaining-requests"]) > 0
+    assert not [h for h in r.headers if h.startswith("x-ratelimit-")]
 
 
 def _limits(burst: int, rate: float, policy: str = "fallback", url: str = "", replicas: int = 2) -> dict:

@@ -121,10 +121,10 @@ async def test_headers_pick_the_tightest_bucket_per_unit():
         {"scope": "tier", "match": "L1", "unit": "tokens", "rate": 1000, "burst": 60000},
     ])
     h = dict((await lim.acquire(CTX, 1500)).headers())
-    assert h == {
-        "x-ratelimit-limit-requests": "4",
-        "x-ratelimit-remaining-requests": "3",
-        "x-ratelimit-reset-requests": "500ms",
+    assert h == {  # the channel bucket (4) is tighter but shared with other tenants: not shown
+        "x-ratelimit-limit-requests": "10",
+        "x-ratelimit-remaining-requests": "9",
+        "x-ratelimit-reset-requests": "1s",
         "x-ratelimit-limit-tokens": "60000",
         "x-ratelimit-remaining-tokens": "58500",
         "x-ratelimit-reset-tokens": "1.5s",
@@ -249,3 +249,32 @@ async def test_per_tenant_rule_by_tier():
     assert await admitted("vip", "L3") == 9
     with pytest.raises(ValueError, match="tier applies"):
         parse_config({"limits": [{"scope": "tier", "tier": "L3", "rate": 1, "burst": 1}]})
+
+
+async def test_shared_buckets_never_reach_a_tenants_headers():
+    """A tenant without its own rule sees no x-ratelimit-* (the global bucket shows everyone's traffic)."""
+    lim, _ = _limiter([
+        {"scope": "global", "rate": 1, "burst": 2},
+        {"scope": "cluster", "match": "gpu-a", "unit": "tokens", "rate": 1, "burst": 1000},
+        {"scope": "tenant", "match": "other", "rate": 1, "burst": 5},
+    ])
+    ok = await lim.acquire(CTX, 10)
+    assert ok.allowed and ok.headers() == []
+    await lim.acquire(CTX, 10)
+    refused = await lim.acquire(CTX, 10)
+    assert not refused.allowed and [k for k, _ in refused.headers()] == ["retry-after"]
+    own = await lim.acquire(RequestContext(tenant="other", tier="L1"), 1)
+    assert dict(own.headers())["x-ratelimit-limit-requests"] == "5"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["tenant", "tier", "cluster", "channel", "global"]),
+                          st.sampled_from(["requests", "tokens"]), st.integers(1, 50)), max_size=6,
+                unique_by=lambda r: (r[0], r[1])))
+async def test_headers_only_describe_caller_buckets(rules):
+    lim, _ = _limiter([{"scope": s, "match": "*", "unit": u, "rate": 1, "burst": burst} for s, u, burst in rules])
+    d = await lim.acquire(CTX, 1)
+    own = {(u, burst) for s, u, burst in rules if s in ("tenant", "tier")}
+    shown = {(k.rsplit("-", 1)[1], int(v)) for k, v in d.headers() if k.startswith("x-ratelimit-limit-")}
+    assert {u for u, _ in shown} == {u for u, _ in own}
+    assert shown <= own

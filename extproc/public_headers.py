@@ -1,0 +1,48 @@
+"""Which `x-modelyard-*` response headers a caller may see: the documented ones (README), no others.
+
+Internal headers (the answering upstream host and attempt count the route stamps for the
+extproc, the tenant descriptor, anything an upstream sends under our prefix) say how the
+gateway is built; `scrub` drops them from every reply the session sends, whichever flow or
+error path produced it, so a new path cannot forget to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from extproc import messages as msg
+from extproc.headers import ARM_HEADER, CHANNEL_HEADER, CLUSTER_HEADER, MODEL_HEADER, STRATEGY_HEADER, TASK_ID_HEADER
+
+PREFIX = "x-modelyard-"
+PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADER, CHANNEL_HEADER, STRATEGY_HEADER,
+                                     ARM_HEADER})
+
+
+def is_internal(name: str) -> bool:
+    n = name.lower()
+    return n.startswith(PREFIX) and n not in PUBLIC_RESPONSE_HEADERS
+
+
+def _drop_internal(m: msg.pb.HeaderMutation, seen: Iterable[str]) -> None:
+    """Remove what we were about to set and what arrived (`seen`) under internal names."""
+    keep = [h for h in m.set_headers if not is_internal(h.header.key)]
+    if len(keep) != len(m.set_headers):
+        del m.set_headers[:]
+        m.set_headers.extend(keep)
+    present = set(m.remove_headers)
+    m.remove_headers.extend(sorted({n.lower() for n in seen if is_internal(n)} - present))
+
+
+def scrub(resp: msg.ProcessingResponse, seen: Iterable[str] = ()) -> msg.ProcessingResponse:
+    """`resp` without internal `x-modelyard-*` headers on the way to the caller; `seen` holds the
+    names of the response headers or trailers Envoy showed us. Request-side replies pass as is."""
+    kind = resp.WhichOneof("response")
+    if kind == "immediate_response":
+        _drop_internal(resp.immediate_response.headers, ())
+    elif kind == "response_headers":
+        _drop_internal(resp.response_headers.response.header_mutation, seen)
+    elif kind == "response_body":
+        _drop_internal(resp.response_body.response.header_mutation, ())
+    elif kind == "response_trailers":
+        _drop_internal(resp.response_trailers.header_mutation, seen)
+    return resp
