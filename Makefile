@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis
 
-.PHONY: up test lint bench chaos reliability gpu-check redis-server bench-tools clean
+.PHONY: up test lint bench chaos reliability gpu-check system-tools clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,20 +13,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
-# Debian's redis-server backs the Redis rate-limit tests; the tests start it themselves.
-redis-server:
-	@command -v redis-server >/dev/null || { \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; }
-
-# wrk drives the gateway benchmark.
-bench-tools:
-	@command -v wrk >/dev/null || { \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk) >/dev/null; }
+# Debian packages the tests run: redis-server (the Redis rate-limit tests start it themselves),
+# wrk (the benchmark and the chaos suite's abrupt load), openssl (throwaway CAs for upstream TLS).
+APT_TOOLS := redis-server wrk openssl
+system-tools:
+	@missing=""; for t in $(APT_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	  test -z "$$missing" || { (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; }
 
 up: $(STAMP)
 	$(VENV)/bin/modelyard up
 
-test: $(STAMP) redis-server
+test: $(STAMP) system-tools
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
@@ -35,7 +33,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-bench: $(STAMP) redis-server bench-tools
+bench: $(STAMP) system-tools
 	$(PY) bench/run_all.py
 
 # On a CUDA machine: the gpu extra (CuPy), every test marked gpu, and the kernel benchmark.
@@ -48,9 +46,9 @@ clean:
 	rm -rf $(VENV) build *.egg-info
 
 # Fault injection on real stacks under load, long variant (the short one runs in `make test`).
-chaos: $(STAMP) redis-server bench-tools
+chaos: $(STAMP) system-tools
 	MODELYARD_CHAOS=long $(PY) -m pytest -q -p no:cacheprovider -m chaos tests/chaos
 
 # The long chaos run, its figures written to docs/reliability.md.
-reliability: $(STAMP) redis-server bench-tools
+reliability: $(STAMP) system-tools
 	$(PY) bench/reliability.py
