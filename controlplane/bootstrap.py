@@ -404,8 +404,10 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
                        env=env, outlier=False)
     # gRPC health: a replica that drains (NOT_SERVING) or died leaves the rotation within a second;
     # one refused connection ejects it at once, before the next health check.
-    extproc.health_checks = [HealthCheck(timeout=_secs(1), interval=_secs(1), unhealthy_threshold=1,
-                                         healthy_threshold=1, grpc_health_check=HealthCheckGrpcHealthCheck())]
+    # no_traffic_interval too: Envoy counts ext_proc streams as no traffic and would check once a minute.
+    extproc.health_checks = [HealthCheck(timeout=_secs(1), interval=_secs(1), no_traffic_interval=_secs(1),
+                                         unhealthy_threshold=1, healthy_threshold=1,
+                                         grpc_health_check=HealthCheckGrpcHealthCheck())]
     extproc.outlier_detection = OutlierDetection(split_external_local_origin_errors=True,
                                                  consecutive_local_origin_failure=1, base_ejection_time=_secs(2),
                                                  max_ejection_percent=50, consecutive_5xx=1000)
