@@ -252,7 +252,12 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     return out
 
 
-def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFilter:
+def longest_queue_wait_s(cfg: GatewayConfig) -> float:
+    """The longest a request may wait in a deployment's queue (extproc.concurrency), 0 without queues."""
+    return max((max(d.queue.max_wait_s.values()) for d in cfg.clusters().values() if d.max_inflight), default=0.0)
+
+
+def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wait_s: float = 0.0) -> HttpFilter:
     # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
     # a message was sent: open the stream on another replica instead of failing the request.
     retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
@@ -278,7 +283,8 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFi
         ),
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
         allow_mode_override=True,
-        message_timeout=_secs(env.timeouts.extproc_message_s),
+        # A queued request's body reply comes only when it gets a slot: the queue's max wait on top.
+        message_timeout=_secs(env.timeouts.extproc_message_s + queue_wait_s),
         # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
         mutation_rules=HeaderMutationRules(allow_envoy=True),
     )
@@ -373,7 +379,7 @@ def _hop_listener(from_protocol: str, target: str, env: EnvironmentConfig) -> Li
 
 
 def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
-    filters = [_ext_proc_filter(env)]
+    filters = [_ext_proc_filter(env, queue_wait_s=longest_queue_wait_s(cfg))]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
     filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))

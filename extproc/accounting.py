@@ -27,6 +27,7 @@ class Accountant:
         """`status` is what the caller got; `upstream_ok` what the upstream did: False only for its own
         failure (5xx, a reply we cannot read, a stream it cut), None when it never answered for
         itself (the client left, or the gateway failed the request): no feedback either way."""
+        choice.release_slot()  # first: the next waiter goes while we meter this one
         model = choice.model
         if upstream_ok is not None:  # a client that leaves or our own error must not cool a deployment down
             self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s, now=time.monotonic())

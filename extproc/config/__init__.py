@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from extproc.config.queueing import DedicatedPool, QueueSettings
 from extproc.config.routing import RoutingSettings
 from extproc.config.service_levels import Channel, Tier
 from modelyard.errors import ConfigError
@@ -120,6 +121,15 @@ class Deployment(_Model):
     tls_client_key_file: str | None = None
     tls_insecure_skip_verify: bool = False
     watermark: WatermarkSource | None = None
+    # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
+    max_inflight: int | None = Field(None, ge=1)
+    queue: QueueSettings = QueueSettings()
+    # A dedicated pool: only these tiers or tenants are routed here.
+    reserved_for: DedicatedPool | None = None
+    # Spot / preemptible capacity: under a spot-first strategy (routing.spot_first) an idle one is preferred.
+    spot: bool = False
+    # This deployment's own price, when it differs from the model's (spot capacity is usually cheaper).
+    cost: Cost | None = None
 
     @field_validator("endpoints")
     @classmethod

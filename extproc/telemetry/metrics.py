@@ -64,3 +64,19 @@ FAIL_OPEN = Counter("modelyard_routing_fail_open_total",
                     "(cooldown: all cooling down; watermarks: no fresh reading anywhere)", ["check"])
 FAIL_OPEN_ACTIVE = Gauge("modelyard_routing_fail_open_models",
                          "Models whose last routing decision set this check aside", ["check"])
+
+# Concurrency limits and the per-deployment queues (extproc/concurrency.py).
+QUEUE_DEPTH = Gauge("modelyard_queue_depth", "Requests waiting for a slot of a deployment, by tier",
+                    ["model", "cluster", "tier"])
+QUEUE_WAIT = Histogram("modelyard_queue_wait_seconds",
+                       "Time a request waited for a deployment's slot (0 when one was free)",
+                       ["model", "cluster", "tier"],
+                       buckets=(0.0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+QUEUE_REFUSED = Counter("modelyard_queue_refused_total",
+                        "Requests refused by a deployment's queue: tenant_share (429), bound or max_wait (503)",
+                        ["cluster", "tier", "reason"])
+INFLIGHT = Gauge("modelyard_inflight", "Requests holding a slot of a deployment with max_inflight",
+                 ["cluster"])
+DEPLOYMENT_STATE = Gauge("modelyard_deployment_state",
+                         "1 for the state a deployment is in now: ready, busy (every slot taken), queueing",
+                         ["cluster", "state"])
