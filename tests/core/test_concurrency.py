@@ -1,0 +1,89 @@
+"""The async shell around the queues: waiting, waking, timing out, callers that leave."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from extproc.concurrency import ConcurrencyLimits
+from extproc.config import parse_config
+from modelyard.errors import ClientError, Unavailable
+
+KEY = "sha256:" + "0" * 64
+
+
+def _limits(max_inflight: int = 1, **queue: object) -> ConcurrencyLimits:
+    dep = {"cluster": "c", "protocol": "openai", "endpoints": ["127.0.0.1:9"], "max_inflight": max_inflight,
+           "queue": queue}
+    free = {"cluster": "free", "protocol": "openai", "endpoints": ["127.0.0.1:9"]}
+    cfg = parse_config({"models": [{"name": "m", "deployments": [dep, free]}],
+                        "tenants": [{"name": "t", "api_keys": [KEY]}]})
+    return ConcurrencyLimits(cfg)
+
+
+async def test_unlimited_deployment_needs_no_slot() -> None:
+    limits = _limits()
+    assert "free" not in limits
+    assert await limits.acquire("free", "m", "t", "L3") is None
+
+
+async def test_waiter_wakes_when_the_slot_is_released() -> None:
+    limits = _limits(1)
+    first = await limits.acquire("c", "m", "a", "L3")
+    assert first is not None and first.waited_s == 0
+    second = asyncio.ensure_future(limits.acquire("c", "m", "b", "L3"))
+    await asyncio.sleep(0.05)
+    assert not second.done() and limits.queues["c"].waiting() == 1
+    first.release()
+    slot = await asyncio.wait_for(second, 1)
+    assert slot is not None and slot.waited_s >= 0.04
+    first.release()  # idempotent: does not free the second's slot
+    assert limits.queues["c"].inflight == 1
+
+
+async def test_max_wait_passed_is_503_with_retry_after() -> None:
+    limits = _limits(1, max_wait_s={"L3": 0.1})
+    await limits.acquire("c", "m", "a", "L3")
+    with pytest.raises(Unavailable) as e:
+        await limits.acquire("c", "m", "b", "L3")
+    assert e.value.status == 503 and dict(e.value.headers)["retry-after"]
+    assert limits.queues["c"].waiting() == 0
+
+
+async def test_own_share_exceeded_is_429() -> None:
+    limits = _limits(1, bound=2, tenant_share=0.5)
+    await limits.acquire("c", "m", "a", "L3")
+    waiting = asyncio.ensure_future(limits.acquire("c", "m", "b", "L3"))
+    await asyncio.sleep(0)
+    with pytest.raises(ClientError) as e:
+        await limits.acquire("c", "m", "b", "L3")
+    assert e.value.status == 429 and "retry-after" in dict(e.value.headers)
+    waiting.cancel()
+
+
+async def test_caller_that_leaves_is_taken_out_and_the_next_one_served() -> None:
+    limits = _limits(1)
+    holder = await limits.acquire("c", "m", "a", "L3")
+    assert holder is not None
+    leaving = asyncio.ensure_future(limits.acquire("c", "m", "b", "L3"))
+    staying = asyncio.ensure_future(limits.acquire("c", "m", "c", "L3"))
+    await asyncio.sleep(0.01)
+    leaving.cancel()
+    await asyncio.sleep(0)
+    assert limits.queues["c"].waiting() == 1
+    holder.release()
+    assert (await asyncio.wait_for(staying, 1)) is not None
+
+
+async def test_slot_granted_as_the_caller_leaves_is_passed_on() -> None:
+    limits = _limits(1)
+    holder = await limits.acquire("c", "m", "a", "L3")
+    assert holder is not None
+    leaving = asyncio.ensure_future(limits.acquire("c", "m", "b", "L3"))
+    staying = asyncio.ensure_future(limits.acquire("c", "m", "c", "L3"))
+    await asyncio.sleep(0.01)
+    holder.release()  # grants `leaving`, whose task has not run yet ...
+    leaving.cancel()  # ... and is cancelled before it does
+    assert (await asyncio.wait_for(staying, 1)) is not None
+    assert limits.queues["c"].inflight == 1
