@@ -13,7 +13,18 @@ from types import ModuleType
 from aiohttp import web
 
 from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
-from devstack.demo.faults import CUT, FAIL, GARBAGE, GARBAGE_BODY, SLOW, SLOW_SECONDS, TRACE, TRACEBACK, fault_in, hold_seconds
+from devstack.demo.faults import (
+    CUT,
+    FAIL,
+    GARBAGE,
+    GARBAGE_BODY,
+    SLOW,
+    SLOW_SECONDS,
+    TRACE,
+    TRACEBACK,
+    fault_in,
+    hold_seconds,
+)
 from modelyard.errors import ModelyardError
 
 # The request's model and stream flag from its path (Gemini), or (None, False).

@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from extproc.config.service_levels import Tier
 
 TIERS: tuple[Tier, ...] = ("L1", "L2", "L3")
+_DEFAULT_BOUND = 64
+# Lower tiers give up sooner: they are the ones that wait behind everyone else.
+_DEFAULT_MAX_WAIT_S: dict[Tier, float] = {"L1": 30.0, "L2": 20.0, "L3": 10.0}
 
 
 class _Model(BaseModel):
@@ -31,8 +34,8 @@ class QueueSettings(_Model):
     `tenant_share`: the fraction of its tier's bound one tenant may hold (past it: 429, its own share).
     """
 
-    bound: dict[Tier, int] = Field(default_factory=lambda: dict.fromkeys(TIERS, 64))
-    max_wait_s: dict[Tier, float] = Field(default_factory=lambda: {"L1": 30.0, "L2": 20.0, "L3": 10.0})
+    bound: dict[Tier, int] = Field(default_factory=lambda: dict.fromkeys(TIERS, _DEFAULT_BOUND))
+    max_wait_s: dict[Tier, float] = Field(default_factory=lambda: dict(_DEFAULT_MAX_WAIT_S))
     tenant_share: float = Field(0.5, gt=0, le=1)
 
     @field_validator("bound", "max_wait_s", mode="before")
@@ -45,14 +48,14 @@ class QueueSettings(_Model):
     def _bounds(cls, v: dict[Tier, int]) -> dict[Tier, int]:
         if any(n < 0 for n in v.values()):
             raise ValueError("a queue bound is 0 (no queue) or more")
-        return {**dict.fromkeys(TIERS, 64), **v}
+        return {**dict.fromkeys(TIERS, _DEFAULT_BOUND), **v}
 
     @field_validator("max_wait_s")
     @classmethod
     def _waits(cls, v: dict[Tier, float]) -> dict[Tier, float]:
         if any(s <= 0 for s in v.values()):
             raise ValueError("a max wait is more than 0 seconds")
-        return {"L1": 30.0, "L2": 20.0, "L3": 10.0, **v}
+        return {**_DEFAULT_MAX_WAIT_S, **v}
 
     def tenant_cap(self, tier: Tier) -> int:
         """How many requests of one tenant may wait in `tier` (at least one, when the tier queues at all)."""
