@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import lru_cache
 
 from prometheus_client import Gauge, Histogram
@@ -51,6 +51,8 @@ class ConcurrencyLimits:
         self.queues: dict[str, DeploymentQueue] = {
             name: DeploymentQueue(d.max_inflight, d.queue) for name, d in config.clusters().items() if d.max_inflight}
         self._waiters: dict[Ticket, tuple[asyncio.Future[None], str]] = {}  # waiting ticket -> (wake-up, model)
+        # (in flight + waiting) / max_inflight per limited deployment, kept current: the scheduler reads it as load.
+        self.occupancy: dict[str, float] = {}
         for name in self.queues:
             self._show(name)
 
@@ -102,9 +104,6 @@ class ConcurrencyLimits:
         """Every limited deployment's slots and queue now (route explain, debugging)."""
         return {name: q.snapshot() for name, q in self.queues.items()}
 
-    def occupancy(self) -> Iterator[tuple[str, float]]:
-        return ((name, q.occupancy) for name, q in self.queues.items())
-
     # -- private -----------------------------------------------------------------------------
 
     def _leave(self, cluster: str, q: DeploymentQueue, ticket: Ticket) -> bool:
@@ -129,6 +128,7 @@ class ConcurrencyLimits:
 
     def _show(self, cluster: str) -> None:
         q = self.queues[cluster]
+        self.occupancy[cluster] = q.occupancy
         INFLIGHT.labels(cluster).set(q.inflight)
         state = "queueing" if q.waiting() else "busy" if q.inflight >= q.max_inflight else "ready"
         for s in _STATES:

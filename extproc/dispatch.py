@@ -49,7 +49,8 @@ class Dispatcher:
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
-        d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
+        d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {},
+                                  occupancy=self.limits.occupancy)
         if d.fail_open or route.model in self._failing_open:
             self._note_fail_open(route.model, set(d.fail_open))
         c = d.chosen
