@@ -12,6 +12,7 @@ from pathlib import Path
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
 import yaml
 
@@ -102,6 +103,28 @@ def test_l1_queued_behind_l3_goes_first(one_slot) -> None:
     assert high[1] > 0.2  # it did wait for the holder's slot
     wait_count = _metric(one_slot, "modelyard_queue_wait_seconds_count", cluster=CLUSTER, tier="L1")
     assert wait_count >= 1
+
+
+def test_route_explain_live_shows_the_queue(one_slot, capsys) -> None:
+    from extproc.routing.explain import explain_main
+
+    _idle(one_slot)
+
+    async def run() -> dict:
+        client = _client(one_slot, L3)
+        calls = [asyncio.ensure_future(_ask(client, "demo-hold-1500 holder"))]
+        await _wait_metric(one_slot, "modelyard_inflight", 1, cluster=CLUSTER)
+        calls += [asyncio.ensure_future(_ask(client, f"queued {i}")) for i in range(2)]
+        await _wait_metric(one_slot, "modelyard_queue_depth", 2, cluster=CLUSTER, tier="L3")
+        argv = ["--config", str(one_slot.config_path), "--model", "demo-gpt", "--tenant", "demo-l2", "--live", "--json"]
+        assert await asyncio.to_thread(explain_main, argv) == 0
+        await asyncio.gather(*calls)
+        return orjson.loads(capsys.readouterr().out)
+
+    doc = asyncio.run(run())
+    row = next(r for r in doc["rows"] if r["cluster"] == CLUSTER)
+    assert row["queue"]["inflight"] == 1 and row["queue"]["waiting"] == {"L1": 0, "L2": 0, "L3": 2}
+    assert doc["queue"] == "waits: 0 ahead of it in tiers up to L2"  # L2 goes before the two L3s
 
 
 async def _flood(stack, key: str, callers: int, until: float, hold_ms: int) -> list[float]:
