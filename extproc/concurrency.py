@@ -53,6 +53,10 @@ class ConcurrencyLimits:
         self._waiters: dict[Ticket, tuple[asyncio.Future[None], str]] = {}  # waiting ticket -> (wake-up, model)
         # (in flight + waiting) / max_inflight per limited deployment, kept current: the scheduler reads it as load.
         self.occupancy: dict[str, float] = {}
+        # Label children per cluster, looked up once: `labels()` costs more than the update.
+        self._series: dict[str, tuple[Gauge, dict[str, Gauge], str]] = {
+            name: (INFLIGHT.labels(name), {s: DEPLOYMENT_STATE.labels(name, s) for s in _STATES}, "")
+            for name in self.queues}
         for name in self.queues:
             self._show(name)
 
@@ -129,10 +133,13 @@ class ConcurrencyLimits:
     def _show(self, cluster: str) -> None:
         q = self.queues[cluster]
         self.occupancy[cluster] = q.occupancy
-        INFLIGHT.labels(cluster).set(q.inflight)
+        inflight, states, shown = self._series[cluster]
+        inflight.set(q.inflight)
         state = "queueing" if q.waiting() else "busy" if q.inflight >= q.max_inflight else "ready"
-        for s in _STATES:
-            DEPLOYMENT_STATE.labels(cluster, s).set(1 if s == state else 0)
+        if state != shown:  # three gauge writes only when the state changes, not per request
+            for s, gauge in states.items():
+                gauge.set(1 if s == state else 0)
+            self._series[cluster] = (inflight, states, state)
 
 
 def _refused(cluster: str, model: str, tier: Tier, refusal: Refusal) -> ClientError | Unavailable:

@@ -74,13 +74,14 @@ class DeploymentQueue:
         self.hold_s = _PRIOR_HOLD_S  # EWMA of how long a request holds a slot
         self._tiers: dict[Tier, _TierQueue] = {t: _TierQueue() for t in TIERS}
         self._seq = itertools.count()
+        self._waiting = 0  # across tiers: the free-slot test runs on every request
 
     # -- the four moves ----------------------------------------------------------------------
 
     def offer(self, ticket: Ticket, now: float) -> Refusal | None:
         """Grant a slot now (ticket.state == "granted"), queue the ticket ("waiting"), or refuse it."""
         ticket.seq = next(self._seq)
-        if self.inflight < self.max_inflight and self.waiting() == 0:
+        if self.inflight < self.max_inflight and self._waiting == 0:
             self._grant(ticket, now)
             return None
         tq = self._tiers[ticket.tier]
@@ -98,6 +99,7 @@ class DeploymentQueue:
         heapq.heappush(tq.heap, (ticket.start_tag, ticket.seq, ticket))
         tq.by_tenant[ticket.tenant] = tq.by_tenant.get(ticket.tenant, 0) + 1
         tq.waiting += 1
+        self._waiting += 1
         ticket.state = "waiting"
         return None
 
@@ -109,7 +111,7 @@ class DeploymentQueue:
         self.inflight -= 1
         if ticket.granted_at is not None:
             self.hold_s += _HOLD_ALPHA * (max(0.0, now - ticket.granted_at) - self.hold_s)
-        nxt = self._pop_next()
+        nxt = self._pop_next() if self._waiting else None
         if nxt is not None:
             self._grant(nxt, now)
         return nxt
@@ -121,6 +123,7 @@ class DeploymentQueue:
         ticket.state = "withdrawn"
         tq = self._tiers[ticket.tier]
         tq.waiting -= 1
+        self._waiting -= 1
         self._tenant_left(tq, ticket.tenant)
         # Lazy deletion: the heap entry is skipped when it surfaces; rebuild when mostly dead.
         if len(tq.heap) > 32 and len(tq.heap) > 4 * tq.waiting:
@@ -131,9 +134,7 @@ class DeploymentQueue:
     # -- reading the state -------------------------------------------------------------------
 
     def waiting(self, tier: Tier | None = None) -> int:
-        if tier is not None:
-            return self._tiers[tier].waiting
-        return sum(tq.waiting for tq in self._tiers.values())
+        return self._waiting if tier is None else self._tiers[tier].waiting
 
     def waiting_for(self, tenant: str, tier: Tier) -> int:
         return self._tiers[tier].by_tenant.get(tenant, 0)
@@ -169,6 +170,7 @@ class DeploymentQueue:
                     continue
                 tq.virtual_time = tag
                 tq.waiting -= 1
+                self._waiting -= 1
                 self._tenant_left(tq, ticket.tenant)
                 return ticket
         return None
