@@ -21,10 +21,8 @@ from prometheus_client import Gauge, Histogram
 from extproc.config import GatewayConfig
 from extproc.config.service_levels import Tier
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
-from extproc.telemetry.metrics import DEPLOYMENT_STATE, INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
+from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
 from modelyard.errors import ClientError, Unavailable
-
-_STATES = ("ready", "busy", "queueing")
 
 
 class Slot:
@@ -54,9 +52,7 @@ class ConcurrencyLimits:
         # (in flight + waiting) / max_inflight per limited deployment, kept current: the scheduler reads it as load.
         self.occupancy: dict[str, float] = {}
         # Label children per cluster, looked up once: `labels()` costs more than the update.
-        self._series: dict[str, tuple[Gauge, dict[str, Gauge], str]] = {
-            name: (INFLIGHT.labels(name), {s: DEPLOYMENT_STATE.labels(name, s) for s in _STATES}, "")
-            for name in self.queues}
+        self._inflight: dict[str, Gauge] = {name: INFLIGHT.labels(name) for name in self.queues}
         for name in self.queues:
             self._show(name)
 
@@ -133,13 +129,14 @@ class ConcurrencyLimits:
     def _show(self, cluster: str) -> None:
         q = self.queues[cluster]
         self.occupancy[cluster] = q.occupancy
-        inflight, states, shown = self._series[cluster]
-        inflight.set(q.inflight)
-        state = "queueing" if q.waiting() else "busy" if q.inflight >= q.max_inflight else "ready"
-        if state != shown:  # three gauge writes only when the state changes, not per request
-            for s, gauge in states.items():
-                gauge.set(1 if s == state else 0)
-            self._series[cluster] = (inflight, states, state)
+        self._inflight[cluster].set(q.inflight)
+
+    def state(self, cluster: str) -> str:
+        """ready, busy (every slot taken) or queueing; ready for a deployment without a limit."""
+        q = self.queues.get(cluster)
+        if q is None:
+            return "ready"
+        return "queueing" if q.waiting() else "busy" if q.inflight >= q.max_inflight else "ready"
 
 
 def _refused(cluster: str, model: str, tier: Tier, refusal: Refusal) -> ClientError | Unavailable:

@@ -57,6 +57,16 @@ class Dispatcher:
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
                       arm=d.arm)
 
+    def deployment_states(self) -> dict[str, str]:
+        """Each deployment's state now (modelyard_deployment_state): cooldown, else its slots' state."""
+        now = time.monotonic()
+        stats = dict(self.scheduler.feedback.stats)  # a copy: the metrics thread reads while the loop writes
+        out = {}
+        for cluster in self.scheduler.config.clusters():
+            st = stats.get(cluster)
+            out[cluster] = "cooldown" if st is not None and st.cooldown_until > now else self.limits.state(cluster)
+        return out
+
     def _note_fail_open(self, model: str, now_open: set[FailOpen]) -> None:
         """Count every fail-open decision; log when one starts and when it ends, not per request."""
         was_open = self._failing_open.pop(model, set())

@@ -23,7 +23,7 @@ from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
 from extproc.telemetry.metering import MeteringStore
-from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
+from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
@@ -120,6 +120,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     if gateway.watermarks is not None:
         await gateway.watermarks.start(first_poll_timeout=2.0)
     if metrics and config.extproc.metrics_address:
+        DEPLOYMENT_STATES.source = gateway.dispatcher.deployment_states
         serve_metrics(config.extproc.metrics_address)
     await server.serve_until_signal()
 

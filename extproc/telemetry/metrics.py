@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 REQUESTS = Counter("modelyard_requests_total", "Requests handled, by outcome",
                    ["model", "cluster", "status"])
@@ -77,6 +80,26 @@ QUEUE_REFUSED = Counter("modelyard_queue_refused_total",
                         ["cluster", "tier", "reason"])
 INFLIGHT = Gauge("modelyard_inflight", "Requests holding a slot of a deployment with max_inflight",
                  ["cluster"])
-DEPLOYMENT_STATE = Gauge("modelyard_deployment_state",
-                         "1 for the state a deployment is in now: ready, busy (every slot taken), queueing",
-                         ["cluster", "state"])
+
+
+class DeploymentStates(Collector):
+    """`modelyard_deployment_state{cluster,state}`: 1 for the state each deployment is in now, read at
+    scrape time from the routing state (`source`, set by the composition root), so it is never stale."""
+
+    STATES = ("ready", "busy", "queueing", "cooldown")
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Mapping[str, str]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("modelyard_deployment_state",
+                              "1 for the state a deployment is in: ready, busy (every slot taken), queueing, "
+                              "cooldown", labels=["cluster", "state"])
+        for cluster, state in (self.source() if self.source is not None else {}).items():
+            for s in self.STATES:
+                g.add_metric([cluster, s], 1.0 if s == state else 0.0)
+        yield g
+
+
+DEPLOYMENT_STATES = DeploymentStates()
+REGISTRY.register(DEPLOYMENT_STATES)

@@ -7,19 +7,22 @@ import asyncio
 import pytest
 
 from extproc.concurrency import ConcurrencyLimits
-from extproc.config import parse_config
+from extproc.config import GatewayConfig, parse_config
 from modelyard.errors import ClientError, Unavailable
 
 KEY = "sha256:" + "0" * 64
 
 
-def _limits(max_inflight: int = 1, **queue: object) -> ConcurrencyLimits:
+def _config(max_inflight: int = 1, **queue: object) -> GatewayConfig:
     dep = {"cluster": "c", "protocol": "openai", "endpoints": ["127.0.0.1:9"], "max_inflight": max_inflight,
            "queue": queue}
     free = {"cluster": "free", "protocol": "openai", "endpoints": ["127.0.0.1:9"]}
-    cfg = parse_config({"models": [{"name": "m", "deployments": [dep, free]}],
-                        "tenants": [{"name": "t", "api_keys": [KEY]}]})
-    return ConcurrencyLimits(cfg)
+    return parse_config({"models": [{"name": "m", "deployments": [dep, free]}],
+                         "tenants": [{"name": "t", "api_keys": [KEY]}]})
+
+
+def _limits(max_inflight: int = 1, **queue: object) -> ConcurrencyLimits:
+    return ConcurrencyLimits(_config(max_inflight, **queue))
 
 
 async def test_unlimited_deployment_needs_no_slot() -> None:
@@ -87,3 +90,33 @@ async def test_slot_granted_as_the_caller_leaves_is_passed_on() -> None:
     leaving.cancel()  # ... and is cancelled before it does
     assert (await asyncio.wait_for(staying, 1)) is not None
     assert limits.queues["c"].inflight == 1
+
+
+async def test_deployment_states_cover_every_deployment_and_cooldown() -> None:
+    import time
+
+    from extproc.dispatch import Dispatcher
+    from extproc.routing import Scheduler
+    from extproc.telemetry.metrics import DEPLOYMENT_STATES
+
+    cfg = _config(1)
+    dispatcher = Dispatcher(Scheduler(cfg), limits=ConcurrencyLimits(cfg))
+    assert dispatcher.deployment_states() == {"c": "ready", "free": "ready"}
+    slot = await dispatcher.limits.acquire("c", "m", "a", "L3")
+    assert dispatcher.deployment_states()["c"] == "busy"
+    waiting = asyncio.ensure_future(dispatcher.limits.acquire("c", "m", "b", "L3"))
+    await asyncio.sleep(0)
+    assert dispatcher.deployment_states()["c"] == "queueing"
+    for _ in range(3):  # the default cooldown: 3 failures in a minute
+        dispatcher.scheduler.record("free", 0.1, False, now=time.monotonic())
+    assert dispatcher.deployment_states()["free"] == "cooldown"
+    DEPLOYMENT_STATES.source = dispatcher.deployment_states
+    try:
+        samples = {(s.labels["cluster"], s.labels["state"]): s.value for f in DEPLOYMENT_STATES.collect()
+                   for s in f.samples}
+    finally:
+        DEPLOYMENT_STATES.source = None
+    assert samples[("c", "queueing")] == 1 and samples[("c", "ready")] == 0 and samples[("free", "cooldown")] == 1
+    assert slot is not None
+    slot.release()
+    await asyncio.wait_for(waiting, 1)

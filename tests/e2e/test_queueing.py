@@ -116,12 +116,16 @@ def test_route_explain_live_shows_the_queue(one_slot, capsys) -> None:
         await _wait_metric(one_slot, "modelyard_inflight", 1, cluster=CLUSTER)
         calls += [asyncio.ensure_future(_ask(client, f"queued {i}")) for i in range(2)]
         await _wait_metric(one_slot, "modelyard_queue_depth", 2, cluster=CLUSTER, tier="L3")
+        assert _metric(one_slot, "modelyard_deployment_state", cluster=CLUSTER, state="queueing") == 1
+        assert _metric(one_slot, "modelyard_deployment_state", cluster=CLUSTER, state="ready") == 0
         argv = ["--config", str(one_slot.config_path), "--model", "demo-gpt", "--tenant", "demo-l2", "--live", "--json"]
         assert await asyncio.to_thread(explain_main, argv) == 0
         await asyncio.gather(*calls)
         return orjson.loads(capsys.readouterr().out)
 
     doc = asyncio.run(run())
+    _idle(one_slot)
+    assert _metric(one_slot, "modelyard_deployment_state", cluster=CLUSTER, state="ready") == 1
     row = next(r for r in doc["rows"] if r["cluster"] == CLUSTER)
     assert row["queue"]["inflight"] == 1 and row["queue"]["waiting"] == {"L1": 0, "L2": 0, "L3": 2}
     assert doc["queue"] == "waits: 0 ahead of it in tiers up to L2"  # L2 goes before the two L3s
