@@ -294,3 +294,38 @@ def test_demo_queue_lets_a_burst_of_40_wait(tmp_path: Path) -> None:
         assert Counter(r[0].rsplit(" ", 1)[1] for r in results) == Counter(str(i) for i in range(40))
         assert max(r[1] for r in results) > 0.2  # most of the burst waited for one of the four slots
         assert _metric(stack, "modelyard_queue_wait_seconds_count", cluster=CLUSTER) == 40
+
+
+def test_idle_spot_is_preferred_and_a_vanished_one_failed_over(tmp_path: Path) -> None:
+    """Under the cost strategy the idle spot deployment is tried first; when it is gone (nobody
+    listens), Envoy fails over to the on-demand one inside the same request."""
+    from tests.stack_config import free_port
+
+    data = small_config()
+    on_demand = data["models"][0]["deployments"][0]
+    live_spot = {"cluster": "demo-spot", "protocol": "openai", "endpoints": [f"127.0.0.1:{free_port()}"],
+                 "spot": True, "max_inflight": 2}
+    gone_spot = {"cluster": "gone-spot", "protocol": "openai", "endpoints": [f"127.0.0.1:{free_port()}"],
+                 "spot": True}
+    data["models"][0]["deployments"] = [on_demand, live_spot]
+    data["models"].append({"name": "spotty", "deployments": [gone_spot, dict(on_demand, cluster="demo-ondemand",
+                                                                             endpoints=[f"127.0.0.1:{free_port()}"])]})
+    for t in data["tenants"]:
+        t["allowed_models"] = ["*"]
+        t["strategy"] = "cost"
+    from extproc.config import parse_config
+    from extproc.routing import RouteRequest, Scheduler
+
+    cfg = parse_config(data)
+    first = Scheduler(cfg).decide(RouteRequest("spotty", cfg.tenants[0]), 0.0, {})
+    assert [c.cluster for c in first.candidates] == ["gone-spot", "demo-ondemand"]  # what the request starts with
+    with start_stack(tmp_path, data) as stack:
+        client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=L1, max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="demo-gpt", messages=[{"role": "user", "content": "cheap please"}])
+        assert raw.headers["x-modelyard-cluster"] == "demo-spot"  # same price as on-demand: spot goes first
+        assert raw.parse().choices[0].message.content == "[demo-spot] echo: cheap please"
+        raw = client.chat.completions.with_raw_response.create(
+            model="spotty", messages=[{"role": "user", "content": "still there?"}])
+        assert raw.headers["x-modelyard-cluster"] == "demo-ondemand"  # who really answered
+        assert raw.parse().choices[0].message.content == "[demo-ondemand] echo: still there?"
