@@ -100,10 +100,6 @@ class ConcurrencyLimits:
                 woken.set_result(None)
         self._show(cluster)
 
-    def snapshot(self) -> dict[str, dict[str, object]]:
-        """Every limited deployment's slots and queue now (route explain, debugging)."""
-        return {name: q.snapshot() for name, q in self.queues.items()}
-
     # -- private -----------------------------------------------------------------------------
 
     def _leave(self, cluster: str, q: DeploymentQueue, ticket: Ticket) -> bool:
@@ -119,11 +115,11 @@ class ConcurrencyLimits:
         entry = self._waiters.get(ticket)
         if entry is None or not self._leave(cluster, q, ticket):
             return
-        woken, _ = entry
+        woken, model = entry
         QUEUE_REFUSED.labels(cluster, ticket.tier, "max_wait").inc()
         if not woken.done():
             wait = q.settings.max_wait_s[ticket.tier]
-            woken.set_exception(Unavailable(f"no capacity on {cluster} within {wait:g}s; retry later",
+            woken.set_exception(Unavailable(f"{model!r} had no free capacity within {wait:g}s; retry later",
                                             retry_after_s=q.retry_after_s(ticket.tier)))
 
     def _show(self, cluster: str) -> None:

@@ -148,12 +148,6 @@ class DeploymentQueue:
         """Slots in use over slots, plus waiters: 1.0 is full, above 1 a queue is building."""
         return (self.inflight + self.waiting()) / self.max_inflight
 
-    def snapshot(self) -> dict[str, object]:
-        return {"max_inflight": self.max_inflight, "inflight": self.inflight,
-                "waiting": {t: tq.waiting for t, tq in self._tiers.items()},
-                "bound": dict(self.settings.bound), "max_wait_s": dict(self.settings.max_wait_s),
-                "hold_s": round(self.hold_s, 4)}
-
     # -- private -----------------------------------------------------------------------------
 
     def _grant(self, ticket: Ticket, now: float) -> None:

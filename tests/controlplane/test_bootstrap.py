@@ -50,6 +50,21 @@ def test_render_contract() -> None:
     assert "typed_extension_protocol_options" in clusters["modelyard-extproc"]
 
 
+def test_ext_proc_message_timeout_covers_the_longest_queue_wait() -> None:
+    """A queued request's body reply comes when it gets a slot: Envoy must wait that long for it."""
+    cfg = load_config(ROOT / "modelyard.yaml")  # demo-mini: max_inflight 4, L1 waits up to 30 s
+    env = load_environment("staging")
+    boot = yaml.safe_load(render_bootstrap(cfg, env))
+    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    timeout = hcm["http_filters"][0]["typed_config"]["message_timeout"]
+    assert float(timeout.rstrip("s")) == env.timeouts.extproc_message_s + 30
+    # Translation hops never queue: their filters keep the plain message timeout.
+    for hop in boot["static_resources"]["listeners"][1:]:
+        hop_hcm = hop["filter_chains"][0]["filters"][0]["typed_config"]
+        assert float(hop_hcm["http_filters"][0]["typed_config"]["message_timeout"].rstrip("s")) == \
+            env.timeouts.extproc_message_s
+
+
 def test_unknown_environment() -> None:
     with pytest.raises(ConfigError, match="no such environment"):
         load_environment("moon")

@@ -272,7 +272,7 @@ def test_refusals_in_the_callers_shape(tight) -> None:
     for r in results:
         assert isinstance(r, openai.APIStatusError) and r.status_code == 503, r
         assert int(r.response.headers["retry-after"]) >= 1
-        assert "max" in r.response.json()["error"]["message"] or "capacity" in r.response.json()["error"]["message"]
+        assert "no free capacity within 0.5s" in r.response.json()["error"]["message"]
     assert _metric(tight, "modelyard_queue_refused_total", cluster=CLUSTER, reason="max_wait") >= 2
     assert _metric(tight, "modelyard_queue_refused_total", cluster=CLUSTER, reason="tenant_share") >= 1
 
