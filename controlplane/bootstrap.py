@@ -122,6 +122,7 @@ from extproc.headers import (
     XLATE_METADATA,
 )
 from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
+from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 
@@ -379,7 +380,12 @@ def _hop_listener(from_protocol: str, target: str, env: EnvironmentConfig) -> Li
 
 
 def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
-    filters = [_ext_proc_filter(env, queue_wait_s=longest_queue_wait_s(cfg))]
+    queue_wait_s = longest_queue_wait_s(cfg)
+    if env.edge.request_timeout_s and queue_wait_s >= env.edge.request_timeout_s:
+        # Envoy would answer 408 to a request still waiting for its slot, before the queue's own 503.
+        raise ConfigError(f"a deployment queue waits up to {queue_wait_s:g}s (queue.max_wait_s), not less than "
+                          f"environment {env.name!r} edge.request_timeout_s ({env.edge.request_timeout_s:g}s)")
+    filters = [_ext_proc_filter(env, queue_wait_s=queue_wait_s)]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
     filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))

@@ -65,6 +65,16 @@ def test_ext_proc_message_timeout_covers_the_longest_queue_wait() -> None:
             env.timeouts.extproc_message_s
 
 
+def test_queue_wait_past_the_edge_request_timeout_is_refused() -> None:
+    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    mini = next(m for m in data["models"] if m["name"] == "demo-mini")["deployments"][0]
+    mini["queue"]["max_wait_s"] = {"L1": 120}
+    from extproc.config import parse_config
+
+    with pytest.raises(ConfigError, match="request_timeout_s"):
+        render_bootstrap(parse_config(data), load_environment("dev"))  # dev cuts requests at 60 s
+
+
 def test_unknown_environment() -> None:
     with pytest.raises(ConfigError, match="no such environment"):
         load_environment("moon")

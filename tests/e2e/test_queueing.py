@@ -32,7 +32,7 @@ def _queued_config(max_inflight: int, **queue: object) -> dict:
 
 @pytest.fixture(scope="module")
 def one_slot(tmp_path_factory: pytest.TempPathFactory):
-    data = _queued_config(1, bound=64, max_wait_s=60, tenant_share=0.5)
+    data = _queued_config(1, bound=64, max_wait_s=45, tenant_share=0.5)
     with start_stack(tmp_path_factory.mktemp("one-slot"), data) as stack:
         stack.metrics = f"http://{data['extproc']['metrics_address']}/metrics"
         yield stack
