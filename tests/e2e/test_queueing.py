@@ -83,7 +83,7 @@ def test_l1_queued_behind_l3_goes_first(one_slot) -> None:
 
     async def run() -> tuple[list, tuple]:
         l1, l2, l3 = _client(one_slot, L1), _client(one_slot, L2), _client(one_slot, L3)
-        holder = asyncio.ensure_future(_ask(l3, "demo-hold-1500 holder"))
+        holder = asyncio.ensure_future(_ask(l3, "demo-hold-3000 holder"))
         await _wait_metric(one_slot, "modelyard_inflight", 1, cluster=CLUSTER)
         low = []
         for i in range(3):
@@ -112,7 +112,7 @@ def test_route_explain_live_shows_the_queue(one_slot, capsys) -> None:
 
     async def run() -> dict:
         client = _client(one_slot, L3)
-        calls = [asyncio.ensure_future(_ask(client, "demo-hold-1500 holder"))]
+        calls = [asyncio.ensure_future(_ask(client, "demo-hold-3000 holder"))]
         await _wait_metric(one_slot, "modelyard_inflight", 1, cluster=CLUSTER)
         calls += [asyncio.ensure_future(_ask(client, f"queued {i}")) for i in range(2)]
         await _wait_metric(one_slot, "modelyard_queue_depth", 2, cluster=CLUSTER, tier="L3")
@@ -188,7 +188,7 @@ def test_failing_and_abandoned_slots_lose_and_duplicate_nothing(one_slot) -> Non
     async def run() -> tuple[list, float]:
         client = _client(one_slot, L3)
         impatient = _client(one_slot, L1, timeout=0.5)
-        holder = asyncio.ensure_future(_ask(client, "demo-hold-800 demo-fail-500 holder fails"))
+        holder = asyncio.ensure_future(_ask(client, "demo-hold-2000 demo-fail-500 holder fails"))
         await _wait_metric(one_slot, "modelyard_inflight", 1, cluster=CLUSTER)
         texts = [f"demo-fail-500 queued {i}" if i % 3 == 0 else f"demo-hold-20 queued {i}" for i in range(12)]
         queued = [asyncio.ensure_future(_ask(client, t)) for t in texts]
@@ -231,7 +231,7 @@ def test_client_reset_frees_the_slot_at_once(one_slot) -> None:
 
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory):
-    data = _queued_config(1, bound={"L1": 2, "L2": 2, "L3": 2}, max_wait_s={"L1": 0.5, "L2": 0.5, "L3": 0.5},
+    data = _queued_config(1, bound={"L1": 2, "L2": 2, "L3": 2}, max_wait_s={"L1": 2, "L2": 2, "L3": 2},
                           tenant_share=0.5)
     with start_stack(tmp_path_factory.mktemp("tight"), data) as stack:
         stack.metrics = f"http://{data['extproc']['metrics_address']}/metrics"
@@ -242,7 +242,7 @@ def test_refusals_in_the_callers_shape(tight) -> None:
     _idle(tight)
 
     async def run() -> tuple:
-        holder = asyncio.ensure_future(_ask(_client(tight, L3), "demo-hold-3000 holder"))
+        holder = asyncio.ensure_future(_ask(_client(tight, L3), "demo-hold-5000 holder"))
         await _wait_metric(tight, "modelyard_inflight", 1, cluster=CLUSTER)
         first = asyncio.ensure_future(_ask(_client(tight, L3), "waits"))
         await _wait_metric(tight, "modelyard_queue_depth", 1, cluster=CLUSTER, tier="L3")
@@ -268,11 +268,11 @@ def test_refusals_in_the_callers_shape(tight) -> None:
     assert own_share.response.json()["error"]["type"] == "rate_limit_error"  # Anthropic's error shape
     assert int(own_share.response.headers["retry-after"]) >= 1
     assert no_room is not None and no_room.status_code == 503 and int(no_room.response.headers["retry-after"]) >= 1
-    # Both queued requests waited past the L3 max wait (0.5 s) behind a 3 s holder: 503 + retry-after.
+    # Both queued requests waited past the L3 max wait (2 s) behind a 5 s holder: 503 + retry-after.
     for r in results:
         assert isinstance(r, openai.APIStatusError) and r.status_code == 503, r
         assert int(r.response.headers["retry-after"]) >= 1
-        assert "no free capacity within 0.5s" in r.response.json()["error"]["message"]
+        assert "no free capacity within 2s" in r.response.json()["error"]["message"]
     assert _metric(tight, "modelyard_queue_refused_total", cluster=CLUSTER, reason="max_wait") >= 2
     assert _metric(tight, "modelyard_queue_refused_total", cluster=CLUSTER, reason="tenant_share") >= 1
 
@@ -329,3 +329,31 @@ def test_idle_spot_is_preferred_and_a_vanished_one_failed_over(tmp_path: Path) -
             model="spotty", messages=[{"role": "user", "content": "still there?"}])
         assert raw.headers["x-modelyard-cluster"] == "demo-ondemand"  # who really answered
         assert raw.parse().choices[0].message.content == "[demo-ondemand] echo: still there?"
+
+
+def test_streams_hold_their_slot_until_they_end(one_slot) -> None:
+    """A stream keeps its slot to the last event (or its cut); the next caller goes after it."""
+    _idle(one_slot)
+
+    async def run() -> tuple[str, str, tuple]:
+        client = _client(one_slot, L3)
+
+        async def stream(text: str) -> str:
+            chunks = await client.chat.completions.create(
+                model="demo-gpt", stream=True, messages=[{"role": "user", "content": text}])
+            return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+
+        whole = asyncio.ensure_future(stream("demo-hold-1500 streams whole"))
+        await _wait_metric(one_slot, "modelyard_inflight", 1, cluster=CLUSTER)
+        cut = asyncio.ensure_future(stream("demo-cut-stream is cut"))
+        await _wait_metric(one_slot, "modelyard_queue_depth", 1, cluster=CLUSTER, tier="L3")
+        after = asyncio.ensure_future(_ask(client, "after the streams"))
+        await _wait_metric(one_slot, "modelyard_queue_depth", 2, cluster=CLUSTER, tier="L3")
+        cut_text = await asyncio.gather(cut, return_exceptions=True)
+        return await whole, str(cut_text[0]), await after
+
+    whole, cut, after = asyncio.run(run())
+    assert whole.endswith("echo: demo-hold-1500 streams whole")
+    assert cut  # an error event or a partial text: either way the stream ended
+    assert after[0].endswith("echo: after the streams") and after[1] > 0.3
+    _idle(one_slot)  # every slot came back
