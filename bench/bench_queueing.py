@@ -173,7 +173,7 @@ def through_envoy(seconds: float, rounds: int, tallies: list[Tally]) -> list[dic
         if not samples:
             continue
         us = statistics.median(samples)
-        print(f"{name:<40} {us:>22.0f}" + (f"   (+{us - base:.0f} us over no limit)" if name != "plain" else ""))
+        print(f"{name:<40} {us:>22.0f}" + (f"   ({us - base:+.0f} us against no limit)" if name != "plain" else ""))
         row = {"bench": "queueing", "case": f"envoy {name} c=16", "metric": "extproc_cpu", "value": round(us, 1),
                "unit": "us/req"}
         if name != "plain":
