@@ -111,3 +111,31 @@ async def test_refused_request_gets_its_rate_limit_tokens_back(gateway: Gateway)
     remaining = int((await _answer(nxt))["x-ratelimit-remaining-tokens"])
     # Without the refund the refused request's 20,000 would still be missing from the bucket.
     assert remaining > 100_000 - 20_000, remaining
+
+
+async def test_vision_request_that_goes_alone_queues_too() -> None:
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    colors = next(m for m in data["models"] if m["name"] == "demo-colors")
+    colors["deployments"][0]["max_inflight"] = 1
+    gw = Gateway.build(parse_config(data))  # no batcher: every request goes alone
+    infer = {":method": "POST", ":path": "/v2/models/demo-colors/infer", "authorization": "Bearer sk-modelyard-demo",
+             "content-type": "application/json"}
+    body = orjson.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32],
+                                     "data": [0.0] * 3072}]})
+
+    async def start() -> tuple[Session, asyncio.Task]:
+        s = Session(gw, ROUTES)
+        await s.handle(headers_msg(infer))
+        task = asyncio.ensure_future(s.handle(body_msg(body)))
+        await asyncio.sleep(0.01)
+        return s, task
+
+    first, sent = await start()
+    assert sent.done() and sent.result().WhichOneof("response") == "request_body"
+    second, waiting = await start()
+    assert not waiting.done()
+    first.close()  # the client went away: its slot comes back
+    r = await asyncio.wait_for(waiting, 1)
+    assert r.WhichOneof("response") == "request_body"
+    second.close()
+    assert gw.dispatcher.limits.queues["demo-kserve"].inflight == 0
