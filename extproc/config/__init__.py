@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from extproc.config.balancing import HealthCheckConfig, LoadBalancing
+from extproc.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
 from extproc.config.routing import RoutingSettings
 from extproc.config.service_levels import Channel, Tier
 from modelyard.errors import ConfigError
@@ -123,6 +123,7 @@ class Deployment(_Model):
     watermark: WatermarkSource | None = None
     lb: LoadBalancing = LoadBalancing()
     health_check: HealthCheckConfig | None = None
+    warmup: WarmupConfig | None = None
 
     @field_validator("endpoints")
     @classmethod

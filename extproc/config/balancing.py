@@ -1,5 +1,5 @@
-"""How Envoy spreads a deployment's traffic over its endpoints and checks them: the `lb:` and
-`health_check:` keys of a deployment. Rendered into each cluster by `controlplane/balancing.py`."""
+"""A deployment's readiness and spread: `lb:` and `health_check:` (rendered into its Envoy cluster
+by `controlplane/balancing.py`) and `warmup:` (sent by the extproc, `extproc/telemetry/warmup.py`)."""
 
 from __future__ import annotations
 
@@ -51,3 +51,17 @@ class HealthCheckConfig(BaseModel):
         if (self.http_path is None) == (self.grpc_service is None):
             raise ValueError("set exactly one of http_path (HTTP GET) or grpc_service (gRPC health; '' = server)")
         return self
+
+
+class WarmupConfig(BaseModel):
+    """A request the gateway sends a deployment before routing real traffic to it: at start, on a
+    config reload (SIGHUP) and when it comes back from a cooldown. Chat deployments get a one-token
+    completion of `prompt` in their own protocol; KServe ones a model-readiness call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field("ping", min_length=1, max_length=4096)
+    max_tokens: int = Field(1, ge=1, le=256)
+    # Give up after this long (the deployment is routed to anyway; its failures count as usual).
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    retry_interval_s: float = Field(1.0, gt=0, le=60)
