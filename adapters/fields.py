@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import uuid
+from collections.abc import Callable, Mapping
 
 import orjson
 
@@ -106,15 +108,33 @@ def bad_upstream(what: str) -> UpstreamError:
     return UpstreamError(f"upstream response is invalid: {what}")
 
 
-def arguments_object(arguments: str) -> dict:
-    """Tool-call arguments text as the object Anthropic and Gemini want; unparseable text becomes {}."""
-    if not arguments:
+def arguments_object(arguments: str, *, name: str = "",
+                     error: Callable[[str], Exception] = ClientError) -> dict:
+    """Tool-call arguments text as the object Anthropic and Gemini want ("" means no arguments).
+    Text that is not a JSON object raises `error` (ClientError for a request, UpstreamError for
+    an upstream's answer): guessing `{}` would run the tool with arguments nobody sent."""
+    if not arguments.strip():
         return {}
     try:
         v = orjson.loads(arguments)
     except orjson.JSONDecodeError:
-        return {}
-    return v if type(v) is dict else {}
+        v = None
+    if type(v) is not dict:
+        raise error(f"tool call {name or '?'}: arguments are not a JSON object")
+    return v
+
+
+def upstream_error(message: str) -> Exception:
+    """`arguments_object`'s error for an upstream's reply (its fault: 502)."""
+    return bad_upstream(message)
+
+
+def new_call_id(response_id: str, ordinal: int) -> str:
+    """A tool-call id unique across a conversation, for protocols whose calls carry none (Gemini):
+    per-turn counters repeat, and a replayed history with duplicate ids is refused by Anthropic.
+    Derived from the response's own id, so the same bytes always give the same ids."""
+    seed = response_id or uuid.uuid4().hex
+    return f"call_{hashlib.sha256(seed.encode()).hexdigest()[:16]}_{ordinal}"
 
 
 def token_count(v: object) -> int:
