@@ -1,0 +1,88 @@
+"""An OpenAI stream passed through as the upstream sent it, less the usage chunk the gateway asked for.
+
+Metering needs usage on every OpenAI stream, so the upstream request asks for it
+(`stream_options.include_usage`) even when the client did not. That client must still get the
+upstream's own bytes (logprobs, `delta.refusal`, `system_fingerprint`, reasoning fields,
+annotations, whatever comes next) with only that one chunk removed: re-encoding through the
+internal format would keep just what the internal format knows.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from adapters import openai
+from adapters.internal import StreamEnd, StreamError, StreamEvent
+from adapters.sse import SSEFramer, encode_event
+from adapters.stream_usage import StreamUsage
+
+__all__ = ["InjectedUsageFilter", "is_usage_chunk"]
+
+# A blank line ends an SSE event; a lone CR is a line end too, CRLF is one line end, not two.
+_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
+
+
+def is_usage_chunk(raw: bytes) -> bool:
+    """Whether one raw SSE event is OpenAI's usage-only chunk (`choices: []` and a usage object)."""
+    if b'"usage"' not in raw:
+        return False
+    framer = SSEFramer()
+    events = framer.feed(raw) + framer.close()
+    if len(events) != 1:
+        return False
+    try:
+        obj = orjson.loads(events[0].data)
+    except orjson.JSONDecodeError:
+        return False
+    return type(obj) is dict and obj.get("choices") == [] and type(obj.get("usage")) is dict
+
+
+class InjectedUsageFilter:
+    """Upstream OpenAI SSE bytes in, the same bytes out minus the usage chunk; `meter` still sees
+    the usage. Same attributes as `registry.StreamTranslator`, so a flow drives either."""
+
+    __slots__ = ("_buf", "_decoder", "meter", "finished", "error")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._decoder = openai.StreamDecoder()  # a reader alongside, for usage and the stream's end
+        self.meter = StreamUsage()
+        self.finished = False
+        self.error: str | None = None
+
+    def _track(self, events: list[StreamEvent]) -> StreamError | None:
+        self.meter.observe(events)
+        cut = None
+        for ev in events:
+            if isinstance(ev, StreamEnd):
+                self.finished = True
+            elif isinstance(ev, StreamError):
+                self.error = ev.message
+                cut = ev
+        return cut
+
+    def feed(self, chunk: bytes) -> bytes:
+        self._track(self._decoder.feed(chunk))
+        buf = self._buf + chunk
+        out: list[bytes] = []
+        start = 0
+        for m in _EVENT_END.finditer(buf):
+            if m.end() == len(buf) and buf.endswith(b"\r"):
+                break  # the CR may be the first half of a CRLF in the next read
+            raw = buf[start:m.end()]
+            start = m.end()
+            if not is_usage_chunk(raw):
+                out.append(raw)
+        self._buf = buf[start:]
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """End of the upstream body: what is left, and an error event if the stream was cut."""
+        cut = self._track(self._decoder.close())
+        tail, self._buf = self._buf, b""
+        out = b"" if is_usage_chunk(tail) else tail
+        if cut is not None:
+            out += encode_event(openai.render_error(500, cut.message, cut.type))
+        return out
