@@ -8,6 +8,7 @@ a response's calls get ids unique across conversations (`fields.new_call_id`).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -667,7 +668,7 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
 class StreamDecoder(SSEDecoder):
     """Upstream Gemini SSE bytes -> internal stream events (the stream has no terminator)."""
 
-    __slots__ = ("_started", "_finished", "_ntools", "_rid")
+    __slots__ = ("_started", "_finished", "_ntools", "_rid", "_partial")
 
     def __init__(self) -> None:
         super().__init__()
@@ -675,6 +676,7 @@ class StreamDecoder(SSEDecoder):
         self._finished = False
         self._ntools = 0
         self._rid = ""  # the stream's responseId: the seed of its calls' ids
+        self._partial: _PartialCall | None = None  # a call whose arguments arrive in pieces (Gemini 3)
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
         data = ev.data
@@ -705,12 +707,8 @@ class StreamDecoder(SSEDecoder):
             if type(text) is str and text and not p.get("thought"):
                 out.append(TextDelta(text))
             fc = p.get("functionCall")
-            if type(fc) is dict and type(fc.get("name")) is str:
-                n = self._ntools
-                self._ntools += 1
-                tc = _response_call(p, fc, self._rid, n)
-                out.append(ToolCallStart(n, tc.id, tc.name, tc.signature))
-                out.append(ToolCallDelta(n, tc.arguments))
+            if type(fc) is dict:
+                self._function_call(p, fc, out)
         if parts is None:
             pf = obj.get("promptFeedback")
             if type(pf) is dict and pf.get("blockReason"):
@@ -720,13 +718,112 @@ class StreamDecoder(SSEDecoder):
             reason = _FINISH_IN.get(fr, "stop")
             out.append(StreamFinish("tool_calls" if reason == "stop" and self._ntools else reason))
         u = obj.get("usageMetadata")
-        if type(u) is dict:
+        if type(u) is dict and ("promptTokenCount" in u or "candidatesTokenCount" in u):
+            # Vertex sends usageMetadata without counts (trafficType only): that reports nothing.
             us = _usage(u)
             out.append(UsageUpdate(us.input_tokens, us.output_tokens))
+
+    def _function_call(self, part: dict, fc: dict, out: list[StreamEvent]) -> None:
+        """A whole call, or (streamed arguments) its start, argument pieces and closing `{}`."""
+        pending = self._partial
+        if pending is not None:
+            pieces = fc.get("partialArgs")
+            if type(pieces) is list:
+                pending.add(pieces)
+            if fc.get("willContinue") is True or "name" in fc:
+                return
+            self._partial = None  # `functionCall: {}` closes the call
+            fc, part = {**pending.fc, "args": pending.args}, pending.part
+        elif fc.get("willContinue") is True and type(fc.get("name")) is str:
+            self._partial = _PartialCall(part, fc)
+            return
+        if type(fc.get("name")) is not str:
+            return
+        n = self._ntools
+        self._ntools += 1
+        tc = _response_call(part, fc, self._rid, n)
+        out.append(ToolCallStart(n, tc.id, tc.name, tc.signature))
+        out.append(ToolCallDelta(n, tc.arguments))
 
     def _cut(self) -> StreamEvent:
         # Gemini ends a stream by closing it; only a finishReason tells a whole stream from a cut one.
         return StreamEnd() if self._finished else StreamError("upstream stream ended before finishReason")
+
+
+_PATH_STEP = re.compile(r"\.([A-Za-z_$][\w$-]*)|\[(\d+)\]|\[['\"]([^'\"]+)['\"]\]")
+
+
+class _PartialCall:
+    """A Gemini 3 call streamed with `partialArgs` (jsonPath + value pieces; a string value may
+    come in several pieces while `willContinue` is set), assembled into its args object."""
+
+    __slots__ = ("part", "fc", "args", "_open")
+
+    def __init__(self, part: dict, fc: dict) -> None:
+        self.part = part  # carries the thoughtSignature, if any
+        self.fc = fc
+        self.args: dict = {}
+        self._open: str | None = None  # path of a string value still arriving
+
+    def add(self, pieces: list) -> None:
+        for piece in pieces:
+            if type(piece) is not dict or type(piece.get("jsonPath")) is not str:
+                continue
+            path = piece["jsonPath"]
+            for key in ("stringValue", "numberValue", "boolValue", "nullValue"):
+                if key in piece:
+                    value = None if key == "nullValue" else piece[key]
+                    if key == "stringValue" and self._open == path:
+                        value = str(self._get(path) or "") + str(value)
+                    self._set(path, value)
+                    break
+            self._open = path if piece.get("willContinue") is True else None
+
+    def _steps(self, path: str) -> list[str | int]:
+        if not path.startswith("$"):
+            raise bad_upstream(f"partialArgs jsonPath {path!r}")
+        steps: list[str | int] = []
+        for m in _PATH_STEP.finditer(path, 1):
+            steps.append(int(m[2]) if m[2] is not None else (m[1] or m[3]))
+        return steps
+
+    def _get(self, path: str) -> object:
+        node: object = self.args
+        for step in self._steps(path):
+            if type(node) is dict and type(step) is str:
+                node = node.get(step)
+            elif type(node) is list and type(step) is int and step < len(node):
+                node = node[step]
+            else:
+                return None
+        return node
+
+    def _set(self, path: str, value: object) -> None:
+        steps = self._steps(path)
+        if not steps:
+            return
+        node: object = self.args
+        for step, nxt in zip(steps, steps[1:]):
+            child: object = [] if type(nxt) is int else {}
+            if type(node) is dict and type(step) is str:
+                node = node.setdefault(step, child)
+            elif type(node) is list and type(step) is int:
+                while len(node) <= step:
+                    node.append(None)
+                if node[step] is None:
+                    node[step] = child
+                node = node[step]
+            else:
+                raise bad_upstream(f"partialArgs jsonPath {path!r} does not fit the arguments so far")
+        last = steps[-1]
+        if type(node) is dict and type(last) is str:
+            node[last] = value
+        elif type(node) is list and type(last) is int:
+            while len(node) <= last:
+                node.append(None)
+            node[last] = value
+        else:
+            raise bad_upstream(f"partialArgs jsonPath {path!r} does not fit the arguments so far")
 
 
 class StreamEncoder:

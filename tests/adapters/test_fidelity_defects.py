@@ -412,3 +412,13 @@ def test_gemini_snake_case_generation_config_is_read() -> None:
         "response_mime_type": "application/json"}}), path_model="m")
     assert (req.max_tokens, req.top_p, req.top_k, req.stop, req.temperature) == (64, 0.5, 3, ("Z",), 0.2)
     assert req.response_format == ResponseFormat("json_object")
+
+
+# -- Gemini 3 streamed function-call arguments (partialArgs) -----------------------------------------
+
+def test_gemini_streamed_partial_arguments_are_assembled() -> None:
+    sse = sse_from_chunks("gemini", RECORDED["vai-google-stream-no-args-tool-call.chunks.txt"])
+    msg = anthropic_message(translate("gemini", "anthropic", sse))
+    assert [(b.name, b.input) for b in msg.content] == [  # type: ignore[union-attr]
+        ("read_theme", {}), ("read_screen", {"id": "A"}), ("read_screen", {"id": "B"}), ("read_screen", {"id": "C"})]
+    assert msg.stop_reason == "tool_use" and msg.usage.input_tokens == 249
