@@ -282,9 +282,14 @@ def _tools(obj: dict) -> tuple[ToolDef, ...]:
         for k, d in enumerate(decls):
             dw = f"tools[{j}].functionDeclarations[{k}]"
             d = as_object(d, dw)
-            params = d.get("parameters", d.get("parametersJsonSchema"))
-            if params is not None and type(params) is not dict:
-                raise ClientError(f"{dw}.parameters must be an object")
+            params = d.get("parametersJsonSchema", d.get("parameters_json_schema"))
+            if params is None:  # the OpenAPI-subset spelling: made JSON Schema for other targets
+                params = d.get("parameters")
+                if params is not None and type(params) is not dict:
+                    raise ClientError(f"{dw}.parameters must be an object")
+                params = json_schema(params) if params is not None else None
+            elif type(params) is not dict:
+                raise ClientError(f"{dw}.parametersJsonSchema must be an object")
             tools.append(ToolDef(req_str(d, "name", dw), opt_str(d, "description", dw), params))
     return tuple(tools)
 
@@ -340,7 +345,8 @@ def _response_format(gc: dict) -> ResponseFormat | None:
         return ResponseFormat("json_object")
     if type(schema) is not dict:
         raise ClientError("generationConfig.responseSchema must be an object")
-    return ResponseFormat("json_schema", schema)
+    return ResponseFormat("json_schema", schema if "responseJsonSchema" in gc and gc["responseJsonSchema"] is not None
+                          else json_schema(schema))
 
 
 def _sampling(obj: dict) -> _Sampling:
@@ -388,6 +394,27 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         stream=stream_hint,
         include_usage=True,  # Gemini chunks always carry usageMetadata
     )
+
+
+def json_schema(schema: dict) -> dict:
+    """Gemini's OpenAPI-subset Schema as JSON Schema for other targets: types lower-case
+    (`STRING` -> `string`), `nullable` as a `null` type, Gemini-only keys dropped."""
+    out: dict = {}
+    for k, v in schema.items():
+        if k == "type" and type(v) is str:
+            out[k] = v.lower()
+        elif k in ("properties",) and type(v) is dict:
+            out[k] = {pk: json_schema(pv) if type(pv) is dict else pv for pk, pv in v.items()}
+        elif k == "items" and type(v) is dict:
+            out[k] = json_schema(v)
+        elif k == "anyOf" and type(v) is list:
+            out[k] = [json_schema(x) if type(x) is dict else x for x in v]
+        elif k not in ("nullable", "propertyOrdering"):
+            out[k] = v
+    if schema.get("nullable") is True:
+        t = out.get("type")
+        out["type"] = [t, "null"] if type(t) is str else ["null"]
+    return out
 
 
 def gemini_schema(schema: dict) -> dict:
