@@ -288,6 +288,15 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     system_text = _text_blocks(system, "system") if system is not None else None
     tools = _tools(obj)
     tool_choice = _tool_choice(obj)
+    response_format = _output_format(obj)
+    structured = next((t for t in tools if t.name == JSON_TOOL), None)
+    if structured is not None:
+        # Our own rendering of response_format coming back (a failover hop re-renders it): undo it.
+        tools = tuple(t for t in tools if t is not structured)
+        schema = structured.parameters
+        response_format = (ResponseFormat("json_object") if schema == {"type": "object"}
+                           else ResponseFormat("json_schema", schema))
+        tool_choice = None
     stop = opt_list(obj, "stop_sequences", "body")
     if not all(type(s) is str for s in stop):
         raise ClientError("stop_sequences must be an array of strings")
@@ -303,7 +312,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         stop=tuple(stop),
         top_k=opt_int(obj, "top_k", "body"),
         parallel_tool_calls=_parallel(obj),
-        response_format=_output_format(obj),
+        response_format=response_format,
         stream=opt_bool(obj, "stream", "body") or stream_hint,
         # Anthropic streams always carry usage.
         include_usage=True,

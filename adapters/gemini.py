@@ -8,6 +8,7 @@ a response's calls get ids unique across conversations (`fields.new_call_id`).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Mapping
@@ -224,7 +225,11 @@ def _content(c: object, where: str, ids: _CallIds, msgs: list[Message]) -> None:
         p = as_object(p, pw)
         if "text" in p or "inlineData" in p or "inline_data" in p or "fileData" in p or "file_data" in p:
             part = _content_part(p, pw)
-            if part is not None:
+            if part is not None and type(part) is not TextPart and role == "user" and msgs and \
+                    msgs[-1].role == "tool" and not parts and j > 0:
+                # Media right after a functionResponse belongs to that result (how results carry images).
+                msgs[-1] = dataclasses.replace(msgs[-1], content=(*msgs[-1].content, part))
+            elif part is not None:
                 parts.append(part)
         elif ("functionCall" in p or "function_call" in p) and role == "model":
             calls.append(_function_call(p, pw, ids))
@@ -334,7 +339,8 @@ _SNAKE = {"candidateCount": "candidate_count", "stopSequences": "stop_sequences"
 
 def _response_format(gc: dict) -> ResponseFormat | None:
     mime = gc.get("responseMimeType")
-    schema = gc.get("responseJsonSchema", gc.get("responseSchema"))
+    js = gc.get("responseJsonSchema")
+    schema = js if js is not None else gc.get("responseSchema")
     if mime is None or mime == "text/plain":
         if schema is not None:
             raise ClientError("generationConfig.responseSchema needs responseMimeType application/json")
@@ -345,8 +351,7 @@ def _response_format(gc: dict) -> ResponseFormat | None:
         return ResponseFormat("json_object")
     if type(schema) is not dict:
         raise ClientError("generationConfig.responseSchema must be an object")
-    return ResponseFormat("json_schema", schema if "responseJsonSchema" in gc and gc["responseJsonSchema"] is not None
-                          else json_schema(schema))
+    return ResponseFormat("json_schema", schema if js is not None else json_schema(schema))
 
 
 def _sampling(obj: dict) -> _Sampling:

@@ -471,7 +471,9 @@ class StreamDecoder(SSEDecoder):
     def __init__(self) -> None:
         super().__init__()
         self._started = False
-        self._tools: set[int] = set()
+        # Upstream tool index -> ordinal: some OpenAI-compatible servers number calls by content
+        # block (text at 0, the first call at 1), and the OpenAI SDK indexes its list by it.
+        self._tools: dict[int, int] = {}
         self._refused = False
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
@@ -517,14 +519,15 @@ class StreamDecoder(SSEDecoder):
                         idx = idx if type(idx) is int else 0
                         fn = tc.get("function")
                         fn = fn if type(fn) is dict else {}
-                        if idx not in self._tools:
-                            self._tools.add(idx)
+                        n = self._tools.get(idx)
+                        if n is None:
+                            n = self._tools[idx] = len(self._tools)
                             tid, name = tc.get("id"), fn.get("name")
-                            out.append(ToolCallStart(idx, tid if type(tid) is str else f"call_{idx}",
+                            out.append(ToolCallStart(n, tid if type(tid) is str else f"call_{n}",
                                                      name if type(name) is str else ""))
                         args = fn.get("arguments")
                         if type(args) is str and args:
-                            out.append(ToolCallDelta(idx, args))
+                            out.append(ToolCallDelta(n, args))
             fr = ch.get("finish_reason")
             if type(fr) is str:
                 reason = _FINISH_IN.get(fr, "stop")
