@@ -26,7 +26,8 @@ _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
 
 def is_usage_chunk(raw: bytes) -> bool:
     """Whether one raw SSE event is OpenAI's usage-only chunk (`choices: []` and a usage object)."""
-    if b'"usage"' not in raw:
+    # Cheap byte checks first: with usage on, every chunk carries `"usage":null`.
+    if b'"usage"' not in raw or (b'"choices":[]' not in raw and b'"choices": []' not in raw):
         return False
     framer = SSEFramer()
     events = framer.feed(raw) + framer.close()
