@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import orjson
 
+from adapters.call_ids import plain_id, split_signature, with_signature
 from adapters.fields import (
     arguments_object,
     as_object,
@@ -198,7 +199,7 @@ def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> 
             if type(inp) is not dict:
                 raise ClientError(f"{bw}.input must be an object")
             names[tid] = name
-            calls.append(ToolCall(tid, name, orjson.dumps(inp).decode()))
+            calls.append(ToolCall(tid, name, orjson.dumps(inp).decode(), split_signature(tid)[1]))
         elif t == "tool_result" and role == "user":
             tid = req_str(b, "tool_use_id", bw)
             msgs.append(Message("tool", _result_parts(b.get("content"), f"{bw}.content"),
@@ -401,7 +402,7 @@ def _tool_result(m: Message, ids: _ToolIds) -> dict:
         content: str | list[dict] = message_text(m)
     else:
         content = _user_blocks(m.content)
-    block: dict = {"type": "tool_result", "tool_use_id": ids.result(m.tool_call_id or ""), "content": content}
+    block: dict = {"type": "tool_result", "tool_use_id": ids.result(plain_id(m.tool_call_id or "")), "content": content}
     if m.is_error:
         block["is_error"] = True
     return block
@@ -432,7 +433,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         if m.role == "assistant":
             blocks: list[dict] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
-                blocks.append({"type": "tool_use", "id": ids.call(tc.id), "name": tc.name,
+                blocks.append({"type": "tool_use", "id": ids.call(plain_id(tc.id)), "name": tc.name,
                                "input": arguments_object(tc.arguments, name=tc.name)})
             if blocks:
                 msgs.append({"role": "assistant", "content": blocks})
@@ -545,7 +546,7 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
     if text:
         content.append({"type": "text", "text": text})
     for tc in resp.tool_calls:
-        content.append({"type": "tool_use", "id": tool_id(tc.id), "name": tc.name,
+        content.append({"type": "tool_use", "id": tool_id(with_signature(tc.id, tc.signature)), "name": tc.name,
                         "input": arguments_object(tc.arguments, name=tc.name, error=upstream_error)})
     return orjson.dumps({
         "id": resp.id or "msg_" + uuid.uuid4().hex,
@@ -741,7 +742,8 @@ class StreamEncoder:
 
     @staticmethod
     def _tool_block(ev: ToolCallStart) -> dict:
-        return {"type": "tool_use", "id": tool_id(ev.id), "name": ev.name, "input": {}}
+        # A Gemini thought signature rides in the id, which the client hands back next turn.
+        return {"type": "tool_use", "id": tool_id(with_signature(ev.id, ev.signature)), "name": ev.name, "input": {}}
 
     def _on_text(self, text: str, parts: list[bytes]) -> None:
         if self._tool is not None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from collections.abc import Callable, Mapping
 
 import orjson
@@ -127,14 +125,6 @@ def arguments_object(arguments: str, *, name: str = "",
 def upstream_error(message: str) -> Exception:
     """`arguments_object`'s error for an upstream's reply (its fault: 502)."""
     return bad_upstream(message)
-
-
-def new_call_id(response_id: str, ordinal: int) -> str:
-    """A tool-call id unique across a conversation, for protocols whose calls carry none (Gemini):
-    per-turn counters repeat, and a replayed history with duplicate ids is refused by Anthropic.
-    Derived from the response's own id, so the same bytes always give the same ids."""
-    seed = response_id or uuid.uuid4().hex
-    return f"call_{hashlib.sha256(seed.encode()).hexdigest()[:16]}_{ordinal}"
 
 
 def token_count(v: object) -> int:

@@ -3,7 +3,7 @@
 POST /v1beta/models/{model}:generateContent and :streamGenerateContent?alt=sse. Gemini has no
 tool-call ids: parsing a request synthesizes stable `call_<n>` ids (n counts calls through the
 conversation) and pairs each functionResponse with the oldest unanswered call of the same name;
-a response's calls get ids unique across conversations (`fields.new_call_id`).
+a response's calls get ids unique across conversations (`call_ids.new_call_id`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import orjson
 
+from adapters.call_ids import new_call_id
 from adapters.fields import (
     arguments_object,
     as_object,
@@ -24,7 +25,6 @@ from adapters.fields import (
     error_message,
     header,
     load_object,
-    new_call_id,
     opt_int,
     opt_list,
     opt_number,

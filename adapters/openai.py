@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import orjson
 
+from adapters.call_ids import plain_id, split_signature, with_signature
 from adapters.fields import (
     as_object,
     bad_upstream,
@@ -135,7 +136,9 @@ def _tool_calls(raw: list, where: str) -> tuple[ToolCall, ...]:
         args = fn.get("arguments", "")
         if type(args) is not str:
             raise ClientError(f"{tw}.function.arguments must be a string")
-        out.append(ToolCall(id=req_str(tc, "id", tw), name=req_str(fn, "name", f"{tw}.function"), arguments=args))
+        tid = req_str(tc, "id", tw)
+        out.append(ToolCall(id=tid, name=req_str(fn, "name", f"{tw}.function"), arguments=args,
+                            signature=split_signature(tid)[1]))
     return tuple(out)
 
 
@@ -330,9 +333,9 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
     return PATH, headers
 
 
-def _call(tc: ToolCall) -> dict:
+def _call(tc: ToolCall, call_id: str) -> dict:
     # A call without arguments is "{}" on every path, as OpenAI itself sends it.
-    return {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments or "{}"}}
+    return {"id": call_id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments or "{}"}}
 
 
 def _render_response_format(rf: ResponseFormat) -> dict:
@@ -357,10 +360,11 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         elif m.role == "assistant":
             d: dict = {"role": "assistant", "content": message_text(m) if m.content else None}
             if m.tool_calls:
-                d["tool_calls"] = [_call(tc) for tc in m.tool_calls]
+                d["tool_calls"] = [_call(tc, plain_id(tc.id)) for tc in m.tool_calls]
             msgs.append(d)
         else:
-            msgs.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": _tool_result_text(m)})
+            msgs.append({"role": "tool", "tool_call_id": plain_id(m.tool_call_id or ""),
+                         "content": _tool_result_text(m)})
     body: dict = {"model": upstream_model, "messages": msgs}
     if req.tools:
         body["tools"] = [
@@ -448,7 +452,8 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
     empty = not resp.content and (resp.tool_calls or resp.refusal)
     msg: dict = {"role": "assistant", "content": None if empty else resp.content, "refusal": resp.refusal}
     if resp.tool_calls:
-        msg["tool_calls"] = [_call(tc) for tc in resp.tool_calls]
+        # A Gemini thought signature rides in the id, which the client hands back next turn.
+        msg["tool_calls"] = [_call(tc, with_signature(tc.id, tc.signature)) for tc in resp.tool_calls]
     u = resp.usage
     return orjson.dumps({
         "id": resp.id or "chatcmpl-" + uuid.uuid4().hex,
@@ -593,7 +598,8 @@ class StreamEncoder:
             elif isinstance(ev, ToolCallStart):
                 self._no_args.add(ev.index)
                 parts.append(self._chunk({"tool_calls": [{
-                    "index": ev.index, "id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""},
+                    "index": ev.index, "id": with_signature(ev.id, ev.signature), "type": "function",
+                    "function": {"name": ev.name, "arguments": ""},
                 }]}))
             elif isinstance(ev, ToolCallDelta):
                 self._no_args.discard(ev.index)

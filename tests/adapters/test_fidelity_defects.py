@@ -422,3 +422,31 @@ def test_gemini_streamed_partial_arguments_are_assembled() -> None:
     assert [(b.name, b.input) for b in msg.content] == [  # type: ignore[union-attr]
         ("read_theme", {}), ("read_screen", {"id": "A"}), ("read_screen", {"id": "B"}), ("read_screen", {"id": "C"})]
     assert msg.stop_reason == "tool_use" and msg.usage.input_tokens == 249
+
+
+def test_thought_signature_round_trips_through_openai_and_anthropic_clients() -> None:
+    resp = gemini.parse_response(body(SIGNED))
+    # OpenAI client: the signature rides in the call id it hands back with the next turn.
+    oa = orjson.loads(openai.render_response(resp, model="m"))["choices"][0]["message"]
+    history = {"model": "m", "messages": [
+        {"role": "user", "content": "weather?"}, oa,
+        *({"role": "tool", "tool_call_id": tc["id"], "content": "sunny"} for tc in oa["tool_calls"])]}
+    req = openai.parse_request(body(history))
+    parts = render("gemini", req)["contents"][1]["parts"]
+    assert [p.get("thoughtSignature") for p in parts] == ["c2lnLTE=", None]
+    # An OpenAI or Anthropic upstream never sees the carried signature.
+    sent = render("openai", req)["messages"]
+    assert [tc["id"] for tc in sent[1]["tool_calls"]] == [sent[2]["tool_call_id"], sent[3]["tool_call_id"]]
+    assert all("__ts_" not in tc["id"] and len(tc["id"]) <= 40 for tc in sent[1]["tool_calls"])
+    assert all("__ts_" not in b["id"] for b in render("anthropic", req)["messages"][1]["content"])
+    # Anthropic client, streamed: the same, inside the id pattern Anthropic allows.
+    raw = b"data: " + body(SIGNED) + b"\r\n\r\n"
+    msg = anthropic_message(translate("gemini", "anthropic", raw))
+    assert all(anthropic._TOOL_ID.match(b.id) for b in msg.content)  # type: ignore[union-attr]
+    replay = {"model": "m", "max_tokens": 9, "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [b.model_dump(include={"type", "id", "name", "input"}) for b in msg.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "sunny"}
+                                     for b in msg.content]}]}  # type: ignore[union-attr]
+    parts = render("gemini", anthropic.parse_request(body(replay)))["contents"][1]["parts"]
+    assert [p.get("thoughtSignature") for p in parts] == ["c2lnLTE=", None]

@@ -81,7 +81,7 @@ def anthropic_response_meaning(raw: bytes) -> Meaning:
 
 
 def _gemini(chunks: list[dict]) -> Meaning:
-    text, calls, finish, usage = "", [], "", None
+    text, calls, finish, usage, sig = "", [], "", None, ""
     streaming: tuple[str, dict] | None = None  # a call whose arguments arrive as partialArgs
     for obj in chunks:
         cands = obj.get("candidates") or []
@@ -94,15 +94,17 @@ def _gemini(chunks: list[dict]) -> Meaning:
                     continue
                 if streaming is None and fc.get("willContinue"):
                     streaming = (fc["name"], {})
+                    sig = p.get("thoughtSignature", "")
                 elif streaming is not None:
                     for piece in fc.get("partialArgs", []):  # top-level string pieces are all we meet
                         key = piece["jsonPath"][2:]
                         streaming[1][key] = streaming[1].get(key, "") + piece.get("stringValue", "")
                     if not fc:
-                        calls.append(("", *streaming))
+                        calls.append((sig, *streaming))
                         streaming = None
                 elif "name" in fc:
-                    calls.append((fc.get("id", ""), fc["name"], fc.get("args", {})))
+                    # Gemini calls have no id: the signature, if any, stands in its place here.
+                    calls.append((fc.get("id") or p.get("thoughtSignature", ""), fc["name"], fc.get("args", {})))
             finish = cands[0].get("finishReason", finish)
         u = obj.get("usageMetadata") or {}
         if "promptTokenCount" in u:

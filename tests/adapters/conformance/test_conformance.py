@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from adapters import anthropic, gemini
+from adapters.call_ids import split_signature
 from adapters.injected_usage import InjectedUsageFilter, is_usage_chunk
 from adapters.internal import ChatRequest, Message, TextPart
 from adapters.registry import PROTOCOLS, translate_stream
@@ -29,7 +30,7 @@ FINISH = {
     "anthropic": {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"},
     "gemini": {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY"},
 }
-GEMINI_ID = re.compile(r"call_[0-9a-f]{16}_\d+")
+GEMINI_ID = re.compile(r"^call_[0-9a-f]{16}_\d+")
 REQ = ChatRequest("client-model", (Message("user", (TextPart("hi"),)),), stream=True, include_usage=True)
 
 
@@ -66,7 +67,9 @@ def _check_client(got: Meaning, ref: Meaning, upstream: str, client: str, exp: E
     ids = [i for i, _, _ in got.calls]
     assert len(set(ids)) == len(ids)
     if upstream == "gemini":
-        assert all(GEMINI_ID.fullmatch(i) for i in ids)  # synthesized, unique per response
+        # Synthesized, unique per response, and carrying the call's thought signature back to us.
+        assert [split_signature(i)[0] for i in ids] == [m[0] for m in map(GEMINI_ID.findall, ids)]
+        assert [split_signature(i)[1] or "" for i in ids] == [sig for sig, _, _ in ref.calls]
     elif client == "anthropic":
         assert ids == [anthropic.tool_id(i) for i, _, _ in ref.calls]
     else:
