@@ -66,24 +66,37 @@ class InjectedUsageFilter:
 
     def feed(self, chunk: bytes) -> bytes:
         self._track(self._decoder.feed(chunk))
-        buf = self._buf + chunk
+        buf = self._buf + chunk if self._buf else chunk
+        # Whole events go out as they are; only a region holding the usage chunk is split.
+        end = max((i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.rfind(sep)) >= 0),
+                  default=0)
+        if not end or (end == len(buf) and buf.endswith(b"\r")):
+            self._buf = buf  # no whole event yet (or a CRLF may be cut in two)
+            return b""
+        region, self._buf = buf[:end], buf[end:]
+        if b'"choices":[]' not in region and b'"choices": []' not in region:
+            return region
+        return self._strip(region)
+
+    @staticmethod
+    def _strip(region: bytes) -> bytes:
         out: list[bytes] = []
         start = 0
-        for m in _EVENT_END.finditer(buf):
-            if m.end() == len(buf) and buf.endswith(b"\r"):
-                break  # the CR may be the first half of a CRLF in the next read
-            raw = buf[start:m.end()]
+        for m in _EVENT_END.finditer(region):
+            raw = region[start:m.end()]
             start = m.end()
             if not is_usage_chunk(raw):
                 out.append(raw)
-        self._buf = buf[start:]
+        rest = region[start:]
+        if rest and not is_usage_chunk(rest):  # an unterminated last event (end of stream only)
+            out.append(rest)
         return b"".join(out)
 
     def finish(self) -> bytes:
         """End of the upstream body: what is left, and an error event if the stream was cut."""
         cut = self._track(self._decoder.close())
         tail, self._buf = self._buf, b""
-        out = b"" if is_usage_chunk(tail) else tail
+        out = self._strip(tail) if tail else b""
         if cut is not None:
             out += encode_event(openai.render_error(500, cut.message, cut.type))
         return out
