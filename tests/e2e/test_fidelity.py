@@ -86,15 +86,13 @@ def _model(name: str, protocol: str, port: int, **extra: object) -> dict:
 
 
 @pytest.fixture(scope="module")
-def replay() -> Iterator[tuple[object, ReplayUpstream]]:
+def replay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, ReplayUpstream]]:
     with ReplayUpstream() as up:
         data = small_config()
         data["models"] = [_model("fid-openai", "openai", up.port),
                           _model("fid-openai-legacy", "openai", up.port, max_tokens_field="max_tokens"),
                           _model("fid-gemini", "gemini", up.port), _model("fid-anthropic", "anthropic", up.port)]
-        import tempfile
-        from pathlib import Path
-        with tempfile.TemporaryDirectory() as work, start_stack(Path(work), data, demos=False) as stack:
+        with start_stack(tmp_path_factory.mktemp("fidelity"), data, demos=False) as stack:
             yield stack, up
 
 
