@@ -106,6 +106,8 @@ def _gemini(chunks: list[dict]) -> Meaning:
                     # Gemini calls have no id: the signature, if any, stands in its place here.
                     calls.append((fc.get("id") or p.get("thoughtSignature", ""), fc["name"], fc.get("args", {})))
             finish = cands[0].get("finishReason", finish)
+        elif (obj.get("promptFeedback") or {}).get("blockReason"):
+            finish = "SAFETY"  # a blocked prompt: no candidates, only the block reason
         u = obj.get("usageMetadata") or {}
         if "promptTokenCount" in u:
             usage = (u["promptTokenCount"], u.get("candidatesTokenCount", 0) + u.get("thoughtsTokenCount", 0))

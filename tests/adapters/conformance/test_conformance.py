@@ -96,6 +96,7 @@ STREAMS: dict[str, tuple[str, Expect]] = {
     "vai-google-reasoning-gemini3.chunks.txt": ("gemini", Expect('There are **3** "r"s', (), "stop", (9, 325))),
     "vai-google-tool-call.chunks.txt": (
         "gemini", Expect("", (("weather", {"location": "San Francisco"}),), "tool_calls", (29, 60))),
+    "vai-google-issue-18073-empty-text-thought-signature.chunks.txt": ("gemini", Expect("4", (), "stop", (15, 53))),
     "vai-google-stream-no-args-tool-call.chunks.txt": ("gemini", Expect("", (
         ("read_theme", {}), ("read_screen", {"id": "A"}), ("read_screen", {"id": "B"}), ("read_screen", {"id": "C"})),
         "tool_calls", (249, 241))),
@@ -137,6 +138,13 @@ RESPONSES: dict[str, tuple[str, Expect]] = {
     "vai-anthropic-refusal.json": ("anthropic", Expect("", (), "content_filter", (18, 5))),
     "vai-anthropic-tool-no-args.json": (
         "anthropic", Expect("<thinking>\nThe updateIssueList", (("updateIssueList", {}),), "tool_calls", (602, 93))),
+    "vai-anthropic-issue-11719-quoted-tool-input.json": ("anthropic", Expect("", (("website_update", {
+        "website_path": "/home/user/pace-landing", "tasks": [{"description": "Today you post every run to Strava, but "
+                                                              "Strava does not answer the question: \"What should I do "
+                                                              "next after this run?\". It is a great log, but it is not "
+                                                              "adaptive.", "type": "feature", "passes": False}]}),),
+        "tool_calls", (912, 118))),
+    "vai-google-issue-19758-prompt-block.json": ("gemini", Expect("", (), "content_filter", (9, 0))),
     "vai-google-text.json": ("gemini", Expect("There are **3** r's in strawberry.", (), "stop", (9, 272))),
     "vai-google-tool-call.json": (
         "gemini", Expect("", (("weather", {"location": "San Francisco"}),), "tool_calls", (29, 908))),
@@ -152,7 +160,7 @@ def test_recorded_response(name: str, client: str) -> None:
     resp = PROTOCOLS[upstream].parse_response(RECORDED[name])
     out = PROTOCOLS[client].render_response(resp, model="client-model")
     _check_client(RESPONSE_READERS[client](out), ref, upstream, client, exp)
-    if upstream == client == "gemini":  # thought signatures make the round trip
+    if upstream == client == "gemini" and b"candidates" in RECORDED[name]:  # thought signatures round-trip
         sent = [p.get("thoughtSignature") for p in orjson.loads(RECORDED[name])["candidates"][0]["content"]["parts"]
                 if "functionCall" in p]
         back = [p.get("thoughtSignature") for p in orjson.loads(out)["candidates"][0]["content"]["parts"]
