@@ -110,6 +110,10 @@ class Deployment(_Model):
     endpoints: list[str] = Field(min_length=1)
     # The model name the upstream knows; defaults to the gateway's model name.
     upstream_model: str | None = None
+    # OpenAI deployments: the output-token cap's field in a translated request. OpenAI documents
+    # max_completion_tokens (its reasoning models refuse max_tokens); older OpenAI-compatible
+    # servers know only max_tokens.
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     api_key_env: str | None = None
     api_key_file: str | None = None
     timeout_ms: int = Field(60_000, ge=1)
