@@ -25,6 +25,7 @@ log = logging.getLogger("modelyard.dispatch")
 _FAIL_OPEN_WHY: dict[FailOpen, str] = {
     "cooldown": "every deployment is cooling down; serving from them rather than refusing the model",
     "watermarks": "no deployment has a fresh watermark reading; routing as if unmonitored",
+    "warming": "every deployment is still warming up; serving from them rather than refusing the model",
 }
 
 # The rate-limit charge when a request does not say how many tokens it may produce.
@@ -58,13 +59,18 @@ class Dispatcher:
                       arm=d.arm)
 
     def deployment_states(self) -> dict[str, str]:
-        """Each deployment's state now (modelyard_deployment_state): cooldown, else its slots' state."""
+        """Each deployment's state now (modelyard_deployment_state): cooldown, warming, else its slots' state."""
         now = time.monotonic()
         stats = dict(self.scheduler.feedback.stats)  # a copy: the metrics thread reads while the loop writes
         out = {}
         for cluster in self.scheduler.config.clusters():
             st = stats.get(cluster)
-            out[cluster] = "cooldown" if st is not None and st.cooldown_until > now else self.limits.state(cluster)
+            if st is not None and st.cooldown_until > now:
+                out[cluster] = "cooldown"
+            elif cluster in self.scheduler.warming:
+                out[cluster] = "warming"
+            else:
+                out[cluster] = self.limits.state(cluster)
         return out
 
     def _note_fail_open(self, model: str, now_open: set[FailOpen]) -> None:

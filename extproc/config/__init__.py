@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from extproc.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
 from extproc.config.queueing import DedicatedPool, QueueSettings
 from extproc.config.routing import RoutingSettings
 from extproc.config.service_levels import Channel, Tier
@@ -110,6 +111,10 @@ class Deployment(_Model):
     endpoints: list[str] = Field(min_length=1)
     # The model name the upstream knows; defaults to the gateway's model name.
     upstream_model: str | None = None
+    # OpenAI deployments: the output-token cap's field in a translated request. OpenAI documents
+    # max_completion_tokens (its reasoning models refuse max_tokens); older OpenAI-compatible
+    # servers know only max_tokens.
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     api_key_env: str | None = None
     api_key_file: str | None = None
     timeout_ms: int = Field(60_000, ge=1)
@@ -121,6 +126,9 @@ class Deployment(_Model):
     tls_client_key_file: str | None = None
     tls_insecure_skip_verify: bool = False
     watermark: WatermarkSource | None = None
+    lb: LoadBalancing = LoadBalancing()
+    health_check: HealthCheckConfig | None = None
+    warmup: WarmupConfig | None = None
     # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
     max_inflight: int | None = Field(None, ge=1)
     queue: QueueSettings = QueueSettings()
@@ -149,6 +157,11 @@ class Deployment(_Model):
             raise ValueError("tls_client_cert_file and tls_client_key_file go together (both or neither)")
         if self.tls_insecure_skip_verify and self.tls_ca_file:
             raise ValueError("tls_insecure_skip_verify and tls_ca_file contradict each other: pick one")
+        if self.health_check and (self.health_check.grpc_service is not None) != (self.protocol == "kserve-grpc"):
+            raise ValueError("health_check: a kserve-grpc deployment is checked with grpc_service, any other "
+                             "with http_path")
+        if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
+            raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
         return self
 
     def credential(self) -> str | None:

@@ -14,7 +14,8 @@ import time
 import orjson
 
 from adapters import upstream_errors
-from adapters.internal import ChatRequest, StreamError, Usage
+from adapters.injected_usage import InjectedUsageFilter
+from adapters.internal import ChatRequest, RenderOptions, StreamError, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
@@ -64,7 +65,7 @@ class ChatFlow:
         self.request: ChatRequest | None = None
         self.choice: Choice | None = None
         self.upstream: ChatProtocol = self.client  # the chosen deployment's protocol, set when sent
-        self.translator: StreamTranslator | None = None
+        self.translator: StreamTranslator | InjectedUsageFilter | None = None
         self.decoder: StreamDecoder | None = None
         self.meter = StreamUsage()  # a passthrough stream's usage (a translated one has its own)
         self.status = 0
@@ -110,7 +111,9 @@ class ChatFlow:
         self.upstream = PROTOCOLS[dep.protocol]
         upstream_model = dep.upstream_model or choice.model.name
         if self.translating:
-            up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential())
+            options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens")
+            up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential(),
+                                              options=options)
             path, up_headers, out = up.path, up.headers, up.body
         else:  # the client's own bytes: only the path and headers are new
             path, up_headers = self.upstream.request_target(req, upstream_model=upstream_model,
@@ -136,7 +139,9 @@ class ChatFlow:
             assert self.request is not None  # parsed before anything went upstream
             self.streaming = True
             if self.wire is not None and (self.translating or self.usage_injected):
-                self.translator = translate_stream(self.wire, self.ctx.protocol, self.request)
+                # Same protocol: the upstream's bytes, less only the usage chunk we asked for.
+                self.translator = (translate_stream(self.wire, self.ctx.protocol, self.request) if self.translating
+                                   else InjectedUsageFilter())
                 remove.append("content-length")
                 set_h.append(("content-type", "text/event-stream"))
             else:

@@ -68,6 +68,11 @@ FAIL_OPEN = Counter("modelyard_routing_fail_open_total",
 FAIL_OPEN_ACTIVE = Gauge("modelyard_routing_fail_open_models",
                          "Models whose last routing decision set this check aside", ["check"])
 
+# Warm-up (extproc/telemetry/warmup.py).
+WARMING = Gauge("modelyard_deployment_warming", "1 while a deployment's warm-up request has not answered", ["cluster"])
+WARMUPS = Counter("modelyard_warmups_total", "Warm-ups by how they ended: ok, timeout (routed to anyway), cancelled",
+                  ["cluster", "outcome"])
+
 # Concurrency limits and the per-deployment queues (extproc/concurrency.py).
 QUEUE_DEPTH = Gauge("modelyard_queue_depth", "Requests waiting for a slot of a deployment, by tier",
                     ["model", "cluster", "tier"])
@@ -86,7 +91,7 @@ class DeploymentStates(Collector):
     """`modelyard_deployment_state{cluster,state}`: 1 for the state each deployment is in now, read at
     scrape time from the routing state (`source`, set by the composition root), so it is never stale."""
 
-    STATES = ("ready", "busy", "queueing", "cooldown")
+    STATES = ("ready", "busy", "queueing", "cooldown", "warming")
 
     def __init__(self) -> None:
         self.source: Callable[[], Mapping[str, str]] | None = None
@@ -94,7 +99,7 @@ class DeploymentStates(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         g = GaugeMetricFamily("modelyard_deployment_state",
                               "1 for the state a deployment is in: ready, busy (every slot taken), queueing, "
-                              "cooldown", labels=["cluster", "state"])
+                              "cooldown, warming", labels=["cluster", "state"])
         for cluster, state in (self.source() if self.source is not None else {}).items():
             for s in self.STATES:
                 g.add_metric([cluster, s], 1.0 if s == state else 0.0)
