@@ -64,3 +64,9 @@ FAIL_OPEN = Counter("modelyard_routing_fail_open_total",
                     "(cooldown: all cooling down; watermarks: no fresh reading anywhere)", ["check"])
 FAIL_OPEN_ACTIVE = Gauge("modelyard_routing_fail_open_models",
                          "Models whose last routing decision set this check aside", ["check"])
+
+# Watermark freshness per monitored cluster (extproc/telemetry/pollers.py): alerts see a silent agent.
+WATERMARK_READ_AT = Gauge("modelyard_watermark_last_reading_timestamp_seconds",
+                          "Unix time of the last good watermark reading", ["cluster"])
+WATERMARK_POLL_ERRORS = Counter("modelyard_watermark_poll_errors_total",
+                                "Watermark polls that failed (unreachable, HTTP error, unreadable body)", ["cluster"])
