@@ -234,10 +234,12 @@ def test_every_dashboard_query_and_alert_signal_has_data(tmp_path: Path, redis_s
             bad = [(r["name"], r.get("lastError")) for g in rules for r in g["rules"] if r["health"] != "ok"]
             assert not bad and sum(len(g["rules"]) for g in rules) == len(recorded) + len(alerts), bad
 
-            # Into firing condition: one node's GPUs fill up, then Redis goes away.
-            httpx.post(f"http://{agents[0]}/fake", json={"util": 0.97, "mem": 0.5}, timeout=5).raise_for_status()
+            # Into firing condition: the fast deployment's GPUs fill up (standard requests still go to
+            # the other node), then Redis goes away.
+            fast_agent = _agent_of(data, "demo-openai-fast")
+            httpx.post(f"http://{fast_agent}/fake", json={"util": 0.97, "mem": 0.5}, timeout=5).raise_for_status()
             saturated = prom.wait_finite([_alert_expr(alerts, "ModelyardGpuSaturated")], timeout=15)
-            assert [s["metric"]["instance"] for s in next(iter(saturated.values()))] == [agents[0]]
+            assert [s["metric"]["instance"] for s in next(iter(saturated.values()))] == [fast_agent]
             redis_server.stop()
             oa = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0, timeout=20)
             oa.chat.completions.create(model="demo-gpt", messages=[{"role": "user", "content": "no redis"}])
@@ -246,6 +248,11 @@ def test_every_dashboard_query_and_alert_signal_has_data(tmp_path: Path, redis_s
             quiet = prom.query(_alert_expr(alerts, "ModelyardHighErrorRate"))
             assert quiet == [], "no 5xx was served: the error-rate alert must stay quiet"
     assert time.monotonic() - started < 120
+
+
+def _agent_of(data: dict[str, Any], cluster: str) -> str:
+    return next(urlparse(d["watermark"]["url"]).netloc for m in data["models"] for d in m["deployments"]
+                if d["cluster"] == cluster)
 
 
 def _alert_expr(alerts: list[dict[str, Any]], name: str) -> str:
