@@ -61,3 +61,8 @@ def main(argv: list[str]) -> int:
         print(f"modelyard probe: unhealthy: {why}", file=sys.stderr)
         return 1
     return 0
+
+
+if __name__ == "__main__":
+    # The HEALTHCHECK runs this module directly: `modelyard probe` would first load the whole CLI.
+    raise SystemExit(main(sys.argv[1:]))

@@ -4,7 +4,7 @@
 #   extproc          the ext_proc gRPC service with /etc/modelyard/modelyard.yaml ($MODELYARD_CONFIG)
 #   agent [args]     the GPU watermark agent on 0.0.0.0:8301 (add --fake where there is no GPU)
 #   demo KIND [args] a demo upstream (openai|anthropic|gemini|kserve)
-#   healthcheck      the HEALTHCHECK: probes the role this container was started with
+#   healthcheck      the HEALTHCHECK: probes the role this container was started with (modelyard.probe)
 #   anything else    run as a command (`modelyard hash-key ...`, `sh`)
 set -eu
 
@@ -15,10 +15,10 @@ role="${1:-extproc}"
 if [ "$role" = healthcheck ]; then
   started="$(cat "$ROLE_FILE" 2>/dev/null || echo unknown)"
   case "$started" in
-    envoy) exec modelyard probe http "http://127.0.0.1:${MODELYARD_LISTENER_PORT:-10000}/v2/health/ready" ;;
-    extproc) exec modelyard probe grpc "127.0.0.1:${MODELYARD_EXTPROC_PORT:-50051}" ;;
-    agent) exec modelyard probe http "http://127.0.0.1:${MODELYARD_AGENT_PORT:-8301}/watermarks" ;;
-    demo) exec modelyard probe tcp "127.0.0.1:${MODELYARD_DEMO_PORT:-8101}" ;;
+    envoy) exec python -m modelyard.probe http "http://127.0.0.1:${MODELYARD_LISTENER_PORT:-10000}/v2/health/ready" ;;
+    extproc) exec python -m modelyard.probe grpc "127.0.0.1:${MODELYARD_EXTPROC_PORT:-50051}" ;;
+    agent) exec python -m modelyard.probe http "http://127.0.0.1:${MODELYARD_AGENT_PORT:-8301}/watermarks" ;;
+    demo) exec python -m modelyard.probe tcp "127.0.0.1:${MODELYARD_DEMO_PORT:-8101}" ;;
     *) exit 0 ;;  # a one-off command: nothing to probe
   esac
 fi
