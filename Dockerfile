@@ -5,6 +5,8 @@
 
 # Build stage: a virtual environment with Modelyard and its dependencies, copied whole below.
 FROM python:3.11-slim-bookworm AS build
+# `--build-arg EXTRAS=redis,gpu` adds CuPy for image preprocessing on a GPU node (NVIDIA runtime).
+ARG EXTRAS=redis
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -18,7 +20,7 @@ COPY ratelimit ./ratelimit
 COPY controlplane ./controlplane
 COPY devstack ./devstack
 COPY gpuagent ./gpuagent
-RUN /opt/modelyard/bin/pip install ".[redis]"
+RUN /opt/modelyard/bin/pip install ".[${EXTRAS}]"
 
 # Runtime stage: no compiler, no pip cache, a non-root user.
 FROM python:3.11-slim-bookworm
