@@ -205,8 +205,8 @@ def test_every_dashboard_query_and_alert_signal_has_data(tmp_path: Path, redis_s
                                     timeout=15), "the first wave was never scraped"
             time.sleep(1.5)
             _drive_traffic(stack.url)
-            # The extproc's container health check, against the live replica.
-            probe = subprocess.run([sys.executable, "-m", "modelyard.cli", "probe", "grpc", data["extproc"]["address"]],
+            # The image's HEALTHCHECK for an extproc, against the live replica.
+            probe = subprocess.run([sys.executable, "-m", "modelyard.probe", "grpc", data["extproc"]["address"]],
                                    capture_output=True, text=True, timeout=30)
             assert probe.returncode == 0, probe.stderr
 
