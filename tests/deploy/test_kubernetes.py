@@ -62,6 +62,11 @@ def test_base_wires_probes_scaling_config_and_gpu_nodes() -> None:
     assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert any(t["key"] == "nvidia.com/gpu" for t in agent["tolerations"])
     assert agent["containers"][0]["ports"][0]["hostPort"] == 8301
+    # Only Envoy reaches the extproc's gRPC port, only the extproc reaches Redis.
+    policy = res[("NetworkPolicy", "extproc")]["spec"]["ingress"][0]
+    assert policy["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "envoy"}
+    assert res[("NetworkPolicy", "redis")]["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "extproc"}
     # The headless Service Envoy resolves: one address per ready extproc pod.
     assert res[("Service", "extproc")]["spec"]["clusterIP"] == "None"
 
