@@ -113,6 +113,7 @@ from controlplane.access_log import access_log
 from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
 from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
 from controlplane.overload import overload_manager
+from controlplane.stats_listener import admin_cluster, stats_listener
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 from extproc.config import Deployment, GatewayConfig
 from extproc.headers import (
@@ -430,10 +431,13 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
                                                  consecutive_local_origin_failure=1, base_ejection_time=_secs(2),
                                                  max_ejection_percent=50, consecutive_5xx=1000)
     hops = translation_hops(cfg)
+    listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops)]
+    clusters = [extproc, *_upstream_clusters(cfg, env)]
+    if env.stats and env.admin:
+        listeners.append(stats_listener(env.stats))
+        clusters.append(admin_cluster(env.admin))
     boot = Bootstrap(
-        static_resources=BootstrapStaticResources(
-            listeners=[listener, *(_hop_listener(f, t, cfg, env) for f, t in hops)],
-            clusters=[extproc, *_upstream_clusters(cfg, env)]),
+        static_resources=BootstrapStaticResources(listeners=listeners, clusters=clusters),
         overload_manager=overload_manager(env.overload, env.edge))
     if hops:
         boot.bootstrap_extensions = [TypedExtensionConfig(

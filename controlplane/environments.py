@@ -94,6 +94,13 @@ class RateLimitServiceSettings(_Env):
     failure_mode_deny: bool = False
 
 
+class StatsSettings(_Env):
+    """A listener that serves only GET /stats/prometheus from the admin interface (controlplane/stats_listener.py)."""
+
+    address: str = "0.0.0.0"
+    port: int = Field(9902, ge=1, le=65535)
+
+
 class ListenerOverride(_Env):
     address: str | None = None
     port: int | None = Field(None, ge=0, le=65535)
@@ -102,6 +109,8 @@ class ListenerOverride(_Env):
 class EnvironmentConfig(_Env):
     name: str
     admin: AdminSettings | None = AdminSettings()
+    # Envoy's Prometheus stats for scrapers on other hosts, without opening the rest of admin.
+    stats: StatsSettings | None = None
     concurrency: int = Field(2, ge=1, le=256)
     timeouts: TimeoutSettings = TimeoutSettings()
     buffer_limit_bytes: int = Field(32 * 1024 * 1024, ge=1024)
@@ -114,6 +123,12 @@ class EnvironmentConfig(_Env):
     rate_limit_service: RateLimitServiceSettings | None = None
     edge: EdgeSettings = EdgeSettings()
     overload: OverloadSettings = OverloadSettings()
+
+    @model_validator(mode="after")
+    def _stats_need_admin(self) -> "EnvironmentConfig":
+        if self.stats and not self.admin:
+            raise ValueError("stats proxies the admin interface: set admin (a loopback port or a pipe)")
+        return self
 
     @model_validator(mode="after")
     def _request_outlives_extproc(self) -> "EnvironmentConfig":

@@ -56,6 +56,7 @@ def _cmd_hash_key(a: argparse.Namespace) -> int:
 # Subcommands owned by other modules get their arguments untouched (argparse would eat options).
 _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("agent",): ("gpuagent.agent", "main"),
+    ("probe",): ("modelyard.probe", "main"),
     ("demo",): ("devstack.demo.cli", "main"),
     ("route", "explain"): ("extproc.routing.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
@@ -96,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
 
     # Listed for --help only: main() hands these to their modules before argparse runs.
     sub.add_parser("agent", help="GPU watermark agent (NVML); see `modelyard agent --help`")
+    sub.add_parser("probe", help="container health check: `probe grpc|http|tcp TARGET`, exit 0 when healthy")
     sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
     sub.add_parser("route", help="`route explain`: every candidate for a sample request")
     sub.add_parser("ratelimit", help="`ratelimit tune`: limits from recorded traffic; `ratelimit status`: live buckets")

@@ -25,7 +25,7 @@ def _config(*deps: dict, routing: dict | None = None):
 
 
 @pytest.mark.parametrize(("protocol", "path", "needle"), [
-    ("openai", "/v1/chat/completions", b'"max_tokens":1'),
+    ("openai", "/v1/chat/completions", b'"max_completion_tokens":1'),
     ("anthropic", "/v1/messages", b'"max_tokens":1'),
     ("gemini", "/v1beta/models/up:generateContent", b'"maxOutputTokens":1'),
 ])
