@@ -46,7 +46,8 @@ class Accountant:
             tenant_in, tenant_out = tenant_token_series(ctx.tenant_name)
             tenant_in.inc(tin)
             tenant_out.inc(tout)
-        cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
+        price = choice.deployment.cost or model.cost  # a deployment's own price (spot) bills as it routed
+        cost = tin / 1000 * price.input_per_1k + tout / 1000 * price.output_per_1k
         if cost:
             COST.labels(model.name, ctx.tenant_name).inc(cost)
         if self.metering is not None:

@@ -120,3 +120,27 @@ async def test_deployment_states_cover_every_deployment_and_cooldown() -> None:
     assert slot is not None
     slot.release()
     await asyncio.wait_for(waiting, 1)
+
+
+async def test_a_deployment_with_its_own_price_is_billed_at_it() -> None:
+    from prometheus_client import REGISTRY
+
+    from adapters.internal import Usage
+    from extproc.accounting import Accountant
+    from extproc.choice import Choice
+    from extproc.context import RequestContext
+    from extproc.routing import Scheduler
+
+    cfg = parse_config({"models": [{"name": "billed", "cost": {"input_per_1k": 10.0, "output_per_1k": 10.0},
+                                    "deployments": [{"cluster": "spot", "protocol": "openai", "spot": True,
+                                                     "endpoints": ["127.0.0.1:9"],
+                                                     "cost": {"input_per_1k": 1.0, "output_per_1k": 2.0}}]}],
+                        "tenants": [{"name": "payer", "api_keys": [KEY]}]})
+    model = cfg.models[0]
+    ctx = RequestContext("t", "POST", "/", {}, {}, tenant=cfg.tenants[0])
+    labels = {"model": "billed", "tenant": "payer"}
+    before = REGISTRY.get_sample_value("modelyard_cost_total", labels) or 0.0
+    Accountant(Scheduler(cfg)).record_outcome(ctx, Choice(model=model, deployment=model.deployments[0]), status=200,
+                                              upstream_ok=True, latency_s=0.1, ttft_s=None,
+                                              usage=Usage(input_tokens=1000, output_tokens=1000))
+    assert REGISTRY.get_sample_value("modelyard_cost_total", labels) - before == pytest.approx(3.0)
