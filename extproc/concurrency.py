@@ -19,6 +19,7 @@ from functools import lru_cache
 from prometheus_client import Gauge, Histogram
 
 from extproc.config import GatewayConfig
+from extproc.config.queueing import TIERS
 from extproc.config.service_levels import Tier
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
 from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
@@ -55,6 +56,13 @@ class ConcurrencyLimits:
         self._inflight: dict[str, Gauge] = {name: INFLIGHT.labels(name) for name in self.queues}
         for name in self.queues:
             self._show(name)
+        # Every (model, cluster, tier) series exists from the start: dashboards show 0, not "no data".
+        for m in config.models:
+            for d in m.deployments:
+                if d.cluster in self.queues:
+                    for tier in TIERS:
+                        _depth_series(m.name, d.cluster, tier)
+                        _wait_series(m.name, d.cluster, tier)
 
     def __contains__(self, cluster: str) -> bool:
         return cluster in self.queues

@@ -144,3 +144,15 @@ async def test_a_deployment_with_its_own_price_is_billed_at_it() -> None:
                                               upstream_ok=True, latency_s=0.1, ttft_s=None,
                                               usage=Usage(input_tokens=1000, output_tokens=1000))
     assert REGISTRY.get_sample_value("modelyard_cost_total", labels) - before == pytest.approx(3.0)
+
+
+def test_queue_series_exist_before_any_request() -> None:
+    from prometheus_client import REGISTRY
+
+    cfg = _config(1)
+    ConcurrencyLimits(cfg)
+    for tier in ("L1", "L2", "L3"):
+        assert REGISTRY.get_sample_value("modelyard_queue_depth", {"model": "m", "cluster": "c", "tier": tier}) == 0
+        assert REGISTRY.get_sample_value("modelyard_queue_wait_seconds_count",
+                                         {"model": "m", "cluster": "c", "tier": tier}) is not None
+    assert REGISTRY.get_sample_value("modelyard_queue_depth", {"model": "m", "cluster": "free", "tier": "L1"}) is None
