@@ -56,6 +56,9 @@ class ConcurrencyLimits:
         self._inflight: dict[str, Gauge] = {name: INFLIGHT.labels(name) for name in self.queues}
         for name in self.queues:
             self._show(name)
+            for tier in TIERS:
+                for reason in ("tenant_share", "bound", "max_wait"):
+                    QUEUE_REFUSED.labels(name, tier, reason)
         # Every (model, cluster, tier) series exists from the start: dashboards show 0, not "no data".
         for m in config.models:
             for d in m.deployments:
