@@ -36,6 +36,21 @@ class ListenerConfig(_Model):
     port: int = Field(10000, ge=1, le=65535)
 
 
+class TracingConfig(_Model):
+    """OpenTelemetry spans over OTLP (docs/operations.md). A collector's credentials come from
+    OTEL_EXPORTER_OTLP_HEADERS in the environment, never from this file."""
+
+    # http/protobuf: the full URL (…/v1/traces); grpc: http://host:port (plaintext) or https://host:port.
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    service_name: str = "modelyard"
+    # Of the traces that start here; a caller's sampled flag in `traceparent` is followed as sent.
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    # The batch exporter's period: spans leave in a background thread, never on the event loop.
+    export_delay_ms: int = Field(2000, ge=10, le=60_000)
+    export_timeout_s: float = Field(10.0, gt=0)
+
+
 class ExtprocConfig(_Model):
     address: str = "127.0.0.1:50051"
     metrics_address: str = "127.0.0.1:9464"
@@ -44,6 +59,8 @@ class ExtprocConfig(_Model):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     drain_seconds: float = Field(10.0, ge=0)
     metering_db: str | None = None
+    # OpenTelemetry tracing; absent (the default) means off, with nothing of OpenTelemetry loaded.
+    tracing: TracingConfig | None = None
 
 
 class Capabilities(_Model):

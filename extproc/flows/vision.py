@@ -115,7 +115,7 @@ class _VisionFlow:
     async def _route(self, name: str) -> Choice:
         ctx = self.ctx
         assert ctx.tenant is not None
-        self.choice = choice = self.gw.dispatcher.choose(RouteRequest(
+        self.choice = choice = self.gw.dispatcher.choose_for(ctx, RouteRequest(
             model=name, tenant=ctx.tenant, task_type=self.task_type, needs_vision=True, task_id=ctx.task_id))
         await self.gw.dispatcher.admit(ctx, choice, 0)
         ctx.response_headers += choice.response_headers()
@@ -134,6 +134,8 @@ class _VisionFlow:
                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else "")]
         if self.grpc:
             headers += [("te", "trailers"), ("grpc-timeout", f"{dep.timeout_ms}m")]
+        if ctx.trace is not None:
+            headers += ctx.trace.upstream_headers()
         return msg.request_body(headers, _STRIP_UPSTREAM, body=body, clear_route_cache=True)
 
     def _policy(self) -> BatchPolicy | None:
@@ -159,7 +161,10 @@ class _VisionFlow:
         if member is None:
             return self._send(await self._single_body())
         self.member = member
-        outcome = await self._batcher.wait(member, MEMBER_WAIT_S)
+        with self.ctx.span("batching") as span:
+            outcome = await self._batcher.wait(member, MEMBER_WAIT_S)
+            if span is not None:
+                span.set_attributes({"modelyard.batch.role": outcome.role, "modelyard.batch.rows": job.rows})
         if outcome.role == "leader" and outcome.batch is not None:
             return await self._lead(outcome.batch)
         if outcome.role == "result" and outcome.batch is not None:
@@ -283,6 +288,9 @@ class _VisionFlow:
         self.gw.accountant.record_outcome(self.ctx, self.choice, status=status,
                                           upstream_ok=status < 500 if upstream_answered else None,
                                           latency_s=time.monotonic() - self.ctx.started, ttft_s=None, usage=None)
+        if self.ctx.trace is not None:
+            self.ctx.trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
+                                   input_tokens=None, output_tokens=None, response_model=self.upstream_model or None)
 
     def close(self) -> None:
         if self.member is not None and self.role != "member":
