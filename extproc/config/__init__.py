@@ -211,6 +211,19 @@ class TenantConfig(_Model):
         return "*" in self.allowed_models or model in self.allowed_models
 
 
+class DevStackConfig(_Model):
+    """What `modelyard up` starts and where it writes (docs/operations.md); the extproc ignores it."""
+
+    # Clusters that `up` serves with demo servers of its own (and a fake GPU agent for a watermark
+    # URL on this host); every other cluster is yours to run. No name implies it.
+    demo_upstreams: list[str] = Field(default_factory=list)
+    # Logs, the rendered Envoy config and its admin address; a relative path is under the config
+    # file's directory (`up --run-dir` overrides it).
+    run_dir: str = "run"
+    # Envoy's admin port; None keeps the environment file's, 0 takes a free one (`up --admin-port`).
+    admin_port: int | None = Field(None, ge=0, le=65535)
+
+
 class GatewayConfig(_Model):
     listener: ListenerConfig = ListenerConfig()
     extproc: ExtprocConfig = ExtprocConfig()
@@ -219,6 +232,7 @@ class GatewayConfig(_Model):
     # Feature sections: models owned by their own modules (routing, ratelimit), parsed here once.
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    devstack: DevStackConfig = Field(default_factory=DevStackConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> "GatewayConfig":
