@@ -98,8 +98,7 @@ class ChatFlow:
         ctx = self.ctx
         parse = functools.partial(self.client.parse_request, body, path_model=ctx.path_model,
                                   stream_hint=ctx.stream_hint)
-        with ctx.span("parse request"):
-            req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
+        req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
         self.request = req
         return req
 
