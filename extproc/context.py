@@ -47,7 +47,7 @@ class RequestContext:
     def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
         """A child span around a step when tracing is on (it yields the span); else a shared no-op
         (it yields None)."""
-        return _NO_SPAN if self.trace is None else self.trace.child(name, attributes)
+        return _NO_SPAN if self.trace is None or not self.trace.recording else self.trace.child(name, attributes)
 
     def task_headers(self) -> list[tuple[str, str]]:
         return [(TASK_ID_HEADER, self.task_id), *self.response_headers]

@@ -78,12 +78,14 @@ class Tracing:
 class RequestTrace:
     """One request's span and its children; the flows write to it, the session ends it."""
 
-    __slots__ = ("tracer", "span", "operation", "_context", "_status", "_ended")
+    __slots__ = ("tracer", "span", "operation", "recording", "_context", "_status", "_ended")
 
     def __init__(self, tracer: trace.Tracer, span: Span, operation: str) -> None:
         self.tracer = tracer
         self.span = span
         self.operation = operation
+        # Not sampled: no children, no attributes; only the trace context still goes upstream.
+        self.recording = span.is_recording()
         self._context: Context = trace.set_span_in_context(span)
         self._status = 0
         self._ended = False
@@ -106,6 +108,8 @@ class RequestTrace:
 
     def record_since(self, name: str, started_monotonic: float, attributes: dict[str, Any] | None = None) -> None:
         """A child span that began at `started_monotonic` (a stream's first chunk) and ends now."""
+        if not self.recording:
+            return
         now_ns = time.time_ns()
         start_ns = now_ns - int((time.monotonic() - started_monotonic) * 1e9)
         span = self.tracer.start_span(name, context=self._context, start_time=start_ns, attributes=attributes)
@@ -114,6 +118,8 @@ class RequestTrace:
     def routed(self, request_model: str, model: str, cluster: str, upstream_protocol: str, channel: str,
                strategy: str) -> None:
         """What routing decided: the GenAI request attributes and the span's final name."""
+        if not self.recording:
+            return
         provider = PROVIDER_NAMES.get(upstream_protocol, upstream_protocol)
         self.span.update_name(f"{self.operation} {request_model}")
         self.span.set_attributes({"gen_ai.request.model": request_model, "gen_ai.provider.name": provider,
@@ -124,6 +130,8 @@ class RequestTrace:
                 output_tokens: int | None, response_model: str | None) -> None:
         """What the caller got, as metered: status, usage, the deployment that answered."""
         self._status = status
+        if not self.recording:
+            return
         attrs: dict[str, Any] = {"http.response.status_code": status, "modelyard.cluster": cluster,
                                  "modelyard.tenant": tenant}
         if response_model:
