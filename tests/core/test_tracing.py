@@ -144,3 +144,22 @@ def test_tracing_config_is_checked() -> None:
         parse_config(_config(tracing={"sample_ratio": 2}))
     cfg = parse_config(_config(tracing={"endpoint": "http://127.0.0.1:4318/v1/traces"}))
     assert cfg.extproc.tracing is not None and cfg.extproc.tracing.protocol == "http/protobuf"
+
+
+async def test_translation_hop_span_is_a_child_of_the_request(traced) -> None:
+    """Envoy failed over through a translation hop: the hop's stream carries the traceparent the
+    request sent upstream, so its span joins the same trace and the peer sees the hop as parent."""
+    gw, exporter = traced
+    request_span = "1111111111111111"
+    s = Session(gw, ROUTES, xlate="openai~demo-anthropic")
+    await s.handle(headers_msg({":method": "POST", ":path": "/v1/chat/completions", "content-type": "application/json",
+                                "traceparent": f"00-{CALLER_TRACE}-{request_span}-01"}))
+    r = await s.handle(body_msg(orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]})))
+    sent = set_headers(r.request_body.response.header_mutation)
+    s.close()
+    spans = _spans(gw, exporter)
+    hop = spans["translation hop openai~demo-anthropic"]
+    assert format(hop.parent.span_id, "016x") == request_span and format(hop.context.trace_id, "032x") == CALLER_TRACE
+    assert sent["traceparent"] == f"00-{CALLER_TRACE}-{hop.context.span_id:016x}-01"
+    t = spans["translate request"].attributes
+    assert (t["modelyard.translation.from"], t["modelyard.translation.to"]) == ("openai", "anthropic")

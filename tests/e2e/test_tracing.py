@@ -18,6 +18,7 @@ from typing import Any
 
 import anthropic
 import grpc
+import httpx
 import openai
 import pytest
 from aiohttp import web
@@ -27,6 +28,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from devstack.demo import openai_server
 from tests.conftest import DEMO_KEY
 from tests.stack_config import free_port, small_config, start_stack
+from tests.vision_stack import classify_form, vision_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -201,3 +203,36 @@ def test_spans_reach_the_collector_and_the_trace_reaches_the_upstream(tmp_path: 
     assert (streamed["modelyard.translation.from"], streamed["modelyard.translation.to"]) == ("anthropic", "openai")
     # No caller or provider credential in any exported attribute.
     assert DEMO_KEY not in repr(spans)
+
+
+def test_batched_image_requests_have_batching_spans(tmp_path: Path) -> None:
+    received = Received()
+    batched = {"enabled": True, "max_delay_ms": 1000, "min_size": 3, "max_size": 16}
+    wants = [["red"], ["green"], ["blue"]]
+    with ThreadedApp(http_receiver(received)) as rx:
+        tracing = {"endpoint": f"http://127.0.0.1:{rx.port}/v1/traces", "export_delay_ms": 100}
+        with vision_stack(tmp_path, {"colors-batched": batched}, extproc={"tracing": tracing}) as stack:
+            def classify(colours: list[str]) -> httpx.Response:
+                body, ctype = classify_form("colors-batched", colours)
+                return httpx.post(f"{stack.url}/v1/images/classify", content=body, timeout=30,
+                                  headers={"authorization": f"Bearer {DEMO_KEY}", "content-type": ctype})
+
+            with futures.ThreadPoolExecutor(len(wants)) as pool:  # together: one batch of three
+                replies = list(pool.map(classify, wants))
+            assert [r.status_code for r in replies] == [200] * 3, [r.text for r in replies]
+            name = "image-classification colors-batched"
+            spans = received.wait_for({name, "batching"})
+            deadline = time.monotonic() + 30
+            while len([s for s in spans if s["name"] in (name, "batching")]) < 6 and time.monotonic() < deadline:
+                spans = received.wait_for({name})
+    roots = {s["span_id"]: s for s in spans if s["name"] == name}
+    assert len(roots) == 3
+    for root in roots.values():
+        a = root["attributes"]
+        assert a["gen_ai.operation.name"] == "image-classification" and a["gen_ai.request.model"] == "colors-batched"
+        assert a["gen_ai.provider.name"] == "kserve" and a["http.response.status_code"] == 200
+    batching = [s for s in spans if s["name"] == "batching"]
+    assert sorted(s["parent"] for s in batching) == sorted(roots)  # one per request, under its own span
+    roles = sorted(s["attributes"]["modelyard.batch.role"] for s in batching)
+    # Usually one batch of three (leader, result, result); a slow machine may split it past the window.
+    assert roles.count("leader") >= 1 and roles.count("result") >= 1 and set(roles) <= {"leader", "result"}, roles
