@@ -111,6 +111,11 @@ class _VisionFlow:
         """This request's own gRPC-framed ModelInfer body (no batch)."""
         raise NotImplementedError
 
+    async def _own_body(self) -> bytes:
+        """This request alone, rendered for the upstream (the preprocessing, for an image form)."""
+        with self.ctx.span("translate request"):
+            return await self._single_body()
+
     # -- routing and sending -----------------------------------------------------------------
     async def _route(self, name: str) -> Choice:
         ctx = self.ctx
@@ -159,7 +164,7 @@ class _VisionFlow:
             key = BatchKey(self.model.name, self.choice.deployment.cluster, (3, ti.height, ti.width), ti.datatype)
             member = self._batcher.join(key, policy, job, job.rows)
         if member is None:
-            return self._send(await self._single_body())
+            return self._send(await self._own_body())
         self.member = member
         with self.ctx.span("batching") as span:
             outcome = await self._batcher.wait(member, MEMBER_WAIT_S)
@@ -174,15 +179,16 @@ class _VisionFlow:
         else:
             log.info("task %s: batch fallback (%s)", self.ctx.task_id, outcome.reason)
         self.role = "single"
-        return self._send(await self._single_body())
+        return self._send(await self._own_body())
 
     async def _lead(self, batch: Batch) -> msg.ProcessingResponse:
         self.role, self.batch = "leader", batch
         v = self.model.vision
         try:
-            tensor = await asyncio.to_thread(merge_batch, batch, self._backend(), _spec(v.input))
-            req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
-                                                request_id=self.ctx.task_id)
+            with self.ctx.span("translate request"):  # the whole batch's tensor, built by its leader
+                tensor = await asyncio.to_thread(merge_batch, batch, self._backend(), _spec(v.input))
+                req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
+                                                    request_id=self.ctx.task_id)
         except BaseException:
             self._batcher.fail(batch, "the leader could not build the merged tensor")
             raise
@@ -264,7 +270,8 @@ class _VisionFlow:
                                      request_id=self.request_id)
                 self._batcher.complete(self.batch, resp)
                 resp = own
-            body = self._render_ok(resp)
+            with self.ctx.span("translate response"):
+                body = self._render_ok(resp)
         except (ModelyardError, ValueError) as e:
             self._fail_batch(str(e))
             text = getattr(e, "message", str(e))

@@ -236,3 +236,7 @@ def test_batched_image_requests_have_batching_spans(tmp_path: Path) -> None:
     roles = sorted(s["attributes"]["modelyard.batch.role"] for s in batching)
     # Usually one batch of three (leader, result, result); a slow machine may split it past the window.
     assert roles.count("leader") >= 1 and roles.count("result") >= 1 and set(roles) <= {"leader", "result"}, roles
+    # A leader built the batch's tensor and translated the upstream's reply: both under its own span.
+    for lead in (s for s in batching if s["attributes"]["modelyard.batch.role"] == "leader"):
+        steps = {s["name"] for s in spans if s["parent"] == lead["parent"]}
+        assert {"routing", "batching", "translate request", "translate response"} <= steps, steps
