@@ -198,6 +198,12 @@ def with_admin_port(env: EnvironmentConfig, port: int | None) -> EnvironmentConf
         raise ConfigError(f"admin port {port}: not a port (0-65535)") from None
 
 
+def environment_for(cfg: GatewayConfig, env_name: str, admin_port: int | None = None) -> EnvironmentConfig:
+    """The environment `up` runs: its file, with Envoy's admin port from the flag, else the config."""
+    port = admin_port if admin_port is not None else cfg.devstack.admin_port
+    return with_admin_port(load_environment(env_name), port)
+
+
 def run_dir_for(cfg: GatewayConfig, path: Path, override: str | None = None) -> Path:
     """`--run-dir` (relative to the current directory, as a flag is), else the config's
     `devstack.run_dir` under the config file's directory."""
@@ -209,7 +215,7 @@ def run_dir_for(cfg: GatewayConfig, path: Path, override: str | None = None) -> 
 def up(config: str | None, env_name: str, *, run_dir: str | None = None, admin_port: int | None = None) -> int:
     path = config_path(config).resolve()
     cfg = load_config(path)
-    env = with_admin_port(load_environment(env_name), admin_port if admin_port is not None else cfg.devstack.admin_port)
+    env = environment_for(cfg, env_name, admin_port)
     workdir = run_dir_for(cfg, path, run_dir)
     stack = Stack(cfg, env, config_path=path, workdir=workdir, cwd=path.parent)
     stop = False

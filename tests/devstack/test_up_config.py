@@ -27,7 +27,7 @@ from aiohttp import web
 from controlplane.environments import load_environment
 from devstack.banner import DEMO_KEY, KEY_PLACEHOLDER, banner
 from devstack.demo import openai_server
-from devstack.launcher import demo_children, run_dir_for, with_admin_port
+from devstack.launcher import demo_children, environment_for, run_dir_for, with_admin_port
 from extproc.config import hash_api_key, load_config, parse_config
 from modelyard.errors import ConfigError
 from tests.stack_config import free_port
@@ -89,6 +89,11 @@ def test_run_dir_and_admin_port_come_from_config_or_flags(tmp_path: Path) -> Non
     assert opened.admin is not None and (opened.admin.address, opened.admin.port) == ("127.0.0.1", 0)
     with pytest.raises(ConfigError):
         with_admin_port(dev, 70000)
+    # The flag wins over the config's devstack.admin_port, which wins over the environment file.
+    from_config = parse_config(team_config(9, admin_port=19903))
+    assert environment_for(from_config, "dev").admin.port == 19903
+    assert environment_for(from_config, "dev", 19904).admin.port == 19904
+    assert environment_for(cfg, "dev").admin.port == dev.admin.port == 9901
     # An environment file of the operator's own, by path.
     own = tmp_path / "edge.yaml"
     own.write_text(yaml.safe_dump({"admin": {"address": "127.0.0.1", "port": 19902}, "concurrency": 1}))
