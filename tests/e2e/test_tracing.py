@@ -155,6 +155,7 @@ def test_spans_reach_the_collector_and_the_trace_reaches_the_upstream(tmp_path: 
     with ThreadedApp(recording_upstream(seen)) as upstream:
         data = small_config()
         data["models"][0]["deployments"][0]["endpoints"] = [f"127.0.0.1:{upstream.port}"]
+        data["models"][0]["deployments"][0].pop("warmup", None)  # the upstream sees only the callers' requests
         data["extproc"]["tracing"] = settings
         data["extproc"].pop("metering_db", None)
         with start_stack(tmp_path, data, demos=False) as stack:
