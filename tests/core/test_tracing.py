@@ -163,3 +163,53 @@ async def test_translation_hop_span_is_a_child_of_the_request(traced) -> None:
     assert sent["traceparent"] == f"00-{CALLER_TRACE}-{hop.context.span_id:016x}-01"
     t = spans["translate request"].attributes
     assert (t["modelyard.translation.from"], t["modelyard.translation.to"]) == ("openai", "anthropic")
+
+
+_WITHOUT_OTEL = """
+import asyncio, importlib.abc, sys
+
+class NoOpenTelemetry(importlib.abc.MetaPathFinder):  # as if the tracing extra were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "opentelemetry":
+            raise ImportError(f"No module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, NoOpenTelemetry())
+import orjson
+from extproc.config import parse_config
+from extproc.gateway import Gateway
+from extproc.service import build_tracing
+from extproc.session import Session
+from modelyard.errors import ConfigError
+from tests.core.test_session import ROUTES, body_msg, chat_headers, headers_msg
+from tests.stack_config import ROOT, without_watermarks
+import yaml
+
+def _config(**extproc):
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["extproc"].update(extproc)
+    return data
+
+async def one():
+    s = Session(Gateway.build(parse_config(_config())), ROUTES)
+    await s.handle(headers_msg(chat_headers()))
+    r = await s.handle(body_msg(orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]})))
+    s.close()
+    return r.WhichOneof("response")
+
+assert asyncio.run(one()) == "request_body"
+assert not [m for m in sys.modules if m.startswith("opentelemetry") or m == "extproc.telemetry.tracing"]
+try:
+    build_tracing(parse_config(_config(tracing={})))
+except ConfigError as e:
+    print("refused:", e)
+"""
+
+
+def test_without_the_extra_tracing_off_works_and_on_is_refused() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_OTEL], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "refused: extproc.tracing needs the tracing extra" in out.stdout
