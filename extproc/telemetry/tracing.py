@@ -62,12 +62,11 @@ class Tracing:
         """The request's span, a child of the caller's `traceparent` when it sent a valid one."""
         parent = _PROPAGATOR.extract({k: headers[k] for k in TRACE_HEADERS if k in headers})
         name = f"translation hop {hop}" if hop else operation
-        span = self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER if hop is None else SpanKind.INTERNAL)
-        if span.is_recording():
-            span.set_attribute("gen_ai.operation.name", operation)
-            span.set_attribute("modelyard.client_protocol", protocol)
-            if hop:
-                span.set_attribute("modelyard.hop", hop)
+        attributes = {"gen_ai.operation.name": operation, "modelyard.client_protocol": protocol}
+        if hop:
+            attributes["modelyard.hop"] = hop
+        span = self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER if hop is None else SpanKind.INTERNAL,
+                                      attributes=attributes)
         return RequestTrace(self.tracer, span, operation)
 
     def shutdown(self) -> None:
