@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from urllib.parse import unquote
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from adapters import kserve
 from adapters.registry import detect_client_protocol
@@ -31,6 +32,9 @@ from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
 from ratelimit import status as ratelimit_status
 from ratelimit.rls import add_to_server
+
+if TYPE_CHECKING:  # an optional extra: imported below only when tracing is configured
+    from extproc.telemetry.tracing import Tracing
 
 log = logging.getLogger("modelyard.service")
 
@@ -60,9 +64,10 @@ def _kserve(method: str, path: str) -> Route | None:
     if k.kind == "model_metadata":
         return Route("kserve", path_model=k.model, path_version=k.version, answer=local.v2_model_metadata)
     if k.kind == "infer":
-        return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow)
+        return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow,
+                     operation=KServeInferFlow.task_type)
     if k.kind == "classify":
-        return Route("openai", flow=ClassifyFlow)
+        return Route("openai", flow=ClassifyFlow, operation=ClassifyFlow.task_type)
     return None  # model readiness is not answered yet
 
 
@@ -92,7 +97,22 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
-                         image_backend=backend, metering=metering)
+                         image_backend=backend, metering=metering, tracing=build_tracing(config))
+
+
+def build_tracing(config: GatewayConfig) -> Tracing | None:
+    """OpenTelemetry when `extproc.tracing` is set; None (and nothing of it imported) otherwise."""
+    settings = config.extproc.tracing
+    if settings is None:
+        return None
+    try:
+        from extproc.telemetry.tracing import Tracing
+    except ImportError:
+        raise ConfigError("extproc.tracing needs the tracing extra: pip install 'modelyard[tracing]'") from None
+    # The host only: a URL's user-info part could hold a collector credential.
+    where = urlsplit(settings.endpoint).netloc.rpartition("@")[2]
+    log.info("tracing: OTLP %s to %s (sampling %g)", settings.protocol, where, settings.sample_ratio)
+    return Tracing(settings)
 
 
 def reload(gateway: Gateway, warmer: Warmer, path: str | None) -> None:

@@ -27,7 +27,7 @@ def _cmd_serve(a: argparse.Namespace) -> int:
 def _cmd_up(a: argparse.Namespace) -> int:
     from devstack.launcher import up
 
-    return up(a.config, a.env)
+    return up(a.config, a.env, run_dir=a.run_dir, admin_port=a.admin_port)
 
 
 def _cmd_envoy_render(a: argparse.Namespace) -> int:
@@ -81,8 +81,12 @@ def parser() -> argparse.ArgumentParser:
         return sp
 
     with_config(sub.add_parser("serve", help="run the ext_proc gRPC service")).set_defaults(func=_cmd_serve)
-    up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the demo upstreams"))
-    up.add_argument("--env", default="dev")
+    up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the declared demo upstreams"))
+    up.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")
+    up.add_argument("--run-dir", default=None,
+                    help="logs and rendered config (default: devstack.run_dir under the config file's directory)")
+    up.add_argument("--admin-port", type=int, default=None,
+                    help="Envoy's admin port, 0 for a free one (default: devstack.admin_port, else the environment's)")
     up.set_defaults(func=_cmd_up)
 
     envoy = sub.add_parser("envoy", help="Envoy configuration").add_subparsers(dest="envoy_cmd", required=True)
