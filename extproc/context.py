@@ -20,6 +20,17 @@ from extproc.headers import TASK_ID_HEADER
 ClientProtocol = Literal["openai", "anthropic", "gemini", "kserve"]
 
 
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What the call came to, once metered: the audit row reads it when the stream closes."""
+
+    model: str
+    cluster: str
+    status: int
+    input_tokens: int
+    output_tokens: int
+
+
 @dataclass
 class RequestContext:
     """What the request headers told us; shared by every flow."""
@@ -36,6 +47,8 @@ class RequestContext:
     path_version: str | None = None
     stream_hint: bool = False
     response_headers: list[tuple[str, str]] = field(default_factory=list)
+    client: str = ""  # the caller's address as Envoy saw it
+    outcome: CallOutcome | None = None
 
     def task_headers(self) -> list[tuple[str, str]]:
         return [(TASK_ID_HEADER, self.task_id), *self.response_headers]

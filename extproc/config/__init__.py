@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +45,8 @@ class ExtprocConfig(_Model):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     drain_seconds: float = Field(10.0, ge=0)
     metering_db: str | None = None
+    # Append-only, hash-chained audit log (docs/audit.md); `modelyard audit verify` checks it.
+    audit_db: str | None = None
 
 
 class Capabilities(_Model):
@@ -171,6 +174,25 @@ class ModelConfig(_Model):
     deployments: list[Deployment] = Field(min_length=1)
 
 
+class AuditCapture(_Model):
+    """A tenant's request and response bodies in its audit rows: redacted, then capped."""
+
+    capture_bodies: bool = False
+    max_body_bytes: int = Field(4096, ge=1, le=1024 * 1024)
+    # Matches become [REDACTED]; credential fields and key-shaped strings are always redacted.
+    redact: list[str] = Field(default_factory=list)
+
+    @field_validator("redact")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for i, pattern in enumerate(v):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"redact[{i}] is not a valid regex: {e}") from None
+        return v
+
+
 class TenantConfig(_Model):
     name: str
     tier: Tier = "L3"
@@ -178,6 +200,7 @@ class TenantConfig(_Model):
     api_keys: list[str] = Field(min_length=1)
     allowed_models: list[str] = Field(default_factory=lambda: ["*"])
     strategy: str = "balanced"
+    audit: AuditCapture = AuditCapture()
 
     @field_validator("api_keys")
     @classmethod

@@ -1,0 +1,400 @@
+"""The audit log: an append-only, hash-chained SQLite table of every call and security event.
+
+The request path puts an `AuditEvent` on an unbounded queue and moves on; a writer thread
+redacts and caps captured bodies, chains each row to the one before (`audit_chain`) and inserts
+in batches. Nothing accepted is dropped: a locked or slow disk is retried, and `close` (SIGTERM)
+writes everything queued. Past `backlog_limit` queued rows the gateway refuses new calls (503)
+rather than serve calls it cannot record. Each batch reads the chain's tail inside its write
+transaction, so `modelyard audit prune` (another process) can append its anchor row safely.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+
+from extproc import messages as msg
+from extproc.config import AuditCapture, GatewayConfig
+from extproc.context import RequestContext
+from extproc.telemetry.audit_chain import (
+    CHAINED_FIELDS,
+    COLUMNS,
+    GENESIS,
+    PRUNE_EVENT,
+    ChainReport,
+    key_id,
+    prune_anchors,
+    prune_detail,
+    row_hash,
+    verify_chain,
+)
+from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_ROWS
+from extproc.telemetry.redaction import CAP_MARGIN, Redactor
+
+log = logging.getLogger("modelyard.audit")
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY, time REAL NOT NULL, event TEXT NOT NULL, task_id TEXT NOT NULL, tenant TEXT NOT NULL,
+    key_id TEXT NOT NULL, client TEXT NOT NULL, method TEXT NOT NULL, path TEXT NOT NULL, model TEXT NOT NULL,
+    cluster TEXT NOT NULL, status INTEGER NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+    detail TEXT NOT NULL, request_body TEXT, response_body TEXT, prev_hash TEXT NOT NULL, hash TEXT NOT NULL)"""
+_INDEXES = ("CREATE INDEX IF NOT EXISTS audit_time ON audit (time)",
+            "CREATE INDEX IF NOT EXISTS audit_tenant_time ON audit (tenant, time)")
+_INSERT = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+_TAIL = "SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1"
+
+# Calls refused (503) past this many queued rows: about a minute of a busy gateway's calls.
+BACKLOG_LIMIT = 100_000
+_BATCH = 500
+_BUSY_TIMEOUT_S = 5.0
+_RETRY_S = 0.2
+_WARN_EVERY_S = 10.0
+_STOP = object()
+
+CALL = "call"
+AUTH_FAILURE = "auth_failure"
+CONFIG_RELOAD = "config_reload"
+LIMITS_CHANGE = "limits_change"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One row before the writer redacts its bodies and chains it."""
+
+    event: str
+    time: float
+    task_id: str = ""
+    tenant: str = "-"
+    key_id: str = ""
+    client: str = ""
+    method: str = ""
+    path: str = ""
+    model: str = ""
+    cluster: str = ""
+    status: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    detail: Mapping[str, object] | None = None
+    # Captured bodies: a prefix of at most cap + CAP_MARGIN bytes, and each body's full size.
+    request_body: bytes | None = None
+    request_size: int = 0
+    response_body: bytes | None = None
+    response_size: int = 0
+    # Exact strings to redact (the caller's key): used by the writer, never stored.
+    secrets: tuple[str, ...] = ()
+
+
+class AuditLog:
+    def __init__(self, path: str | Path, *, captures: Mapping[str, AuditCapture] | None = None,
+                 backlog_limit: int = BACKLOG_LIMIT):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.backlog_limit = backlog_limit
+        self._captures = {t: c for t, c in (captures or {}).items() if c.capture_bodies}
+        self._redactors = {t: Redactor(c.redact) for t, c in self._captures.items()}
+        self._default_redactor = Redactor()
+        self._queue: queue.SimpleQueue[AuditEvent | object] = queue.SimpleQueue()
+        self._warned_at = 0.0
+        # Schema first, on the caller's thread: a path SQLite cannot open fails the start, loudly.
+        conn = _connect(self.path)
+        try:
+            _ensure_schema(conn)
+        finally:
+            conn.close()
+        self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> AuditLog | None:
+        if not config.extproc.audit_db:
+            return None
+        return cls(config.extproc.audit_db, captures={t.name: t.audit for t in config.tenants})
+
+    def capture_limit(self, tenant: str) -> int:
+        """Bytes of each body to keep for this tenant's calls (0: bodies are not captured)."""
+        c = self._captures.get(tenant)
+        return c.max_body_bytes + CAP_MARGIN if c is not None else 0
+
+    @property
+    def backlogged(self) -> bool:
+        return self._queue.qsize() >= self.backlog_limit
+
+    def record(self, ev: AuditEvent) -> None:
+        """Queue one row; never refuses and never blocks (the loop must not wait on the disk)."""
+        self._queue.put(ev)
+        AUDIT_BACKLOG.inc()
+
+    def _row(self, ev: AuditEvent) -> dict[str, object]:
+        redactor = self._redactors.get(ev.tenant, self._default_redactor)
+        cap = self._captures[ev.tenant].max_body_bytes if ev.tenant in self._captures else 0
+
+        def body(raw: bytes | None, size: int) -> str | None:
+            return None if raw is None or not cap else redactor.capture(raw, cap, total=size, secrets=ev.secrets)
+
+        return {"time": ev.time, "event": ev.event, "task_id": ev.task_id, "tenant": ev.tenant,
+                "key_id": ev.key_id, "client": ev.client, "method": ev.method, "path": ev.path, "model": ev.model,
+                "cluster": ev.cluster, "status": ev.status, "input_tokens": min(ev.input_tokens, 2**63 - 1),
+                "output_tokens": min(ev.output_tokens, 2**63 - 1),
+                "detail": orjson.dumps(ev.detail, option=orjson.OPT_SORT_KEYS).decode() if ev.detail else "",
+                "request_body": body(ev.request_body, ev.request_size),
+                "response_body": body(ev.response_body, ev.response_size)}
+
+    def _run(self) -> None:
+        conn = _connect(self.path)
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = _STOP in batch
+            rows = []
+            for ev in batch:
+                if isinstance(ev, AuditEvent):
+                    try:
+                        rows.append(self._row(ev))
+                    except Exception:  # a row we cannot render is a bug: say so, keep the writer alive
+                        log.exception("audit: cannot render a %s row for task %s", ev.event, ev.task_id)
+            self._append(conn, rows)
+            AUDIT_BACKLOG.dec(len(batch) - stop)
+            if stop:
+                conn.close()
+                return
+
+    def _append(self, conn: sqlite3.Connection, rows: list[dict[str, object]]) -> None:
+        """Chain and insert one batch in one transaction; a locked or failing disk is retried,
+        never skipped: the rows stay in memory until SQLite takes them."""
+        while rows:
+            try:
+                append_rows(conn, rows)
+                AUDIT_ROWS.inc(len(rows))
+                return
+            except sqlite3.Error as e:
+                now = time.monotonic()
+                if now - self._warned_at > _WARN_EVERY_S:
+                    self._warned_at = now
+                    log.error("audit: cannot write %d rows yet (%s); retrying", len(rows), e)
+                time.sleep(_RETRY_S)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Write everything queued, then stop (SIGTERM: nothing accepted is lost)."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("audit: %d rows still queued after %.0fs; the disk is not taking them",
+                      self._queue.qsize(), timeout)
+
+
+class CallTrail:
+    """One call's audit row, gathered as its ext_proc stream goes and queued when it closes.
+
+    Cheap when the tenant captures no bodies: a status read per exchange, nothing copied."""
+
+    __slots__ = ("log", "checked", "status", "auth_failed", "key", "capture", "request_body", "request_size",
+                 "response_body", "response_size")
+
+    def __init__(self, log: AuditLog):
+        self.log = log
+        self.checked = False  # public answers (health, 404 for unknown paths) are not calls
+        self.status = 0
+        self.auth_failed = False
+        self.key: str | None = None
+        self.capture = 0
+        self.request_body: bytes | None = None
+        self.request_size = 0
+        self.response_body: bytearray | None = None
+        self.response_size = 0
+
+    def authenticated(self, ctx: RequestContext, key: str | None) -> None:
+        """Called once the key was looked up (a tenant, or None for a failure)."""
+        self.checked = True
+        self.key = key
+        self.auth_failed = ctx.tenant is None
+        if ctx.tenant is not None:
+            self.capture = self.log.capture_limit(ctx.tenant.name)
+
+    def saw(self, req: msg.ProcessingRequest, resp: msg.ProcessingResponse) -> None:
+        status = msg.reply_status(req, resp)
+        if status:
+            self.status = status
+        if not self.capture:
+            return
+        if req.WhichOneof("request") == "request_body" and self.request_body is None:
+            body = req.request_body.body
+            self.request_body, self.request_size = body[:self.capture], len(body)
+        sent = msg.body_sent(req, resp)
+        if sent:
+            if self.response_body is None:
+                self.response_body = bytearray()
+            room = self.capture - len(self.response_body)
+            if room > 0:
+                self.response_body += sent[:room]
+            self.response_size += len(sent)
+
+    def finish(self, ctx: RequestContext) -> None:
+        out = ctx.outcome
+        self.log.record(AuditEvent(
+            event=AUTH_FAILURE if self.auth_failed else CALL, time=time.time(), task_id=ctx.task_id,
+            tenant=ctx.tenant_name, key_id=key_id(self.key) if self.key else "", client=ctx.client,
+            method=ctx.method, path=ctx.path, model=out.model if out else (ctx.path_model or ""),
+            cluster=out.cluster if out else "", status=out.status if out else self.status,
+            input_tokens=out.input_tokens if out else 0, output_tokens=out.output_tokens if out else 0,
+            request_body=self.request_body, request_size=self.request_size,
+            response_body=bytes(self.response_body) if self.response_body is not None else None,
+            response_size=self.response_size,
+            detail={"reason": "unknown API key" if self.key else "missing API key"} if self.auth_failed else None,
+            secrets=(self.key,) if self.key and self.capture else ()))
+
+
+def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
+    else:
+        # Autocommit: transactions are explicit (BEGIN IMMEDIATE), so the tail read and the
+        # inserts hold one write lock together.
+        conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(_SCHEMA)
+    for stmt in _INDEXES:
+        conn.execute(stmt)
+
+
+def append_rows(conn: sqlite3.Connection, rows: list[dict[str, object]]) -> None:
+    """Chain `rows` onto the table's tail and insert them, all in one write transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        _chain_insert(conn, rows, conn.execute(_TAIL).fetchone())
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _chain_insert(conn: sqlite3.Connection, rows: list[dict[str, object]], tail: sqlite3.Row | None) -> None:
+    last_id, prev = (int(tail["id"]), str(tail["hash"])) if tail is not None else (0, GENESIS)
+    values = []
+    for r in rows:
+        last_id += 1
+        row = {**r, "id": last_id}
+        h = row_hash(prev, row)
+        values.append((*(row[f] for f in CHAINED_FIELDS), prev, h))
+        prev = h
+    conn.executemany(_INSERT, values)
+
+
+# ---------------------------------------------------------------- offline: `modelyard audit ...`
+
+def verify(path: str | Path) -> ChainReport:
+    conn = _open_existing(path)
+    try:
+        anchors = prune_anchors(conn.execute("SELECT detail FROM audit WHERE event = ?", (PRUNE_EVENT,)))
+        return verify_chain(conn.execute(f"SELECT {', '.join(COLUMNS)} FROM audit ORDER BY id"), anchors)
+    finally:
+        conn.close()
+
+
+def export(path: str | Path, *, since: float | None = None, tenant: str | None = None,
+           event: str | None = None) -> Iterator[bytes]:
+    """Matching rows as JSON lines, oldest first, with an ISO time beside the epoch one."""
+    where, args = [], []
+    for clause, value in (("time >= ?", since), ("tenant = ?", tenant), ("event = ?", event)):
+        if value is not None:
+            where.append(clause)
+            args.append(value)
+    sql = f"SELECT {', '.join(COLUMNS)} FROM audit"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    conn = _open_existing(path)
+    try:
+        for r in conn.execute(sql + " ORDER BY id", args):
+            row = dict(r)
+            row["time_iso"] = datetime.fromtimestamp(float(row["time"]), timezone.utc).isoformat()
+            yield orjson.dumps(row) + b"\n"
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    pruned_rows: int
+    first_kept_id: int | None
+    anchor_hash: str | None
+
+
+def prune(path: str | Path, older_than: float, *, now: float | None = None) -> PruneResult:
+    """Remove the oldest rows, all of them older than `older_than` (epoch seconds), and append a
+    `prune` row naming the first kept id and the hash the removed prefix ended with."""
+    conn = _open_existing(path, write=True)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = _prune_locked(conn, older_than, time.time() if now is None else now)
+            conn.execute("COMMIT")
+            return result
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+
+
+def _prune_locked(conn: sqlite3.Connection, older_than: float, now: float) -> PruneResult:
+    tail = conn.execute(_TAIL).fetchone()
+    if tail is None:
+        return PruneResult(0, None, None)
+    first_new = conn.execute("SELECT MIN(id) FROM audit WHERE time >= ?", (older_than,)).fetchone()[0]
+    keep_from = int(first_new) if first_new is not None else int(tail["id"]) + 1
+    count, last_cut = conn.execute("SELECT COUNT(*), MAX(id) FROM audit WHERE id < ?", (keep_from,)).fetchone()
+    if not count:
+        return PruneResult(0, None, None)
+    anchor = str(conn.execute("SELECT hash FROM audit WHERE id = ?", (last_cut,)).fetchone()[0])
+    conn.execute("DELETE FROM audit WHERE id < ?", (keep_from,))
+    # The anchor row goes on the tail read before the delete: when every row was old, it is the
+    # first kept row itself (id keep_from, prev_hash the anchor), and the chain still checks.
+    _chain_insert(conn, [{
+        "time": now, "event": PRUNE_EVENT, "task_id": "", "tenant": "-", "key_id": "", "client": "", "method": "",
+        "path": "", "model": "", "cluster": "", "status": 0, "input_tokens": 0, "output_tokens": 0,
+        "detail": orjson.dumps(prune_detail(keep_from, anchor, int(count), older_than),
+                               option=orjson.OPT_SORT_KEYS).decode(),
+        "request_body": None, "response_body": None}], tail)
+    return PruneResult(int(count), keep_from, anchor)
+
+
+def _open_existing(path: str | Path, *, write: bool = False) -> sqlite3.Connection:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no audit database at {p}")
+    return _connect(p, readonly=not write)
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_when(text: str, now: float | None = None) -> float:
+    """`7d`, `12h`, `30m`, `90s`, `2w` (that long ago) or an ISO date/time (UTC unless it says
+    otherwise) as epoch seconds; ValueError for anything else."""
+    now = time.time() if now is None else now
+    m = _DURATION.match(text.strip())
+    if m:
+        return now - float(m[1]) * _UNIT_S[m[2]]
+    dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
