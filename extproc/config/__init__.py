@@ -47,6 +47,8 @@ class ExtprocConfig(_Model):
     metering_db: str | None = None
     # Append-only, hash-chained audit log (docs/audit.md); `modelyard audit verify` checks it.
     audit_db: str | None = None
+    # Queued audit rows past which new calls get 503: fail closed, never serve unrecorded calls.
+    audit_max_queued: int = Field(100_000, ge=1)
 
 
 class Capabilities(_Model):

@@ -53,7 +53,7 @@ _INDEXES = ("CREATE INDEX IF NOT EXISTS audit_time ON audit (time)",
 _INSERT = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 _TAIL = "SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1"
 
-# Calls refused (503) past this many queued rows: about a minute of a busy gateway's calls.
+# Calls refused (503) past this many queued rows (extproc.audit_max_queued).
 BACKLOG_LIMIT = 100_000
 _BATCH = 500
 _BUSY_TIMEOUT_S = 5.0
@@ -118,7 +118,8 @@ class AuditLog:
     def from_config(cls, config: GatewayConfig) -> AuditLog | None:
         if not config.extproc.audit_db:
             return None
-        return cls(config.extproc.audit_db, captures={t.name: t.audit for t in config.tenants})
+        return cls(config.extproc.audit_db, captures={t.name: t.audit for t in config.tenants},
+                   backlog_limit=config.extproc.audit_max_queued)
 
     def capture_limit(self, tenant: str) -> int:
         """Bytes of each body to keep for this tenant's calls (0: bodies are not captured)."""
