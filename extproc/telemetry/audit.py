@@ -104,6 +104,9 @@ class AuditLog:
         self._redactors = {t: Redactor(c.redact) for t, c in self._captures.items()}
         self._default_redactor = Redactor()
         self._queue: queue.SimpleQueue[AuditEvent | object] = queue.SimpleQueue()
+        # Rows accepted but not yet in SQLite; each counter has one writer thread, so no lock.
+        self._accepted = 0
+        self._settled = 0
         self._warned_at = 0.0
         # Schema first, on the caller's thread: a path SQLite cannot open fails the start, loudly.
         conn = _connect(self.path)
@@ -127,11 +130,17 @@ class AuditLog:
         return c.max_body_bytes + CAP_MARGIN if c is not None else 0
 
     @property
+    def pending(self) -> int:
+        """Rows accepted and not yet written (queued, or in a batch the disk has not taken)."""
+        return self._accepted - self._settled
+
+    @property
     def backlogged(self) -> bool:
-        return self._queue.qsize() >= self.backlog_limit
+        return self.pending >= self.backlog_limit
 
     def record(self, ev: AuditEvent) -> None:
         """Queue one row; never refuses and never blocks (the loop must not wait on the disk)."""
+        self._accepted += 1
         self._queue.put(ev)
         AUDIT_BACKLOG.inc()
 
@@ -168,6 +177,7 @@ class AuditLog:
                     except Exception:  # a row we cannot render is a bug: say so, keep the writer alive
                         log.exception("audit: cannot render a %s row for task %s", ev.event, ev.task_id)
             self._append(conn, rows)
+            self._settled += len(batch) - stop
             AUDIT_BACKLOG.dec(len(batch) - stop)
             if stop:
                 conn.close()
@@ -193,8 +203,8 @@ class AuditLog:
         self._queue.put(_STOP)
         self._thread.join(timeout)
         if self._thread.is_alive():
-            log.error("audit: %d rows still queued after %.0fs; the disk is not taking them",
-                      self._queue.qsize(), timeout)
+            log.error("audit: %d rows still unwritten after %.0fs; the disk is not taking them",
+                      self.pending, timeout)
 
 
 class CallTrail:
