@@ -56,6 +56,7 @@ _TAIL = "SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1"
 # Calls refused (503) past this many queued rows (extproc.audit_max_queued).
 BACKLOG_LIMIT = 100_000
 _BATCH = 500
+_GATHER_S = 0.05
 _BUSY_TIMEOUT_S = 5.0
 _RETRY_S = 0.2
 _WARN_EVERY_S = 10.0
@@ -163,9 +164,11 @@ class AuditLog:
         conn = _connect(self.path)
         while True:
             batch = [self._queue.get()]
-            while len(batch) < _BATCH:
+            # Gather for a moment: a commit per row would cost more CPU than the row itself.
+            until = time.monotonic() + _GATHER_S
+            while len(batch) < _BATCH and batch[-1] is not _STOP:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    batch.append(self._queue.get(timeout=max(0.0, until - time.monotonic())))
                 except queue.Empty:
                     break
             stop = _STOP in batch
