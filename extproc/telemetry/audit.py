@@ -40,6 +40,7 @@ from extproc.telemetry.audit_chain import (
 )
 from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_ROWS
 from extproc.telemetry.redaction import CAP_MARGIN, Redactor
+from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.audit")
 
@@ -122,8 +123,11 @@ class AuditLog:
     def from_config(cls, config: GatewayConfig) -> AuditLog | None:
         if not config.extproc.audit_db:
             return None
-        return cls(config.extproc.audit_db, captures={t.name: t.audit for t in config.tenants},
-                   backlog_limit=config.extproc.audit_max_queued)
+        try:
+            return cls(config.extproc.audit_db, captures={t.name: t.audit for t in config.tenants},
+                       backlog_limit=config.extproc.audit_max_queued)
+        except (OSError, sqlite3.Error) as e:  # refuse to start rather than serve unrecorded calls
+            raise ConfigError(f"extproc.audit_db: cannot open {config.extproc.audit_db}: {e}") from None
 
     def capture_limit(self, tenant: str) -> int:
         """Bytes of each body to keep for this tenant's calls (0: bodies are not captured)."""

@@ -295,3 +295,11 @@ async def test_a_backlogged_audit_log_refuses_new_calls(tmp_path: Path) -> None:
         blocker.close()
     await gw.close()
     assert len(_rows(tmp_path / "audit.sqlite")) == 50  # the refused call is counted, not queued
+
+
+def test_an_audit_db_that_cannot_be_opened_refuses_the_start(tmp_path: Path) -> None:
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    (tmp_path / "file").write_text("not a directory")
+    data["extproc"]["audit_db"] = str(tmp_path / "file" / "audit.sqlite")
+    with pytest.raises(ConfigError, match="extproc.audit_db: cannot open"):
+        AuditLog.from_config(parse_config(data))
