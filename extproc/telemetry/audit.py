@@ -38,7 +38,7 @@ from extproc.telemetry.audit_chain import (
     row_hash,
     verify_chain,
 )
-from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_ROWS
+from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_DROPPED, AUDIT_ROWS
 from extproc.telemetry.redaction import CAP_MARGIN, Redactor
 from modelyard.errors import ConfigError
 
@@ -62,6 +62,9 @@ _BUSY_TIMEOUT_S = 5.0
 _RETRY_S = 0.2
 _WARN_EVERY_S = 10.0
 _STOP = object()
+# Errors that retrying cannot fix: the row itself is wrong, not the disk.
+_UNBINDABLE = (sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.DataError, OverflowError, TypeError,
+               ValueError)
 
 CALL = "call"
 AUTH_FAILURE = "auth_failure"
@@ -158,8 +161,7 @@ class AuditLog:
 
         return {"time": ev.time, "event": ev.event, "task_id": ev.task_id, "tenant": ev.tenant,
                 "key_id": ev.key_id, "client": ev.client, "method": ev.method, "path": ev.path, "model": ev.model,
-                "cluster": ev.cluster, "status": ev.status, "input_tokens": min(ev.input_tokens, 2**63 - 1),
-                "output_tokens": min(ev.output_tokens, 2**63 - 1),
+                "cluster": ev.cluster, "status": ev.status, "input_tokens": _int64(ev.input_tokens), "output_tokens": _int64(ev.output_tokens),
                 "detail": orjson.dumps(ev.detail, option=orjson.OPT_SORT_KEYS).decode() if ev.detail else "",
                 "request_body": body(ev.request_body, ev.request_size),
                 "response_body": body(ev.response_body, ev.response_size)}
@@ -197,6 +199,14 @@ class AuditLog:
             try:
                 append_rows(conn, rows)
                 AUDIT_ROWS.inc(len(rows))
+                return
+            except _UNBINDABLE as e:  # a bug of ours in one row must not hold up every other row
+                if len(rows) > 1:
+                    for row in rows:
+                        self._append(conn, [row])
+                    return
+                AUDIT_DROPPED.inc()
+                log.error("audit: a %s row for task %s cannot be stored: %s", rows[0]["event"], rows[0]["task_id"], e)
                 return
             except sqlite3.Error as e:
                 now = time.monotonic()
@@ -273,6 +283,11 @@ class CallTrail:
             response_size=self.response_size,
             detail={"reason": "unknown API key" if self.key else "missing API key"} if self.auth_failed else None,
             secrets=(self.key,) if self.key and self.capture else ()))
+
+
+def _int64(v: int) -> int:
+    """SQLite integers are signed 64-bit: an upstream's u64 count must not cost the row."""
+    return max(-(2**63 - 1), min(v, 2**63 - 1))
 
 
 def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:

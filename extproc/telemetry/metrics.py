@@ -66,4 +66,5 @@ FAIL_OPEN_ACTIVE = Gauge("modelyard_routing_fail_open_models",
                          "Models whose last routing decision set this check aside", ["check"])
 AUDIT_BACKLOG = Gauge("modelyard_audit_queue_rows", "audit rows queued for the writer thread")
 AUDIT_ROWS = Counter("modelyard_audit_rows_total", "audit rows written")
+AUDIT_DROPPED = Counter("modelyard_audit_dropped_total", "audit rows SQLite cannot bind (a bug; logged)")
 AUDIT_REFUSED = Counter("modelyard_audit_refused_total", "calls refused because the audit writer is behind")

@@ -303,3 +303,17 @@ def test_an_audit_db_that_cannot_be_opened_refuses_the_start(tmp_path: Path) -> 
     data["extproc"]["audit_db"] = str(tmp_path / "file" / "audit.sqlite")
     with pytest.raises(ConfigError, match="extproc.audit_db: cannot open"):
         AuditLog.from_config(parse_config(data))
+
+
+def test_a_row_sqlite_cannot_bind_is_dropped_alone(tmp_path: Path) -> None:
+    db = tmp_path / "audit.sqlite"
+    log = AuditLog(db)
+    log.record(AuditEvent(event=CALL, time=1.0, task_id="before"))
+    log.record(AuditEvent(event=CALL, time=2.0, task_id="huge", input_tokens=2**64))
+    log.record(AuditEvent(event=CALL, time=3.0, task_id=("not", "text")))  # type: ignore[arg-type]
+    log.record(AuditEvent(event=CALL, time=4.0, task_id="after"))
+    log.close()
+    rows = _rows(db)
+    assert [r["task_id"] for r in rows] == ["before", "huge", "after"]
+    assert rows[1]["input_tokens"] == 2**63 - 1
+    assert verify(db).intact
