@@ -48,6 +48,7 @@ class RequestContext:
     stream_hint: bool = False
     response_headers: list[tuple[str, str]] = field(default_factory=list)
     client: str = ""  # the caller's address as Envoy saw it
+    requested_model: str | None = None  # from the body, for the audit row of a call refused before routing
     outcome: CallOutcome | None = None
 
     def task_headers(self) -> list[tuple[str, str]]:

@@ -63,14 +63,16 @@ def _cmd_audit_verify(a: argparse.Namespace) -> int:
 
     db = _audit_db(a)
     try:
-        report = verify(db)
-    except (FileNotFoundError, sqlite3.Error) as e:
+        report = verify(db, expect_head=a.expect_head)
+    except (FileNotFoundError, ValueError, sqlite3.Error) as e:
         print(f"modelyard: audit: {e}", file=sys.stderr)
         return 2
     if report.broken is not None:
         print(f"audit log {db}: BROKEN at {report.broken}", file=sys.stderr)
         return 1
-    print(f"audit log {db}: {report.rows} rows intact (from row {report.first_id}); head {report.head}")
+    # Keep the head somewhere this host cannot write: `--expect-head` then catches a removed tail.
+    print(f"audit log {db}: {report.rows} rows intact (from row {report.first_id}); "
+          f"head {report.last_id}:{report.head}")
     return 0
 
 
@@ -163,8 +165,10 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--db", default=None, help="the audit SQLite file (default: extproc.audit_db in the config)")
         return with_config(sp)
 
-    with_db(audit.add_parser("verify", help="check the hash chain; exit 1 naming the first bad row")).set_defaults(
-        func=_cmd_audit_verify)
+    ver = with_db(audit.add_parser("verify", help="check the hash chain; exit 1 naming the first bad row"))
+    ver.add_argument("--expect-head", default=None, metavar="ID:HASH",
+                     help="a head an earlier verify printed: also fail if rows after it were removed")
+    ver.set_defaults(func=_cmd_audit_verify)
     ex = with_db(audit.add_parser("export", help="rows as JSON lines, oldest first"))
     ex.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC)")
     ex.add_argument("--tenant", default=None)

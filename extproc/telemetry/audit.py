@@ -10,6 +10,7 @@ transaction, so `modelyard audit prune` (another process) can append its anchor 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import re
@@ -32,6 +33,7 @@ from extproc.telemetry.audit_chain import (
     GENESIS,
     PRUNE_EVENT,
     ChainReport,
+    check_head,
     key_id,
     prune_anchors,
     prune_detail,
@@ -275,7 +277,7 @@ class CallTrail:
         self.log.record(AuditEvent(
             event=AUTH_FAILURE if self.auth_failed else CALL, time=time.time(), task_id=ctx.task_id,
             tenant=ctx.tenant_name, key_id=key_id(self.key) if self.key else "", client=ctx.client,
-            method=ctx.method, path=ctx.path, model=out.model if out else (ctx.path_model or ""),
+            method=ctx.method, path=ctx.path, model=out.model if out else (ctx.requested_model or ctx.path_model or ""),
             cluster=out.cluster if out else "", status=out.status if out else self.status,
             input_tokens=out.input_tokens if out else 0, output_tokens=out.output_tokens if out else 0,
             request_body=self.request_body, request_size=self.request_size,
@@ -333,11 +335,23 @@ def _chain_insert(conn: sqlite3.Connection, rows: list[dict[str, object]], tail:
 
 # ---------------------------------------------------------------- offline: `modelyard audit ...`
 
-def verify(path: str | Path) -> ChainReport:
+def verify(path: str | Path, *, expect_head: str | None = None) -> ChainReport:
+    """Walk the chain; with `expect_head` (`<id>:<hash>` from an earlier verify) also catch a
+    removed tail, which a chain alone cannot show."""
     conn = _open_existing(path)
     try:
         anchors = prune_anchors(conn.execute("SELECT detail FROM audit WHERE event = ?", (PRUNE_EVENT,)))
-        return verify_chain(conn.execute(f"SELECT {', '.join(COLUMNS)} FROM audit ORDER BY id"), anchors)
+        report = verify_chain(conn.execute(f"SELECT {', '.join(COLUMNS)} FROM audit ORDER BY id"), anchors)
+        if report.broken is None and expect_head is not None:
+
+            def hash_of(rid: int) -> str | None:
+                row = conn.execute("SELECT hash FROM audit WHERE id = ?", (rid,)).fetchone()
+                return str(row[0]) if row else None
+
+            broken = check_head(report, expect_head, hash_of)
+            if broken is not None:
+                report = dataclasses.replace(report, broken=broken)
+        return report
     finally:
         conn.close()
 

@@ -9,7 +9,7 @@ the hash the removed prefix ended with: the chain then starts there instead of a
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import orjson
@@ -55,6 +55,7 @@ class ChainReport:
     head: str  # the last row's hash: record it elsewhere to catch a truncated tail later
     first_id: int | None
     broken: ChainBreak | None
+    last_id: int | None = None
 
     @property
     def intact(self) -> bool:
@@ -93,4 +94,20 @@ def verify_chain(rows: Iterable[Mapping[str, object]], anchors: Mapping[int, str
             return ChainReport(count, "", first_id, ChainBreak(
                 rid, "content does not match its hash (the row was edited or moved)"))
         prev_hash, prev_id = str(r["hash"]), rid
-    return ChainReport(count, prev_hash, first_id, None)
+    return ChainReport(count, prev_hash, first_id, None, prev_id)
+
+
+def check_head(report: ChainReport, expected: str, hash_of: Callable[[int], str | None]) -> ChainBreak | None:
+    """A head recorded earlier (`<id>:<hash>`, as `verify` prints it) against an intact chain:
+    gone from the tail means rows were removed there; an id before the first row was pruned."""
+    sid, _, want = expected.partition(":")
+    if not sid.isdigit() or len(want) != 64:
+        raise ValueError(f"expected <id>:<64 hex digits>, got {expected!r}")
+    rid = int(sid)
+    if report.last_id is None or rid > report.last_id:
+        return ChainBreak(rid, "the recorded head is past the last row (rows at the tail were removed)")
+    if report.first_id is not None and rid < report.first_id:
+        return None  # pruned since: the prune anchor vouches for the prefix
+    if hash_of(rid) != want:
+        return ChainBreak(rid, "the recorded head's hash differs (the tail was removed and rewritten)")
+    return None

@@ -317,3 +317,43 @@ def test_a_row_sqlite_cannot_bind_is_dropped_alone(tmp_path: Path) -> None:
     assert [r["task_id"] for r in rows] == ["before", "huge", "after"]
     assert rows[1]["input_tokens"] == 2**63 - 1
     assert verify(db).intact
+
+
+async def test_a_refused_call_names_the_model_it_asked_for(tmp_path: Path) -> None:
+    """A tenant asking for a model it may not use gets the unknown-model 404; the row says which."""
+    gw, _ = _audited_gateway(tmp_path)
+    s = Session(gw, build_routes())
+    await s.handle(headers_msg(chat_headers("sk-modelyard-demo-l3")))  # demo-l3 may use demo-mini, demo-gpt
+    r = await s.handle(body_msg(b'{"model": "demo-claude", "messages": [{"role": "user", "content": "x"}]}'))
+    assert r.immediate_response.status.code == 404
+    s.close()
+    await gw.close()
+    (row,) = _rows(tmp_path / "audit.sqlite")
+    assert (row["event"], row["tenant"], row["model"], row["cluster"], row["status"]) == (
+        "call", "demo-l3", "demo-claude", "", 404)
+
+
+def test_a_recorded_head_catches_a_removed_tail(tmp_path: Path) -> None:
+    db = _filled(tmp_path, n=5)
+    out = _cli("verify", "--db", str(db)).stdout
+    head = out.rsplit("head ", 1)[1].strip()
+    assert head.startswith("5:")
+    log = AuditLog(db)
+    log.record(AuditEvent(event=CALL, time=9_000.0, task_id="later"))
+    log.close()
+    assert _cli("verify", "--db", str(db), "--expect-head", head).returncode == 0  # it grew: fine
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM audit WHERE id >= 5")  # the chain alone still checks...
+    assert _cli("verify", "--db", str(db)).returncode == 0
+    r = _cli("verify", "--db", str(db), "--expect-head", head)  # ...the recorded head does not
+    assert r.returncode == 1 and "BROKEN at row 5: the recorded head is past the last row" in r.stderr
+    # Removed and rewritten: new rows reuse the ids, not the hashes.
+    log = AuditLog(db)
+    for i in range(3):
+        log.record(AuditEvent(event=CALL, time=9_100.0 + i, task_id=f"forged-{i}"))
+    log.close()
+    r = _cli("verify", "--db", str(db), "--expect-head", head)
+    assert r.returncode == 1 and "BROKEN at row 5: the recorded head's hash differs" in r.stderr
+    prune(db, older_than=10**10)  # a head from before a prune is vouched for by its anchor
+    assert _cli("verify", "--db", str(db), "--expect-head", head).returncode == 0
+    assert _cli("verify", "--db", str(db), "--expect-head", "5:nothex").returncode == 2
