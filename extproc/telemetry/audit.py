@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import queue
 import re
 import sqlite3
@@ -115,6 +116,8 @@ class AuditLog:
         self._accepted = 0
         self._settled = 0
         self._warned_at = 0.0
+        # Owner-only: rows may hold captured bodies (SQLite gives its -wal and -shm files the same mode).
+        os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
         # Schema first, on the caller's thread: a path SQLite cannot open fails the start, loudly.
         conn = _connect(self.path)
         try:

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -357,3 +358,18 @@ def test_a_recorded_head_catches_a_removed_tail(tmp_path: Path) -> None:
     prune(db, older_than=10**10)  # a head from before a prune is vouched for by its anchor
     assert _cli("verify", "--db", str(db), "--expect-head", head).returncode == 0
     assert _cli("verify", "--db", str(db), "--expect-head", "5:nothex").returncode == 2
+
+
+def test_the_database_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    db = tmp_path / "audit.sqlite"
+    log = AuditLog(db)
+    log.record(AuditEvent(event=CALL, time=1.0, task_id="t"))
+    deadline = time.monotonic() + 10
+    while log.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    files = [db, tmp_path / "audit.sqlite-wal", tmp_path / "audit.sqlite-shm"]
+    try:
+        assert all(f.exists() for f in files)  # the writer holds the database open: WAL files exist
+        assert [f.stat().st_mode & 0o777 for f in files] == [0o600] * 3
+    finally:
+        log.close()
