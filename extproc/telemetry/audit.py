@@ -175,11 +175,13 @@ class AuditLog:
         conn = _connect(self.path)
         while True:
             batch = [self._queue.get()]
-            # Gather for a moment: a commit per row would cost more CPU than the row itself.
-            until = time.monotonic() + _GATHER_S
+            if batch[0] is not _STOP and self._queue.qsize() < _BATCH:
+                # Let rows pile up: one wake-up and one commit per batch, not per row (each
+                # costs more CPU, and GIL hand-offs with the event loop, than the row itself).
+                time.sleep(_GATHER_S)
             while len(batch) < _BATCH and batch[-1] is not _STOP:
                 try:
-                    batch.append(self._queue.get(timeout=max(0.0, until - time.monotonic())))
+                    batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
             stop = _STOP in batch

@@ -20,15 +20,58 @@ _CREDENTIAL_NAME = (r"(?:[A-Za-z0-9_.-]*(?:api[_-]?key|apikey|secret|password|pa
                     r"|bearer[_-]?token)[A-Za-z0-9_.-]*|authorization|token|key)")
 # "name": "value" in JSON, escapes included; a value cut off by the end of the text counts too.
 _JSON_FIELD = re.compile(r'("' + _CREDENTIAL_NAME + r'"\s*:\s*)"(?:[^"\\]|\\.)*(?:"|\Z)', re.IGNORECASE)
-# name=value in a query string or form body.
-_FORM_FIELD = re.compile(r"(\b" + _CREDENTIAL_NAME + r"=)[^&\s\"']+", re.IGNORECASE)
-_KEY_SHAPED = re.compile(
-    r"(?:\bBearer\s+[A-Za-z0-9._~+/=-]{8,}"
-    r"|\bsk-[A-Za-z0-9_-]{12,}"
-    r"|\bAIza[0-9A-Za-z_-]{30,}"
-    r"|\bAKIA[0-9A-Z]{16}\b)")
+_CREDENTIAL_NAME_ONLY = re.compile(_CREDENTIAL_NAME, re.IGNORECASE)
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+# Every credential name above contains one of these.
+_NAME_WORDS = ("key", "secret", "passw", "credential", "token", "authorization")
+_VALUE_ENDS = frozenset("&\"' \t\r\n")
+# Each key shape starts with a literal, so the regex engine jumps between its occurrences; the
+# word boundary before it is checked in `_key_shaped` (a leading \b would make it try everywhere).
+_KEY_SHAPES = {
+    "Bearer": re.compile(r"Bearer\s+[A-Za-z0-9._~+/=-]{8,}"),
+    "sk-": re.compile(r"sk-[A-Za-z0-9_-]{12,}"),
+    "AIza": re.compile(r"AIza[0-9A-Za-z_-]{30,}"),
+    "AKIA": re.compile(r"AKIA[0-9A-Z]{16}(?![0-9A-Z])"),
+}
 # user:password@ in a URL (a Redis or database URL quoted in a body or an error).
-_URL_USERINFO = re.compile(r"(?<=://)[^/\s:@]*:[^/\s@]+@")
+_URL_USERINFO = re.compile(r"://[^/\s:@]*:[^/\s@]+@")
+
+
+def _form_fields(text: str) -> str:
+    """name=value (a query string, a form body) with a credential's name: the value redacted.
+    A scan from each '=' rather than a regex: a regex would try a name at every position."""
+    out: list[str] = []
+    start, i = 0, text.find("=")
+    while i != -1:
+        j = i
+        while j > 0 and text[j - 1] in _NAME_CHARS:
+            j -= 1
+        k = i + 1
+        if j < i and _maybe_credential(text[j:i]) and _CREDENTIAL_NAME_ONLY.fullmatch(text, j, i):
+            while k < len(text) and text[k] not in _VALUE_ENDS:
+                k += 1
+            if k > i + 1:
+                out += (text[start:i + 1], REDACTED)
+                start = k
+        i = text.find("=", k)
+    return "".join(out) + text[start:] if out else text
+
+
+def _maybe_credential(name: str) -> bool:
+    """A substring test first: the name regex backtracks, and most names are nothing like it."""
+    low = name.lower()
+    return any(w in low for w in _NAME_WORDS)
+
+
+def _key_shaped(text: str) -> str:
+    for prefix, rx in _KEY_SHAPES.items():
+        if prefix in text:
+            text = rx.sub(lambda m: REDACTED if m.start() == 0 or not _word(m.string[m.start() - 1]) else m[0], text)
+    return text
+
+
+def _word(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 class Redactor:
@@ -43,9 +86,11 @@ class Redactor:
             if s:
                 text = text.replace(s, REDACTED)
         text = _JSON_FIELD.sub(lambda m: f'{m[1]}"{REDACTED}"', text)
-        text = _FORM_FIELD.sub(lambda m: f"{m[1]}{REDACTED}", text)
-        text = _KEY_SHAPED.sub(REDACTED, text)
-        text = _URL_USERINFO.sub(f"{REDACTED}@", text)
+        if "=" in text:
+            text = _form_fields(text)
+        text = _key_shaped(text)
+        if "://" in text:
+            text = _URL_USERINFO.sub(f"://{REDACTED}@", text)
         for p in self.patterns:
             text = p.sub(REDACTED, text)
         return text

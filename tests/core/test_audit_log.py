@@ -71,6 +71,10 @@ def test_credential_fields_and_key_shaped_strings_are_always_redacted() -> None:
     assert data["api_key"] == REDACTED and data["max_tokens"] == 50  # a count is not a credential
     assert data["metadata"]["client_secret"] == REDACTED
     assert Redactor().redact("a=1&api_key=zzz&password=yyy") == f"a=1&api_key={REDACTED}&password={REDACTED}"
+    assert Redactor().redact("GET /x?key=AIzaSyZZ&alt=sse") == f"GET /x?key={REDACTED}&alt=sse"
+    assert Redactor().redact("id AKIAABCDEFGHIJKLMNOP.") == f"id {REDACTED}."
+    # Only whole words: an id that merely contains a key's prefix stays readable.
+    assert Redactor().redact("task-abcdefghijklmnop x=1 monkey=2") == "task-abcdefghijklmnop x=1 monkey=2"
 
 
 def test_tenant_regexes_and_the_callers_own_key() -> None:
