@@ -75,6 +75,11 @@ def test_calls_auth_failures_and_reloads_are_audited(tmp_path: Path) -> None:
                                                        messages=[{"role": "user", "content": "hello from claude"}])
         claude_task = msg.headers["x-modelyard-task-id"]
         assert msg.parse().content[0].text
+        # Gemini's key in the query string: the row's path must not carry it.
+        g = httpx.post(f"{stack.url}/v1beta/models/demo-gpt:generateContent?key={DEMO_KEY}", timeout=30,
+                       json={"contents": [{"role": "user", "parts": [{"text": "gemini says hi"}]}]})
+        assert g.status_code == 200, g.text
+        gemini_task = g.headers["x-modelyard-task-id"]
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{stack.url}/v1", api_key=WRONG_KEY, max_retries=0).chat.completions.create(
                 model="demo-gpt", messages=[{"role": "user", "content": "let me in"}])
@@ -95,9 +100,9 @@ def test_calls_auth_failures_and_reloads_are_audited(tmp_path: Path) -> None:
 
     rows = _rows(db)
     calls = {r["task_id"]: r for r in rows if r["event"] == "call"}
-    assert set(calls) == {plain_task, stream_task, claude_task}
+    assert set(calls) == {plain_task, stream_task, claude_task, gemini_task}
     for task, path in ((plain_task, "/v1/chat/completions"), (stream_task, "/v1/chat/completions"),
-                       (claude_task, "/v1/messages")):
+                       (claude_task, "/v1/messages"), (gemini_task, "/v1beta/models/demo-gpt:generateContent")):
         c = calls[task]
         assert (c["tenant"], c["key_id"], c["method"], c["path"], c["model"], c["cluster"], c["status"]) == (
             "demo", key_id(DEMO_KEY), "POST", path, "demo-gpt", "demo-openai", 200), c
