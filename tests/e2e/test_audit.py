@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -185,3 +186,36 @@ def test_sigterm_with_a_full_audit_queue_loses_no_row(tmp_path: Path) -> None:
     assert all(r["status"] == 200 and r["event"] == "call" for r in rows)
     v = _cli("verify", "--db", str(db))
     assert v.returncode == 0, v.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_call_in_flight_at_sigterm_is_answered_and_recorded(tmp_path: Path) -> None:
+    """The drain lets the open stream finish; its row is queued when the stream closes, before
+    the writer's final flush."""
+    from devstack.demo.faults import SLOW, SLOW_SECONDS
+
+    data = small_config()
+    data["extproc"]["audit_db"] = "audit.sqlite"
+    result: dict[str, httpx.Response] = {}
+    with start_stack(tmp_path, data) as stack:
+        db = stack.cfg.extproc.audit_db
+        assert db is not None
+
+        def slow_call() -> None:
+            result["r"] = httpx.post(f"{stack.url}/v1/chat/completions", timeout=60,
+                                     headers={"authorization": f"Bearer {DEMO_KEY}"},
+                                     json={"model": "demo-gpt", "stream": True,
+                                           "messages": [{"role": "user", "content": f"{SLOW} please"}]})
+
+        t = threading.Thread(target=slow_call)
+        t.start()
+        time.sleep(1.0)  # the call is upstream now, waiting on the slow demo
+        extproc = stack.child("extproc").proc
+        extproc.send_signal(signal.SIGTERM)
+        t.join(SLOW_SECONDS + 30)
+        assert extproc.wait(timeout=60) == 0
+    r = result["r"]
+    assert r.status_code == 200 and "[DONE]" in r.text
+    (row,) = _rows(db, "task_id = ?", (r.headers["x-modelyard-task-id"],))
+    assert (row["event"], row["status"], row["cluster"]) == ("call", 200, "demo-openai")
+    assert row["output_tokens"] > 0
