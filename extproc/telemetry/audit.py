@@ -3,8 +3,9 @@
 The request path puts an `AuditEvent` on an unbounded queue and moves on; a writer thread
 redacts and caps captured bodies, chains each row to the one before (`audit_chain`) and inserts
 in batches. Nothing accepted is dropped: a locked or slow disk is retried, and `close` (SIGTERM)
-writes everything queued. Past `backlog_limit` queued rows the gateway refuses new calls (503)
-rather than serve calls it cannot record. Each batch reads the chain's tail inside its write
+writes everything queued (only a row SQLite cannot bind, a bug of ours, is dropped: counted and
+logged). Past `backlog_limit` rows not yet written the gateway refuses new calls (503) rather
+than serve calls it cannot record. Each batch reads the chain's tail inside its write
 transaction, so `modelyard audit prune` (another process) can append its anchor row safely.
 """
 
@@ -299,7 +300,7 @@ def _int64(v: int) -> int:
 
 def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
     else:
         # Autocommit: transactions are explicit (BEGIN IMMEDIATE), so the tail read and the
         # inserts hold one write lock together.
