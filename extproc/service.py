@@ -126,10 +126,11 @@ def reload_limits(gateway: Gateway, path: str | None) -> None:
     except ValueError as e:  # ConfigError included
         log.error("reload refused, keeping the running limits: %s", e)
         # The reason may quote the file (a Redis URL with a password): redacted like a body.
-        _audit(gateway, CONFIG_RELOAD, 400, {"path": str(source), "sha256": digest, "applied": False,
+        _audit(gateway, CONFIG_RELOAD, 400, {"path": str(source), "sha256": digest, "applied": [],
                                              "error": Redactor().redact(str(e))[:500]})
         return
-    _audit(gateway, CONFIG_RELOAD, 200, {"path": str(source), "sha256": digest, "applied": True})
+    # Only the rate limits take effect on a reload; the row says so, so nobody reads more into it.
+    _audit(gateway, CONFIG_RELOAD, 200, {"path": str(source), "sha256": digest, "applied": ["ratelimit"]})
     after = limiter.config
     if (before.enabled, before.enforce, before.limits) != (after.enabled, after.enforce, after.limits):
         _audit(gateway, LIMITS_CHANGE, 200, {

@@ -128,7 +128,7 @@ def test_calls_auth_failures_and_reloads_are_audited(tmp_path: Path) -> None:
     detail = orjson.loads(change["detail"])
     assert detail["before"]["limits"] == [] and detail["after"]["limits"][0]["match"] == "demo"
     reloads = _rows(db, "event = 'config_reload'")
-    assert [(x["status"], orjson.loads(x["detail"])["applied"]) for x in reloads] == [(200, True), (400, False)]
+    assert [(x["status"], orjson.loads(x["detail"])["applied"]) for x in reloads] == [(200, ["ratelimit"]), (400, [])]
     # No key, in any form a caller sent it, anywhere in the log.
     dump = " ".join(str(v) for r in rows for v in r.values())
     assert DEMO_KEY not in dump and WRONG_KEY not in dump
