@@ -288,6 +288,9 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFi
         # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
         mutation_rules=HeaderMutationRules(allow_envoy=True),
     )
+    if not xlate:
+        # The caller's address for the audit log, as Envoy resolved it (trusted XFF hops applied).
+        ext.request_attributes = ["source.address"]
     return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
 
 

@@ -7,7 +7,7 @@ import time
 
 from adapters.internal import Usage
 from extproc.choice import Choice
-from extproc.context import RequestContext
+from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore, MeterRecord
 from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series, tenant_token_series
@@ -45,6 +45,7 @@ class Accountant:
             tenant_in, tenant_out = tenant_token_series(ctx.tenant_name)
             tenant_in.inc(tin)
             tenant_out.inc(tout)
+        ctx.outcome = CallOutcome(model.name, choice.deployment.cluster, status, tin, tout)
         cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
         if cost:
             COST.labels(model.name, ctx.tenant_name).inc(cost)

@@ -26,6 +26,17 @@ ClientProtocol = Literal["openai", "anthropic", "gemini", "kserve"]
 _NO_SPAN: AbstractContextManager[Any] = nullcontext()
 
 
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What the call came to, once metered: the audit row reads it when the stream closes."""
+
+    model: str
+    cluster: str
+    status: int
+    input_tokens: int
+    output_tokens: int
+
+
 @dataclass
 class RequestContext:
     """What the request headers told us; shared by every flow."""
@@ -42,6 +53,9 @@ class RequestContext:
     path_version: str | None = None
     stream_hint: bool = False
     response_headers: list[tuple[str, str]] = field(default_factory=list)
+    client: str = ""  # the caller's address as Envoy saw it
+    requested_model: str | None = None  # from the body, for the audit row of a call refused before routing
+    outcome: CallOutcome | None = None
     trace: RequestTrace | None = None  # set only when tracing is on (extproc.telemetry.tracing)
 
     def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:

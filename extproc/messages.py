@@ -95,3 +95,36 @@ def immediate(status: int, body: bytes, headers: HeaderPairs = (), details: str 
         body=body,
         details=details,
     ))
+
+
+def client_address(req: pb.ProcessingRequest, headers: Headers) -> str:
+    """The caller's address: Envoy's `source.address` attribute (its view after the trusted
+    X-Forwarded-For hops), else the last X-Forwarded-For entry (the one Envoy appended)."""
+    attrs = req.attributes.get("envoy.filters.http.ext_proc")
+    if attrs is not None and "source.address" in attrs.fields:
+        return attrs.fields["source.address"].string_value
+    return headers.get("x-forwarded-for", "").rpartition(",")[2].strip()
+
+
+def reply_status(req: pb.ProcessingRequest, resp: pb.ProcessingResponse) -> int:
+    """The HTTP status the caller gets from this exchange, when it says one (else 0)."""
+    if resp.WhichOneof("response") == "immediate_response":
+        return int(resp.immediate_response.status.code)
+    if req.WhichOneof("request") == "response_headers":
+        for h in req.response_headers.headers.headers:
+            if h.key == ":status":
+                return int(h.raw_value or h.value or 0)
+    return 0
+
+
+def body_sent(req: pb.ProcessingRequest, resp: pb.ProcessingResponse) -> bytes | None:
+    """The response bytes this exchange passes on to the caller (after our mutation), if any."""
+    kind = resp.WhichOneof("response")
+    if kind == "immediate_response":
+        return resp.immediate_response.body
+    if kind == "response_body":
+        c = resp.response_body.response
+        return c.body_mutation.body if c.body_mutation.WhichOneof("mutation") == "body" else req.response_body.body
+    if kind == "response_headers" and resp.response_headers.response.body_mutation.WhichOneof("mutation") == "body":
+        return resp.response_headers.response.body_mutation.body
+    return None

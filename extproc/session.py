@@ -13,6 +13,7 @@ import uuid
 from urllib.parse import parse_qsl
 
 from extproc import messages as msg
+from extproc.audit_trail import CallTrail
 from extproc.auth import client_key
 from extproc.context import Flow, RequestContext
 from extproc.errors import error_response, render_error_body
@@ -20,8 +21,8 @@ from extproc.gateway import Gateway
 from extproc.headers import CLUSTER_HEADER, TENANT_HEADER
 from extproc.public_headers import scrub
 from extproc.routes import Route, RouteTable
-from extproc.telemetry.metrics import ERRORS, STREAMS
-from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
+from extproc.telemetry.metrics import AUDIT_REFUSED, ERRORS, STREAMS
+from modelyard.errors import ClientError, ModelyardError, Unavailable, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.session")
 
@@ -39,12 +40,16 @@ class Session:
         self.dispatched = False  # the request went upstream: response messages belong to the flow
         self.local_status = 0
         self.done = False
+        # Translation hops are part of a call the outer stream already records.
+        self.trail = CallTrail(gateway.audit) if gateway.audit is not None and xlate is None else None
         STREAMS.inc()
 
     async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
         resp = await self._handle(req)
         if resp is None:
             return None
+        if self.trail is not None:
+            self.trail.saw(req, resp)
         kind = req.WhichOneof("request")
         seen: list[str] = []
         if kind == "response_headers":
@@ -57,7 +62,7 @@ class Session:
         kind = req.WhichOneof("request")
         try:
             if kind == "request_headers":
-                return await self._request_headers(req.request_headers)
+                return await self._request_headers(req)
             if self.flow is None or self.ctx is None:
                 return _passthrough(kind)
             if kind == "request_body":
@@ -107,7 +112,8 @@ class Session:
         extra = self.ctx.task_headers() if self.ctx else []
         return error_response(protocol, e, extra)
 
-    async def _request_headers(self, h: msg.pb.HttpHeaders) -> msg.ProcessingResponse:
+    async def _request_headers(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse:
+        h = req.request_headers
         headers = msg.header_map(h)
         raw_path = headers.get(":path", "/")
         path, _, qs = raw_path.partition("?")
@@ -128,7 +134,17 @@ class Session:
             return self._translation_hop(ctx, route, self.xlate)
         if route.public and route.answer is not None:
             return route.answer(self.gw, ctx)
-        ctx.tenant = self.gw.keyring.tenant_for(client_key(ctx.protocol, ctx.headers, ctx.query))
+        key = client_key(ctx.protocol, ctx.headers, ctx.query)
+        ctx.tenant = self.gw.keyring.tenant_for(key)
+        if self.trail is not None:
+            ctx.client = msg.client_address(req, headers)
+            self.trail.authenticated(ctx, key)
+            if self.trail.log.backlogged:
+                # Fail closed: a call the audit log cannot keep up with is not served (nor queued:
+                # the backlog must shrink); the metric counts them.
+                AUDIT_REFUSED.inc()
+                self.trail = None
+                raise Unavailable("the gateway is behind on its audit log; retry shortly", retry_after_s=1)
         if ctx.tenant is None:
             raise ClientError("invalid or missing API key", status=401)
         if route.answer is not None:
@@ -154,7 +170,9 @@ class Session:
             self.done = True
             STREAMS.dec()
             if self.flow is not None:
-                self.flow.close()
+                self.flow.close()  # meters a call cut short, so the audit row below has its outcome
+            if self.trail is not None and self.ctx is not None and self.trail.checked:
+                self.trail.finish(self.ctx)
             if self.ctx is not None and self.ctx.trace is not None:
                 self.ctx.trace.end()  # after the flow: its close may still meter the outcome
 

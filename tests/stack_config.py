@@ -51,8 +51,9 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     from extproc.config import parse_config
 
     ext = data.setdefault("extproc", {})
-    if ext.get("metering_db") and not Path(ext["metering_db"]).is_absolute():
-        ext["metering_db"] = str(workdir / Path(ext["metering_db"]).name)  # keep test runs out of the repo
+    for db in ("metering_db", "audit_db"):
+        if ext.get(db) and not Path(ext[db]).is_absolute():
+            ext[db] = str(workdir / Path(ext[db]).name)  # keep test runs out of the repo
     path = workdir / "modelyard.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     env = env or EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)

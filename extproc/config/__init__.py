@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,6 +63,10 @@ class ExtprocConfig(_Model):
     metering_db: str | None = None
     # OpenTelemetry tracing; absent (the default) means off, with nothing of OpenTelemetry loaded.
     tracing: TracingConfig | None = None
+    # Append-only, hash-chained audit log (docs/audit.md); `modelyard audit verify` checks it.
+    audit_db: str | None = None
+    # Queued audit rows past which new calls get 503: fail closed, never serve unrecorded calls.
+    audit_max_queued: int = Field(100_000, ge=1)
 
 
 class Capabilities(_Model):
@@ -201,6 +206,25 @@ class ModelConfig(_Model):
     deployments: list[Deployment] = Field(min_length=1)
 
 
+class AuditCapture(_Model):
+    """A tenant's request and response bodies in its audit rows: redacted, then capped."""
+
+    capture_bodies: bool = False
+    max_body_bytes: int = Field(4096, ge=1, le=1024 * 1024)
+    # Matches become [REDACTED]; credential fields and key-shaped strings are always redacted.
+    redact: list[str] = Field(default_factory=list)
+
+    @field_validator("redact")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for i, pattern in enumerate(v):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"redact[{i}] is not a valid regex: {e}") from None
+        return v
+
+
 class TenantConfig(_Model):
     name: str
     tier: Tier = "L3"
@@ -208,6 +232,7 @@ class TenantConfig(_Model):
     api_keys: list[str] = Field(min_length=1)
     allowed_models: list[str] = Field(default_factory=lambda: ["*"])
     strategy: str = "balanced"
+    audit: AuditCapture = AuditCapture()
 
     @field_validator("api_keys")
     @classmethod

@@ -101,6 +101,7 @@ class ChatFlow:
                                   stream_hint=ctx.stream_hint)
         req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
         self.request = req
+        ctx.requested_model = req.model
         return req
 
     def _send(self, body: bytes, req: ChatRequest) -> msg.ProcessingResponse:

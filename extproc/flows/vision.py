@@ -375,6 +375,7 @@ class ClassifyFlow(_VisionFlow):
         ctx = self.ctx
         limits = MultipartLimits(max_body_bytes=self.gw.config.extproc.max_body_bytes)
         self.form = form = read_classify_form(parse_multipart(body, ctx.headers.get("content-type"), limits))
+        ctx.requested_model = form.model
         self.model = model = self.gw.catalog.model_for(ctx.tenant, form.model)
         v = model.vision
         if v is None:
