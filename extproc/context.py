@@ -36,6 +36,8 @@ class RequestContext:
     path_version: str | None = None
     stream_hint: bool = False
     response_headers: list[tuple[str, str]] = field(default_factory=list)
+    # Prefer: respond-async: validate, route and admit, then answer 202; a worker replays it later.
+    deferred: bool = False
 
     def task_headers(self) -> list[tuple[str, str]]:
         return [(TASK_ID_HEADER, self.task_id), *self.response_headers]
@@ -52,6 +54,7 @@ class Flow(Protocol):
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse: ...
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse: ...
     def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse: ...
+    def defer(self) -> None: ...  # accepted as a task: release what admission took, meter nothing
     def close(self) -> None: ...
 
 

@@ -16,6 +16,7 @@ from extproc.catalog import Catalog
 from extproc.config import GatewayConfig
 from extproc.dispatch import Dispatcher
 from extproc.routing import Scheduler
+from extproc.tasks.board import TaskBoard
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.pollers import WatermarkBoard
 from kernels import Backend
@@ -32,19 +33,33 @@ class Gateway:
     batcher: Batcher | None = None
     image_backend: Backend | None = None  # CuPy on a GPU, else NumPy; picked at start
     watermarks: WatermarkBoard | None = None
+    tasks: TaskBoard | None = None  # async tasks (Prefer: respond-async); off unless configured
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
               watermarks: WatermarkBoard | None = None, batcher: Batcher | None = None,
-              image_backend: Backend | None = None, metering: MeteringStore | None = None) -> Gateway:
+              image_backend: Backend | None = None, metering: MeteringStore | None = None,
+              tasks: TaskBoard | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         return cls(config=config, keyring=KeyRing(config.tenants), catalog=Catalog(config),
                    dispatcher=Dispatcher(scheduler, limiter, watermarks),
                    accountant=Accountant(scheduler, limiter, metering),
-                   batcher=batcher, image_backend=image_backend, watermarks=watermarks)
+                   batcher=batcher, image_backend=image_backend, watermarks=watermarks, tasks=tasks)
+
+    def start(self) -> None:
+        """Background work that needs the server listening: the task worker replays through it."""
+        if self.tasks is not None:
+            self.tasks.start()
+
+    def drain(self) -> None:
+        """Shutting down: take no new background work; what runs finishes while streams drain."""
+        if self.tasks is not None:
+            self.tasks.stop_claiming()
 
     async def close(self) -> None:
+        if self.tasks is not None:
+            await self.tasks.close()
         await self.accountant.close()
         if self.watermarks is not None:
             await self.watermarks.stop()

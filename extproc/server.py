@@ -67,6 +67,7 @@ class ExtprocServer:
     async def start(self) -> None:
         await self.server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        self.gateway.start()
         log.info("extproc listening on %s", self.config.extproc.address)
 
     async def _set_health(self, status: int) -> None:
@@ -77,6 +78,7 @@ class ExtprocServer:
 
     async def stop(self, grace: float | None = None) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.gateway.drain()
         # grpc.aio's grace lets open streams finish while refusing new ones.
         await self.server.stop(self.config.extproc.drain_seconds if grace is None else grace)
         await self.gateway.close()

@@ -8,25 +8,31 @@ flow has four steps: request body, response headers, response body, response tra
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import uuid
 from urllib.parse import parse_qsl
 
+import orjson
+
 from extproc import messages as msg
-from extproc.auth import client_key
+from extproc.auth import any_client_key, client_key
 from extproc.context import Flow, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
-from extproc.headers import CLUSTER_HEADER, TENANT_HEADER
+from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.public_headers import scrub
 from extproc.routes import Route, RouteTable
+from extproc.tasks import state as task_state
+from extproc.tasks.marker import MARKER_HEADER
 from extproc.telemetry.metrics import ERRORS, STREAMS
 from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.session")
 
-# Headers only the gateway may set: a client sending them must not steer routing.
-RESERVED_HEADERS = (CLUSTER_HEADER, TENANT_HEADER)
+# Headers only the gateway may set: a client sending them must not steer routing (nor pose as a replay).
+RESERVED_HEADERS = (CLUSTER_HEADER, TENANT_HEADER, MARKER_HEADER, task_state.CALLBACK_HEADER)
 
 
 class Session:
@@ -39,6 +45,7 @@ class Session:
         self.dispatched = False  # the request went upstream: response messages belong to the flow
         self.local_status = 0
         self.done = False
+        self.callback_url: str | None = None  # a deferred request's webhook
         STREAMS.inc()
 
     async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
@@ -63,6 +70,8 @@ class Session:
             if kind == "request_body":
                 resp = await self.flow.request_body(req.request_body.body)
                 self.dispatched = resp.WhichOneof("response") == "request_body"
+                if self.dispatched and self.ctx.deferred:
+                    return await self._defer(req.request_body.body)
                 return resp
             if not self.dispatched and kind in ("response_headers", "response_body"):
                 return self._local_reply(req)
@@ -122,18 +131,41 @@ class Session:
         if self.xlate is not None:
             return self._translation_hop(ctx, route, self.xlate)
         if route.public and route.answer is not None:
-            return route.answer(self.gw, ctx)
-        ctx.tenant = self.gw.keyring.tenant_for(client_key(ctx.protocol, ctx.headers, ctx.query))
+            return await _answer(route, self.gw, ctx)
+        replay = self.gw.tasks.replay_of(headers) if self.gw.tasks is not None else None
+        if replay is not None:  # the task worker's replay: its marker, not a stored key, says whose it is
+            ctx.task_id, tenant = replay
+            ctx.tenant = self.gw.keyring.tenant_named(tenant)
+        else:
+            key = (any_client_key if route.any_key else functools.partial(client_key, ctx.protocol))(ctx.headers,
+                                                                                                     ctx.query)
+            ctx.tenant = self.gw.keyring.tenant_for(key)
         if ctx.tenant is None:
             raise ClientError("invalid or missing API key", status=401)
         if route.answer is not None:
-            return route.answer(self.gw, ctx)
+            return await _answer(route, self.gw, ctx)
         if h.end_of_stream:
             raise ClientError("request body is required")
         assert route.flow is not None
+        if self.gw.tasks is not None and replay is None and task_state.prefers_async(headers.get("prefer")):
+            ctx.deferred = True
+            self.callback_url = self.gw.tasks.check_callback(ctx.tenant.name, headers)
         self.flow = route.flow(self.gw, ctx)
         # Strip reserved headers now: the body step sets the real ones.
         return msg.request_headers(remove=RESERVED_HEADERS)
+
+    async def _defer(self, body: bytes) -> msg.ProcessingResponse:
+        """Validated, routed and admitted: store the request as a task and answer 202 (RFC 7240)."""
+        ctx, board, flow = self.ctx, self.gw.tasks, self.flow
+        assert ctx is not None and ctx.tenant is not None and board is not None and flow is not None
+        flow.defer()
+        self.dispatched = False
+        query = ctx.headers.get(":path", "").partition("?")[2]
+        stored = task_state.stored_request(ctx.method, ctx.path, query, ctx.headers, body)
+        rec = await board.accept(ctx.task_id, ctx.tenant.name, ctx.protocol, stored, self.callback_url)
+        return msg.immediate(202, orjson.dumps(task_state.accepted_view(rec)),
+                             [("content-type", "application/json"), ("location", f"/v1/tasks/{rec.id}"),
+                              ("preference-applied", "respond-async"), (TASK_ID_HEADER, rec.id)])
 
     def _translation_hop(self, ctx: RequestContext, route: Route, xlate: str) -> msg.ProcessingResponse:
         """Envoy failed over to a peer through an internal listener: the request is already
@@ -150,6 +182,12 @@ class Session:
             STREAMS.dec()
             if self.flow is not None:
                 self.flow.close()
+
+
+async def _answer(route: Route, gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    assert route.answer is not None
+    resp = route.answer(gw, ctx)
+    return await resp if inspect.isawaitable(resp) else resp
 
 
 def _passthrough(kind: str | None) -> msg.ProcessingResponse:

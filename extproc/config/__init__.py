@@ -36,6 +36,27 @@ class ListenerConfig(_Model):
     port: int = Field(10000, ge=1, le=65535)
 
 
+class TasksConfig(_Model):
+    """Async tasks (`Prefer: respond-async`, docs/tasks.md): where they are kept and how they run."""
+
+    store: Literal["sqlite", "redis"] = "sqlite"
+    sqlite_path: str = "run/tasks.sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "modelyard:tasks:"
+    # Finished tasks (and their results) are deleted this long after they end.
+    ttl_s: float = Field(24 * 3600.0, gt=0)
+    # Where the worker replays a task: Envoy's listener (default: this config's listener).
+    replay_url: str | None = None
+    replay_timeout_s: float = Field(600.0, gt=0)
+    concurrency: int = Field(4, ge=1, le=256)
+    # A running task's owner renews its lease; one left to expire was interrupted and is retried once.
+    lease_s: float = Field(30.0, gt=0)
+    # `?wait=N` is capped here: under Envoy's ext_proc message timeout (timeouts.extproc_message_s).
+    max_wait_s: float = Field(8.0, ge=0)
+    # The HMAC key of the replay marker: replicas sharing a store must share it (else a per-process key).
+    secret_env: str | None = None
+
+
 class ExtprocConfig(_Model):
     address: str = "127.0.0.1:50051"
     metrics_address: str = "127.0.0.1:9464"
@@ -44,6 +65,7 @@ class ExtprocConfig(_Model):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     drain_seconds: float = Field(10.0, ge=0)
     metering_db: str | None = None
+    tasks: TasksConfig | None = None  # off: `Prefer: respond-async` is ignored, /v1/tasks is a 404
 
 
 class Capabilities(_Model):
@@ -178,6 +200,8 @@ class TenantConfig(_Model):
     api_keys: list[str] = Field(min_length=1)
     allowed_models: list[str] = Field(default_factory=lambda: ["*"])
     strategy: str = "balanced"
+    # Env var holding the HMAC-SHA256 key that signs this tenant's task webhooks (none: not sent).
+    webhook_secret_env: str | None = None
 
     @field_validator("api_keys")
     @classmethod

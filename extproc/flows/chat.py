@@ -90,6 +90,8 @@ class ChatFlow:
         if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
             raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
         req = await self._parse(body)
+        if ctx.deferred and req.stream:
+            raise ClientError("Prefer: respond-async answers with a task, not a stream: drop `stream` or the preference")
         self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
         return self._send(body, req)
 
@@ -241,6 +243,11 @@ class ChatFlow:
         self.gw.accountant.record_outcome(self.ctx, self.choice, status=self.client_status or self.status,
                                           upstream_ok=upstream_ok, latency_s=now - self.ctx.started, ttft_s=ttft,
                                           usage=self.usage)
+
+    def defer(self) -> None:
+        self.finished = True  # the replay is metered, not this acceptance
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
 
     def close(self) -> None:
         if not self.finished and self.choice is not None:

@@ -138,6 +138,8 @@ class _VisionFlow:
 
     def _policy(self) -> BatchPolicy | None:
         cfg = self.model.batching if self.model is not None else None
+        if self.ctx.deferred:
+            return None  # an acceptance for later joins no batch: its replay will
         if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not self.choice:
             return None
         return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))
@@ -283,6 +285,11 @@ class _VisionFlow:
         self.gw.accountant.record_outcome(self.ctx, self.choice, status=status,
                                           upstream_ok=status < 500 if upstream_answered else None,
                                           latency_s=time.monotonic() - self.ctx.started, ttft_s=None, usage=None)
+
+    def defer(self) -> None:
+        self.finished = True  # the replay is metered, not this acceptance
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
 
     def close(self) -> None:
         if self.member is not None and self.role != "member":

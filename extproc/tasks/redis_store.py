@@ -1,0 +1,100 @@
+"""Tasks in Redis, for replicas that share them: one key per task (its JSON document) and a
+sorted set of open task ids by creation time. Every change is a WATCH/MULTI transaction around
+the same pure transition the SQLite store applies, so two replicas never both take a task.
+
+Persistence is Redis's own (AOF with `appendfsync everysec` or stricter is what "survives a
+crash" needs; docs/tasks.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis.asyncio as aioredis
+from redis.exceptions import WatchError
+
+from extproc.tasks import state
+from extproc.tasks.state import TaskRecord
+from extproc.tasks.store import Transition
+
+_CLAIM_SCAN = 16
+_RETRIES = 8  # optimistic transactions lost to another replica before a call gives up for now
+
+
+class RedisTaskStore:
+    def __init__(self, url: str, prefix: str = "modelyard:tasks:") -> None:
+        self._r = aioredis.Redis.from_url(url)
+        self._prefix = prefix
+        self._open = prefix + "open"  # queued and running ids, scored by created_at
+        self._done = prefix + "done"  # finished ids, scored by completed_at (for the TTL purge)
+
+    def _key(self, task_id: str) -> str:
+        return self._prefix + "task:" + task_id
+
+    async def create(self, rec: TaskRecord) -> None:
+        async with self._r.pipeline(transaction=True) as p:
+            p.set(self._key(rec.id), state.to_bytes(rec), nx=True)
+            p.zadd(self._open, {rec.id: rec.created_at})
+            created, _ = await p.execute()
+        if not created:
+            raise ValueError(f"task {rec.id} exists")
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        raw = await self._r.get(self._key(task_id))
+        return state.from_bytes(raw) if raw else None
+
+    async def update(self, task_id: str, change: Transition) -> TaskRecord | None:
+        key = self._key(task_id)
+        for _ in range(_RETRIES):
+            async with self._r.pipeline(transaction=True) as p:
+                try:
+                    await p.watch(key)
+                    raw = await p.get(key)
+                    if not raw:
+                        return None
+                    new = change(state.from_bytes(raw))
+                    if new is None:
+                        return None
+                    p.multi()
+                    self._put(p, new)
+                    await p.execute()
+                    return new
+                except WatchError:
+                    continue
+        raise RuntimeError(f"task {task_id}: too much contention to update")
+
+    def _put(self, p: aioredis.client.Pipeline, rec: TaskRecord) -> None:
+        p.set(self._key(rec.id), state.to_bytes(rec))
+        if rec.final:
+            p.zrem(self._open, rec.id)
+            p.zadd(self._done, {rec.id: rec.completed_at or time.time()})
+
+    async def claim_next(self, now: float, owner: str, lease_s: float) -> TaskRecord | None:
+        for task_id in _ids(await self._r.zrange(self._open, 0, _CLAIM_SCAN - 1)):
+            new = await self.update(task_id, lambda r: _claimed(r, now, owner, lease_s))
+            if new is not None:
+                return new
+        return None
+
+    async def purge(self, now: float, ttl_s: float) -> int:
+        ids = _ids(await self._r.zrangebyscore(self._done, 0, now - ttl_s))
+        if not ids:
+            return 0
+        async with self._r.pipeline(transaction=True) as p:
+            p.delete(*[self._key(i) for i in ids])
+            p.zrem(self._done, *ids)
+            await p.execute()
+        return len(ids)
+
+    async def close(self) -> None:
+        await self._r.aclose()
+
+
+def _claimed(rec: TaskRecord, now: float, owner: str, lease_s: float) -> TaskRecord | None:
+    new = state.claim(rec, now, owner, lease_s)
+    return None if new is rec else new
+
+
+def _ids(raw: object) -> list[str]:
+    items = raw if isinstance(raw, list) else []
+    return [i.decode() if isinstance(i, bytes) else str(i) for i in items]
