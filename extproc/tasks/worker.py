@@ -28,6 +28,7 @@ log = logging.getLogger("modelyard.tasks")
 
 _POLL_S = 1.0  # tasks another replica queued, or leases that ran out, are found this often
 _PURGE_EVERY_S = 60.0
+_CLOSE_GRACE_S = 3.0
 
 
 class TaskWorker:
@@ -74,7 +75,10 @@ class TaskWorker:
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
-        # Still running at the end of the drain: left under their lease, retried (once) after restart.
+        if self._running:
+            # Replays whose answer just came back through the drained server store it now.
+            await asyncio.wait(list(self._running.values()), timeout=_CLOSE_GRACE_S)
+        # Still running after that: left under their lease, retried (once) after restart.
         for t in list(self._running.values()):
             t.cancel()
         await asyncio.gather(*self._running.values(), return_exceptions=True)
