@@ -1,5 +1,5 @@
-"""Tasks in Redis, for replicas that share them: one key per task (its JSON document) and a
-sorted set of open task ids by creation time. Every change is a WATCH/MULTI transaction around
+"""Tasks in Redis, for replicas that share them: one key per task (its JSON document) and sorted
+sets of ids: queued (by creation time), running (by lease expiry) and done (by completion time). Every change is a WATCH/MULTI transaction around
 the same pure transition the SQLite store applies, so two replicas never both take a task.
 
 Persistence is Redis's own (AOF with `appendfsync everysec` or stricter is what "survives a
@@ -25,7 +25,8 @@ class RedisTaskStore:
     def __init__(self, url: str, prefix: str = "modelyard:tasks:") -> None:
         self._r = aioredis.Redis.from_url(url)
         self._prefix = prefix
-        self._open = prefix + "open"  # queued and running ids, scored by created_at
+        self._queued = prefix + "queued"  # scored by created_at
+        self._running = prefix + "running"  # scored by lease_until: expired ones were interrupted
         self._done = prefix + "done"  # finished ids, scored by completed_at (for the TTL purge)
 
     def _key(self, task_id: str) -> str:
@@ -34,7 +35,7 @@ class RedisTaskStore:
     async def create(self, rec: TaskRecord) -> None:
         async with self._r.pipeline(transaction=True) as p:
             p.set(self._key(rec.id), state.to_bytes(rec), nx=True)
-            p.zadd(self._open, {rec.id: rec.created_at})
+            p.zadd(self._queued, {rec.id: rec.created_at})
             created, _ = await p.execute()
         if not created:
             raise ValueError(f"task {rec.id} exists")
@@ -65,12 +66,20 @@ class RedisTaskStore:
 
     def _put(self, p: aioredis.client.Pipeline, rec: TaskRecord) -> None:
         p.set(self._key(rec.id), state.to_bytes(rec))
-        if rec.final:
-            p.zrem(self._open, rec.id)
+        if rec.status == "queued":
+            p.zrem(self._running, rec.id)
+            p.zadd(self._queued, {rec.id: rec.created_at})
+        elif rec.status == "running":
+            p.zrem(self._queued, rec.id)
+            p.zadd(self._running, {rec.id: rec.lease_until})
+        else:
+            p.zrem(self._queued, rec.id)
+            p.zrem(self._running, rec.id)
             p.zadd(self._done, {rec.id: rec.completed_at or time.time()})
 
     async def claim_next(self, now: float, owner: str, lease_s: float) -> TaskRecord | None:
-        for task_id in _ids(await self._r.zrange(self._open, 0, _CLAIM_SCAN - 1)):
+        lapsed = _ids(await self._r.zrangebyscore(self._running, "-inf", f"({now}", start=0, num=_CLAIM_SCAN))
+        for task_id in lapsed + _ids(await self._r.zrange(self._queued, 0, _CLAIM_SCAN - 1)):
             new = await self.update(task_id, lambda r: _claimed(r, now, owner, lease_s))
             if new is not None:
                 return new

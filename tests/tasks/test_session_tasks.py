@@ -1,0 +1,105 @@
+"""The session's task decisions, driven with plain ext_proc messages (no Envoy, no worker):
+202 after validation/routing/admission, the replay marker, the /v1/tasks answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from extproc.config import parse_config
+from extproc.gateway import Gateway
+from extproc.service import build_routes
+from extproc.session import Session
+from extproc.tasks.board import TaskBoard
+from extproc.tasks.marker import MARKER_HEADER
+from tests.core.test_session import body_msg, headers_msg, set_headers
+from tests.stack_config import without_watermarks
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTES = build_routes()
+KEY = "sk-modelyard-demo"
+OTHER = "sk-modelyard-demo-l2"
+CHAT = orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]})
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path):
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["extproc"]["tasks"] = {"sqlite_path": str(tmp_path / "tasks.sqlite")}
+    config = parse_config(data)
+    gw = Gateway.build(config, tasks=TaskBoard.from_config(config))  # the worker is not started
+    yield gw
+    await gw.close()
+
+
+async def _run(gw: Gateway, headers: dict[str, str], body: bytes | None = None):
+    s = Session(gw, ROUTES)
+    try:
+        r = await s.handle(headers_msg(headers, eos=body is None))
+        if body is not None and r.WhichOneof("response") == "request_headers":
+            r = await s.handle(body_msg(body))
+        return r
+    finally:
+        s.close()
+
+
+def _chat_headers(**extra: str) -> dict[str, str]:
+    return {":method": "POST", ":path": "/v1/chat/completions", "content-type": "application/json", **extra}
+
+
+async def test_prefer_async_answers_202_and_stores_no_key(gateway: Gateway) -> None:
+    r = await _run(gateway, _chat_headers(authorization=f"Bearer {KEY}", prefer="respond-async"), CHAT)
+    imm = r.immediate_response
+    assert imm.status.code == 202
+    doc = orjson.loads(imm.body)
+    headers = set_headers(imm.headers)
+    assert headers["location"] == f"/v1/tasks/{doc['id']}" and headers["x-modelyard-task-id"] == doc["id"]
+    assert doc["status"] == "queued" and doc["object"] == "task"
+    assert gateway.tasks is not None
+    rec = await gateway.tasks.store.get(doc["id"])
+    assert rec is not None and rec.tenant == "demo" and rec.request.body == CHAT
+    assert rec.request.path == "/v1/chat/completions"
+    assert not any(k in ("authorization", "prefer") for k, _ in rec.request.headers)
+
+
+async def test_without_the_preference_the_request_goes_upstream(gateway: Gateway) -> None:
+    r = await _run(gateway, _chat_headers(authorization=f"Bearer {KEY}"), CHAT)
+    assert r.WhichOneof("response") == "request_body"
+
+
+async def test_a_valid_marker_runs_the_task_as_its_tenant(gateway: Gateway) -> None:
+    assert gateway.tasks is not None
+    marker = gateway.tasks.marker.sign("a" * 32, "demo")
+    s = Session(gateway, ROUTES)
+    try:
+        r = await s.handle(headers_msg(_chat_headers(**{MARKER_HEADER: marker, "prefer": "respond-async"})))
+        assert MARKER_HEADER in r.request_headers.response.header_mutation.remove_headers  # never upstream
+        r = await s.handle(body_msg(CHAT))
+        assert r.WhichOneof("response") == "request_body"  # a replay is never deferred again
+        assert set_headers(r.request_body.response.header_mutation)["x-modelyard-task-id"] == "a" * 32
+    finally:
+        s.close()
+
+
+async def test_a_forged_marker_authenticates_nothing(gateway: Gateway) -> None:
+    forged = "v1:" + "a" * 32 + ":demo:" + "0" * 64
+    r = await _run(gateway, _chat_headers(**{MARKER_HEADER: forged}), CHAT)
+    assert r.immediate_response.status.code == 401
+
+
+async def test_polls_take_any_protocols_header_and_hide_other_tenants_tasks(gateway: Gateway) -> None:
+    r = await _run(gateway, _chat_headers(authorization=f"Bearer {KEY}", prefer="respond-async"), CHAT)
+    task_id = orjson.loads(r.immediate_response.body)["id"]
+    get = {":method": "GET", ":path": f"/v1/tasks/{task_id}"}
+    for auth in ({"authorization": f"Bearer {KEY}"}, {"x-api-key": KEY}, {"x-goog-api-key": KEY}):
+        r = await _run(gateway, {**get, **auth})
+        assert r.immediate_response.status.code == 200
+        assert orjson.loads(r.immediate_response.body)["status"] == "queued"
+    theirs = await _run(gateway, {**get, "authorization": f"Bearer {OTHER}"})
+    unknown = await _run(gateway, {**get, ":path": "/v1/tasks/nope", "authorization": f"Bearer {OTHER}"})
+    assert theirs.immediate_response.status.code == unknown.immediate_response.status.code == 404
+    r = await _run(gateway, {**get, ":method": "DELETE", "x-api-key": KEY})
+    assert orjson.loads(r.immediate_response.body)["status"] == "cancelled"
