@@ -28,6 +28,8 @@ from openai.types.chat import ChatCompletion
 
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS
 from tests.stack_config import demo_config_free_ports, free_port, start_stack
+from tests.vision.formgen import build_form
+from tests.vision.imagegen import encode
 
 pytestmark = pytest.mark.e2e
 
@@ -158,6 +160,21 @@ def test_kserve_v2_infer_async(stack) -> None:
     assert sync.status_code == 200
     assert done["result"] == sync.json()
     assert done["result"]["model_name"] == "demo-colors" and done["result"]["id"] == "async-7"
+
+
+def test_image_classify_async(stack) -> None:
+    fields = [("model", "demo-colors", None, None), ("top_k", "2", None, None),
+              ("image", encode((0, 0, 255), (20, 12), "PNG"), "blue.png", "image/png"),
+              ("image", encode((255, 255, 0), (9, 9), "JPEG"), "yellow.jpg", "image/jpeg")]
+    body, ctype = build_form(fields)
+    r = httpx.post(f"{stack.url}/v1/images/classify", content=body, timeout=30,
+                   headers={**BEARER, **ASYNC, "content-type": ctype})
+    assert r.status_code == 202, r.text
+    done = _until_final(stack, r.json()["id"])
+    assert done["status"] == "succeeded", done
+    rows = done["result"]["results"]
+    assert [row["filename"] for row in rows] == ["blue.png", "yellow.jpg"]
+    assert [row["labels"][0]["label"] for row in rows] == ["blue", "yellow"]
 
 
 def test_upstream_failure_is_a_failed_task_with_the_callers_error(stack) -> None:
