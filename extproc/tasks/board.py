@@ -19,7 +19,7 @@ from extproc.tasks.marker import MARKER_HEADER, ReplayMarker
 from extproc.tasks.state import TaskRecord
 from extproc.tasks.store import SqliteTaskStore, TaskStore
 from extproc.tasks.worker import TaskWorker
-from modelyard.errors import ClientError, ConfigError, NotFound
+from modelyard.errors import ClientError, ConfigError, NotFound, Unavailable
 
 log = logging.getLogger("modelyard.tasks")
 
@@ -83,19 +83,33 @@ class TaskBoard:
                      callback_url: str | None) -> TaskRecord:
         """Stored durably before the caller hears 202: nothing accepted is lost."""
         rec = state.new_task(task_id, tenant, protocol, request, time.time(), callback_url)
-        await self.store.create(rec)
+        try:
+            await self.store.create(rec)
+        except Exception as e:  # the store is down: refuse now rather than accept what may be lost
+            log.error("task %s: could not be stored (%s)", task_id, type(e).__name__)
+            raise Unavailable("the task store is unavailable; retry, or call without Prefer: respond-async",
+                              retry_after_s=1.0) from None
         self.worker.wake()
         return rec
+
+    async def _read(self, task_id: str) -> TaskRecord | None:
+        try:
+            return await self.store.get(task_id)
+        except Exception as e:
+            log.error("task %s: could not be read (%s)", task_id, type(e).__name__)
+            raise Unavailable("the task store is unavailable", retry_after_s=1.0) from None
 
     async def lookup(self, task_id: str, tenant: str, wait_s: float = 0.0) -> TaskRecord:
         """The tenant's task, after up to `wait_s` for it to end; another tenant's is a 404."""
         deadline = time.monotonic() + min(max(wait_s, 0.0), self.cfg.max_wait_s)
         while True:
-            rec = await self.store.get(task_id)
+            rec = await self._read(task_id)
             if rec is None or rec.tenant != tenant:
                 raise NotFound(f"no task {task_id!r}")
             left = deadline - time.monotonic()
             if rec.final or left <= 0:
+                if rec.final:
+                    self._waiters.pop(task_id, None)  # it may have ended on another replica
                 return rec
             event = self._waiters.setdefault(task_id, asyncio.Event())
             try:
@@ -104,10 +118,14 @@ class TaskBoard:
                 pass
 
     async def cancel(self, task_id: str, tenant: str) -> TaskRecord:
-        rec = await self.store.get(task_id)
+        rec = await self._read(task_id)
         if rec is None or rec.tenant != tenant:
             raise NotFound(f"no task {task_id!r}")
-        done = await self.store.update(task_id, lambda r: state.cancel(r, time.time()))
+        try:
+            done = await self.store.update(task_id, lambda r: state.cancel(r, time.time()))
+        except Exception as e:
+            log.error("task %s: could not be cancelled (%s)", task_id, type(e).__name__)
+            raise Unavailable("the task store is unavailable", retry_after_s=1.0) from None
         self.worker.abort(task_id)
         rec = done or rec
         if rec.status == "cancelled":

@@ -23,7 +23,8 @@ _RETRIES = 8  # optimistic transactions lost to another replica before a call gi
 
 class RedisTaskStore:
     def __init__(self, url: str, prefix: str = "modelyard:tasks:") -> None:
-        self._r = aioredis.Redis.from_url(url)
+        # Bounded: a store call sits inside an ext_proc message, which Envoy times out (10 s default).
+        self._r = aioredis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=1.0)
         self._prefix = prefix
         self._queued = prefix + "queued"  # scored by created_at
         self._running = prefix + "running"  # scored by lease_until: expired ones were interrupted

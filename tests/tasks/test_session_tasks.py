@@ -16,7 +16,7 @@ from extproc.session import Session
 from extproc.tasks.board import TaskBoard
 from extproc.tasks.marker import MARKER_HEADER
 from tests.core.test_session import body_msg, headers_msg, set_headers
-from tests.stack_config import without_watermarks
+from tests.stack_config import free_port, without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTES = build_routes()
@@ -103,3 +103,23 @@ async def test_polls_take_any_protocols_header_and_hide_other_tenants_tasks(gate
     assert theirs.immediate_response.status.code == unknown.immediate_response.status.code == 404
     r = await _run(gateway, {**get, ":method": "DELETE", "x-api-key": KEY})
     assert orjson.loads(r.immediate_response.body)["status"] == "cancelled"
+
+
+async def test_a_store_that_is_down_refuses_with_503_in_the_callers_shape(tmp_path: Path) -> None:
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["extproc"]["tasks"] = {"store": "redis", "redis_url": f"redis://127.0.0.1:{free_port()}/0"}
+    config = parse_config(data)
+    gw = Gateway.build(config, tasks=TaskBoard.from_config(config))
+    try:
+        headers = {":method": "POST", ":path": "/v1/messages", "content-type": "application/json",
+                   "x-api-key": KEY, "anthropic-version": "2023-06-01", "prefer": "respond-async"}
+        body = orjson.dumps({"model": "demo-claude", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]})
+        r = await _run(gw, headers, body)
+        assert r.immediate_response.status.code == 503
+        err = orjson.loads(r.immediate_response.body)
+        assert err["type"] == "error" and err["error"]["type"] == "overloaded_error"
+        assert "retry-after" in set_headers(r.immediate_response.headers)
+        r = await _run(gw, {":method": "GET", ":path": "/v1/tasks/abc", "x-api-key": KEY})
+        assert r.immediate_response.status.code == 503
+    finally:
+        await gw.close()
