@@ -91,7 +91,8 @@ class ChatFlow:
             raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
         req = await self._parse(body)
         if ctx.deferred and req.stream:
-            raise ClientError("Prefer: respond-async answers with a task, not a stream: drop `stream` or the preference")
+            raise ClientError("Prefer: respond-async answers with a task, not a stream: "
+                              "drop `stream` or the preference")
         self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
         return self._send(body, req)
 

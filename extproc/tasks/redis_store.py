@@ -1,6 +1,7 @@
 """Tasks in Redis, for replicas that share them: one key per task (its JSON document) and sorted
-sets of ids: queued (by creation time), running (by lease expiry) and done (by completion time). Every change is a WATCH/MULTI transaction around
-the same pure transition the SQLite store applies, so two replicas never both take a task.
+sets of ids: queued (by creation time), running (by lease expiry) and done (by completion time).
+Every change is a WATCH/MULTI transaction around the same pure transition the SQLite store
+applies, so two replicas never both take a task.
 
 Persistence is Redis's own (AOF with `appendfsync everysec` or stricter is what "survives a
 crash" needs; docs/tasks.md).

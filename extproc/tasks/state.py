@@ -22,7 +22,8 @@ MAX_ATTEMPTS = 2
 
 # Headers that never travel with a stored request: credentials (the replay is authenticated by its
 # marker), hop-by-hop ones, the async preference itself, and anything under the gateway's prefix.
-_DROP_HEADERS = frozenset({*(h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS), "authorization", "x-api-key", "x-goog-api-key", "api-key", "host", "content-length",
+_DROP_HEADERS = frozenset({*(h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS),
+                           "authorization", "x-api-key", "x-goog-api-key", "api-key", "host", "content-length",
                            "transfer-encoding", "connection", "keep-alive", "te", "upgrade", "prefer",
                            "expect", "proxy-authorization", "cookie"})
 _KEPT_PREFIXED = frozenset({"x-modelyard-strategy", "x-modelyard-channel"})
