@@ -38,6 +38,8 @@ class RequestContext:
     response_headers: list[tuple[str, str]] = field(default_factory=list)
     # Prefer: respond-async: validate, route and admit, then answer 202; a worker replays it later.
     deferred: bool = False
+    # The task worker's replay of an accepted task: its request was counted when it was accepted.
+    replayed: bool = False
 
     def task_headers(self) -> list[tuple[str, str]]:
         return [(TASK_ID_HEADER, self.task_id), *self.response_headers]

@@ -135,6 +135,7 @@ class Session:
         replay = self.gw.tasks.replay_of(headers) if self.gw.tasks is not None else None
         if replay is not None:  # the task worker's replay: its marker, not a stored key, says whose it is
             ctx.task_id, tenant = replay
+            ctx.replayed = True
             ctx.tenant = self.gw.keyring.tenant_named(tenant)
         else:
             key = (any_client_key if route.any_key else functools.partial(client_key, ctx.protocol))(ctx.headers,

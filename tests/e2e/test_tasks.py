@@ -13,6 +13,7 @@ import hmac
 import json
 import os
 import signal
+import sqlite3
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -115,6 +116,15 @@ def test_openai_chat_async(stack) -> None:
     assert result.choices[0].message.content == sync.choices[0].message.content
     assert result.choices[0].message.content.endswith("echo: async hello openai")
     assert result.model == "demo-gpt" and result.usage is not None and result.usage.completion_tokens > 0
+    # Metered once, by its replay (under the task's id), with the upstream's usage; the 202 is not.
+    rows: list = []
+    deadline = time.monotonic() + 10
+    while not rows and time.monotonic() < deadline:
+        with sqlite3.connect(stack.cfg.extproc.metering_db) as db:
+            rows = db.execute("SELECT tenant, model, status, output_tokens FROM requests WHERE task_id = ?",
+                              (accepted["id"],)).fetchall()
+        time.sleep(0.1)
+    assert rows == [("demo", "demo-gpt", 200, result.usage.completion_tokens)]
 
 
 def test_anthropic_messages_async(stack) -> None:
@@ -201,6 +211,23 @@ def test_async_refusals_are_synchronous(stack) -> None:
     r = httpx.post(f"{stack.url}/v1/chat/completions", headers={**BEARER, **ASYNC}, timeout=30,
                    json={"model": "demo-gpt", "stream": True, "messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 400 and "respond-async" in r.json()["error"]["message"]
+
+
+def test_rate_limits_count_the_acceptance_not_the_replay(stack) -> None:
+    # demo-limited: 3 requests at once, then 1 per second. Three tasks take the burst; the fourth
+    # is refused at once; the three replays are not counted again, so all three run.
+    limited = {"authorization": "Bearer sk-modelyard-demo-limited", **ASYNC}
+    body = {"model": "demo-gpt", "messages": [{"role": "user", "content": "limited"}]}
+    statuses, ids = [], []
+    for _ in range(4):
+        r = httpx.post(f"{stack.url}/v1/chat/completions", headers=limited, json=body, timeout=30)
+        statuses.append(r.status_code)
+        if r.status_code == 202:
+            ids.append(r.json()["id"])
+    assert statuses == [202, 202, 202, 429], statuses
+    for task_id in ids:
+        doc = _until_final(stack, task_id, headers={"authorization": "Bearer sk-modelyard-demo-limited"})
+        assert doc["status"] == "succeeded", doc
 
 
 def test_forged_replay_marker_is_ignored(stack) -> None:
