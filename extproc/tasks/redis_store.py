@@ -35,27 +35,34 @@ class RedisTaskStore:
         return self._prefix + "task:" + task_id
 
     async def create(self, rec: TaskRecord) -> None:
+        key = self._key(rec.id)
         async with self._r.pipeline(transaction=True) as p:
-            p.set(self._key(rec.id), state.to_bytes(rec), nx=True)
-            p.zadd(self._queued, {rec.id: rec.created_at})
-            created, _ = await p.execute()
-        if not created:
-            raise ValueError(f"task {rec.id} exists")
+            await p.watch(key)
+            if await p.exists(key):
+                raise ValueError(f"task {rec.id} exists")
+            p.multi()
+            p.hset(key, mapping={"body": rec.request.body})
+            self._put(p, rec)
+            await p.execute()  # WatchError: someone created the same id meanwhile
 
-    async def get(self, task_id: str) -> TaskRecord | None:
-        raw = await self._r.get(self._key(task_id))
-        return state.from_bytes(raw) if raw else None
+    async def get(self, task_id: str, *, with_body: bool = False) -> TaskRecord | None:
+        fields = ["doc", "result", "body"] if with_body else ["doc", "result"]
+        got = await self._r.hmget(self._key(task_id), fields)
+        if not got or got[0] is None:
+            return None
+        return _record(got, with_body)
 
-    async def update(self, task_id: str, change: Transition) -> TaskRecord | None:
+    async def update(self, task_id: str, change: Transition, *, with_body: bool = False) -> TaskRecord | None:
         key = self._key(task_id)
+        fields = ["doc", "result", "body"] if with_body else ["doc", "result"]
         for _ in range(_RETRIES):
             async with self._r.pipeline(transaction=True) as p:
                 try:
                     await p.watch(key)
-                    raw = await p.get(key)
-                    if not raw:
+                    got = await p.hmget(key, fields)
+                    if not got or got[0] is None:
                         return None
-                    new = change(state.from_bytes(raw))
+                    new = change(_record(got, with_body))
                     if new is None:
                         return None
                     p.multi()
@@ -67,7 +74,11 @@ class RedisTaskStore:
         raise RuntimeError(f"task {task_id}: too much contention to update")
 
     def _put(self, p: aioredis.client.Pipeline, rec: TaskRecord) -> None:
-        p.set(self._key(rec.id), state.to_bytes(rec))
+        """Everything but the request body, which never changes after `create`."""
+        key = self._key(rec.id)
+        p.hset(key, "doc", state.to_doc(rec))
+        if rec.result is not None:
+            p.hset(key, "result", rec.result)
         if rec.status == "queued":
             p.zrem(self._running, rec.id)
             p.zadd(self._queued, {rec.id: rec.created_at})
@@ -82,7 +93,7 @@ class RedisTaskStore:
     async def claim_next(self, now: float, owner: str, lease_s: float) -> TaskRecord | None:
         lapsed = _ids(await self._r.zrangebyscore(self._running, "-inf", f"({now}", start=0, num=_CLAIM_SCAN))
         for task_id in lapsed + _ids(await self._r.zrange(self._queued, 0, _CLAIM_SCAN - 1)):
-            new = await self.update(task_id, lambda r: _claimed(r, now, owner, lease_s))
+            new = await self.update(task_id, lambda r: _claimed(r, now, owner, lease_s), with_body=True)
             if new is not None:
                 return new
         return None
@@ -109,3 +120,10 @@ def _claimed(rec: TaskRecord, now: float, owner: str, lease_s: float) -> TaskRec
 def _ids(raw: object) -> list[str]:
     items = raw if isinstance(raw, list) else []
     return [i.decode() if isinstance(i, bytes) else str(i) for i in items]
+
+
+def _record(got: list, with_body: bool) -> TaskRecord:
+    """HMGET doc, result[, body] (bytes: the client does not decode) as a record."""
+    doc, result = got[0], got[1]
+    body = got[2] if with_body else None
+    return state.from_doc(doc, bytes(body) if body is not None else None, bytes(result) if result is not None else None)

@@ -184,18 +184,18 @@ def stored_request(method: str, path: str, query: str, headers: dict[str, str], 
     return StoredRequest(method, path + ("?" + "&".join(params) if params else ""), kept, body)
 
 
-# -- serialization (both stores keep one JSON document per task) ------------------------------------
-def to_bytes(rec: TaskRecord) -> bytes:
+# -- serialization ---------------------------------------------------------------------------------
+# Stores keep a small JSON document per task and the request body and result as raw blobs beside it:
+# a lease renewal rewrites the document, never a large body, and a poll never reads the body.
+def to_doc(rec: TaskRecord) -> bytes:
     d = dataclasses.asdict(rec)
-    d["request"]["body"] = rec.request.body.hex()
-    d["result"] = rec.result.hex() if rec.result is not None else None
+    del d["request"]["body"], d["result"]
     return orjson.dumps(d)
 
 
-def from_bytes(raw: bytes | str) -> TaskRecord:
-    d = orjson.loads(raw)
+def from_doc(doc: bytes | str, body: bytes | None = None, result: bytes | None = None) -> TaskRecord:
+    """`body` None: a record read without its request body (polls, transitions)."""
+    d = orjson.loads(doc)
     r = d.pop("request")
-    req = StoredRequest(r["method"], r["path"], tuple((k, v) for k, v in r["headers"]), bytes.fromhex(r["body"]))
-    result = bytes.fromhex(d.pop("result")) if d.get("result") is not None else None
-    d.pop("result", None)
+    req = StoredRequest(r["method"], r["path"], tuple((k, v) for k, v in r["headers"]), body or b"")
     return TaskRecord(request=req, result=result, **d)

@@ -12,20 +12,21 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from extproc.tasks import state
 from extproc.tasks.state import TaskRecord
 
 # A transition: the new record, or None to leave the stored one as it is.
 Transition = Callable[[TaskRecord], "TaskRecord | None"]
+_T = TypeVar("_T")
 # Claim looks at this many of the oldest candidates per call.
 _CLAIM_SCAN = 16
 
 
 class TaskStore(Protocol):
     async def create(self, rec: TaskRecord) -> None: ...
-    async def get(self, task_id: str) -> TaskRecord | None: ...
+    async def get(self, task_id: str, *, with_body: bool = False) -> TaskRecord | None: ...
     async def update(self, task_id: str, change: Transition) -> TaskRecord | None: ...
     async def claim_next(self, now: float, owner: str, lease_s: float) -> TaskRecord | None: ...
     async def purge(self, now: float, ttl_s: float) -> int: ...
@@ -39,7 +40,9 @@ CREATE TABLE IF NOT EXISTS tasks (
     created_at REAL NOT NULL,
     lease_until REAL NOT NULL,
     completed_at REAL,
-    doc BLOB NOT NULL
+    doc BLOB NOT NULL,
+    body BLOB NOT NULL,
+    result BLOB
 );
 CREATE INDEX IF NOT EXISTS tasks_open ON tasks (status, created_at);
 """
@@ -56,64 +59,70 @@ class SqliteTaskStore:
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
 
-    def _write(self, rec: TaskRecord) -> None:
-        self._db.execute("INSERT OR REPLACE INTO tasks (id, status, created_at, lease_until, completed_at, doc) "
-                         "VALUES (?, ?, ?, ?, ?, ?)",
-                         (rec.id, rec.status, rec.created_at, rec.lease_until, rec.completed_at, state.to_bytes(rec)))
+    def _save(self, rec: TaskRecord) -> None:
+        """Everything but the request body, which never changes after `create`."""
+        self._db.execute("UPDATE tasks SET status = ?, lease_until = ?, completed_at = ?, doc = ?, result = ? "
+                         "WHERE id = ?",
+                         (rec.status, rec.lease_until, rec.completed_at, state.to_doc(rec), rec.result, rec.id))
 
-    def _read(self, task_id: str) -> TaskRecord | None:
-        row = self._db.execute("SELECT doc FROM tasks WHERE id = ?", (task_id,)).fetchone()
-        return state.from_bytes(row[0]) if row else None
+    def _read(self, task_id: str, with_body: bool = False) -> TaskRecord | None:
+        cols = "doc, result, body" if with_body else "doc, result"
+        row = self._db.execute(f"SELECT {cols} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        if row is None:
+            return None
+        return state.from_doc(row[0], row[2] if with_body else None, row[1])
+
+    def _transaction(self, work: Callable[[], _T]) -> _T:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                out = work()
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return out
 
     def _create(self, rec: TaskRecord) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                if self._read(rec.id) is not None:
-                    raise ValueError(f"task {rec.id} exists")
-                self._write(rec)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        def work() -> None:
+            if self._db.execute("SELECT 1 FROM tasks WHERE id = ?", (rec.id,)).fetchone():
+                raise ValueError(f"task {rec.id} exists")
+            self._db.execute("INSERT INTO tasks (id, status, created_at, lease_until, completed_at, doc, body, result) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                             (rec.id, rec.status, rec.created_at, rec.lease_until, rec.completed_at,
+                              state.to_doc(rec), rec.request.body, rec.result))
 
-    def _get(self, task_id: str) -> TaskRecord | None:
+        self._transaction(work)
+
+    def _get(self, task_id: str, with_body: bool) -> TaskRecord | None:
         with self._lock:
-            return self._read(task_id)
+            return self._read(task_id, with_body)
 
     def _update(self, task_id: str, change: Transition) -> TaskRecord | None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                rec = self._read(task_id)
-                new = change(rec) if rec is not None else None
-                if new is not None:
-                    self._write(new)
-                self._db.execute("COMMIT")
-                return new
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        def work() -> TaskRecord | None:
+            rec = self._read(task_id)
+            new = change(rec) if rec is not None else None
+            if new is not None:
+                self._save(new)
+            return new
+
+        return self._transaction(work)
 
     def _claim_next(self, now: float, owner: str, lease_s: float) -> TaskRecord | None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                rows = self._db.execute(
-                    "SELECT doc FROM tasks WHERE status = 'queued' OR (status = 'running' AND lease_until < ?) "
-                    "ORDER BY created_at LIMIT ?", (now, _CLAIM_SCAN)).fetchall()
-                for (doc,) in rows:
-                    rec = state.from_bytes(doc)
-                    new = state.claim(rec, now, owner, lease_s)
-                    if new is not rec:
-                        self._write(new)
-                        self._db.execute("COMMIT")
-                        return new
-                self._db.execute("COMMIT")
-                return None
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        def work() -> TaskRecord | None:
+            rows = self._db.execute(
+                "SELECT id FROM tasks WHERE status = 'queued' OR (status = 'running' AND lease_until < ?) "
+                "ORDER BY created_at LIMIT ?", (now, _CLAIM_SCAN)).fetchall()
+            for (task_id,) in rows:
+                rec = self._read(task_id, with_body=True)
+                assert rec is not None
+                new = state.claim(rec, now, owner, lease_s)
+                if new is not rec:
+                    self._save(new)
+                    return new
+            return None
+
+        return self._transaction(work)
 
     def _purge(self, now: float, ttl_s: float) -> int:
         with self._lock:
@@ -124,8 +133,8 @@ class SqliteTaskStore:
     async def create(self, rec: TaskRecord) -> None:
         await asyncio.to_thread(self._create, rec)
 
-    async def get(self, task_id: str) -> TaskRecord | None:
-        return await asyncio.to_thread(self._get, task_id)
+    async def get(self, task_id: str, *, with_body: bool = False) -> TaskRecord | None:
+        return await asyncio.to_thread(self._get, task_id, with_body)
 
     async def update(self, task_id: str, change: Transition) -> TaskRecord | None:
         return await asyncio.to_thread(self._update, task_id, change)

@@ -59,7 +59,7 @@ async def test_prefer_async_answers_202_and_stores_no_key(gateway: Gateway) -> N
     assert headers["location"] == f"/v1/tasks/{doc['id']}" and headers["x-modelyard-task-id"] == doc["id"]
     assert doc["status"] == "queued" and doc["object"] == "task"
     assert gateway.tasks is not None
-    rec = await gateway.tasks.store.get(doc["id"])
+    rec = await gateway.tasks.store.get(doc["id"], with_body=True)
     assert rec is not None and rec.tenant == "demo" and rec.request.body == CHAT
     assert rec.request.path == "/v1/chat/completions"
     assert not any(k in ("authorization", "prefer") for k, _ in rec.request.headers)

@@ -38,10 +38,12 @@ async def test_contract(make_store) -> None:
             await store.create(state.new_task(f"t{i}", "acme", "openai", REQ, 100.0 + i))
         with pytest.raises(ValueError):
             await store.create(state.new_task("t0", "acme", "openai", REQ, 1.0))
-        assert (await store.get("t1")).request == REQ
+        assert (await store.get("t1", with_body=True)).request == REQ
+        assert (await store.get("t1")).request.body == b""  # polls never read the body
         assert await store.get("nope") is None
         first = await store.claim_next(200.0, "w1", 10.0)
         assert first is not None and first.id == "t0" and first.status == "running"  # oldest first
+        assert first.request == REQ  # the claimer replays it: with its body
         await store.update("t1", lambda r: state.cancel(r, 201.0))
         second = await store.claim_next(201.0, "w1", 10.0)
         assert second is not None and second.id == "t2"  # the cancelled one is skipped
@@ -51,6 +53,7 @@ async def test_contract(make_store) -> None:
         assert await store.update("t0", lambda r: state.complete(r, 216.0, "w1", 200, b"{}")) is None
         done = await store.update("t0", lambda r: state.complete(r, 216.0, "w2", 200, b'{"a":1}'))
         assert done is not None and (await store.get("t0")).result == b'{"a":1}'
+        assert (await store.get("t0", with_body=True)).request == REQ  # updates leave the body as it was
         assert await store.purge(216.0 + 50, 100.0) == 0
         assert await store.purge(216.0 + 150, 100.0) == 2  # t0 and the cancelled t1
         assert await store.get("t0") is None and await store.get("t2") is not None
