@@ -23,6 +23,8 @@ from modelyard.errors import ClientError, ConfigError, NotFound, Unavailable
 
 log = logging.getLogger("modelyard.tasks")
 
+_RESEND_EVERY_S = 60.0
+_RESEND_BATCH = 100
 _WAIT_SLICE_S = 0.5  # a long poll re-reads the store this often (another replica may finish the task)
 
 
@@ -43,6 +45,8 @@ class TaskBoard:
         self._webhook_env = dict(webhook_secrets)  # tenant -> env var name
         self._waiters: dict[str, asyncio.Event] = {}
         self._deliveries: set[asyncio.Task[None]] = set()
+        self._delivering: set[str] = set()  # task ids with a delivery under way
+        self._resender: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
         self.worker = TaskWorker(store, marker, replay_url, concurrency=cfg.concurrency, lease_s=cfg.lease_s,
                                  replay_timeout_s=cfg.replay_timeout_s, ttl_s=cfg.ttl_s, on_final=self._final)
@@ -142,12 +146,30 @@ class TaskBoard:
         event = self._waiters.pop(rec.id, None)
         if event is not None:
             event.set()
-        if rec.callback_url and not rec.notified:
+        if state.owes_webhook(rec) and rec.id not in self._delivering:
+            self._delivering.add(rec.id)
             task = asyncio.get_running_loop().create_task(self._notify(rec))
             self._deliveries.add(task)
             task.add_done_callback(self._deliveries.discard)
 
+    async def _resend_owed(self) -> None:
+        """Webhooks no receiver took (it was down, or this process died first): at start, then
+        every `_RESEND_EVERY_S`. At least once: receivers dedupe by `x-modelyard-task-id`."""
+        while True:
+            try:
+                for rec in await self.store.owed_webhooks(_RESEND_BATCH):
+                    self._final(rec)
+            except Exception:
+                log.exception("tasks: could not read the webhooks still owed")
+            await asyncio.sleep(_RESEND_EVERY_S)
+
     async def _notify(self, rec: TaskRecord) -> None:
+        try:
+            await self._deliver(rec)
+        finally:
+            self._delivering.discard(rec.id)
+
+    async def _deliver(self, rec: TaskRecord) -> None:
         secret = self._secret(rec.tenant)
         if secret is None or rec.callback_url is None:
             return
@@ -160,11 +182,14 @@ class TaskBoard:
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         self.worker.start()
+        self._resender = asyncio.get_running_loop().create_task(self._resend_owed(), name="task-webhooks")
 
     def stop_claiming(self) -> None:
         self.worker.stop_claiming()
 
     async def close(self) -> None:
+        if self._resender is not None:
+            self._resender.cancel()
         await self.worker.close()
         if self._deliveries:
             await asyncio.wait(self._deliveries, timeout=5.0)

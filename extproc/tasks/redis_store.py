@@ -30,6 +30,7 @@ class RedisTaskStore:
         self._queued = prefix + "queued"  # scored by created_at
         self._running = prefix + "running"  # scored by lease_until: expired ones were interrupted
         self._done = prefix + "done"  # finished ids, scored by completed_at (for the TTL purge)
+        self._webhooks = prefix + "webhooks"  # finished ids whose webhook no receiver has taken yet
 
     def _key(self, task_id: str) -> str:
         return self._prefix + "task:" + task_id
@@ -89,6 +90,10 @@ class RedisTaskStore:
             p.zrem(self._queued, rec.id)
             p.zrem(self._running, rec.id)
             p.zadd(self._done, {rec.id: rec.completed_at or time.time()})
+            if state.owes_webhook(rec):
+                p.zadd(self._webhooks, {rec.id: rec.completed_at or time.time()})
+            else:
+                p.zrem(self._webhooks, rec.id)
 
     async def claim_next(self, now: float, owner: str, lease_s: float) -> TaskRecord | None:
         lapsed = _ids(await self._r.zrangebyscore(self._running, "-inf", f"({now}", start=0, num=_CLAIM_SCAN))
@@ -105,8 +110,17 @@ class RedisTaskStore:
         async with self._r.pipeline(transaction=True) as p:
             p.delete(*[self._key(i) for i in ids])
             p.zrem(self._done, *ids)
+            p.zrem(self._webhooks, *ids)
             await p.execute()
         return len(ids)
+
+    async def owed_webhooks(self, limit: int) -> list[TaskRecord]:
+        out = []
+        for task_id in _ids(await self._r.zrange(self._webhooks, 0, limit - 1)):
+            rec = await self.get(task_id)
+            if rec is not None:
+                out.append(rec)
+        return out
 
     async def close(self) -> None:
         await self._r.aclose()

@@ -125,6 +125,11 @@ def requeue(rec: TaskRecord, owner: str) -> TaskRecord | None:
     return dataclasses.replace(rec, status="queued", retried=True, owner="", lease_until=0.0)
 
 
+def owes_webhook(rec: TaskRecord) -> bool:
+    """Ended, asked for a webhook, and no receiver has taken it yet."""
+    return rec.final and bool(rec.callback_url) and not rec.notified
+
+
 def mark_notified(rec: TaskRecord) -> TaskRecord:
     return dataclasses.replace(rec, notified=True)
 

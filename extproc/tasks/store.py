@@ -30,6 +30,7 @@ class TaskStore(Protocol):
     async def update(self, task_id: str, change: Transition) -> TaskRecord | None: ...
     async def claim_next(self, now: float, owner: str, lease_s: float) -> TaskRecord | None: ...
     async def purge(self, now: float, ttl_s: float) -> int: ...
+    async def owed_webhooks(self, limit: int) -> list[TaskRecord]: ...
     async def close(self) -> None: ...
 
 
@@ -42,9 +43,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     completed_at REAL,
     doc BLOB NOT NULL,
     body BLOB NOT NULL,
-    result BLOB
+    result BLOB,
+    owes_webhook INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS tasks_open ON tasks (status, created_at);
+CREATE INDEX IF NOT EXISTS tasks_webhooks ON tasks (owes_webhook) WHERE owes_webhook = 1;
 """
 
 
@@ -61,9 +64,10 @@ class SqliteTaskStore:
 
     def _save(self, rec: TaskRecord) -> None:
         """Everything but the request body, which never changes after `create`."""
-        self._db.execute("UPDATE tasks SET status = ?, lease_until = ?, completed_at = ?, doc = ?, result = ? "
-                         "WHERE id = ?",
-                         (rec.status, rec.lease_until, rec.completed_at, state.to_doc(rec), rec.result, rec.id))
+        self._db.execute("UPDATE tasks SET status = ?, lease_until = ?, completed_at = ?, doc = ?, result = ?, "
+                         "owes_webhook = ? WHERE id = ?",
+                         (rec.status, rec.lease_until, rec.completed_at, state.to_doc(rec), rec.result,
+                          int(state.owes_webhook(rec)), rec.id))
 
     def _read(self, task_id: str, with_body: bool = False) -> TaskRecord | None:
         cols = "doc, result, body" if with_body else "doc, result"
@@ -144,6 +148,15 @@ class SqliteTaskStore:
 
     async def purge(self, now: float, ttl_s: float) -> int:
         return await asyncio.to_thread(self._purge, now, ttl_s)
+
+    def _owed_webhooks(self, limit: int) -> list[TaskRecord]:
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM tasks WHERE owes_webhook = 1 ORDER BY completed_at LIMIT ?",
+                                    (limit,)).fetchall()
+            return [rec for (task_id,) in rows if (rec := self._read(task_id)) is not None]
+
+    async def owed_webhooks(self, limit: int) -> list[TaskRecord]:
+        return await asyncio.to_thread(self._owed_webhooks, limit)
 
     async def close(self) -> None:
         def _close() -> None:

@@ -323,6 +323,7 @@ def test_webhook_is_signed_with_the_tenants_secret(stack) -> None:
     port = free_port()
     server = ThreadingHTTPServer(("127.0.0.1", port), _Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Receiver.got.clear()
     try:
         url = f"http://127.0.0.1:{port}/hook"
         r = _submit_claude(stack, "call me back", {"x-modelyard-callback-url": url})
@@ -351,6 +352,31 @@ def test_webhook_is_signed_with_the_tenants_secret(stack) -> None:
 
 
 # ---------------------------------------------------------------- restarts (last: they restart the extproc)
+
+
+def test_a_webhook_nobody_took_is_sent_after_a_restart(stack) -> None:
+    port = free_port()  # nothing listens there yet: every try fails
+    url = f"http://127.0.0.1:{port}/late"
+    task_id = _submit_claude(stack, "call me when you can", {"x-modelyard-callback-url": url}).json()["id"]
+    assert _until_final(stack, task_id)["status"] == "succeeded"
+    time.sleep(4.5)  # the three tries (0.5 s, 1 s, 2 s apart) are over
+    _Receiver.got.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        stack.restart("extproc")  # the new process finds the webhook still owed
+        deadline = time.monotonic() + 20
+        while not _Receiver.got and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_Receiver.got) == 1
+        headers, body = _Receiver.got[0]
+        expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(headers["x-modelyard-signature"], expected)
+        assert json.loads(body)["id"] == task_id
+        time.sleep(1.0)
+        assert len(_Receiver.got) == 1  # taken once: not sent again
+    finally:
+        server.shutdown()
 
 
 def test_extproc_killed_with_a_running_and_a_queued_task(stack) -> None:

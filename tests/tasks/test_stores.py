@@ -61,6 +61,22 @@ async def test_contract(make_store) -> None:
         await store.close()
 
 
+async def test_owed_webhooks_until_a_receiver_takes_them(make_store) -> None:
+    store: TaskStore = make_store()
+    try:
+        await store.create(state.new_task("hook", "acme", "openai", REQ, 1.0, callback_url="http://r/x"))
+        await store.create(state.new_task("plain", "acme", "openai", REQ, 2.0))
+        for _ in range(2):
+            rec = await store.claim_next(3.0, "w", 10.0)
+            assert rec is not None
+            await store.update(rec.id, lambda r: state.complete(r, 4.0, "w", 200, b"{}"))
+        assert [r.id for r in await store.owed_webhooks(10)] == ["hook"]
+        await store.update("hook", state.mark_notified)
+        assert await store.owed_webhooks(10) == []
+    finally:
+        await store.close()
+
+
 async def test_racing_workers_never_share_a_task(make_store) -> None:
     a, b = make_store(), make_store()  # two connections: two processes or replicas
     try:
