@@ -8,7 +8,6 @@ flow has four steps: request body, response headers, response body, response tra
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import uuid
@@ -138,8 +137,10 @@ class Session:
             ctx.replayed = True
             ctx.tenant = self.gw.keyring.tenant_named(tenant)
         else:
-            key = (any_client_key if route.any_key else functools.partial(client_key, ctx.protocol))(ctx.headers,
-                                                                                                     ctx.query)
+            if route.any_key:  # task polls: the caller may speak any protocol
+                key = any_client_key(ctx.headers, ctx.query)
+            else:
+                key = client_key(ctx.protocol, ctx.headers, ctx.query)
             ctx.tenant = self.gw.keyring.tenant_for(key)
         if ctx.tenant is None:
             raise ClientError("invalid or missing API key", status=401)
