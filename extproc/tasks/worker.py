@@ -137,6 +137,12 @@ class TaskWorker:
         self._wake.set()  # a free slot: claim the next one now
 
     async def _run(self, rec: TaskRecord) -> None:
+        try:
+            await self._run_once(rec)
+        except Exception:  # the store failed under us: the lease runs out and the task is retried, marked
+            log.exception("task %s: could not record the run's outcome", rec.id)
+
+    async def _run_once(self, rec: TaskRecord) -> None:
         beat = asyncio.get_running_loop().create_task(self._heartbeat(rec.id, asyncio.current_task()))
         try:
             status, body, ours = await self._replay(rec)
