@@ -7,6 +7,7 @@ imports none of them.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -47,6 +48,14 @@ class RequestContext:
     @property
     def tenant_name(self) -> str:
         return self.tenant.name if self.tenant else "-"
+
+
+@dataclass(frozen=True, slots=True)
+class Interim:
+    """A step that is not done yet: send `message` (a timeout extension) now, then await `then`."""
+
+    message: msg.ProcessingResponse
+    then: Callable[[], Awaitable[msg.ProcessingResponse | Interim]]
 
 
 class Flow(Protocol):

@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from extproc import messages as msg
-from extproc.context import ClientProtocol, Flow, RequestContext
+from extproc.context import ClientProtocol, Flow, Interim, RequestContext
 from extproc.gateway import Gateway
 
-# An answer of the gateway's own; one that reads a store (task polls) is awaited.
-Answer = Callable[[Gateway, RequestContext], "msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]"]
+# An answer of the gateway's own; one that reads a store (task polls) is awaited, and one that waits
+# on purpose (a long poll) may come back as an Interim first.
+Answer = Callable[[Gateway, RequestContext], "msg.ProcessingResponse | Awaitable[msg.ProcessingResponse | Interim]"]
 FlowFactory = Callable[[Gateway, RequestContext], Flow]
 # A translation hop's flow: the request arrives in the failed primary's protocol, bound for `target`.
 HopFactory = Callable[[Gateway, RequestContext, str], Flow]

@@ -16,6 +16,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from extproc.config import GatewayConfig
+from extproc.context import Interim
 from extproc.gateway import Gateway
 from extproc.headers import XLATE_METADATA
 from extproc.routes import RouteTable
@@ -42,6 +43,9 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         try:
             async for req in request_iterator:
                 resp = await session.handle(req)
+                while isinstance(resp, Interim):  # a step that waits on purpose keeps Envoy's timer going
+                    yield resp.message
+                    resp = await resp.then()
                 if resp is not None:
                     yield resp
         finally:

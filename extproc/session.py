@@ -8,16 +8,18 @@ flow has four steps: request body, response headers, response body, response tra
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl
 
 import orjson
 
 from extproc import messages as msg
 from extproc.auth import any_client_key, client_key
-from extproc.context import Flow, RequestContext
+from extproc.context import Flow, Interim, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
 from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER
@@ -47,10 +49,30 @@ class Session:
         self.callback_url: str | None = None  # a deferred request's webhook
         STREAMS.inc()
 
-    async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
-        resp = await self._handle(req)
+    async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | Interim | None:
+        """The reply to `req`; an `Interim` when the step waits on purpose (the server sends its
+        message, then awaits the rest)."""
+        return self._outgoing(req, await self._handle(req))
+
+    async def _resume(self, req: msg.ProcessingRequest,
+                      then: Callable[[], Awaitable[msg.ProcessingResponse | Interim]]) -> msg.ProcessingResponse | Interim:
+        try:
+            resp = await then()
+        except ModelyardError as e:
+            resp = self._error(e)
+        except Exception:  # as in _handle: our bug, answered 502 with the traceback in our log
+            log.exception("task %s: unexpected error resuming a step", self.ctx.task_id if self.ctx else "-")
+            resp = self._error(ModelyardError("the gateway could not process this request", status=502))
+        out = self._outgoing(req, resp)
+        assert out is not None
+        return out
+
+    def _outgoing(self, req: msg.ProcessingRequest,
+                  resp: msg.ProcessingResponse | Interim | None) -> msg.ProcessingResponse | Interim | None:
         if resp is None:
             return None
+        if isinstance(resp, Interim):
+            return Interim(resp.message, functools.partial(self._resume, req, resp.then))
         kind = req.WhichOneof("request")
         seen: list[str] = []
         if kind == "response_headers":
@@ -59,7 +81,7 @@ class Session:
             seen = [h.key for h in req.response_trailers.trailers.headers]
         return scrub(resp, seen)
 
-    async def _handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
+    async def _handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | Interim | None:
         kind = req.WhichOneof("request")
         try:
             if kind == "request_headers":
@@ -113,7 +135,7 @@ class Session:
         extra = self.ctx.task_headers() if self.ctx else []
         return error_response(protocol, e, extra)
 
-    async def _request_headers(self, h: msg.pb.HttpHeaders) -> msg.ProcessingResponse:
+    async def _request_headers(self, h: msg.pb.HttpHeaders) -> msg.ProcessingResponse | Interim:
         headers = msg.header_map(h)
         raw_path = headers.get(":path", "/")
         path, _, qs = raw_path.partition("?")
@@ -186,7 +208,7 @@ class Session:
                 self.flow.close()
 
 
-async def _answer(route: Route, gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+async def _answer(route: Route, gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse | Interim:
     assert route.answer is not None
     resp = route.answer(gw, ctx)
     return await resp if inspect.isawaitable(resp) else resp

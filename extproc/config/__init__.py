@@ -51,8 +51,8 @@ class TasksConfig(_Model):
     concurrency: int = Field(4, ge=1, le=256)
     # A running task's owner renews its lease; one left to expire was interrupted and is retried once.
     lease_s: float = Field(30.0, gt=0)
-    # `?wait=N` is capped here: under Envoy's ext_proc message timeout (timeouts.extproc_message_s).
-    max_wait_s: float = Field(8.0, ge=0)
+    # `?wait=N` is capped here (Envoy's timer is extended every few seconds while a poll waits).
+    max_wait_s: float = Field(60.0, ge=0)
     # The HMAC key of the replay marker: replicas sharing a store must share it (else a per-process key).
     secret_env: str | None = None
 

@@ -5,11 +5,13 @@ Another tenant's task answers exactly like an unknown id (404), so ids cannot be
 
 from __future__ import annotations
 
+import functools
 import math
 
 from extproc import messages as msg
-from extproc.context import RequestContext, json_response
+from extproc.context import Interim, RequestContext, json_response
 from extproc.gateway import Gateway
+from extproc.headers import WAIT_MARGIN_S
 from extproc.tasks import state
 from extproc.tasks.board import TaskBoard
 from modelyard.errors import ClientError, NotFound
@@ -41,9 +43,21 @@ def _wait_s(ctx: RequestContext) -> float:
     return wait
 
 
-async def get_task(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+async def get_task(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse | Interim:
     assert ctx.tenant is not None
-    rec = await _board(gw, ctx).lookup(task_id(ctx.path) or "", ctx.tenant.name, _wait_s(ctx))
+    board = _board(gw, ctx)
+    wait = min(_wait_s(ctx), board.cfg.max_wait_s)
+    tid = task_id(ctx.path) or ""
+    rec = await board.lookup(tid, ctx.tenant.name)  # unknown, or another tenant's: 404 at once
+    if rec.final or wait <= 0:
+        return json_response(200, state.public_view(rec), ctx)
+    # Envoy times each ext_proc message out: ask for the whole wait first, then wait.
+    return Interim(msg.extend_timeout(wait + WAIT_MARGIN_S), functools.partial(_long_poll, board, ctx, tid, wait))
+
+
+async def _long_poll(board: TaskBoard, ctx: RequestContext, tid: str, wait: float) -> msg.ProcessingResponse:
+    assert ctx.tenant is not None
+    rec = await board.lookup(tid, ctx.tenant.name, wait)
     return json_response(200, state.public_view(rec), ctx)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import orjson
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from extproc.config import parse_config
+from extproc.context import Interim
 from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session
@@ -123,3 +125,25 @@ async def test_a_store_that_is_down_refuses_with_503_in_the_callers_shape(tmp_pa
         assert r.immediate_response.status.code == 503
     finally:
         await gw.close()
+
+
+async def test_a_long_poll_asks_envoy_for_its_wait_then_answers(gateway: Gateway) -> None:
+    r = await _run(gateway, _chat_headers(authorization=f"Bearer {KEY}", prefer="respond-async"), CHAT)
+    task_id = orjson.loads(r.immediate_response.body)["id"]
+    s = Session(gateway, ROUTES)
+    try:
+        step = await s.handle(headers_msg({":method": "GET", ":path": f"/v1/tasks/{task_id}?wait=1",
+                                           "x-api-key": KEY}, eos=True))
+        assert isinstance(step, Interim)  # first: more time for this message, not an answer
+        assert step.message.WhichOneof("response") is None
+        assert step.message.override_message_timeout.ToMilliseconds() == 3000  # the wait + 2 s
+        t0 = time.monotonic()
+        final = await step.then()
+        assert not isinstance(final, Interim) and time.monotonic() - t0 >= 0.9
+        assert final.immediate_response.status.code == 200
+        assert orjson.loads(final.immediate_response.body)["status"] == "queued"
+    finally:
+        s.close()
+    # An unknown id is a 404 at once, before any extension.
+    r = await _run(gateway, {":method": "GET", ":path": "/v1/tasks/nope?wait=30", "x-api-key": KEY})
+    assert r.immediate_response.status.code == 404
