@@ -54,8 +54,8 @@ class Session:
         message, then awaits the rest)."""
         return self._outgoing(req, await self._handle(req))
 
-    async def _resume(self, req: msg.ProcessingRequest,
-                      then: Callable[[], Awaitable[msg.ProcessingResponse | Interim]]) -> msg.ProcessingResponse | Interim:
+    async def _resume(self, req: msg.ProcessingRequest, then: Callable[[], Awaitable[msg.ProcessingResponse | Interim]]
+                      ) -> msg.ProcessingResponse | Interim:
         try:
             resp = await then()
         except ModelyardError as e:
