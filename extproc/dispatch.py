@@ -24,6 +24,7 @@ log = logging.getLogger("modelyard.dispatch")
 _FAIL_OPEN_WHY: dict[FailOpen, str] = {
     "cooldown": "every deployment is cooling down; serving from them rather than refusing the model",
     "watermarks": "no deployment has a fresh watermark reading; routing as if unmonitored",
+    "warming": "every deployment is still warming up; serving from them rather than refusing the model",
 }
 
 # The rate-limit charge when a request does not say how many tokens it may produce.

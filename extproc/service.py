@@ -26,6 +26,7 @@ from extproc.tasks.board import TaskBoard
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
+from extproc.telemetry.warmup import Warmer
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
@@ -105,8 +106,15 @@ def build_gateway(config: GatewayConfig) -> Gateway:
                          image_backend=backend, metering=metering, tasks=TaskBoard.from_config(config))
 
 
+def reload(gateway: Gateway, warmer: Warmer, path: str | None) -> None:
+    """SIGHUP: re-read the rate limits, and warm the deployments again (their servers may have
+    been restarted along with the config)."""
+    reload_limits(gateway, path)
+    warmer.warm_all()
+
+
 def reload_limits(gateway: Gateway, path: str | None) -> None:
-    """SIGHUP: re-read the config file and apply its rate limits; buckets keep their level."""
+    """Re-read the config file and apply its rate limits; buckets keep their level."""
     limiter = gateway.dispatcher.limiter
     if limiter is None:
         return
@@ -126,13 +134,18 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     if limiter is not None:
         add_to_server(server.server, limiter)
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_limits, gateway, path)
+    warmer = Warmer(config, gateway.dispatcher.scheduler)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload, gateway, warmer, path)
     # Pollers run in the background; the first readings are in before traffic is accepted.
     if gateway.watermarks is not None:
         await gateway.watermarks.start(first_poll_timeout=2.0)
     if metrics and config.extproc.metrics_address:
         serve_metrics(config.extproc.metrics_address)
-    await server.serve_until_signal()
+    warmer.start()  # before serving: the first requests already see which deployments are warming
+    try:
+        await server.serve_until_signal()
+    finally:
+        await warmer.close()
 
 
 def warn_unverified_tls(config: GatewayConfig) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from extproc.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
 from extproc.config.routing import RoutingSettings
 from extproc.config.service_levels import Channel, Tier
 from modelyard.errors import ConfigError
@@ -142,6 +143,9 @@ class Deployment(_Model):
     tls_client_key_file: str | None = None
     tls_insecure_skip_verify: bool = False
     watermark: WatermarkSource | None = None
+    lb: LoadBalancing = LoadBalancing()
+    health_check: HealthCheckConfig | None = None
+    warmup: WarmupConfig | None = None
 
     @field_validator("endpoints")
     @classmethod
@@ -161,6 +165,11 @@ class Deployment(_Model):
             raise ValueError("tls_client_cert_file and tls_client_key_file go together (both or neither)")
         if self.tls_insecure_skip_verify and self.tls_ca_file:
             raise ValueError("tls_insecure_skip_verify and tls_ca_file contradict each other: pick one")
+        if self.health_check and (self.health_check.grpc_service is not None) != (self.protocol == "kserve-grpc"):
+            raise ValueError("health_check: a kserve-grpc deployment is checked with grpc_service, any other "
+                             "with http_path")
+        if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
+            raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
         return self
 
     def credential(self) -> str | None:

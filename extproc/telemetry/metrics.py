@@ -64,3 +64,8 @@ FAIL_OPEN = Counter("modelyard_routing_fail_open_total",
                     "(cooldown: all cooling down; watermarks: no fresh reading anywhere)", ["check"])
 FAIL_OPEN_ACTIVE = Gauge("modelyard_routing_fail_open_models",
                          "Models whose last routing decision set this check aside", ["check"])
+
+# Warm-up (extproc/telemetry/warmup.py).
+WARMING = Gauge("modelyard_deployment_warming", "1 while a deployment's warm-up request has not answered", ["cluster"])
+WARMUPS = Counter("modelyard_warmups_total", "Warm-ups by how they ended: ok, timeout (routed to anyway), cancelled",
+                  ["cluster", "outcome"])
