@@ -49,6 +49,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     # One task at a time: a slow one keeps the next one queued, which the restart tests need.
     data["extproc"]["tasks"] = {"sqlite_path": str(workdir / "tasks.sqlite"), "lease_s": LEASE_S, "concurrency": 1}
     data["tenants"][0]["webhook_secret_env"] = SECRET_ENV
+    for m in data["models"]:  # the upstreams' request counters count task runs only: no warm-up pings
+        for d in m["deployments"]:
+            d.pop("warmup", None)
     os.environ[SECRET_ENV] = SECRET
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
