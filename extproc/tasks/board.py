@@ -25,7 +25,7 @@ log = logging.getLogger("modelyard.tasks")
 
 _RESEND_EVERY_S = 60.0
 _RESEND_BATCH = 100
-_WAIT_SLICE_S = 0.5  # a long poll re-reads the store this often (another replica may finish the task)
+_REREAD_S = 0.5  # a long poll re-reads the store this often (another replica may finish the task)
 
 
 def _store(cfg: TasksConfig) -> TaskStore:
@@ -117,7 +117,7 @@ class TaskBoard:
                 return rec
             event = self._waiters.setdefault(task_id, asyncio.Event())
             try:
-                await asyncio.wait_for(event.wait(), min(left, _WAIT_SLICE_S))
+                await asyncio.wait_for(event.wait(), min(left, _REREAD_S))
             except asyncio.TimeoutError:
                 pass
 
