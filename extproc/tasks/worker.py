@@ -128,6 +128,8 @@ class TaskWorker:
                 continue
             if rec.retried:
                 log.warning("task %s: its run was interrupted; retrying once (attempt %d)", rec.id, rec.attempts)
+            else:
+                log.info("task %s: running", rec.id)
             task = asyncio.get_running_loop().create_task(self._run(rec), name=f"task-{rec.id}")
             self._running[rec.id] = task
             task.add_done_callback(functools.partial(self._ended, rec.id))

@@ -5,6 +5,7 @@ by whichever replica Envoy picks, with the shared key), and runs exactly once.""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -19,6 +20,19 @@ from tests.stack_config import add_extproc_replica, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 SECRET_ENV = "MODELYARD_TEST_TASK_MARKER_KEY"
+
+
+def _runner(stack, task_id: str, timeout: float = 20.0):
+    """The replica whose worker took the task (its log says so)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in stack.children:
+            if child.name.startswith("extproc"):
+                log = child.log_path(stack.log_dir).read_text(errors="replace")
+                if f"task {task_id}: running" in log:
+                    return child
+        time.sleep(0.1)
+    raise AssertionError(f"no replica ran task {task_id}")
 
 
 def _upstream_requests(data: dict) -> int:
@@ -69,5 +83,31 @@ def test_replicas_share_tasks_in_redis(tmp_path: Path) -> None:
                 assert doc["status"] == "succeeded" and doc["attempts"] == 1, doc
                 assert doc["result"]["choices"][0]["message"]["content"] == f"[demo-openai] echo: shared task {i}"
             assert _upstream_requests(data) - before == len(ids)  # each ran exactly once
+
+            # The replica running a task dies: the other takes it over once its lease runs out.
+            before = _upstream_requests(data)
+            raw = oai.chat.completions.with_raw_response.create(
+                model="demo-gpt", messages=[{"role": "user", "content": "outlive a replica demo-slow"}],
+                extra_headers={"prefer": "respond-async"})
+            task_id = raw.http_response.json()["id"]
+            runner = _runner(stack, task_id)
+            time.sleep(1.0)  # the replay has reached the slow upstream
+            runner.proc.send_signal(signal.SIGKILL)
+            runner.proc.wait(10)
+            deadline = time.monotonic() + 60
+            doc: dict = {}
+            while time.monotonic() < deadline:
+                r = httpx.get(f"{stack.url}/v1/tasks/{task_id}?wait=10",
+                              headers={"authorization": f"Bearer {DEMO_KEY}"}, timeout=30)
+                if r.status_code != 200:  # Envoy has not noticed the dead replica yet: its own 5xx
+                    time.sleep(0.2)
+                    continue
+                doc = r.json()
+                if doc["status"] not in ("queued", "running"):
+                    break
+            assert doc["status"] == "succeeded" and doc["attempts"] == 2 and doc["retried"], doc
+            survivor = next(c for c in stack.children if c.name.startswith("extproc") and c is not runner)
+            assert f"task {task_id}: its run was interrupted" in survivor.log_path(stack.log_dir).read_text()
+            assert _upstream_requests(data) - before == 2  # the first run and the marked retry
     finally:
         redis_srv.stop()
