@@ -62,6 +62,9 @@ class TaskBoard:
             if not value:
                 raise ConfigError(f"extproc.tasks.secret_env: environment variable {cfg.secret_env} is not set")
             key = value.encode()
+        elif cfg.store == "redis":
+            log.warning("extproc.tasks: store is redis but no secret_env: a replay another replica checks "
+                        "will fail (each process has its own marker key)")
         host = config.listener.address if config.listener.address not in ("0.0.0.0", "::", "") else "127.0.0.1"
         replay_url = cfg.replay_url or f"http://{host}:{config.listener.port}"
         return cls(cfg, replay_url, _store(cfg), ReplayMarker(key),
