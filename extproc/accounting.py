@@ -60,6 +60,14 @@ class Accountant:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
+    def release(self, choice: Choice) -> None:
+        """Accepted for later (Prefer: respond-async): hand the token estimate back, meter nothing;
+        the replay is charged, reconciled and metered as the request itself."""
+        if choice.reservation is not None and self.limiter is not None:
+            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, 0))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
     def record_failure(self, cluster: str) -> None:
         """A deployment failed before answering (Envoy failed over to a peer)."""
         self.scheduler.record(cluster, 0.0, False, now=time.monotonic())

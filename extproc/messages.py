@@ -12,6 +12,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
+from google.protobuf import duration_pb2
 
 ProcessingRequest = pb.ProcessingRequest
 ProcessingResponse = pb.ProcessingResponse
@@ -128,3 +129,11 @@ def body_sent(req: pb.ProcessingRequest, resp: pb.ProcessingResponse) -> bytes |
     if kind == "response_headers" and resp.response_headers.response.body_mutation.WhichOneof("mutation") == "body":
         return resp.response_headers.response.body_mutation.body
     return None
+
+
+def extend_timeout(seconds: float) -> pb.ProcessingResponse:
+    """Not an answer: asks Envoy for `seconds` more on the message it waits on (up to the filter's
+    `max_message_timeout`), for a step that waits on purpose (a task long poll)."""
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return pb.ProcessingResponse(override_message_timeout=d)

@@ -17,7 +17,7 @@ from adapters import kserve
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
-from extproc.flows import local
+from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
@@ -25,6 +25,7 @@ from extproc.gateway import Gateway
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
+from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent, AuditLog
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
@@ -75,6 +76,16 @@ def _kserve(method: str, path: str) -> Route | None:
     return None  # model readiness is not answered yet
 
 
+def _tasks(method: str, path: str) -> Route | None:
+    if tasks.task_id(path) is None:
+        return None
+    if method == "GET":
+        return Route("openai", any_key=True, answer=tasks.get_task)
+    if method == "DELETE":
+        return Route("openai", any_key=True, answer=tasks.cancel_task)
+    return None
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -84,7 +95,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _kserve, _chat],
+    return RouteTable([_openai_models, _tasks, _kserve, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
@@ -102,7 +113,8 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
-                         image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit)
+                         image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
+                         tasks=TaskBoard.from_config(config))
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:

@@ -145,6 +145,8 @@ class _VisionFlow:
 
     def _policy(self) -> BatchPolicy | None:
         cfg = self.model.batching if self.model is not None else None
+        if self.ctx.deferred:
+            return None  # an acceptance for later joins no batch: its replay will
         if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not self.choice:
             return None
         return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))
@@ -298,6 +300,11 @@ class _VisionFlow:
         if self.ctx.trace is not None:
             self.ctx.trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
                                    input_tokens=None, output_tokens=None, response_model=self.upstream_model or None)
+
+    def defer(self) -> None:
+        self.finished = True  # the replay is metered, not this acceptance
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
 
     def close(self) -> None:
         if self.member is not None and self.role != "member":
