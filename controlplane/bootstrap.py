@@ -121,6 +121,7 @@ from extproc.headers import (
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
+    WAIT_MARGIN_S,
     XLATE_METADATA,
 )
 from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
@@ -264,7 +265,8 @@ def longest_queue_wait_s(cfg: GatewayConfig) -> float:
     return max((max(d.queue.max_wait_s.values()) for d in cfg.clusters().values() if d.max_inflight), default=0.0)
 
 
-def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wait_s: float = 0.0) -> HttpFilter:
+def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wait_s: float = 0.0,
+                     long_poll_s: float = 0.0) -> HttpFilter:
     # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
     # a message was sent: open the stream on another replica instead of failing the request.
     retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
@@ -292,9 +294,14 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
         allow_mode_override=True,
         # A queued request's body reply comes only when it gets a slot: the queue's max wait on top.
         message_timeout=_secs(env.timeouts.extproc_message_s + queue_wait_s),
+        # A task long poll extends its message's timer once, to its wait plus a margin.
+        max_message_timeout=_secs(max(env.timeouts.extproc_message_s + queue_wait_s, long_poll_s + WAIT_MARGIN_S)),
         # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
         mutation_rules=HeaderMutationRules(allow_envoy=True),
     )
+    if not xlate:
+        # The caller's address for the audit log, as Envoy resolved it (trusted XFF hops applied).
+        ext.request_attributes = ["source.address"]
     return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
 
 
@@ -392,7 +399,9 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         # Envoy would answer 408 to a request still waiting for its slot, before the queue's own 503.
         raise ConfigError(f"a deployment queue waits up to {queue_wait_s:g}s (queue.max_wait_s), not less than "
                           f"environment {env.name!r} edge.request_timeout_s ({env.edge.request_timeout_s:g}s)")
-    filters = [_ext_proc_filter(env, queue_wait_s=queue_wait_s)]
+    tasks = cfg.extproc.tasks
+    filters = [_ext_proc_filter(env, queue_wait_s=queue_wait_s,
+                                long_poll_s=tasks.max_wait_s if tasks is not None else 0.0)]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
     filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))

@@ -139,7 +139,13 @@ class EnvironmentConfig(_Env):
 
 
 def load_environment(name: str, directory: Path | None = None) -> EnvironmentConfig:
-    path = (directory or ENVIRONMENTS_DIR) / f"{name}.yaml"
+    """`name` is a shipped environment (envoy/environments/NAME.yaml) or a path to one's file
+    (anything ending in .yaml or .yml), so an operator's environment need not live in this tree."""
+    if name.endswith((".yaml", ".yml")):
+        path = Path(name)
+        name = path.stem
+    else:
+        path = (directory or ENVIRONMENTS_DIR) / f"{name}.yaml"
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError:
