@@ -1,6 +1,7 @@
 """Warm-up: a deployment that declares `warmup:` gets a request before real traffic reaches it, at
-start, on SIGHUP and when it comes back from a cooldown; until every endpoint has answered it is
-`warming` and the scheduler routes elsewhere (or to it anyway when every candidate is warming).
+start, on SIGHUP, when it comes back from a cooldown, and (with a `health_check:`) when it comes
+back from being unhealthy; until every endpoint has answered it is `warming` and the scheduler
+routes elsewhere (or to it anyway when every candidate is warming).
 
 `warmup_call` is pure (the request to send, in the deployment's own protocol); `Warmer` sends it
 to each endpoint in the background, straight to the endpoint (each instance warms its own cache).
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -83,6 +85,7 @@ class Warmer:
         self._models = {d.cluster: m.name for m in config.models for d in m.deployments}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._watch: asyncio.Task[None] | None = None
+        self._health: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -96,6 +99,8 @@ class Warmer:
         self._session = aiohttp.ClientSession()
         self.warm_all()
         self._watch = asyncio.create_task(self._watch_cooldowns())
+        self._health = [asyncio.create_task(self._watch_health(c)) for c, d in self._deployments.items()
+                        if d.health_check is not None]
 
     def warm_all(self) -> None:
         for cluster in self._deployments:
@@ -110,7 +115,7 @@ class Warmer:
         self._tasks[cluster] = asyncio.create_task(self._run(cluster, after))
 
     async def close(self) -> None:
-        tasks = [t for t in (self._watch, *self._tasks.values()) if t is not None]
+        tasks = [t for t in (self._watch, *self._health, *self._tasks.values()) if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -163,6 +168,46 @@ class Warmer:
             log.debug("warm-up of %s at %s: %s", dep.cluster, endpoint, e)
             return False
 
+    async def _watch_health(self, cluster: str) -> None:
+        """The deployment's own health check, read as Envoy reads it: when every endpoint has failed
+        `unhealthy_threshold` checks in a row it is out (kept warming, so routing goes elsewhere as
+        Envoy's would); when one passes `healthy_threshold` again, it is warmed before traffic."""
+        dep = self._deployments[cluster]
+        hc = dep.health_check
+        assert hc is not None
+        fails = dict.fromkeys(dep.endpoints, 0)
+        passes = dict.fromkeys(dep.endpoints, 0)
+        down = False
+        while True:
+            await asyncio.sleep(hc.interval_s)
+            results = await asyncio.gather(*(self._probe(dep, ep) for ep in dep.endpoints))
+            for ep, ok in zip(dep.endpoints, results, strict=True):
+                fails[ep], passes[ep] = (0, passes[ep] + 1) if ok else (fails[ep] + 1, 0)
+            if not down and all(n >= hc.unhealthy_threshold for n in fails.values()):
+                down = True
+                log.warning("deployment %s: every endpoint fails its health check; warming it up once it passes",
+                            cluster)
+                self.scheduler.warming.add(cluster)
+                WARMING.labels(cluster).set(1)
+            elif down and any(n >= hc.healthy_threshold for n in passes.values()):
+                down = False
+                self.scheduler.warming.discard(cluster)  # warm() marks it again while its request runs
+                self.warm(cluster)
+
+    async def _probe(self, dep: Deployment, endpoint: str) -> bool:
+        hc = dep.health_check
+        assert hc is not None
+        try:
+            if hc.grpc_service is not None:
+                return await _grpc_serving(dep, endpoint, hc.grpc_service, hc.timeout_s)
+            assert self._session is not None
+            scheme = "https" if dep.tls else "http"
+            async with self._session.get(f"{scheme}://{endpoint}{hc.http_path}", ssl=_ssl_context(dep),
+                                         timeout=aiohttp.ClientTimeout(total=hc.timeout_s)) as resp:
+                return 200 <= resp.status < 300
+        except (aiohttp.ClientError, asyncio.TimeoutError, grpc.RpcError, OSError, ssl.SSLError):
+            return False
+
     async def _watch_cooldowns(self) -> None:
         """A deployment that starts a cooldown is marked warming at once, and warmed when it ends."""
         while True:
@@ -174,14 +219,22 @@ class Warmer:
                     self.warm(cluster, after=until - now)
 
 
+async def _channel(dep: Deployment, endpoint: str) -> grpc.aio.Channel:
+    if not dep.tls:
+        return grpc.aio.insecure_channel(endpoint)
+    ca = await asyncio.to_thread(Path(dep.tls_ca_file).read_bytes) if dep.tls_ca_file else None
+    return grpc.aio.secure_channel(endpoint, grpc.ssl_channel_credentials(root_certificates=ca))
+
+
+async def _grpc_serving(dep: Deployment, endpoint: str, service: str, timeout: float) -> bool:
+    async with await _channel(dep, endpoint) as channel:
+        resp = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
+                                                               timeout=timeout)
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+
 async def _grpc_ready(dep: Deployment, endpoint: str, model: str, timeout: float) -> bool:
-    if dep.tls:
-        ca = await asyncio.to_thread(Path(dep.tls_ca_file).read_bytes) if dep.tls_ca_file else None
-        creds = grpc.ssl_channel_credentials(root_certificates=ca)
-        channel = grpc.aio.secure_channel(endpoint, creds)
-    else:
-        channel = grpc.aio.insecure_channel(endpoint)
-    async with channel:
+    async with await _channel(dep, endpoint) as channel:
         resp = await pb_grpc.GRPCInferenceServiceStub(channel).ModelReady(pb.ModelReadyRequest(name=model),
                                                                            timeout=timeout)
         return bool(resp.ready)

@@ -58,14 +58,18 @@ def test_a_warming_deployment_is_skipped_unless_every_one_is() -> None:
     assert {c.cluster for c in d.candidates} == {"a", "b"} and d.fail_open == ("warming",)
 
 
-async def _demo(prompts: list[str], fail_first: int = 0) -> tuple[web.AppRunner, str]:
+async def _demo(prompts: list[str], fail_first: int = 0,
+                health: dict[str, bool] | None = None) -> tuple[web.AppRunner, str]:
     """The OpenAI demo upstream, recording the prompt of every request; the first `fail_first`
-    requests answer 503 (a model server still loading)."""
+    requests answer 503 (a model server still loading); `/health` answers 503 while
+    `health["ok"]` is False."""
     app = make_app(name="warm")
     failures = {"left": fail_first}
 
     @web.middleware
     async def record(request: web.Request, handler):  # type: ignore[no-untyped-def]
+        if request.path == "/health" and health is not None and not health["ok"]:
+            return web.json_response({"status": "down"}, status=503)
         if request.method == "POST":
             body = orjson.loads(await request.read())
             prompts.append(body["messages"][-1]["content"])
@@ -137,3 +141,28 @@ async def test_an_unanswered_warmup_gives_up_and_routes_anyway() -> None:
         await _until(lambda: not s.warming, timeout=3)
     finally:
         await w.close()
+
+
+async def test_a_deployment_back_from_unhealthy_is_warmed_before_traffic() -> None:
+    prompts: list[str] = []
+    health = {"ok": True}
+    runner, ep = await _demo(prompts, health=health)
+    cfg = _config(dep("a", monitored=False, endpoints=[ep], warmup={"prompt": "back"},
+                      health_check={"http_path": "/health", "interval_s": 0.05, "unhealthy_threshold": 2}))
+    s = Scheduler(cfg)
+    w = Warmer(cfg, s)
+    try:
+        w.start()
+        await _until(lambda: not s.warming)
+        await asyncio.sleep(0.3)
+        assert not s.warming and prompts == ["back"]  # healthy: no more warm-ups
+        health["ok"] = False
+        await _until(lambda: "a" in s.warming)  # out while unhealthy ...
+        await asyncio.sleep(0.3)
+        assert "a" in s.warming and prompts == ["back"]  # ... and nothing sent to it
+        health["ok"] = True
+        await _until(lambda: not s.warming)  # passes again: warmed, then routable
+        assert prompts == ["back", "back"]
+    finally:
+        await w.close()
+        await runner.cleanup()
