@@ -10,14 +10,16 @@ import logging
 import signal
 from urllib.parse import unquote
 
-from adapters import kserve
+from adapters import embeddings, kserve
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
 from extproc.flows import local
 from extproc.flows.chat import ChatFlow
+from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
+from extproc.context import Flow, RequestContext
 from extproc.gateway import Gateway
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
@@ -65,6 +67,17 @@ def _kserve(method: str, path: str) -> Route | None:
     return None  # model readiness is not answered yet
 
 
+def _embeddings(method: str, path: str) -> Route | None:
+    found = embeddings.match_path(method, path)
+    if found is None:
+        return None
+
+    def flow(gw: Gateway, ctx: RequestContext) -> Flow:
+        return EmbeddingFlow(gw, ctx, found)
+
+    return Route("openai" if found.shape == "openai" else "gemini", path_model=found.model, flow=flow)
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -74,7 +87,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _kserve, _chat],
+    return RouteTable([_openai_models, _kserve, _embeddings, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
