@@ -345,7 +345,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
 
 
 def _usage(u: Usage) -> dict:
-    return {"input_tokens": u.input_tokens, "input_tokens_details": {"cached_tokens": 0},
+    return {"input_tokens": u.input_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": u.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": u.total_tokens}
 
