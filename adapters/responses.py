@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+
 import orjson
 
 from adapters import openai
@@ -487,9 +488,9 @@ class StreamDecoder(SSEDecoder):
                 cid, name = item.get("call_id"), item.get("name")
                 out.append(ToolCallStart(n, cid if type(cid) is str else f"call_{n}", name if type(name) is str else ""))
         elif t == "response.function_call_arguments.delta":
-            n = self._calls.get(str(obj.get("item_id")))
-            if n is not None and type(obj.get("delta")) is str and obj["delta"]:
-                out.append(ToolCallDelta(n, obj["delta"]))
+            idx = self._calls.get(str(obj.get("item_id")))
+            if idx is not None and type(obj.get("delta")) is str and obj["delta"]:
+                out.append(ToolCallDelta(idx, obj["delta"]))
         elif t in ("response.completed", "response.incomplete", "response.failed") and type(resp) is dict:
             self._done = True
             if t == "response.failed":

@@ -14,12 +14,12 @@ from adapters import embeddings, kserve
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
+from extproc.context import Flow, RequestContext
 from extproc.flows import local
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
-from extproc.context import Flow, RequestContext
 from extproc.gateway import Gateway
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
