@@ -16,6 +16,7 @@ from adapters.embeddings import EmbeddingRequest, estimate_tokens
 from devstack.demo.behaviour import DEMO_EMBED_DIMS, demo_embedding
 from devstack.demo.faults import FAIL
 from tests.conftest import DEMO_KEY
+from tests.e2e.metered import metered_row
 
 pytestmark = pytest.mark.e2e
 
@@ -136,3 +137,14 @@ def test_rate_limited_like_chat(demo_stack) -> None:
             statuses.append(e.status_code)
             assert e.response.headers.get("retry-after")
     assert 200 in statuses and 429 in statuses
+
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_metering_row(oai: openai.OpenAI, demo_stack, model: str) -> None:
+    raw = oai.embeddings.with_raw_response.create(model=model, input=["metered text one", "and two"])
+    out = raw.parse()
+    cost = next(m.cost.input_per_1k for m in demo_stack.cfg.models if m.name == model)
+    row = metered_row(demo_stack, raw.headers["x-modelyard-task-id"])
+    assert row[:5] == (model, MODELS[model], 200, out.usage.prompt_tokens, 0)
+    assert row[5] == pytest.approx(out.usage.prompt_tokens / 1000 * cost)

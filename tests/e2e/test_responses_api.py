@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from tests.conftest import DEMO_KEY
+from tests.e2e.metered import metered_row
 
 pytestmark = pytest.mark.e2e
 
@@ -120,3 +121,13 @@ def test_unknown_model_in_openai_error_shape(oai: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         oai.responses.create(model="no-such-model", input="hi")
     assert isinstance(e.value.body, dict) and e.value.body["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_streamed_response_is_metered_from_its_usage(oai: openai.OpenAI, demo_stack, model: str) -> None:
+    raw = oai.responses.with_raw_response.create(model=model, stream=True, input="meter this stream")
+    events = list(raw.parse())
+    usage = events[-1].response.usage
+    row = metered_row(demo_stack, raw.headers["x-modelyard-task-id"])
+    assert row[:5] == (model, raw.headers["x-modelyard-cluster"], 200, usage.input_tokens, usage.output_tokens)
+    assert usage.input_tokens > 0 and usage.output_tokens > 0
