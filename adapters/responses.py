@@ -392,13 +392,15 @@ def _status(reason: FinishReason) -> str:
 def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     status = _status(resp.finish_reason)
     item_status = "incomplete" if status == "incomplete" else "completed"
+    # One random draw per response; item ids add their output index (unique, and cheap).
+    base = uuid.uuid4().hex
     output: list[dict] = []
     if resp.content or not resp.tool_calls:
-        output.append(_message_item("msg_" + uuid.uuid4().hex, resp.content, item_status))
+        output.append(_message_item(f"msg_{base}_0", resp.content, item_status))
     for tc in resp.tool_calls:
-        output.append(_call_item("fc_" + uuid.uuid4().hex, tc, item_status))
+        output.append(_call_item(f"fc_{base}_{len(output)}", tc, item_status))
     error = "the model stopped with an error" if status == "failed" else None
-    return orjson.dumps(_response_object("resp_" + uuid.uuid4().hex, int(time.time()), model, output, status,
+    return orjson.dumps(_response_object("resp_" + base, int(time.time()), model, output, status,
                                          resp.finish_reason, resp.usage, request, error))
 
 
@@ -525,13 +527,14 @@ class StreamEncoder:
     interleaved (parallel) argument deltas still land before their item's `done` events.
     """
 
-    __slots__ = ("_model", "_request", "_id", "_created", "_seq", "_started", "_done", "_output",
+    __slots__ = ("_model", "_request", "_base", "_id", "_created", "_seq", "_started", "_done", "_output",
                  "_text_index", "_text_id", "_text", "_calls", "_in", "_out", "_reason")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._model = model
         self._request = request
-        self._id = "resp_" + uuid.uuid4().hex
+        self._base = uuid.uuid4().hex  # one random draw per stream; item ids add their output index
+        self._id = "resp_" + self._base
         self._created = int(time.time())
         self._seq = 0
         self._started = False
@@ -567,7 +570,8 @@ class StreamEncoder:
 
     def _text_delta(self, text: str, parts: list[bytes]) -> None:
         if self._text_index is None:
-            self._text_index, self._text_id, self._text = self._slot(), "msg_" + uuid.uuid4().hex, []
+            self._text_index, self._text = self._slot(), []
+            self._text_id = f"msg_{self._base}_{self._text_index}"
             item = _message_item(self._text_id, "", "in_progress")
             item["content"] = []
             self._emit(parts, "response.output_item.added", {"output_index": self._text_index, "item": item})
@@ -629,7 +633,8 @@ class StreamEncoder:
                     self._text_delta(ev.text, parts)
             elif isinstance(ev, ToolCallStart):
                 self._close_text(parts, "completed")
-                c = _OpenCall(self._slot(), "fc_" + uuid.uuid4().hex, ev.id, ev.name)
+                slot = self._slot()
+                c = _OpenCall(slot, f"fc_{self._base}_{slot}", ev.id, ev.name)
                 self._calls[ev.index] = c
                 item = _call_item(c.item_id, ToolCall(ev.id, ev.name, ""), "in_progress")
                 self._emit(parts, "response.output_item.added", {"output_index": c.output_index, "item": item})
