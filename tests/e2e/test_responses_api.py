@@ -11,6 +11,7 @@ import urllib.request
 import openai
 import pytest
 
+from devstack.demo.faults import CUT, FAIL
 from tests.conftest import DEMO_KEY
 from tests.e2e.metered import metered_row
 
@@ -131,3 +132,23 @@ def test_streamed_response_is_metered_from_its_usage(oai: openai.OpenAI, demo_st
     row = metered_row(demo_stack, raw.headers["x-modelyard-task-id"])
     assert row[:5] == (model, raw.headers["x-modelyard-cluster"], 200, usage.input_tokens, usage.output_tokens)
     assert usage.input_tokens > 0 and usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_upstream_failure_is_a_502_in_openai_shape(oai: openai.OpenAI, model: str) -> None:
+    with pytest.raises(openai.APIStatusError) as e:
+        oai.responses.create(model=model, input=f"please {FAIL}")
+    assert e.value.status_code == 502
+    assert isinstance(e.value.body, dict) and e.value.body["type"] == "server_error"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_cut_stream_ends_with_response_failed(oai: openai.OpenAI, model: str) -> None:
+    events = list(oai.responses.create(model=model, stream=True, input=f"words then {CUT} and more words"))
+    assert events[0].type == "response.created"
+    assert events[-1].type == "response.failed" and events[-1].response.status == "failed"
+    assert events[-1].response.error is not None and events[-1].response.error.message
+    # What did stream is closed properly before the failure is told.
+    added = [e.item.id for e in events if e.type == "response.output_item.added"]
+    done = [e.item.id for e in events if e.type == "response.output_item.done"]
+    assert added and added == done
