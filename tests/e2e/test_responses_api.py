@@ -51,6 +51,7 @@ def test_responses_plain(oai: openai.OpenAI, demo_stack, model: str) -> None:
     assert resp.usage is not None and resp.usage.input_tokens > 0 and resp.usage.output_tokens > 0
     assert resp.usage.total_tokens == resp.usage.input_tokens + resp.usage.output_tokens
     assert raw.headers["x-modelyard-model"] == model
+    assert resp.instructions == "be brief" and resp.tools == [] and resp.store is False
     # Metered like chat: the upstream's reported usage lands in the token counters.
     assert _tokens_metered(demo_stack, model) - before == resp.usage.total_tokens
 
@@ -86,6 +87,7 @@ def test_responses_stream_helper_accumulates(oai: openai.OpenAI, model: str) -> 
 def test_responses_tool_round_trip(oai: openai.OpenAI, model: str) -> None:
     first = oai.responses.create(model=model, tools=[WEATHER_TOOL], input="what is the weather in Paris")
     calls = [o for o in first.output if o.type == "function_call"]
+    assert [t.name for t in first.tools] == ["get_weather"]  # the whole answer echoes the request's tools
     assert len(calls) == 1 and calls[0].name == "get_weather"
     assert json.loads(calls[0].arguments) == {"city": "Paris"}
     history: list = [{"role": "user", "content": "what is the weather in Paris"},
