@@ -24,7 +24,7 @@ from modelyard.errors import ClientError, UpstreamError
 
 __all__ = [
     "OPENAI_PATH", "EMBEDDING_PROTOCOLS", "EmbeddingRequest", "EmbeddingResponse", "EmbeddingRoute", "match_path", "estimate_tokens",
-    "parse_openai_request", "render_openai_request", "parse_openai_response", "render_openai_response",
+    "parse_openai_request", "openai_target", "render_openai_request", "parse_openai_response", "render_openai_response",
     "parse_gemini_request", "render_gemini_request", "parse_gemini_response", "render_gemini_response",
     "parse_request", "render_request", "parse_response", "render_response", "openai_usage",
 ]
@@ -115,15 +115,21 @@ def parse_openai_request(body: bytes) -> EmbeddingRequest:
     return EmbeddingRequest(model, inputs, fmt, opt_int(obj, "dimensions", "body"), single=single)
 
 
+def openai_target(credential: str | None) -> tuple[str, dict[str, str]]:
+    """Path and headers of an OpenAI embeddings request (a passthrough keeps the client's body)."""
+    headers = {"content-type": "application/json"}
+    if credential:
+        headers["authorization"] = "Bearer " + credential
+    return OPENAI_PATH, headers
+
+
 def render_openai_request(req: EmbeddingRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
     body: dict = {"model": upstream_model, "input": req.inputs[0] if req.single else list(req.inputs),
                   "encoding_format": "base64"}  # 4 bytes a value, and decoding is a frombuffer
     if req.dimensions is not None:
         body["dimensions"] = req.dimensions
-    headers = {"content-type": "application/json"}
-    if credential:
-        headers["authorization"] = "Bearer " + credential
-    return UpstreamRequest(OPENAI_PATH, headers, orjson.dumps(body))
+    path, headers = openai_target(credential)
+    return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
 def _matrix(rows: list, where: str) -> np.ndarray:

@@ -17,7 +17,7 @@ import orjson
 
 from adapters import embeddings, upstream_errors
 from adapters.embeddings import EmbeddingRequest, EmbeddingRoute, Shape
-from adapters.internal import Usage
+from adapters.internal import UpstreamRequest, Usage
 from adapters.upstream_errors import log_excerpt
 from extproc import messages as msg
 from extproc.choice import Choice
@@ -71,14 +71,10 @@ class EmbeddingFlow:
                                                                          embeddings.estimate_tokens(req))
         dep = choice.deployment
         self.upstream = dep.protocol
-        upstream_model = dep.upstream_model or choice.model.name
-        rendered = embeddings.render_request(dep.protocol, req, upstream_model=upstream_model,
-                                             credential=dep.credential())
+        render = functools.partial(self._upstream_request, body, req, dep.upstream_model or choice.model.name,
+                                   dep.credential())
+        rendered = render() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(render)
         out = rendered.body
-        if self.passthrough:  # the client's own bytes, only the model swapped
-            data = orjson.loads(body)
-            data["model"] = upstream_model
-            out = orjson.dumps(data)
         headers = list(rendered.headers.items())
         headers += [(":path", rendered.path), ("content-length", str(len(out))), (CLUSTER_HEADER, dep.cluster),
                     (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
@@ -86,6 +82,15 @@ class EmbeddingFlow:
         ctx.response_headers += choice.response_headers()
         remove = [h for h in _STRIP_UPSTREAM if h not in rendered.headers]
         return msg.request_body(headers, remove, body=out, clear_route_cache=True)
+
+    def _upstream_request(self, body: bytes, req: EmbeddingRequest, upstream_model: str,
+                          credential: str | None) -> UpstreamRequest:
+        if not self.passthrough:
+            return embeddings.render_request(self.upstream, req, upstream_model=upstream_model, credential=credential)
+        data = orjson.loads(body)  # the client's own bytes, only the model swapped
+        data["model"] = upstream_model
+        path, headers = embeddings.openai_target(credential)
+        return UpstreamRequest(path, headers, orjson.dumps(data))
 
     # -- response --------------------------------------------------------------------------
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
