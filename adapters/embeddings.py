@@ -23,7 +23,7 @@ from adapters.limits import check_count
 from modelyard.errors import ClientError, UpstreamError
 
 __all__ = [
-    "OPENAI_PATH", "EMBEDDING_PROTOCOLS", "EmbeddingRequest", "EmbeddingResponse", "EmbeddingRoute", "match_path", "estimate_tokens",
+    "OPENAI_PATH", "EMBEDDING_PROTOCOLS", "EmbeddingRequest", "EmbeddingResponse", "EmbeddingRoute", "match_path", "estimate_tokens", "longest_input_tokens",
     "parse_openai_request", "openai_target", "render_openai_request", "parse_openai_response", "render_openai_response",
     "parse_gemini_request", "render_gemini_request", "parse_gemini_response", "render_gemini_response",
     "parse_request", "render_request", "parse_response", "render_response", "openai_usage",
@@ -86,6 +86,11 @@ def match_path(method: str, path: str) -> EmbeddingRoute | None:
 def estimate_tokens(req: EmbeddingRequest) -> int:
     """A rate-limit and metering estimate when the upstream reports none: chars / 4, 1 per input at least."""
     return sum(max(1, len(s) // 4) for s in req.inputs)
+
+
+def longest_input_tokens(req: EmbeddingRequest) -> int:
+    """The longest input's estimate: what a model's context window must hold (inputs embed one by one)."""
+    return max(max(1, len(s) // 4) for s in req.inputs)
 
 
 # ---- OpenAI --------------------------------------------------------------------------------

@@ -82,13 +82,14 @@ class Dispatcher:
         await self.admit(ctx, choice, prompt_tokens + (req.max_tokens or DEFAULT_OUTPUT_TOKENS))
         return choice
 
-    async def choose_embedding(self, ctx: RequestContext, model: str, est_tokens: int) -> Choice:
-        """Route (task type `embedding`) and admit an embeddings request: input tokens, no output."""
+    async def choose_embedding(self, ctx: RequestContext, model: str, est_tokens: int, longest_input: int) -> Choice:
+        """Route (task type `embedding`) and admit an embeddings request: input tokens, no output.
+        Each input is embedded on its own, so the context window is checked against the longest."""
         assert ctx.tenant is not None
         choice = self.choose(RouteRequest(
             model=model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
             want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast",
-            est_prompt_tokens=est_tokens, est_output_tokens=0, task_type="embedding", task_id=ctx.task_id))
+            est_prompt_tokens=longest_input, est_output_tokens=0, task_type="embedding", task_id=ctx.task_id))
         choice.est_prompt_tokens = est_tokens
         await self.admit(ctx, choice, est_tokens)
         return choice

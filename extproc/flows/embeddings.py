@@ -67,8 +67,8 @@ class EmbeddingFlow:
         parse = functools.partial(embeddings.parse_request, self.shape, body, path_model=ctx.path_model)
         req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
         self.request = req
-        self.choice = choice = await self.gw.dispatcher.choose_embedding(ctx, req.model,
-                                                                         embeddings.estimate_tokens(req))
+        self.choice = choice = await self.gw.dispatcher.choose_embedding(
+            ctx, req.model, embeddings.estimate_tokens(req), embeddings.longest_input_tokens(req))
         dep = choice.deployment
         self.upstream = dep.protocol
         render = functools.partial(self._upstream_request, body, req, dep.upstream_model or choice.model.name,

@@ -207,3 +207,13 @@ def test_a_count_mismatch_is_the_upstreams_fault() -> None:
 def test_openai_usage_for_a_passthrough() -> None:
     assert embeddings.openai_usage(b'{"data": [], "usage": {"prompt_tokens": 12}}') == 12
     assert embeddings.openai_usage(b'{"data": []}') is None and embeddings.openai_usage(b"nope") is None
+
+
+@pytest.mark.parametrize(("inputs", "total", "longest"), [
+    (("a",), 1, 1),
+    (("abcdefgh", "x"), 3, 2),
+    (("w" * 400, "w" * 40, ""), 111, 100),
+])
+def test_token_estimates(inputs: tuple[str, ...], total: int, longest: int) -> None:
+    req = EmbeddingRequest("e", inputs)
+    assert embeddings.estimate_tokens(req) == total and embeddings.longest_input_tokens(req) == longest

@@ -148,3 +148,19 @@ def test_metering_row(oai: openai.OpenAI, demo_stack, model: str) -> None:
     row = metered_row(demo_stack, raw.headers["x-modelyard-task-id"])
     assert row[:5] == (model, MODELS[model], 200, out.usage.prompt_tokens, 0)
     assert row[5] == pytest.approx(out.usage.prompt_tokens / 1000 * cost)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_large_request_parsed_off_the_event_loop(oai: openai.OpenAI, model: str) -> None:
+    """Past 64 KB the body is parsed and rendered in a worker thread; the answer is the same."""
+    texts = [f"document {i}: " + "lorem ipsum dolor sit amet " * 12 for i in range(300)]
+    assert sum(map(len, texts)) > 64 * 1024
+    out = oai.embeddings.create(model=model, input=texts)
+    assert np.array_equal(np.array([d.embedding for d in out.data], np.float32), _expected(texts))
+
+
+def test_an_input_past_the_context_window_is_a_400(oai: openai.OpenAI) -> None:
+    """demo-embed-gemini holds 2048 tokens per input: one input of ~2500 is refused before it goes up."""
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.embeddings.create(model="demo-embed-gemini", input=["short", "word " * 2000])
+    assert "context window" in str(e.value.body)
