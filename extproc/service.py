@@ -78,6 +78,13 @@ def _embeddings(method: str, path: str) -> Route | None:
     return Route("openai" if found.shape == "openai" else "gemini", path_model=found.model, flow=flow)
 
 
+def _stored_responses(method: str, path: str) -> Route | None:
+    # /v1/responses/{id}[/input_items|/cancel]: the Responses API's stored-state endpoints.
+    if path.startswith("/v1/responses/") and len(path) > len("/v1/responses/"):
+        return Route("responses", answer=local.stored_response)
+    return None
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -87,7 +94,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _kserve, _embeddings, _chat],
+    return RouteTable([_openai_models, _kserve, _embeddings, _stored_responses, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 

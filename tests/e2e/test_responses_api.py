@@ -154,3 +154,11 @@ def test_cut_stream_ends_with_response_failed(oai: openai.OpenAI, model: str) ->
     added = [e.item.id for e in events if e.type == "response.output_item.added"]
     done = [e.item.id for e in events if e.type == "response.output_item.done"]
     assert added and added == done
+
+
+def test_stored_state_endpoints_say_nothing_is_stored(oai: openai.OpenAI) -> None:
+    for call in (lambda: oai.responses.retrieve("resp_123"), lambda: oai.responses.delete("resp_123"),
+                 lambda: oai.responses.input_items.list("resp_123")):
+        with pytest.raises(openai.NotFoundError) as e:
+            call()
+        assert isinstance(e.value.body, dict) and "does not store responses" in e.value.body["message"]
