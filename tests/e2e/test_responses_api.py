@@ -162,3 +162,14 @@ def test_stored_state_endpoints_say_nothing_is_stored(oai: openai.OpenAI) -> Non
         with pytest.raises(openai.NotFoundError) as e:
             call()
         assert isinstance(e.value.body, dict) and "does not store responses" in e.value.body["message"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_stream_helper_accumulates_function_calls(oai: openai.OpenAI, model: str) -> None:
+    """The SDK's stream state machine builds the same function call from our events as the whole answer has."""
+    with oai.responses.stream(model=model, tools=[WEATHER_TOOL], input="weather in Lima") as stream:
+        arg_deltas = [e.delta for e in stream if e.type == "response.function_call_arguments.delta"]
+        final = stream.get_final_response()
+    call = next(o for o in final.output if o.type == "function_call")
+    assert call.name == "get_weather" and call.arguments == "".join(arg_deltas)
+    assert json.loads(call.arguments) == {"city": "Lima"} and final.status == "completed"
