@@ -136,7 +136,8 @@ def test_rate_limited_like_chat(demo_stack) -> None:
         except openai.RateLimitError as e:
             statuses.append(e.status_code)
             assert e.response.headers.get("retry-after")
-    assert 200 in statuses and 429 in statuses
+    # Another test may have drained the shared bucket just before: only the refusal is certain.
+    assert 429 in statuses and set(statuses) <= {200, 429}
 
 
 

@@ -173,3 +173,16 @@ def test_stream_helper_accumulates_function_calls(oai: openai.OpenAI, model: str
     call = next(o for o in final.output if o.type == "function_call")
     assert call.name == "get_weather" and call.arguments == "".join(arg_deltas)
     assert json.loads(call.arguments) == {"city": "Lima"} and final.status == "completed"
+
+
+def test_rate_limited_in_openai_shape(demo_stack) -> None:
+    """demo-limited's bucket holds 3 requests and refills 1/s: a burst of 6 meets a 429."""
+    limited = openai.OpenAI(base_url=f"{demo_stack.url}/v1", api_key="sk-modelyard-demo-limited", max_retries=0)
+    refused = []
+    for _ in range(6):
+        try:
+            limited.responses.create(model="demo-gpt", input="burst")
+        except openai.RateLimitError as e:
+            refused.append(e)
+    assert refused and refused[0].response.headers.get("retry-after")
+    assert isinstance(refused[0].body, dict) and refused[0].body["code"] == "rate_limit_exceeded"
