@@ -110,8 +110,10 @@ from envoy_data_plane.google.protobuf import Any as AnyMsg
 from google.protobuf import json_format
 
 from controlplane.access_log import access_log
+from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
 from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
 from controlplane.overload import overload_manager
+from controlplane.stats_listener import admin_cluster, stats_listener
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 from extproc.config import Deployment, GatewayConfig
 from extproc.headers import (
@@ -162,8 +164,9 @@ def _retry_budget() -> CircuitBreakers:
 
 
 def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: TlsSettings | None, env: EnvironmentConfig,
-             outlier: bool) -> Cluster:
+             outlier: bool, dep: Deployment | None = None) -> Cluster:
     hosts = [_split(e) for e in endpoints]
+    weights = [endpoint_weight(dep, e) if dep else None for e in endpoints]
     static = all(_is_ip(h) for h, _ in hosts)
     cluster = Cluster(
         name=name,
@@ -175,7 +178,8 @@ def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: TlsSettings | No
         load_assignment=ClusterLoadAssignment(
             cluster_name=name,
             endpoints=[LocalityLbEndpoints(lb_endpoints=[
-                LbEndpoint(endpoint=Endpoint(address=_socket(h, p))) for h, p in hosts
+                LbEndpoint(endpoint=Endpoint(address=_socket(h, p)), load_balancing_weight=w)
+                for (h, p), w in zip(hosts, weights, strict=True)
             ])],
         ),
     )
@@ -190,6 +194,8 @@ def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: TlsSettings | No
     if outlier:
         # Eject an endpoint that keeps failing so retries land on a healthy one.
         cluster.outlier_detection = OutlierDetection(consecutive_5xx=5, base_ejection_time=_secs(10))
+    if dep is not None:
+        apply_balancing(cluster, dep)
     return cluster
 
 
@@ -222,7 +228,7 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     out = []
     for name, dep in cfg.clusters().items():
         out.append(_cluster(name, dep.endpoints, h2=dep.protocol in H2_PROTOCOLS, tls=_deployment_tls(name, dep),
-                            env=env, outlier=True))
+                            env=env, outlier=True, dep=dep))
     for from_protocol, target in translation_hops(cfg):
         name = xlate_name(from_protocol, target)
         out.append(Cluster(
@@ -299,7 +305,7 @@ def _rate_limit_filter(rls: RateLimitServiceSettings) -> HttpFilter:
     return HttpFilter(name="envoy.filters.http.ratelimit", typed_config=AnyMsg.pack(f))
 
 
-def _routes(env: EnvironmentConfig) -> RouteConfiguration:
+def _routes(cfg: GatewayConfig, env: EnvironmentConfig) -> RouteConfiguration:
     action = RouteAction(
         cluster_header=CLUSTER_HEADER,
         # Hosted APIs route on Host: send the upstream's own name, not the gateway's.
@@ -318,6 +324,7 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
                 typed_config=AnyMsg.pack(PreviousHostsPredicate()))],
             host_selection_retry_max_attempts=3,
         ),
+        hash_policy=hash_policies(cfg),
     )
     if env.rate_limit_service:
         # Descriptors the extproc stamps on the request: tenant and chosen cluster.
@@ -350,14 +357,14 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
     )
 
 
-def _hop_listener(from_protocol: str, target: str, env: EnvironmentConfig) -> Listener:
+def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: EnvironmentConfig) -> Listener:
     """An internal listener: a failover retry arrives in `from_protocol`; its ext_proc stream
     re-renders it for `target` and translates the answer back; the route goes to `target`."""
     name = xlate_name(from_protocol, target)
     route = RouteConfiguration(name=name, virtual_hosts=[VirtualHost(name=name, domains=["*"], routes=[Route(
         match=RouteMatch(prefix="/"),
         route=RouteAction(cluster=target, auto_host_rewrite=True, timeout=_secs(env.timeouts.route_s),
-                          idle_timeout=_secs(env.timeouts.stream_idle_s)))])])
+                          idle_timeout=_secs(env.timeouts.stream_idle_s), hash_policy=hash_policies(cfg)))])])
     hcm = HttpConnectionManager(
         stat_prefix=name,
         route_config=route,
@@ -380,7 +387,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     edge = env.edge
     hcm = HttpConnectionManager(
         stat_prefix="modelyard",
-        route_config=_routes(env),
+        route_config=_routes(cfg, env),
         http_filters=filters,
         stream_idle_timeout=_secs(env.timeouts.stream_idle_s),
         # Both stop once the response starts: slow senders are cut, long streams are not.
@@ -412,10 +419,13 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
                                                  consecutive_local_origin_failure=1, base_ejection_time=_secs(2),
                                                  max_ejection_percent=50, consecutive_5xx=1000)
     hops = translation_hops(cfg)
+    listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops)]
+    clusters = [extproc, *_upstream_clusters(cfg, env)]
+    if env.stats and env.admin:
+        listeners.append(stats_listener(env.stats))
+        clusters.append(admin_cluster(env.admin))
     boot = Bootstrap(
-        static_resources=BootstrapStaticResources(
-            listeners=[listener, *(_hop_listener(f, t, env) for f, t in hops)],
-            clusters=[extproc, *_upstream_clusters(cfg, env)]),
+        static_resources=BootstrapStaticResources(listeners=listeners, clusters=clusters),
         overload_manager=overload_manager(env.overload, env.edge))
     if hops:
         boot.bootstrap_extensions = [TypedExtensionConfig(

@@ -10,7 +10,7 @@ from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore, MeterRecord
-from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series
+from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series, tenant_token_series
 from ratelimit import Limiter
 
 
@@ -42,6 +42,9 @@ class Accountant:
             tin, tout = usage.input_tokens or 0, usage.output_tokens or 0
             tokens_in.inc(tin)
             tokens_out.inc(tout)
+            tenant_in, tenant_out = tenant_token_series(ctx.tenant_name)
+            tenant_in.inc(tin)
+            tenant_out.inc(tout)
         cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
         if cost:
             COST.labels(model.name, ctx.tenant_name).inc(cost)

@@ -7,8 +7,9 @@ imports none of them.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
@@ -16,8 +17,13 @@ from extproc import messages as msg
 from extproc.config import TenantConfig
 from extproc.headers import TASK_ID_HEADER
 
+if TYPE_CHECKING:  # only the composition root loads tracing, and only when it is configured
+    from extproc.telemetry.tracing import RequestTrace
+
 # The caller's protocol: its errors come back in this shape.
 ClientProtocol = Literal["openai", "anthropic", "gemini", "responses", "kserve"]
+# What `RequestContext.span` gives when tracing is off: one shared do-nothing context manager.
+_NO_SPAN: AbstractContextManager[Any] = nullcontext()
 
 
 @dataclass
@@ -36,6 +42,12 @@ class RequestContext:
     path_version: str | None = None
     stream_hint: bool = False
     response_headers: list[tuple[str, str]] = field(default_factory=list)
+    trace: RequestTrace | None = None  # set only when tracing is on (extproc.telemetry.tracing)
+
+    def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
+        """A child span around a step when tracing is on (it yields the span); else a shared no-op
+        (it yields None)."""
+        return _NO_SPAN if self.trace is None or not self.trace.recording else self.trace.child(name, attributes)
 
     def task_headers(self) -> list[tuple[str, str]]:
         return [(TASK_ID_HEADER, self.task_id), *self.response_headers]

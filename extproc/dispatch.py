@@ -24,6 +24,7 @@ log = logging.getLogger("modelyard.dispatch")
 _FAIL_OPEN_WHY: dict[FailOpen, str] = {
     "cooldown": "every deployment is cooling down; serving from them rather than refusing the model",
     "watermarks": "no deployment has a fresh watermark reading; routing as if unmonitored",
+    "warming": "every deployment is still warming up; serving from them rather than refusing the model",
 }
 
 # The rate-limit charge when a request does not say how many tokens it may produce.
@@ -68,10 +69,19 @@ class Dispatcher:
             FAIL_OPEN_ACTIVE.labels(check).dec()
             log.warning("routing for %r no longer fails open (%s)", model, check)
 
+    def choose_for(self, ctx: RequestContext, route: RouteRequest) -> Choice:
+        """`choose`, inside the request's routing span when tracing is on."""
+        with ctx.span("routing"):
+            choice = self.choose(route)
+        if ctx.trace is not None:
+            d = choice.deployment
+            ctx.trace.routed(route.model, choice.model.name, d.cluster, d.protocol, choice.channel, choice.strategy)
+        return choice
+
     async def choose_chat(self, ctx: RequestContext, req: ChatRequest) -> Choice:
         assert ctx.tenant is not None
         prompt_tokens = estimate_prompt_tokens(req)
-        choice = self.choose(RouteRequest(
+        choice = self.choose_for(ctx, RouteRequest(
             model=req.model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
             want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast",
             est_prompt_tokens=prompt_tokens, est_output_tokens=req.max_tokens,
@@ -98,9 +108,13 @@ class Dispatcher:
         """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""
         if self.limiter is None or ctx.tenant is None or self.limiter.config.enforce != "extproc":
             return
-        decision = await self.limiter.acquire(
-            RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel),
-            est_tokens)
+        with ctx.span("admission") as span:
+            decision = await self.limiter.acquire(
+                RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel),
+                est_tokens)
+            if span is not None:
+                span.set_attributes({"modelyard.ratelimit.allowed": decision.allowed,
+                                     "modelyard.ratelimit.estimated_tokens": est_tokens})
         if not decision.allowed:
             if decision.too_large:
                 raise ClientError(f"request needs about {est_tokens} tokens, more than the limit allows "

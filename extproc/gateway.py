@@ -7,7 +7,9 @@ and whether it may go now), `accountant` (what happened after), `batcher` and `i
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from extproc.accounting import Accountant
 from extproc.auth import KeyRing
@@ -21,6 +23,9 @@ from extproc.telemetry.pollers import WatermarkBoard
 from kernels import Backend
 from ratelimit import Limiter
 
+if TYPE_CHECKING:  # tracing is an optional extra, loaded by the composition root when configured
+    from extproc.telemetry.tracing import Tracing
+
 
 @dataclass
 class Gateway:
@@ -32,17 +37,19 @@ class Gateway:
     batcher: Batcher | None = None
     image_backend: Backend | None = None  # CuPy on a GPU, else NumPy; picked at start
     watermarks: WatermarkBoard | None = None
+    tracing: Tracing | None = None  # None: tracing is off and no request gets a span
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
               watermarks: WatermarkBoard | None = None, batcher: Batcher | None = None,
-              image_backend: Backend | None = None, metering: MeteringStore | None = None) -> Gateway:
+              image_backend: Backend | None = None, metering: MeteringStore | None = None,
+              tracing: Tracing | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         return cls(config=config, keyring=KeyRing(config.tenants), catalog=Catalog(config),
                    dispatcher=Dispatcher(scheduler, limiter, watermarks),
                    accountant=Accountant(scheduler, limiter, metering),
-                   batcher=batcher, image_backend=image_backend, watermarks=watermarks)
+                   batcher=batcher, image_backend=image_backend, watermarks=watermarks, tracing=tracing)
 
     async def close(self) -> None:
         await self.accountant.close()
@@ -52,3 +59,5 @@ class Gateway:
             await self.dispatcher.limiter.close()
         if self.batcher is not None:
             await self.batcher.close()
+        if self.tracing is not None:  # flushes queued spans to the collector: off the event loop
+            await asyncio.to_thread(self.tracing.shutdown)

@@ -31,6 +31,7 @@ class Route:
     translatable: bool = False  # a chat request a translation hop may re-render for a peer
     answer: Answer | None = None
     flow: FlowFactory | None = None
+    operation: str = "chat"  # gen_ai.operation.name on the request's span (tracing)
 
 
 Matcher = Callable[[str, str], "Route | None"]

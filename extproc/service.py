@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from urllib.parse import unquote
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from adapters import embeddings, kserve
 from adapters.registry import detect_client_protocol
@@ -27,11 +28,15 @@ from extproc.server import ExtprocServer
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
+from extproc.telemetry.warmup import Warmer
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
 from ratelimit import status as ratelimit_status
 from ratelimit.rls import add_to_server
+
+if TYPE_CHECKING:  # an optional extra: imported below only when tracing is configured
+    from extproc.telemetry.tracing import Tracing
 
 log = logging.getLogger("modelyard.service")
 
@@ -61,9 +66,10 @@ def _kserve(method: str, path: str) -> Route | None:
     if k.kind == "model_metadata":
         return Route("kserve", path_model=k.model, path_version=k.version, answer=local.v2_model_metadata)
     if k.kind == "infer":
-        return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow)
+        return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow,
+                     operation=KServeInferFlow.task_type)
     if k.kind == "classify":
-        return Route("openai", flow=ClassifyFlow)
+        return Route("openai", flow=ClassifyFlow, operation=ClassifyFlow.task_type)
     return None  # model readiness is not answered yet
 
 
@@ -111,11 +117,33 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
-                         image_backend=backend, metering=metering)
+                         image_backend=backend, metering=metering, tracing=build_tracing(config))
+
+
+def build_tracing(config: GatewayConfig) -> Tracing | None:
+    """OpenTelemetry when `extproc.tracing` is set; None (and nothing of it imported) otherwise."""
+    settings = config.extproc.tracing
+    if settings is None:
+        return None
+    try:
+        from extproc.telemetry.tracing import Tracing
+    except ImportError:
+        raise ConfigError("extproc.tracing needs the tracing extra: pip install 'modelyard[tracing]'") from None
+    # The host only: a URL's user-info part could hold a collector credential.
+    where = urlsplit(settings.endpoint).netloc.rpartition("@")[2]
+    log.info("tracing: OTLP %s to %s (sampling %g)", settings.protocol, where, settings.sample_ratio)
+    return Tracing(settings)
+
+
+def reload(gateway: Gateway, warmer: Warmer, path: str | None) -> None:
+    """SIGHUP: re-read the rate limits, and warm the deployments again (their servers may have
+    been restarted along with the config)."""
+    reload_limits(gateway, path)
+    warmer.warm_all()
 
 
 def reload_limits(gateway: Gateway, path: str | None) -> None:
-    """SIGHUP: re-read the config file and apply its rate limits; buckets keep their level."""
+    """Re-read the config file and apply its rate limits; buckets keep their level."""
     limiter = gateway.dispatcher.limiter
     if limiter is None:
         return
@@ -135,13 +163,18 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     if limiter is not None:
         add_to_server(server.server, limiter)
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_limits, gateway, path)
+    warmer = Warmer(config, gateway.dispatcher.scheduler)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload, gateway, warmer, path)
     # Pollers run in the background; the first readings are in before traffic is accepted.
     if gateway.watermarks is not None:
         await gateway.watermarks.start(first_poll_timeout=2.0)
     if metrics and config.extproc.metrics_address:
         serve_metrics(config.extproc.metrics_address)
-    await server.serve_until_signal()
+    warmer.start()  # before serving: the first requests already see which deployments are warming
+    try:
+        await server.serve_until_signal()
+    finally:
+        await warmer.close()
 
 
 def warn_unverified_tls(config: GatewayConfig) -> None:

@@ -101,6 +101,8 @@ class Session:
 
     def _error(self, e: ModelyardError) -> msg.ProcessingResponse:
         protocol = self.ctx.protocol if self.ctx else "openai"
+        if self.ctx is not None and self.ctx.trace is not None:
+            self.ctx.trace.failed(e)
         ERRORS.labels(protocol, str(e.status)).inc()
         extra = self.ctx.task_headers() if self.ctx else []
         return error_response(protocol, e, extra)
@@ -119,6 +121,9 @@ class Session:
         route = self.routes.match(ctx.method, path)
         ctx.protocol = route.protocol
         ctx.path_model, ctx.path_version, ctx.stream_hint = route.path_model, route.path_version, route.stream
+        if self.gw.tracing is not None and (route.flow is not None or self.xlate is not None):
+            ctx.trace = self.gw.tracing.start_request(headers, protocol=route.protocol, operation=route.operation,
+                                                      hop=self.xlate)
         if self.xlate is not None:
             return self._translation_hop(ctx, route, self.xlate)
         if route.public and route.answer is not None:
@@ -150,6 +155,8 @@ class Session:
             STREAMS.dec()
             if self.flow is not None:
                 self.flow.close()
+            if self.ctx is not None and self.ctx.trace is not None:
+                self.ctx.trace.end()  # after the flow: its close may still meter the outcome
 
 
 def _passthrough(kind: str | None) -> msg.ProcessingResponse:

@@ -27,7 +27,7 @@ def _cmd_serve(a: argparse.Namespace) -> int:
 def _cmd_up(a: argparse.Namespace) -> int:
     from devstack.launcher import up
 
-    return up(a.config, a.env)
+    return up(a.config, a.env, run_dir=a.run_dir, admin_port=a.admin_port)
 
 
 def _cmd_envoy_render(a: argparse.Namespace) -> int:
@@ -56,6 +56,7 @@ def _cmd_hash_key(a: argparse.Namespace) -> int:
 # Subcommands owned by other modules get their arguments untouched (argparse would eat options).
 _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("agent",): ("gpuagent.agent", "main"),
+    ("probe",): ("modelyard.probe", "main"),
     ("demo",): ("devstack.demo.cli", "main"),
     ("route", "explain"): ("extproc.routing.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
@@ -80,8 +81,12 @@ def parser() -> argparse.ArgumentParser:
         return sp
 
     with_config(sub.add_parser("serve", help="run the ext_proc gRPC service")).set_defaults(func=_cmd_serve)
-    up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the demo upstreams"))
-    up.add_argument("--env", default="dev")
+    up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the declared demo upstreams"))
+    up.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")
+    up.add_argument("--run-dir", default=None,
+                    help="logs and rendered config (default: devstack.run_dir under the config file's directory)")
+    up.add_argument("--admin-port", type=int, default=None,
+                    help="Envoy's admin port, 0 for a free one (default: devstack.admin_port, else the environment's)")
     up.set_defaults(func=_cmd_up)
 
     envoy = sub.add_parser("envoy", help="Envoy configuration").add_subparsers(dest="envoy_cmd", required=True)
@@ -96,6 +101,7 @@ def parser() -> argparse.ArgumentParser:
 
     # Listed for --help only: main() hands these to their modules before argparse runs.
     sub.add_parser("agent", help="GPU watermark agent (NVML); see `modelyard agent --help`")
+    sub.add_parser("probe", help="container health check: `probe grpc|http|tcp TARGET`, exit 0 when healthy")
     sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
     sub.add_parser("route", help="`route explain`: every candidate for a sample request")
     sub.add_parser("ratelimit", help="`ratelimit tune`: limits from recorded traffic; `ratelimit status`: live buckets")

@@ -40,7 +40,12 @@ def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, 
 
 
 def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: bool = True):
-    """A `Stack` (not yet started) for a test's own config; use it as a context manager."""
+    """A `Stack` (not yet started) for a test's own config; use it as a context manager. With
+    `demos`, every cluster the test named demo-* is declared a demo upstream (a test convention:
+    `modelyard up` itself launches only what `devstack.demo_upstreams` lists)."""
+    clusters = [d["cluster"] for m in data["models"] for d in m["deployments"]]
+    data.setdefault("devstack", {})["demo_upstreams"] = [c for c in dict.fromkeys(clusters)
+                                                         if demos and c.startswith("demo-")]
     from controlplane.environments import EnvironmentConfig
     from devstack.launcher import Stack
     from extproc.config import parse_config

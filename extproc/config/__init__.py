@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from extproc.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
 from extproc.config.routing import RoutingSettings
 from extproc.config.service_levels import Channel, Tier
 from modelyard.errors import ConfigError
@@ -36,6 +37,21 @@ class ListenerConfig(_Model):
     port: int = Field(10000, ge=1, le=65535)
 
 
+class TracingConfig(_Model):
+    """OpenTelemetry spans over OTLP (docs/operations.md). A collector's credentials come from
+    OTEL_EXPORTER_OTLP_HEADERS in the environment, never from this file."""
+
+    # http/protobuf: the full URL (…/v1/traces); grpc: http://host:port (plaintext) or https://host:port.
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    service_name: str = "modelyard"
+    # Of the traces that start here; a caller's sampled flag in `traceparent` is followed as sent.
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    # The batch exporter's period: spans leave in a background thread, never on the event loop.
+    export_delay_ms: int = Field(2000, ge=10, le=60_000)
+    export_timeout_s: float = Field(10.0, gt=0)
+
+
 class ExtprocConfig(_Model):
     address: str = "127.0.0.1:50051"
     metrics_address: str = "127.0.0.1:9464"
@@ -44,6 +60,8 @@ class ExtprocConfig(_Model):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     drain_seconds: float = Field(10.0, ge=0)
     metering_db: str | None = None
+    # OpenTelemetry tracing; absent (the default) means off, with nothing of OpenTelemetry loaded.
+    tracing: TracingConfig | None = None
 
 
 class Capabilities(_Model):
@@ -109,6 +127,10 @@ class Deployment(_Model):
     endpoints: list[str] = Field(min_length=1)
     # The model name the upstream knows; defaults to the gateway's model name.
     upstream_model: str | None = None
+    # OpenAI deployments: the output-token cap's field in a translated request. OpenAI documents
+    # max_completion_tokens (its reasoning models refuse max_tokens); older OpenAI-compatible
+    # servers know only max_tokens.
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     api_key_env: str | None = None
     api_key_file: str | None = None
     timeout_ms: int = Field(60_000, ge=1)
@@ -120,6 +142,9 @@ class Deployment(_Model):
     tls_client_key_file: str | None = None
     tls_insecure_skip_verify: bool = False
     watermark: WatermarkSource | None = None
+    lb: LoadBalancing = LoadBalancing()
+    health_check: HealthCheckConfig | None = None
+    warmup: WarmupConfig | None = None
 
     @field_validator("endpoints")
     @classmethod
@@ -139,6 +164,11 @@ class Deployment(_Model):
             raise ValueError("tls_client_cert_file and tls_client_key_file go together (both or neither)")
         if self.tls_insecure_skip_verify and self.tls_ca_file:
             raise ValueError("tls_insecure_skip_verify and tls_ca_file contradict each other: pick one")
+        if self.health_check and (self.health_check.grpc_service is not None) != (self.protocol == "kserve-grpc"):
+            raise ValueError("health_check: a kserve-grpc deployment is checked with grpc_service, any other "
+                             "with http_path")
+        if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
+            raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
         return self
 
     def credential(self) -> str | None:
@@ -204,6 +234,19 @@ class TenantConfig(_Model):
         return "*" in self.allowed_models or model in self.allowed_models
 
 
+class DevStackConfig(_Model):
+    """What `modelyard up` starts and where it writes (docs/operations.md); the extproc ignores it."""
+
+    # Clusters that `up` serves with demo servers of its own (and a fake GPU agent for a watermark
+    # URL on this host); every other cluster is yours to run. No name implies it.
+    demo_upstreams: list[str] = Field(default_factory=list)
+    # Logs, the rendered Envoy config and its admin address; a relative path is under the config
+    # file's directory (`up --run-dir` overrides it).
+    run_dir: str = "run"
+    # Envoy's admin port; None keeps the environment file's, 0 takes a free one (`up --admin-port`).
+    admin_port: int | None = Field(None, ge=0, le=65535)
+
+
 class GatewayConfig(_Model):
     listener: ListenerConfig = ListenerConfig()
     extproc: ExtprocConfig = ExtprocConfig()
@@ -212,6 +255,7 @@ class GatewayConfig(_Model):
     # Feature sections: models owned by their own modules (routing, ratelimit), parsed here once.
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    devstack: DevStackConfig = Field(default_factory=DevStackConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> "GatewayConfig":

@@ -120,6 +120,15 @@ def cooldown(entries: list[Entry], stats: Mapping[str, ClusterStats], now: float
     return out
 
 
+def warming(entries: list[Entry], warming_clusters: Container[str], rejected: Rejected) -> list[Entry]:
+    out = [e for e in entries if e.cluster not in warming_clusters]
+    if len(out) < len(entries):
+        for e in entries:
+            if e.cluster in warming_clusters:
+                rejected.append((e, Rejection(e.name, e.cluster, "warming up", "warming")))
+    return out
+
+
 def missing_reading(
     entries: list[Entry], watermarks: Mapping[str, Reading], rejected: Rejected
 ) -> list[tuple[Entry, Reading | None]]:

@@ -42,6 +42,8 @@ class Scheduler:
         self._entries: dict[str, tuple[Entry, ...]] = {m.name: entries_of(m) for m in config.models}
         self._groups = groups_of(config.models)
         self._shapes: dict[_Shape, tuple[tuple[Entry, ...], tuple[Rejection, ...]]] = {}
+        # Deployments whose warm-up request has not answered yet (extproc/telemetry/warmup.py).
+        self.warming: set[str] = set()
         self._resolved: dict[tuple[str, str], tuple[list[str], tuple[str, ...]]] = {}
 
     # -- public -------------------------------------------------------------------------------
@@ -142,6 +144,14 @@ class Scheduler:
             entries = cooled
         else:  # every deployment cooling down: serve from them rather than refuse the model outright
             fail_open.append("cooldown")
+        if self.warming:
+            cold: filters.Rejected = []
+            warm = filters.warming(entries, self.warming, cold)
+            if warm or not entries:
+                dropped += cold
+                entries = warm
+            else:  # every deployment warming up: a slow first answer beats a refusal
+                fail_open.append("warming")
         dark: filters.Rejected = []
         present = filters.missing_reading(entries, watermarks, dark)
         fresh = filters.stale_reading(present, now, s.watermarks.stale_after_s, dark)

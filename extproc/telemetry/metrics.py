@@ -64,3 +64,24 @@ FAIL_OPEN = Counter("modelyard_routing_fail_open_total",
                     "(cooldown: all cooling down; watermarks: no fresh reading anywhere)", ["check"])
 FAIL_OPEN_ACTIVE = Gauge("modelyard_routing_fail_open_models",
                          "Models whose last routing decision set this check aside", ["check"])
+
+# Warm-up (extproc/telemetry/warmup.py).
+WARMING = Gauge("modelyard_deployment_warming", "1 while a deployment's warm-up request has not answered", ["cluster"])
+WARMUPS = Counter("modelyard_warmups_total", "Warm-ups by how they ended: ok, timeout (routed to anyway), cancelled",
+                  ["cluster", "outcome"])
+
+# Watermark freshness per monitored cluster (extproc/telemetry/pollers.py): alerts see a silent agent.
+WATERMARK_READ_AT = Gauge("modelyard_watermark_last_reading_timestamp_seconds",
+                          "Unix time of the last good watermark reading", ["cluster"])
+WATERMARK_POLL_ERRORS = Counter("modelyard_watermark_poll_errors_total",
+                                "Watermark polls that failed (unreachable, HTTP error, unreadable body)", ["cluster"])
+
+# Tokens by tenant: what a tenant consumed across models (modelyard_tokens_total is per model and cluster).
+TENANT_TOKENS = Counter("modelyard_tenant_tokens_total", "LLM tokens metered from upstream usage, per tenant",
+                        ["tenant", "direction"])
+
+
+@lru_cache(maxsize=4096)
+def tenant_token_series(tenant: str) -> tuple[Counter, Counter]:
+    """(input, output) label children per tenant, cached like model_series."""
+    return TENANT_TOKENS.labels(tenant, "input"), TENANT_TOKENS.labels(tenant, "output")
