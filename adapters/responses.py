@@ -16,6 +16,7 @@ import uuid
 import orjson
 
 from adapters import openai
+from adapters.call_ids import plain_id, split_signature, with_signature
 from adapters.fields import (
     as_object,
     bad_upstream,
@@ -33,9 +34,12 @@ from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    DocumentPart,
     FinishReason,
     ImagePart,
     Message,
+    RenderOptions,
+    ResponseFormat,
     StreamEnd,
     StreamError,
     StreamEvent,
@@ -102,6 +106,22 @@ def _image(p: dict, where: str) -> ImagePart:
     return ImagePart(url=url)
 
 
+def _file(p: dict, where: str) -> DocumentPart:
+    if p.get("file_id") is not None:
+        raise ClientError(f"{where}.file_id: uploaded files live at OpenAI; send file_data to route anywhere")
+    url = p.get("file_data")
+    if type(url) is str:
+        head, sep, data = url.partition(",")
+        if not head.startswith("data:") or not sep or ";base64" not in head:
+            raise ClientError(f"{where}.file_data must be a base64 data URL")
+        return DocumentPart(head[5:].split(";", 1)[0] or "application/pdf", data=data,
+                            name=opt_str(p, "filename", where))
+    link = p.get("file_url")
+    if type(link) is str and link.split("?", 1)[0].lower().endswith(".pdf"):
+        return DocumentPart("application/pdf", url=link, name=opt_str(p, "filename", where))
+    raise ClientError(f"{where}: input_file needs file_data (a base64 data URL) or a file_url to a PDF")
+
+
 def _content(raw: object, where: str, role: str) -> tuple[ContentPart, ...]:
     if type(raw) is str:
         return (TextPart(raw),)
@@ -122,6 +142,8 @@ def _content(raw: object, where: str, role: str) -> tuple[ContentPart, ...]:
             parts.append(TextPart(req_str(p, "refusal", pw)))
         elif t == "input_image" and role == "user":
             parts.append(_image(p, pw))
+        elif t == "input_file" and role == "user":
+            parts.append(_file(p, pw))
         else:
             raise ClientError(f"{pw}.type {t!r} is not supported here")
     return tuple(parts)
@@ -165,7 +187,9 @@ class _Turns:
         args = item.get("arguments", "")
         if type(args) is not str:
             raise ClientError(f"{where}.arguments must be a string (JSON text)")
-        call = ToolCall(req_str(item, "call_id", where), req_str(item, "name", where), args)
+        cid = req_str(item, "call_id", where)
+        # A Gemini thought signature rides in the call id (adapters/call_ids.py), as for OpenAI clients.
+        call = ToolCall(cid, req_str(item, "name", where), args, split_signature(cid)[1])
         self._names[call.id] = call.name
         last = self.msgs[-1] if self.msgs else None
         if last is not None and last.role == "assistant":
@@ -245,16 +269,45 @@ def _refuse_unsupported(obj: dict) -> None:
             raise ClientError(f"{key} is not supported: {why}")
     if obj.get("background"):
         raise ClientError("background is not supported: responses are answered in the request")
-    if obj.get("parallel_tool_calls") is False:
-        raise ClientError("parallel_tool_calls: false is not supported by this gateway")
     reasoning = obj.get("reasoning")
     if reasoning is not None and (type(reasoning) is not dict or any(v is not None for v in reasoning.values())):
         raise ClientError("reasoning options are not supported by this gateway")
+
+
+def _response_format(obj: dict) -> ResponseFormat | None:
+    """`text.format`: Responses puts the json_schema fields flat (name, schema, strict)."""
     text = obj.get("text")
-    if text is not None:
-        fmt = as_object(text, "text").get("format")
-        if fmt is not None and as_object(fmt, "text.format").get("type") != "text":
-            raise ClientError("text.format other than 'text' (json_schema, json_object) is not supported")
+    if text is None:
+        return None
+    fmt = as_object(text, "text").get("format")
+    if fmt is None:
+        return None
+    fmt = as_object(fmt, "text.format")
+    t = fmt.get("type")
+    if t == "text":
+        return None
+    if t == "json_object":
+        return ResponseFormat("json_object")
+    if t == "json_schema":
+        schema = fmt.get("schema")
+        if type(schema) is not dict:
+            raise ClientError("text.format.schema must be an object")
+        strict = fmt.get("strict")
+        return ResponseFormat("json_schema", schema, opt_str(fmt, "name", "text.format"),
+                              strict if type(strict) is bool else None)
+    raise ClientError("text.format.type must be text, json_object or json_schema")
+
+
+def _text_config(rf: ResponseFormat | None) -> dict:
+    if rf is None:
+        return {"format": {"type": "text"}}
+    if rf.type == "json_object":
+        return {"format": {"type": "json_object"}}
+    fmt: dict = {"type": "json_schema", "name": rf.name or "response",
+                 "schema": rf.schema if rf.schema is not None else {"type": "object"}}
+    if rf.strict is not None:
+        fmt["strict"] = rf.strict
+    return {"format": fmt}
 
 
 def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
@@ -273,15 +326,25 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         temperature=opt_number(obj, "temperature", "body", 0.0, 2.0),
         top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),
         max_tokens=opt_int(obj, "max_output_tokens", "body"),
+        parallel_tool_calls=_parallel_tool_calls(obj),
+        response_format=_response_format(obj),
         stream=opt_bool(obj, "stream", "body") or stream_hint,
     )
+
+
+def _parallel_tool_calls(obj: dict) -> bool | None:
+    v = obj.get("parallel_tool_calls")
+    if v is not None and type(v) is not bool:
+        raise ClientError("parallel_tool_calls must be a boolean")
+    return v
 
 
 def _input_items(req: ChatRequest) -> list[dict]:
     items: list[dict] = []
     for m in req.messages:
         if m.role == "tool":
-            items.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": message_text(m)})
+            items.append({"type": "function_call_output", "call_id": plain_id(m.tool_call_id or ""),
+                          "output": message_text(m)})
             continue
         if m.content:
             kind = "input_text" if m.role == "user" else "output_text"
@@ -289,13 +352,27 @@ def _input_items(req: ChatRequest) -> list[dict]:
             for p in m.content:
                 if isinstance(p, TextPart):
                     parts.append({"type": kind, "text": p.text})
+                elif isinstance(p, DocumentPart):
+                    parts.append(_file_part(p))
                 else:
                     url = p.url if p.url is not None else f"data:{p.media_type or 'image/png'};base64,{p.data}"
                     parts.append({"type": "input_image", "image_url": url})
             items.append({"type": "message", "role": m.role, "content": parts})
         for tc in m.tool_calls:
-            items.append({"type": "function_call", "call_id": tc.id, "name": tc.name, "arguments": tc.arguments})
+            items.append({"type": "function_call", "call_id": plain_id(tc.id), "name": tc.name,
+                          "arguments": tc.arguments or "{}"})
     return items
+
+
+def _file_part(p: DocumentPart) -> dict:
+    d: dict = {"type": "input_file"}
+    if p.data is not None:
+        d["file_data"] = f"data:{p.media_type};base64,{p.data}"
+    else:
+        d["file_url"] = p.url
+    if p.name:
+        d["filename"] = p.name
+    return d
 
 
 def _tool_defs(tools: tuple[ToolDef, ...]) -> list[dict]:
@@ -322,7 +399,8 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
     return PATH, headers
 
 
-def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
+def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
+                   options: RenderOptions | None = None) -> UpstreamRequest:
     body: dict = {"model": upstream_model, "input": _input_items(req), "store": False}
     if req.system is not None:
         body["instructions"] = req.system
@@ -336,6 +414,12 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         body["top_p"] = req.top_p
     if req.max_tokens is not None:
         body["max_output_tokens"] = req.max_tokens
+    if req.top_k is not None:
+        raise ClientError("top_k cannot be sent to a Responses API upstream (it has no such control)")
+    if req.parallel_tool_calls is not None and req.tools:
+        body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.response_format is not None:
+        body["text"] = _text_config(req.response_format)
     if req.stream:
         body["stream"] = True
     path, headers = request_target(req, upstream_model=upstream_model, credential=credential)
@@ -351,14 +435,20 @@ def _usage(u: Usage) -> dict:
             "total_tokens": u.total_tokens}
 
 
-def _message_item(item_id: str, text: str, status: str) -> dict:
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+def _part(kind: str, text: str) -> dict:
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _message_item(item_id: str, parts: list[dict], status: str) -> dict:
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": parts}
 
 
 def _call_item(item_id: str, tc: ToolCall, status: str) -> dict:
-    return {"type": "function_call", "id": item_id, "call_id": tc.id, "name": tc.name,
-            "arguments": tc.arguments, "status": status}
+    # A Gemini thought signature rides in the call id; a call without arguments is "{}", as OpenAI sends it.
+    return {"type": "function_call", "id": item_id, "call_id": with_signature(tc.id, tc.signature),
+            "name": tc.name, "arguments": tc.arguments or "{}", "status": status}
 
 
 def _response_object(rid: str, created: int, model: str, output: list[dict], status: str,
@@ -372,10 +462,11 @@ def _response_object(rid: str, created: int, model: str, output: list[dict], sta
         "incomplete_details": {"reason": incomplete} if incomplete else None,
         "instructions": req.system if req else None,
         "max_output_tokens": req.max_tokens if req else None,
-        "model": model, "output": output, "parallel_tool_calls": True, "previous_response_id": None,
+        "model": model, "output": output, "previous_response_id": None,
+        "parallel_tool_calls": req.parallel_tool_calls is not False if req else True,
         "reasoning": {"effort": None, "summary": None}, "store": False,
         "temperature": req.temperature if req else None,
-        "text": {"format": {"type": "text"}},
+        "text": _text_config(req.response_format if req else None),
         "tool_choice": _tool_choice_out(req.tool_choice if req else None),
         "tools": _tool_defs(req.tools) if req else [],
         "top_p": req.top_p if req else None, "truncation": "disabled",
@@ -395,8 +486,11 @@ def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | No
     # One random draw per response; item ids add their output index (unique, and cheap).
     base = uuid.uuid4().hex
     output: list[dict] = []
-    if resp.content or not resp.tool_calls:
-        output.append(_message_item(f"msg_{base}_0", resp.content, item_status))
+    if resp.content or resp.refusal or not resp.tool_calls:
+        parts = [_part("output_text", resp.content)] if resp.content or not resp.refusal else []
+        if resp.refusal:
+            parts.append(_part("refusal", resp.refusal))
+        output.append(_message_item(f"msg_{base}_0", parts, item_status))
     for tc in resp.tool_calls:
         output.append(_call_item(f"fc_{base}_{len(output)}", tc, item_status))
     error = "the model stopped with an error" if status == "failed" else None
@@ -430,6 +524,7 @@ def parse_response(body: bytes) -> ChatResponse:
     if type(output) is not list:
         raise bad_upstream("no output")
     text: list[str] = []
+    refusal: list[str] = []
     calls: list[ToolCall] = []
     for j, item in enumerate(output):
         if type(item) is not dict:
@@ -438,14 +533,19 @@ def parse_response(body: bytes) -> ChatResponse:
             for c in item.get("content") or ():
                 if type(c) is dict and c.get("type") == "output_text" and type(c.get("text")) is str:
                     text.append(c["text"])
+                elif type(c) is dict and c.get("type") == "refusal" and type(c.get("refusal")) is str:
+                    refusal.append(c["refusal"])
         elif item.get("type") == "function_call":
             cid, name, args = item.get("call_id"), item.get("name"), item.get("arguments")
             if type(cid) is not str or type(name) is not str:
                 raise bad_upstream(f"output[{j}] function_call malformed")
             calls.append(ToolCall(cid, name, args if type(args) is str else ""))
     rid, model = obj.get("id"), obj.get("model")
+    reason = _reason_of(obj, bool(calls))
+    if refusal and reason == "stop":
+        reason = "content_filter"  # a refusal ends the turn as a refusal, as the OpenAI adapter reads it
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(text),
-                        tuple(calls), _reason_of(obj, bool(calls)), _read_usage(obj.get("usage")))
+                        tuple(calls), reason, _read_usage(obj.get("usage")), "".join(refusal) or None)
 
 
 # ---- streaming -----------------------------------------------------------------------------
@@ -482,6 +582,8 @@ class StreamDecoder(SSEDecoder):
             out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
         elif t == "response.output_text.delta" and type(obj.get("delta")) is str and obj["delta"]:
             out.append(TextDelta(obj["delta"]))
+        elif t == "response.refusal.delta" and type(obj.get("delta")) is str and obj["delta"]:
+            out.append(TextDelta(obj["delta"], refusal=True))
         elif t == "response.output_item.added":
             item = obj.get("item")
             if type(item) is dict and item.get("type") == "function_call":
@@ -509,13 +611,14 @@ class StreamDecoder(SSEDecoder):
 
 
 class _OpenCall:
-    __slots__ = ("output_index", "item_id", "call_id", "name", "arguments")
+    __slots__ = ("output_index", "item_id", "call_id", "name", "signature", "arguments")
 
-    def __init__(self, output_index: int, item_id: str, call_id: str, name: str) -> None:
+    def __init__(self, output_index: int, item_id: str, call_id: str, name: str, signature: str | None) -> None:
         self.output_index = output_index
         self.item_id = item_id
         self.call_id = call_id
         self.name = name
+        self.signature = signature
         self.arguments: list[str] = []
 
 
@@ -528,7 +631,7 @@ class StreamEncoder:
     """
 
     __slots__ = ("_model", "_request", "_base", "_id", "_created", "_seq", "_started", "_done", "_output",
-                 "_text_index", "_text_id", "_text", "_calls", "_in", "_out", "_reason")
+                 "_text_index", "_text_id", "_parts", "_kind", "_text", "_calls", "_in", "_out", "_reason")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._model = model
@@ -542,7 +645,9 @@ class StreamEncoder:
         self._output: list[dict] = []  # finished output items, by output_index
         self._text_index: int | None = None  # output_index of the open message item
         self._text_id = ""
-        self._text: list[str] = []
+        self._parts: list[dict] = []  # the open message's finished content parts
+        self._kind = ""  # the open part's kind: output_text or refusal
+        self._text: list[str] = []  # the open part's text so far
         self._calls: dict[int, _OpenCall] = {}  # tool ordinal -> open function_call item
         self._in = 0
         self._out = 0
@@ -568,42 +673,61 @@ class StreamEncoder:
         self._output.append({})  # placeholder until the item is done
         return len(self._output) - 1
 
-    def _text_delta(self, text: str, parts: list[bytes]) -> None:
+    def _text_delta(self, text: str, kind: str, parts: list[bytes]) -> None:
+        """Text of kind output_text or refusal: one message item, one content part per run of a kind."""
         if self._text_index is None:
-            self._text_index, self._text = self._slot(), []
+            self._text_index, self._parts, self._kind = self._slot(), [], ""
             self._text_id = f"msg_{self._base}_{self._text_index}"
-            item = _message_item(self._text_id, "", "in_progress")
-            item["content"] = []
+            item = _message_item(self._text_id, [], "in_progress")
             self._emit(parts, "response.output_item.added", {"output_index": self._text_index, "item": item})
+        if kind != self._kind:
+            self._close_part(parts)
+            self._kind, self._text = kind, []
             self._emit(parts, "response.content_part.added", {
-                "item_id": self._text_id, "output_index": self._text_index, "content_index": 0,
-                "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}})
+                "item_id": self._text_id, "output_index": self._text_index, "content_index": len(self._parts),
+                "part": _part(kind, "")})
         self._text.append(text)
-        self._emit(parts, "response.output_text.delta", {
-            "item_id": self._text_id, "output_index": self._text_index, "content_index": 0, "delta": text,
-            "logprobs": []})
+        where = {"item_id": self._text_id, "output_index": self._text_index, "content_index": len(self._parts)}
+        if kind == "refusal":
+            self._emit(parts, "response.refusal.delta", {**where, "delta": text})
+        else:
+            self._emit(parts, "response.output_text.delta", {**where, "delta": text, "logprobs": []})
+
+    def _close_part(self, parts: list[bytes]) -> None:
+        if not self._kind:
+            return
+        text, kind = "".join(self._text), self._kind
+        where = {"item_id": self._text_id, "output_index": self._text_index, "content_index": len(self._parts)}
+        if kind == "refusal":
+            self._emit(parts, "response.refusal.done", {**where, "refusal": text})
+        else:
+            self._emit(parts, "response.output_text.done", {**where, "text": text, "logprobs": []})
+        part = _part(kind, text)
+        self._emit(parts, "response.content_part.done", {**where, "part": part})
+        self._parts.append(part)
+        self._kind = ""
 
     def _close_text(self, parts: list[bytes], status: str) -> None:
         if self._text_index is None:
             return
-        idx, iid, text = self._text_index, self._text_id, "".join(self._text)
+        self._close_part(parts)
+        idx, iid = self._text_index, self._text_id
         self._text_index = None
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        self._emit(parts, "response.output_text.done", {
-            "item_id": iid, "output_index": idx, "content_index": 0, "text": text, "logprobs": []})
-        self._emit(parts, "response.content_part.done", {
-            "item_id": iid, "output_index": idx, "content_index": 0, "part": part})
-        item = _message_item(iid, text, status)
+        item = _message_item(iid, self._parts, status)
         self._output[idx] = item
         self._emit(parts, "response.output_item.done", {"output_index": idx, "item": item})
 
     def _close_calls(self, parts: list[bytes], status: str) -> None:
         for n in sorted(self._calls, key=lambda k: self._calls[k].output_index):
             c = self._calls[n]
+            if not c.arguments:  # no arguments is "{}" on every path, as the whole answer says it
+                c.arguments.append("{}")
+                self._emit(parts, "response.function_call_arguments.delta", {
+                    "item_id": c.item_id, "output_index": c.output_index, "delta": "{}"})
             args = "".join(c.arguments)
             self._emit(parts, "response.function_call_arguments.done", {
                 "item_id": c.item_id, "output_index": c.output_index, "name": c.name, "arguments": args})
-            item = _call_item(c.item_id, ToolCall(c.call_id, c.name, args), status)
+            item = _call_item(c.item_id, ToolCall(c.call_id, c.name, args, c.signature), status)
             self._output[c.output_index] = item
             self._emit(parts, "response.output_item.done", {"output_index": c.output_index, "item": item})
         self._calls.clear()
@@ -630,13 +754,14 @@ class StreamEncoder:
                 continue
             if isinstance(ev, TextDelta):
                 if ev.text:
-                    self._text_delta(ev.text, parts)
+                    self._text_delta(ev.text, "refusal" if ev.refusal else "output_text", parts)
             elif isinstance(ev, ToolCallStart):
                 self._close_text(parts, "completed")
                 slot = self._slot()
-                c = _OpenCall(slot, f"fc_{self._base}_{slot}", ev.id, ev.name)
+                c = _OpenCall(slot, f"fc_{self._base}_{slot}", ev.id, ev.name, ev.signature)
                 self._calls[ev.index] = c
-                item = _call_item(c.item_id, ToolCall(ev.id, ev.name, ""), "in_progress")
+                item = _call_item(c.item_id, ToolCall(ev.id, ev.name, "", ev.signature), "in_progress")
+                item["arguments"] = ""  # what streams in comes as deltas
                 self._emit(parts, "response.output_item.added", {"output_index": c.output_index, "item": item})
             elif isinstance(ev, ToolCallDelta):
                 call = self._calls.get(ev.index)

@@ -12,8 +12,10 @@ from adapters import responses
 from adapters.internal import (
     ChatRequest,
     ChatResponse,
+    DocumentPart,
     ImagePart,
     Message,
+    ResponseFormat,
     StreamEnd,
     StreamError,
     StreamEvent,
@@ -90,9 +92,28 @@ PARSE_CASES = [
                              "stream": True},
      {"temperature": 0.2, "top_p": 0.5, "max_tokens": 64, "stream": True}),
     ("harmless options are accepted", {"input": "hi", "store": False, "metadata": {"k": "v"}, "user": "u",
-                                       "truncation": "disabled", "parallel_tool_calls": True,
-                                       "text": {"format": {"type": "text"}}, "reasoning": {}},
-     {"messages": (U,)}),
+                                       "truncation": "disabled", "text": {"format": {"type": "text"}},
+                                       "reasoning": {}},
+     {"messages": (U,), "response_format": None, "parallel_tool_calls": None}),
+    ("parallel tool calls off", {"input": "hi", "tools": [TOOL], "parallel_tool_calls": False},
+     {"parallel_tool_calls": False}),
+    ("structured output, flat json_schema", {"input": "hi", "text": {"format": {
+        "type": "json_schema", "name": "city", "schema": SCHEMA, "strict": True}}},
+     {"response_format": ResponseFormat("json_schema", SCHEMA, "city", True)}),
+    ("json object output", {"input": "hi", "text": {"format": {"type": "json_object"}}},
+     {"response_format": ResponseFormat("json_object")}),
+    ("a PDF by data URL, and by link", {"input": [{"role": "user", "content": [
+        {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBER"},
+        {"type": "input_file", "file_url": "https://x/b.pdf"}]}]},
+     {"messages": (Message("user", (DocumentPart("application/pdf", "JVBER", name="a.pdf"),
+                                    DocumentPart("application/pdf", url="https://x/b.pdf"))),)}),
+    ("a Gemini thought signature riding in a call id is read back",
+     {"input": [{"role": "user", "content": "go"},
+                {"type": "function_call", "call_id": "call_1__ts_c2ln", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1__ts_c2ln", "output": "ok"}]},
+     {"messages": (Message("user", (TextPart("go"),)),
+                   Message("assistant", (), (ToolCall("call_1__ts_c2ln", "f", "{}", "c2ln"),)),
+                   Message("tool", (TextPart("ok"),), tool_call_id="call_1__ts_c2ln", name="f"))}),
 ]
 
 
@@ -109,14 +130,19 @@ REJECT_CASES = [
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference needs stored items"),
     ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "'reasoning' is not supported"),
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "only function tools"),
-    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text.format"),
-    ({"input": "hi", "parallel_tool_calls": False}, "parallel_tool_calls"),
+    ({"input": "hi", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+    ({"input": "hi", "parallel_tool_calls": "no"}, "parallel_tool_calls must be a boolean"),
     ({"input": "hi", "reasoning": {"effort": "high"}}, "reasoning options"),
     ({"input": "hi", "background": True}, "background"),
     ({}, "input is required"),
     ({"input": []}, "input is required"),
     ({"input": [{"role": "system", "content": "only a system prompt"}]}, "at least one"),
-    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "'input_file'"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "uploaded files"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_url": "https://x/a.docx"}]}]},
+     "input_file needs"),
+    ({"input": [{"role": "assistant", "content": [{"type": "input_file", "file_data": "data:a/b;base64,AA"}]}]},
+     "'input_file' is not supported here"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}, "image_url is required"),
     ({"input": [{"role": "tool", "content": "x"}]}, "role 'tool'"),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "call_id is required"),
@@ -142,13 +168,15 @@ def test_model_is_required_and_the_route_is_detected() -> None:
 
 def test_render_request_round_trips() -> None:
     req = _req(**PARSE_CASES[6][1], instructions="sys", tools=[TOOL], tool_choice="auto", temperature=0.3,
-               max_output_tokens=9, stream=True)
+               max_output_tokens=9, stream=True, parallel_tool_calls=False,
+               text={"format": {"type": "json_schema", "name": "n", "schema": SCHEMA, "strict": True}})
     up = responses.render_request(req, upstream_model="up-model", credential="k")
     assert up.path == "/v1/responses" and up.headers["authorization"] == "Bearer k"
     body = orjson.loads(up.body)
     assert body["model"] == "up-model" and body["store"] is False and body["stream"] is True
     back = responses.parse_request(up.body)
-    for name in ("messages", "system", "tools", "tool_choice", "temperature", "max_tokens", "stream"):
+    for name in ("messages", "system", "tools", "tool_choice", "temperature", "max_tokens", "stream",
+                 "parallel_tool_calls", "response_format"):
         assert getattr(back, name) == getattr(req, name), name
 
 
@@ -312,3 +340,51 @@ def test_stream_decoder_cut_and_failed() -> None:
     dec = responses.StreamDecoder()
     got = dec.feed(responses.StreamEncoder(model="m").encode(BROKEN))
     assert isinstance(got[-1], StreamError) and got[-1].message == "upstream went away"
+
+
+def test_render_request_strips_carried_signatures_and_refuses_top_k() -> None:
+    req = _req(**PARSE_CASES[-1][1])
+    body = orjson.loads(responses.render_request(req, upstream_model="u", credential=None).body)
+    assert [i.get("call_id") for i in body["input"] if "call_id" in i] == ["call_1", "call_1"]
+    with pytest.raises(ClientError, match="top_k"):
+        responses.render_request(ChatRequest("m", (U,), top_k=3), upstream_model="u", credential=None)
+
+
+def test_refusal_whole_and_streamed() -> None:
+    resp = ChatResponse("x", "up", "", (), "content_filter", Usage(3, 2), refusal="I can't help with that")
+    out = Response.model_validate(orjson.loads(responses.render_response(resp, model="m")))
+    assert [c.type for c in out.output[0].content] == ["refusal"]
+    assert out.output[0].content[0].refusal == "I can't help with that"
+    back = responses.parse_response(responses.render_response(resp, model="m"))
+    assert back.refusal == resp.refusal and back.finish_reason == "content_filter"
+    evs = _encode([StreamStart("r", "u"), TextDelta("Sure: "), TextDelta("no", refusal=True),
+                   TextDelta("pe", refusal=True), StreamFinish("content_filter"), StreamEnd()])
+    types = [e.type for e in evs]
+    assert types.count("response.content_part.added") == 2 and "response.refusal.done" in types
+    assert "".join(e.delta for e in evs if e.type == "response.refusal.delta") == "nope"
+    item = evs[-1].response.output[0]
+    assert [(c.type, getattr(c, "text", None) or getattr(c, "refusal", None)) for c in item.content] == [
+        ("output_text", "Sure: "), ("refusal", "nope")]
+    dec = responses.StreamDecoder()
+    raw = responses.StreamEncoder(model="m").encode([TextDelta("x", refusal=True), StreamEnd()])
+    assert TextDelta("x", refusal=True) in dec.feed(raw)
+
+
+def test_call_ids_carry_gemini_signatures_out() -> None:
+    resp = ChatResponse("x", "up", "", (ToolCall("call_7", "f", "", "c2ln"),), "tool_calls")
+    out = Response.model_validate(orjson.loads(responses.render_response(resp, model="m")))
+    assert out.output[0].call_id == "call_7__ts_c2ln" and out.output[0].arguments == "{}"
+    evs = _encode([ToolCallStart(0, "call_7", "f", "c2ln"), StreamFinish("tool_calls"), StreamEnd()])
+    added = next(e for e in evs if e.type == "response.output_item.added")
+    assert added.item.call_id == "call_7__ts_c2ln" and added.item.arguments == ""
+    # No argument deltas came: "{}" is streamed, so deltas, done and the whole answer agree.
+    assert [e.delta for e in evs if e.type == "response.function_call_arguments.delta"] == ["{}"]
+    assert evs[-1].response.output[0].arguments == "{}"
+
+
+def test_response_echoes_structured_output_and_parallel_setting() -> None:
+    req = _req(input="hi", tools=[TOOL], parallel_tool_calls=False,
+               text={"format": {"type": "json_schema", "name": "n", "schema": SCHEMA}})
+    out = Response.model_validate(orjson.loads(responses.render_response(ChatResponse("x", "u", "{}"), model="m",
+                                                                         request=req)))
+    assert out.parallel_tool_calls is False and out.text.format.type == "json_schema"
