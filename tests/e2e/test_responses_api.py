@@ -186,3 +186,31 @@ def test_rate_limited_in_openai_shape(demo_stack) -> None:
             refused.append(e)
     assert refused and refused[0].response.headers.get("retry-after")
     assert isinstance(refused[0].body, dict) and refused[0].body["code"] == "rate_limit_exceeded"
+
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_structured_output_reaches_every_upstream(oai: openai.OpenAI, model: str) -> None:
+    """text.format (Responses' flat json_schema) is rendered in each upstream's own terms, which its
+    parser (the demo's is the adapter's) accepts; the answer echoes it."""
+    resp = oai.responses.create(model=model, input="structured please",
+                                text={"format": {"type": "json_schema", "name": "reply", "strict": True,
+                                                 "schema": SCHEMA}})
+    assert resp.output_text == f"{MODELS[model]} echo: structured please"
+    assert resp.text.format.type == "json_schema" and resp.text.format.name == "reply"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_parallel_tool_calls_off_where_the_upstream_can_say_it(oai: openai.OpenAI, model: str) -> None:
+    if model == "demo-gemini":  # Gemini has no such control: a clear 400, never silence
+        with pytest.raises(openai.BadRequestError) as e:
+            oai.responses.create(model=model, input="one call at most", tools=[WEATHER_TOOL],
+                                 parallel_tool_calls=False)
+        assert "parallel_tool_calls" in e.value.body["message"]
+        return
+    resp = oai.responses.create(model=model, input="one call at most", tools=[WEATHER_TOOL],
+                                parallel_tool_calls=False)
+    assert resp.output_text == f"{MODELS[model]} echo: one call at most" and resp.parallel_tool_calls is False
