@@ -96,7 +96,7 @@ class Dispatcher:
         """Route (task type `embedding`) and admit an embeddings request: input tokens, no output.
         Each input is embedded on its own, so the context window is checked against the longest."""
         assert ctx.tenant is not None
-        choice = self.choose(RouteRequest(
+        choice = self.choose_for(ctx, RouteRequest(
             model=model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
             want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast",
             est_prompt_tokens=longest_input, est_output_tokens=0, task_type="embedding", task_id=ctx.task_id))

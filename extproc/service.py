@@ -81,7 +81,8 @@ def _embeddings(method: str, path: str) -> Route | None:
     def flow(gw: Gateway, ctx: RequestContext) -> Flow:
         return EmbeddingFlow(gw, ctx, found)
 
-    return Route("openai" if found.shape == "openai" else "gemini", path_model=found.model, flow=flow)
+    return Route("openai" if found.shape == "openai" else "gemini", path_model=found.model, flow=flow,
+                 operation="embeddings")  # GenAI semantic conventions' operation name
 
 
 def _stored_responses(method: str, path: str) -> Route | None:

@@ -73,12 +73,15 @@ class EmbeddingFlow:
         self.upstream = dep.protocol
         render = functools.partial(self._upstream_request, body, req, dep.upstream_model or choice.model.name,
                                    dep.credential())
-        rendered = render() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(render)
+        with ctx.span("translate request"):
+            rendered = render() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(render)
         out = rendered.body
         headers = list(rendered.headers.items())
         headers += [(":path", rendered.path), ("content-length", str(len(out))), (CLUSTER_HEADER, dep.cluster),
                     (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
                     (UPSTREAM_TIMEOUT_HEADER, str(dep.timeout_ms))]
+        if ctx.trace is not None:  # the caller's trace goes on upstream, with our span as the parent
+            headers += ctx.trace.upstream_headers()
         ctx.response_headers += choice.response_headers()
         remove = [h for h in _STRIP_UPSTREAM if h not in rendered.headers]
         return msg.request_body(headers, remove, body=out, clear_route_cache=True)
@@ -124,6 +127,10 @@ class EmbeddingFlow:
                      self.status, log_excerpt(body))
             return render_error_body(self.ctx.protocol, self.client_status,
                                      upstream_errors.client_text(self.status, body), "api_error")
+        with self.ctx.span("translate response"):
+            return self._translate(body, req, choice)
+
+    def _translate(self, body: bytes, req: EmbeddingRequest, choice: Choice) -> bytes | None:
         try:
             if self.passthrough:
                 tokens = embeddings.openai_usage(body)
@@ -151,9 +158,14 @@ class EmbeddingFlow:
             return
         self.finished = True
         upstream_ok = (not self.upstream_failed) if upstream_answered and self.status else None
-        self.gw.accountant.record_outcome(self.ctx, self.choice, status=self.client_status or self.status,
-                                          upstream_ok=upstream_ok, latency_s=time.monotonic() - self.ctx.started,
-                                          ttft_s=None, usage=self.usage)
+        status = self.client_status or self.status
+        self.gw.accountant.record_outcome(self.ctx, self.choice, status=status, upstream_ok=upstream_ok,
+                                          latency_s=time.monotonic() - self.ctx.started, ttft_s=None,
+                                          usage=self.usage)
+        if self.ctx.trace is not None:
+            self.ctx.trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
+                                   input_tokens=self.usage.input_tokens if self.usage else None,
+                                   output_tokens=None, response_model=None)
 
     def close(self) -> None:
         if not self.finished and self.choice is not None:
