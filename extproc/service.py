@@ -6,6 +6,7 @@ The only module that knows every flow: it puts them in the route table the sessi
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from typing import TYPE_CHECKING
@@ -15,7 +16,6 @@ from adapters import embeddings, kserve
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
-from extproc.context import Flow, RequestContext
 from extproc.flows import local
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -77,11 +77,8 @@ def _embeddings(method: str, path: str) -> Route | None:
     found = embeddings.match_path(method, path)
     if found is None:
         return None
-
-    def flow(gw: Gateway, ctx: RequestContext) -> Flow:
-        return EmbeddingFlow(gw, ctx, found)
-
-    return Route("openai" if found.shape == "openai" else "gemini", path_model=found.model, flow=flow,
+    return Route("openai" if found.shape == "openai" else "gemini", path_model=found.model,
+                 flow=functools.partial(EmbeddingFlow, route=found),
                  operation="embeddings")  # GenAI semantic conventions' operation name
 
 
