@@ -474,14 +474,16 @@ def _response_object(rid: str, created: int, model: str, output: list[dict], sta
     }
 
 
-def _status(reason: FinishReason) -> str:
+def _status(reason: FinishReason, refused: bool = False) -> str:
     if reason == "error":
         return "failed"
+    if refused and reason == "content_filter":
+        return "completed"  # OpenAI answers a refusal as a completed response with a refusal part
     return "incomplete" if _incomplete_reason(reason) else "completed"
 
 
 def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
-    status = _status(resp.finish_reason)
+    status = _status(resp.finish_reason, resp.refusal is not None)
     item_status = "incomplete" if status == "incomplete" else "completed"
     # One random draw per response; item ids add their output index (unique, and cheap).
     base = uuid.uuid4().hex
@@ -631,7 +633,8 @@ class StreamEncoder:
     """
 
     __slots__ = ("_model", "_request", "_base", "_id", "_created", "_seq", "_started", "_done", "_output",
-                 "_text_index", "_text_id", "_parts", "_kind", "_text", "_calls", "_in", "_out", "_reason")
+                 "_text_index", "_text_id", "_parts", "_kind", "_text", "_calls", "_in", "_out", "_reason",
+                 "_refused")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._model = model
@@ -652,6 +655,7 @@ class StreamEncoder:
         self._in = 0
         self._out = 0
         self._reason: FinishReason | None = None
+        self._refused = False  # a refusal part streamed
 
     def _emit(self, parts: list[bytes], kind: str, payload: dict) -> None:
         payload = {"type": kind, "sequence_number": self._seq, **payload}
@@ -733,7 +737,8 @@ class StreamEncoder:
         self._calls.clear()
 
     def _close_all(self, parts: list[bytes]) -> None:
-        status = "incomplete" if self._reason is not None and _incomplete_reason(self._reason) else "completed"
+        status = "incomplete" if self._reason is not None and _status(self._reason, self._refused) == "incomplete" \
+            else "completed"
         self._close_text(parts, status)
         self._close_calls(parts, status)
 
@@ -754,6 +759,7 @@ class StreamEncoder:
                 continue
             if isinstance(ev, TextDelta):
                 if ev.text:
+                    self._refused = self._refused or ev.refusal
                     self._text_delta(ev.text, "refusal" if ev.refusal else "output_text", parts)
             elif isinstance(ev, ToolCallStart):
                 self._close_text(parts, "completed")
@@ -777,7 +783,7 @@ class StreamEncoder:
                 if self._reason is None:
                     self._reason = "tool_calls" if self._calls else "stop"
                 self._close_all(parts)
-                status = _status(self._reason)
+                status = _status(self._reason, self._refused)
                 error = "the model stopped with an error" if status == "failed" else None
                 self._emit(parts, f"response.{status}", {"response": self._snapshot(status, error)})
             elif isinstance(ev, StreamError):

@@ -354,6 +354,7 @@ def test_refusal_whole_and_streamed() -> None:
     resp = ChatResponse("x", "up", "", (), "content_filter", Usage(3, 2), refusal="I can't help with that")
     out = Response.model_validate(orjson.loads(responses.render_response(resp, model="m")))
     assert [c.type for c in out.output[0].content] == ["refusal"]
+    assert out.status == "completed" and out.incomplete_details is None  # as OpenAI answers a refusal
     assert out.output[0].content[0].refusal == "I can't help with that"
     back = responses.parse_response(responses.render_response(resp, model="m"))
     assert back.refusal == resp.refusal and back.finish_reason == "content_filter"
@@ -362,6 +363,7 @@ def test_refusal_whole_and_streamed() -> None:
     types = [e.type for e in evs]
     assert types.count("response.content_part.added") == 2 and "response.refusal.done" in types
     assert "".join(e.delta for e in evs if e.type == "response.refusal.delta") == "nope"
+    assert evs[-1].type == "response.completed"
     item = evs[-1].response.output[0]
     assert [(c.type, getattr(c, "text", None) or getattr(c, "refusal", None)) for c in item.content] == [
         ("output_text", "Sure: "), ("refusal", "nope")]
