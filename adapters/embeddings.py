@@ -187,8 +187,23 @@ def parse_openai_response(body: bytes) -> EmbeddingResponse:
     return EmbeddingResponse(model if type(model) is str else "", _matrix(rows, "data"), tokens)
 
 
+_USAGE_KEY = b'"usage"'
+_USAGE_TAIL = 4096  # OpenAI puts usage after the vectors: its object is all a passthrough reads
+
+
 def openai_usage(body: bytes) -> int | None:
-    """The prompt tokens an OpenAI embeddings answer reports (a passthrough reads only this)."""
+    """The prompt tokens an OpenAI embeddings answer reports (a passthrough reads only this): the
+    `usage` object is found from the end and parsed alone, not megabytes of vectors before it."""
+    at = body.rfind(_USAGE_KEY, max(0, len(body) - _USAGE_TAIL))
+    if at >= 0:
+        start, end = body.find(b"{", at), body.find(b"}", at)
+        if 0 <= start < end:
+            try:
+                usage = orjson.loads(body[start:end + 1])
+            except orjson.JSONDecodeError:
+                usage = None  # details nested in it, or an odd layout: read the whole answer
+            if type(usage) is dict:
+                return token_count(usage.get("prompt_tokens")) if "prompt_tokens" in usage else None
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -204,9 +204,23 @@ def test_a_count_mismatch_is_the_upstreams_fault() -> None:
                                    req=EmbeddingRequest("e", ("only one",)))
 
 
-def test_openai_usage_for_a_passthrough() -> None:
-    assert embeddings.openai_usage(b'{"data": [], "usage": {"prompt_tokens": 12}}') == 12
-    assert embeddings.openai_usage(b'{"data": []}') is None and embeddings.openai_usage(b"nope") is None
+@pytest.mark.parametrize(("body", "tokens"), [
+    (b'{"data": [], "usage": {"prompt_tokens": 12}}', 12),
+    (b'{"usage": {"prompt_tokens": 7, "total_tokens": 7}, "data": [], "model": "m"}', 7),  # usage first
+    (b'{"data": [], "usage": {"prompt_tokens_details": {"cached": 1}, "prompt_tokens": 9}}', 9),  # nested
+    (b'{"data": [{"embedding": "usage"}], "usage": {"total_tokens": 3}}', None),
+    (b'{"data": []}', None),
+    (b"nope", None),
+])
+def test_openai_usage_for_a_passthrough(body: bytes, tokens: int | None) -> None:
+    assert embeddings.openai_usage(body) == tokens
+
+
+def test_openai_usage_reads_the_tail_of_a_big_answer() -> None:
+    vecs = np.ones((64, 1536), np.float32)
+    body = orjson.dumps({"object": "list", "data": [{"index": i, "embedding": _b64(v)} for i, v in enumerate(vecs)],
+                         "model": "m", "usage": {"prompt_tokens": 64, "total_tokens": 64}})
+    assert embeddings.openai_usage(body) == 64
 
 
 @pytest.mark.parametrize(("inputs", "total", "longest"), [
