@@ -121,6 +121,7 @@ from extproc.headers import (
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
+    WAIT_MARGIN_S,
     XLATE_METADATA,
 )
 from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
@@ -258,7 +259,7 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     return out
 
 
-def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFilter:
+def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, long_poll_s: float = 0.0) -> HttpFilter:
     # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
     # a message was sent: open the stream on another replica instead of failing the request.
     retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
@@ -285,9 +286,14 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFi
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
         allow_mode_override=True,
         message_timeout=_secs(env.timeouts.extproc_message_s),
+        # A task long poll extends its message's timer once, to its wait plus a margin.
+        max_message_timeout=_secs(max(env.timeouts.extproc_message_s, long_poll_s + WAIT_MARGIN_S)),
         # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
         mutation_rules=HeaderMutationRules(allow_envoy=True),
     )
+    if not xlate:
+        # The caller's address for the audit log, as Envoy resolved it (trusted XFF hops applied).
+        ext.request_attributes = ["source.address"]
     return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
 
 
@@ -380,7 +386,8 @@ def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: Envi
 
 
 def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
-    filters = [_ext_proc_filter(env)]
+    tasks = cfg.extproc.tasks
+    filters = [_ext_proc_filter(env, long_poll_s=tasks.max_wait_s if tasks is not None else 0.0)]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
     filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))

@@ -7,7 +7,7 @@ import time
 
 from adapters.internal import Usage
 from extproc.choice import Choice
-from extproc.context import RequestContext
+from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore, MeterRecord
 from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series, tenant_token_series
@@ -45,6 +45,7 @@ class Accountant:
             tenant_in, tenant_out = tenant_token_series(ctx.tenant_name)
             tenant_in.inc(tin)
             tenant_out.inc(tout)
+        ctx.outcome = CallOutcome(model.name, choice.deployment.cluster, status, tin, tout)
         cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
         if cost:
             COST.labels(model.name, ctx.tenant_name).inc(cost)
@@ -56,6 +57,14 @@ class Accountant:
         if choice.reservation is not None and self.limiter is not None:
             # Hand back (or take) the difference between the estimate and the reported usage.
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, tin + tout))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    def release(self, choice: Choice) -> None:
+        """Accepted for later (Prefer: respond-async): hand the token estimate back, meter nothing;
+        the replay is charged, reconciled and metered as the request itself."""
+        if choice.reservation is not None and self.limiter is not None:
+            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, 0))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 

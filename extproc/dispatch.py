@@ -108,10 +108,11 @@ class Dispatcher:
         """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""
         if self.limiter is None or ctx.tenant is None or self.limiter.config.enforce != "extproc":
             return
+        # A task's replay: its acceptance counted the request (and gave its token estimate back).
         with ctx.span("admission") as span:
             decision = await self.limiter.acquire(
                 RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel),
-                est_tokens)
+                est_tokens, requests=0 if ctx.replayed else 1)
             if span is not None:
                 span.set_attributes({"modelyard.ratelimit.allowed": decision.allowed,
                                      "modelyard.ratelimit.estimated_tokens": est_tokens})

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import signal
+import time
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -16,7 +18,7 @@ from adapters import embeddings, kserve
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
-from extproc.flows import local
+from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
@@ -25,9 +27,12 @@ from extproc.gateway import Gateway
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
+from extproc.tasks.board import TaskBoard
+from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent, AuditLog
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
+from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
@@ -89,6 +94,16 @@ def _stored_responses(method: str, path: str) -> Route | None:
     return None
 
 
+def _tasks(method: str, path: str) -> Route | None:
+    if tasks.task_id(path) is None:
+        return None
+    if method == "GET":
+        return Route("openai", any_key=True, answer=tasks.get_task)
+    if method == "DELETE":
+        return Route("openai", any_key=True, answer=tasks.cancel_task)
+    return None
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -98,7 +113,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _kserve, _embeddings, _stored_responses, _chat],
+    return RouteTable([_openai_models, _tasks, _kserve, _embeddings, _stored_responses, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
@@ -110,12 +125,14 @@ def build_gateway(config: GatewayConfig) -> Gateway:
         raise ConfigError(str(e)) from None
     board = WatermarkBoard.from_config(config, scheduler.settings.watermarks.interval_s)
     metering = MeteringStore(config.extproc.metering_db) if config.extproc.metering_db else None
+    audit = AuditLog.from_config(config)
     # Image preprocessing: CuPy when a device is present (or asked for), else NumPy.
     backend = select_backend(config.extproc.image_backend)
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
-                         image_backend=backend, metering=metering, tracing=build_tracing(config))
+                         image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
+                         tasks=TaskBoard.from_config(config))
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:
@@ -141,16 +158,41 @@ def reload(gateway: Gateway, warmer: Warmer, path: str | None) -> None:
 
 
 def reload_limits(gateway: Gateway, path: str | None) -> None:
-    """Re-read the config file and apply its rate limits; buckets keep their level."""
+    """Re-read the config file and apply its rate limits; buckets keep their level. Both the
+    reload (applied or refused) and any change of limits go to the audit log."""
     limiter = gateway.dispatcher.limiter
     if limiter is None:
         return
+    source = config_path(path)
+    before = limiter.config
+    try:
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    except OSError:
+        digest = ""
     try:
         fresh = load_config(path)
         limiter.reload(fresh.ratelimit)
-        log.info("rate limits reloaded from %s", config_path(path))
+        log.info("rate limits reloaded from %s", source)
     except ValueError as e:  # ConfigError included
         log.error("reload refused, keeping the running limits: %s", e)
+        # The reason may quote the file (a Redis URL with a password): redacted like a body.
+        _audit(gateway, CONFIG_RELOAD, 400, {"path": str(source), "sha256": digest, "applied": [],
+                                             "error": Redactor().redact(str(e))[:500]})
+        return
+    # Only the rate limits take effect on a reload; the row says so, so nobody reads more into it.
+    _audit(gateway, CONFIG_RELOAD, 200, {"path": str(source), "sha256": digest, "applied": ["ratelimit"]})
+    after = limiter.config
+    if (before.enabled, before.enforce, before.limits) != (after.enabled, after.enforce, after.limits):
+        _audit(gateway, LIMITS_CHANGE, 200, {
+            "before": {"enabled": before.enabled, "enforce": before.enforce,
+                       "limits": [r.model_dump(exclude_none=True) for r in before.limits]},
+            "after": {"enabled": after.enabled, "enforce": after.enforce,
+                      "limits": [r.model_dump(exclude_none=True) for r in after.limits]}})
+
+
+def _audit(gateway: Gateway, event: str, status: int, detail: dict[str, object]) -> None:
+    if gateway.audit is not None:
+        gateway.audit.record(AuditEvent(event=event, time=time.time(), status=status, detail=detail))
 
 
 async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -45,6 +46,73 @@ def _cmd_envoy_render(a: argparse.Namespace) -> int:
         Path(a.output).write_text(text)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _audit_db(a: argparse.Namespace) -> str:
+    if a.db:
+        return str(a.db)
+    db = load_config(a.config).extproc.audit_db
+    if not db:
+        raise ConfigError("extproc.audit_db is not set; pass --db")
+    return db
+
+
+def _cmd_audit_verify(a: argparse.Namespace) -> int:
+    from extproc.telemetry.audit import verify
+
+    db = _audit_db(a)
+    try:
+        report = verify(db, expect_head=a.expect_head)
+    except (FileNotFoundError, ValueError, sqlite3.Error) as e:
+        print(f"modelyard: audit: {e}", file=sys.stderr)
+        return 2
+    if report.broken is not None:
+        print(f"audit log {db}: BROKEN at {report.broken}", file=sys.stderr)
+        return 1
+    # Keep the head somewhere this host cannot write: `--expect-head` then catches a removed tail.
+    print(f"audit log {db}: {report.rows} rows intact (from row {report.first_id}); "
+          f"head {report.last_id}:{report.head}")
+    return 0
+
+
+def _cmd_audit_export(a: argparse.Namespace) -> int:
+    from extproc.telemetry.audit import export, parse_when
+
+    try:
+        since = parse_when(a.since) if a.since else None
+    except ValueError:
+        print(f"modelyard: audit export: --since {a.since!r}: expected 7d, 12h, 30m or an ISO date", file=sys.stderr)
+        return 2
+    try:
+        for line in export(_audit_db(a), since=since, tenant=a.tenant, event=a.event):
+            sys.stdout.buffer.write(line)
+    except (FileNotFoundError, sqlite3.Error) as e:
+        print(f"modelyard: audit: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    return 0
+
+
+def _cmd_audit_prune(a: argparse.Namespace) -> int:
+    from extproc.telemetry.audit import parse_when, prune
+
+    try:
+        cutoff = parse_when(a.older_than)
+    except ValueError:
+        print(f"modelyard: audit prune: --older-than {a.older_than!r}: expected 90d, 12h or an ISO date",
+              file=sys.stderr)
+        return 2
+    try:
+        result = prune(_audit_db(a), cutoff)
+    except (FileNotFoundError, sqlite3.Error) as e:
+        print(f"modelyard: audit: {e}", file=sys.stderr)
+        return 2
+    if not result.pruned_rows:
+        print("nothing to prune")
+    else:
+        print(f"pruned {result.pruned_rows} rows; the chain now starts at row {result.first_kept_id} "
+              f"(anchor {result.anchor_hash})")
     return 0
 
 
@@ -94,6 +162,26 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument("--env", required=True)
     render.add_argument("--output", "-o", default=None)
     render.set_defaults(func=_cmd_envoy_render)
+
+    audit = sub.add_parser("audit", help="the tamper-evident audit log: verify, export, prune").add_subparsers(
+        dest="audit_cmd", required=True)
+
+    def with_db(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--db", default=None, help="the audit SQLite file (default: extproc.audit_db in the config)")
+        return with_config(sp)
+
+    ver = with_db(audit.add_parser("verify", help="check the hash chain; exit 1 naming the first bad row"))
+    ver.add_argument("--expect-head", default=None, metavar="ID:HASH",
+                     help="a head an earlier verify printed: also fail if rows after it were removed")
+    ver.set_defaults(func=_cmd_audit_verify)
+    ex = with_db(audit.add_parser("export", help="rows as JSON lines, oldest first"))
+    ex.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC)")
+    ex.add_argument("--tenant", default=None)
+    ex.add_argument("--event", default=None, help="call, auth_failure, config_reload, limits_change, prune")
+    ex.set_defaults(func=_cmd_audit_export)
+    pr = with_db(audit.add_parser("prune", help="drop rows older than a cutoff; the chain stays verifiable"))
+    pr.add_argument("--older-than", required=True, help="90d, 12h or an ISO date/time (UTC)")
+    pr.set_defaults(func=_cmd_audit_prune)
 
     hk = sub.add_parser("hash-key", help="print the config form of an API key")
     hk.add_argument("key")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +53,27 @@ class TracingConfig(_Model):
     export_timeout_s: float = Field(10.0, gt=0)
 
 
+class TasksConfig(_Model):
+    """Async tasks (`Prefer: respond-async`, docs/tasks.md): where they are kept and how they run."""
+
+    store: Literal["sqlite", "redis"] = "sqlite"
+    sqlite_path: str = "run/tasks.sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "modelyard:tasks:"
+    # Finished tasks (and their results) are deleted this long after they end.
+    ttl_s: float = Field(24 * 3600.0, gt=0)
+    # Where the worker replays a task: Envoy's listener (default: this config's listener).
+    replay_url: str | None = None
+    replay_timeout_s: float = Field(600.0, gt=0)
+    concurrency: int = Field(4, ge=1, le=256)
+    # A running task's owner renews its lease; one left to expire was interrupted and is retried once.
+    lease_s: float = Field(30.0, gt=0)
+    # `?wait=N` is capped here (Envoy's timer is extended every few seconds while a poll waits).
+    max_wait_s: float = Field(60.0, ge=0)
+    # The HMAC key of the replay marker: replicas sharing a store must share it (else a per-process key).
+    secret_env: str | None = None
+
+
 class ExtprocConfig(_Model):
     address: str = "127.0.0.1:50051"
     metrics_address: str = "127.0.0.1:9464"
@@ -62,6 +84,11 @@ class ExtprocConfig(_Model):
     metering_db: str | None = None
     # OpenTelemetry tracing; absent (the default) means off, with nothing of OpenTelemetry loaded.
     tracing: TracingConfig | None = None
+    # Append-only, hash-chained audit log (docs/audit.md); `modelyard audit verify` checks it.
+    audit_db: str | None = None
+    # Queued audit rows past which new calls get 503: fail closed, never serve unrecorded calls.
+    audit_max_queued: int = Field(100_000, ge=1)
+    tasks: TasksConfig | None = None  # off: `Prefer: respond-async` is ignored, /v1/tasks is a 404
 
 
 class Capabilities(_Model):
@@ -211,6 +238,25 @@ class ModelConfig(_Model):
         return self
 
 
+class AuditCapture(_Model):
+    """A tenant's request and response bodies in its audit rows: redacted, then capped."""
+
+    capture_bodies: bool = False
+    max_body_bytes: int = Field(4096, ge=1, le=1024 * 1024)
+    # Matches become [REDACTED]; credential fields and key-shaped strings are always redacted.
+    redact: list[str] = Field(default_factory=list)
+
+    @field_validator("redact")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for i, pattern in enumerate(v):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"redact[{i}] is not a valid regex: {e}") from None
+        return v
+
+
 class TenantConfig(_Model):
     name: str
     tier: Tier = "L3"
@@ -218,6 +264,9 @@ class TenantConfig(_Model):
     api_keys: list[str] = Field(min_length=1)
     allowed_models: list[str] = Field(default_factory=lambda: ["*"])
     strategy: str = "balanced"
+    audit: AuditCapture = AuditCapture()
+    # Env var holding the HMAC-SHA256 key that signs this tenant's task webhooks (none: not sent).
+    webhook_secret_env: str | None = None
 
     @field_validator("api_keys")
     @classmethod

@@ -92,6 +92,9 @@ class ChatFlow:
         if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
             raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
         req = await self._parse(body)
+        if ctx.deferred and req.stream:
+            raise ClientError("Prefer: respond-async answers with a task, not a stream: "
+                              "drop `stream` or the preference")
         self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
         return self._send(body, req)
 
@@ -101,6 +104,7 @@ class ChatFlow:
                                   stream_hint=ctx.stream_hint)
         req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
         self.request = req
+        ctx.requested_model = req.model
         return req
 
     def _send(self, body: bytes, req: ChatRequest) -> msg.ProcessingResponse:
@@ -272,6 +276,11 @@ class ChatFlow:
             trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
                           input_tokens=usage.input_tokens if usage else None,
                           output_tokens=usage.output_tokens if usage else None, response_model=self.response_model)
+
+    def defer(self) -> None:
+        self.finished = True  # the replay is metered, not this acceptance
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
 
     def close(self) -> None:
         if not self.finished and self.choice is not None:

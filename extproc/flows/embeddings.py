@@ -167,6 +167,11 @@ class EmbeddingFlow:
                                    input_tokens=self.usage.input_tokens if self.usage else None,
                                    output_tokens=None, response_model=None)
 
+    def defer(self) -> None:
+        self.finished = True  # accepted as a task (Prefer: respond-async): the replay is metered, not this
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
+
     def close(self) -> None:
         if not self.finished and self.choice is not None:
             self.client_status = 499  # the client went away or the gateway failed the request

@@ -145,6 +145,8 @@ class _VisionFlow:
 
     def _policy(self) -> BatchPolicy | None:
         cfg = self.model.batching if self.model is not None else None
+        if self.ctx.deferred:
+            return None  # an acceptance for later joins no batch: its replay will
         if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not self.choice:
             return None
         return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))
@@ -299,6 +301,11 @@ class _VisionFlow:
             self.ctx.trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
                                    input_tokens=None, output_tokens=None, response_model=self.upstream_model or None)
 
+    def defer(self) -> None:
+        self.finished = True  # the replay is metered, not this acceptance
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
+
     def close(self) -> None:
         if self.member is not None and self.role != "member":
             # Still waiting (dropped from its batch) or the leader (its members fall back).
@@ -375,6 +382,7 @@ class ClassifyFlow(_VisionFlow):
         ctx = self.ctx
         limits = MultipartLimits(max_body_bytes=self.gw.config.extproc.max_body_bytes)
         self.form = form = read_classify_form(parse_multipart(body, ctx.headers.get("content-type"), limits))
+        ctx.requested_model = form.model
         self.model = model = self.gw.catalog.model_for(ctx.tenant, form.model)
         v = model.vision
         if v is None:

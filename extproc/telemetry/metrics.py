@@ -85,3 +85,10 @@ TENANT_TOKENS = Counter("modelyard_tenant_tokens_total", "LLM tokens metered fro
 def tenant_token_series(tenant: str) -> tuple[Counter, Counter]:
     """(input, output) label children per tenant, cached like model_series."""
     return TENANT_TOKENS.labels(tenant, "input"), TENANT_TOKENS.labels(tenant, "output")
+
+
+# Audit log (extproc/telemetry/audit.py).
+AUDIT_BACKLOG = Gauge("modelyard_audit_queue_rows", "audit rows queued for the writer thread")
+AUDIT_ROWS = Counter("modelyard_audit_rows_total", "audit rows written")
+AUDIT_DROPPED = Counter("modelyard_audit_dropped_total", "audit rows SQLite cannot bind (a bug; logged)")
+AUDIT_REFUSED = Counter("modelyard_audit_refused_total", "calls refused because the audit writer is behind")
