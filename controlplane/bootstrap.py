@@ -125,6 +125,7 @@ from extproc.headers import (
     XLATE_METADATA,
 )
 from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
+from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 
@@ -259,7 +260,13 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     return out
 
 
-def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, long_poll_s: float = 0.0) -> HttpFilter:
+def longest_queue_wait_s(cfg: GatewayConfig) -> float:
+    """The longest a request may wait in a deployment's queue (extproc.concurrency), 0 without queues."""
+    return max((max(d.queue.max_wait_s.values()) for d in cfg.clusters().values() if d.max_inflight), default=0.0)
+
+
+def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wait_s: float = 0.0,
+                     long_poll_s: float = 0.0) -> HttpFilter:
     # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
     # a message was sent: open the stream on another replica instead of failing the request.
     retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
@@ -285,9 +292,10 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, long_poll
         ),
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
         allow_mode_override=True,
-        message_timeout=_secs(env.timeouts.extproc_message_s),
+        # A queued request's body reply comes only when it gets a slot: the queue's max wait on top.
+        message_timeout=_secs(env.timeouts.extproc_message_s + queue_wait_s),
         # A task long poll extends its message's timer once, to its wait plus a margin.
-        max_message_timeout=_secs(max(env.timeouts.extproc_message_s, long_poll_s + WAIT_MARGIN_S)),
+        max_message_timeout=_secs(max(env.timeouts.extproc_message_s + queue_wait_s, long_poll_s + WAIT_MARGIN_S)),
         # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
         mutation_rules=HeaderMutationRules(allow_envoy=True),
     )
@@ -386,8 +394,14 @@ def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: Envi
 
 
 def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
+    queue_wait_s = longest_queue_wait_s(cfg)
+    if env.edge.request_timeout_s and queue_wait_s >= env.edge.request_timeout_s:
+        # Envoy would answer 408 to a request still waiting for its slot, before the queue's own 503.
+        raise ConfigError(f"a deployment queue waits up to {queue_wait_s:g}s (queue.max_wait_s), not less than "
+                          f"environment {env.name!r} edge.request_timeout_s ({env.edge.request_timeout_s:g}s)")
     tasks = cfg.extproc.tasks
-    filters = [_ext_proc_filter(env, long_poll_s=tasks.max_wait_s if tasks is not None else 0.0)]
+    filters = [_ext_proc_filter(env, queue_wait_s=queue_wait_s,
+                                long_poll_s=tasks.max_wait_s if tasks is not None else 0.0)]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
     filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))

@@ -27,6 +27,7 @@ class Accountant:
         """`status` is what the caller got; `upstream_ok` what the upstream did: False only for its own
         failure (5xx, a reply we cannot read, a stream it cut), None when it never answered for
         itself (the client left, or the gateway failed the request): no feedback either way."""
+        choice.release_slot()  # first: the next waiter goes while we meter this one
         model = choice.model
         if upstream_ok is not None:  # a client that leaves or our own error must not cool a deployment down
             self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s, now=time.monotonic())
@@ -46,7 +47,8 @@ class Accountant:
             tenant_in.inc(tin)
             tenant_out.inc(tout)
         ctx.outcome = CallOutcome(model.name, choice.deployment.cluster, status, tin, tout)
-        cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
+        price = choice.deployment.cost or model.cost  # a deployment's own price (spot) bills as it routed
+        cost = tin / 1000 * price.input_per_1k + tout / 1000 * price.output_per_1k
         if cost:
             COST.labels(model.name, ctx.tenant_name).inc(cost)
         if self.metering is not None:

@@ -9,13 +9,14 @@ from typing import Protocol
 
 from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
 from extproc.choice import Choice
+from extproc.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
 from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
 from extproc.routing.watermarks import Reading
 from extproc.telemetry.metrics import FAIL_OPEN, FAIL_OPEN_ACTIVE
-from modelyard.errors import ClientError
+from modelyard.errors import ClientError, ModelyardError
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 
@@ -40,20 +41,37 @@ class ReadingSource(Protocol):
 
 class Dispatcher:
     def __init__(self, scheduler: Scheduler, limiter: Limiter | None = None,
-                 watermarks: ReadingSource | None = None) -> None:
+                 watermarks: ReadingSource | None = None, limits: ConcurrencyLimits | None = None) -> None:
         self.scheduler = scheduler
         self.limiter = limiter
         self.watermarks = watermarks
+        self.limits = limits if limits is not None else ConcurrencyLimits(scheduler.config)
         self._failing_open: dict[str, set[FailOpen]] = {}  # by model
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
-        d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
+        d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {},
+                                  occupancy=self.limits.occupancy)
         if d.fail_open or route.model in self._failing_open:
             self._note_fail_open(route.model, set(d.fail_open))
         c = d.chosen
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
                       arm=d.arm)
+
+    def deployment_states(self) -> dict[str, str]:
+        """Each deployment's state now (modelyard_deployment_state): cooldown, warming, else its slots' state."""
+        now = time.monotonic()
+        stats = dict(self.scheduler.feedback.stats)  # a copy: the metrics thread reads while the loop writes
+        out = {}
+        for cluster in self.scheduler.config.clusters():
+            st = stats.get(cluster)
+            if st is not None and st.cooldown_until > now:
+                out[cluster] = "cooldown"
+            elif cluster in self.scheduler.warming:
+                out[cluster] = "warming"
+            else:
+                out[cluster] = self.limits.state(cluster)
+        return out
 
     def _note_fail_open(self, model: str, now_open: set[FailOpen]) -> None:
         """Count every fail-open decision; log when one starts and when it ends, not per request."""
@@ -90,6 +108,7 @@ class Dispatcher:
             stream=req.stream, task_type="chat", task_id=ctx.task_id))
         choice.est_prompt_tokens = prompt_tokens
         await self.admit(ctx, choice, prompt_tokens + (req.max_tokens or DEFAULT_OUTPUT_TOKENS))
+        await self.wait_for_slot(ctx, choice)
         return choice
 
     async def choose_embedding(self, ctx: RequestContext, model: str, est_tokens: int, longest_input: int) -> Choice:
@@ -102,7 +121,21 @@ class Dispatcher:
             est_prompt_tokens=longest_input, est_output_tokens=0, task_type="embedding", task_id=ctx.task_id))
         choice.est_prompt_tokens = est_tokens
         await self.admit(ctx, choice, est_tokens)
+        await self.wait_for_slot(ctx, choice)  # the deployment's queue, as for chat
         return choice
+
+    async def wait_for_slot(self, ctx: RequestContext, choice: Choice) -> None:
+        """Past admission, before dispatch: a slot on the chosen deployment, waiting in its queue if
+        need be. Refused (429 / 503), the request hands its rate-limit charge back."""
+        cluster = choice.deployment.cluster
+        if cluster not in self.limits or ctx.tenant is None:
+            return
+        try:
+            choice.slot = await self.limits.acquire(cluster, choice.model.name, ctx.tenant.name, ctx.tenant.tier)
+        except ModelyardError:
+            if self.limiter is not None and choice.reservation is not None:
+                await self.limiter.reconcile(choice.reservation, 0)
+            raise
 
     async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
         """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""

@@ -19,3 +19,5 @@ ARM_HEADER = "x-modelyard-arm"  # the A/B arm a request fell in
 WAIT_MARGIN_S = 2.0
 # gRPC metadata on a translation hop's ext_proc streams: "<from protocol>~<target cluster>".
 XLATE_METADATA = "x-modelyard-xlate"
+# On a reply from a deployment with max_inflight: milliseconds the request waited for a slot.
+QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"

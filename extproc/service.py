@@ -30,7 +30,7 @@ from extproc.server import ExtprocServer
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent, AuditLog
 from extproc.telemetry.metering import MeteringStore
-from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
+from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
@@ -209,6 +209,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     if gateway.watermarks is not None:
         await gateway.watermarks.start(first_poll_timeout=2.0)
     if metrics and config.extproc.metrics_address:
+        DEPLOYMENT_STATES.source = gateway.dispatcher.deployment_states
         serve_metrics(config.extproc.metrics_address)
     warmer.start()  # before serving: the first requests already see which deployments are warming
     try:

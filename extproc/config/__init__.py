@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from extproc.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
+from extproc.config.queueing import DedicatedPool, QueueSettings
 from extproc.config.routing import RoutingSettings
 from extproc.config.service_levels import Channel, Tier
 from modelyard.errors import ConfigError
@@ -172,6 +173,15 @@ class Deployment(_Model):
     lb: LoadBalancing = LoadBalancing()
     health_check: HealthCheckConfig | None = None
     warmup: WarmupConfig | None = None
+    # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
+    max_inflight: int | None = Field(None, ge=1)
+    queue: QueueSettings = QueueSettings()
+    # A dedicated pool: only these tiers or tenants are routed here.
+    reserved_for: DedicatedPool | None = None
+    # Spot / preemptible capacity: under a spot-first strategy (routing.spot_first) an idle one is preferred.
+    spot: bool = False
+    # This deployment's own price, when it differs from the model's (spot capacity is usually cheaper).
+    cost: Cost | None = None
 
     @field_validator("endpoints")
     @classmethod

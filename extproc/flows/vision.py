@@ -123,6 +123,9 @@ class _VisionFlow:
         self.choice = choice = self.gw.dispatcher.choose_for(ctx, RouteRequest(
             model=name, tenant=ctx.tenant, task_type=self.task_type, needs_vision=True, task_id=ctx.task_id))
         await self.gw.dispatcher.admit(ctx, choice, 0)
+        if self._policy() is None:
+            # A request that goes alone takes a slot; batch members share one upstream call, so they do not queue.
+            await self.gw.dispatcher.wait_for_slot(ctx, choice)
         ctx.response_headers += choice.response_headers()
         dep = choice.deployment
         self.upstream_model = dep.upstream_model or choice.model.name

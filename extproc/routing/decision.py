@@ -14,7 +14,7 @@ Arm = Literal["A", "B"]
 # Which check dropped a deployment; `Rejection.reason` is the human-readable account of it.
 Check = Literal[
     "task_type", "tools", "vision", "streaming", "channel", "context_window",
-    "cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier",
+    "cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier", "reserved",
 ]
 # Checks that may pass later (a retry can help, so no route is a 503); the rest never change.
 RUNTIME_CHECKS: frozenset[Check] = frozenset(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 REQUESTS = Counter("modelyard_requests_total", "Requests handled, by outcome",
                    ["model", "cluster", "status"])
@@ -92,3 +95,39 @@ AUDIT_BACKLOG = Gauge("modelyard_audit_queue_rows", "audit rows queued for the w
 AUDIT_ROWS = Counter("modelyard_audit_rows_total", "audit rows written")
 AUDIT_DROPPED = Counter("modelyard_audit_dropped_total", "audit rows SQLite cannot bind (a bug; logged)")
 AUDIT_REFUSED = Counter("modelyard_audit_refused_total", "calls refused because the audit writer is behind")
+
+# Concurrency limits and the per-deployment queues (extproc/concurrency.py).
+QUEUE_DEPTH = Gauge("modelyard_queue_depth", "Requests waiting for a slot of a deployment, by tier",
+                    ["model", "cluster", "tier"])
+QUEUE_WAIT = Histogram("modelyard_queue_wait_seconds",
+                       "Time a request waited for a deployment's slot (0 when one was free)",
+                       ["model", "cluster", "tier"],
+                       buckets=(0.0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+QUEUE_REFUSED = Counter("modelyard_queue_refused_total",
+                        "Requests refused by a deployment's queue: tenant_share (429), bound or max_wait (503)",
+                        ["cluster", "tier", "reason"])
+INFLIGHT = Gauge("modelyard_inflight", "Requests holding a slot of a deployment with max_inflight",
+                 ["cluster"])
+
+
+class DeploymentStates(Collector):
+    """`modelyard_deployment_state{cluster,state}`: 1 for the state each deployment is in now, read at
+    scrape time from the routing state (`source`, set by the composition root), so it is never stale."""
+
+    STATES = ("ready", "busy", "queueing", "cooldown", "warming")
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Mapping[str, str]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("modelyard_deployment_state",
+                              "1 for the state a deployment is in: ready, busy (every slot taken), queueing, "
+                              "cooldown, warming", labels=["cluster", "state"])
+        for cluster, state in (self.source() if self.source is not None else {}).items():
+            for s in self.STATES:
+                g.add_metric([cluster, s], 1.0 if s == state else 0.0)
+        yield g
+
+
+DEPLOYMENT_STATES = DeploymentStates()
+REGISTRY.register(DEPLOYMENT_STATES)

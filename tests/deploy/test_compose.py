@@ -20,7 +20,7 @@ from tests.stack_config import ROOT
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    env = {**os.environ, "GRAFANA_ADMIN_PASSWORD": "test-only"}
+    env = {**os.environ, "GRAFANA_ADMIN_PASSWORD": "test-only", "MODELYARD_TASK_SECRET": "test-only"}
     out = subprocess.run([tool("docker-compose"), "-f", str(ROOT / "docker-compose.yml"), "config", "--format",
                           "json"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
@@ -28,7 +28,7 @@ def compose() -> dict[str, Any]:
 
 
 def test_compose_refuses_to_start_grafana_without_an_admin_password() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
+    env = {**{k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}, "MODELYARD_TASK_SECRET": "t"}
     out = subprocess.run([tool("docker-compose"), "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert out.returncode != 0 and "GRAFANA_ADMIN_PASSWORD" in out.stderr

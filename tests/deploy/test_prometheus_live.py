@@ -47,6 +47,8 @@ def _stack_config(redis_url: str) -> dict[str, Any]:
     for m in data["models"]:
         for d in m["deployments"]:
             d.pop("api_key_env", None)
+    # A concurrency limit on the standard deployment: the queue panels have series (waits of 0 s).
+    data["models"][0]["deployments"][0]["max_inflight"] = 16
     data["ratelimit"]["backend"] = "redis"
     data["ratelimit"]["redis"] = {"url": redis_url, "replicas": 1, "failure_policy": "fallback", "timeout_ms": 50}
     return data
