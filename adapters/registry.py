@@ -6,18 +6,20 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
-from adapters import anthropic, gemini, openai
+from adapters import anthropic, gemini, openai, responses
 from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent
 from adapters.protocol import ChatProtocol, StreamDecoder, StreamEncoder
 from adapters.stream_usage import StreamUsage
 
 __all__ = ["PROTOCOLS", "ClientRoute", "StreamTranslator", "translate_stream", "detect_client_protocol"]
 
-PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
+# `responses` (the OpenAI Responses API) is a client protocol only: no deployment speaks it yet.
+PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini,
+                                      "responses": responses}
 
 
 # The chat protocols a client may speak (keys of PROTOCOLS).
-ChatProtocolName = Literal["openai", "anthropic", "gemini"]
+ChatProtocolName = Literal["openai", "anthropic", "gemini", "responses"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,8 @@ def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
         return ClientRoute("openai")
     if p == "/v1/messages":
         return ClientRoute("anthropic")
+    if p == "/v1/responses" or p == "/responses":
+        return ClientRoute("responses")
     for prefix in _GEMINI_PREFIXES:
         if p.startswith(prefix):
             model, sep, action = p[len(prefix):].rpartition(":")

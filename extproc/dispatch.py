@@ -111,6 +111,19 @@ class Dispatcher:
         await self.wait_for_slot(ctx, choice)
         return choice
 
+    async def choose_embedding(self, ctx: RequestContext, model: str, est_tokens: int, longest_input: int) -> Choice:
+        """Route (task type `embedding`) and admit an embeddings request: input tokens, no output.
+        Each input is embedded on its own, so the context window is checked against the longest."""
+        assert ctx.tenant is not None
+        choice = self.choose_for(ctx, RouteRequest(
+            model=model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
+            want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast",
+            est_prompt_tokens=longest_input, est_output_tokens=0, task_type="embedding", task_id=ctx.task_id))
+        choice.est_prompt_tokens = est_tokens
+        await self.admit(ctx, choice, est_tokens)
+        await self.wait_for_slot(ctx, choice)  # the deployment's queue, as for chat
+        return choice
+
     async def wait_for_slot(self, ctx: RequestContext, choice: Choice) -> None:
         """Past admission, before dispatch: a slot on the chosen deployment, waiting in its queue if
         need be. Refused (429 / 503), the request hands its rate-limit charge back."""

@@ -6,6 +6,7 @@ The only module that knows every flow: it puts them in the route table the sessi
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import signal
@@ -13,12 +14,13 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from adapters import kserve
+from adapters import embeddings, kserve
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
 from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
+from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.gateway import Gateway
@@ -76,6 +78,22 @@ def _kserve(method: str, path: str) -> Route | None:
     return None  # model readiness is not answered yet
 
 
+def _embeddings(method: str, path: str) -> Route | None:
+    found = embeddings.match_path(method, path)
+    if found is None:
+        return None
+    return Route("openai" if found.shape == "openai" else "gemini", path_model=found.model,
+                 flow=functools.partial(EmbeddingFlow, route=found),
+                 operation="embeddings")  # GenAI semantic conventions' operation name
+
+
+def _stored_responses(method: str, path: str) -> Route | None:
+    # /v1/responses/{id}[/input_items|/cancel]: the Responses API's stored-state endpoints.
+    if path.startswith("/v1/responses/") and len(path) > len("/v1/responses/"):
+        return Route("responses", answer=local.stored_response)
+    return None
+
+
 def _tasks(method: str, path: str) -> Route | None:
     if tasks.task_id(path) is None:
         return None
@@ -95,7 +113,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _tasks, _kserve, _chat],
+    return RouteTable([_openai_models, _tasks, _kserve, _embeddings, _stored_responses, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 

@@ -10,9 +10,18 @@ import os
 from collections.abc import Callable
 from types import ModuleType
 
+import numpy as np
 from aiohttp import web
 
-from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
+from adapters import embeddings
+from adapters.embeddings import EmbeddingResponse, EmbeddingRoute
+from devstack.demo.behaviour import (
+    MAX_DEMO_EMBED_DIMS,
+    demo_embedding,
+    demo_reply,
+    demo_stream_events,
+    last_user_text,
+)
 from devstack.demo.faults import (
     CUT,
     FAIL,
@@ -39,6 +48,7 @@ class AdapterDemo:
         self.require_key = require_key
         self.chunk_delay = chunk_delay
         self.requests = 0
+        self.embeds = False  # also answers embeddings (OpenAI /v1/embeddings or Gemini :embedContent)
 
     def _error(self, status: int, message: str, type_: str | None = None) -> web.Response:
         return web.Response(status=status, body=self.adapter.render_error(status, message, type_),
@@ -84,8 +94,36 @@ class AdapterDemo:
         await out.write_eof()  # a CUT stream ends here: no terminator
         return out
 
-    def app(self, path: str, path_info: PathInfo | None = None) -> web.Application:
+    async def embed(self, request: web.Request, route: EmbeddingRoute) -> web.Response:
+        """Deterministic vectors (`behaviour.demo_embedding`); the OpenAI shape reports usage (words),
+        Gemini's reports none, as the real APIs do."""
+        self.requests += 1
+        if self.require_key is not None:
+            got = self.adapter.client_api_key(request.headers, request.query)
+            if got is None or not hmac.compare_digest(got.encode(), self.require_key.encode()):
+                return self._error(401, "invalid upstream API key", "authentication_error")
+        try:
+            req = embeddings.parse_request(route.shape, await request.read(), path_model=route.model)
+        except ModelyardError as e:
+            return self._error(e.status, e.message, e.type)
+        if any(fault_in(t) == FAIL for t in req.inputs):
+            return self._error(500, "demo upstream failed on purpose", "api_error")
+        if req.dimensions is not None and req.dimensions > MAX_DEMO_EMBED_DIMS:
+            return self._error(400, f"dimensions must be at most {MAX_DEMO_EMBED_DIMS}", "invalid_request_error")
+        vectors = np.array([demo_embedding(t, req.dimensions) for t in req.inputs], np.float32)
+        words = sum(len(t.split()) for t in req.inputs)
+        resp = EmbeddingResponse(req.model, vectors, words if route.shape == "openai" else None)
+        return web.Response(body=embeddings.render_response(route.shape, resp, model=req.model, req=req),
+                            content_type="application/json")
+
+    def app(self, path: str, path_info: PathInfo | None = None, *,
+            embeddings_path: str | None = None) -> web.Application:
+        self.embeds = embeddings_path is not None
+
         async def route(request: web.Request) -> web.StreamResponse:
+            found = embeddings.match_path(request.method, request.path) if self.embeds else None
+            if found is not None:
+                return await self.embed(request, found)
             info = path_info(request) if path_info else (None, False)
             if info is None:
                 return self._error(404, f"unknown method {request.path}")
@@ -99,6 +137,8 @@ class AdapterDemo:
 
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(path, route)
+        if embeddings_path is not None and embeddings_path != path:
+            app.router.add_post(embeddings_path, route)
         app.router.add_get("/health", health)
         app.router.add_get("/stats", stats)
         return app

@@ -7,10 +7,14 @@ input-dependent, so a test can tell which upstream answered and that the input a
 - a last message carrying a tool result gets "<prefix> tool said: <result content>";
 - usage: input tokens = words in system prompt + all message texts, output tokens = words in
   the reply (for a tool call: words in its arguments JSON);
-- streams send one text event per word (and tool arguments in two fragments).
+- streams send one text event per word (and tool arguments in two fragments);
+- embeddings (`demo_embedding`) depend on the text alone: the same text gets the same vector from
+  every demo upstream, whatever protocol it speaks.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import orjson
 
@@ -71,3 +75,19 @@ def demo_stream_events(resp: ChatResponse) -> list[StreamEvent]:
     events += [StreamFinish(resp.finish_reason), UsageUpdate(resp.usage.input_tokens, resp.usage.output_tokens),
                StreamEnd()]
     return events
+
+
+DEMO_EMBED_DIMS = 8  # the default vector length; `dimensions` / `outputDimensionality` ask for another
+MAX_DEMO_EMBED_DIMS = 4096
+
+
+def demo_embedding(text: str, dims: int | None = None) -> list[float]:
+    """A deterministic vector for `text`: sha256 bytes scaled to [-1, 1) in steps of 1/128, so every
+    value is exact in float32 and survives base64 and JSON alike."""
+    n = dims or DEMO_EMBED_DIMS
+    out: list[float] = []
+    block = 0
+    while len(out) < n:
+        out += [(b - 128) / 128 for b in hashlib.sha256(f"{block}:{text}".encode()).digest()]
+        block += 1
+    return out[:n]

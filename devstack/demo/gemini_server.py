@@ -2,7 +2,8 @@
 
     python -m devstack.demo.gemini_server --port 8103 [--require-key-env VAR]
 
-Answers as described in `devstack.demo.behaviour`, prefixed "[demo-gemini]".
+Answers as described in `devstack.demo.behaviour`, prefixed "[demo-gemini]"; also
+`:embedContent` and `:batchEmbedContents`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def _path_info(request: web.Request) -> tuple[str | None, bool] | None:
 
 def make_app(name: str = "demo-gemini", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:
     demo = AdapterDemo(gemini, f"[{name}]", require_key=require_key, chunk_delay=chunk_delay)
-    return demo.app("/v1beta/models/{tail}", _path_info)
+    return demo.app("/v1beta/models/{tail}", _path_info, embeddings_path="/v1beta/models/{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:

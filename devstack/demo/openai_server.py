@@ -2,19 +2,20 @@
 
     python -m devstack.demo.openai_server --port 8101 [--name demo-openai] [--require-key-env VAR]
 
-Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]".
+Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]"; also POST /v1/embeddings.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from adapters import openai
+from adapters import embeddings, openai
 from devstack.demo.adapter_server import AdapterDemo, run
 
 
 def make_app(name: str = "demo-openai", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:
-    return AdapterDemo(openai, f"[{name}]", require_key=require_key, chunk_delay=chunk_delay).app(openai.PATH)
+    demo = AdapterDemo(openai, f"[{name}]", require_key=require_key, chunk_delay=chunk_delay)
+    return demo.app(openai.PATH, embeddings_path=embeddings.OPENAI_PATH)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -237,6 +237,16 @@ class ModelConfig(_Model):
     batching: BatchingConfig | None = None
     deployments: list[Deployment] = Field(min_length=1)
 
+    @model_validator(mode="after")
+    def _embedding_protocols(self) -> "ModelConfig":
+        # adapters.embeddings.EMBEDDING_PROTOCOLS, kept literal so config does not import NumPy.
+        if "embedding" in self.task_types:
+            for d in self.deployments:
+                if d.protocol not in ("openai", "gemini"):
+                    raise ValueError(f"deployment {d.cluster!r}: a {d.protocol} upstream cannot serve embeddings "
+                                     "(openai or gemini)")
+        return self
+
 
 class AuditCapture(_Model):
     """A tenant's request and response bodies in its audit rows: redacted, then capped."""

@@ -13,7 +13,7 @@ import time
 
 import orjson
 
-from adapters import upstream_errors
+from adapters import responses, upstream_errors
 from adapters.injected_usage import InjectedUsageFilter
 from adapters.internal import ChatRequest, RenderOptions, StreamError, StreamStart, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
@@ -216,6 +216,8 @@ class ChatFlow:
             self.response_model = resp.model
         if not self.translating:
             return None
+        if self.client is responses:  # a Responses answer echoes the request's settings, as OpenAI's does
+            return responses.render_response(resp, model=model, request=self.request)
         return self.client.render_response(resp, model=model)
 
     def _stream_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:

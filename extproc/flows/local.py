@@ -39,3 +39,9 @@ def v2_model_metadata(gw: Gateway, ctx: RequestContext) -> msg.ProcessingRespons
 
 def not_found(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")
+
+
+def stored_response(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    """`GET /v1/responses/{id}` and its kin: nothing is stored, so say that rather than 'unknown URL'."""
+    raise NotFound("This gateway does not store responses, so none can be retrieved, listed, cancelled or "
+                   "deleted; send the whole conversation in `input` instead of `previous_response_id`.")

@@ -37,6 +37,10 @@ def failover_groups(cfg: GatewayConfig) -> dict[str, list[str]]:
     """Primary cluster -> ordered member clusters (direct peers, then translation hops)."""
     groups: dict[str, list[str]] = {}
     for model in cfg.models:
+        if "embedding" in model.task_types and "chat" not in model.task_types:
+            # Embeddings go to the deployment's own cluster (extproc/flows/embeddings.py): peers here
+            # would only steer the chat traffic of a model that shares one of these clusters.
+            continue
         for dep in model.deployments:
             direct, hops = [], []
             for peer in model.deployments:

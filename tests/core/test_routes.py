@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
+from adapters.embeddings import EmbeddingRoute
 from extproc.flows import local
 from extproc.flows.chat import ChatFlow
+from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.service import build_routes
@@ -30,6 +34,10 @@ CASES = [
     ("POST", "/v2/models/colors/infer", "kserve", KServeInferFlow, "colors", None, False, False),
     ("POST", "/v2/models/colors/versions/3/infer", "kserve", KServeInferFlow, "colors", "3", False, False),
     ("POST", "/v1/images/classify", "openai", ClassifyFlow, None, None, False, False),
+    ("POST", "/v1/responses", "responses", ChatFlow, None, None, False, False),
+    ("GET", "/v1/responses/resp_1", "responses", local.stored_response, None, None, False, False),
+    ("DELETE", "/v1/responses/resp_1", "responses", local.stored_response, None, None, False, False),
+    ("GET", "/v1/responses/resp_1/input_items", "responses", local.stored_response, None, None, False, False),
     # Everything else: the public 404 in OpenAI's shape.
     ("GET", "/v1/chat/completions", "openai", local.not_found, None, None, False, True),
     ("POST", "/v1/models", "openai", local.not_found, None, None, False, True),
@@ -53,3 +61,17 @@ def test_only_chat_routes_may_be_carried_by_a_translation_hop() -> None:
     assert ROUTES.hop is XlateFlow
     translatable = {c[1] for c in CASES if ROUTES.match(c[0], c[1]).translatable}
     assert translatable == {c[1] for c in CASES if c[3] is ChatFlow}
+
+
+
+@pytest.mark.parametrize(("path", "protocol", "shape", "model"), [
+    ("/v1/embeddings", "openai", "openai", None),
+    ("/v1beta/models/e:embedContent", "gemini", "gemini", "e"),
+    ("/v1beta/models/e:batchEmbedContents", "gemini", "gemini-batch", "e"),
+])
+def test_embedding_routes(path: str, protocol: str, shape: str, model: str | None) -> None:
+    r = ROUTES.match("POST", path)
+    assert isinstance(r.flow, functools.partial) and r.flow.func is EmbeddingFlow
+    assert r.flow.keywords["route"] == EmbeddingRoute(shape, model)  # type: ignore[arg-type]
+    assert (r.protocol, r.path_model, r.operation, r.public, r.translatable) == (protocol, model, "embeddings",
+                                                                                   False, False)

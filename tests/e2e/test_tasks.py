@@ -26,7 +26,9 @@ import openai
 import pytest
 from anthropic.types import Message
 from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
 
+from devstack.demo.behaviour import demo_embedding
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS
 from tests.stack_config import demo_config_free_ports, free_port, start_stack
 from tests.vision.formgen import build_form
@@ -425,3 +427,25 @@ def test_sigterm_drains_a_running_task_and_keeps_a_queued_one(stack) -> None:
     q = _until_final(stack, queued)
     assert q["status"] == "succeeded" and q["attempts"] == 1 and not q["retried"], q
     assert _upstream_requests(stack, "demo-claude") - before == 2
+
+
+def test_responses_api_async(stack) -> None:
+    oai = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
+    raw = oai.responses.with_raw_response.create(model="demo-claude", input="async hello responses",
+                                                 extra_headers=ASYNC)
+    assert raw.http_response.status_code == 202, raw.http_response.text
+    done = _until_final(stack, raw.http_response.json()["id"])
+    assert done["status"] == "succeeded", done
+    result = Response.model_validate(done["result"])
+    assert result.output_text == "[demo-anthropic] echo: async hello responses" and result.usage.output_tokens > 0
+
+
+def test_embeddings_async(stack) -> None:
+    oai = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
+    raw = oai.embeddings.with_raw_response.create(model="demo-embed-gemini", input=["async", "embed"],
+                                                  encoding_format="float", extra_headers=ASYNC)
+    assert raw.http_response.status_code == 202, raw.http_response.text
+    done = _until_final(stack, raw.http_response.json()["id"])
+    assert done["status"] == "succeeded", done
+    got = np.array([d["embedding"] for d in done["result"]["data"]], np.float32)
+    assert np.array_equal(got, np.array([demo_embedding("async"), demo_embedding("embed")], np.float32))

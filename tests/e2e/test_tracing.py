@@ -241,3 +241,31 @@ def test_batched_image_requests_have_batching_spans(tmp_path: Path) -> None:
     for lead in (s for s in batching if s["attributes"]["modelyard.batch.role"] == "leader"):
         steps = {s["name"] for s in spans if s["parent"] == lead["parent"]}
         assert {"routing", "batching", "translate request", "translate response"} <= steps, steps
+
+
+def test_embeddings_are_traced(tmp_path: Path) -> None:
+    """An embeddings request has its own operation span (GenAI `embeddings`), its steps as children,
+    usage on the span, and the upstream gets the trace."""
+    received = Received()
+    seen: list[dict[str, str]] = []
+    with ThreadedApp(http_receiver(received)) as collector, ThreadedApp(recording_upstream(seen)) as upstream:
+        data = small_config()
+        data["models"] = [{"name": "demo-embed", "task_types": ["embedding"],
+                           "deployments": [{"cluster": "traced-embed", "protocol": "openai",
+                                            "endpoints": [f"127.0.0.1:{upstream.port}"]}]}]
+        data["extproc"]["tracing"] = {"protocol": "http/protobuf", "export_delay_ms": 100,
+                                      "endpoint": f"http://127.0.0.1:{collector.port}/v1/traces"}
+        data["extproc"].pop("metering_db", None)
+        with start_stack(tmp_path, data, demos=False) as stack:
+            oa = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0, timeout=30)
+            out = oa.embeddings.create(model="demo-embed", input=["trace these words", "and these"])
+            assert len(out.data) == 2
+            spans = received.wait_for({"embeddings demo-embed", "routing", "translate request", "translate response"})
+    root = next(s for s in spans if s["name"] == "embeddings demo-embed")
+    a = root["attributes"]
+    assert a["gen_ai.operation.name"] == "embeddings" and a["gen_ai.request.model"] == "demo-embed"
+    assert a["gen_ai.usage.input_tokens"] == out.usage.prompt_tokens and a["http.response.status_code"] == 200
+    for name in ("routing", "translate request", "translate response"):
+        assert next(s for s in spans if s["name"] == name)["parent"] == root["span_id"], name
+    assert seen[-1]["traceparent"].split("-")[1:3] == [root["trace_id"], root["span_id"]]
+    assert DEMO_KEY not in repr(spans)

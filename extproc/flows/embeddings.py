@@ -1,0 +1,178 @@
+"""Embeddings requests: OpenAI `/v1/embeddings`, Gemini `:embedContent` / `:batchEmbedContents`.
+
+Routed (task type `embedding`), rate-limited and metered like chat. An OpenAI client reaching an
+OpenAI upstream keeps its own bytes (model name swapped) and gets the upstream's answer as is;
+every other pair goes through `adapters.embeddings`. Embeddings go to the deployment's own
+cluster, not its failover aggregate: a translation hop re-renders chat, not embeddings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+
+import orjson
+
+from adapters import embeddings, upstream_errors
+from adapters.embeddings import EmbeddingRequest, EmbeddingRoute, Shape
+from adapters.internal import UpstreamRequest, Usage
+from adapters.upstream_errors import log_excerpt
+from extproc import messages as msg
+from extproc.choice import Choice
+from extproc.context import RequestContext
+from extproc.errors import render_error_body
+from extproc.flows.chat import CLIENT_AUTH_HEADERS, INLINE_PARSE_BYTES, upstream_error_status
+from extproc.gateway import Gateway
+from extproc.headers import (
+    CHANNEL_HEADER,
+    CLUSTER_HEADER,
+    STRATEGY_HEADER,
+    TASK_ID_HEADER,
+    TENANT_HEADER,
+    UPSTREAM_ATTEMPTS_HEADER,
+    UPSTREAM_HOST_HEADER,
+    UPSTREAM_TIMEOUT_HEADER,
+)
+from modelyard.errors import ModelyardError
+
+log = logging.getLogger("modelyard.embeddings")
+
+# As for chat: no client credential upstream, and the body must come back uncompressed.
+_STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
+
+
+class EmbeddingFlow:
+    def __init__(self, gw: Gateway, ctx: RequestContext, route: EmbeddingRoute):
+        self.gw = gw
+        self.ctx = ctx
+        self.shape: Shape = route.shape
+        self.request: EmbeddingRequest | None = None
+        self.choice: Choice | None = None
+        self.upstream = ""  # the chosen deployment's protocol
+        self.status = 0
+        self.client_status = 0
+        self.usage: Usage | None = None
+        self.upstream_failed = False
+        self.finished = False
+
+    @property
+    def passthrough(self) -> bool:
+        return self.shape == "openai" and self.upstream == "openai"
+
+    # -- request ---------------------------------------------------------------------------
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        ctx = self.ctx
+        parse = functools.partial(embeddings.parse_request, self.shape, body, path_model=ctx.path_model)
+        req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
+        self.request = req
+        self.choice = choice = await self.gw.dispatcher.choose_embedding(
+            ctx, req.model, embeddings.estimate_tokens(req), embeddings.longest_input_tokens(req))
+        dep = choice.deployment
+        self.upstream = dep.protocol
+        render = functools.partial(self._upstream_request, body, req, dep.upstream_model or choice.model.name,
+                                   dep.credential())
+        with ctx.span("translate request"):
+            rendered = render() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(render)
+        out = rendered.body
+        headers = list(rendered.headers.items())
+        headers += [(":path", rendered.path), ("content-length", str(len(out))), (CLUSTER_HEADER, dep.cluster),
+                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
+                    (UPSTREAM_TIMEOUT_HEADER, str(dep.timeout_ms))]
+        if ctx.trace is not None:  # the caller's trace goes on upstream, with our span as the parent
+            headers += ctx.trace.upstream_headers()
+        ctx.response_headers += choice.response_headers()
+        remove = [h for h in _STRIP_UPSTREAM if h not in rendered.headers]
+        return msg.request_body(headers, remove, body=out, clear_route_cache=True)
+
+    def _upstream_request(self, body: bytes, req: EmbeddingRequest, upstream_model: str,
+                          credential: str | None) -> UpstreamRequest:
+        if not self.passthrough:
+            return embeddings.render_request(self.upstream, req, upstream_model=upstream_model, credential=credential)
+        data = orjson.loads(body)  # the client's own bytes, only the model swapped
+        data["model"] = upstream_model
+        path, headers = embeddings.openai_target(credential)
+        return UpstreamRequest(path, headers, orjson.dumps(data))
+
+    # -- response --------------------------------------------------------------------------
+    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
+        self.status = self.client_status = status
+        set_h = self.ctx.task_headers()
+        remove = [UPSTREAM_HOST_HEADER, UPSTREAM_ATTEMPTS_HEADER]
+        if status >= 400:
+            self.upstream_failed = status >= 500
+            self.client_status = upstream_error_status(status)
+            set_h.append((":status", str(self.client_status)))
+        if status >= 400 or not self.passthrough:
+            remove.append("content-length")
+            set_h.append(("content-type", "application/json"))
+        return msg.response_headers(set_h, remove)
+
+    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
+        body = self._whole_body(chunk)
+        self._finish()
+        if body is None:
+            return msg.response_body()
+        headers = [("content-length", str(len(body)))]
+        if self.client_status != self.status:
+            headers.append((":status", str(self.client_status)))
+        return msg.response_body(headers, body=body)
+
+    def _whole_body(self, body: bytes) -> bytes | None:
+        req, choice = self.request, self.choice
+        assert req is not None and choice is not None  # set before anything went upstream
+        if self.status >= 400:
+            log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id, choice.deployment.cluster,
+                     self.status, log_excerpt(body))
+            return render_error_body(self.ctx.protocol, self.client_status,
+                                     upstream_errors.client_text(self.status, body), "api_error")
+        with self.ctx.span("translate response"):
+            return self._translate(body, req, choice)
+
+    def _translate(self, body: bytes, req: EmbeddingRequest, choice: Choice) -> bytes | None:
+        try:
+            if self.passthrough:
+                tokens = embeddings.openai_usage(body)
+                self.usage = Usage(tokens if tokens is not None else embeddings.estimate_tokens(req), 0)
+                return None
+            resp = embeddings.parse_response(self.upstream, body)
+            out = embeddings.render_response(self.shape, resp, model=choice.model.name, req=req)
+        except ModelyardError as e:
+            self.client_status = 502
+            self.upstream_failed = True
+            return render_error_body(self.ctx.protocol, 502, f"upstream sent an unreadable reply: {e.message}",
+                                     "api_error")
+        # Gemini reports no usage for embeddings: meter the estimate charged on arrival.
+        tokens = resp.input_tokens if resp.input_tokens is not None else embeddings.estimate_tokens(req)
+        self.usage = Usage(tokens, 0)
+        return out
+
+    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
+        self._finish()
+        return msg.response_trailers()
+
+    # -- accounting ------------------------------------------------------------------------
+    def _finish(self, *, upstream_answered: bool = True) -> None:
+        if self.finished or self.choice is None:
+            return
+        self.finished = True
+        upstream_ok = (not self.upstream_failed) if upstream_answered and self.status else None
+        status = self.client_status or self.status
+        self.gw.accountant.record_outcome(self.ctx, self.choice, status=status, upstream_ok=upstream_ok,
+                                          latency_s=time.monotonic() - self.ctx.started, ttft_s=None,
+                                          usage=self.usage)
+        if self.ctx.trace is not None:
+            self.ctx.trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
+                                   input_tokens=self.usage.input_tokens if self.usage else None,
+                                   output_tokens=None, response_model=None)
+
+    def defer(self) -> None:
+        self.finished = True  # accepted as a task (Prefer: respond-async): the replay is metered, not this
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
+
+    def close(self) -> None:
+        if not self.finished and self.choice is not None:
+            self.client_status = 499  # the client went away or the gateway failed the request
+            self._finish(upstream_answered=False)
