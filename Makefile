@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis
 
-.PHONY: up test lint bench chaos reliability gpu-check system-tools clean
+.PHONY: up test lint bench chaos reliability gpu-check system-tools clean mlserver
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,3 +52,13 @@ chaos: $(STAMP) system-tools
 # The long chaos run, its figures written to docs/reliability.md.
 reliability: $(STAMP) system-tools
 	$(PY) bench/reliability.py
+
+# Opt-in (about 4 minutes, 500 MB): Seldon's MLServer with its scikit-learn runtime in its own
+# venv (its pins clash with ours), a real KServe v2 upstream for tests/e2e/test_kserve_servers.py;
+# without it those tests skip and say why.
+MLSERVER_VENV := .venv-mlserver
+mlserver: $(MLSERVER_VENV)/.installed-stamp
+$(MLSERVER_VENV)/.installed-stamp:
+	test -x $(MLSERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLSERVER_VENV)
+	$(MLSERVER_VENV)/bin/pip install -q 'mlserver>=1.6,<1.8' 'mlserver-sklearn>=1.6,<1.8'
+	touch $@

@@ -15,6 +15,7 @@ from extproc.batching import Batcher
 from extproc.catalog import Catalog
 from extproc.config import GatewayConfig
 from extproc.dispatch import Dispatcher
+from extproc.kserve_probe import KServeProbe
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.pollers import WatermarkBoard
@@ -32,6 +33,7 @@ class Gateway:
     batcher: Batcher | None = None
     image_backend: Backend | None = None  # CuPy on a GPU, else NumPy; picked at start
     watermarks: WatermarkBoard | None = None
+    kserve_probe: KServeProbe | None = None  # KServe health and metadata, asked of the upstream
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
@@ -52,3 +54,5 @@ class Gateway:
             await self.dispatcher.limiter.close()
         if self.batcher is not None:
             await self.batcher.close()
+        if self.kserve_probe is not None:
+            await self.kserve_probe.close()

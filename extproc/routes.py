@@ -8,14 +8,15 @@ to the protocols (`adapters.registry.detect_client_protocol`, `adapters.kserve.m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from extproc import messages as msg
 from extproc.context import ClientProtocol, Flow, RequestContext
 from extproc.gateway import Gateway
 
-Answer = Callable[[Gateway, RequestContext], msg.ProcessingResponse]
+# Answered without an inference; async when it asks an upstream (KServe readiness, metadata).
+Answer = Callable[[Gateway, RequestContext], "msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]"]
 FlowFactory = Callable[[Gateway, RequestContext], Flow]
 # A translation hop's flow: the request arrives in the failed primary's protocol, bound for `target`.
 HopFactory = Callable[[Gateway, RequestContext, str], Flow]

@@ -33,7 +33,9 @@ from ratelimit.rls import add_to_server
 
 log = logging.getLogger("modelyard.service")
 
-_V2_HEALTH = ("/v2/health/ready", "/v2/health/live", "/v2")
+# Public (no key): probes and load balancers ask them; the server's own, not any model's.
+_V2_PUBLIC = {"/v2": local.v2_server_metadata, "/v2/": local.v2_server_metadata,
+              "/v2/health/live": local.v2_live, "/v2/health/ready": local.v2_ready}
 _OPENAI_MODEL_PREFIX = "/v1/models/"
 
 
@@ -48,8 +50,9 @@ def _openai_models(method: str, path: str) -> Route | None:
 
 
 def _kserve(method: str, path: str) -> Route | None:
-    if method == "GET" and path in _V2_HEALTH:
-        return Route("kserve", public=True, answer=local.v2_health)
+    public = _V2_PUBLIC.get(path) if method in ("GET", "HEAD") else None
+    if public is not None:
+        return Route("kserve", public=True, answer=public)
     try:
         k = kserve.match_path(method, path)
     except ModelyardError:  # a KServe path with the wrong method
@@ -58,11 +61,13 @@ def _kserve(method: str, path: str) -> Route | None:
         return None
     if k.kind == "model_metadata":
         return Route("kserve", path_model=k.model, path_version=k.version, answer=local.v2_model_metadata)
+    if k.kind == "model_ready":
+        return Route("kserve", path_model=k.model, path_version=k.version, answer=local.v2_model_ready)
     if k.kind == "infer":
         return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow)
     if k.kind == "classify":
         return Route("openai", flow=ClassifyFlow)
-    return None  # model readiness is not answered yet
+    return None
 
 
 def _chat(method: str, path: str) -> Route | None:

@@ -8,6 +8,7 @@ flow has four steps: request body, response headers, response body, response tra
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from urllib.parse import parse_qsl
@@ -122,12 +123,12 @@ class Session:
         if self.xlate is not None:
             return self._translation_hop(ctx, route, self.xlate)
         if route.public and route.answer is not None:
-            return route.answer(self.gw, ctx)
+            return await _answer(route, self.gw, ctx)
         ctx.tenant = self.gw.keyring.tenant_for(client_key(ctx.protocol, ctx.headers, ctx.query))
         if ctx.tenant is None:
             raise ClientError("invalid or missing API key", status=401)
         if route.answer is not None:
-            return route.answer(self.gw, ctx)
+            return await _answer(route, self.gw, ctx)
         if h.end_of_stream:
             raise ClientError("request body is required")
         assert route.flow is not None
@@ -150,6 +151,12 @@ class Session:
             STREAMS.dec()
             if self.flow is not None:
                 self.flow.close()
+
+
+async def _answer(route: Route, gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    assert route.answer is not None
+    resp = route.answer(gw, ctx)
+    return await resp if inspect.isawaitable(resp) else resp
 
 
 def _passthrough(kind: str | None) -> msg.ProcessingResponse:
