@@ -96,7 +96,7 @@ class Stack:
         self.children.append(Child("envoy", [envoy_binary(), "-c", str(self.envoy_config), "--concurrency",
                                              str(env.concurrency), "--disable-hot-restart", "--log-level", "warn",
                                              "--admin-address-path", str(self.admin_path)],
-                                   ("http", f"{self.url}/v2/health/ready"), role="essential"))
+                                   ("http", f"{self.url}/v2/health/live"), role="essential"))
 
     def start(self, timeout: float = 60.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
