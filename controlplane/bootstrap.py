@@ -116,6 +116,7 @@ from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 from extproc.config import Deployment, GatewayConfig
 from extproc.headers import (
     CLUSTER_HEADER,
+    EXTPROC_CLUSTER,
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
@@ -125,7 +126,6 @@ from extproc.routing.failover import aggregate_name, failover_groups, translatio
 
 log = logging.getLogger("modelyard.controlplane")
 
-EXTPROC_CLUSTER = "modelyard-extproc"
 # Clusters that speak gRPC need HTTP/2 upstream; Envoy defaults to HTTP/1.1.
 H2_PROTOCOLS = {"kserve-grpc"}
 

@@ -17,7 +17,7 @@ from extproc.config import TenantConfig
 from extproc.headers import TASK_ID_HEADER
 
 # The caller's protocol: its errors come back in this shape.
-ClientProtocol = Literal["openai", "anthropic", "gemini", "kserve"]
+ClientProtocol = Literal["openai", "anthropic", "gemini", "kserve", "kserve-grpc"]
 
 
 @dataclass

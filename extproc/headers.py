@@ -1,6 +1,8 @@
 """Header names shared by the Envoy config and the session: the contract between the two."""
 
 CLUSTER_HEADER = "x-modelyard-cluster"  # set by the extproc, read by the route's cluster_header
+# Envoy's cluster of extproc replicas; the session routes calls the extproc answers itself to it.
+EXTPROC_CLUSTER = "modelyard-extproc"
 # Set by the route on the answer: which endpoint answered and after how many attempts, so the
 # extproc can tell when Envoy failed over to a peer deployment.
 UPSTREAM_HOST_HEADER = "x-modelyard-upstream-host"

@@ -10,12 +10,14 @@ import logging
 import signal
 from urllib.parse import unquote
 
-from adapters import kserve
+from adapters import kserve, kserve_grpc
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
 from extproc.flows import local
 from extproc.flows.chat import ChatFlow
+from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
+from extproc.flows.kserve_grpc import add_to_server as add_kserve_answers
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.gateway import Gateway
@@ -70,6 +72,16 @@ def _kserve(method: str, path: str) -> Route | None:
     return None
 
 
+def _kserve_grpc(method: str, path: str) -> Route | None:
+    name = kserve_grpc.method_of(path) if method == "POST" else None
+    if name is None:
+        return None
+    if name == kserve_grpc.INFER:
+        return Route("kserve-grpc", flow=GrpcInferFlow)
+    # Server health and metadata are public, as over REST; model calls need a key.
+    return Route("kserve-grpc", public=name.startswith("Server"), answer=answer_on_extproc)
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -79,7 +91,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _kserve, _chat],
+    return RouteTable([_openai_models, _kserve, _kserve_grpc, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
@@ -117,6 +129,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     limiter = gateway.dispatcher.limiter
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
     server = ExtprocServer(config, gateway, build_routes())
+    add_kserve_answers(server.server, gateway)  # gRPC ingress calls answered without an inference
     if limiter is not None:
         add_to_server(server.server, limiter)
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`

@@ -36,7 +36,7 @@ def get_model(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     return json_response(200, _model_card(gw.catalog.model_for(ctx.tenant, ctx.path_model or "")), ctx)
 
 
-def _version() -> str:
+def server_version() -> str:
     try:
         return importlib.metadata.version("modelyard")
     except importlib.metadata.PackageNotFoundError:
@@ -70,7 +70,7 @@ async def server_ready(gw: Gateway) -> bool:
 
 
 def v2_server_metadata(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
-    return json_response(200, kserve_meta.server_metadata(_version()), ctx)
+    return json_response(200, kserve_meta.server_metadata(server_version()), ctx)
 
 
 def kserve_choice(gw: Gateway, ctx: RequestContext, name: str) -> Choice:
