@@ -6,6 +6,7 @@ import pytest
 
 from extproc.flows import local
 from extproc.flows.chat import ChatFlow
+from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.service import build_routes
@@ -32,6 +33,14 @@ CASES = [
     ("POST", "/v2/models/colors/infer", "kserve", KServeInferFlow, "colors", None, False, False),
     ("POST", "/v2/models/colors/versions/3/infer", "kserve", KServeInferFlow, "colors", "3", False, False),
     ("POST", "/v1/images/classify", "openai", ClassifyFlow, None, None, False, False),
+    # KServe gRPC ingress: inference is a flow; the rest is answered on the extproc's own port.
+    ("POST", "/inference.GRPCInferenceService/ModelInfer", "kserve-grpc", GrpcInferFlow, None, None, False, False),
+    ("POST", "/inference.GRPCInferenceService/ModelMetadata", "kserve-grpc", answer_on_extproc, None, None, False,
+     False),
+    ("POST", "/inference.GRPCInferenceService/ModelReady", "kserve-grpc", answer_on_extproc, None, None, False, False),
+    ("POST", "/inference.GRPCInferenceService/ServerReady", "kserve-grpc", answer_on_extproc, None, None, False, True),
+    ("POST", "/inference.GRPCInferenceService/ServerLive", "kserve-grpc", answer_on_extproc, None, None, False, True),
+    ("POST", "/inference.GRPCInferenceService/RepositoryIndex", "openai", local.not_found, None, None, False, True),
     # Everything else: the public 404 in OpenAI's shape.
     ("GET", "/v1/chat/completions", "openai", local.not_found, None, None, False, True),
     ("POST", "/v1/models", "openai", local.not_found, None, None, False, True),
