@@ -11,14 +11,12 @@ import orjson
 from adapters import kserve, kserve_meta
 from extproc import messages as msg
 from extproc.choice import Choice
-from extproc.config import ModelConfig
+from extproc.config import KSERVE_PROTOCOLS, ModelConfig
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.kserve_probe import KServeProbe
 from extproc.routing import RouteRequest
 from modelyard.errors import ClientError, NotFound
-
-KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
 
 
 def _model_card(m: ModelConfig) -> dict[str, Any]:
