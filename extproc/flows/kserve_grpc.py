@@ -1,10 +1,10 @@
 """KServe v2 gRPC ingress: `inference.GRPCInferenceService` on the gateway's listener (HTTP/2).
 
 `ModelInfer` is a flow like the REST infer: routed, admitted and metered the same way, sent to a
-gRPC upstream as a message with the model name swapped both ways. A REST upstream is refused
-(UNIMPLEMENTED) for now: its HTTP/1.1 reply has no trailers to carry grpc-status, and neither
-the ext_proc filter nor Envoy's grpc_http1_reverse_bridge in front of it got one there (tried;
-docs/kserve.md).
+gRPC upstream as a message with the model name swapped both ways. To a REST upstream it goes as
+one gRPC message holding the v2 REST body, through the deployment's bridge listener
+(controlplane: Envoy's grpc_http1_reverse_bridge unframes it and gives the REST reply a frame
+and grpc-status trailers, which an HTTP/1.1 reply lacks), and comes back as a ModelInferResponse.
 
 The other five calls carry a reply message, which an ext_proc immediate response cannot (Envoy
 turns a local reply to a gRPC caller into trailers-only). The session routes them to the
@@ -15,6 +15,7 @@ replica may take the call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import urllib.parse
 import uuid
@@ -24,8 +25,8 @@ import grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
-from adapters import kserve, kserve_grpc, kserve_meta
-from adapters.upstream_errors import sanitize
+from adapters import kserve, kserve_binary, kserve_grpc, kserve_meta
+from adapters.upstream_errors import client_text, sanitize
 from extproc import messages as msg
 from extproc.auth import client_key
 from extproc.context import RequestContext
@@ -33,7 +34,7 @@ from extproc.flows import local
 from extproc.flows.chat import upstream_error_status
 from extproc.flows.vision import KServeInferFlow
 from extproc.gateway import Gateway
-from extproc.headers import CLUSTER_HEADER, EXTPROC_CLUSTER
+from extproc.headers import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
 from modelyard.errors import ClientError, ModelyardError, UpstreamError
 
 log = logging.getLogger("modelyard.kserve_grpc")
@@ -53,6 +54,7 @@ class GrpcInferFlow(KServeInferFlow):
     def __init__(self, gw: Gateway, ctx: RequestContext):
         super().__init__(gw, ctx)
         self.grpc_error: tuple[int, str] | None = None  # ours, said in the trailers
+        self.rest = False  # a REST deployment, reached through its bridge listener
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
@@ -65,10 +67,15 @@ class GrpcInferFlow(KServeInferFlow):
         dep = choice.deployment
         self.request_id = req.id
         if dep.protocol == "kserve-rest":
-            # A REST (HTTP/1.1) reply has no trailers for grpc-status, and the ext_proc filter
-            # cannot add them (docs/kserve.md: not done yet).
-            raise kserve.KServeError(f"model `{name}` is served over KServe REST; gRPC callers reach "
-                                     "kserve-grpc deployments only (use the REST endpoint)", status=501)
+            # One gRPC message holding the REST body, to the deployment's bridge listener: Envoy's
+            # reverse bridge there unframes it and turns the REST reply into a gRPC one.
+            self.rest = True
+            binary = await self._probe().takes_binary(dep)
+            rest, length = await asyncio.to_thread(kserve.infer_request_rest, req, binary=binary,
+                                                   binary_outputs=False)
+            extra = [] if length is None else [(kserve_binary.HEADER, str(length))]
+            return self._send(kserve.frame(rest), kserve.rest_infer_path(self.upstream_model, version or None),
+                              strip=["grpc-timeout"], extra=extra, cluster=grpc_bridge_cluster(dep.cluster))
         if not self.grpc:
             raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
         # Sent alone: a batch member answers with an immediate response, which gRPC cannot carry.
@@ -86,15 +93,23 @@ class GrpcInferFlow(KServeInferFlow):
             self._finish(gs.http_status)
             text = sanitize(gs.message) or f"upstream gRPC status {gs.code}"
             return msg.response_headers([*set_h, ("grpc-message", _grpc_message(text))], ["content-length"])
-        if status != 200:
+        if status != 200:  # a REST upstream's refusal (through the bridge): a status in the trailers
             self.grpc_error = (kserve_grpc.grpc_code(upstream_error_status(status)), f"upstream answered HTTP {status}")
+            set_h.append((":status", "200"))
         return msg.response_headers(set_h, ["content-length"])
 
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
         if self.grpc_error is not None:
+            if self.rest and self.upstream_status != 200:
+                log.info("task %s: upstream answered HTTP %d", self.ctx.task_id, self.upstream_status)
+                body = kserve.unframe(chunk) if chunk[:1] == b"\x00" and len(chunk) >= 5 else chunk
+                self.grpc_error = (self.grpc_error[0], client_text(self.upstream_status, body))
             return msg.response_body(body=b"")
         try:
-            resp = kserve.parse_grpc_response(chunk)
+            if self.rest:  # framed by the bridge: the REST reply, JSON
+                resp = kserve.parse_rest_reply(kserve.unframe(chunk), None)
+            else:
+                resp = kserve.parse_grpc_response(chunk)
         except ModelyardError as e:
             self.grpc_error = (kserve_grpc.grpc_code(502), f"upstream sent an unusable reply: {e.message}")
             return msg.response_body(body=b"")

@@ -140,12 +140,12 @@ class _VisionFlow:
 
     def _send(self, body: bytes, path: str = kserve.GRPC_INFER_PATH,
               content_type: str = kserve.GRPC_CONTENT_TYPE, strip: list[str] | None = None,
-              extra: list[tuple[str, str]] | None = None) -> msg.ProcessingResponse:
+              extra: list[tuple[str, str]] | None = None, cluster: str | None = None) -> msg.ProcessingResponse:
         assert self.choice is not None
         dep = self.choice.deployment
         ctx = self.ctx
         headers = [(":path", path), ("content-type", content_type), ("content-length", str(len(body))),
-                   (CLUSTER_HEADER, self.gw.catalog.envoy_cluster(dep.cluster)),
+                   (CLUSTER_HEADER, cluster or self.gw.catalog.envoy_cluster(dep.cluster)),
                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
                    *(extra or [])]
         strip = [*_STRIP_UPSTREAM, *(strip or [])]
