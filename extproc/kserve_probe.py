@@ -73,7 +73,8 @@ class KServeProbe:
         self._cache: dict[tuple[str, ...], tuple[float, Any]] = {}
         self._inflight: dict[tuple[str, ...], asyncio.Future[Any]] = {}
         self._http: aiohttp.ClientSession | None = None
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        self._ssl: dict[str, ssl.SSLContext | None] = {}  # by cluster: certificates are read once
         self.calls = 0  # upstream calls made (tests check the cache with it)
 
     # -- the three questions -----------------------------------------------------------------
@@ -159,19 +160,24 @@ class KServeProbe:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
         return self._http
 
-    def _stub(self, dep: Deployment, endpoint: str) -> pb_grpc.GRPCInferenceServiceStub:
-        ch = self._channels.get(endpoint)
+    async def _stub(self, dep: Deployment, endpoint: str) -> pb_grpc.GRPCInferenceServiceStub:
+        ch = self._channels.get((dep.cluster, endpoint))
         if ch is None:
-            creds = _grpc_credentials(dep)
+            creds = await asyncio.to_thread(_grpc_credentials, dep)  # certificate files: off the loop
             ch = grpc.aio.secure_channel(endpoint, creds) if creds else grpc.aio.insecure_channel(endpoint)
-            self._channels[endpoint] = ch
+            self._channels[(dep.cluster, endpoint)] = ch
         return pb_grpc.GRPCInferenceServiceStub(ch)
+
+    async def _ssl_for(self, dep: Deployment) -> ssl.SSLContext | None:
+        if dep.cluster not in self._ssl:
+            self._ssl[dep.cluster] = await asyncio.to_thread(_ssl_context, dep)
+        return self._ssl[dep.cluster]
 
     async def _get(self, dep: Deployment, endpoint: str, path: str) -> tuple[int, bytes]:
         scheme = "https" if dep.tls else "http"
         self.calls += 1
         try:
-            async with self._session().get(f"{scheme}://{endpoint}{path}", ssl=_ssl_context(dep) or True) as r:
+            async with self._session().get(f"{scheme}://{endpoint}{path}", ssl=await self._ssl_for(dep) or True) as r:
                 return r.status, await r.read()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             raise Unavailable(f"deployment {dep.cluster} is not reachable ({type(e).__name__})") from None
@@ -179,7 +185,7 @@ class KServeProbe:
     async def _grpc(self, dep: Deployment, endpoint: str, method: str, request: Any) -> Any:
         self.calls += 1
         try:
-            return await getattr(self._stub(dep, endpoint), method)(request, timeout=self.timeout_s)
+            return await getattr(await self._stub(dep, endpoint), method)(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 raise NotFound(e.details() or "model not found") from None
