@@ -1,5 +1,6 @@
-"""Real KServe v2 servers as upstreams for tests: Seldon's MLServer serving a scikit-learn model
-trained here (no downloads), in its own venv (`make mlserver`); absent, the tests that need it skip."""
+"""Real KServe v2 servers as upstreams for tests, each in its own venv; absent, their tests skip:
+Seldon's MLServer serving a scikit-learn model trained here (no downloads, `make mlserver`), and
+NVIDIA Triton through nvidia-pytriton on the CPU (`make pytriton`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from tests.stack_config import ROOT, free_port
 
 MLSERVER_VENV = ROOT / ".venv-mlserver"
+PYTRITON_VENV = ROOT / ".venv-pytriton"
 MODEL = "iris"  # the upstream's name for it; the gateway calls it something else
 FEATURES = 4
 
@@ -63,3 +65,24 @@ def mlserver_child(repo: Path, http_port: int) -> Any:
 
     return Child("mlserver", [str(MLSERVER_VENV / "bin" / "mlserver"), "start", str(repo)],
                  ("http", f"http://127.0.0.1:{http_port}/v2/models/{MODEL}/ready"))
+
+
+def triton_missing() -> str | None:
+    if not (PYTRITON_VENV / "bin" / "python").exists() or not (PYTRITON_VENV / ".installed-stamp").exists():
+        return f"Triton is not installed ({PYTRITON_VENV} missing: run `make pytriton`)"
+    return None
+
+
+def triton_child(ports: dict[str, int]) -> Any:
+    """Triton on `ports` (http, grpc, metrics). Its Python backend stub must load the libpython of
+    the venv's own interpreter: on a pyenv build the system's libpython3.11 would be found first
+    and its older C runtime meets the newer stdlib (`_recursion_count` missing)."""
+    from devstack.launcher import Child
+
+    python = PYTRITON_VENV / "bin" / "python"
+    home = next(line.split("=", 1)[1].strip() for line in (PYTRITON_VENV / "pyvenv.cfg").read_text().splitlines()
+                if line.startswith("home"))
+    return Child("triton", [str(python), str(ROOT / "tests" / "triton_server.py"), str(ports["http"]),
+                            str(ports["grpc"]), str(ports["metrics"])],
+                 ("http", f"http://127.0.0.1:{ports['http']}/v2/models/double/ready"),
+                 env={"LD_LIBRARY_PATH": str(Path(home).parent / "lib")})
