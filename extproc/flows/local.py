@@ -3,6 +3,7 @@ metadata from the upstream the scheduler would pick (asked through `Gateway.kser
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 from typing import Any
 
@@ -60,11 +61,11 @@ async def v2_ready(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
 
 async def server_ready(gw: Gateway) -> bool:
     probe = _probe(gw)
-    for m in gw.config.models:
-        deps = [d for d in m.deployments if d.protocol in KSERVE_PROTOCOLS]
-        if deps and not any([await probe.server_ready(d) for d in deps]):
-            return False
-    return True
+    models = [[d for d in m.deployments if d.protocol in KSERVE_PROTOCOLS] for m in gw.config.models]
+    models = [deps for deps in models if deps]
+    # Every deployment asked at once: one slow upstream costs one timeout, not one per model.
+    answers = iter(await asyncio.gather(*(probe.server_ready(d) for deps in models for d in deps)))
+    return all([any([next(answers) for _ in deps]) for deps in models])
 
 
 def v2_server_metadata(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
