@@ -185,6 +185,24 @@ def test_upstream_refusal_reaches_a_grpc_caller_as_a_status(mlserver_stack, name
     assert e.value.status() != "StatusCode.OK" and e.value.message()
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_grpc_replies_carry_only_public_metadata(mlserver_stack, name: str) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    x = _x(mlserver_stack)
+    req = pb.ModelInferRequest(model_name=name)
+    req.inputs.add(name="features", datatype="FP64", shape=list(x.shape))
+    req.raw_input_contents.append(x.astype("<f8").tobytes())
+    with grpc.insecure_channel(mlserver_stack.url.removeprefix("http://")) as ch:
+        resp, call = pb_grpc.GRPCInferenceServiceStub(ch).ModelInfer.with_call(
+            req, metadata=[("authorization", AUTH["authorization"])], timeout=20)
+        seen = [k for k, _ in (*call.initial_metadata(), *call.trailing_metadata())]
+    assert resp.model_name == name
+    assert "x-modelyard-task-id" in seen and not [k for k in seen if k.startswith("x-modelyard-upstream")]
+
+
 def test_readiness_follows_the_upstream_down(mlserver_stack) -> None:
     """Last in this module: stops MLServer, then nothing may claim to be ready."""
     c = _client(mlserver_stack)
