@@ -75,9 +75,9 @@ def v2_server_metadata(gw: Gateway, ctx: RequestContext) -> msg.ProcessingRespon
 def kserve_choice(gw: Gateway, ctx: RequestContext, name: str) -> Choice:
     """The deployment an inference for `name` would go to now (no admission: nothing is sent)."""
     assert ctx.tenant is not None
-    gw.catalog.model_for(ctx.tenant, name)
-    choice = gw.dispatcher.choose(RouteRequest(model=name, tenant=ctx.tenant, task_type="infer",
-                                               task_id=ctx.task_id))
+    model = gw.catalog.model_for(ctx.tenant, name)
+    task = "infer" if "infer" in model.task_types else "image-classification"  # a classify-only model too
+    choice = gw.dispatcher.choose(RouteRequest(model=name, tenant=ctx.tenant, task_type=task, task_id=ctx.task_id))
     if choice.deployment.protocol not in KSERVE_PROTOCOLS:
         raise ClientError(f"model `{name}` is not served over KServe v2")
     return choice

@@ -5,6 +5,7 @@ comes back under the gateway's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from adapters import kserve
@@ -81,3 +82,28 @@ async def test_model_calls_go_to_the_extproc_itself(gateway: Gateway) -> None:
     assert set_headers(hr.header_mutation)[CLUSTER_HEADER] == EXTPROC_CLUSTER and hr.clear_route_cache
     _, r = await _run(gateway, _headers("/inference.GRPCInferenceService/ModelMetadata", key=None))
     assert r.immediate_response.grpc_status.status == 16  # a key is checked before it goes anywhere
+
+
+async def test_rate_limited_like_rest(limited_gateway: Gateway) -> None:
+    """The demo-limited tenant's bucket (burst 3): the fourth call is RESOURCE_EXHAUSTED."""
+    codes = []
+    for _ in range(4):
+        s, r = await _run(limited_gateway, _headers(key="sk-modelyard-demo-limited"), _infer())
+        codes.append(r.immediate_response.grpc_status.status if r.WhichOneof("response") == "immediate_response"
+                     else 0)
+        s.close()
+    assert codes == [0, 0, 0, 8]
+
+
+@pytest.fixture
+def limited_gateway() -> Gateway:
+    from pathlib import Path
+
+    import yaml
+
+    from extproc.config import parse_config
+    from ratelimit import Limiter
+    from tests.stack_config import without_watermarks
+
+    cfg = parse_config(without_watermarks(yaml.safe_load((Path(__file__).parents[2] / "modelyard.yaml").read_text())))
+    return Gateway.build(cfg, limiter=Limiter(cfg.ratelimit))
