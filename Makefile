@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-EXTRAS ?= dev,redis
+EXTRAS ?= dev,redis,deploy
 
 .PHONY: up test lint bench chaos reliability gpu-check system-tools clean mlserver pytriton
 
@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests run: redis-server (the Redis rate-limit tests start it themselves),
-# wrk (the benchmark and the chaos suite's abrupt load), openssl (throwaway CAs for upstream TLS).
-APT_TOOLS := redis-server wrk openssl
+# wrk (the benchmark and the chaos suite's abrupt load), openssl (throwaway CAs for upstream TLS),
+# prometheus (prometheus + promtool: tests/deploy checks the rules and queries the dashboard against a live stack).
+APT_TOOLS := redis-server wrk openssl prometheus
 system-tools:
 	@missing=""; for t in $(APT_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	  test -z "$$missing" || { (apt-get update -qq && \

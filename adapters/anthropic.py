@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import re
 import uuid
 from collections.abc import Mapping
-from typing import Literal
 
 import orjson
 
+from adapters.call_ids import plain_id, split_signature, with_signature
 from adapters.fields import (
     arguments_object,
     as_object,
@@ -22,14 +26,18 @@ from adapters.fields import (
     opt_str,
     req_str,
     token_count,
+    upstream_error,
 )
 from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    DocumentPart,
     FinishReason,
     ImagePart,
     Message,
+    RenderOptions,
+    ResponseFormat,
     StreamEnd,
     StreamError,
     StreamEvent,
@@ -49,7 +57,7 @@ from adapters.internal import (
 )
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
-from modelyard.errors import ClientError, default_type
+from modelyard.errors import ClientError, ModelyardError, default_type
 
 __all__ = [
     "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request",
@@ -71,6 +79,11 @@ _FINISH_OUT: dict[FinishReason, str] = {
     "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal",
     "error": "end_turn",
 }
+# Anthropic's documented tool_use id pattern; other protocols' ids (`functions.f:0`) may not match.
+_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+# Structured output to Anthropic is a forced tool of this name; its input comes back as the text.
+JSON_TOOL = "modelyard_json_response"
+_DOCUMENT_TYPES = frozenset(("application/pdf", "text/plain"))
 
 
 # ---- request -------------------------------------------------------------------------------
@@ -85,6 +98,49 @@ def _image(block: dict, where: str) -> ImagePart:
     if st == "url":
         return ImagePart(url=req_str(src, "url", f"{where}.source"))
     raise ClientError(f"{where}.source.type {st!r} is not supported")
+
+
+def _document(block: dict, where: str) -> DocumentPart:
+    src = as_object(block.get("source"), f"{where}.source")
+    st = src.get("type")
+    title = opt_str(block, "title", where)
+    if st == "base64":
+        return DocumentPart(opt_str(src, "media_type", f"{where}.source") or "application/pdf",
+                            data=req_str(src, "data", f"{where}.source"), name=title)
+    if st == "url":
+        return DocumentPart("application/pdf", url=req_str(src, "url", f"{where}.source"), name=title)
+    if st == "text":
+        text = req_str(src, "data", f"{where}.source")
+        return DocumentPart("text/plain", data=base64.b64encode(text.encode()).decode(), name=title)
+    raise ClientError(f"{where}.source.type {st!r} is not supported")
+
+
+def _result_parts(raw: object, where: str) -> tuple[ContentPart, ...]:
+    """tool_result content: a string or text, image and document blocks, all kept."""
+    if raw is None:
+        return (TextPart(""),)
+    if type(raw) is str:
+        return (TextPart(raw),)
+    if type(raw) is not list:
+        raise ClientError(f"{where} must be a string or an array of blocks")
+    check_count(raw, MAX_CONTENT_PARTS, f"{where} blocks")
+    parts: list[ContentPart] = []
+    for j, b in enumerate(raw):
+        bw = f"{where}[{j}]"
+        b = as_object(b, bw)
+        t = b.get("type")
+        if t == "text":
+            text = b.get("text")
+            if type(text) is not str:
+                raise ClientError(f"{bw}.text must be a string")
+            parts.append(TextPart(text))
+        elif t == "image":
+            parts.append(_image(b, bw))
+        elif t == "document":
+            parts.append(_document(b, bw))
+        else:
+            raise ClientError(f"{bw}.type {t!r} is not supported")
+    return tuple(parts) or (TextPart(""),)
 
 
 def _text_blocks(raw: object, where: str) -> str:
@@ -135,16 +191,18 @@ def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> 
             parts.append(TextPart(text))
         elif t == "image" and role == "user":
             parts.append(_image(b, bw))
+        elif t == "document" and role == "user":
+            parts.append(_document(b, bw))
         elif t == "tool_use" and role == "assistant":
             tid, name = req_str(b, "id", bw), req_str(b, "name", bw)
             inp = b.get("input", {})
             if type(inp) is not dict:
                 raise ClientError(f"{bw}.input must be an object")
             names[tid] = name
-            calls.append(ToolCall(tid, name, orjson.dumps(inp).decode()))
+            calls.append(ToolCall(tid, name, orjson.dumps(inp).decode(), split_signature(tid)[1]))
         elif t == "tool_result" and role == "user":
             tid = req_str(b, "tool_use_id", bw)
-            msgs.append(Message("tool", (TextPart(_text_blocks(b.get("content"), f"{bw}.content")),),
+            msgs.append(Message("tool", _result_parts(b.get("content"), f"{bw}.content"),
                                 tool_call_id=tid, name=names.get(tid), is_error=opt_bool(b, "is_error", bw)))
         elif t in ("thinking", "redacted_thinking") and role == "assistant":
             continue  # reasoning traces do not cross protocols
@@ -184,6 +242,25 @@ def _tools(obj: dict) -> tuple[ToolDef, ...]:
     return tuple(tools)
 
 
+def _parallel(obj: dict) -> bool | None:
+    tc = obj.get("tool_choice")
+    if type(tc) is dict and opt_bool(tc, "disable_parallel_tool_use", "tool_choice"):
+        return False
+    return None
+
+
+def _output_format(obj: dict) -> ResponseFormat | None:
+    # Structured outputs: `output_format` (beta) or `output_config.format`.
+    oc = obj.get("output_config")
+    fmt = as_object(oc, "output_config").get("format") if oc is not None else obj.get("output_format")
+    if fmt is None:
+        return None
+    fmt = as_object(fmt, "output_format")
+    if fmt.get("type") != "json_schema" or type(fmt.get("schema")) is not dict:
+        raise ClientError("output_format must be {type: json_schema, schema: {...}}")
+    return ResponseFormat("json_schema", fmt["schema"])
+
+
 def _tool_choice(obj: dict) -> ToolChoice | None:
     tc = obj.get("tool_choice")
     if tc is None:
@@ -212,6 +289,15 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     system_text = _text_blocks(system, "system") if system is not None else None
     tools = _tools(obj)
     tool_choice = _tool_choice(obj)
+    response_format = _output_format(obj)
+    structured = next((t for t in tools if t.name == JSON_TOOL), None)
+    if structured is not None:
+        # Our own rendering of response_format coming back (a failover hop re-renders it): undo it.
+        tools = tuple(t for t in tools if t is not structured)
+        schema = structured.parameters
+        response_format = (ResponseFormat("json_object") if schema == {"type": "object"}
+                           else ResponseFormat("json_schema", schema))
+        tool_choice = None
     stop = opt_list(obj, "stop_sequences", "body")
     if not all(type(s) is str for s in stop):
         raise ClientError("stop_sequences must be an array of strings")
@@ -225,10 +311,33 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),
         max_tokens=max_tokens,
         stop=tuple(stop),
+        top_k=opt_int(obj, "top_k", "body"),
+        parallel_tool_calls=_parallel(obj),
+        response_format=response_format,
         stream=opt_bool(obj, "stream", "body") or stream_hint,
         # Anthropic streams always carry usage.
         include_usage=True,
     )
+
+
+def _document_block(p: DocumentPart) -> dict:
+    if p.media_type not in _DOCUMENT_TYPES or (p.url is not None and p.media_type != "application/pdf"):
+        raise ClientError(f"a {p.media_type} document cannot be sent to an Anthropic deployment "
+                          "(it takes PDF and plain-text documents)")
+    if p.url is not None:
+        src: dict = {"type": "url", "url": p.url}
+    elif p.media_type == "text/plain":
+        try:
+            text = base64.b64decode(p.data or "", validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise ClientError("a text/plain document is not base64 UTF-8 text") from None
+        src = {"type": "text", "media_type": "text/plain", "data": text}
+    else:
+        src = {"type": "base64", "media_type": p.media_type, "data": p.data}
+    block: dict = {"type": "document", "source": src}
+    if p.name:
+        block["title"] = p.name
+    return block
 
 
 def _user_blocks(content: tuple[ContentPart, ...]) -> list[dict]:
@@ -236,6 +345,8 @@ def _user_blocks(content: tuple[ContentPart, ...]) -> list[dict]:
     for p in content:
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
+        elif isinstance(p, DocumentPart):
+            out.append(_document_block(p))
         elif p.url is not None:
             out.append({"type": "image", "source": {"type": "url", "url": p.url}})
         else:
@@ -252,21 +363,83 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
     return PATH, headers
 
 
-def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
+def tool_id(raw: str) -> str:
+    """An id Anthropic accepts for `raw`: itself when it fits the pattern, else a stable stand-in
+    (the same raw id always maps to the same one, so a call and its result stay paired)."""
+    if _TOOL_ID.match(raw):
+        return raw
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:12]
+    return "toolu_" + re.sub(r"[^a-zA-Z0-9_-]", "_", raw)[:40] + "_" + digest
+
+
+class _ToolIds:
+    """Valid, unique tool_use ids for one conversation: a history replayed from a protocol whose
+    ids repeat (`call_0` every turn) gets the repeats renamed; each result follows the latest call
+    with its id."""
+
+    __slots__ = ("_used", "_current")
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+        self._current: dict[str, str] = {}
+
+    def call(self, raw: str) -> str:
+        base = cid = tool_id(raw)
+        n = 1
+        while cid in self._used:
+            n += 1
+            cid = f"{base}_{n}"
+        self._used.add(cid)
+        self._current[raw] = cid
+        return cid
+
+    def result(self, raw: str) -> str:
+        return self._current.get(raw) or tool_id(raw)
+
+
+def _tool_result(m: Message, ids: _ToolIds) -> dict:
+    if all(type(p) is TextPart for p in m.content):
+        content: str | list[dict] = message_text(m)
+    else:
+        content = _user_blocks(m.content)
+    block: dict = {"type": "tool_result", "tool_use_id": ids.result(plain_id(m.tool_call_id or "")), "content": content}
+    if m.is_error:
+        block["is_error"] = True
+    return block
+
+
+def _structured_output(req: ChatRequest, body: dict) -> None:
+    """response_format as a forced tool whose input is the JSON answer (every Claude model has tools)."""
+    rf = req.response_format
+    if rf is None:
+        return
+    if req.tool_choice is not None and req.tool_choice.mode in ("none", "tool"):
+        raise ClientError(f"response_format with tool_choice {req.tool_choice.mode!r} cannot be expressed "
+                          "for an Anthropic deployment")
+    schema = rf.schema if rf.type == "json_schema" and rf.schema is not None else {"type": "object"}
+    if schema.get("type") != "object":
+        raise ClientError("response_format: an Anthropic deployment needs a schema of type object")
+    body.setdefault("tools", []).append({"name": JSON_TOOL, "description": "Respond with the final answer as "
+                                         "this tool's input.", "input_schema": schema})
+    # With tools of its own the model may still call those; otherwise it must answer through ours.
+    body["tool_choice"] = {"type": "any"} if req.tools else {"type": "tool", "name": JSON_TOOL}
+
+
+def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
+                   options: RenderOptions | None = None) -> UpstreamRequest:
     msgs: list[dict] = []
+    ids = _ToolIds()
     for m in req.messages:
         if m.role == "assistant":
             blocks: list[dict] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
-                blocks.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": arguments_object(tc.arguments)})
+                blocks.append({"type": "tool_use", "id": ids.call(plain_id(tc.id)), "name": tc.name,
+                               "input": arguments_object(tc.arguments, name=tc.name)})
             if blocks:
                 msgs.append({"role": "assistant", "content": blocks})
             continue
         if m.role == "tool":
-            block: dict = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": message_text(m)}
-            if m.is_error:
-                block["is_error"] = True
-            blocks = [block]
+            blocks = [_tool_result(m, ids)]
         elif len(m.content) == 1 and type(m.content[0]) is TextPart and not (msgs and msgs[-1]["role"] == "user"):
             msgs.append({"role": "user", "content": m.content[0].text})
             continue
@@ -292,10 +465,17 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
             else {"type": "tool", "name": req.tool_choice.name} if mode == "tool"
             else {"type": mode}
         )
+    _structured_output(req, body)
+    if req.parallel_tool_calls is False and "tools" in body:
+        tc = body.setdefault("tool_choice", {"type": "auto"})
+        if tc["type"] != "none":  # Anthropic takes the flag on auto, any and tool only
+            tc["disable_parallel_tool_use"] = True
     if req.temperature is not None:
         body["temperature"] = min(req.temperature, 1.0)  # Anthropic's range is 0..1
     if req.top_p is not None:
         body["top_p"] = req.top_p
+    if req.top_k is not None:
+        body["top_k"] = req.top_k
     if req.stop:
         body["stop_sequences"] = list(req.stop)
     if req.stream:
@@ -332,6 +512,7 @@ def parse_response(body: bytes) -> ChatResponse:
         raise bad_upstream("content is not an array")
     texts: list[str] = []
     calls: list[ToolCall] = []
+    structured = False
     for j, b in enumerate(content):
         if type(b) is not dict:
             raise bad_upstream(f"content[{j}] is not an object")
@@ -342,10 +523,16 @@ def parse_response(body: bytes) -> ChatResponse:
             tid, name, inp = b.get("id"), b.get("name"), b.get("input")
             if type(name) is not str:
                 raise bad_upstream(f"content[{j}].name missing")
+            if name == JSON_TOOL:  # the structured answer we asked for as a forced tool
+                texts.append(orjson.dumps(inp if type(inp) is dict else {}).decode())
+                structured = True
+                continue
             calls.append(ToolCall(tid if type(tid) is str else f"call_{len(calls)}", name,
                                   orjson.dumps(inp if type(inp) is dict else {}).decode()))
     sr = obj.get("stop_reason")
     reason = _FINISH_IN.get(sr, "stop") if type(sr) is str else ("tool_calls" if calls else "stop")
+    if reason == "tool_calls" and structured and not calls:
+        reason = "stop"  # only our structured-output tool was called: that is the answer
     u = obj.get("usage")
     usage = Usage(_input_tokens(u), token_count(u.get("output_tokens"))) if type(u) is dict else Usage()
     rid, model = obj.get("id"), obj.get("model")
@@ -355,10 +542,12 @@ def parse_response(body: bytes) -> ChatResponse:
 
 def render_response(resp: ChatResponse, *, model: str) -> bytes:
     content: list[dict] = []
-    if resp.content:
-        content.append({"type": "text", "text": resp.content})
+    text = resp.content or resp.refusal
+    if text:
+        content.append({"type": "text", "text": text})
     for tc in resp.tool_calls:
-        content.append({"type": "tool_use", "id": tc.id, "name": tc.name, "input": arguments_object(tc.arguments)})
+        content.append({"type": "tool_use", "id": tool_id(with_signature(tc.id, tc.signature)), "name": tc.name,
+                        "input": arguments_object(tc.arguments, name=tc.name, error=upstream_error)})
     return orjson.dumps({
         "id": resp.id or "msg_" + uuid.uuid4().hex,
         "type": "message",
@@ -377,12 +566,23 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
 class StreamDecoder(SSEDecoder):
     """Upstream Anthropic SSE bytes -> internal stream events."""
 
-    __slots__ = ("_blocks", "_ntools")
+    __slots__ = ("_blocks", "_ntools", "_json_blocks", "_input")
 
     def __init__(self) -> None:
         super().__init__()
         self._blocks: dict[int, int] = {}  # content block index -> tool ordinal (tool_use blocks only)
         self._ntools = 0
+        self._json_blocks: set[int] = set()  # blocks of our structured-output tool: their input is text
+        # Prompt tokens by kind: message_delta may report any of them alone, cumulatively.
+        self._input = dict.fromkeys(_INPUT_KINDS, 0)
+
+    def _input_update(self, u: dict) -> int | None:
+        seen = False
+        for k in _INPUT_KINDS:
+            if k in u:
+                self._input[k] = token_count(u[k])
+                seen = True
+        return sum(self._input.values()) if seen else None
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
         name, data = ev.event, ev.data
@@ -407,8 +607,13 @@ class StreamDecoder(SSEDecoder):
             elif dt == "input_json_delta":
                 pj = d.get("partial_json")
                 idx = obj.get("index")
-                tool = self._blocks.get(idx) if type(idx) is int else None
-                if tool is not None and type(pj) is str and pj:
+                if type(pj) is not str or not pj or type(idx) is not int:
+                    return
+                if idx in self._json_blocks:
+                    out.append(TextDelta(pj))
+                    return
+                tool = self._blocks.get(idx)
+                if tool is not None:
                     out.append(ToolCallDelta(tool, pj))
         elif t == "content_block_start":
             b = obj.get("content_block")
@@ -420,13 +625,19 @@ class StreamDecoder(SSEDecoder):
                     out.append(TextDelta(text))
             elif b.get("type") == "tool_use":
                 idx, tid, tname = obj.get("index"), b.get("id"), b.get("name")
+                inp = b.get("input")
+                if tname == JSON_TOOL:
+                    if type(idx) is int:
+                        self._json_blocks.add(idx)
+                    if type(inp) is dict and inp:
+                        out.append(TextDelta(orjson.dumps(inp).decode()))
+                    return
                 n = self._ntools
                 self._ntools += 1
                 if type(idx) is int:
                     self._blocks[idx] = n
                 out.append(ToolCallStart(n, tid if type(tid) is str else f"call_{n}",
                                          tname if type(tname) is str else ""))
-                inp = b.get("input")
                 if type(inp) is dict and inp:
                     out.append(ToolCallDelta(n, orjson.dumps(inp).decode()))
         elif t == "message_start":
@@ -435,17 +646,19 @@ class StreamDecoder(SSEDecoder):
             u = msg.get("usage")
             if type(u) is dict:
                 # Usage first, so an encoder can put input tokens into its own start event.
-                out.append(UsageUpdate(_input_tokens(u), token_count(u.get("output_tokens"))))
+                out.append(UsageUpdate(self._input_update(u) or 0, token_count(u.get("output_tokens"))))
             rid, model = msg.get("id"), msg.get("model")
             out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
         elif t == "message_delta":
             d = obj.get("delta")
             if type(d) is dict and type(d.get("stop_reason")) is str:
-                out.append(StreamFinish(_FINISH_IN.get(d["stop_reason"], "stop")))
+                reason = _FINISH_IN.get(d["stop_reason"], "stop")
+                if reason == "tool_calls" and self._json_blocks and not self._ntools:
+                    reason = "stop"  # only the structured-output tool ran: that was the answer
+                out.append(StreamFinish(reason))
             u = obj.get("usage")
             if type(u) is dict:
-                inp = _input_tokens(u) if "input_tokens" in u else None
-                out.append(UsageUpdate(inp or None, token_count(u.get("output_tokens"))))
+                out.append(UsageUpdate(self._input_update(u), token_count(u.get("output_tokens"))))
         elif t == "message_stop":
             self._done = True
             out.append(StreamEnd())
@@ -462,15 +675,33 @@ class StreamDecoder(SSEDecoder):
         return StreamError("upstream stream ended before message_stop", "api_error")
 
 
+_INPUT_KINDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
 def _sse_event(obj: dict) -> bytes:
     # Anthropic names every SSE event after its payload's `type`.
     return encode_event(orjson.dumps(obj), obj["type"])
 
 
-class StreamEncoder:
-    """Internal stream events -> Anthropic Messages SSE bytes for the client."""
+class _Held:
+    """A block that could not open yet (a tool call is streaming): its start and deltas, in order."""
 
-    __slots__ = ("_model", "_started", "_done", "_in", "_out", "_open", "_next", "_tool_blocks", "_reason")
+    __slots__ = ("tool", "deltas")
+
+    def __init__(self, tool: ToolCallStart | None) -> None:
+        self.tool = tool  # None: a text block
+        self.deltas: list[str] = []
+
+
+class StreamEncoder:
+    """Internal stream events -> Anthropic Messages SSE bytes for the client.
+
+    Anthropic streams one block at a time, but other protocols interleave parallel tool calls
+    (deltas of call 0 after call 1 started). So once a tool block is open it stays open until
+    the stream ends, and whatever starts after it is held and sent, in order, at the end."""
+
+    __slots__ = ("_model", "_started", "_done", "_in", "_out", "_text", "_tool", "_next", "_held",
+                 "_held_tools", "_args", "_reason")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._model = model
@@ -478,9 +709,12 @@ class StreamEncoder:
         self._done = False
         self._in = 0
         self._out = 0
-        self._open: tuple[Literal["text", "tool"], int] | None = None  # (kind, block index) of the open block
+        self._text: int | None = None  # block index of the open text block
+        self._tool: tuple[int, int] | None = None  # (tool ordinal, block index) of the open tool block
         self._next = 0
-        self._tool_blocks: dict[int, int] = {}
+        self._held: list[_Held] = []
+        self._held_tools: dict[int, _Held] = {}
+        self._args: dict[int, list[str]] = {}  # tool ordinal -> argument fragments (checked at the end)
         self._reason = "end_turn"
 
     def _start(self, rid: str, parts: list[bytes]) -> None:
@@ -491,18 +725,79 @@ class StreamEncoder:
             "usage": {"input_tokens": self._in, "output_tokens": self._out},
         }}))
 
-    def _close_block(self, parts: list[bytes]) -> None:
-        if self._open is not None:
-            parts.append(_sse_event({"type": "content_block_stop", "index": self._open[1]}))
-            self._open = None
-
-    def _open_block(self, kind: Literal["text", "tool"], block: dict, parts: list[bytes]) -> int:
-        self._close_block(parts)
+    def _open(self, block: dict, parts: list[bytes]) -> int:
         index = self._next
-        self._open = (kind, index)
         self._next += 1
         parts.append(_sse_event({"type": "content_block_start", "index": index, "content_block": block}))
         return index
+
+    @staticmethod
+    def _text_delta(index: int, text: str) -> bytes:
+        return _sse_event({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}})
+
+    @staticmethod
+    def _json_delta(index: int, fragment: str) -> bytes:
+        return _sse_event({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "input_json_delta", "partial_json": fragment}})
+
+    @staticmethod
+    def _tool_block(ev: ToolCallStart) -> dict:
+        # A Gemini thought signature rides in the id, which the client hands back next turn.
+        return {"type": "tool_use", "id": tool_id(with_signature(ev.id, ev.signature)), "name": ev.name, "input": {}}
+
+    def _on_text(self, text: str, parts: list[bytes]) -> None:
+        if self._tool is not None:
+            if not self._held or self._held[-1].tool is not None:
+                self._held.append(_Held(None))
+            self._held[-1].deltas.append(text)
+            return
+        if self._text is None:
+            self._text = self._open({"type": "text", "text": ""}, parts)
+        parts.append(self._text_delta(self._text, text))
+
+    def _on_tool(self, ev: ToolCallStart, parts: list[bytes]) -> None:
+        self._args[ev.index] = []
+        if self._tool is not None:
+            held = _Held(ev)
+            self._held.append(held)
+            self._held_tools[ev.index] = held
+            return
+        if self._text is not None:
+            parts.append(_sse_event({"type": "content_block_stop", "index": self._text}))
+            self._text = None
+        self._tool = (ev.index, self._open(self._tool_block(ev), parts))
+
+    def _on_args(self, ev: ToolCallDelta, parts: list[bytes]) -> None:
+        args = self._args.get(ev.index)
+        if args is None:
+            return
+        args.append(ev.arguments)
+        if self._tool is not None and self._tool[0] == ev.index:
+            parts.append(self._json_delta(self._tool[1], ev.arguments))
+        elif ev.index in self._held_tools:
+            self._held_tools[ev.index].deltas.append(ev.arguments)
+
+    def _flush(self, parts: list[bytes]) -> str | None:
+        """Close the open block and send the held ones; a malformed call's message, if any."""
+        for ordinal, frags in self._args.items():
+            try:
+                arguments_object("".join(frags), error=upstream_error)
+            except ModelyardError as e:
+                return e.message
+        for index in (self._text, self._tool[1] if self._tool else None):
+            if index is not None:
+                parts.append(_sse_event({"type": "content_block_stop", "index": index}))
+        self._text = self._tool = None
+        for held in self._held:
+            if held.tool is None:
+                index = self._open({"type": "text", "text": ""}, parts)
+                parts.extend(self._text_delta(index, t) for t in held.deltas)
+            else:
+                index = self._open(self._tool_block(held.tool), parts)
+                parts.extend(self._json_delta(index, a) for a in held.deltas)
+            parts.append(_sse_event({"type": "content_block_stop", "index": index}))
+        self._held.clear()
+        return None
 
     def encode(self, events: list[StreamEvent]) -> bytes:
         parts: list[bytes] = []
@@ -526,25 +821,19 @@ class StreamEncoder:
             if not self._started:
                 self._start("", parts)
             if isinstance(ev, TextDelta):
-                if self._open is not None and self._open[0] == "text":
-                    index = self._open[1]
-                else:
-                    index = self._open_block("text", {"type": "text", "text": ""}, parts)
-                parts.append(_sse_event({"type": "content_block_delta", "index": index,
-                                         "delta": {"type": "text_delta", "text": ev.text}}))
+                self._on_text(ev.text, parts)
             elif isinstance(ev, ToolCallStart):
-                self._tool_blocks[ev.index] = self._open_block(
-                    "tool", {"type": "tool_use", "id": ev.id, "name": ev.name, "input": {}}, parts)
+                self._on_tool(ev, parts)
             elif isinstance(ev, ToolCallDelta):
-                idx = self._tool_blocks.get(ev.index)
-                if idx is not None:
-                    parts.append(_sse_event({"type": "content_block_delta", "index": idx,
-                                             "delta": {"type": "input_json_delta", "partial_json": ev.arguments}}))
+                self._on_args(ev, parts)
             elif isinstance(ev, StreamFinish):
                 self._reason = _FINISH_OUT[ev.reason]
             elif isinstance(ev, StreamEnd):
                 self._done = True
-                self._close_block(parts)
+                bad = self._flush(parts)
+                if bad is not None:
+                    parts.append(_sse_event({"type": "error", "error": {"type": "api_error", "message": bad}}))
+                    continue
                 parts.append(_sse_event({"type": "message_delta",
                                          "delta": {"stop_reason": self._reason, "stop_sequence": None},
                                          "usage": {"input_tokens": self._in, "output_tokens": self._out}}))

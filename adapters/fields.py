@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import orjson
 
@@ -106,15 +106,25 @@ def bad_upstream(what: str) -> UpstreamError:
     return UpstreamError(f"upstream response is invalid: {what}")
 
 
-def arguments_object(arguments: str) -> dict:
-    """Tool-call arguments text as the object Anthropic and Gemini want; unparseable text becomes {}."""
-    if not arguments:
+def arguments_object(arguments: str, *, name: str = "",
+                     error: Callable[[str], Exception] = ClientError) -> dict:
+    """Tool-call arguments text as the object Anthropic and Gemini want ("" means no arguments).
+    Text that is not a JSON object raises `error` (ClientError for a request, UpstreamError for
+    an upstream's answer): guessing `{}` would run the tool with arguments nobody sent."""
+    if not arguments.strip():
         return {}
     try:
         v = orjson.loads(arguments)
     except orjson.JSONDecodeError:
-        return {}
-    return v if type(v) is dict else {}
+        v = None
+    if type(v) is not dict:
+        raise error(f"tool call {name or '?'}: arguments are not a JSON object")
+    return v
+
+
+def upstream_error(message: str) -> Exception:
+    """`arguments_object`'s error for an upstream's reply (its fault: 502)."""
+    return bad_upstream(message)
 
 
 def token_count(v: object) -> int:

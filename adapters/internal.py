@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 __all__ = [
-    "Role", "FinishReason", "TextPart", "ImagePart", "ContentPart", "ToolCall", "ToolDef",
-    "ToolChoice", "Message", "ChatRequest", "Usage", "ChatResponse", "UpstreamRequest",
+    "Role", "FinishReason", "TextPart", "ImagePart", "DocumentPart", "ContentPart", "ToolCall", "ToolDef",
+    "ToolChoice", "ResponseFormat", "RenderOptions", "Message", "ChatRequest", "Usage", "ChatResponse", "UpstreamRequest",
     "StreamStart", "TextDelta", "ToolCallStart", "ToolCallDelta", "StreamFinish", "UsageUpdate",
     "StreamEnd", "StreamError", "StreamEvent", "estimate_prompt_tokens", "message_text",
 ]
@@ -36,7 +36,18 @@ class ImagePart:
     url: str | None = None
 
 
-ContentPart = Union[TextPart, ImagePart]
+@dataclass(frozen=True, slots=True)
+class DocumentPart:
+    """A non-image file (a PDF, plain text, ...) inline (base64 `data`) or by `url`; targets without
+    a document part for its type refuse it (400) rather than pass it off as an image."""
+
+    media_type: str
+    data: str | None = None
+    url: str | None = None
+    name: str | None = None
+
+
+ContentPart = Union[TextPart, ImagePart, DocumentPart]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +55,8 @@ class ToolCall:
     id: str
     name: str
     arguments: str  # JSON text, as OpenAI carries it; parsed only where a target needs an object
+    # Gemini's opaque thoughtSignature for this call: Gemini 3 rejects a replayed call without it.
+    signature: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +70,24 @@ class ToolDef:
 class ToolChoice:
     mode: Literal["auto", "none", "required", "tool"]
     name: str | None = None  # only for mode == "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """Structured output: any JSON object, or one matching `schema` (JSON Schema)."""
+
+    type: Literal["json_object", "json_schema"]
+    schema: dict | None = None
+    name: str | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    """Per-deployment choices a target protocol's renderer needs (config, not the request)."""
+
+    # Older OpenAI-compatible servers know only `max_tokens`; OpenAI's reasoning models reject it.
+    legacy_max_tokens: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +113,9 @@ class ChatRequest:
     top_p: float | None = None
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
+    top_k: int | None = None
+    parallel_tool_calls: bool | None = None  # False: at most one tool call per turn
+    response_format: ResponseFormat | None = None
     stream: bool = False
     include_usage: bool = False  # client asked for a usage chunk (OpenAI stream_options)
     task: str = "chat"
@@ -106,6 +140,7 @@ class ChatResponse:
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: FinishReason = "stop"
     usage: Usage = field(default_factory=Usage)
+    refusal: str | None = None  # the model declined (OpenAI message.refusal); content may be empty
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +162,7 @@ class StreamStart:
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     text: str
+    refusal: bool = False  # OpenAI delta.refusal: text of a refusal, not of an answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +170,7 @@ class ToolCallStart:
     index: int  # ordinal of the tool call within the response, 0-based
     id: str
     name: str
+    signature: str | None = None  # Gemini thoughtSignature
 
 
 @dataclass(frozen=True, slots=True)

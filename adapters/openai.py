@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import orjson
 
+from adapters.call_ids import plain_id, split_signature, with_signature
 from adapters.fields import (
     as_object,
     bad_upstream,
@@ -26,9 +27,12 @@ from adapters.internal import (
     ChatRequest,
     ChatResponse,
     ContentPart,
+    DocumentPart,
     FinishReason,
     ImagePart,
     Message,
+    RenderOptions,
+    ResponseFormat,
     StreamEnd,
     StreamError,
     StreamEvent,
@@ -84,6 +88,18 @@ def _image(part: dict, where: str) -> ImagePart:
     return ImagePart(url=url)
 
 
+def _file(part: dict, where: str) -> DocumentPart:
+    f = as_object(part.get("file"), f"{where}.file")
+    if f.get("file_id") is not None:
+        raise ClientError(f"{where}.file.file_id: uploaded files live at OpenAI; send file_data to route anywhere")
+    url = req_str(f, "file_data", f"{where}.file")
+    head, sep, data = url.partition(",")
+    if not head.startswith("data:") or not sep or ";base64" not in head:
+        raise ClientError(f"{where}.file.file_data must be a base64 data URL")
+    return DocumentPart(head[5:].split(";", 1)[0] or "application/pdf", data=data,
+                        name=opt_str(f, "filename", f"{where}.file"))
+
+
 def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, ...]:
     if raw is None:
         return ()
@@ -104,6 +120,8 @@ def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, 
             parts.append(TextPart(text))
         elif t == "image_url" and allow_images:
             parts.append(_image(p, pw))
+        elif t == "file" and allow_images:
+            parts.append(_file(p, pw))
         else:
             raise ClientError(f"{pw}.type {t!r} is not supported here")
     return tuple(parts)
@@ -118,7 +136,9 @@ def _tool_calls(raw: list, where: str) -> tuple[ToolCall, ...]:
         args = fn.get("arguments", "")
         if type(args) is not str:
             raise ClientError(f"{tw}.function.arguments must be a string")
-        out.append(ToolCall(id=req_str(tc, "id", tw), name=req_str(fn, "name", f"{tw}.function"), arguments=args))
+        tid = req_str(tc, "id", tw)
+        out.append(ToolCall(id=tid, name=req_str(fn, "name", f"{tw}.function"), arguments=args,
+                            signature=split_signature(tid)[1]))
     return tuple(out)
 
 
@@ -219,6 +239,27 @@ def _max_tokens(obj: dict) -> int | None:
     return opt_int(obj, "max_tokens", "body") if max_tokens is None else max_tokens
 
 
+def _response_format(obj: dict) -> ResponseFormat | None:
+    rf = obj.get("response_format")
+    if rf is None:
+        return None
+    rf = as_object(rf, "response_format")
+    t = rf.get("type")
+    if t == "text":
+        return None
+    if t == "json_object":
+        return ResponseFormat("json_object")
+    if t == "json_schema":
+        js = as_object(rf.get("json_schema"), "response_format.json_schema")
+        schema = js.get("schema")
+        if schema is not None and type(schema) is not dict:
+            raise ClientError("response_format.json_schema.schema must be an object")
+        strict = js.get("strict")
+        return ResponseFormat("json_schema", schema, opt_str(js, "name", "response_format.json_schema"),
+                              strict if type(strict) is bool else None)
+    raise ClientError("response_format.type must be text, json_object or json_schema")
+
+
 def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
     obj = load_object(body, max_values=MAX_CHAT_JSON_VALUES)
     model = obj.get("model", path_model)
@@ -231,6 +272,9 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     max_tokens = _max_tokens(obj)
     so = obj.get("stream_options")
     include_usage = opt_bool(as_object(so, "stream_options"), "include_usage", "stream_options") if so is not None else False
+    ptc = obj.get("parallel_tool_calls")
+    if ptc is not None and type(ptc) is not bool:
+        raise ClientError("parallel_tool_calls must be a boolean")
     return ChatRequest(
         model=model,
         messages=messages,
@@ -241,6 +285,10 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),
         max_tokens=max_tokens,
         stop=stop,
+        # Not OpenAI's, but OpenAI-compatible servers (vLLM, llama.cpp) take it.
+        top_k=opt_int(obj, "top_k", "body"),
+        parallel_tool_calls=ptc,
+        response_format=_response_format(obj),
         stream=opt_bool(obj, "stream", "body") or stream_hint,
         include_usage=include_usage,
     )
@@ -253,10 +301,28 @@ def _render_content(content: tuple[ContentPart, ...]) -> str | list:
     for p in content:
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
+        elif isinstance(p, DocumentPart):
+            out.append(_file_part(p))
         else:
             url = p.url if p.url is not None else f"data:{p.media_type or 'image/png'};base64,{p.data}"
             out.append({"type": "image_url", "image_url": {"url": url}})
     return out
+
+
+def _file_part(p: DocumentPart) -> dict:
+    # Chat Completions takes PDFs, inline only; anything else has no place there.
+    if p.media_type != "application/pdf" or p.data is None:
+        what = p.media_type if p.data is not None else f"{p.media_type} by URL"
+        raise ClientError(f"a {what} document cannot be sent to an OpenAI Chat Completions deployment")
+    return {"type": "file", "file": {"filename": p.name or "document.pdf",
+                                     "file_data": f"data:{p.media_type};base64,{p.data}"}}
+
+
+def _tool_result_text(m: Message) -> str:
+    if any(type(p) is not TextPart for p in m.content):
+        raise ClientError("a tool result with images or files cannot be sent to an OpenAI Chat Completions "
+                          "deployment (its tool messages carry text only)")
+    return message_text(m)
 
 
 def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None) -> tuple[str, dict[str, str]]:
@@ -267,7 +333,24 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
     return PATH, headers
 
 
-def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
+def _call(tc: ToolCall, call_id: str) -> dict:
+    # A call without arguments is "{}" on every path, as OpenAI itself sends it.
+    return {"id": call_id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments or "{}"}}
+
+
+def _render_response_format(rf: ResponseFormat) -> dict:
+    if rf.type == "json_object":
+        return {"type": "json_object"}
+    js: dict = {"name": rf.name or "response", "schema": rf.schema if rf.schema is not None else {"type": "object"}}
+    if rf.strict is not None:
+        js["strict"] = rf.strict
+    return {"type": "json_schema", "json_schema": js}
+
+
+def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
+                   options: RenderOptions | None = None) -> UpstreamRequest:
+    if req.top_k is not None:
+        raise ClientError("top_k is not supported by this model's OpenAI deployment")
     msgs: list[dict] = []
     if req.system is not None:
         msgs.append({"role": "system", "content": req.system})
@@ -277,13 +360,11 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         elif m.role == "assistant":
             d: dict = {"role": "assistant", "content": message_text(m) if m.content else None}
             if m.tool_calls:
-                d["tool_calls"] = [
-                    {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
-                    for tc in m.tool_calls
-                ]
+                d["tool_calls"] = [_call(tc, plain_id(tc.id)) for tc in m.tool_calls]
             msgs.append(d)
         else:
-            msgs.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": message_text(m)})
+            msgs.append({"role": "tool", "tool_call_id": plain_id(m.tool_call_id or ""),
+                         "content": _tool_result_text(m)})
     body: dict = {"model": upstream_model, "messages": msgs}
     if req.tools:
         body["tools"] = [
@@ -292,12 +373,17 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
     if req.tool_choice is not None:
         tc = req.tool_choice
         body["tool_choice"] = tc.mode if tc.mode != "tool" else {"type": "function", "function": {"name": tc.name}}
+    if req.parallel_tool_calls is not None and req.tools:  # OpenAI refuses the flag without tools
+        body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.response_format is not None:
+        body["response_format"] = _render_response_format(req.response_format)
     if req.temperature is not None:
         body["temperature"] = req.temperature
     if req.top_p is not None:
         body["top_p"] = req.top_p
     if req.max_tokens is not None:
-        body["max_tokens"] = req.max_tokens
+        legacy = options is not None and options.legacy_max_tokens
+        body["max_tokens" if legacy else "max_completion_tokens"] = req.max_tokens
     if req.stop:
         body["stop"] = list(req.stop)
     if req.stream:
@@ -336,6 +422,8 @@ def parse_response(body: bytes) -> ChatResponse:
         content = "".join(p.get("text", "") for p in content if type(p) is dict and type(p.get("text")) is str)
     elif type(content) is not str:
         content = ""
+    refusal = msg.get("refusal")
+    refusal = refusal if type(refusal) is str and refusal else None
     tcs = []
     raw_tcs = msg.get("tool_calls")
     if type(raw_tcs) is list:
@@ -348,23 +436,24 @@ def parse_response(body: bytes) -> ChatResponse:
             tcs.append(ToolCall(tid if type(tid) is str else f"call_{j}", fn["name"], args if type(args) is str else ""))
     fr = choices[0].get("finish_reason")
     reason = _FINISH_IN.get(fr, "stop") if type(fr) is str else ("tool_calls" if tcs else "stop")
+    if refusal is not None and reason == "stop":
+        reason = "content_filter"  # a refusal ends the turn as a refusal, not an answer
     usage = obj.get("usage")
     u = Usage()
     if type(usage) is dict:
         u = Usage(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens")))
     rid, model = obj.get("id"), obj.get("model")
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", content,
-                        tuple(tcs), reason, u)
+                        tuple(tcs), reason, u, refusal)
 
 
 
 def render_response(resp: ChatResponse, *, model: str) -> bytes:
-    msg: dict = {"role": "assistant", "content": resp.content if resp.content or not resp.tool_calls else None}
+    empty = not resp.content and (resp.tool_calls or resp.refusal)
+    msg: dict = {"role": "assistant", "content": None if empty else resp.content, "refusal": resp.refusal}
     if resp.tool_calls:
-        msg["tool_calls"] = [
-            {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
-            for tc in resp.tool_calls
-        ]
+        # A Gemini thought signature rides in the id, which the client hands back next turn.
+        msg["tool_calls"] = [_call(tc, with_signature(tc.id, tc.signature)) for tc in resp.tool_calls]
     u = resp.usage
     return orjson.dumps({
         "id": resp.id or "chatcmpl-" + uuid.uuid4().hex,
@@ -382,12 +471,15 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
 class StreamDecoder(SSEDecoder):
     """Upstream OpenAI SSE bytes -> internal stream events."""
 
-    __slots__ = ("_started", "_tools")
+    __slots__ = ("_started", "_tools", "_refused")
 
     def __init__(self) -> None:
         super().__init__()
         self._started = False
-        self._tools: set[int] = set()
+        # Upstream tool index -> ordinal: some OpenAI-compatible servers number calls by content
+        # block (text at 0, the first call at 1), and the OpenAI SDK indexes its list by it.
+        self._tools: dict[int, int] = {}
+        self._refused = False
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
         data = ev.data
@@ -419,6 +511,10 @@ class StreamDecoder(SSEDecoder):
                 text = delta.get("content")
                 if type(text) is str and text:
                     out.append(TextDelta(text))
+                refusal = delta.get("refusal")
+                if type(refusal) is str and refusal:
+                    self._refused = True
+                    out.append(TextDelta(refusal, refusal=True))
                 tcs = delta.get("tool_calls")
                 if type(tcs) is list:
                     for tc in tcs:
@@ -428,17 +524,19 @@ class StreamDecoder(SSEDecoder):
                         idx = idx if type(idx) is int else 0
                         fn = tc.get("function")
                         fn = fn if type(fn) is dict else {}
-                        if idx not in self._tools:
-                            self._tools.add(idx)
+                        n = self._tools.get(idx)
+                        if n is None:
+                            n = self._tools[idx] = len(self._tools)
                             tid, name = tc.get("id"), fn.get("name")
-                            out.append(ToolCallStart(idx, tid if type(tid) is str else f"call_{idx}",
+                            out.append(ToolCallStart(n, tid if type(tid) is str else f"call_{n}",
                                                      name if type(name) is str else ""))
                         args = fn.get("arguments")
                         if type(args) is str and args:
-                            out.append(ToolCallDelta(idx, args))
+                            out.append(ToolCallDelta(n, args))
             fr = ch.get("finish_reason")
             if type(fr) is str:
-                out.append(StreamFinish(_FINISH_IN.get(fr, "stop")))
+                reason = _FINISH_IN.get(fr, "stop")
+                out.append(StreamFinish("content_filter" if self._refused and reason == "stop" else reason))
         usage = obj.get("usage")
         if type(usage) is dict:
             out.append(UsageUpdate(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))))
@@ -450,7 +548,7 @@ class StreamDecoder(SSEDecoder):
 class StreamEncoder:
     """Internal stream events -> OpenAI chat.completion.chunk SSE bytes for the client."""
 
-    __slots__ = ("_model", "_include_usage", "_id", "_created", "_started", "_done", "_in", "_out")
+    __slots__ = ("_model", "_include_usage", "_id", "_created", "_started", "_done", "_in", "_out", "_no_args")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._model = model
@@ -461,6 +559,7 @@ class StreamEncoder:
         self._done = False
         self._in = 0
         self._out = 0
+        self._no_args: set[int] = set()  # tool calls that have streamed no argument text yet
 
     def _chunk(self, delta: dict, finish: str | None = None) -> bytes:
         return encode_event(orjson.dumps({
@@ -495,16 +594,21 @@ class StreamEncoder:
             if not self._started:
                 self._start("", parts)
             if isinstance(ev, TextDelta):
-                parts.append(self._chunk({"content": ev.text}))
+                parts.append(self._chunk({"refusal": ev.text} if ev.refusal else {"content": ev.text}))
             elif isinstance(ev, ToolCallStart):
+                self._no_args.add(ev.index)
                 parts.append(self._chunk({"tool_calls": [{
-                    "index": ev.index, "id": ev.id, "type": "function", "function": {"name": ev.name, "arguments": ""},
+                    "index": ev.index, "id": with_signature(ev.id, ev.signature), "type": "function",
+                    "function": {"name": ev.name, "arguments": ""},
                 }]}))
             elif isinstance(ev, ToolCallDelta):
+                self._no_args.discard(ev.index)
                 parts.append(self._chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.arguments}}]}))
             elif isinstance(ev, StreamFinish):
+                self._close_empty_calls(parts)
                 parts.append(self._chunk({}, _FINISH_OUT[ev.reason]))
             elif isinstance(ev, StreamEnd):
+                self._close_empty_calls(parts)
                 self._done = True
                 if self._include_usage:
                     parts.append(encode_event(orjson.dumps({
@@ -515,6 +619,12 @@ class StreamEncoder:
                     })))
                 parts.append(b"data: [DONE]\n\n")
         return b"".join(parts)
+
+    def _close_empty_calls(self, parts: list[bytes]) -> None:
+        # A call without arguments ends as "{}" (JSON), as a non-streamed answer gives it.
+        for index in sorted(self._no_args):
+            parts.append(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": "{}"}}]}))
+        self._no_args.clear()
 
 
 # ---- errors and auth -----------------------------------------------------------------------

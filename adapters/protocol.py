@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from adapters.internal import ChatRequest, ChatResponse, StreamEvent, UpstreamRequest
+from adapters.internal import ChatRequest, ChatResponse, RenderOptions, StreamEvent, UpstreamRequest
 
 __all__ = ["ChatProtocol", "StreamDecoder", "StreamEncoder", "StreamEncoderFactory"]
 
@@ -46,7 +46,8 @@ class ChatProtocol(Protocol):
     def request_target(self, req: ChatRequest, *, upstream_model: str,
                        credential: str | None) -> tuple[str, dict[str, str]]: ...
 
-    def render_request(self, req: ChatRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest: ...
+    def render_request(self, req: ChatRequest, *, upstream_model: str, credential: str | None,
+                       options: RenderOptions | None = None) -> UpstreamRequest: ...
 
     def parse_response(self, body: bytes) -> ChatResponse: ...
 

@@ -42,6 +42,7 @@ def _config() -> dict:
             {"cluster": "demo-openai", "protocol": "openai", "endpoints": [f"127.0.0.1:{up}"]}]}],
         "tenants": [{"name": "bench", "tier": "L1", "api_keys": [
             "sha256:c898d9f492d2577070136e9b8f2852e4f208ee9f1f4a5dff1385dcea7966f81e"]}],
+        "devstack": {"demo_upstreams": ["demo-openai"]},
     }
 
 

@@ -114,8 +114,10 @@ from envoy_data_plane.google.protobuf import Any as AnyMsg
 from google.protobuf import json_format
 
 from controlplane.access_log import access_log
+from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
 from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
 from controlplane.overload import overload_manager
+from controlplane.stats_listener import admin_cluster, stats_listener
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 from extproc.config import Deployment, GatewayConfig
 from extproc.headers import (
@@ -124,10 +126,12 @@ from extproc.headers import (
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
+    WAIT_MARGIN_S,
     XLATE_METADATA,
     grpc_bridge_cluster,
 )
 from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
+from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 
@@ -167,8 +171,9 @@ def _retry_budget() -> CircuitBreakers:
 
 
 def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: TlsSettings | None, env: EnvironmentConfig,
-             outlier: bool) -> Cluster:
+             outlier: bool, dep: Deployment | None = None) -> Cluster:
     hosts = [_split(e) for e in endpoints]
+    weights = [endpoint_weight(dep, e) if dep else None for e in endpoints]
     static = all(_is_ip(h) for h, _ in hosts)
     cluster = Cluster(
         name=name,
@@ -180,7 +185,8 @@ def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: TlsSettings | No
         load_assignment=ClusterLoadAssignment(
             cluster_name=name,
             endpoints=[LocalityLbEndpoints(lb_endpoints=[
-                LbEndpoint(endpoint=Endpoint(address=_socket(h, p))) for h, p in hosts
+                LbEndpoint(endpoint=Endpoint(address=_socket(h, p)), load_balancing_weight=w)
+                for (h, p), w in zip(hosts, weights, strict=True)
             ])],
         ),
     )
@@ -195,6 +201,8 @@ def _cluster(name: str, endpoints: list[str], *, h2: bool, tls: TlsSettings | No
     if outlier:
         # Eject an endpoint that keeps failing so retries land on a healthy one.
         cluster.outlier_detection = OutlierDetection(consecutive_5xx=5, base_ejection_time=_secs(10))
+    if dep is not None:
+        apply_balancing(cluster, dep)
     return cluster
 
 
@@ -256,7 +264,7 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     out = []
     for name, dep in cfg.clusters().items():
         out.append(_cluster(name, dep.endpoints, h2=dep.protocol in H2_PROTOCOLS, tls=_deployment_tls(name, dep),
-                            env=env, outlier=True))
+                            env=env, outlier=True, dep=dep))
     for from_protocol, target in translation_hops(cfg):
         out.append(_internal_cluster(xlate_name(from_protocol, target), env))
     for cluster in _grpc_bridged(cfg):
@@ -274,7 +282,13 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
     return out
 
 
-def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFilter:
+def longest_queue_wait_s(cfg: GatewayConfig) -> float:
+    """The longest a request may wait in a deployment's queue (extproc.concurrency), 0 without queues."""
+    return max((max(d.queue.max_wait_s.values()) for d in cfg.clusters().values() if d.max_inflight), default=0.0)
+
+
+def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wait_s: float = 0.0,
+                     long_poll_s: float = 0.0) -> HttpFilter:
     # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
     # a message was sent: open the stream on another replica instead of failing the request.
     retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
@@ -300,10 +314,16 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None) -> HttpFi
         ),
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
         allow_mode_override=True,
-        message_timeout=_secs(env.timeouts.extproc_message_s),
+        # A queued request's body reply comes only when it gets a slot: the queue's max wait on top.
+        message_timeout=_secs(env.timeouts.extproc_message_s + queue_wait_s),
+        # A task long poll extends its message's timer once, to its wait plus a margin.
+        max_message_timeout=_secs(max(env.timeouts.extproc_message_s + queue_wait_s, long_poll_s + WAIT_MARGIN_S)),
         # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
         mutation_rules=HeaderMutationRules(allow_envoy=True),
     )
+    if not xlate:
+        # The caller's address for the audit log, as Envoy resolved it (trusted XFF hops applied).
+        ext.request_attributes = ["source.address"]
     return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
 
 
@@ -321,7 +341,7 @@ def _rate_limit_filter(rls: RateLimitServiceSettings) -> HttpFilter:
     return HttpFilter(name="envoy.filters.http.ratelimit", typed_config=AnyMsg.pack(f))
 
 
-def _routes(env: EnvironmentConfig) -> RouteConfiguration:
+def _routes(cfg: GatewayConfig, env: EnvironmentConfig) -> RouteConfiguration:
     action = RouteAction(
         cluster_header=CLUSTER_HEADER,
         # Hosted APIs route on Host: send the upstream's own name, not the gateway's.
@@ -340,6 +360,7 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
                 typed_config=AnyMsg.pack(PreviousHostsPredicate()))],
             host_selection_retry_max_attempts=3,
         ),
+        hash_policy=hash_policies(cfg),
     )
     if env.rate_limit_service:
         # Descriptors the extproc stamps on the request: tenant and chosen cluster.
@@ -372,14 +393,14 @@ def _routes(env: EnvironmentConfig) -> RouteConfiguration:
     )
 
 
-def _hop_listener(from_protocol: str, target: str, env: EnvironmentConfig) -> Listener:
+def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: EnvironmentConfig) -> Listener:
     """An internal listener: a failover retry arrives in `from_protocol`; its ext_proc stream
     re-renders it for `target` and translates the answer back; the route goes to `target`."""
     name = xlate_name(from_protocol, target)
     route = RouteConfiguration(name=name, virtual_hosts=[VirtualHost(name=name, domains=["*"], routes=[Route(
         match=RouteMatch(prefix="/"),
         route=RouteAction(cluster=target, auto_host_rewrite=True, timeout=_secs(env.timeouts.route_s),
-                          idle_timeout=_secs(env.timeouts.stream_idle_s)))])])
+                          idle_timeout=_secs(env.timeouts.stream_idle_s), hash_policy=hash_policies(cfg)))])])
     hcm = HttpConnectionManager(
         stat_prefix=name,
         route_config=route,
@@ -421,14 +442,21 @@ def _grpc_bridge_listener(cluster: str, env: EnvironmentConfig) -> Listener:
 
 
 def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
-    filters = [_ext_proc_filter(env)]
+    queue_wait_s = longest_queue_wait_s(cfg)
+    if env.edge.request_timeout_s and queue_wait_s >= env.edge.request_timeout_s:
+        # Envoy would answer 408 to a request still waiting for its slot, before the queue's own 503.
+        raise ConfigError(f"a deployment queue waits up to {queue_wait_s:g}s (queue.max_wait_s), not less than "
+                          f"environment {env.name!r} edge.request_timeout_s ({env.edge.request_timeout_s:g}s)")
+    tasks = cfg.extproc.tasks
+    filters = [_ext_proc_filter(env, queue_wait_s=queue_wait_s,
+                                long_poll_s=tasks.max_wait_s if tasks is not None else 0.0)]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
     filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))
     edge = env.edge
     hcm = HttpConnectionManager(
         stat_prefix="modelyard",
-        route_config=_routes(env),
+        route_config=_routes(cfg, env),
         http_filters=filters,
         stream_idle_timeout=_secs(env.timeouts.stream_idle_s),
         # Both stop once the response starts: slow senders are cut, long streams are not.
@@ -461,11 +489,14 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
                                                  max_ejection_percent=50, consecutive_5xx=1000)
     hops = translation_hops(cfg)
     bridged = _grpc_bridged(cfg)
+    listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops),
+                 *(_grpc_bridge_listener(c, env) for c in bridged)]
+    clusters = [extproc, *_upstream_clusters(cfg, env)]
+    if env.stats and env.admin:
+        listeners.append(stats_listener(env.stats))
+        clusters.append(admin_cluster(env.admin))
     boot = Bootstrap(
-        static_resources=BootstrapStaticResources(
-            listeners=[listener, *(_hop_listener(f, t, env) for f, t in hops),
-                       *(_grpc_bridge_listener(c, env) for c in bridged)],
-            clusters=[extproc, *_upstream_clusters(cfg, env)]),
+        static_resources=BootstrapStaticResources(listeners=listeners, clusters=clusters),
         overload_manager=overload_manager(env.overload, env.edge))
     if hops or bridged:
         boot.bootstrap_extensions = [TypedExtensionConfig(

@@ -94,6 +94,13 @@ class RateLimitServiceSettings(_Env):
     failure_mode_deny: bool = False
 
 
+class StatsSettings(_Env):
+    """A listener that serves only GET /stats/prometheus from the admin interface (controlplane/stats_listener.py)."""
+
+    address: str = "0.0.0.0"
+    port: int = Field(9902, ge=1, le=65535)
+
+
 class ListenerOverride(_Env):
     address: str | None = None
     port: int | None = Field(None, ge=0, le=65535)
@@ -102,6 +109,8 @@ class ListenerOverride(_Env):
 class EnvironmentConfig(_Env):
     name: str
     admin: AdminSettings | None = AdminSettings()
+    # Envoy's Prometheus stats for scrapers on other hosts, without opening the rest of admin.
+    stats: StatsSettings | None = None
     concurrency: int = Field(2, ge=1, le=256)
     timeouts: TimeoutSettings = TimeoutSettings()
     buffer_limit_bytes: int = Field(32 * 1024 * 1024, ge=1024)
@@ -116,6 +125,12 @@ class EnvironmentConfig(_Env):
     overload: OverloadSettings = OverloadSettings()
 
     @model_validator(mode="after")
+    def _stats_need_admin(self) -> "EnvironmentConfig":
+        if self.stats and not self.admin:
+            raise ValueError("stats proxies the admin interface: set admin (a loopback port or a pipe)")
+        return self
+
+    @model_validator(mode="after")
     def _request_outlives_extproc(self) -> "EnvironmentConfig":
         # Headers and body each get one extproc message; a shorter request timeout cuts allowed work.
         if self.edge.request_timeout_s and self.edge.request_timeout_s <= 2 * self.timeouts.extproc_message_s:
@@ -124,7 +139,13 @@ class EnvironmentConfig(_Env):
 
 
 def load_environment(name: str, directory: Path | None = None) -> EnvironmentConfig:
-    path = (directory or ENVIRONMENTS_DIR) / f"{name}.yaml"
+    """`name` is a shipped environment (envoy/environments/NAME.yaml) or a path to one's file
+    (anything ending in .yaml or .yml), so an operator's environment need not live in this tree."""
+    if name.endswith((".yaml", ".yml")):
+        path = Path(name)
+        name = path.stem
+    else:
+        path = (directory or ENVIRONMENTS_DIR) / f"{name}.yaml"
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError:

@@ -28,6 +28,7 @@ class Child:
     env: dict[str, str] = field(default_factory=dict)
     role: Role = "auxiliary"
     started_at: float = 0.0  # time.monotonic() of the last spawn
+    cwd: Path | None = None  # None: the parent's working directory
 
     def log_path(self, log_dir: Path) -> Path:
         return log_dir / f"{self.name.replace('@', '-')}.log"
@@ -35,7 +36,7 @@ class Child:
     def spawn(self, log_dir: Path) -> None:
         """Start the process, appending its output to its log file (restarts keep the history)."""
         with open(self.log_path(log_dir), "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
         self.started_at = time.monotonic()
 

@@ -1,8 +1,12 @@
-"""`modelyard up`: Envoy, the extproc service and the demo upstreams as child processes.
+"""`modelyard up`: Envoy, the extproc service and the config's declared demo upstreams as child
+processes.
 
 `Stack` is also what the end-to-end tests start, on free ports, so the tests exercise the same
 start-up path users run. Once up, `Stack.supervise` keeps it serving (devstack.supervisor): demo
 upstreams and agents that die are restarted; Envoy dying, or every extproc replica, stops it.
+Every port and path comes from the config (its `devstack:` section) or `up`'s flags: the run
+directory sits under the config file's directory, and the children run there, so relative paths
+in the config (metering_db, key files) mean the same whoever starts it from wherever.
 """
 
 from __future__ import annotations
@@ -18,13 +22,16 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
+from pydantic import ValidationError
+
 from controlplane.bootstrap import render_bootstrap
-from controlplane.environments import EnvironmentConfig, load_environment
+from controlplane.environments import AdminSettings, EnvironmentConfig, load_environment
+from devstack.banner import banner
 from devstack.child import Child
 from devstack.supervisor import Backoff, Supervisor
 from extproc.config import GatewayConfig, config_path, load_config
+from modelyard.errors import ConfigError
 
-DEMO_KEY = "sk-modelyard-demo"
 _DEMO_SERVERS = {
     "openai": "devstack.demo.openai_server",
     "anthropic": "devstack.demo.anthropic_server",
@@ -45,12 +52,16 @@ def envoy_binary() -> str:
 
 
 def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Child]:
-    """Demo upstreams for clusters named demo-*, and fake watermark agents for their GPUs."""
+    """Demo upstreams for the clusters the config declares (`devstack.demo_upstreams`), and fake
+    watermark agents for their GPUs; no cluster is one by its name."""
     out: list[Child] = []
     seen_agents: set[str] = set()
-    for name, dep in cfg.clusters().items():
-        if not name.startswith("demo-"):
-            continue
+    clusters = cfg.clusters()
+    unknown = [n for n in cfg.devstack.demo_upstreams if n not in clusters]
+    if unknown:
+        raise ConfigError(f"devstack.demo_upstreams: no deployment has cluster {', '.join(map(repr, unknown))}")
+    for name in dict.fromkeys(cfg.devstack.demo_upstreams):
+        dep = clusters[name]
         module = _DEMO_SERVERS.get(dep.protocol)
         for ep in dep.endpoints:
             host, _, port = ep.rpartition(":")
@@ -79,7 +90,7 @@ class Stack:
 
     def __init__(self, cfg: GatewayConfig, env: EnvironmentConfig, *, config_path: Path,
                  workdir: Path | None = None, demos: bool = True, log_dir: Path | None = None,
-                 quiet: bool = False):
+                 quiet: bool = False, cwd: Path | None = None):
         self.cfg = cfg
         self.env = env
         self.config_path = config_path
@@ -97,6 +108,9 @@ class Stack:
                                              str(env.concurrency), "--disable-hot-restart", "--log-level", "warn",
                                              "--admin-address-path", str(self.admin_path)],
                                    ("http", f"{self.url}/v2/health/live"), role="essential"))
+        if cwd is not None:  # relative paths in the config are relative to where the children run
+            for child in self.children:
+                child.cwd = cwd
 
     def start(self, timeout: float = 60.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -143,6 +157,12 @@ class Stack:
     def admin_url(self) -> str:
         return "http://" + self.admin_path.read_text().strip()
 
+    def admin_url_if_open(self) -> str | None:
+        """Envoy's admin URL when it listens on TCP (it writes the address once bound), else None."""
+        if self.env.admin is None or self.env.admin.pipe or not self.admin_path.exists():
+            return None
+        return self.admin_url()
+
     def stop(self) -> None:
         for child in reversed(self.children):
             if child.proc and child.proc.poll() is None:
@@ -167,12 +187,37 @@ class Stack:
         self.stop()
 
 
-def up(config: str | None, env_name: str) -> int:
+def with_admin_port(env: EnvironmentConfig, port: int | None) -> EnvironmentConfig:
+    """The environment with Envoy's admin on `port` (loopback unless the environment says where)."""
+    if port is None:
+        return env
+    address = env.admin.address if env.admin is not None else "127.0.0.1"
+    try:
+        return env.model_copy(update={"admin": AdminSettings(address=address, port=port)})
+    except ValidationError:
+        raise ConfigError(f"admin port {port}: not a port (0-65535)") from None
+
+
+def environment_for(cfg: GatewayConfig, env_name: str, admin_port: int | None = None) -> EnvironmentConfig:
+    """The environment `up` runs: its file, with Envoy's admin port from the flag, else the config."""
+    port = admin_port if admin_port is not None else cfg.devstack.admin_port
+    return with_admin_port(load_environment(env_name), port)
+
+
+def run_dir_for(cfg: GatewayConfig, path: Path, override: str | None = None) -> Path:
+    """`--run-dir` (relative to the current directory, as a flag is), else the config's
+    `devstack.run_dir` under the config file's directory."""
+    if override:
+        return Path(override).resolve()
+    return (path.parent / cfg.devstack.run_dir).resolve()
+
+
+def up(config: str | None, env_name: str, *, run_dir: str | None = None, admin_port: int | None = None) -> int:
     path = config_path(config).resolve()
     cfg = load_config(path)
-    env = load_environment(env_name)
-    workdir = Path("run").resolve()
-    stack = Stack(cfg, env, config_path=path, workdir=workdir)
+    env = environment_for(cfg, env_name, admin_port)
+    workdir = run_dir_for(cfg, path, run_dir)
+    stack = Stack(cfg, env, config_path=path, workdir=workdir, cwd=path.parent)
     stop = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -184,16 +229,8 @@ def up(config: str | None, env_name: str) -> int:
     print(f"modelyard: starting {len(stack.children)} processes (logs in {workdir})", flush=True)
     try:
         stack.start()
-        print(f"""
-Modelyard is up.
-  Gateway (OpenAI, Anthropic, Gemini, KServe v2): {stack.url}
-  Demo API key:   {DEMO_KEY}
-  Models:         {', '.join(m.name for m in cfg.models)}
-  Metrics:        http://{cfg.extproc.metrics_address}/metrics
-  Try: curl {stack.url}/v1/chat/completions -H 'Authorization: Bearer {DEMO_KEY}' \\
-         -H 'content-type: application/json' \\
-         -d '{{"model":"demo-gpt","messages":[{{"role":"user","content":"hello"}}]}}'
-Ctrl-C stops everything.""", flush=True)
+        print(banner(cfg, url=stack.url, run_dir=str(workdir), admin_url=stack.admin_url_if_open(),
+                     demo_upstreams=list(dict.fromkeys(cfg.devstack.demo_upstreams))), flush=True)
         if stack.supervise(lambda: stop):
             return 1
     except RuntimeError as e:
@@ -203,4 +240,3 @@ Ctrl-C stops everything.""", flush=True)
         stack.stop()
         print("modelyard: stopped", flush=True)
     return 0
-

@@ -7,10 +7,10 @@ import time
 
 from adapters.internal import Usage
 from extproc.choice import Choice
-from extproc.context import RequestContext
+from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore, MeterRecord
-from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series
+from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series, tenant_token_series
 from ratelimit import Limiter
 
 
@@ -27,6 +27,7 @@ class Accountant:
         """`status` is what the caller got; `upstream_ok` what the upstream did: False only for its own
         failure (5xx, a reply we cannot read, a stream it cut), None when it never answered for
         itself (the client left, or the gateway failed the request): no feedback either way."""
+        choice.release_slot()  # first: the next waiter goes while we meter this one
         model = choice.model
         if upstream_ok is not None:  # a client that leaves or our own error must not cool a deployment down
             self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s, now=time.monotonic())
@@ -42,7 +43,12 @@ class Accountant:
             tin, tout = usage.input_tokens or 0, usage.output_tokens or 0
             tokens_in.inc(tin)
             tokens_out.inc(tout)
-        cost = tin / 1000 * model.cost.input_per_1k + tout / 1000 * model.cost.output_per_1k
+            tenant_in, tenant_out = tenant_token_series(ctx.tenant_name)
+            tenant_in.inc(tin)
+            tenant_out.inc(tout)
+        ctx.outcome = CallOutcome(model.name, choice.deployment.cluster, status, tin, tout)
+        price = choice.deployment.cost or model.cost  # a deployment's own price (spot) bills as it routed
+        cost = tin / 1000 * price.input_per_1k + tout / 1000 * price.output_per_1k
         if cost:
             COST.labels(model.name, ctx.tenant_name).inc(cost)
         if self.metering is not None:
@@ -53,6 +59,14 @@ class Accountant:
         if choice.reservation is not None and self.limiter is not None:
             # Hand back (or take) the difference between the estimate and the reported usage.
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, tin + tout))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    def release(self, choice: Choice) -> None:
+        """Accepted for later (Prefer: respond-async): hand the token estimate back, meter nothing;
+        the replay is charged, reconciled and metered as the request itself."""
+        if choice.reservation is not None and self.limiter is not None:
+            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, 0))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 

@@ -13,9 +13,14 @@ from extproc.config import TenantConfig
 class KeyRing:
     def __init__(self, tenants: list[TenantConfig]):
         self._by_digest: dict[str, TenantConfig] = {}
+        self._by_name = {t.name: t for t in tenants}
         for t in tenants:
             for digest in t.api_keys:
                 self._by_digest[digest] = t
+
+    def tenant_named(self, name: str) -> TenantConfig | None:
+        """A task replay's tenant, named by its marker (None once the tenant left the config)."""
+        return self._by_name.get(name)
 
     def tenant_for(self, key: str | None) -> TenantConfig | None:
         if not key:
@@ -26,6 +31,15 @@ class KeyRing:
         if tenant is None or not any(hmac.compare_digest(digest, d) for d in tenant.api_keys):
             return None
         return tenant
+
+
+def any_client_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The first key found in any protocol's header (task polls: the caller may speak any of them)."""
+    for adapter in PROTOCOLS.values():
+        key = adapter.client_api_key(headers, query)
+        if key:
+            return key
+    return None
 
 
 def client_key(protocol: str, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from extproc.config import Deployment, ModelConfig
-from extproc.headers import ARM_HEADER, CHANNEL_HEADER, CLUSTER_HEADER, MODEL_HEADER, STRATEGY_HEADER
+from extproc.headers import ARM_HEADER, CHANNEL_HEADER, CLUSTER_HEADER, MODEL_HEADER, QUEUE_WAIT_HEADER, STRATEGY_HEADER
 from ratelimit import Reservation
+
+if TYPE_CHECKING:
+    from extproc.concurrency import Slot
 
 
 @dataclass(slots=True)
@@ -19,6 +23,11 @@ class Choice:
     reservation: Reservation | None = None
     est_prompt_tokens: int = 0  # charged on arrival; what an aborted stream is metered for its input
     ratelimit_headers: list[tuple[str, str]] = field(default_factory=list)
+    slot: Slot | None = None  # held on a deployment with max_inflight until the answer ends
+
+    def release_slot(self) -> None:
+        if self.slot is not None:
+            self.slot.release()
 
     def response_headers(self) -> list[tuple[str, str]]:
         out = [(CLUSTER_HEADER, self.deployment.cluster), (MODEL_HEADER, self.model.name),
@@ -27,4 +36,6 @@ class Choice:
             out.append((STRATEGY_HEADER, self.strategy))
         if self.arm:
             out.append((ARM_HEADER, self.arm))
+        if self.slot is not None:
+            out.append((QUEUE_WAIT_HEADER, f"{self.slot.waited_s * 1000:.1f}"))
         return out + self.ratelimit_headers

@@ -7,8 +7,10 @@ imports none of them.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
@@ -16,8 +18,24 @@ from extproc import messages as msg
 from extproc.config import TenantConfig
 from extproc.headers import TASK_ID_HEADER
 
+if TYPE_CHECKING:  # only the composition root loads tracing, and only when it is configured
+    from extproc.telemetry.tracing import RequestTrace
+
 # The caller's protocol: its errors come back in this shape.
 ClientProtocol = Literal["openai", "anthropic", "gemini", "kserve", "kserve-grpc"]
+# What `RequestContext.span` gives when tracing is off: one shared do-nothing context manager.
+_NO_SPAN: AbstractContextManager[Any] = nullcontext()
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What the call came to, once metered: the audit row reads it when the stream closes."""
+
+    model: str
+    cluster: str
+    status: int
+    input_tokens: int
+    output_tokens: int
 
 
 @dataclass
@@ -36,6 +54,19 @@ class RequestContext:
     path_version: str | None = None
     stream_hint: bool = False
     response_headers: list[tuple[str, str]] = field(default_factory=list)
+    client: str = ""  # the caller's address as Envoy saw it
+    requested_model: str | None = None  # from the body, for the audit row of a call refused before routing
+    outcome: CallOutcome | None = None
+    # Prefer: respond-async: validate, route and admit, then answer 202; a worker replays it later.
+    deferred: bool = False
+    # The task worker's replay of an accepted task: its request was counted when it was accepted.
+    replayed: bool = False
+    trace: RequestTrace | None = None  # set only when tracing is on (extproc.telemetry.tracing)
+
+    def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
+        """A child span around a step when tracing is on (it yields the span); else a shared no-op
+        (it yields None)."""
+        return _NO_SPAN if self.trace is None or not self.trace.recording else self.trace.child(name, attributes)
 
     def task_headers(self) -> list[tuple[str, str]]:
         return [(TASK_ID_HEADER, self.task_id), *self.response_headers]
@@ -45,6 +76,14 @@ class RequestContext:
         return self.tenant.name if self.tenant else "-"
 
 
+@dataclass(frozen=True, slots=True)
+class Interim:
+    """A step that is not done yet: send `message` (a timeout extension) now, then await `then`."""
+
+    message: msg.ProcessingResponse
+    then: Callable[[], Awaitable[msg.ProcessingResponse | Interim]]
+
+
 class Flow(Protocol):
     """The per-kind half of a session: everything after authentication."""
 
@@ -52,6 +91,7 @@ class Flow(Protocol):
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse: ...
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse: ...
     def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse: ...
+    def defer(self) -> None: ...  # accepted as a task: release what admission took, meter nothing
     def close(self) -> None: ...
 
 

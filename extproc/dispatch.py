@@ -9,13 +9,14 @@ from typing import Protocol
 
 from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
 from extproc.choice import Choice
+from extproc.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
 from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
 from extproc.routing.watermarks import Reading
 from extproc.telemetry.metrics import FAIL_OPEN, FAIL_OPEN_ACTIVE
-from modelyard.errors import ClientError
+from modelyard.errors import ClientError, ModelyardError
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 
@@ -24,6 +25,7 @@ log = logging.getLogger("modelyard.dispatch")
 _FAIL_OPEN_WHY: dict[FailOpen, str] = {
     "cooldown": "every deployment is cooling down; serving from them rather than refusing the model",
     "watermarks": "no deployment has a fresh watermark reading; routing as if unmonitored",
+    "warming": "every deployment is still warming up; serving from them rather than refusing the model",
 }
 
 # The rate-limit charge when a request does not say how many tokens it may produce.
@@ -39,20 +41,37 @@ class ReadingSource(Protocol):
 
 class Dispatcher:
     def __init__(self, scheduler: Scheduler, limiter: Limiter | None = None,
-                 watermarks: ReadingSource | None = None) -> None:
+                 watermarks: ReadingSource | None = None, limits: ConcurrencyLimits | None = None) -> None:
         self.scheduler = scheduler
         self.limiter = limiter
         self.watermarks = watermarks
+        self.limits = limits if limits is not None else ConcurrencyLimits(scheduler.config)
         self._failing_open: dict[str, set[FailOpen]] = {}  # by model
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
-        d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {})
+        d = self.scheduler.decide(route, time.monotonic(), self.watermarks.readings if self.watermarks else {},
+                                  occupancy=self.limits.occupancy)
         if d.fail_open or route.model in self._failing_open:
             self._note_fail_open(route.model, set(d.fail_open))
         c = d.chosen
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
                       arm=d.arm)
+
+    def deployment_states(self) -> dict[str, str]:
+        """Each deployment's state now (modelyard_deployment_state): cooldown, warming, else its slots' state."""
+        now = time.monotonic()
+        stats = dict(self.scheduler.feedback.stats)  # a copy: the metrics thread reads while the loop writes
+        out = {}
+        for cluster in self.scheduler.config.clusters():
+            st = stats.get(cluster)
+            if st is not None and st.cooldown_until > now:
+                out[cluster] = "cooldown"
+            elif cluster in self.scheduler.warming:
+                out[cluster] = "warming"
+            else:
+                out[cluster] = self.limits.state(cluster)
+        return out
 
     def _note_fail_open(self, model: str, now_open: set[FailOpen]) -> None:
         """Count every fail-open decision; log when one starts and when it ends, not per request."""
@@ -68,10 +87,19 @@ class Dispatcher:
             FAIL_OPEN_ACTIVE.labels(check).dec()
             log.warning("routing for %r no longer fails open (%s)", model, check)
 
+    def choose_for(self, ctx: RequestContext, route: RouteRequest) -> Choice:
+        """`choose`, inside the request's routing span when tracing is on."""
+        with ctx.span("routing"):
+            choice = self.choose(route)
+        if ctx.trace is not None:
+            d = choice.deployment
+            ctx.trace.routed(route.model, choice.model.name, d.cluster, d.protocol, choice.channel, choice.strategy)
+        return choice
+
     async def choose_chat(self, ctx: RequestContext, req: ChatRequest) -> Choice:
         assert ctx.tenant is not None
         prompt_tokens = estimate_prompt_tokens(req)
-        choice = self.choose(RouteRequest(
+        choice = self.choose_for(ctx, RouteRequest(
             model=req.model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
             want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast",
             est_prompt_tokens=prompt_tokens, est_output_tokens=req.max_tokens,
@@ -80,15 +108,34 @@ class Dispatcher:
             stream=req.stream, task_type="chat", task_id=ctx.task_id))
         choice.est_prompt_tokens = prompt_tokens
         await self.admit(ctx, choice, prompt_tokens + (req.max_tokens or DEFAULT_OUTPUT_TOKENS))
+        await self.wait_for_slot(ctx, choice)
         return choice
+
+    async def wait_for_slot(self, ctx: RequestContext, choice: Choice) -> None:
+        """Past admission, before dispatch: a slot on the chosen deployment, waiting in its queue if
+        need be. Refused (429 / 503), the request hands its rate-limit charge back."""
+        cluster = choice.deployment.cluster
+        if cluster not in self.limits or ctx.tenant is None:
+            return
+        try:
+            choice.slot = await self.limits.acquire(cluster, choice.model.name, ctx.tenant.name, ctx.tenant.tier)
+        except ModelyardError:
+            if self.limiter is not None and choice.reservation is not None:
+                await self.limiter.reconcile(choice.reservation, 0)
+            raise
 
     async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
         """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""
         if self.limiter is None or ctx.tenant is None or self.limiter.config.enforce != "extproc":
             return
-        decision = await self.limiter.acquire(
-            RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel),
-            est_tokens)
+        # A task's replay: its acceptance counted the request (and gave its token estimate back).
+        with ctx.span("admission") as span:
+            decision = await self.limiter.acquire(
+                RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel),
+                est_tokens, requests=0 if ctx.replayed else 1)
+            if span is not None:
+                span.set_attributes({"modelyard.ratelimit.allowed": decision.allowed,
+                                     "modelyard.ratelimit.estimated_tokens": est_tokens})
         if not decision.allowed:
             if decision.too_large:
                 raise ClientError(f"request needs about {est_tokens} tokens, more than the limit allows "

@@ -2,12 +2,14 @@
 
 `keyring` (who is calling), `catalog` (what is configured), `dispatcher` (where a request goes
 and whether it may go now), `accountant` (what happened after), `batcher` and `image_backend`
-(vision work). The composition root (`extproc/service.py`) builds it; flows read it.
+(vision work), `audit` (the tamper-evident record of calls and security events). The composition root (`extproc/service.py`) builds it; flows read it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from extproc.accounting import Accountant
 from extproc.auth import KeyRing
@@ -17,10 +19,15 @@ from extproc.config import GatewayConfig
 from extproc.dispatch import Dispatcher
 from extproc.kserve_probe import KServeProbe
 from extproc.routing import Scheduler
+from extproc.tasks.board import TaskBoard
+from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.pollers import WatermarkBoard
 from kernels import Backend
 from ratelimit import Limiter
+
+if TYPE_CHECKING:  # tracing is an optional extra, loaded by the composition root when configured
+    from extproc.telemetry.tracing import Tracing
 
 
 @dataclass
@@ -34,20 +41,40 @@ class Gateway:
     image_backend: Backend | None = None  # CuPy on a GPU, else NumPy; picked at start
     watermarks: WatermarkBoard | None = None
     kserve_probe: KServeProbe | None = None  # KServe health and metadata, asked of the upstream
+    tracing: Tracing | None = None  # None: tracing is off and no request gets a span
+    audit: AuditLog | None = None
+    tasks: TaskBoard | None = None  # async tasks (Prefer: respond-async); off unless configured
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
               watermarks: WatermarkBoard | None = None, batcher: Batcher | None = None,
-              image_backend: Backend | None = None, metering: MeteringStore | None = None) -> Gateway:
+              image_backend: Backend | None = None, metering: MeteringStore | None = None,
+              tracing: Tracing | None = None, audit: AuditLog | None = None,
+              tasks: TaskBoard | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         return cls(config=config, keyring=KeyRing(config.tenants), catalog=Catalog(config),
                    dispatcher=Dispatcher(scheduler, limiter, watermarks),
                    accountant=Accountant(scheduler, limiter, metering),
-                   batcher=batcher, image_backend=image_backend, watermarks=watermarks)
+                   batcher=batcher, image_backend=image_backend, watermarks=watermarks, tracing=tracing,
+                   audit=audit, tasks=tasks)
+
+    def start(self) -> None:
+        """Background work that needs the server listening: the task worker replays through it."""
+        if self.tasks is not None:
+            self.tasks.start()
+
+    def drain(self) -> None:
+        """Shutting down: take no new background work; what runs finishes while streams drain."""
+        if self.tasks is not None:
+            self.tasks.stop_claiming()
 
     async def close(self) -> None:
+        if self.tasks is not None:
+            await self.tasks.close()
         await self.accountant.close()
+        if self.audit is not None:  # after the streams closed: their rows are queued by now
+            await asyncio.to_thread(self.audit.close)
         if self.watermarks is not None:
             await self.watermarks.stop()
         if self.dispatcher.limiter is not None:
@@ -56,3 +83,5 @@ class Gateway:
             await self.batcher.close()
         if self.kserve_probe is not None:
             await self.kserve_probe.close()
+        if self.tracing is not None:  # flushes queued spans to the collector: off the event loop
+            await asyncio.to_thread(self.tracing.shutdown)

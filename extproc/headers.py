@@ -23,5 +23,11 @@ CHANNEL_HEADER = "x-modelyard-channel"
 UPSTREAM_TIMEOUT_HEADER = "x-envoy-upstream-rq-timeout-ms"
 MODEL_HEADER = "x-modelyard-model"
 ARM_HEADER = "x-modelyard-arm"  # the A/B arm a request fell in
+# A long poll (GET /v1/tasks/{id}?wait=N) asks Envoy once (ext_proc override_message_timeout) for
+# N seconds plus this margin on its message; the bootstrap's max_message_timeout allows it for any
+# N up to extproc.tasks.max_wait_s (Envoy honours one override per message).
+WAIT_MARGIN_S = 2.0
 # gRPC metadata on a translation hop's ext_proc streams: "<from protocol>~<target cluster>".
 XLATE_METADATA = "x-modelyard-xlate"
+# On a reply from a deployment with max_inflight: milliseconds the request waited for a slot.
+QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"

@@ -12,6 +12,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
+from google.protobuf import duration_pb2
 
 ProcessingRequest = pb.ProcessingRequest
 ProcessingResponse = pb.ProcessingResponse
@@ -95,3 +96,44 @@ def immediate(status: int, body: bytes, headers: HeaderPairs = (), details: str 
         body=body,
         details=details,
     ))
+
+
+def client_address(req: pb.ProcessingRequest, headers: Headers) -> str:
+    """The caller's address: Envoy's `source.address` attribute (its view after the trusted
+    X-Forwarded-For hops), else the last X-Forwarded-For entry (the one Envoy appended)."""
+    attrs = req.attributes.get("envoy.filters.http.ext_proc")
+    if attrs is not None and "source.address" in attrs.fields:
+        return attrs.fields["source.address"].string_value
+    return headers.get("x-forwarded-for", "").rpartition(",")[2].strip()
+
+
+def reply_status(req: pb.ProcessingRequest, resp: pb.ProcessingResponse) -> int:
+    """The HTTP status the caller gets from this exchange, when it says one (else 0)."""
+    if resp.WhichOneof("response") == "immediate_response":
+        return int(resp.immediate_response.status.code)
+    if req.WhichOneof("request") == "response_headers":
+        for h in req.response_headers.headers.headers:
+            if h.key == ":status":
+                return int(h.raw_value or h.value or 0)
+    return 0
+
+
+def body_sent(req: pb.ProcessingRequest, resp: pb.ProcessingResponse) -> bytes | None:
+    """The response bytes this exchange passes on to the caller (after our mutation), if any."""
+    kind = resp.WhichOneof("response")
+    if kind == "immediate_response":
+        return resp.immediate_response.body
+    if kind == "response_body":
+        c = resp.response_body.response
+        return c.body_mutation.body if c.body_mutation.WhichOneof("mutation") == "body" else req.response_body.body
+    if kind == "response_headers" and resp.response_headers.response.body_mutation.WhichOneof("mutation") == "body":
+        return resp.response_headers.response.body_mutation.body
+    return None
+
+
+def extend_timeout(seconds: float) -> pb.ProcessingResponse:
+    """Not an answer: asks Envoy for `seconds` more on the message it waits on (up to the filter's
+    `max_message_timeout`), for a step that waits on purpose (a task long poll)."""
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return pb.ProcessingResponse(override_message_timeout=d)

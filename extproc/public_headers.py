@@ -11,11 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from extproc import messages as msg
-from extproc.headers import ARM_HEADER, CHANNEL_HEADER, CLUSTER_HEADER, MODEL_HEADER, STRATEGY_HEADER, TASK_ID_HEADER
+from extproc.headers import (
+    ARM_HEADER,
+    CHANNEL_HEADER,
+    CLUSTER_HEADER,
+    MODEL_HEADER,
+    QUEUE_WAIT_HEADER,
+    STRATEGY_HEADER,
+    TASK_ID_HEADER,
+)
 
 PREFIX = "x-modelyard-"
 PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADER, CHANNEL_HEADER, STRATEGY_HEADER,
-                                     ARM_HEADER})
+                                     ARM_HEADER, QUEUE_WAIT_HEADER})
 
 
 def is_internal(name: str) -> bool:

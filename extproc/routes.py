@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from extproc import messages as msg
-from extproc.context import ClientProtocol, Flow, RequestContext
+from extproc.context import ClientProtocol, Flow, Interim, RequestContext
 from extproc.gateway import Gateway
 
-# Answered without an inference; async when it asks an upstream (KServe readiness, metadata).
-Answer = Callable[[Gateway, RequestContext], "msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]"]
+# An answer of the gateway's own; one that reads a store (task polls) is awaited, and one that waits
+# on purpose (a long poll) may come back as an Interim first.
+Answer = Callable[[Gateway, RequestContext], "msg.ProcessingResponse | Awaitable[msg.ProcessingResponse | Interim]"]
 FlowFactory = Callable[[Gateway, RequestContext], Flow]
 # A translation hop's flow: the request arrives in the failed primary's protocol, bound for `target`.
 HopFactory = Callable[[Gateway, RequestContext, str], Flow]
@@ -30,8 +31,10 @@ class Route:
     stream: bool = False  # known from the path (Gemini :streamGenerateContent)
     public: bool = False  # answered without an API key
     translatable: bool = False  # a chat request a translation hop may re-render for a peer
+    any_key: bool = False  # the API key may come in any protocol's header (task polls)
     answer: Answer | None = None
     flow: FlowFactory | None = None
+    operation: str = "chat"  # gen_ai.operation.name on the request's span (tracing)
 
 
 Matcher = Callable[[str, str], "Route | None"]

@@ -16,6 +16,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from extproc.config import GatewayConfig
+from extproc.context import Interim
 from extproc.gateway import Gateway
 from extproc.headers import XLATE_METADATA
 from extproc.routes import RouteTable
@@ -42,6 +43,9 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         try:
             async for req in request_iterator:
                 resp = await session.handle(req)
+                while isinstance(resp, Interim):  # a step that waits on purpose keeps Envoy's timer going
+                    yield resp.message
+                    resp = await resp.then()
                 if resp is not None:
                     yield resp
         finally:
@@ -67,6 +71,7 @@ class ExtprocServer:
     async def start(self) -> None:
         await self.server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        self.gateway.start()
         log.info("extproc listening on %s", self.config.extproc.address)
 
     async def _set_health(self, status: int) -> None:
@@ -77,6 +82,7 @@ class ExtprocServer:
 
     async def stop(self, grace: float | None = None) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.gateway.drain()
         # grpc.aio's grace lets open streams finish while refusing new ones.
         await self.server.stop(self.config.extproc.drain_seconds if grace is None else grace)
         await self.gateway.close()

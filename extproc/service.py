@@ -6,15 +6,18 @@ The only module that knows every flow: it puts them in the route table the sessi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import signal
-from urllib.parse import unquote
+import time
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from adapters import kserve, kserve_grpc
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
-from extproc.flows import local
+from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
 from extproc.flows.kserve_grpc import add_to_server as add_kserve_answers
@@ -24,14 +27,21 @@ from extproc.gateway import Gateway
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
+from extproc.tasks.board import TaskBoard
+from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent, AuditLog
 from extproc.telemetry.metering import MeteringStore
-from extproc.telemetry.metrics import IMAGE_BACKEND, serve_metrics
+from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
+from extproc.telemetry.redaction import Redactor
+from extproc.telemetry.warmup import Warmer
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
 from ratelimit import status as ratelimit_status
 from ratelimit.rls import add_to_server
+
+if TYPE_CHECKING:  # an optional extra: imported below only when tracing is configured
+    from extproc.telemetry.tracing import Tracing
 
 log = logging.getLogger("modelyard.service")
 
@@ -66,9 +76,10 @@ def _kserve(method: str, path: str) -> Route | None:
     if k.kind == "model_ready":
         return Route("kserve", path_model=k.model, path_version=k.version, answer=local.v2_model_ready)
     if k.kind == "infer":
-        return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow)
+        return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow,
+                     operation=KServeInferFlow.task_type)
     if k.kind == "classify":
-        return Route("openai", flow=ClassifyFlow)
+        return Route("openai", flow=ClassifyFlow, operation=ClassifyFlow.task_type)
     return None
 
 
@@ -77,9 +88,19 @@ def _kserve_grpc(method: str, path: str) -> Route | None:
     if name is None:
         return None
     if name == kserve_grpc.INFER:
-        return Route("kserve-grpc", flow=GrpcInferFlow)
+        return Route("kserve-grpc", flow=GrpcInferFlow, operation=GrpcInferFlow.task_type)
     # Server health and metadata are public, as over REST; model calls need a key.
     return Route("kserve-grpc", public=name.startswith("Server"), answer=answer_on_extproc)
+
+
+def _tasks(method: str, path: str) -> Route | None:
+    if tasks.task_id(path) is None:
+        return None
+    if method == "GET":
+        return Route("openai", any_key=True, answer=tasks.get_task)
+    if method == "DELETE":
+        return Route("openai", any_key=True, answer=tasks.cancel_task)
+    return None
 
 
 def _chat(method: str, path: str) -> Route | None:
@@ -91,7 +112,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _kserve, _kserve_grpc, _chat],
+    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
@@ -103,25 +124,74 @@ def build_gateway(config: GatewayConfig) -> Gateway:
         raise ConfigError(str(e)) from None
     board = WatermarkBoard.from_config(config, scheduler.settings.watermarks.interval_s)
     metering = MeteringStore(config.extproc.metering_db) if config.extproc.metering_db else None
+    audit = AuditLog.from_config(config)
     # Image preprocessing: CuPy when a device is present (or asked for), else NumPy.
     backend = select_backend(config.extproc.image_backend)
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
-                         image_backend=backend, metering=metering)
+                         image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
+                         tasks=TaskBoard.from_config(config))
+
+
+def build_tracing(config: GatewayConfig) -> Tracing | None:
+    """OpenTelemetry when `extproc.tracing` is set; None (and nothing of it imported) otherwise."""
+    settings = config.extproc.tracing
+    if settings is None:
+        return None
+    try:
+        from extproc.telemetry.tracing import Tracing
+    except ImportError:
+        raise ConfigError("extproc.tracing needs the tracing extra: pip install 'modelyard[tracing]'") from None
+    # The host only: a URL's user-info part could hold a collector credential.
+    where = urlsplit(settings.endpoint).netloc.rpartition("@")[2]
+    log.info("tracing: OTLP %s to %s (sampling %g)", settings.protocol, where, settings.sample_ratio)
+    return Tracing(settings)
+
+
+def reload(gateway: Gateway, warmer: Warmer, path: str | None) -> None:
+    """SIGHUP: re-read the rate limits, and warm the deployments again (their servers may have
+    been restarted along with the config)."""
+    reload_limits(gateway, path)
+    warmer.warm_all()
 
 
 def reload_limits(gateway: Gateway, path: str | None) -> None:
-    """SIGHUP: re-read the config file and apply its rate limits; buckets keep their level."""
+    """Re-read the config file and apply its rate limits; buckets keep their level. Both the
+    reload (applied or refused) and any change of limits go to the audit log."""
     limiter = gateway.dispatcher.limiter
     if limiter is None:
         return
+    source = config_path(path)
+    before = limiter.config
+    try:
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    except OSError:
+        digest = ""
     try:
         fresh = load_config(path)
         limiter.reload(fresh.ratelimit)
-        log.info("rate limits reloaded from %s", config_path(path))
+        log.info("rate limits reloaded from %s", source)
     except ValueError as e:  # ConfigError included
         log.error("reload refused, keeping the running limits: %s", e)
+        # The reason may quote the file (a Redis URL with a password): redacted like a body.
+        _audit(gateway, CONFIG_RELOAD, 400, {"path": str(source), "sha256": digest, "applied": [],
+                                             "error": Redactor().redact(str(e))[:500]})
+        return
+    # Only the rate limits take effect on a reload; the row says so, so nobody reads more into it.
+    _audit(gateway, CONFIG_RELOAD, 200, {"path": str(source), "sha256": digest, "applied": ["ratelimit"]})
+    after = limiter.config
+    if (before.enabled, before.enforce, before.limits) != (after.enabled, after.enforce, after.limits):
+        _audit(gateway, LIMITS_CHANGE, 200, {
+            "before": {"enabled": before.enabled, "enforce": before.enforce,
+                       "limits": [r.model_dump(exclude_none=True) for r in before.limits]},
+            "after": {"enabled": after.enabled, "enforce": after.enforce,
+                      "limits": [r.model_dump(exclude_none=True) for r in after.limits]}})
+
+
+def _audit(gateway: Gateway, event: str, status: int, detail: dict[str, object]) -> None:
+    if gateway.audit is not None:
+        gateway.audit.record(AuditEvent(event=event, time=time.time(), status=status, detail=detail))
 
 
 async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True) -> None:
@@ -133,13 +203,19 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     if limiter is not None:
         add_to_server(server.server, limiter)
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_limits, gateway, path)
+    warmer = Warmer(config, gateway.dispatcher.scheduler)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload, gateway, warmer, path)
     # Pollers run in the background; the first readings are in before traffic is accepted.
     if gateway.watermarks is not None:
         await gateway.watermarks.start(first_poll_timeout=2.0)
     if metrics and config.extproc.metrics_address:
+        DEPLOYMENT_STATES.source = gateway.dispatcher.deployment_states
         serve_metrics(config.extproc.metrics_address)
-    await server.serve_until_signal()
+    warmer.start()  # before serving: the first requests already see which deployments are warming
+    try:
+        await server.serve_until_signal()
+    finally:
+        await warmer.close()
 
 
 def warn_unverified_tls(config: GatewayConfig) -> None:

@@ -8,26 +8,33 @@ flow has four steps: request body, response headers, response body, response tra
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl
 
+import orjson
+
 from extproc import messages as msg
-from extproc.auth import client_key
-from extproc.context import Flow, RequestContext
+from extproc.audit_trail import CallTrail
+from extproc.auth import any_client_key, client_key
+from extproc.context import Flow, Interim, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
-from extproc.headers import CLUSTER_HEADER, TENANT_HEADER
+from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.public_headers import scrub
 from extproc.routes import Route, RouteTable
-from extproc.telemetry.metrics import ERRORS, STREAMS
-from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
+from extproc.tasks import state as task_state
+from extproc.tasks.marker import MARKER_HEADER
+from extproc.telemetry.metrics import AUDIT_REFUSED, ERRORS, STREAMS
+from modelyard.errors import ClientError, ModelyardError, Unavailable, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.session")
 
-# Headers only the gateway may set: a client sending them must not steer routing.
-RESERVED_HEADERS = (CLUSTER_HEADER, TENANT_HEADER)
+# Headers only the gateway may set: a client sending them must not steer routing (nor pose as a replay).
+RESERVED_HEADERS = (CLUSTER_HEADER, TENANT_HEADER, MARKER_HEADER, task_state.CALLBACK_HEADER)
 
 
 class Session:
@@ -40,12 +47,37 @@ class Session:
         self.dispatched = False  # the request went upstream: response messages belong to the flow
         self.local_status = 0
         self.done = False
+        # Translation hops are part of a call the outer stream already records.
+        self.trail = CallTrail(gateway.audit) if gateway.audit is not None and xlate is None else None
+        self.callback_url: str | None = None  # a deferred request's webhook
         STREAMS.inc()
 
-    async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
-        resp = await self._handle(req)
+    async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | Interim | None:
+        """The reply to `req`; an `Interim` when the step waits on purpose (the server sends its
+        message, then awaits the rest)."""
+        return self._outgoing(req, await self._handle(req))
+
+    async def _resume(self, req: msg.ProcessingRequest, then: Callable[[], Awaitable[msg.ProcessingResponse | Interim]]
+                      ) -> msg.ProcessingResponse | Interim:
+        try:
+            resp = await then()
+        except ModelyardError as e:
+            resp = self._error(e)
+        except Exception:  # as in _handle: our bug, answered 502 with the traceback in our log
+            log.exception("task %s: unexpected error resuming a step", self.ctx.task_id if self.ctx else "-")
+            resp = self._error(ModelyardError("the gateway could not process this request", status=502))
+        out = self._outgoing(req, resp)
+        assert out is not None
+        return out
+
+    def _outgoing(self, req: msg.ProcessingRequest,
+                  resp: msg.ProcessingResponse | Interim | None) -> msg.ProcessingResponse | Interim | None:
         if resp is None:
             return None
+        if isinstance(resp, Interim):
+            return Interim(resp.message, functools.partial(self._resume, req, resp.then))
+        if self.trail is not None:
+            self.trail.saw(req, resp)
         kind = req.WhichOneof("request")
         seen: list[str] = []
         if kind == "response_headers":
@@ -54,16 +86,18 @@ class Session:
             seen = [h.key for h in req.response_trailers.trailers.headers]
         return scrub(resp, seen)
 
-    async def _handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | None:
+    async def _handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | Interim | None:
         kind = req.WhichOneof("request")
         try:
             if kind == "request_headers":
-                return await self._request_headers(req.request_headers)
+                return await self._request_headers(req)
             if self.flow is None or self.ctx is None:
                 return _passthrough(kind)
             if kind == "request_body":
                 resp = await self.flow.request_body(req.request_body.body)
                 self.dispatched = resp.WhichOneof("response") == "request_body"
+                if self.dispatched and self.ctx.deferred:
+                    return await self._defer(req.request_body.body)
                 return resp
             if not self.dispatched and kind in ("response_headers", "response_body"):
                 return self._local_reply(req)
@@ -102,11 +136,14 @@ class Session:
 
     def _error(self, e: ModelyardError) -> msg.ProcessingResponse:
         protocol = self.ctx.protocol if self.ctx else "openai"
+        if self.ctx is not None and self.ctx.trace is not None:
+            self.ctx.trace.failed(e)
         ERRORS.labels(protocol, str(e.status)).inc()
         extra = self.ctx.task_headers() if self.ctx else []
         return error_response(protocol, e, extra)
 
-    async def _request_headers(self, h: msg.pb.HttpHeaders) -> msg.ProcessingResponse:
+    async def _request_headers(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | Interim:
+        h = req.request_headers
         headers = msg.header_map(h)
         raw_path = headers.get(":path", "/")
         path, _, qs = raw_path.partition("?")
@@ -120,11 +157,34 @@ class Session:
         route = self.routes.match(ctx.method, path)
         ctx.protocol = route.protocol
         ctx.path_model, ctx.path_version, ctx.stream_hint = route.path_model, route.path_version, route.stream
+        if self.gw.tracing is not None and (route.flow is not None or self.xlate is not None):
+            ctx.trace = self.gw.tracing.start_request(headers, protocol=route.protocol, operation=route.operation,
+                                                      hop=self.xlate)
         if self.xlate is not None:
             return self._translation_hop(ctx, route, self.xlate)
         if route.public and route.answer is not None:
             return await _answer(route, self.gw, ctx)
-        ctx.tenant = self.gw.keyring.tenant_for(client_key(ctx.protocol, ctx.headers, ctx.query))
+        key: str | None = None  # a replay has none: its marker says whose it is
+        replay = self.gw.tasks.replay_of(headers) if self.gw.tasks is not None else None
+        if replay is not None:  # the task worker's replay: its marker, not a stored key, says whose it is
+            ctx.task_id, tenant = replay
+            ctx.replayed = True
+            ctx.tenant = self.gw.keyring.tenant_named(tenant)
+        else:
+            if route.any_key:  # task polls: the caller may speak any protocol
+                key = any_client_key(ctx.headers, ctx.query)
+            else:
+                key = client_key(ctx.protocol, ctx.headers, ctx.query)
+            ctx.tenant = self.gw.keyring.tenant_for(key)
+        if self.trail is not None:
+            ctx.client = msg.client_address(req, headers)
+            self.trail.authenticated(ctx, key)
+            if self.trail.log.backlogged:
+                # Fail closed: a call the audit log cannot keep up with is not served (nor queued:
+                # the backlog must shrink); the metric counts them.
+                AUDIT_REFUSED.inc()
+                self.trail = None
+                raise Unavailable("the gateway is behind on its audit log; retry shortly", retry_after_s=1)
         if ctx.tenant is None:
             raise ClientError("invalid or missing API key", status=401)
         if route.answer is not None:
@@ -132,9 +192,25 @@ class Session:
         if h.end_of_stream:
             raise ClientError("request body is required")
         assert route.flow is not None
+        if self.gw.tasks is not None and replay is None and task_state.prefers_async(headers.get("prefer")):
+            ctx.deferred = True
+            self.callback_url = self.gw.tasks.check_callback(ctx.tenant.name, headers)
         self.flow = route.flow(self.gw, ctx)
         # Strip reserved headers now: the body step sets the real ones.
         return msg.request_headers(remove=RESERVED_HEADERS)
+
+    async def _defer(self, body: bytes) -> msg.ProcessingResponse:
+        """Validated, routed and admitted: store the request as a task and answer 202 (RFC 7240)."""
+        ctx, board, flow = self.ctx, self.gw.tasks, self.flow
+        assert ctx is not None and ctx.tenant is not None and board is not None and flow is not None
+        flow.defer()
+        self.dispatched = False
+        query = ctx.headers.get(":path", "").partition("?")[2]
+        stored = task_state.stored_request(ctx.method, ctx.path, query, ctx.headers, body)
+        rec = await board.accept(ctx.task_id, ctx.tenant.name, ctx.protocol, stored, self.callback_url)
+        return msg.immediate(202, orjson.dumps(task_state.accepted_view(rec)),
+                             [("content-type", "application/json"), ("location", f"/v1/tasks/{rec.id}"),
+                              ("preference-applied", "respond-async"), (TASK_ID_HEADER, rec.id)])
 
     def _translation_hop(self, ctx: RequestContext, route: Route, xlate: str) -> msg.ProcessingResponse:
         """Envoy failed over to a peer through an internal listener: the request is already
@@ -150,10 +226,14 @@ class Session:
             self.done = True
             STREAMS.dec()
             if self.flow is not None:
-                self.flow.close()
+                self.flow.close()  # meters a call cut short, so the audit row below has its outcome
+            if self.trail is not None and self.ctx is not None and self.trail.checked:
+                self.trail.finish(self.ctx)
+            if self.ctx is not None and self.ctx.trace is not None:
+                self.ctx.trace.end()  # after the flow: its close may still meter the outcome
 
 
-async def _answer(route: Route, gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+async def _answer(route: Route, gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse | Interim:
     assert route.answer is not None
     resp = route.answer(gw, ctx)
     return await resp if inspect.isawaitable(resp) else resp

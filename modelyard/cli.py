@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def _cmd_serve(a: argparse.Namespace) -> int:
 def _cmd_up(a: argparse.Namespace) -> int:
     from devstack.launcher import up
 
-    return up(a.config, a.env)
+    return up(a.config, a.env, run_dir=a.run_dir, admin_port=a.admin_port)
 
 
 def _cmd_envoy_render(a: argparse.Namespace) -> int:
@@ -48,6 +49,73 @@ def _cmd_envoy_render(a: argparse.Namespace) -> int:
     return 0
 
 
+def _audit_db(a: argparse.Namespace) -> str:
+    if a.db:
+        return str(a.db)
+    db = load_config(a.config).extproc.audit_db
+    if not db:
+        raise ConfigError("extproc.audit_db is not set; pass --db")
+    return db
+
+
+def _cmd_audit_verify(a: argparse.Namespace) -> int:
+    from extproc.telemetry.audit import verify
+
+    db = _audit_db(a)
+    try:
+        report = verify(db, expect_head=a.expect_head)
+    except (FileNotFoundError, ValueError, sqlite3.Error) as e:
+        print(f"modelyard: audit: {e}", file=sys.stderr)
+        return 2
+    if report.broken is not None:
+        print(f"audit log {db}: BROKEN at {report.broken}", file=sys.stderr)
+        return 1
+    # Keep the head somewhere this host cannot write: `--expect-head` then catches a removed tail.
+    print(f"audit log {db}: {report.rows} rows intact (from row {report.first_id}); "
+          f"head {report.last_id}:{report.head}")
+    return 0
+
+
+def _cmd_audit_export(a: argparse.Namespace) -> int:
+    from extproc.telemetry.audit import export, parse_when
+
+    try:
+        since = parse_when(a.since) if a.since else None
+    except ValueError:
+        print(f"modelyard: audit export: --since {a.since!r}: expected 7d, 12h, 30m or an ISO date", file=sys.stderr)
+        return 2
+    try:
+        for line in export(_audit_db(a), since=since, tenant=a.tenant, event=a.event):
+            sys.stdout.buffer.write(line)
+    except (FileNotFoundError, sqlite3.Error) as e:
+        print(f"modelyard: audit: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    return 0
+
+
+def _cmd_audit_prune(a: argparse.Namespace) -> int:
+    from extproc.telemetry.audit import parse_when, prune
+
+    try:
+        cutoff = parse_when(a.older_than)
+    except ValueError:
+        print(f"modelyard: audit prune: --older-than {a.older_than!r}: expected 90d, 12h or an ISO date",
+              file=sys.stderr)
+        return 2
+    try:
+        result = prune(_audit_db(a), cutoff)
+    except (FileNotFoundError, sqlite3.Error) as e:
+        print(f"modelyard: audit: {e}", file=sys.stderr)
+        return 2
+    if not result.pruned_rows:
+        print("nothing to prune")
+    else:
+        print(f"pruned {result.pruned_rows} rows; the chain now starts at row {result.first_kept_id} "
+              f"(anchor {result.anchor_hash})")
+    return 0
+
+
 def _cmd_hash_key(a: argparse.Namespace) -> int:
     print(f"sha256:{hash_api_key(a.key)}")
     return 0
@@ -56,6 +124,7 @@ def _cmd_hash_key(a: argparse.Namespace) -> int:
 # Subcommands owned by other modules get their arguments untouched (argparse would eat options).
 _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("agent",): ("gpuagent.agent", "main"),
+    ("probe",): ("modelyard.probe", "main"),
     ("demo",): ("devstack.demo.cli", "main"),
     ("route", "explain"): ("extproc.routing.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
@@ -80,8 +149,12 @@ def parser() -> argparse.ArgumentParser:
         return sp
 
     with_config(sub.add_parser("serve", help="run the ext_proc gRPC service")).set_defaults(func=_cmd_serve)
-    up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the demo upstreams"))
-    up.add_argument("--env", default="dev")
+    up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the declared demo upstreams"))
+    up.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")
+    up.add_argument("--run-dir", default=None,
+                    help="logs and rendered config (default: devstack.run_dir under the config file's directory)")
+    up.add_argument("--admin-port", type=int, default=None,
+                    help="Envoy's admin port, 0 for a free one (default: devstack.admin_port, else the environment's)")
     up.set_defaults(func=_cmd_up)
 
     envoy = sub.add_parser("envoy", help="Envoy configuration").add_subparsers(dest="envoy_cmd", required=True)
@@ -90,12 +163,33 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument("--output", "-o", default=None)
     render.set_defaults(func=_cmd_envoy_render)
 
+    audit = sub.add_parser("audit", help="the tamper-evident audit log: verify, export, prune").add_subparsers(
+        dest="audit_cmd", required=True)
+
+    def with_db(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--db", default=None, help="the audit SQLite file (default: extproc.audit_db in the config)")
+        return with_config(sp)
+
+    ver = with_db(audit.add_parser("verify", help="check the hash chain; exit 1 naming the first bad row"))
+    ver.add_argument("--expect-head", default=None, metavar="ID:HASH",
+                     help="a head an earlier verify printed: also fail if rows after it were removed")
+    ver.set_defaults(func=_cmd_audit_verify)
+    ex = with_db(audit.add_parser("export", help="rows as JSON lines, oldest first"))
+    ex.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC)")
+    ex.add_argument("--tenant", default=None)
+    ex.add_argument("--event", default=None, help="call, auth_failure, config_reload, limits_change, prune")
+    ex.set_defaults(func=_cmd_audit_export)
+    pr = with_db(audit.add_parser("prune", help="drop rows older than a cutoff; the chain stays verifiable"))
+    pr.add_argument("--older-than", required=True, help="90d, 12h or an ISO date/time (UTC)")
+    pr.set_defaults(func=_cmd_audit_prune)
+
     hk = sub.add_parser("hash-key", help="print the config form of an API key")
     hk.add_argument("key")
     hk.set_defaults(func=_cmd_hash_key)
 
     # Listed for --help only: main() hands these to their modules before argparse runs.
     sub.add_parser("agent", help="GPU watermark agent (NVML); see `modelyard agent --help`")
+    sub.add_parser("probe", help="container health check: `probe grpc|http|tcp TARGET`, exit 0 when healthy")
     sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
     sub.add_parser("route", help="`route explain`: every candidate for a sample request")
     sub.add_parser("ratelimit", help="`ratelimit tune`: limits from recorded traffic; `ratelimit status`: live buckets")

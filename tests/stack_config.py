@@ -40,14 +40,23 @@ def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, 
 
 
 def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: bool = True):
-    """A `Stack` (not yet started) for a test's own config; use it as a context manager."""
+    """A `Stack` (not yet started) for a test's own config; use it as a context manager. With
+    `demos`, every cluster the test named demo-* is declared a demo upstream (a test convention:
+    `modelyard up` itself launches only what `devstack.demo_upstreams` lists)."""
+    clusters = [d["cluster"] for m in data["models"] for d in m["deployments"]]
+    data.setdefault("devstack", {})["demo_upstreams"] = [c for c in dict.fromkeys(clusters)
+                                                         if demos and c.startswith("demo-")]
     from controlplane.environments import EnvironmentConfig
     from devstack.launcher import Stack
     from extproc.config import parse_config
 
     ext = data.setdefault("extproc", {})
-    if ext.get("metering_db") and not Path(ext["metering_db"]).is_absolute():
-        ext["metering_db"] = str(workdir / Path(ext["metering_db"]).name)  # keep test runs out of the repo
+    for db in ("metering_db", "audit_db"):
+        if ext.get(db) and not Path(ext[db]).is_absolute():
+            ext[db] = str(workdir / Path(ext[db]).name)  # keep test runs out of the repo
+    tasks = ext.get("tasks")
+    if tasks and tasks.get("sqlite_path") and not Path(tasks["sqlite_path"]).is_absolute():
+        ext["tasks"] = {**tasks, "sqlite_path": str(workdir / Path(tasks["sqlite_path"]).name)}
     path = workdir / "modelyard.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     env = env or EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)

@@ -46,13 +46,16 @@ def vision_config(demo_port: int, models: dict[str, dict[str, Any] | None], dead
 
 @contextlib.contextmanager
 def vision_stack(workdir: Path, models: dict[str, dict[str, Any] | None], demo_args: list[str] = (),
-                 dead: frozenset[str] = frozenset()) -> Iterator[Any]:
-    """Envoy + extproc + one demo KServe server (its own process, /stats and /control on `stack.demo_stats`)."""
+                 dead: frozenset[str] = frozenset(), extproc: dict[str, Any] | None = None) -> Iterator[Any]:
+    """Envoy + extproc + one demo KServe server (its own process, /stats and /control on `stack.demo_stats`);
+    `extproc` adds to the config's extproc section."""
     from devstack.launcher import Child
     from tests.stack_config import start_stack
 
     port, stats = free_port(), free_port()
-    stack = start_stack(workdir, vision_config(port, models, dead), demos=False)
+    data = vision_config(port, models, dead)
+    data["extproc"].update(extproc or {})
+    stack = start_stack(workdir, data, demos=False)
     argv = [sys.executable, "-m", "devstack.demo.kserve_server", "--port", str(port), "--stats-port", str(stats),
             *demo_args]
     stack.children.insert(0, Child("kserve-demo", argv, ("http", f"http://127.0.0.1:{stats}/stats")))

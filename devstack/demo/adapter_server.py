@@ -13,7 +13,18 @@ from types import ModuleType
 from aiohttp import web
 
 from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
-from devstack.demo.faults import CUT, FAIL, GARBAGE, GARBAGE_BODY, SLOW, SLOW_SECONDS, TRACE, TRACEBACK, fault_in
+from devstack.demo.faults import (
+    CUT,
+    FAIL,
+    GARBAGE,
+    GARBAGE_BODY,
+    SLOW,
+    SLOW_SECONDS,
+    TRACE,
+    TRACEBACK,
+    fault_in,
+    hold_seconds,
+)
 from modelyard.errors import ModelyardError
 
 # The request's model and stream flag from its path (Gemini), or (None, False).
@@ -44,7 +55,10 @@ class AdapterDemo:
             req = self.adapter.parse_request(await request.read(), path_model=path_model, stream_hint=stream_hint)
         except ModelyardError as e:
             return self._error(e.status, e.message, e.type)
-        fault = fault_in(last_user_text(req))
+        text = last_user_text(req)
+        if hold := hold_seconds(text):
+            await asyncio.sleep(hold)
+        fault = fault_in(text)
         if fault == FAIL:
             return self._error(500, "demo upstream failed on purpose", "api_error")
         if fault == TRACE:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 FAIL = "demo-fail-500"  # answer 500 with an error body in the upstream's own shape
 CUT = "demo-cut-stream"  # stream a few events, then end the response without the terminator
 SLOW = "demo-slow"  # wait SLOW_SECONDS before answering: longer than the chaos deployments' timeout
 GARBAGE = "demo-garbage"  # answer 200 with bytes that are no protocol's reply
 TRACE = "demo-fail-traceback"  # answer 500 with a Python traceback as text, like a server in debug mode
+
+# "demo-hold-250": hold the answer 250 ms (at most HOLD_MAX_MS), so tests can keep a slot busy.
+_HOLD = re.compile(r"demo-hold-(\d{1,5})")
+HOLD_MAX_MS = 10_000
 
 SLOW_SECONDS = 5.0  # short enough that a stopping demo server is not held up long
 GARBAGE_BODY = b"\x00\xffnot json <html>stack trace at upstream.internal:8443</html>"
@@ -22,3 +28,9 @@ def fault_in(text: str) -> str | None:
         if fault in text:
             return fault
     return None
+
+
+def hold_seconds(text: str) -> float:
+    """How long a `demo-hold-MS` in the text asks the upstream to wait before answering."""
+    m = _HOLD.search(text)
+    return min(int(m[1]), HOLD_MAX_MS) / 1000.0 if m else 0.0

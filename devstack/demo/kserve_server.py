@@ -26,6 +26,7 @@ import grpc
 import numpy as np
 import orjson
 from aiohttp import web
+from grpc_health.v1 import health, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -219,6 +220,8 @@ async def start(
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
                                       ("grpc.max_send_message_length", 256 * 1024 * 1024)])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    # Standard gRPC health (server-wide status SERVING): what Envoy's grpc health check asks.
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind {host}:{port}")

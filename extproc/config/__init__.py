@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from extproc.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
+from extproc.config.queueing import DedicatedPool, QueueSettings
 from extproc.config.routing import RoutingSettings
 from extproc.config.service_levels import Channel, Tier
 from modelyard.errors import ConfigError
@@ -37,6 +40,42 @@ class ListenerConfig(_Model):
     port: int = Field(10000, ge=1, le=65535)
 
 
+class TracingConfig(_Model):
+    """OpenTelemetry spans over OTLP (docs/operations.md). A collector's credentials come from
+    OTEL_EXPORTER_OTLP_HEADERS in the environment, never from this file."""
+
+    # http/protobuf: the full URL (…/v1/traces); grpc: http://host:port (plaintext) or https://host:port.
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    service_name: str = "modelyard"
+    # Of the traces that start here; a caller's sampled flag in `traceparent` is followed as sent.
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    # The batch exporter's period: spans leave in a background thread, never on the event loop.
+    export_delay_ms: int = Field(2000, ge=10, le=60_000)
+    export_timeout_s: float = Field(10.0, gt=0)
+
+
+class TasksConfig(_Model):
+    """Async tasks (`Prefer: respond-async`, docs/tasks.md): where they are kept and how they run."""
+
+    store: Literal["sqlite", "redis"] = "sqlite"
+    sqlite_path: str = "run/tasks.sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "modelyard:tasks:"
+    # Finished tasks (and their results) are deleted this long after they end.
+    ttl_s: float = Field(24 * 3600.0, gt=0)
+    # Where the worker replays a task: Envoy's listener (default: this config's listener).
+    replay_url: str | None = None
+    replay_timeout_s: float = Field(600.0, gt=0)
+    concurrency: int = Field(4, ge=1, le=256)
+    # A running task's owner renews its lease; one left to expire was interrupted and is retried once.
+    lease_s: float = Field(30.0, gt=0)
+    # `?wait=N` is capped here (Envoy's timer is extended every few seconds while a poll waits).
+    max_wait_s: float = Field(60.0, ge=0)
+    # The HMAC key of the replay marker: replicas sharing a store must share it (else a per-process key).
+    secret_env: str | None = None
+
+
 class ExtprocConfig(_Model):
     address: str = "127.0.0.1:50051"
     metrics_address: str = "127.0.0.1:9464"
@@ -45,6 +84,13 @@ class ExtprocConfig(_Model):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
     drain_seconds: float = Field(10.0, ge=0)
     metering_db: str | None = None
+    # OpenTelemetry tracing; absent (the default) means off, with nothing of OpenTelemetry loaded.
+    tracing: TracingConfig | None = None
+    # Append-only, hash-chained audit log (docs/audit.md); `modelyard audit verify` checks it.
+    audit_db: str | None = None
+    # Queued audit rows past which new calls get 503: fail closed, never serve unrecorded calls.
+    audit_max_queued: int = Field(100_000, ge=1)
+    tasks: TasksConfig | None = None  # off: `Prefer: respond-async` is ignored, /v1/tasks is a 404
 
 
 class Capabilities(_Model):
@@ -110,6 +156,10 @@ class Deployment(_Model):
     endpoints: list[str] = Field(min_length=1)
     # The model name the upstream knows; defaults to the gateway's model name.
     upstream_model: str | None = None
+    # OpenAI deployments: the output-token cap's field in a translated request. OpenAI documents
+    # max_completion_tokens (its reasoning models refuse max_tokens); older OpenAI-compatible
+    # servers know only max_tokens.
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     api_key_env: str | None = None
     api_key_file: str | None = None
     timeout_ms: int = Field(60_000, ge=1)
@@ -121,6 +171,18 @@ class Deployment(_Model):
     tls_client_key_file: str | None = None
     tls_insecure_skip_verify: bool = False
     watermark: WatermarkSource | None = None
+    lb: LoadBalancing = LoadBalancing()
+    health_check: HealthCheckConfig | None = None
+    warmup: WarmupConfig | None = None
+    # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
+    max_inflight: int | None = Field(None, ge=1)
+    queue: QueueSettings = QueueSettings()
+    # A dedicated pool: only these tiers or tenants are routed here.
+    reserved_for: DedicatedPool | None = None
+    # Spot / preemptible capacity: under a spot-first strategy (routing.spot_first) an idle one is preferred.
+    spot: bool = False
+    # This deployment's own price, when it differs from the model's (spot capacity is usually cheaper).
+    cost: Cost | None = None
 
     @field_validator("endpoints")
     @classmethod
@@ -140,6 +202,11 @@ class Deployment(_Model):
             raise ValueError("tls_client_cert_file and tls_client_key_file go together (both or neither)")
         if self.tls_insecure_skip_verify and self.tls_ca_file:
             raise ValueError("tls_insecure_skip_verify and tls_ca_file contradict each other: pick one")
+        if self.health_check and (self.health_check.grpc_service is not None) != (self.protocol == "kserve-grpc"):
+            raise ValueError("health_check: a kserve-grpc deployment is checked with grpc_service, any other "
+                             "with http_path")
+        if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
+            raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
         return self
 
     def credential(self) -> str | None:
@@ -190,6 +257,25 @@ class ModelConfig(_Model):
         return self
 
 
+class AuditCapture(_Model):
+    """A tenant's request and response bodies in its audit rows: redacted, then capped."""
+
+    capture_bodies: bool = False
+    max_body_bytes: int = Field(4096, ge=1, le=1024 * 1024)
+    # Matches become [REDACTED]; credential fields and key-shaped strings are always redacted.
+    redact: list[str] = Field(default_factory=list)
+
+    @field_validator("redact")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for i, pattern in enumerate(v):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"redact[{i}] is not a valid regex: {e}") from None
+        return v
+
+
 class TenantConfig(_Model):
     name: str
     tier: Tier = "L3"
@@ -197,6 +283,9 @@ class TenantConfig(_Model):
     api_keys: list[str] = Field(min_length=1)
     allowed_models: list[str] = Field(default_factory=lambda: ["*"])
     strategy: str = "balanced"
+    audit: AuditCapture = AuditCapture()
+    # Env var holding the HMAC-SHA256 key that signs this tenant's task webhooks (none: not sent).
+    webhook_secret_env: str | None = None
 
     @field_validator("api_keys")
     @classmethod
@@ -213,6 +302,19 @@ class TenantConfig(_Model):
         return "*" in self.allowed_models or model in self.allowed_models
 
 
+class DevStackConfig(_Model):
+    """What `modelyard up` starts and where it writes (docs/operations.md); the extproc ignores it."""
+
+    # Clusters that `up` serves with demo servers of its own (and a fake GPU agent for a watermark
+    # URL on this host); every other cluster is yours to run. No name implies it.
+    demo_upstreams: list[str] = Field(default_factory=list)
+    # Logs, the rendered Envoy config and its admin address; a relative path is under the config
+    # file's directory (`up --run-dir` overrides it).
+    run_dir: str = "run"
+    # Envoy's admin port; None keeps the environment file's, 0 takes a free one (`up --admin-port`).
+    admin_port: int | None = Field(None, ge=0, le=65535)
+
+
 class GatewayConfig(_Model):
     listener: ListenerConfig = ListenerConfig()
     extproc: ExtprocConfig = ExtprocConfig()
@@ -221,6 +323,7 @@ class GatewayConfig(_Model):
     # Feature sections: models owned by their own modules (routing, ratelimit), parsed here once.
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    devstack: DevStackConfig = Field(default_factory=DevStackConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> "GatewayConfig":

@@ -115,6 +115,9 @@ class RoutingSettings(_Model):
     est_output_tokens: int = Field(256, ge=0)
     # Failover list length a decision returns (0: every usable deployment).
     max_candidates: int = Field(8, ge=0)
+    # Strategies under which an idle spot / preemptible deployment (`spot: true`, a free slot) goes
+    # first among its channel's deployments, whatever its score; busy spot capacity is scored as usual.
+    spot_first: list[str] = Field(default_factory=lambda: ["cost"])
 
     @field_validator("strategies")
     @classmethod
@@ -138,6 +141,9 @@ class RoutingSettings(_Model):
         for name in self.ab.weights_b:
             if name not in self.strategies:
                 raise ValueError(f"ab.weights_b.{name}: no such strategy")
+        for name in self.spot_first:
+            if name not in self.strategies:
+                raise ValueError(f"spot_first: no strategy {name!r}")
         return self
 
 

@@ -14,7 +14,8 @@ import time
 import orjson
 
 from adapters import upstream_errors
-from adapters.internal import ChatRequest, StreamError, Usage
+from adapters.injected_usage import InjectedUsageFilter
+from adapters.internal import ChatRequest, RenderOptions, StreamError, StreamStart, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
@@ -64,7 +65,7 @@ class ChatFlow:
         self.request: ChatRequest | None = None
         self.choice: Choice | None = None
         self.upstream: ChatProtocol = self.client  # the chosen deployment's protocol, set when sent
-        self.translator: StreamTranslator | None = None
+        self.translator: StreamTranslator | InjectedUsageFilter | None = None
         self.decoder: StreamDecoder | None = None
         self.meter = StreamUsage()  # a passthrough stream's usage (a translated one has its own)
         self.status = 0
@@ -79,6 +80,7 @@ class ChatFlow:
         self.wire: str | None = None
         # We asked the upstream for stream usage the client did not ask for: strip it on the way back.
         self.usage_injected = False
+        self.response_model: str | None = None  # as the upstream reported it (tracing's gen_ai.response.model)
 
     @property
     def translating(self) -> bool:
@@ -90,6 +92,9 @@ class ChatFlow:
         if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
             raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
         req = await self._parse(body)
+        if ctx.deferred and req.stream:
+            raise ClientError("Prefer: respond-async answers with a task, not a stream: "
+                              "drop `stream` or the preference")
         self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
         return self._send(body, req)
 
@@ -99,6 +104,7 @@ class ChatFlow:
                                   stream_hint=ctx.stream_hint)
         req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
         self.request = req
+        ctx.requested_model = req.model
         return req
 
     def _send(self, body: bytes, req: ChatRequest) -> msg.ProcessingResponse:
@@ -109,14 +115,20 @@ class ChatFlow:
         self.wire = dep.protocol
         self.upstream = PROTOCOLS[dep.protocol]
         upstream_model = dep.upstream_model or choice.model.name
-        if self.translating:
-            up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential())
-            path, up_headers, out = up.path, up.headers, up.body
-        else:  # the client's own bytes: only the path and headers are new
-            path, up_headers = self.upstream.request_target(req, upstream_model=upstream_model,
-                                                            credential=dep.credential())
-            out, self.usage_injected = _passthrough_body(body, ctx.protocol, upstream_model, req)
+        with ctx.span("translate request", self._translation_attributes() if ctx.trace is not None else None):
+            if self.translating:
+                options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens")
+                up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential(),
+                                                  options=options)
+                path, up_headers, out = up.path, up.headers, up.body
+            else:  # the client's own bytes: only the path and headers are new
+                path, up_headers = self.upstream.request_target(req, upstream_model=upstream_model,
+                                                                credential=dep.credential())
+                out, self.usage_injected = _passthrough_body(body, ctx.protocol, upstream_model, req)
         headers = list(up_headers.items())
+        if ctx.trace is not None:  # the caller's trace goes on upstream, with our span as the parent
+            headers += ctx.trace.upstream_headers()
+            self.response_model = upstream_model  # until the upstream reports its own
         headers += [(":path", path), ("content-length", str(len(out))),
                     (CLUSTER_HEADER, self.gw.catalog.envoy_cluster(dep.cluster)),
                     (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
@@ -124,6 +136,10 @@ class ChatFlow:
         ctx.response_headers += choice.response_headers()
         remove = [h for h in _STRIP_UPSTREAM if h not in up_headers]
         return msg.request_body(headers, remove, body=out if out is not body else None, clear_route_cache=True)
+
+    def _translation_attributes(self) -> dict[str, str | bool]:
+        return {"modelyard.translation.from": self.ctx.protocol, "modelyard.translation.to": self.wire or "",
+                "modelyard.translation.passthrough": not self.translating}
 
     # -- response --------------------------------------------------------------------------
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
@@ -136,7 +152,9 @@ class ChatFlow:
             assert self.request is not None  # parsed before anything went upstream
             self.streaming = True
             if self.wire is not None and (self.translating or self.usage_injected):
-                self.translator = translate_stream(self.wire, self.ctx.protocol, self.request)
+                # Same protocol: the upstream's bytes, less only the usage chunk we asked for.
+                self.translator = (translate_stream(self.wire, self.ctx.protocol, self.request) if self.translating
+                                   else InjectedUsageFilter())
                 remove.append("content-length")
                 set_h.append(("content-type", "text/event-stream"))
             else:
@@ -167,7 +185,9 @@ class ChatFlow:
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
         if self.streaming:
             return self._stream_chunk(chunk, end_of_stream)
-        body = self._whole_body(chunk)
+        with self.ctx.span("translate response",
+                           self._translation_attributes() if self.ctx.trace is not None else None):
+            body = self._whole_body(chunk)
         self._finish()
         if body is None:
             return msg.response_body()
@@ -192,6 +212,8 @@ class ChatFlow:
             return render_error_body(self.ctx.protocol, 502, f"upstream sent an unreadable reply: {e.message}",
                                      "api_error")
         self.usage = resp.usage
+        if resp.model:
+            self.response_model = resp.model
         if not self.translating:
             return None
         return self.client.render_response(resp, model=model)
@@ -213,6 +235,8 @@ class ChatFlow:
         try:
             events = decoder.feed(chunk) + (decoder.close() if end else [])
             self.meter.observe(events)
+            if self.ctx.trace is not None and events and type(events[0]) is StreamStart:
+                self.response_model = events[0].model or self.response_model
             for ev in events:
                 if type(ev) is StreamError and end:
                     # The upstream stopped mid-stream: end the client's stream with an error event.
@@ -238,9 +262,23 @@ class ChatFlow:
         now = time.monotonic()
         ttft = (self.first_chunk_at - self.ctx.started) if self.first_chunk_at else None
         upstream_ok = (not self.upstream_failed) if upstream_answered and self.status else None
-        self.gw.accountant.record_outcome(self.ctx, self.choice, status=self.client_status or self.status,
+        status = self.client_status or self.status
+        self.gw.accountant.record_outcome(self.ctx, self.choice, status=status,
                                           upstream_ok=upstream_ok, latency_s=now - self.ctx.started, ttft_s=ttft,
                                           usage=self.usage)
+        trace = self.ctx.trace
+        if trace is not None:
+            if self.streaming and self.first_chunk_at is not None:
+                trace.record_since("translate response", self.first_chunk_at, self._translation_attributes())
+            usage = self.usage
+            trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
+                          input_tokens=usage.input_tokens if usage else None,
+                          output_tokens=usage.output_tokens if usage else None, response_model=self.response_model)
+
+    def defer(self) -> None:
+        self.finished = True  # the replay is metered, not this acceptance
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
 
     def close(self) -> None:
         if not self.finished and self.choice is not None:

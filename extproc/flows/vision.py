@@ -124,14 +124,22 @@ class _VisionFlow:
         """This request's own gRPC-framed ModelInfer body (no batch)."""
         raise NotImplementedError
 
+    async def _own_body(self) -> bytes:
+        """This request alone, rendered for the upstream (the preprocessing, for an image form)."""
+        with self.ctx.span("translate request"):
+            return await self._single_body()
+
     # -- routing and sending -----------------------------------------------------------------
     async def _route(self, name: str) -> Choice:
         ctx = self.ctx
         assert ctx.tenant is not None
-        self.choice = choice = self.gw.dispatcher.choose(RouteRequest(
+        self.choice = choice = self.gw.dispatcher.choose_for(ctx, RouteRequest(
             model=name, tenant=ctx.tenant, task_type=self.task_type, needs_vision=self.needs_vision,
             task_id=ctx.task_id))
         await self.gw.dispatcher.admit(ctx, choice, 0)
+        if self._policy() is None:
+            # A request that goes alone takes a slot; batch members share one upstream call, so they do not queue.
+            await self.gw.dispatcher.wait_for_slot(ctx, choice)
         ctx.response_headers += choice.response_headers()
         dep = choice.deployment
         self.upstream_model = dep.upstream_model or choice.model.name
@@ -152,10 +160,14 @@ class _VisionFlow:
         if self.grpc:
             headers += [("te", "trailers"), ("grpc-timeout", f"{dep.timeout_ms}m")]
             strip = [*strip, kserve_binary.HEADER]  # the tensors now travel as raw contents
+        if ctx.trace is not None:
+            headers += ctx.trace.upstream_headers()
         return msg.request_body(headers, strip, body=body, clear_route_cache=True)
 
     def _policy(self) -> BatchPolicy | None:
         cfg = self.model.batching if self.model is not None else None
+        if self.ctx.deferred:
+            return None  # an acceptance for later joins no batch: its replay will
         if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not self.choice:
             return None
         return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))
@@ -175,9 +187,12 @@ class _VisionFlow:
             key = BatchKey(self.model.name, self.choice.deployment.cluster, (3, ti.height, ti.width), ti.datatype)
             member = self._batcher.join(key, policy, job, job.rows)
         if member is None:
-            return self._send(await self._single_body())
+            return self._send(await self._own_body())
         self.member = member
-        outcome = await self._batcher.wait(member, MEMBER_WAIT_S)
+        with self.ctx.span("batching") as span:
+            outcome = await self._batcher.wait(member, MEMBER_WAIT_S)
+            if span is not None:
+                span.set_attributes({"modelyard.batch.role": outcome.role, "modelyard.batch.rows": job.rows})
         if outcome.role == "leader" and outcome.batch is not None:
             return await self._lead(outcome.batch)
         if outcome.role == "result" and outcome.batch is not None:
@@ -187,15 +202,16 @@ class _VisionFlow:
         else:
             log.info("task %s: batch fallback (%s)", self.ctx.task_id, outcome.reason)
         self.role = "single"
-        return self._send(await self._single_body())
+        return self._send(await self._own_body())
 
     async def _lead(self, batch: Batch) -> msg.ProcessingResponse:
         self.role, self.batch = "leader", batch
         v = self.model.vision
         try:
-            tensor = await asyncio.to_thread(merge_batch, batch, self._backend(), _spec(v.input))
-            req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
-                                                request_id=self.ctx.task_id)
+            with self.ctx.span("translate request"):  # the whole batch's tensor, built by its leader
+                tensor = await asyncio.to_thread(merge_batch, batch, self._backend(), _spec(v.input))
+                req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
+                                                    request_id=self.ctx.task_id)
         except BaseException:
             self._batcher.fail(batch, "the leader could not build the merged tensor")
             raise
@@ -283,7 +299,8 @@ class _VisionFlow:
                                      request_id=self.request_id)
                 self._batcher.complete(self.batch, resp)
                 resp = own
-            body, content = self._render_ok(resp)
+            with self.ctx.span("translate response"):
+                body, content = self._render_ok(resp)
         except (ModelyardError, ValueError) as e:
             self._fail_batch(str(e))
             text = getattr(e, "message", str(e))
@@ -327,6 +344,14 @@ class _VisionFlow:
         self.gw.accountant.record_outcome(self.ctx, self.choice, status=status,
                                           upstream_ok=status < 500 if upstream_answered else None,
                                           latency_s=time.monotonic() - self.ctx.started, ttft_s=None, usage=None)
+        if self.ctx.trace is not None:
+            self.ctx.trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
+                                   input_tokens=None, output_tokens=None, response_model=self.upstream_model or None)
+
+    def defer(self) -> None:
+        self.finished = True  # the replay is metered, not this acceptance
+        if self.choice is not None:
+            self.gw.accountant.release(self.choice)
 
     def close(self) -> None:
         if self.member is not None and self.role != "member":
@@ -418,6 +443,7 @@ class ClassifyFlow(_VisionFlow):
         ctx = self.ctx
         limits = MultipartLimits(max_body_bytes=self.gw.config.extproc.max_body_bytes)
         self.form = form = read_classify_form(parse_multipart(body, ctx.headers.get("content-type"), limits))
+        ctx.requested_model = form.model
         self.model = model = self.gw.catalog.model_for(ctx.tenant, form.model)
         v = model.vision
         if v is None:

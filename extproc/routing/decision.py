@@ -14,18 +14,18 @@ Arm = Literal["A", "B"]
 # Which check dropped a deployment; `Rejection.reason` is the human-readable account of it.
 Check = Literal[
     "task_type", "tools", "vision", "streaming", "channel", "context_window",
-    "cooldown", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier",
+    "cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier", "reserved",
 ]
 # Checks that may pass later (a retry can help, so no route is a 503); the rest never change.
 RUNTIME_CHECKS: frozenset[Check] = frozenset(
-    {"cooldown", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier"}
+    {"cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier"}
 )
 
 
 # When a check would leave no deployment at all, it is set aside rather than become an outage:
 # "cooldown" when every deployment is cooling down (Envoy's panic routing, in effect), and
 # "watermarks" when no deployment has a fresh reading (monitoring is dark: route as if unmonitored).
-FailOpen = Literal["cooldown", "watermarks"]
+FailOpen = Literal["cooldown", "watermarks", "warming"]
 
 @dataclass(frozen=True, slots=True)
 class RouteRequest:

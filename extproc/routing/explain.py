@@ -6,12 +6,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
-from extproc.config import load_config
+from extproc.config import GatewayConfig, load_config
+from extproc.config.queueing import TIERS
+from extproc.config.service_levels import Tier
 from extproc.routing.decision import Candidate, Rejection, RouteRequest
 from extproc.routing.errors import NoCapacity, NoRoute
 from extproc.routing.scheduler import Scheduler
@@ -19,10 +24,56 @@ from extproc.routing.watermarks import Reading
 from modelyard.errors import ConfigError
 
 
+@dataclass
+class QueueState:
+    """One limited deployment's slots and queue: configured limits, and what is in flight and waiting."""
+
+    max_inflight: int
+    bound: Mapping[Tier, int]
+    inflight: int = 0
+    waiting: dict[Tier, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+
+    @property
+    def occupancy(self) -> float:
+        return (self.inflight + sum(self.waiting.values())) / self.max_inflight
+
+    def outlook(self, tier: Tier) -> str:
+        """What a new request of `tier` meets here now."""
+        if self.inflight < self.max_inflight and not any(self.waiting.values()):
+            return "a slot is free"
+        if self.waiting[tier] >= self.bound[tier]:
+            return f"refused: the {tier} queue is full (503)"
+        ahead = sum(self.waiting[t] for t in TIERS[: TIERS.index(tier) + 1])
+        return f"waits: {ahead} ahead of it in tiers up to {tier}"
+
+    def to_json(self, tier: Tier) -> dict[str, Any]:
+        return {"max_inflight": self.max_inflight, "inflight": self.inflight, "waiting": dict(self.waiting),
+                "bound": dict(self.bound), "outlook": self.outlook(tier)}
+
+
+def queue_states(config: GatewayConfig, metrics_text: str = "") -> dict[str, QueueState]:
+    """Every limited deployment's queue, filled from an extproc's /metrics text when given."""
+    out = {name: QueueState(d.max_inflight, d.queue.bound) for name, d in config.clusters().items() if d.max_inflight}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            st = out.get(sample.labels.get("cluster", ""))
+            if st is None:
+                continue
+            if sample.name == "modelyard_inflight":
+                st.inflight = int(sample.value)
+            elif sample.name == "modelyard_queue_depth" and sample.labels.get("tier") in st.waiting:
+                tier: Tier = sample.labels["tier"]  # type: ignore[assignment]
+                st.waiting[tier] += int(sample.value)  # one series per model on a shared cluster
+    return out
+
+
 def explain(
-    scheduler: Scheduler, req: RouteRequest, now: float, watermarks: Mapping[str, Reading]
+    scheduler: Scheduler, req: RouteRequest, now: float, watermarks: Mapping[str, Reading],
+    queues: Mapping[str, QueueState] | None = None,
 ) -> dict[str, Any]:
-    """A JSON-ready account of one decision (dry run: no trial quota is consumed)."""
+    """A JSON-ready account of one decision (dry run: no trial quota is consumed); `queues` adds
+    each limited deployment's slots and queue, read as load as the extproc does."""
+    queues = queues or {}
     rejected: tuple[Rejection, ...]
     candidates: tuple[Candidate, ...]
     out: dict[str, Any] = {
@@ -32,7 +83,8 @@ def explain(
         "want_fast": req.want_fast,
     }
     try:
-        d = scheduler.decide(req, now, watermarks, dry_run=True)
+        d = scheduler.decide(req, now, watermarks, dry_run=True,
+                             occupancy={name: q.occupancy for name, q in queues.items()})
     except NoRoute as e:
         retry_after_s = e.retry_after_s if isinstance(e, NoCapacity) else None
         out.update(status=e.status, error=e.message, retry_after_s=retry_after_s)
@@ -48,6 +100,8 @@ def explain(
             chosen=d.chosen.cluster,
         )
         rejected, candidates = d.rejected, d.candidates
+        if d.chosen.cluster in queues:
+            out["queue"] = queues[d.chosen.cluster].outlook(req.tenant.tier)
     rows: list[dict[str, Any]] = [
         {
             "rank": i + 1,
@@ -59,6 +113,9 @@ def explain(
         }
         for i, c in enumerate(candidates)
     ]
+    for r in rows:
+        if r["cluster"] in queues:
+            r["queue"] = queues[r["cluster"]].to_json(req.tenant.tier)
     rows += [
         {"rank": None, "model": r.model, "cluster": r.cluster, "filtered": r.reason}
         for r in rejected
@@ -78,7 +135,8 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             f"strategy={doc['strategy']} arm={doc['arm']} weights="
             + " ".join(f"{k}={v:g}" for k, v in w.items()),
             f"-> {doc['chosen']} on the {doc['channel']} channel"
-            + (" (fast not admitted: downgraded)" if doc["downgraded"] else ""),
+            + (" (fast not admitted: downgraded)" if doc["downgraded"] else "")
+            + (f"; queue: {doc['queue']}" if doc.get("queue") else ""),
         ]
     lines.append("")
     lines.append(
@@ -96,7 +154,22 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             )
         else:
             lines.append(f"{'-':>2}  {r['model']:<16} {r['cluster']:<20} filtered: {r['filtered']}")
+    queued = [r for r in doc["rows"] if r.get("queue")]
+    if queued:
+        lines += ["", "slots and queues (max_inflight):"]
+        for r in queued:
+            q = r["queue"]
+            waiting = " ".join(f"{t}={n}/{q['bound'][t]}" for t, n in q["waiting"].items())
+            lines.append(f"    {r['cluster']:<20} {q['inflight']}/{q['max_inflight']} in flight, waiting {waiting}: "
+                         f"{q['outlook']}")
     return "\n".join(lines)
+
+
+def _live_metrics(config: GatewayConfig) -> str:
+    """The running extproc's /metrics (its queues now); the CLI's cold path, so a plain blocking read."""
+    url = f"http://{config.extproc.metrics_address}/metrics"
+    with urllib.request.urlopen(url, timeout=3) as resp:  # noqa: S310 (an address from our own config)
+        return str(resp.read().decode("utf-8", "replace"))
 
 
 def _watermark_arg(text: str) -> tuple[str, float]:
@@ -132,6 +205,8 @@ def explain_main(argv: list[str]) -> int:
         metavar="CLUSTER=VALUE",
         help="a current watermark; monitored clusters not named are assumed at 0.0",
     )
+    ap.add_argument("--live", action="store_true",
+                    help="read the slots and queues now from the running extproc's /metrics (extproc.metrics_address)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     try:
@@ -162,7 +237,14 @@ def explain_main(argv: list[str]) -> int:
         task_type=args.task_type,
         task_id=args.task_id,
     )
-    doc = explain(scheduler, req, now, readings)
+    metrics_text = ""
+    if args.live:
+        try:
+            metrics_text = _live_metrics(config)
+        except OSError as e:
+            print(f"error: cannot read {config.extproc.metrics_address}/metrics: {e}", file=sys.stderr)
+            return 2
+    doc = explain(scheduler, req, now, readings, queue_states(config, metrics_text))
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

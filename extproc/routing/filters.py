@@ -98,6 +98,16 @@ def static_rejection(e: Entry, req: RouteRequest) -> Rejection | None:
 Rejected = list[tuple[Entry, Rejection]]
 
 
+def reserved(entries: list[Entry], tenant: TenantConfig, rejected: Rejected) -> list[Entry]:
+    """Dedicated pools: a deployment reserved for some tiers or tenants serves nobody else."""
+    out = [e for e in entries if e.reserved_for is None or e.reserved_for.admits(tenant.name, tenant.tier)]
+    if len(out) < len(entries):
+        for e in entries:
+            if e.reserved_for is not None and not e.reserved_for.admits(tenant.name, tenant.tier):
+                rejected.append((e, Rejection(e.name, e.cluster, "reserved for other tiers or tenants", "reserved")))
+    return out
+
+
 def context_window(entries: list[Entry], prompt_tokens: int, rejected: Rejected) -> list[Entry]:
     out = [e for e in entries if not prompt_tokens > e.context_window]
     if len(out) < len(entries):
@@ -117,6 +127,15 @@ def cooldown(entries: list[Entry], stats: Mapping[str, ClusterStats], now: float
             rejected.append((e, Rejection(e.name, e.cluster, why, "cooldown")))
         else:
             out.append(e)
+    return out
+
+
+def warming(entries: list[Entry], warming_clusters: Container[str], rejected: Rejected) -> list[Entry]:
+    out = [e for e in entries if e.cluster not in warming_clusters]
+    if len(out) < len(entries):
+        for e in entries:
+            if e.cluster in warming_clusters:
+                rejected.append((e, Rejection(e.name, e.cluster, "warming up", "warming")))
     return out
 
 
@@ -161,6 +180,13 @@ def saturated(
                 why = f"saturated (watermark {r.watermark:.2f})"
                 rejected.append((e, Rejection(e.name, e.cluster, why, "saturated")))
     return out
+
+
+def with_occupancy(loads: list[tuple[Entry, float]], occupancy: Mapping[str, float]) -> list[tuple[Entry, float]]:
+    """A deployment's load is the higher of its GPU watermark and its slot occupancy (max_inflight)."""
+    if not occupancy:
+        return loads
+    return [(e, max(wm, min(1.0, occupancy.get(e.cluster, 0.0)))) for e, wm in loads]
 
 
 def fast_admission(

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from extproc.config.queueing import DedicatedPool
 from extproc.config.service_levels import Channel
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ class Entry:
     streaming: bool
     task_types: frozenset[str]
     monitored: bool
+    reserved_for: DedicatedPool | None = None
+    spot: bool = False
 
 
 def entries_of(m: ModelConfig) -> tuple[Entry, ...]:
@@ -53,14 +56,17 @@ def entries_of(m: ModelConfig) -> tuple[Entry, ...]:
             fast_only_model=only_fast,
             quality=m.quality,
             prior_latency_s=m.latency_ms / 1000.0,
-            cost_in=m.cost.input_per_1k,
-            cost_out=m.cost.output_per_1k,
+            # A deployment's own price (spot capacity, a cheaper region) overrides the model's.
+            cost_in=(d.cost or m.cost).input_per_1k,
+            cost_out=(d.cost or m.cost).output_per_1k,
             context_window=m.capabilities.context_window,
             tools=m.capabilities.tools,
             vision=m.capabilities.vision,
             streaming=m.capabilities.streaming,
             task_types=frozenset(m.task_types),
             monitored=d.watermark is not None,
+            reserved_for=d.reserved_for,
+            spot=d.spot,
         )
         for d in m.deployments
     )

@@ -42,6 +42,8 @@ class Scheduler:
         self._entries: dict[str, tuple[Entry, ...]] = {m.name: entries_of(m) for m in config.models}
         self._groups = groups_of(config.models)
         self._shapes: dict[_Shape, tuple[tuple[Entry, ...], tuple[Rejection, ...]]] = {}
+        # Deployments whose warm-up request has not answered yet (extproc/telemetry/warmup.py).
+        self.warming: set[str] = set()
         self._resolved: dict[tuple[str, str], tuple[list[str], tuple[str, ...]]] = {}
 
     # -- public -------------------------------------------------------------------------------
@@ -67,13 +69,16 @@ class Scheduler:
         watermarks: Mapping[str, Reading],
         *,
         dry_run: bool = False,
+        occupancy: Mapping[str, float] | None = None,
     ) -> Decision:
         """Route one request. `now` is monotonic seconds, the clock of `Reading.ts`. Consumes
-        an L3 fast-trial slot when the first choice is fast, unless `dry_run`."""
+        an L3 fast-trial slot when the first choice is fast, unless `dry_run`. `occupancy`: each
+        limited deployment's (in flight + waiting) / max_inflight, read as load."""
         members = self._resolve(req.model, req.tenant)
         strategy, arm, weights = self._weights(req)
         eligible, static_rejected = self._shape(req, members)
-        admitted, runtime_rejected, fail_open = self._runtime_filter(req, eligible, now, watermarks)
+        occupancy = occupancy or {}
+        admitted, runtime_rejected, fail_open = self._runtime_filter(req, eligible, now, watermarks, occupancy)
         rejected = static_rejected + tuple(runtime_rejected)
         if not admitted:
             raise self._no_route(req.model, rejected, now)
@@ -82,7 +87,9 @@ class Scheduler:
         scored = score(admitted, self.feedback.stats, weights, stream=req.stream,
                        prior_weight=s.feedback.prior_weight, prompt_tokens=req.est_prompt_tokens,
                        output_tokens=out_tokens)
-        top = pick(scored, s.max_candidates)
+        idle_spot = strategy in s.spot_first
+        top = pick(scored, s.max_candidates, idle_spot=(lambda e: e.spot and occupancy.get(e.cluster, 0.0) < 1.0)
+                   if idle_spot else None)
         candidates = tuple(scored.candidate(i) for i in top)
         if not dry_run and req.want_fast and candidates[0].fast_admitted:
             self.admission.consume(req.tenant.name, req.tenant.tier, now)
@@ -127,14 +134,16 @@ class Scheduler:
         return out
 
     def _runtime_filter(
-        self, req: RouteRequest, eligible: tuple[Entry, ...], now: float, watermarks: Mapping[str, Reading]
+        self, req: RouteRequest, eligible: tuple[Entry, ...], now: float, watermarks: Mapping[str, Reading],
+        occupancy: Mapping[str, float],
     ) -> tuple[list[tuple[Entry, float, bool]], list[Rejection], tuple[FailOpen, ...]]:
         """The entries that pass every runtime check, with their watermark and whether they are
         admitted as fast use; the others' rejections, in config order; the checks set aside."""
         s = self.settings
         dropped: filters.Rejected = []
         fail_open: list[FailOpen] = []
-        entries = filters.context_window(list(eligible), req.est_prompt_tokens, dropped)
+        entries = filters.reserved(list(eligible), req.tenant, dropped)
+        entries = filters.context_window(entries, req.est_prompt_tokens, dropped)
         cooling: filters.Rejected = []
         cooled = filters.cooldown(entries, self.feedback.stats, now, cooling)
         if cooled or not entries:
@@ -142,6 +151,14 @@ class Scheduler:
             entries = cooled
         else:  # every deployment cooling down: serve from them rather than refuse the model outright
             fail_open.append("cooldown")
+        if self.warming:
+            cold: filters.Rejected = []
+            warm = filters.warming(entries, self.warming, cold)
+            if warm or not entries:
+                dropped += cold
+                entries = warm
+            else:  # every deployment warming up: a slow first answer beats a refusal
+                fail_open.append("warming")
         dark: filters.Rejected = []
         present = filters.missing_reading(entries, watermarks, dark)
         fresh = filters.stale_reading(present, now, s.watermarks.stale_after_s, dark)
@@ -152,6 +169,7 @@ class Scheduler:
             fail_open.append("watermarks")
             readings = [(e, None) for e in entries]
         loads = filters.saturated(readings, s.saturation_threshold, s.watermarks.unmonitored, dropped)
+        loads = filters.with_occupancy(loads, occupancy)
         if req.want_fast:
             tier = req.tenant.tier
             quota_left = self.admission.quota_left(req.tenant.name, tier, now)

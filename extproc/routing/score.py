@@ -8,7 +8,7 @@ The weighted sum is scaled down by the observed error rate.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from extproc.config.routing import Weights
@@ -92,9 +92,11 @@ def score(
     return Scores(admitted, lats, costs, errs, t_lat, t_cost, scores)
 
 
-def pick(scores: Scores, limit: int) -> list[int]:
+def pick(scores: Scores, limit: int, idle_spot: Callable[[Entry], bool] | None = None) -> list[int]:
     """Indices, best first, at most `limit` (0: all): admitted fast deployments first, then
-    standard ones as failover; config order breaks ties so decisions are reproducible."""
-    keys = [(not fast, -total, i) for i, ((_, _, fast), total) in enumerate(zip(scores.admitted, scores.score))]
+    standard ones as failover; config order breaks ties so decisions are reproducible.
+    `idle_spot` (a spot-first strategy): idle spot deployments go before the rest of their channel."""
+    keys = [(not fast, not (idle_spot is not None and idle_spot(e)), -total, i)
+            for i, ((e, _, fast), total) in enumerate(zip(scores.admitted, scores.score))]
     top = heapq.nsmallest(limit, keys) if 0 < limit < len(keys) else sorted(keys)
-    return [i for _, _, i in top]
+    return [k[-1] for k in top]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 REQUESTS = Counter("modelyard_requests_total", "Requests handled, by outcome",
                    ["model", "cluster", "status"])
@@ -64,3 +67,67 @@ FAIL_OPEN = Counter("modelyard_routing_fail_open_total",
                     "(cooldown: all cooling down; watermarks: no fresh reading anywhere)", ["check"])
 FAIL_OPEN_ACTIVE = Gauge("modelyard_routing_fail_open_models",
                          "Models whose last routing decision set this check aside", ["check"])
+
+# Warm-up (extproc/telemetry/warmup.py).
+WARMING = Gauge("modelyard_deployment_warming", "1 while a deployment's warm-up request has not answered", ["cluster"])
+WARMUPS = Counter("modelyard_warmups_total", "Warm-ups by how they ended: ok, timeout (routed to anyway), cancelled",
+                  ["cluster", "outcome"])
+
+# Watermark freshness per monitored cluster (extproc/telemetry/pollers.py): alerts see a silent agent.
+WATERMARK_READ_AT = Gauge("modelyard_watermark_last_reading_timestamp_seconds",
+                          "Unix time of the last good watermark reading", ["cluster"])
+WATERMARK_POLL_ERRORS = Counter("modelyard_watermark_poll_errors_total",
+                                "Watermark polls that failed (unreachable, HTTP error, unreadable body)", ["cluster"])
+
+# Tokens by tenant: what a tenant consumed across models (modelyard_tokens_total is per model and cluster).
+TENANT_TOKENS = Counter("modelyard_tenant_tokens_total", "LLM tokens metered from upstream usage, per tenant",
+                        ["tenant", "direction"])
+
+
+@lru_cache(maxsize=4096)
+def tenant_token_series(tenant: str) -> tuple[Counter, Counter]:
+    """(input, output) label children per tenant, cached like model_series."""
+    return TENANT_TOKENS.labels(tenant, "input"), TENANT_TOKENS.labels(tenant, "output")
+
+
+# Audit log (extproc/telemetry/audit.py).
+AUDIT_BACKLOG = Gauge("modelyard_audit_queue_rows", "audit rows queued for the writer thread")
+AUDIT_ROWS = Counter("modelyard_audit_rows_total", "audit rows written")
+AUDIT_DROPPED = Counter("modelyard_audit_dropped_total", "audit rows SQLite cannot bind (a bug; logged)")
+AUDIT_REFUSED = Counter("modelyard_audit_refused_total", "calls refused because the audit writer is behind")
+
+# Concurrency limits and the per-deployment queues (extproc/concurrency.py).
+QUEUE_DEPTH = Gauge("modelyard_queue_depth", "Requests waiting for a slot of a deployment, by tier",
+                    ["model", "cluster", "tier"])
+QUEUE_WAIT = Histogram("modelyard_queue_wait_seconds",
+                       "Time a request waited for a deployment's slot (0 when one was free)",
+                       ["model", "cluster", "tier"],
+                       buckets=(0.0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+QUEUE_REFUSED = Counter("modelyard_queue_refused_total",
+                        "Requests refused by a deployment's queue: tenant_share (429), bound or max_wait (503)",
+                        ["cluster", "tier", "reason"])
+INFLIGHT = Gauge("modelyard_inflight", "Requests holding a slot of a deployment with max_inflight",
+                 ["cluster"])
+
+
+class DeploymentStates(Collector):
+    """`modelyard_deployment_state{cluster,state}`: 1 for the state each deployment is in now, read at
+    scrape time from the routing state (`source`, set by the composition root), so it is never stale."""
+
+    STATES = ("ready", "busy", "queueing", "cooldown", "warming")
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Mapping[str, str]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("modelyard_deployment_state",
+                              "1 for the state a deployment is in: ready, busy (every slot taken), queueing, "
+                              "cooldown, warming", labels=["cluster", "state"])
+        for cluster, state in (self.source() if self.source is not None else {}).items():
+            for s in self.STATES:
+                g.add_metric([cluster, s], 1.0 if s == state else 0.0)
+        yield g
+
+
+DEPLOYMENT_STATES = DeploymentStates()
+REGISTRY.register(DEPLOYMENT_STATES)

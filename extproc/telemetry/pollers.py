@@ -16,6 +16,7 @@ import aiohttp
 
 from extproc.config import GatewayConfig, WatermarkSource
 from extproc.routing.watermarks import Reading, WatermarkParseError, parse_reading
+from extproc.telemetry.metrics import WATERMARK_POLL_ERRORS, WATERMARK_READ_AT
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,14 @@ class WatermarkPoller:
             reading = parse_reading(self.source.kind, body, self.clock())
         except (aiohttp.ClientError, asyncio.TimeoutError, WatermarkParseError, OSError) as e:
             self.errors += 1
+            WATERMARK_POLL_ERRORS.labels(self.cluster).inc()
             msg = f"{type(e).__name__}: {e}"
             if msg != self.last_error:  # log changes, not every failed poll
                 log.warning("watermark %s (%s): %s", self.cluster, self.source.url, msg)
             self.last_error = msg
             return None
         self.reading, self.last_error = reading, None
+        WATERMARK_READ_AT.labels(self.cluster).set_to_current_time()
         self._updated.set()
         self._updated = asyncio.Event()
         return reading
@@ -87,6 +90,8 @@ class WatermarkBoard:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pollers = {c: WatermarkPoller(c, s, interval_s, clock) for c, s in sources.items()}
+        for cluster in self.pollers:
+            WATERMARK_POLL_ERRORS.labels(cluster)  # a zero series from the start, so rate() has a base
         self.readings: dict[str, Reading] = {}
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -18,7 +18,10 @@ NAMES = ["openai", "anthropic", "gemini"]
 
 def canon(req: ChatRequest) -> ChatRequest:
     """Drop what legitimately differs per protocol (tool-result names, usage/stream flags)."""
-    msgs = tuple(dataclasses.replace(m, name=None, is_error=False) for m in req.messages)
+    # A Gemini rendering signs replayed calls with Google's stand-in thought signature.
+    msgs = tuple(dataclasses.replace(m, name=None, is_error=False,
+                                     tool_calls=tuple(dataclasses.replace(tc, signature=None) for tc in m.tool_calls))
+                 for m in req.messages)
     return dataclasses.replace(req, messages=msgs, include_usage=False, stream=False, model="chat-model")
 
 
@@ -60,12 +63,18 @@ def test_render_request_path_headers_and_golden_body(upstream: str) -> None:
     if upstream == "openai":
         expected["model"] = "up-model"
         expected["messages"][2]["content"] = None
+        # OpenAI's reasoning models refuse max_tokens; max_completion_tokens is the documented field.
+        expected["max_completion_tokens"] = expected.pop("max_tokens")
         assert got == expected
     elif upstream == "anthropic":
         expected["model"] = "up-model"
         assert got == expected
     else:
-        # The plain-text tool result travels wrapped; the schema survives Gemini's key filter.
+        # The plain-text tool result travels wrapped; the schema survives Gemini's key filter; the
+        # replayed call (it came without a thought signature) carries Google's stand-in.
+        expected["contents"] = [dict(c) for c in expected["contents"]]
+        expected["contents"][1] = {"role": "model", "parts": [{**expected["contents"][1]["parts"][0],
+                                                               "thoughtSignature": gemini.SKIP_SIGNATURE}]}
         assert got == expected
 
 

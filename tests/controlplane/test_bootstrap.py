@@ -50,6 +50,31 @@ def test_render_contract() -> None:
     assert "typed_extension_protocol_options" in clusters["modelyard-extproc"]
 
 
+def test_ext_proc_message_timeout_covers_the_longest_queue_wait() -> None:
+    """A queued request's body reply comes when it gets a slot: Envoy must wait that long for it."""
+    cfg = load_config(ROOT / "modelyard.yaml")  # demo-mini: max_inflight 4, L1 waits up to 30 s
+    env = load_environment("staging")
+    boot = yaml.safe_load(render_bootstrap(cfg, env))
+    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    timeout = hcm["http_filters"][0]["typed_config"]["message_timeout"]
+    assert float(timeout.rstrip("s")) == env.timeouts.extproc_message_s + 30
+    # Translation hops never queue: their filters keep the plain message timeout.
+    for hop in boot["static_resources"]["listeners"][1:]:
+        hop_hcm = hop["filter_chains"][0]["filters"][0]["typed_config"]
+        assert float(hop_hcm["http_filters"][0]["typed_config"]["message_timeout"].rstrip("s")) == \
+            env.timeouts.extproc_message_s
+
+
+def test_queue_wait_past_the_edge_request_timeout_is_refused() -> None:
+    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    mini = next(m for m in data["models"] if m["name"] == "demo-mini")["deployments"][0]
+    mini["queue"]["max_wait_s"] = {"L1": 120}
+    from extproc.config import parse_config
+
+    with pytest.raises(ConfigError, match="request_timeout_s"):
+        render_bootstrap(parse_config(data), load_environment("dev"))  # dev cuts requests at 60 s
+
+
 def test_unknown_environment() -> None:
     with pytest.raises(ConfigError, match="no such environment"):
         load_environment("moon")

@@ -35,5 +35,5 @@ def test_agent_without_nvml_says_so() -> None:
 def test_subcommand_help() -> None:
     r = _run("--help")
     assert r.returncode == 0
-    for word in ("serve", "up", "envoy", "agent", "route", "ratelimit", "demo"):
+    for word in ("serve", "up", "envoy", "agent", "route", "ratelimit", "demo", "audit"):
         assert word in r.stdout

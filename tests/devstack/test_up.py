@@ -31,6 +31,9 @@ class FakeStack:
     def stop(self) -> None:
         FakeStack.stopped = True
 
+    def admin_url_if_open(self) -> None:
+        return None
+
 
 @pytest.mark.parametrize("verdict,status", [("envoy exited with code 1", 1), (None, 0)])
 def test_up_exits_non_zero_when_the_stack_must_stop(monkeypatch, tmp_path, verdict, status) -> None:

@@ -223,3 +223,25 @@ async def test_board_start_survives_a_slow_first_round():
         await board.close()
         hold.set()
         await runner.cleanup()
+
+
+async def test_poller_exports_reading_time_and_poll_errors(agent):
+    from prometheus_client import REGISTRY
+
+    _, base = agent
+    cluster = "freshness-test"
+    WatermarkBoard({cluster: WatermarkSource(url=f"{base}/watermarks")})
+    assert REGISTRY.get_sample_value("modelyard_watermark_poll_errors_total", {"cluster": cluster}) == 0
+    poller = WatermarkPoller(cluster, WatermarkSource(url=f"{base}/watermarks"), interval_s=INTERVAL)
+    before = time.time()
+    async with aiohttp.ClientSession() as session:
+        assert await poller.poll_once(session) is not None
+        read_at = REGISTRY.get_sample_value("modelyard_watermark_last_reading_timestamp_seconds",
+                                            {"cluster": cluster})
+        assert read_at is not None and before <= read_at <= time.time()
+        poller.source = WatermarkSource(url=f"{base}/no-such-path")
+        assert await poller.poll_once(session) is None
+    assert REGISTRY.get_sample_value("modelyard_watermark_poll_errors_total", {"cluster": cluster}) == 1
+    # A failed poll leaves the last good reading's time where it was: its age is what alerts watch.
+    assert REGISTRY.get_sample_value("modelyard_watermark_last_reading_timestamp_seconds",
+                                     {"cluster": cluster}) == read_at

@@ -43,3 +43,30 @@ def test_explain_does_not_spend_quota():
     for _ in range(20):
         doc = explain(s, RouteRequest("demo-gpt", l3, want_fast=True), 0.0, marks)
     assert doc["channel"] == "fast" and "demo-openai-fast" in format_explain(doc)
+
+
+def test_explain_reads_queue_state_from_metrics_text():
+    from extproc.routing.explain import queue_states
+
+    cfg = load_config(CONFIG)
+    text = "\n".join([
+        "# TYPE modelyard_inflight gauge",
+        'modelyard_inflight{cluster="demo-openai-mini"} 4.0',
+        "# TYPE modelyard_queue_depth gauge",
+        'modelyard_queue_depth{cluster="demo-openai-mini",model="demo-mini",tier="L1"} 0.0',
+        'modelyard_queue_depth{cluster="demo-openai-mini",model="demo-mini",tier="L3"} 100.0',
+        'modelyard_queue_depth{cluster="demo-openai",model="demo-gpt",tier="L3"} 7.0',  # no limit there
+    ]) + "\n"
+    queues = queue_states(cfg, text)
+    assert set(queues) == {"demo-openai-mini"}
+    q = queues["demo-openai-mini"]
+    assert (q.inflight, q.waiting["L3"], q.occupancy) == (4, 100, 26.0)
+    assert q.outlook("L3") == "refused: the L3 queue is full (503)"
+    assert q.outlook("L1") == "waits: 0 ahead of it in tiers up to L1"
+    s = Scheduler(cfg)
+    l3 = next(t for t in cfg.tenants if t.name == "demo-l3")
+    marks = {c: Reading(0.0, 0.0) for c in cfg.clusters()}
+    doc = explain(s, RouteRequest("demo-mini", l3), 0.0, marks, queues)
+    assert doc["queue"] == "refused: the L3 queue is full (503)"
+    assert doc["rows"][0]["terms"]["load"] == 0.0  # a full queue reads as full load
+    assert "4/4 in flight, waiting L1=0/100 L2=0/100 L3=100/100" in format_explain(doc)

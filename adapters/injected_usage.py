@@ -1,0 +1,102 @@
+"""An OpenAI stream passed through as the upstream sent it, less the usage chunk the gateway asked for.
+
+Metering needs usage on every OpenAI stream, so the upstream request asks for it
+(`stream_options.include_usage`) even when the client did not. That client must still get the
+upstream's own bytes (logprobs, `delta.refusal`, `system_fingerprint`, reasoning fields,
+annotations, whatever comes next) with only that one chunk removed: re-encoding through the
+internal format would keep just what the internal format knows.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from adapters import openai
+from adapters.internal import StreamEnd, StreamError, StreamEvent
+from adapters.sse import SSEFramer, encode_event
+from adapters.stream_usage import StreamUsage
+
+__all__ = ["InjectedUsageFilter", "is_usage_chunk"]
+
+# A blank line ends an SSE event; a lone CR is a line end too, CRLF is one line end, not two.
+_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
+
+
+def is_usage_chunk(raw: bytes) -> bool:
+    """Whether one raw SSE event is OpenAI's usage-only chunk (`choices: []` and a usage object)."""
+    # Cheap byte checks first: with usage on, every chunk carries `"usage":null`.
+    if b'"usage"' not in raw or (b'"choices":[]' not in raw and b'"choices": []' not in raw):
+        return False
+    framer = SSEFramer()
+    events = framer.feed(raw) + framer.close()
+    if len(events) != 1:
+        return False
+    try:
+        obj = orjson.loads(events[0].data)
+    except orjson.JSONDecodeError:
+        return False
+    return type(obj) is dict and obj.get("choices") == [] and type(obj.get("usage")) is dict
+
+
+class InjectedUsageFilter:
+    """Upstream OpenAI SSE bytes in, the same bytes out minus the usage chunk; `meter` still sees
+    the usage. Same attributes as `registry.StreamTranslator`, so a flow drives either."""
+
+    __slots__ = ("_buf", "_decoder", "meter", "finished", "error")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._decoder = openai.StreamDecoder()  # a reader alongside, for usage and the stream's end
+        self.meter = StreamUsage()
+        self.finished = False
+        self.error: str | None = None
+
+    def _track(self, events: list[StreamEvent]) -> StreamError | None:
+        self.meter.observe(events)
+        cut = None
+        for ev in events:
+            if isinstance(ev, StreamEnd):
+                self.finished = True
+            elif isinstance(ev, StreamError):
+                self.error = ev.message
+                cut = ev
+        return cut
+
+    def feed(self, chunk: bytes) -> bytes:
+        self._track(self._decoder.feed(chunk))
+        buf = self._buf + chunk if self._buf else chunk
+        # Whole events go out as they are; only a region holding the usage chunk is split.
+        end = max((i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.rfind(sep)) >= 0),
+                  default=0)
+        if not end or (end == len(buf) and buf.endswith(b"\r")):
+            self._buf = buf  # no whole event yet (or a CRLF may be cut in two)
+            return b""
+        region, self._buf = buf[:end], buf[end:]
+        if b'"choices":[]' not in region and b'"choices": []' not in region:
+            return region
+        return self._strip(region)
+
+    @staticmethod
+    def _strip(region: bytes) -> bytes:
+        out: list[bytes] = []
+        start = 0
+        for m in _EVENT_END.finditer(region):
+            raw = region[start:m.end()]
+            start = m.end()
+            if not is_usage_chunk(raw):
+                out.append(raw)
+        rest = region[start:]
+        if rest and not is_usage_chunk(rest):  # an unterminated last event (end of stream only)
+            out.append(rest)
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """End of the upstream body: what is left, and an error event if the stream was cut."""
+        cut = self._track(self._decoder.close())
+        tail, self._buf = self._buf, b""
+        out = self._strip(tail) if tail else b""
+        if cut is not None:
+            out += encode_event(openai.render_error(500, cut.message, cut.type))
+        return out

@@ -1,0 +1,55 @@
+"""What `modelyard up` prints once the stack serves: drawn from the config it runs, nothing assumed.
+
+The demo key is shown only when a tenant of this config accepts it (the shipped modelyard.yaml);
+any other config's keys exist here only as digests, so the banner names a placeholder instead.
+"""
+
+from __future__ import annotations
+
+import hmac
+import shlex
+
+import orjson
+
+from extproc.config import GatewayConfig, hash_api_key
+
+DEMO_KEY = "sk-modelyard-demo"  # public: its digest ships in modelyard.yaml for the demo tenants
+KEY_PLACEHOLDER = "$MODELYARD_API_KEY"
+
+
+def accepts_demo_key(cfg: GatewayConfig) -> bool:
+    digest = hash_api_key(DEMO_KEY)
+    return any(hmac.compare_digest(k, digest) for t in cfg.tenants for k in t.api_keys)
+
+
+def try_command(cfg: GatewayConfig, url: str) -> str:
+    """A request that works against this config: a chat with its first chat model, else the model list."""
+    key = DEMO_KEY if accepts_demo_key(cfg) else KEY_PLACEHOLDER
+    auth = f"-H \"Authorization: Bearer {key}\""
+    chat = next((m for m in cfg.models if "chat" in m.task_types), None)
+    if chat is None:
+        return f"curl {url}/v1/models {auth}"
+    body = orjson.dumps({"model": chat.name, "messages": [{"role": "user", "content": "hello"}]}).decode()
+    return (f"curl {url}/v1/chat/completions {auth} \\\n         -H 'content-type: application/json' "
+            f"-d {shlex.quote(body)}")
+
+
+def banner(cfg: GatewayConfig, *, url: str, run_dir: str, admin_url: str | None,
+           demo_upstreams: list[str]) -> str:
+    lines = ["", "Modelyard is up.",
+             f"  Gateway (OpenAI, Anthropic, Gemini, KServe v2): {url}"]
+    if accepts_demo_key(cfg):
+        lines.append(f"  Demo API key:   {DEMO_KEY}")
+    else:
+        lines.append(f"  API key:        one of your tenants' keys (below as {KEY_PLACEHOLDER})")
+    lines.append(f"  Models:         {', '.join(m.name for m in cfg.models)}")
+    if demo_upstreams:
+        lines.append(f"  Demo upstreams: {', '.join(demo_upstreams)} (started here)")
+    if cfg.extproc.metrics_address:
+        lines.append(f"  Metrics:        http://{cfg.extproc.metrics_address}/metrics")
+    if admin_url:
+        lines.append(f"  Envoy admin:    {admin_url}")
+    lines.append(f"  Logs:           {run_dir}")
+    lines.append(f"  Try: {try_command(cfg, url)}")
+    lines.append("Ctrl-C stops everything.")
+    return "\n".join(lines)

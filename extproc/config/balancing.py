@@ -1,0 +1,67 @@
+"""A deployment's readiness and spread: `lb:` and `health_check:` (rendered into its Envoy cluster
+by `controlplane/balancing.py`) and `warmup:` (sent by the extproc, `extproc/telemetry/warmup.py`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LbPolicyName = Literal["round_robin", "least_request", "ring_hash", "random"]
+
+
+class LoadBalancing(BaseModel):
+    """`round_robin` is weighted when `weights` are given; `ring_hash` keeps a caller on one
+    endpoint by the value of `hash_header` (session affinity)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: LbPolicyName = "round_robin"
+    # endpoint ("host:port", as listed in `endpoints`) -> relative weight; unlisted endpoints weigh 1.
+    weights: dict[str, int] = Field(default_factory=dict)
+    hash_header: str | None = Field(None, pattern=r"^[a-z0-9-]+$")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LoadBalancing:
+        if (self.policy == "ring_hash") != (self.hash_header is not None):
+            raise ValueError("ring_hash needs hash_header, and hash_header is only for ring_hash")
+        for ep, w in self.weights.items():
+            if not 1 <= w <= 128:
+                raise ValueError(f"weight of {ep!r} must be 1..128, not {w}")
+        if self.weights and self.policy == "random":
+            raise ValueError("random ignores weights: use round_robin or least_request")
+        return self
+
+
+class HealthCheckConfig(BaseModel):
+    """Envoy's active health check of every endpoint: an HTTP GET of `http_path` (any 2xx is
+    healthy) or the gRPC health protocol (`grpc_service`, "" for the whole server)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    http_path: str | None = Field(None, pattern=r"^/")
+    grpc_service: str | None = None
+    interval_s: float = Field(5.0, gt=0, le=300)
+    timeout_s: float = Field(1.0, gt=0, le=60)
+    unhealthy_threshold: int = Field(2, ge=1, le=100)
+    healthy_threshold: int = Field(1, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> HealthCheckConfig:
+        if (self.http_path is None) == (self.grpc_service is None):
+            raise ValueError("set exactly one of http_path (HTTP GET) or grpc_service (gRPC health; '' = server)")
+        return self
+
+
+class WarmupConfig(BaseModel):
+    """A request the gateway sends a deployment before routing real traffic to it: at start, on a
+    config reload (SIGHUP) and when it comes back from a cooldown. Chat deployments get a one-token
+    completion of `prompt` in their own protocol; KServe ones a model-readiness call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field("ping", min_length=1, max_length=4096)
+    max_tokens: int = Field(1, ge=1, le=256)
+    # Give up after this long (the deployment is routed to anyway; its failures count as usual).
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    retry_interval_s: float = Field(1.0, gt=0, le=60)

@@ -1,0 +1,187 @@
+"""Warm-up: a deployment that declares `warmup:` gets a request before real traffic reaches it, at
+start, on SIGHUP and when it comes back from a cooldown; until every endpoint has answered it is
+`warming` and the scheduler routes elsewhere (or to it anyway when every candidate is warming).
+
+`warmup_call` is pure (the request to send, in the deployment's own protocol); `Warmer` sends it
+to each endpoint in the background, straight to the endpoint (each instance warms its own cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from adapters import kserve
+from adapters.internal import ChatRequest, Message, TextPart
+from adapters.registry import PROTOCOLS
+from extproc.config import Deployment, GatewayConfig
+from extproc.routing import Scheduler
+from extproc.telemetry.metrics import WARMING, WARMUPS
+
+log = logging.getLogger(__name__)
+
+_COOLDOWN_WATCH_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupCall:
+    """One request to each endpoint: HTTP (method, path, headers, body), or gRPC ModelReady."""
+
+    kind: str  # "http" | "grpc-ready"
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    model: str
+
+
+def warmup_call(dep: Deployment, model: str) -> WarmupCall:
+    """The deployment's warm-up request: a short completion for chat protocols, model readiness
+    for KServe (REST GET .../ready, gRPC ModelReady)."""
+    assert dep.warmup is not None
+    upstream_model = dep.upstream_model or model
+    if dep.protocol == "kserve-grpc":
+        return WarmupCall("grpc-ready", "", "", {}, b"", upstream_model)
+    if dep.protocol == "kserve-rest":
+        path = kserve.rest_infer_path(upstream_model).removesuffix("/infer") + "/ready"
+        return WarmupCall("http", "GET", path, {}, b"", upstream_model)
+    req = ChatRequest(model=model, messages=(Message("user", (TextPart(dep.warmup.prompt),)),),
+                      max_tokens=dep.warmup.max_tokens)
+    up = PROTOCOLS[dep.protocol].render_request(req, upstream_model=upstream_model, credential=dep.credential())
+    return WarmupCall("http", "POST", up.path, {**up.headers, "content-type": "application/json"}, up.body,
+                      upstream_model)
+
+
+def _ssl_context(dep: Deployment) -> ssl.SSLContext | bool:
+    if not dep.tls:
+        return False
+    if dep.tls_insecure_skip_verify:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        return ctx
+    ctx = ssl.create_default_context(cafile=dep.tls_ca_file)
+    if dep.tls_client_cert_file and dep.tls_client_key_file:
+        ctx.load_cert_chain(dep.tls_client_cert_file, dep.tls_client_key_file)
+    return ctx
+
+
+class Warmer:
+    """Runs warm-ups in the background and keeps `scheduler.warming` up to date."""
+
+    def __init__(self, config: GatewayConfig, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self._deployments = {name: dep for name, dep in config.clusters().items() if dep.warmup is not None}
+        self._models = {d.cluster: m.name for m in config.models for d in m.deployments}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._watch: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def clusters(self) -> tuple[str, ...]:
+        return tuple(self._deployments)
+
+    def start(self) -> None:
+        """Warm every deployment that declares it, and watch cooldowns from now on."""
+        if not self._deployments:
+            return
+        self._session = aiohttp.ClientSession()
+        self.warm_all()
+        self._watch = asyncio.create_task(self._watch_cooldowns())
+
+    def warm_all(self) -> None:
+        for cluster in self._deployments:
+            self.warm(cluster)
+
+    def warm(self, cluster: str, *, after: float = 0.0) -> None:
+        """Mark `cluster` warming now and send its warm-up after `after` seconds (a cooldown's end)."""
+        if cluster not in self._deployments or (cluster in self._tasks and not self._tasks[cluster].done()):
+            return
+        self.scheduler.warming.add(cluster)
+        WARMING.labels(cluster).set(1)
+        self._tasks[cluster] = asyncio.create_task(self._run(cluster, after))
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._watch, *self._tasks.values()) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+
+    async def _run(self, cluster: str, after: float) -> None:
+        dep = self._deployments[cluster]
+        assert dep.warmup is not None
+        outcome = "timeout"
+        try:
+            if after > 0:
+                await asyncio.sleep(after)
+            call = warmup_call(dep, self._models[cluster])
+            deadline = time.monotonic() + dep.warmup.timeout_s
+            pending = list(dep.endpoints)
+            started = time.monotonic()
+            while pending and time.monotonic() < deadline:
+                results = await asyncio.gather(*(self._send(dep, call, ep, deadline) for ep in pending))
+                pending = [ep for ep, ok in zip(pending, results, strict=True) if not ok]
+                if pending:
+                    await asyncio.sleep(min(dep.warmup.retry_interval_s, max(0.0, deadline - time.monotonic())))
+            if not pending:
+                outcome = "ok"
+                log.info("deployment %s warmed up in %.2fs", cluster, time.monotonic() - started)
+            else:
+                log.warning("deployment %s: warm-up of %s unanswered after %.0fs; routing to it anyway",
+                            cluster, ", ".join(pending), dep.warmup.timeout_s)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            self.scheduler.warming.discard(cluster)
+            WARMING.labels(cluster).set(0)
+            WARMUPS.labels(cluster, outcome).inc()
+
+    async def _send(self, dep: Deployment, call: WarmupCall, endpoint: str, deadline: float) -> bool:
+        timeout = max(0.1, deadline - time.monotonic())
+        try:
+            if call.kind == "grpc-ready":
+                return await _grpc_ready(dep, endpoint, call.model, timeout)
+            assert self._session is not None
+            scheme = "https" if dep.tls else "http"
+            async with self._session.request(call.method, f"{scheme}://{endpoint}{call.path}", data=call.body or None,
+                                             headers=call.headers, ssl=_ssl_context(dep),
+                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                await resp.read()
+                return 200 <= resp.status < 300
+        except (aiohttp.ClientError, asyncio.TimeoutError, grpc.RpcError, OSError, ssl.SSLError) as e:
+            log.debug("warm-up of %s at %s: %s", dep.cluster, endpoint, e)
+            return False
+
+    async def _watch_cooldowns(self) -> None:
+        """A deployment that starts a cooldown is marked warming at once, and warmed when it ends."""
+        while True:
+            await asyncio.sleep(_COOLDOWN_WATCH_S)
+            now = time.monotonic()
+            for cluster in self._deployments:
+                until = self.scheduler.feedback.cooling_until(cluster, now)
+                if until is not None:
+                    self.warm(cluster, after=until - now)
+
+
+async def _grpc_ready(dep: Deployment, endpoint: str, model: str, timeout: float) -> bool:
+    if dep.tls:
+        ca = await asyncio.to_thread(Path(dep.tls_ca_file).read_bytes) if dep.tls_ca_file else None
+        creds = grpc.ssl_channel_credentials(root_certificates=ca)
+        channel = grpc.aio.secure_channel(endpoint, creds)
+    else:
+        channel = grpc.aio.insecure_channel(endpoint)
+    async with channel:
+        resp = await pb_grpc.GRPCInferenceServiceStub(channel).ModelReady(pb.ModelReadyRequest(name=model),
+                                                                           timeout=timeout)
+        return bool(resp.ready)

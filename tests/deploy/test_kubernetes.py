@@ -1,0 +1,103 @@
+"""deploy/kubernetes: every overlay builds with kustomize (kubectl's), every resource it yields
+passes kubernetes-validate (strict) for a current Kubernetes, and the pieces the design needs are
+there and wired to each other."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from extproc.config import parse_config
+from tests.deploy.tools import tool
+from tests.stack_config import ROOT
+
+K8S = ROOT / "deploy/kubernetes"
+OVERLAYS = ["base", "overlays/staging", "overlays/prod"]
+KUBERNETES_VERSION = "1.37.0"  # a current release; kubernetes-validate>=1.37 ships its schemas
+
+
+def _build(overlay: str) -> str:
+    out = subprocess.run([tool("kubectl"), "kustomize", str(K8S / overlay)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _resources(overlay: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["kind"], r["metadata"]["name"]): r for r in yaml.safe_load_all(_build(overlay)) if r}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_resource_passes_kubernetes_validate(overlay: str, tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(_build(overlay))
+    out = subprocess.run([tool("kubernetes-validate"), "--strict", "--kubernetes-version", KUBERNETES_VERSION,
+                          str(manifest)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    passed = out.stdout.count(" passed for resource ") + out.stderr.count(" passed for resource ")
+    assert passed == len(_resources(overlay)) >= 13
+
+
+def _kind(res: dict[tuple[str, str], dict[str, Any]], kind: str, prefix: str) -> dict[str, Any]:
+    return next(r for (k, n), r in res.items() if k == kind and n.startswith(prefix))
+
+
+def test_base_wires_probes_scaling_config_and_gpu_nodes() -> None:
+    res = _resources("base")
+    extproc = res[("Deployment", "extproc")]["spec"]["template"]["spec"]
+    container = extproc["containers"][0]
+    assert container["readinessProbe"]["grpc"] == {"port": 50051}
+    assert container["livenessProbe"]["grpc"] == {"port": 50051}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    hpa = res[("HorizontalPodAutoscaler", "extproc")]["spec"]
+    assert {m["type"] for m in hpa["metrics"]} == {"Resource", "Pods"}
+    assert hpa["scaleTargetRef"]["name"] == "extproc"
+    assert {("PodDisruptionBudget", "extproc"), ("PodDisruptionBudget", "envoy"), ("Deployment", "redis"),
+            ("Service", "redis"), ("Service", "envoy")} <= set(res)
+    agent = res[("DaemonSet", "gpu-agent")]["spec"]["template"]["spec"]
+    assert agent["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert any(t["key"] == "nvidia.com/gpu" for t in agent["tolerations"])
+    assert agent["containers"][0]["ports"][0]["hostPort"] == 8301
+    # Only Envoy reaches the extproc's gRPC port, only the extproc reaches Redis.
+    policy = res[("NetworkPolicy", "extproc")]["spec"]["ingress"][0]
+    assert policy["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "envoy"}
+    assert res[("NetworkPolicy", "redis")]["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "extproc"}
+    # The headless Service Envoy resolves: one address per ready extproc pod.
+    assert res[("Service", "extproc")]["spec"]["clusterIP"] == "None"
+
+    # The ConfigMaps hold the files kustomize generated them from, and the pods mount those ConfigMaps.
+    config = _kind(res, "ConfigMap", "modelyard-config-")
+    envoy_config = _kind(res, "ConfigMap", "envoy-config-")
+    assert config["data"]["modelyard.yaml"] == (K8S / "base/modelyard.yaml").read_text()
+    assert envoy_config["data"]["envoy.yaml"] == (K8S / "base/envoy.yaml").read_text()
+    assert extproc["volumes"][0]["configMap"]["name"] == config["metadata"]["name"]
+    envoy = res[("Deployment", "envoy")]["spec"]["template"]["spec"]
+    assert envoy["volumes"][0]["configMap"]["name"] == envoy_config["metadata"]["name"]
+    cfg = parse_config(yaml.safe_load(config["data"]["modelyard.yaml"]))
+    assert cfg.extproc.address == "0.0.0.0:50051" and cfg.ratelimit.backend == "redis"
+    # Envoy's ext_proc cluster is the headless Service; ports match the containers'.
+    boot = yaml.safe_load(envoy_config["data"]["envoy.yaml"])
+    extproc_cluster = next(c for c in boot["static_resources"]["clusters"] if c["name"] == "modelyard-extproc")
+    address = extproc_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert address["socket_address"] == {"address": "extproc", "port_value": 50051}
+    ports = {p["name"]: p["containerPort"] for p in envoy["containers"][0]["ports"]}
+    listeners = {ln["name"]: ln["address"]["socket_address"]["port_value"]
+                 for ln in boot["static_resources"]["listeners"] if "address" in ln}
+    assert ports == {"http": listeners["modelyard"], "stats": listeners["stats"]}
+
+
+def test_overlays_change_what_they_say() -> None:
+    staging, prod = _resources("overlays/staging"), _resources("overlays/prod")
+    assert ("Namespace", "modelyard-staging") in staging
+    assert {r["metadata"].get("namespace") for k, r in staging.items() if k[0] != "Namespace"} == {"modelyard-staging"}
+    assert staging[("HorizontalPodAutoscaler", "extproc")]["spec"]["maxReplicas"] == 4
+    assert prod[("Service", "envoy")]["spec"]["type"] == "LoadBalancer"
+    assert prod[("HorizontalPodAutoscaler", "extproc")]["spec"]["minReplicas"] == 3
+    assert all(r["spec"]["minAvailable"] == 2 for (k, _), r in prod.items() if k == "PodDisruptionBudget")
+    image = prod[("Deployment", "extproc")]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "registry.example.com/modelyard:0.1.0"
