@@ -163,14 +163,20 @@ class KServeProbe:
     async def _stub(self, dep: Deployment, endpoint: str) -> pb_grpc.GRPCInferenceServiceStub:
         ch = self._channels.get((dep.cluster, endpoint))
         if ch is None:
-            creds = await asyncio.to_thread(_grpc_credentials, dep)  # certificate files: off the loop
+            try:
+                creds = await asyncio.to_thread(_grpc_credentials, dep)  # certificate files: off the loop
+            except (OSError, ValueError) as e:
+                raise UpstreamError(f"deployment {dep.cluster}: TLS files unusable ({type(e).__name__})") from None
             ch = grpc.aio.secure_channel(endpoint, creds) if creds else grpc.aio.insecure_channel(endpoint)
             self._channels[(dep.cluster, endpoint)] = ch
         return pb_grpc.GRPCInferenceServiceStub(ch)
 
     async def _ssl_for(self, dep: Deployment) -> ssl.SSLContext | None:
         if dep.cluster not in self._ssl:
-            self._ssl[dep.cluster] = await asyncio.to_thread(_ssl_context, dep)
+            try:
+                self._ssl[dep.cluster] = await asyncio.to_thread(_ssl_context, dep)
+            except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+                raise UpstreamError(f"deployment {dep.cluster}: TLS files unusable ({type(e).__name__})") from None
         return self._ssl[dep.cluster]
 
     async def _get(self, dep: Deployment, endpoint: str, path: str) -> tuple[int, bytes]:

@@ -88,3 +88,32 @@ async def test_ready_when_any_endpoint_is() -> None:
     finally:
         await probe.close()
         await server.stop()
+
+
+async def test_tls_upstream_is_verified_against_the_configured_ca(tmp_path) -> None:
+    """The demo servicer on a TLS port: ready with the right CA, not ready with another one."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    from tests.tls_certs import TestCA
+
+    ca, other = TestCA(tmp_path / "ca"), TestCA(tmp_path / "other", name="other-ca")
+    leaf = ca.leaf("kserve", ["IP:127.0.0.1"])
+    server = grpc.aio.server()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(kserve_server.KServeDemoServicer(models=["colors"]), server)
+    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
+        [(leaf.key.read_bytes(), leaf.cert.read_bytes())]))
+    await server.start()
+    probe = KServeProbe(timeout_s=2.0)
+    try:
+        def tls_dep(cluster: str, ca_file) -> Deployment:
+            return Deployment(cluster=cluster, protocol="kserve-grpc", endpoints=[f"127.0.0.1:{port}"], tls=True,
+                              tls_ca_file=str(ca_file))
+
+        assert await probe.model_ready(tls_dep("good", ca.cert), "colors", None)
+        assert not await probe.model_ready(tls_dep("bad", other.cert), "colors", None)
+        assert not await probe.server_ready(Deployment(cluster="plain", protocol="kserve-grpc",
+                                                       endpoints=[f"127.0.0.1:{port}"]))
+    finally:
+        await probe.close()
+        await server.stop(0)
