@@ -56,6 +56,11 @@ class GrpcInferFlow(KServeInferFlow):
         self.grpc_error: tuple[int, str] | None = None  # ours, said in the trailers
         self.rest = False  # a REST deployment, reached through its bridge listener
 
+    def _policy(self) -> None:
+        """Never batched: a batch member answers with an immediate response, which gRPC cannot
+        carry; so it also takes a queue slot like any request sent alone."""
+        return None
+
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
         req = kserve_grpc.parse_infer(body)
@@ -78,7 +83,6 @@ class GrpcInferFlow(KServeInferFlow):
                               strip=["grpc-timeout"], extra=extra, cluster=grpc_bridge_cluster(dep.cluster))
         if not self.grpc:
             raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
-        # Sent alone: a batch member answers with an immediate response, which gRPC cannot carry.
         req.model_name = self.upstream_model
         self.request = req
         return self._send(kserve.encode_infer_request(req))
