@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis,deploy
 
-.PHONY: up test lint bench chaos reliability gpu-check system-tools clean
+.PHONY: up test lint bench chaos reliability gpu-check system-tools clean mlserver pytriton
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,3 +53,22 @@ chaos: $(STAMP) system-tools
 # The long chaos run, its figures written to docs/reliability.md.
 reliability: $(STAMP) system-tools
 	$(PY) bench/reliability.py
+
+# Opt-in (about 4 minutes, 500 MB): Seldon's MLServer with its scikit-learn runtime in its own
+# venv (its pins clash with ours), a real KServe v2 upstream for tests/e2e/test_kserve_servers.py;
+# without it those tests skip and say why.
+MLSERVER_VENV := .venv-mlserver
+mlserver: $(MLSERVER_VENV)/.installed-stamp
+$(MLSERVER_VENV)/.installed-stamp:
+	test -x $(MLSERVER_VENV)/bin/python || $(PYTHON) -m venv $(MLSERVER_VENV)
+	$(MLSERVER_VENV)/bin/pip install -q 'mlserver>=1.6,<1.8' 'mlserver-sklearn>=1.6,<1.8'
+	touch $@
+
+# Opt-in (about a minute, 150 MB): NVIDIA Triton (the server binary ships in nvidia-pytriton; CPU
+# works) in its own venv (it pins numpy<2), for tests/e2e/test_kserve_triton.py.
+PYTRITON_VENV := .venv-pytriton
+pytriton: $(PYTRITON_VENV)/.installed-stamp
+$(PYTRITON_VENV)/.installed-stamp:
+	test -x $(PYTRITON_VENV)/bin/python || $(PYTHON) -m venv $(PYTRITON_VENV)
+	$(PYTRITON_VENV)/bin/pip install -q 'nvidia-pytriton>=0.5,<0.8'
+	touch $@

@@ -28,6 +28,7 @@ import orjson
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
+from adapters import kserve_binary
 from adapters.json_shape import check_shape
 from adapters.limits import MAX_KSERVE_CONTAINERS, MAX_KSERVE_TENSORS, check_count
 from modelyard.errors import ClientError, ModelyardError, UpstreamError
@@ -253,15 +254,54 @@ def _tensor_raw(datatype: str, shape: list[int], data: Any, where: str) -> bytes
         return arr.astype(target).tobytes()
 
 
-def parse_infer_request(body: bytes, model: str, version: str = "") -> pb.ModelInferRequest:
-    """REST v2 infer JSON -> ModelInferRequest for `model` (the upstream's name for it)."""
+@dataclass(frozen=True)
+class ParsedInfer:
+    """A client's infer request as a `ModelInferRequest`, plus how it wants the outputs back."""
+
+    request: pb.ModelInferRequest
+    binary_outputs: frozenset[str] = frozenset()
+    binary_all: bool = False  # the request's `binary_data_output`: every output binary
+
+    def wants_binary(self, output: str) -> bool:
+        return self.binary_all or output in self.binary_outputs
+
+
+def _check_raw(datatype: str, shape: list[int], raw: bytes, where: str) -> bytes:
+    count = math.prod(shape)
+    if datatype == "BYTES":
+        try:
+            _decode_bytes(raw, count, where)
+        except UpstreamError as e:  # the same check; here the client sent it
+            raise KServeError(e.message) from None
+    elif len(raw) != count * DTYPES[datatype].itemsize:
+        raise KServeError(f"{where}: {len(raw)} binary bytes do not fit shape {shape} of {datatype}")
+    return raw
+
+
+def parse_infer_request(body: bytes, model: str, version: str = "", header_length: int | None = None
+                        ) -> pb.ModelInferRequest:
+    """REST v2 infer (JSON, or binary with `header_length`) -> ModelInferRequest for `model`."""
+    return parse_request(body, model, version, header_length).request
+
+
+def parse_request(body: bytes, model: str, version: str = "", header_length: int | None = None) -> ParsedInfer:
+    """REST v2 infer -> ModelInferRequest for `model` (the upstream's name for it).
+
+    With `header_length` (the `Inference-Header-Content-Length` header) the body is a JSON header
+    followed by the binary tensors its inputs size with `binary_data_size`.
+    """
+    try:
+        header, tail = kserve_binary.split(body, header_length)
+    except kserve_binary.FramingError as e:
+        raise KServeError(str(e)) from None
     # Tensor data is nested arrays, so containers (not every number) are what to bound.
-    if check_shape(body).containers > MAX_KSERVE_CONTAINERS:
+    if check_shape(header).containers > MAX_KSERVE_CONTAINERS:
         raise KServeError(f"request body: more than {MAX_KSERVE_CONTAINERS} JSON arrays and objects", status=413)
     try:
-        doc = orjson.loads(body)
+        doc = orjson.loads(header)
     except orjson.JSONDecodeError as e:
-        raise KServeError(f"request body is not valid JSON ({e})") from None
+        hint = f"; binary tensors need the {kserve_binary.HEADER} header" if header_length is None else ""
+        raise KServeError(f"request body is not valid JSON ({e}){hint}") from None
     if not isinstance(doc, dict):
         raise KServeError("request body must be a JSON object")
     inputs = doc.get("inputs")
@@ -274,7 +314,14 @@ def parse_infer_request(body: bytes, model: str, version: str = "") -> pb.ModelI
         if not isinstance(rid, str):
             raise KServeError("'id' must be a string")
         req.id = rid
-    _params(req.parameters, doc.get("parameters"), "parameters")
+    req_params = doc.get("parameters")
+    binary_all = False
+    if isinstance(req_params, dict) and "binary_data_output" in req_params:
+        # A front-side choice (how we answer this caller), not something the upstream should see.
+        binary_all = req_params.get("binary_data_output") is True
+        req_params = {k: v for k, v in req_params.items() if k != "binary_data_output"}
+    _params(req.parameters, req_params, "parameters")
+    reader = kserve_binary.TailReader(tail)
     names: set[str] = set()
     for i, t in enumerate(inputs):
         where = f"inputs[{i}]"
@@ -290,14 +337,28 @@ def parse_infer_request(body: bytes, model: str, version: str = "") -> pb.ModelI
             raise KServeError(f"{where}: unsupported datatype {datatype!r} (one of {', '.join(sorted(DATATYPES))})")
         shape = _shape(t.get("shape"), where)
         params = t.get("parameters")
-        if isinstance(params, dict) and "binary_data_size" in params:
-            raise KServeError(f"{where}: the binary tensor data extension is not supported")
-        if "data" not in t:
-            raise KServeError(f"{where}: 'data' is required")
-        raw = _tensor_raw(datatype, shape, t["data"], where)
+        if isinstance(params, dict) and kserve_binary.SIZE_PARAM in params:
+            if header_length is None:
+                raise KServeError(f"{where}: binary_data_size needs the {kserve_binary.HEADER} header")
+            if "data" in t:
+                raise KServeError(f"{where}: a binary tensor has no 'data'")
+            try:
+                raw = _check_raw(datatype, shape, reader.take(params[kserve_binary.SIZE_PARAM], where), where)
+            except kserve_binary.FramingError as e:
+                raise KServeError(str(e)) from None
+            params = {k: v for k, v in params.items() if k != kserve_binary.SIZE_PARAM}
+        else:
+            if "data" not in t:
+                raise KServeError(f"{where}: 'data' is required")
+            raw = _tensor_raw(datatype, shape, t["data"], where)
         tensor = req.inputs.add(name=name, datatype=datatype, shape=shape)
         _params(tensor.parameters, params, where)
         req.raw_input_contents.append(raw)
+    try:
+        reader.finish()
+    except kserve_binary.FramingError as e:
+        raise KServeError(str(e)) from None
+    binary_outputs: set[str] = set()
     outputs = doc.get("outputs")
     if outputs is not None:
         if not isinstance(outputs, list):
@@ -309,10 +370,12 @@ def parse_infer_request(body: bytes, model: str, version: str = "") -> pb.ModelI
             out = req.outputs.add(name=o["name"])
             params = o.get("parameters")
             if isinstance(params, dict):
-                # We always answer JSON, so Triton's binary_data output flag is dropped.
+                # Binary or JSON is how we answer the caller; gRPC carries raw contents either way.
+                if params.get("binary_data") is True:
+                    binary_outputs.add(o["name"])
                 params = {k: v for k, v in params.items() if k != "binary_data"}
             _params(out.parameters, params, f"outputs[{i}]")
-    return req
+    return ParsedInfer(req, frozenset(binary_outputs), binary_all)
 
 
 def encode_infer_request(req: pb.ModelInferRequest) -> bytes:
@@ -396,6 +459,48 @@ def render_infer_response(resp: pb.ModelInferResponse) -> bytes:
     return orjson.dumps(infer_response_dict(resp), option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def _raw_output(resp: pb.ModelInferResponse, index: int) -> bytes:
+    """Output `index` in the binary layout (validated against its shape first)."""
+    data = output_array(resp, index)
+    if index < len(resp.raw_output_contents):
+        return resp.raw_output_contents[index]
+    if isinstance(data, list):
+        return b"".join(struct.pack("<I", len(b)) + b for b in (v.encode() for v in data))
+    return np.ascontiguousarray(data, dtype=DTYPES[resp.outputs[index].datatype]).tobytes()
+
+
+def render_infer_reply(resp: pb.ModelInferResponse, wants: ParsedInfer | None = None) -> tuple[bytes, int | None]:
+    """(body, Inference-Header-Content-Length or None): each output JSON or binary as the caller asked."""
+    if wants is None or not (wants.binary_all or wants.binary_outputs):
+        return render_infer_response(resp), None
+    doc = infer_response_dict(resp)
+    blobs: list[bytes] = []
+    for i, o in enumerate(doc["outputs"]):
+        if wants.wants_binary(o["name"]):
+            raw = _raw_output(resp, i)
+            del o["data"]
+            o["parameters"] = {**o.get("parameters", {}), kserve_binary.SIZE_PARAM: len(raw)}
+            blobs.append(raw)
+    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    return kserve_binary.join(header, blobs)
+
+
+def rename_rest_reply(body: bytes, header_length: int | None, model_name: str) -> tuple[bytes, int | None]:
+    """A REST upstream's infer reply (JSON or binary) with the gateway's model name in it."""
+    try:
+        header, tail = kserve_binary.split(body, header_length)
+        doc = orjson.loads(header)
+    except (kserve_binary.FramingError, orjson.JSONDecodeError) as e:
+        raise UpstreamError(f"upstream infer reply is unreadable ({e})") from None
+    if not isinstance(doc, dict):
+        raise UpstreamError("upstream infer reply is not a JSON object")
+    doc["model_name"] = model_name
+    header = orjson.dumps(doc)
+    if header_length is None:
+        return header, None
+    return header + bytes(tail), len(header)
+
+
 def parse_grpc_response(body: bytes) -> pb.ModelInferResponse:
     """A framed ModelInfer reply body -> message; malformed replies are the upstream's (502)."""
     msg = unframe(body)
@@ -404,6 +509,120 @@ def parse_grpc_response(body: bytes) -> pb.ModelInferResponse:
         resp.ParseFromString(msg)
     except DecodeError:
         raise UpstreamError("upstream ModelInfer reply is not a valid protobuf message") from None
+    return resp
+
+
+# ---------------------------------------------------------------- ModelInferRequest/Response <-> REST
+
+
+def _json_values(datatype: str, raw: bytes, count: int, where: str) -> list[Any]:
+    if datatype == "BYTES":
+        return _decode_bytes(raw, count, where)
+    arr = np.frombuffer(raw, dtype=DTYPES[datatype])
+    return (arr.astype(np.float32) if datatype == "FP16" else arr).tolist()
+
+
+def _request_raw(req: pb.ModelInferRequest, index: int) -> bytes:
+    """Input `index` in the raw layout, whether it came as raw or typed contents."""
+    if index < len(req.raw_input_contents):
+        return req.raw_input_contents[index]
+    t = req.inputs[index]
+    field = _CONTENTS_FIELD.get(t.datatype)
+    if field is None:
+        raise KServeError(f"input {t.name!r}: {t.datatype} needs raw contents")
+    values = list(getattr(t.contents, field))
+    if t.datatype == "BYTES":
+        return b"".join(struct.pack("<I", len(v)) + v for v in values)
+    return np.array(values, dtype=DTYPES[t.datatype]).tobytes()
+
+
+def infer_request_rest(req: pb.ModelInferRequest, *, binary: bool, binary_outputs: bool = True
+                       ) -> tuple[bytes, int | None]:
+    """ModelInferRequest -> a REST infer body: binary tensors when the upstream takes them, else JSON.
+
+    `binary_outputs` asks the upstream for binary outputs (only when it takes the extension).
+    """
+    doc: dict[str, Any] = {}
+    if req.id:
+        doc["id"] = req.id
+    params = {k: _param_value(v) for k, v in req.parameters.items()}
+    inputs: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for i, t in enumerate(req.inputs):
+        where = f"inputs[{i}]"
+        raw = _check_raw(t.datatype, list(t.shape), _request_raw(req, i), where) if t.datatype in DATATYPES \
+            else None
+        if raw is None:
+            raise KServeError(f"{where}: unsupported datatype {t.datatype!r}")
+        d: dict[str, Any] = {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+        tp = {k: _param_value(v) for k, v in t.parameters.items()}
+        if binary:
+            tp[kserve_binary.SIZE_PARAM] = len(raw)
+            blobs.append(raw)
+        else:
+            d["data"] = _json_values(t.datatype, raw, math.prod(t.shape), where)
+        if tp:
+            d["parameters"] = tp
+        inputs.append(d)
+    doc["inputs"] = inputs
+    if req.outputs:
+        outs = []
+        for o in req.outputs:
+            op = {k: _param_value(v) for k, v in o.parameters.items()}
+            if binary and binary_outputs:
+                op["binary_data"] = True
+            outs.append({"name": o.name, **({"parameters": op} if op else {})})
+        doc["outputs"] = outs
+    elif binary and binary_outputs:
+        params["binary_data_output"] = True
+    if params:
+        doc["parameters"] = params
+    return kserve_binary.join(orjson.dumps(doc), blobs)
+
+
+def _param_into(target: Any, key: str, value: Any) -> None:
+    try:
+        _set_param(target, key, value, "upstream reply")
+    except KServeError:
+        raise UpstreamError(f"upstream reply: parameter {key!r} has an unsupported value") from None
+
+
+def parse_rest_reply(body: bytes, header_length: int | None) -> pb.ModelInferResponse:
+    """A REST infer reply (JSON or binary) -> ModelInferResponse with raw output contents."""
+    try:
+        header, tail = kserve_binary.split(body, header_length)
+        doc = orjson.loads(header)
+    except (kserve_binary.FramingError, orjson.JSONDecodeError) as e:
+        raise UpstreamError(f"upstream infer reply is unreadable ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("outputs"), list):
+        raise UpstreamError("upstream infer reply has no 'outputs' list")
+    resp = pb.ModelInferResponse(model_name=str(doc.get("model_name", "")),
+                                 model_version=str(doc.get("model_version") or ""), id=str(doc.get("id") or ""))
+    for k, v in (doc.get("parameters") or {}).items():
+        _param_into(resp.parameters, k, v)
+    reader = kserve_binary.TailReader(tail)
+    for i, o in enumerate(doc["outputs"]):
+        where = f"upstream output {i}"
+        if not isinstance(o, dict) or not isinstance(o.get("name"), str) or o.get("datatype") not in DATATYPES:
+            raise UpstreamError(f"{where}: needs a string 'name' and a known 'datatype'")
+        try:
+            shape = _shape(o.get("shape"), where)
+            params = dict(o.get("parameters") or {})
+            if kserve_binary.SIZE_PARAM in params:
+                raw = _check_raw(o["datatype"], shape, reader.take(params.pop(kserve_binary.SIZE_PARAM), where),
+                                 where)
+            else:
+                raw = _tensor_raw(o["datatype"], shape, o.get("data"), where)
+        except (KServeError, kserve_binary.FramingError) as e:
+            raise UpstreamError(getattr(e, "message", str(e))) from None
+        t = resp.outputs.add(name=o["name"], datatype=o["datatype"], shape=shape)
+        for k, v in params.items():
+            _param_into(t.parameters, k, v)
+        resp.raw_output_contents.append(raw)
+    try:
+        reader.finish()
+    except kserve_binary.FramingError as e:
+        raise UpstreamError(str(e)) from None
     return resp
 
 
@@ -514,21 +733,6 @@ def render_classify_response(
 
 
 # ---------------------------------------------------------------- metadata, health, paths
-
-
-def model_metadata_dict(model_cfg: Any) -> dict[str, Any]:
-    """GET /v2/models/{m} answered from config (no upstream call): `extproc.config.ModelConfig`."""
-    doc: dict[str, Any] = {"name": model_cfg.name, "versions": [], "platform": "modelyard", "inputs": [], "outputs": []}
-    v = getattr(model_cfg, "vision", None)
-    if v is not None:
-        ti = v.input
-        doc["inputs"] = [{"name": ti.name, "datatype": ti.datatype, "shape": [-1, 3, ti.height, ti.width]}]
-        doc["outputs"] = [{"name": v.output, "datatype": "FP32", "shape": [-1, len(v.labels) or -1]}]
-    return doc
-
-
-def render_model_metadata(model_cfg: Any) -> bytes:
-    return orjson.dumps(model_metadata_dict(model_cfg))
 
 
 RouteKind = Literal["infer", "model_metadata", "model_ready", "health_ready", "health_live", "classify"]

@@ -21,6 +21,7 @@ from envoy.extensions.access_loggers.file.v3 import file_pb2  # noqa: F401
 from envoy.extensions.bootstrap.internal_listener.v3 import internal_listener_pb2  # noqa: F401
 from envoy.extensions.clusters.aggregate.v3 import cluster_pb2  # noqa: F401
 from envoy.extensions.filters.http.ext_proc.v3 import ext_proc_pb2  # noqa: F401
+from envoy.extensions.filters.http.grpc_http1_reverse_bridge.v3 import config_pb2  # noqa: F401
 from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
@@ -91,6 +92,9 @@ from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
     ProcessingModeBodySendMode,
     ProcessingModeHeaderSendMode,
 )
+from envoy_data_plane.envoy.extensions.filters.http.grpc_http1_reverse_bridge.v3 import (
+    FilterConfig as GrpcBridgeConfig,
+)
 from envoy_data_plane.envoy.extensions.filters.http.ratelimit.v3 import RateLimit as RateLimitFilter
 from envoy_data_plane.envoy.extensions.filters.http.ratelimit.v3 import RateLimitXRateLimitHeadersRfcVersion
 from envoy_data_plane.envoy.extensions.filters.http.router.v3 import Router
@@ -118,18 +122,19 @@ from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 from extproc.config import Deployment, GatewayConfig
 from extproc.headers import (
     CLUSTER_HEADER,
+    EXTPROC_CLUSTER,
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
     WAIT_MARGIN_S,
     XLATE_METADATA,
+    grpc_bridge_cluster,
 )
 from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
 from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 
-EXTPROC_CLUSTER = "modelyard-extproc"
 # Clusters that speak gRPC need HTTP/2 upstream; Envoy defaults to HTTP/1.1.
 H2_PROTOCOLS = {"kserve-grpc"}
 
@@ -226,27 +231,44 @@ def _is_loopback(host: str) -> bool:
     return host == "localhost" or (_is_ip(host) and ipaddress.ip_address(host).is_loopback)
 
 
+def _internal_cluster(name: str, env: EnvironmentConfig, *, h2: bool = False) -> Cluster:
+    """A cluster whose one endpoint is the internal listener `name`."""
+    cluster = Cluster(
+        name=name,
+        type=ClusterDiscoveryType.STATIC,
+        connect_timeout=_secs(env.timeouts.connect_s),
+        per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
+        circuit_breakers=_retry_budget(),
+        load_assignment=ClusterLoadAssignment(cluster_name=name, endpoints=[LocalityLbEndpoints(
+            lb_endpoints=[LbEndpoint(endpoint=Endpoint(address=Address(
+                envoy_internal_address=EnvoyInternalAddress(server_listener_name=name))))])]),
+        transport_socket=TransportSocket(
+            name="envoy.transport_sockets.internal_upstream",
+            typed_config=AnyMsg.pack(InternalUpstreamTransport(transport_socket=TransportSocket(
+                name="envoy.transport_sockets.raw_buffer", typed_config=AnyMsg.pack(RawBuffer()))))),
+    )
+    if h2:  # trailers (grpc-status) need HTTP/2 on the way back to the outer router
+        opts = HttpProtocolOptions(explicit_http_config=HttpProtocolOptionsExplicitHttpConfig(
+            http2_protocol_options=Http2ProtocolOptions()))
+        cluster.typed_extension_protocol_options = {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": AnyMsg.pack(opts)}
+    return cluster
+
+
+def _grpc_bridged(cfg: GatewayConfig) -> list[str]:
+    """REST KServe clusters: gRPC callers reach them through a bridge listener each."""
+    return [name for name, dep in cfg.clusters().items() if dep.protocol == "kserve-rest"]
+
+
 def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Cluster]:
     out = []
     for name, dep in cfg.clusters().items():
         out.append(_cluster(name, dep.endpoints, h2=dep.protocol in H2_PROTOCOLS, tls=_deployment_tls(name, dep),
                             env=env, outlier=True, dep=dep))
     for from_protocol, target in translation_hops(cfg):
-        name = xlate_name(from_protocol, target)
-        out.append(Cluster(
-            name=name,
-            type=ClusterDiscoveryType.STATIC,
-            connect_timeout=_secs(env.timeouts.connect_s),
-            per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
-            circuit_breakers=_retry_budget(),
-            load_assignment=ClusterLoadAssignment(cluster_name=name, endpoints=[LocalityLbEndpoints(
-                lb_endpoints=[LbEndpoint(endpoint=Endpoint(address=Address(
-                    envoy_internal_address=EnvoyInternalAddress(server_listener_name=name))))])]),
-            transport_socket=TransportSocket(
-                name="envoy.transport_sockets.internal_upstream",
-                typed_config=AnyMsg.pack(InternalUpstreamTransport(transport_socket=TransportSocket(
-                    name="envoy.transport_sockets.raw_buffer", typed_config=AnyMsg.pack(RawBuffer()))))),
-        ))
+        out.append(_internal_cluster(xlate_name(from_protocol, target), env))
+    for cluster in _grpc_bridged(cfg):
+        out.append(_internal_cluster(grpc_bridge_cluster(cluster), env, h2=True))
     for primary, members in failover_groups(cfg).items():
         out.append(Cluster(
             name=aggregate_name(primary),
@@ -393,6 +415,32 @@ def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: Envi
                         name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])])
 
 
+def _grpc_bridge_listener(cluster: str, env: EnvironmentConfig) -> Listener:
+    """A gRPC caller's call to the REST deployment `cluster`: the extproc sent it here as one gRPC
+    message holding the REST body; Envoy's reverse bridge unframes it, frames the REST reply and
+    adds grpc-status trailers, so the outer ext_proc stream sees an ordinary gRPC reply (an
+    ext_proc filter cannot add trailers, and the bridge beside it on the outer listener stalls
+    the reply: trailers added while ext_proc holds the headers never reach it)."""
+    name = grpc_bridge_cluster(cluster)
+    route = RouteConfiguration(name=name, virtual_hosts=[VirtualHost(name=name, domains=["*"], routes=[Route(
+        match=RouteMatch(prefix="/"),
+        route=RouteAction(cluster=cluster, auto_host_rewrite=True, timeout=_secs(env.timeouts.route_s),
+                          idle_timeout=_secs(env.timeouts.stream_idle_s)))])])
+    bridge = GrpcBridgeConfig(content_type="application/json", withhold_grpc_frames=True)
+    hcm = HttpConnectionManager(
+        stat_prefix=name,
+        route_config=route,
+        http_filters=[HttpFilter(name="envoy.filters.http.grpc_http1_reverse_bridge", typed_config=AnyMsg.pack(bridge)),
+                      HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router()))],
+        stream_idle_timeout=_secs(env.timeouts.stream_idle_s),
+        request_timeout=_secs(0),
+    )
+    return Listener(name=name, internal_listener=ListenerInternalListenerConfig(),
+                    per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
+                    filter_chains=[FilterChain(filters=[Filter(
+                        name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])])
+
+
 def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     queue_wait_s = longest_queue_wait_s(cfg)
     if env.edge.request_timeout_s and queue_wait_s >= env.edge.request_timeout_s:
@@ -440,7 +488,9 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
                                                  consecutive_local_origin_failure=1, base_ejection_time=_secs(2),
                                                  max_ejection_percent=50, consecutive_5xx=1000)
     hops = translation_hops(cfg)
-    listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops)]
+    bridged = _grpc_bridged(cfg)
+    listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops),
+                 *(_grpc_bridge_listener(c, env) for c in bridged)]
     clusters = [extproc, *_upstream_clusters(cfg, env)]
     if env.stats and env.admin:
         listeners.append(stats_listener(env.stats))
@@ -448,7 +498,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     boot = Bootstrap(
         static_resources=BootstrapStaticResources(listeners=listeners, clusters=clusters),
         overload_manager=overload_manager(env.overload, env.edge))
-    if hops:
+    if hops or bridged:
         boot.bootstrap_extensions = [TypedExtensionConfig(
             name="envoy.bootstrap.internal_listener", typed_config=AnyMsg.pack(InternalListener()))]
     if env.admin and env.admin.pipe:

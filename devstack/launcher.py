@@ -107,7 +107,7 @@ class Stack:
         self.children.append(Child("envoy", [envoy_binary(), "-c", str(self.envoy_config), "--concurrency",
                                              str(env.concurrency), "--disable-hot-restart", "--log-level", "warn",
                                              "--admin-address-path", str(self.admin_path)],
-                                   ("http", f"{self.url}/v2/health/ready"), role="essential"))
+                                   ("http", f"{self.url}/v2/health/live"), role="essential"))
         if cwd is not None:  # relative paths in the config are relative to where the children run
             for child in self.children:
                 child.cwd = cwd

@@ -17,6 +17,7 @@ from extproc.batching import Batcher
 from extproc.catalog import Catalog
 from extproc.config import GatewayConfig
 from extproc.dispatch import Dispatcher
+from extproc.kserve_probe import KServeProbe
 from extproc.routing import Scheduler
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
@@ -39,6 +40,7 @@ class Gateway:
     batcher: Batcher | None = None
     image_backend: Backend | None = None  # CuPy on a GPU, else NumPy; picked at start
     watermarks: WatermarkBoard | None = None
+    kserve_probe: KServeProbe | None = None  # KServe health and metadata, asked of the upstream
     tracing: Tracing | None = None  # None: tracing is off and no request gets a span
     audit: AuditLog | None = None
     tasks: TaskBoard | None = None  # async tasks (Prefer: respond-async); off unless configured
@@ -79,5 +81,7 @@ class Gateway:
             await self.dispatcher.limiter.close()
         if self.batcher is not None:
             await self.batcher.close()
+        if self.kserve_probe is not None:
+            await self.kserve_probe.close()
         if self.tracing is not None:  # flushes queued spans to the collector: off the event loop
             await asyncio.to_thread(self.tracing.shutdown)

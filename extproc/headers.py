@@ -1,6 +1,16 @@
 """Header names shared by the Envoy config and the session: the contract between the two."""
 
 CLUSTER_HEADER = "x-modelyard-cluster"  # set by the extproc, read by the route's cluster_header
+
+
+def grpc_bridge_cluster(cluster: str) -> str:
+    """The internal listener (and its cluster) that carries a gRPC caller's call to the REST
+    deployment `cluster` through Envoy's grpc_http1_reverse_bridge: frame and grpc-status trailers."""
+    return f"grpcbridge~{cluster}"
+
+
+# Envoy's cluster of extproc replicas; the session routes calls the extproc answers itself to it.
+EXTPROC_CLUSTER = "modelyard-extproc"
 # Set by the route on the answer: which endpoint answered and after how many attempts, so the
 # extproc can tell when Envoy failed over to a peer deployment.
 UPSTREAM_HOST_HEADER = "x-modelyard-upstream-host"

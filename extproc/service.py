@@ -14,13 +14,15 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from adapters import embeddings, kserve
+from adapters import embeddings, kserve, kserve_grpc
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
 from extproc.config import GatewayConfig, config_path, load_config
 from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
+from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
+from extproc.flows.kserve_grpc import add_to_server as add_kserve_answers
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.gateway import Gateway
@@ -45,7 +47,9 @@ if TYPE_CHECKING:  # an optional extra: imported below only when tracing is conf
 
 log = logging.getLogger("modelyard.service")
 
-_V2_HEALTH = ("/v2/health/ready", "/v2/health/live", "/v2")
+# Public (no key): probes and load balancers ask them; the server's own, not any model's.
+_V2_PUBLIC = {"/v2": local.v2_server_metadata, "/v2/": local.v2_server_metadata,
+              "/v2/health/live": local.v2_live, "/v2/health/ready": local.v2_ready}
 _OPENAI_MODEL_PREFIX = "/v1/models/"
 
 
@@ -60,8 +64,9 @@ def _openai_models(method: str, path: str) -> Route | None:
 
 
 def _kserve(method: str, path: str) -> Route | None:
-    if method == "GET" and path in _V2_HEALTH:
-        return Route("kserve", public=True, answer=local.v2_health)
+    public = _V2_PUBLIC.get(path) if method in ("GET", "HEAD") else None
+    if public is not None:
+        return Route("kserve", public=True, answer=public)
     try:
         k = kserve.match_path(method, path)
     except ModelyardError:  # a KServe path with the wrong method
@@ -70,12 +75,24 @@ def _kserve(method: str, path: str) -> Route | None:
         return None
     if k.kind == "model_metadata":
         return Route("kserve", path_model=k.model, path_version=k.version, answer=local.v2_model_metadata)
+    if k.kind == "model_ready":
+        return Route("kserve", path_model=k.model, path_version=k.version, answer=local.v2_model_ready)
     if k.kind == "infer":
         return Route("kserve", path_model=k.model, path_version=k.version, flow=KServeInferFlow,
                      operation=KServeInferFlow.task_type)
     if k.kind == "classify":
         return Route("openai", flow=ClassifyFlow, operation=ClassifyFlow.task_type)
-    return None  # model readiness is not answered yet
+    return None
+
+
+def _kserve_grpc(method: str, path: str) -> Route | None:
+    name = kserve_grpc.method_of(path) if method == "POST" else None
+    if name is None:
+        return None
+    if name == kserve_grpc.INFER:
+        return Route("kserve-grpc", flow=GrpcInferFlow, operation=GrpcInferFlow.task_type)
+    # Server health and metadata are public, as over REST; model calls need a key.
+    return Route("kserve-grpc", public=name.startswith("Server"), answer=answer_on_extproc)
 
 
 def _embeddings(method: str, path: str) -> Route | None:
@@ -113,7 +130,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _tasks, _kserve, _embeddings, _stored_responses, _chat],
+    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
@@ -200,6 +217,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     limiter = gateway.dispatcher.limiter
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
     server = ExtprocServer(config, gateway, build_routes())
+    add_kserve_answers(server.server, gateway)  # gRPC ingress calls answered without an inference
     if limiter is not None:
         add_to_server(server.server, limiter)
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`

@@ -192,7 +192,9 @@ class Session:
         if h.end_of_stream:
             raise ClientError("request body is required")
         assert route.flow is not None
-        if self.gw.tasks is not None and replay is None and task_state.prefers_async(headers.get("prefer")):
+        # A gRPC caller has no 202 + poll: its call is answered in place.
+        if (self.gw.tasks is not None and replay is None and ctx.protocol != "kserve-grpc"
+                and task_state.prefers_async(headers.get("prefer"))):
             ctx.deferred = True
             self.callback_url = self.gw.tasks.check_callback(ctx.tenant.name, headers)
         self.flow = route.flow(self.gw, ctx)

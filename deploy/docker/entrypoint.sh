@@ -15,7 +15,7 @@ role="${1:-extproc}"
 if [ "$role" = healthcheck ]; then
   started="$(cat "$ROLE_FILE" 2>/dev/null || echo unknown)"
   case "$started" in
-    envoy) exec python -m modelyard.probe http "http://127.0.0.1:${MODELYARD_LISTENER_PORT:-10000}/v2/health/ready" ;;
+    envoy) exec python -m modelyard.probe http "http://127.0.0.1:${MODELYARD_LISTENER_PORT:-10000}/v2/health/live" ;;
     extproc) exec python -m modelyard.probe grpc "127.0.0.1:${MODELYARD_EXTPROC_PORT:-50051}" ;;
     agent) exec python -m modelyard.probe http "http://127.0.0.1:${MODELYARD_AGENT_PORT:-8301}/watermarks" ;;
     demo) exec python -m modelyard.probe tcp "127.0.0.1:${MODELYARD_DEMO_PORT:-8101}" ;;

@@ -27,6 +27,7 @@ CONFIG_ENV = "MODELYARD_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
 
 Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest"]
+KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
 TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
 
 
@@ -245,6 +246,24 @@ class ModelConfig(_Model):
                 if d.protocol not in ("openai", "gemini"):
                     raise ValueError(f"deployment {d.cluster!r}: a {d.protocol} upstream cannot serve embeddings "
                                      "(openai or gemini)")
+        return self
+
+    @model_validator(mode="after")
+    def _kserve_deployments(self) -> "ModelConfig":
+        """A KServe deployment the router could never pick, or pick for the wrong protocol, is a
+        config mistake: refused at load with its key path rather than found by a caller."""
+        kserve = [i for i, d in enumerate(self.deployments) if d.protocol in KSERVE_PROTOCOLS]
+        if not kserve:
+            return self
+        if len(kserve) != len(self.deployments):
+            other = next(i for i in range(len(self.deployments)) if i not in kserve)
+            raise ValueError(f"deployments[{other}].protocol: {self.deployments[other].protocol} next to KServe "
+                             f"deployments[{kserve[0]}]: a model's deployments are all KServe v2 or none")
+        if not {"infer", "image-classification"} & set(self.task_types):
+            raise ValueError(f"task_types: a KServe model (deployments[{kserve[0]}]) needs infer and/or "
+                             "image-classification")
+        if "image-classification" in self.task_types and self.vision is None:
+            raise ValueError("vision: image-classification needs the model's vision section (input, labels)")
         return self
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from adapters import kserve
+from adapters import kserve, kserve_binary
 from adapters.images import ImageBudget, ImageError, check_images, decode_checked
 from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
@@ -34,6 +34,7 @@ from extproc.errors import render_error_body
 from extproc.flows.chat import CLIENT_AUTH_HEADERS, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TASK_ID_HEADER, TENANT_HEADER
+from extproc.kserve_probe import KServeProbe
 from extproc.routing import RouteRequest
 from kernels import Backend, PreprocessSpec, select_backend
 from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
@@ -47,6 +48,14 @@ _STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHA
 _STRIP_RESPONSE = ["content-length", "grpc-status", "grpc-message", "grpc-encoding", "grpc-accept-encoding",
                    "grpc-status-details-bin"]
 _JSON = ("content-type", "application/json")
+ContentHeaders = list[tuple[str, str]]
+
+
+def _content_headers(header_length: int | None) -> ContentHeaders:
+    """JSON, or the binary tensor extension's body with its header length."""
+    if header_length is None:
+        return [_JSON]
+    return [("content-type", kserve_binary.CONTENT_TYPE), (kserve_binary.HEADER, str(header_length))]
 
 
 # single: its own call; leader: carries its batch upstream; member: answered from the leader's reply.
@@ -86,6 +95,7 @@ def merge_batch(batch: Batch, backend: Backend, spec: PreprocessSpec) -> np.ndar
 
 class _VisionFlow:
     task_type = "infer"
+    needs_vision = True  # routing asks for image support only when the request carries images
 
     def __init__(self, gw: Gateway, ctx: RequestContext):
         self.gw = gw
@@ -100,11 +110,14 @@ class _VisionFlow:
         self.job: Job | None = None
         self.request_id = ""
         self.error_status = 0  # an HTTP error status seen in the response headers
+        self.client_model = ""  # the gateway's name for the model, the one replies carry
+        self.rest_header_length: str | None = None  # a REST upstream's binary reply
+        self.parsed: kserve.ParsedInfer | None = None  # a v2 infer: how the caller wants its outputs
         self.upstream_status = 0
         self.finished = False
 
     # -- hooks the two flows fill in ---------------------------------------------------------
-    def _render_ok(self, resp: Any) -> bytes:
+    def _render_ok(self, resp: Any) -> tuple[bytes, ContentHeaders]:
         raise NotImplementedError
 
     async def _single_body(self) -> bytes:
@@ -121,7 +134,8 @@ class _VisionFlow:
         ctx = self.ctx
         assert ctx.tenant is not None
         self.choice = choice = self.gw.dispatcher.choose_for(ctx, RouteRequest(
-            model=name, tenant=ctx.tenant, task_type=self.task_type, needs_vision=True, task_id=ctx.task_id))
+            model=name, tenant=ctx.tenant, task_type=self.task_type, needs_vision=self.needs_vision,
+            task_id=ctx.task_id))
         await self.gw.dispatcher.admit(ctx, choice, 0)
         if self._policy() is None:
             # A request that goes alone takes a slot; batch members share one upstream call, so they do not queue.
@@ -133,18 +147,22 @@ class _VisionFlow:
         return choice
 
     def _send(self, body: bytes, path: str = kserve.GRPC_INFER_PATH,
-              content_type: str = kserve.GRPC_CONTENT_TYPE) -> msg.ProcessingResponse:
+              content_type: str = kserve.GRPC_CONTENT_TYPE, strip: list[str] | None = None,
+              extra: list[tuple[str, str]] | None = None, cluster: str | None = None) -> msg.ProcessingResponse:
         assert self.choice is not None
         dep = self.choice.deployment
         ctx = self.ctx
         headers = [(":path", path), ("content-type", content_type), ("content-length", str(len(body))),
-                   (CLUSTER_HEADER, self.gw.catalog.envoy_cluster(dep.cluster)),
-                   (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else "")]
+                   (CLUSTER_HEADER, cluster or self.gw.catalog.envoy_cluster(dep.cluster)),
+                   (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
+                   *(extra or [])]
+        strip = [*_STRIP_UPSTREAM, *(strip or [])]
         if self.grpc:
             headers += [("te", "trailers"), ("grpc-timeout", f"{dep.timeout_ms}m")]
+            strip = [*strip, kserve_binary.HEADER]  # the tensors now travel as raw contents
         if ctx.trace is not None:
             headers += ctx.trace.upstream_headers()
-        return msg.request_body(headers, _STRIP_UPSTREAM, body=body, clear_route_cache=True)
+        return msg.request_body(headers, strip, body=body, clear_route_cache=True)
 
     def _policy(self) -> BatchPolicy | None:
         cfg = self.model.batching if self.model is not None else None
@@ -204,13 +222,18 @@ class _VisionFlow:
         assert self.job is not None
         try:
             part = slice_response(response, start, self.job.rows, total=batch.rows, request_id=self.request_id)
-            body = self._render_ok(part)
+            body, content = self._render_ok(part)
         except (ModelyardError, ValueError) as e:
             log.warning("task %s: batched reply unusable for this member (%s); own call", self.ctx.task_id, e)
             return None
         self.role = "member"
         self._finish(200)
-        return msg.immediate(200, body, [_JSON, *self.ctx.task_headers()])
+        return msg.immediate(200, body, [*content, *self.ctx.task_headers()])
+
+    def _probe(self) -> KServeProbe:
+        if self.gw.kserve_probe is None:
+            self.gw.kserve_probe = KServeProbe()
+        return self.gw.kserve_probe
 
     def _backend(self) -> Backend:
         if self.gw.image_backend is None:
@@ -252,7 +275,9 @@ class _VisionFlow:
             set_h += [(":status", str(self.error_status)), _JSON]
             return msg.response_headers(set_h, _STRIP_RESPONSE)
         if not self.grpc:
-            return msg.response_headers(set_h)  # kserve-rest: the JSON passes through
+            # kserve-rest: the reply is rewritten (the gateway's model name) in the body step.
+            self.rest_header_length = headers.get(kserve_binary.HEADER)
+            return msg.response_headers(set_h, ["content-length"])
         return msg.response_headers([*set_h, _JSON], _STRIP_RESPONSE)
 
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
@@ -262,8 +287,7 @@ class _VisionFlow:
             message = client_text(self.upstream_status, chunk)
             return self._body_reply(self.error_status, self._error_body(self.error_status, message))
         if not self.grpc:
-            self._finish(200)
-            return msg.response_body()
+            return self._rest_reply(chunk)
         if not chunk:
             self._fail_batch("empty reply")
             return self._body_reply(502, self._error_body(502, "upstream ended without a reply"))
@@ -276,16 +300,36 @@ class _VisionFlow:
                 self._batcher.complete(self.batch, resp)
                 resp = own
             with self.ctx.span("translate response"):
-                body = self._render_ok(resp)
+                body, content = self._render_ok(resp)
         except (ModelyardError, ValueError) as e:
             self._fail_batch(str(e))
             text = getattr(e, "message", str(e))
             return self._body_reply(502, self._error_body(502, f"upstream sent an unusable reply: {text}"))
-        return self._body_reply(200, body)
+        return self._body_reply(200, body, content)
 
-    def _body_reply(self, status: int, body: bytes) -> msg.ProcessingResponse:
+    def _rest_reply(self, body: bytes) -> msg.ProcessingResponse:
+        """A REST upstream's reply, JSON or binary, passed on under the gateway's model name."""
+        try:
+            length = kserve_binary.header_length({kserve_binary.HEADER: self.rest_header_length}
+                                                 if self.rest_header_length is not None else {})
+            parsed = self.parsed
+            if length is None and parsed is not None and (parsed.binary_all or parsed.binary_outputs):
+                # The upstream answered JSON to a caller that asked for binary outputs: convert.
+                resp = kserve.parse_rest_reply(body, None)
+                resp.model_name = self.client_model
+                body, length = kserve.render_infer_reply(resp, parsed)
+            else:
+                body, length = kserve.rename_rest_reply(body, length, self.client_model)
+        except (ModelyardError, kserve_binary.FramingError) as e:
+            text = getattr(e, "message", str(e))
+            return self._body_reply(502, self._error_body(502, f"upstream sent an unusable reply: {text}"))
+        return self._body_reply(200, body, _content_headers(length))
+
+    def _body_reply(self, status: int, body: bytes, content: ContentHeaders | None = None) -> msg.ProcessingResponse:
         self._finish(status)
-        return msg.response_body([(":status", str(status)), ("content-length", str(len(body))), _JSON], body=body)
+        headers = [(":status", str(status)), ("content-length", str(len(body))), *(content or [_JSON])]
+        return msg.response_body(headers, [] if content and len(content) > 1 else [kserve_binary.HEADER],
+                                 body=body)
 
     def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
         self._finish(self.error_status or 200)
@@ -320,25 +364,38 @@ class _VisionFlow:
 
 
 class KServeInferFlow(_VisionFlow):
-    """`POST /v2/models/{m}[/versions/{v}]/infer` (REST JSON) to a KServe gRPC or REST upstream."""
+    """`POST /v2/models/{m}[/versions/{v}]/infer` (REST JSON or binary tensors) to a KServe gRPC or
+    REST upstream."""
 
     task_type = "infer"
+    needs_vision = False  # a tensor, not images: any KServe model may take it
 
     def __init__(self, gw: Gateway, ctx: RequestContext):
         super().__init__(gw, ctx)
         self.request: Any = None
-        self.client_model = ""
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
         name, version = ctx.path_model or "", ctx.path_version or ""
         self.model = self.gw.catalog.model_for(ctx.tenant, name)
         self.client_model = name
-        req = await asyncio.to_thread(kserve.parse_infer_request, body, name, version)
+        try:
+            header_length = kserve_binary.header_length(ctx.headers)
+        except kserve_binary.FramingError as e:
+            raise kserve.KServeError(str(e)) from None
+        self.parsed = parsed = await asyncio.to_thread(kserve.parse_request, body, name, version, header_length)
+        req = parsed.request
         choice = await self._route(name)
         dep = choice.deployment
         if dep.protocol == "kserve-rest":
-            return self._send(body, kserve.rest_infer_path(self.upstream_model, version or None), "application/json")
+            path = kserve.rest_infer_path(self.upstream_model, version or None)
+            if header_length is None:  # JSON passes through as sent; only the path names the upstream model
+                return self._send(body, path, "application/json")
+            if await self._probe().takes_binary(dep):
+                return self._send(body, path, kserve_binary.CONTENT_TYPE)
+            # An upstream without the extension gets the same tensors as JSON (the reply is converted back).
+            body, _ = await asyncio.to_thread(kserve.infer_request_rest, req, binary=False)
+            return self._send(body, path, "application/json", strip=[kserve_binary.HEADER])
         if not self.grpc:
             raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
         req.model_name = self.upstream_model
@@ -367,9 +424,10 @@ class KServeInferFlow(_VisionFlow):
     async def _single_body(self) -> bytes:
         return kserve.encode_infer_request(self.request)
 
-    def _render_ok(self, resp: Any) -> bytes:
+    def _render_ok(self, resp: Any) -> tuple[bytes, ContentHeaders]:
         resp.model_name = self.client_model
-        return kserve.render_infer_response(resp)
+        body, length = kserve.render_infer_reply(resp, self.parsed)
+        return body, _content_headers(length)
 
 
 class ClassifyFlow(_VisionFlow):
@@ -414,8 +472,9 @@ class ClassifyFlow(_VisionFlow):
                                             request_id=self.ctx.task_id)
         return kserve.encode_infer_request(req)
 
-    def _render_ok(self, resp: Any) -> bytes:
+    def _render_ok(self, resp: Any) -> tuple[bytes, ContentHeaders]:
         v = self.model.vision
         results = kserve.parse_classify_response(resp, v.labels, self.form.top_k or 5,
                                                  expected=len(self.form.images), output=v.output)
-        return kserve.render_classify_response(self.form.model, results, [u.filename for u in self.form.images])
+        return (kserve.render_classify_response(self.form.model, results, [u.filename for u in self.form.images]),
+                [_JSON])

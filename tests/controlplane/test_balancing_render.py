@@ -23,6 +23,8 @@ def _config(**deployment: Any) -> dict[str, Any]:
     dep = data["models"][0]["deployments"][0]
     dep["endpoints"] = ["127.0.0.1:8101", "127.0.0.1:8111", "model-b.internal:8000"]
     dep.update(deployment)
+    if dep["protocol"].startswith("kserve"):
+        data["models"][0]["task_types"] = ["infer"]  # a KServe deployment serves inference (config check)
     return data
 
 

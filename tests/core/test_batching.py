@@ -430,3 +430,47 @@ async def test_classify_needs_a_grpc_upstream() -> None:
     r = await asyncio.wait_for(task, 5)
     assert r.immediate_response.status.code == 502
     assert b"kserve-grpc" in r.immediate_response.body
+
+
+async def _v2_binary_session(gw: Gateway, colours: list[str]) -> tuple[Session, asyncio.Task]:
+    """A tritonclient.http-style binary v2 request (binary input, every output binary)."""
+    from tritonclient.http import InferenceServerClient, InferInput
+
+    from extproc.config import TensorInput
+    from kernels import PreprocessSpec, preprocess
+
+    spec = PreprocessSpec.from_tensor_input(TensorInput(width=32, height=32, datatype="FP32"))
+    x = preprocess([np.full((9, 9, 3), RGB[c], np.uint8) for c in colours], spec)
+    inp = InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    body, size = InferenceServerClient.generate_request_body([inp])
+    s = Session(gw, ROUTES)
+    await s.handle(headers_msg({":method": "POST", ":path": "/v2/models/demo-colors/infer",
+                                "content-type": "application/octet-stream", "inference-header-content-length": str(size),
+                                "authorization": "Bearer sk-modelyard-demo"}))
+    return s, asyncio.create_task(s.handle(body_msg(body)))
+
+
+def _binary_top1(body: bytes, length: str) -> list[str]:
+    from tritonclient.http import InferenceServerClient
+
+    scores = InferenceServerClient.parse_response_body(body, header_length=int(length)).as_numpy("scores")
+    return [["red", "green", "blue", "white", "black", "yellow", "cyan", "magenta"][i] for i in scores.argmax(1)]
+
+
+async def test_binary_v2_requests_batch_and_answer_binary(vision_gateway: Gateway) -> None:
+    sa, ta = await _v2_binary_session(vision_gateway, ["red"])
+    sb, tb = await _v2_binary_session(vision_gateway, ["green", "blue"])
+    done, _ = await asyncio.wait({ta, tb}, return_when=asyncio.FIRST_COMPLETED, timeout=5)
+    assert len(done) == 1, "one leader, one member"
+    (ls, lt, lwant), (mt, mwant) = ((sa, ta, ["red"]), (tb, ["green", "blue"])) if ta in done \
+        else ((sb, tb, ["green", "blue"]), (ta, ["red"]))
+    reply, rows = _grpc_reply(lt.result().request_body.response.body_mutation.body)
+    assert rows == 3  # both binary requests in one merged call
+    await ls.handle(headers_msg({":status": "200", "content-type": "application/grpc"}, response=True))
+    rb = (await ls.handle(body_msg(reply, response=True))).response_body.response
+    hs = set_headers(rb.header_mutation)
+    assert _binary_top1(rb.body_mutation.body, hs["inference-header-content-length"]) == lwant
+    m = (await asyncio.wait_for(mt, 5)).immediate_response
+    mh = set_headers(m.headers)
+    assert m.status.code == 200 and _binary_top1(m.body, mh["inference-header-content-length"]) == mwant

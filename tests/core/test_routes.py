@@ -10,6 +10,7 @@ from adapters.embeddings import EmbeddingRoute
 from extproc.flows import local
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
+from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.service import build_routes
@@ -26,11 +27,13 @@ CASES = [
     ("POST", "/v1/models/a%2Fb:generateContent", "gemini", ChatFlow, "a/b", None, False, False),
     ("GET", "/v1/models", "openai", local.list_models, None, None, False, False),
     ("GET", "/v1/models/demo-gpt", "openai", local.get_model, "demo-gpt", None, False, False),
-    ("GET", "/v2/health/ready", "kserve", local.v2_health, None, None, False, True),
-    ("GET", "/v2/health/live", "kserve", local.v2_health, None, None, False, True),
-    ("GET", "/v2", "kserve", local.v2_health, None, None, False, True),
+    ("GET", "/v2/health/ready", "kserve", local.v2_ready, None, None, False, True),
+    ("GET", "/v2/health/live", "kserve", local.v2_live, None, None, False, True),
+    ("GET", "/v2", "kserve", local.v2_server_metadata, None, None, False, True),
     ("GET", "/v2/models/colors", "kserve", local.v2_model_metadata, "colors", None, False, False),
     ("GET", "/v2/models/colors/versions/2", "kserve", local.v2_model_metadata, "colors", "2", False, False),
+    ("GET", "/v2/models/colors/ready", "kserve", local.v2_model_ready, "colors", None, False, False),
+    ("GET", "/v2/models/colors/versions/2/ready", "kserve", local.v2_model_ready, "colors", "2", False, False),
     ("POST", "/v2/models/colors/infer", "kserve", KServeInferFlow, "colors", None, False, False),
     ("POST", "/v2/models/colors/versions/3/infer", "kserve", KServeInferFlow, "colors", "3", False, False),
     ("POST", "/v1/images/classify", "openai", ClassifyFlow, None, None, False, False),
@@ -38,6 +41,14 @@ CASES = [
     ("GET", "/v1/responses/resp_1", "responses", local.stored_response, None, None, False, False),
     ("DELETE", "/v1/responses/resp_1", "responses", local.stored_response, None, None, False, False),
     ("GET", "/v1/responses/resp_1/input_items", "responses", local.stored_response, None, None, False, False),
+    # KServe gRPC ingress: inference is a flow; the rest is answered on the extproc's own port.
+    ("POST", "/inference.GRPCInferenceService/ModelInfer", "kserve-grpc", GrpcInferFlow, None, None, False, False),
+    ("POST", "/inference.GRPCInferenceService/ModelMetadata", "kserve-grpc", answer_on_extproc, None, None, False,
+     False),
+    ("POST", "/inference.GRPCInferenceService/ModelReady", "kserve-grpc", answer_on_extproc, None, None, False, False),
+    ("POST", "/inference.GRPCInferenceService/ServerReady", "kserve-grpc", answer_on_extproc, None, None, False, True),
+    ("POST", "/inference.GRPCInferenceService/ServerLive", "kserve-grpc", answer_on_extproc, None, None, False, True),
+    ("POST", "/inference.GRPCInferenceService/RepositoryIndex", "openai", local.not_found, None, None, False, True),
     # Everything else: the public 404 in OpenAI's shape.
     ("GET", "/v1/chat/completions", "openai", local.not_found, None, None, False, True),
     ("POST", "/v1/models", "openai", local.not_found, None, None, False, True),

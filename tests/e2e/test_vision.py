@@ -114,8 +114,15 @@ def test_v2_unknown_model_and_no_key(demo_stack) -> None:
 
 
 def test_v2_metadata_and_model_list(demo_stack) -> None:
+    # The upstream's own metadata (the demo server takes any image size), under the gateway's name.
     r = httpx.get(f"{demo_stack.url}/v2/models/demo-colors", headers=AUTH, timeout=10)
-    assert r.status_code == 200 and r.json()["inputs"][0]["shape"] == [-1, 3, 32, 32]
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["name"] == "demo-colors" and doc["platform"] == "modelyard-demo"
+    assert doc["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 3, -1, -1]}]
+    assert doc["outputs"] == [{"name": "scores", "datatype": "FP32", "shape": [-1, len(LABELS)]}]
+    r = httpx.get(f"{demo_stack.url}/v2/models/demo-colors/ready", headers=AUTH, timeout=10)
+    assert r.status_code == 200 and r.json() == {"name": "demo-colors", "ready": True}
     r = httpx.get(f"{demo_stack.url}/v1/models", headers=AUTH, timeout=10)
     assert "demo-colors" in {m["id"] for m in r.json()["data"]}
 

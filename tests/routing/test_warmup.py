@@ -38,10 +38,13 @@ def test_chat_warmup_is_a_one_token_completion_in_the_deployment_protocol(protoc
 
 
 def test_kserve_warmup_asks_readiness() -> None:
-    rest = _config(dep("r", monitored=False, protocol="kserve-rest", upstream_model="up", warmup={}))
+    # A KServe model serves inference (the config refuses one that could never be routed).
+    rest = make_config([model("m", [dep("r", monitored=False, protocol="kserve-rest", upstream_model="up", warmup={})],
+                              task_types=["infer"])])
     call = warmup_call(rest.clusters()["r"], "m")
     assert (call.kind, call.method, call.path) == ("http", "GET", "/v2/models/up/ready")
-    grpc_cfg = _config(dep("g", monitored=False, protocol="kserve-grpc", warmup={}))
+    grpc_cfg = make_config([model("m", [dep("g", monitored=False, protocol="kserve-grpc", warmup={})],
+                                  task_types=["infer"])])
     assert warmup_call(grpc_cfg.clusters()["g"], "m").kind == "grpc-ready"
 
 

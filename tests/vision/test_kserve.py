@@ -11,7 +11,6 @@ from tritonclient.grpc import service_pb2 as pb
 
 from adapters import kserve
 from adapters.kserve import KServeError
-from extproc.config import ModelConfig
 from modelyard.errors import ModelyardError, UpstreamError
 
 
@@ -207,17 +206,6 @@ def test_slice_response_rows() -> None:
 def test_slice_response_refuses_wrong_row_count() -> None:
     with pytest.raises(ValueError):
         kserve.slice_response(_reply(4), 0, 1, total=5)
-
-
-def test_model_metadata_from_config():
-    cfg = ModelConfig.model_validate({
-        "name": "demo-colors", "task_types": ["image-classification"],
-        "vision": {"input": {"name": "input", "width": 32, "height": 32}, "labels": ["red", "green"]},
-        "deployments": [{"cluster": "c", "protocol": "kserve-grpc", "endpoints": ["127.0.0.1:1"]}]})
-    doc = orjson.loads(kserve.render_model_metadata(cfg))
-    assert doc["name"] == "demo-colors"
-    assert doc["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 3, 32, 32]}]
-    assert doc["outputs"] == [{"name": "scores", "datatype": "FP32", "shape": [-1, 2]}]
 
 
 @pytest.mark.parametrize("method,path,want", [

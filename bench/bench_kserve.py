@@ -1,0 +1,92 @@
+"""KServe v2 through the gateway: JSON vs binary tensors, REST vs gRPC callers, and cached metadata.
+
+One demo KServe gRPC upstream (batching off), Envoy and the extproc; sequential tritonclient calls
+with an [8, 3, 32, 32] FP32 tensor. Per case: median latency and the extproc's CPU time per
+request (its /proc CPU-time delta over the requests: steadier than req/s on a shared machine).
+
+    .venv/bin/python bench/bench_kserve.py --requests 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import numpy as np
+import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.vision_stack import KEY, vision_stack  # noqa: E402
+
+AUTH = {"authorization": f"Bearer {KEY}"}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(name: str, call: Callable[[], Any], n: int, extproc_pid: int) -> dict[str, Any]:
+    for _ in range(10):
+        call()  # warm: connections, caches
+    lat = []
+    cpu0 = cpu_seconds(extproc_pid)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        lat.append(time.perf_counter() - t0)
+    cpu = cpu_seconds(extproc_pid) - cpu0
+    return {"case": name, "p50_ms": round(statistics.median(lat) * 1000, 2),
+            "extproc_cpu_us_per_req": round(cpu / n * 1e6)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=300)
+    args = ap.parse_args(argv)
+    x = np.random.default_rng(0).random((8, 3, 32, 32), dtype=np.float32)
+    with tempfile.TemporaryDirectory() as tmp, vision_stack(Path(tmp), {"colors": None}) as stack:
+        url = stack.url.removeprefix("http://")
+        pid = stack.child("extproc").proc.pid
+        http = triton_http.InferenceServerClient(url, network_timeout=30)
+        grpc = triton_grpc.InferenceServerClient(url)
+
+        def rest(binary: bool) -> Callable[[], Any]:
+            def call() -> Any:
+                inp = triton_http.InferInput("input", list(x.shape), "FP32")
+                inp.set_data_from_numpy(x, binary_data=binary)
+                out = triton_http.InferRequestedOutput("scores", binary_data=binary)
+                return http.infer("colors", [inp], outputs=[out], headers=dict(AUTH))
+            return call
+
+        def grpc_call() -> Any:
+            inp = triton_grpc.InferInput("input", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            return grpc.infer("colors", [inp], headers=dict(AUTH))
+
+        client = httpx.Client(timeout=10)
+        rows = [
+            measure("REST JSON -> gRPC upstream", rest(False), args.requests, pid),
+            measure("REST binary -> gRPC upstream", rest(True), args.requests, pid),
+            measure("gRPC -> gRPC upstream", grpc_call, args.requests, pid),
+            measure("GET /v2/models/colors (probe cache, 2 s)",
+                    lambda: client.get(f"{stack.url}/v2/models/colors", headers=AUTH), args.requests, pid),
+        ]
+    print(f"{'case':44} {'p50 ms':>8} {'extproc CPU us/req':>20}")
+    for r in rows:
+        print(f"{r['case']:44} {r['p50_ms']:>8} {r['extproc_cpu_us_per_req']:>20}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

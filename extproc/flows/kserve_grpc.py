@@ -1,0 +1,198 @@
+"""KServe v2 gRPC ingress: `inference.GRPCInferenceService` on the gateway's listener (HTTP/2).
+
+`ModelInfer` is a flow like the REST infer: routed, admitted and metered the same way, sent to a
+gRPC upstream as a message with the model name swapped both ways. To a REST upstream it goes as
+one gRPC message holding the v2 REST body, through the deployment's bridge listener
+(controlplane: Envoy's grpc_http1_reverse_bridge unframes it and gives the REST reply a frame
+and grpc-status trailers, which an HTTP/1.1 reply lacks), and comes back as a ModelInferResponse.
+
+The other five calls carry a reply message, which an ext_proc immediate response cannot (Envoy
+turns a local reply to a gRPC caller into trailers-only). The session routes them to the
+extproc's own gRPC port instead (`EXTPROC_CLUSTER`), where `KServeAnswers` answers from the
+same upstream probe as the REST endpoints. It authenticates the caller's key itself: any
+replica may take the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import urllib.parse
+import uuid
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from adapters import kserve, kserve_binary, kserve_grpc, kserve_meta
+from adapters.upstream_errors import client_text, sanitize
+from extproc import messages as msg
+from extproc.auth import client_key
+from extproc.context import RequestContext
+from extproc.flows import local
+from extproc.flows.chat import upstream_error_status
+from extproc.flows.vision import KServeInferFlow
+from extproc.gateway import Gateway
+from extproc.headers import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
+from modelyard.errors import ClientError, ModelyardError, UpstreamError
+
+log = logging.getLogger("modelyard.kserve_grpc")
+
+_GRPC_TRAILERS = ["grpc-status", "grpc-message", "grpc-status-details-bin"]
+# grpc-message is percent-encoded: everything printable but '%' passes as is.
+_MESSAGE_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def _grpc_message(text: str) -> str:
+    return urllib.parse.quote(text, safe=_MESSAGE_SAFE)
+
+
+class GrpcInferFlow(KServeInferFlow):
+    """`ModelInfer` from a gRPC caller (tritonclient.grpc) to a KServe gRPC or REST upstream."""
+
+    def __init__(self, gw: Gateway, ctx: RequestContext):
+        super().__init__(gw, ctx)
+        self.grpc_error: tuple[int, str] | None = None  # ours, said in the trailers
+        self.rest = False  # a REST deployment, reached through its bridge listener
+
+    def _policy(self) -> None:
+        """Never batched: a batch member answers with an immediate response, which gRPC cannot
+        carry; so it also takes a queue slot like any request sent alone."""
+        return None
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        ctx = self.ctx
+        req = kserve_grpc.parse_infer(body)
+        name, version = req.model_name, req.model_version
+        ctx.path_model, ctx.path_version = name, version or None
+        self.model = self.gw.catalog.model_for(ctx.tenant, name)
+        self.client_model = name
+        choice = await self._route(name)
+        dep = choice.deployment
+        self.request_id = req.id
+        if dep.protocol == "kserve-rest":
+            # One gRPC message holding the REST body, to the deployment's bridge listener: Envoy's
+            # reverse bridge there unframes it and turns the REST reply into a gRPC one.
+            self.rest = True
+            binary = await self._probe().takes_binary(dep)
+            rest, length = await asyncio.to_thread(kserve.infer_request_rest, req, binary=binary,
+                                                   binary_outputs=False)
+            extra = [] if length is None else [(kserve_binary.HEADER, str(length))]
+            return self._send(kserve.frame(rest), kserve.rest_infer_path(self.upstream_model, version or None),
+                              strip=["grpc-timeout"], extra=extra, cluster=grpc_bridge_cluster(dep.cluster))
+        if not self.grpc:
+            raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
+        req.model_name = self.upstream_model
+        self.request = req
+        return self._send(kserve.encode_infer_request(req))
+
+    # -- response ----------------------------------------------------------------------------
+    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
+        self.upstream_status = status
+        set_h = self.ctx.task_headers()
+        gs = kserve.grpc_status_from_headers(headers)
+        if gs is not None:  # trailers-only: the upstream's status is the caller's, its message sanitized
+            log.info("task %s: upstream answered gRPC status %d: %r", self.ctx.task_id, gs.code, gs.message[:2000])
+            self._finish(gs.http_status)
+            text = sanitize(gs.message) or f"upstream gRPC status {gs.code}"
+            return msg.response_headers([*set_h, ("grpc-message", _grpc_message(text))], ["content-length"])
+        if status != 200:  # a REST upstream's refusal (through the bridge): a status in the trailers
+            self.grpc_error = (kserve_grpc.grpc_code(upstream_error_status(status)), f"upstream answered HTTP {status}")
+            set_h.append((":status", "200"))
+        return msg.response_headers(set_h, ["content-length"])
+
+    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
+        if self.grpc_error is not None:
+            if self.rest and self.upstream_status != 200:
+                log.info("task %s: upstream answered HTTP %d", self.ctx.task_id, self.upstream_status)
+                body = kserve.unframe(chunk) if chunk[:1] == b"\x00" and len(chunk) >= 5 else chunk
+                self.grpc_error = (self.grpc_error[0], client_text(self.upstream_status, body))
+            return msg.response_body(body=b"")
+        try:
+            if self.rest:  # framed by the bridge: the REST reply, JSON
+                resp = kserve.parse_rest_reply(kserve.unframe(chunk), None)
+            else:
+                resp = kserve.parse_grpc_response(chunk)
+        except ModelyardError as e:
+            self.grpc_error = (kserve_grpc.grpc_code(502), f"upstream sent an unusable reply: {e.message}")
+            return msg.response_body(body=b"")
+        resp.model_name = self.client_model  # the gateway's name, never the upstream's
+        return msg.response_body(body=kserve_grpc.render(resp))
+
+    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
+        if self.grpc_error is not None:
+            code, text = self.grpc_error
+            self._finish(kserve.grpc_status_to_http(code))
+            return msg.response_trailers([("grpc-status", str(code)), ("grpc-message", _grpc_message(text))],
+                                         ["grpc-status-details-bin"])
+        gs = kserve.grpc_status_from_headers(trailers)
+        self._finish(gs.http_status if gs is not None else 502)
+        if gs is None:
+            return msg.response_trailers([("grpc-status", "13"), ("grpc-message", "upstream sent no status")])
+        if gs.code != 0:  # the upstream's own status; its message sanitized as for REST callers
+            text = sanitize(gs.message) or f"upstream gRPC status {gs.code}"
+            return msg.response_trailers([("grpc-message", _grpc_message(text))])
+        return msg.response_trailers()
+
+
+def answer_on_extproc(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    """Send the call to the extproc's own `KServeAnswers` (a reply message needs a real upstream)."""
+    return msg.ProcessingResponse(request_headers=msg.pb.HeadersResponse(response=msg.common(
+        [(CLUSTER_HEADER, EXTPROC_CLUSTER)], clear_route_cache=True)))
+
+
+class KServeAnswers(pb_grpc.GRPCInferenceServiceServicer):
+    """Health, readiness and metadata for gRPC callers, from the upstream probe (as for REST)."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+
+    def _ctx(self, context: grpc.aio.ServicerContext, method: str) -> RequestContext:
+        headers = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        ctx = RequestContext(task_id=uuid.uuid4().hex, method="POST",
+                             path=kserve_grpc.PATH_PREFIX + method, query={}, headers=headers,
+                             protocol="kserve-grpc")
+        ctx.tenant = self.gw.keyring.tenant_for(client_key(ctx.protocol, headers, {}))
+        if ctx.tenant is None:
+            raise ClientError("invalid or missing API key", status=401)
+        return ctx
+
+    async def _run(self, context: grpc.aio.ServicerContext, work: Any) -> Any:
+        try:
+            return await work
+        except ModelyardError as e:
+            await context.abort(_status_code(e.status), e.message)
+
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:  # noqa: N802
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:  # noqa: N802
+        return pb.ServerReadyResponse(ready=await local.server_ready(self.gw))
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:  # noqa: N802
+        doc = kserve_meta.server_metadata(local.server_version())  # the same answer as GET /v2
+        return pb.ServerMetadataResponse(**doc)
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:  # noqa: N802
+        async def work() -> pb.ModelReadyResponse:
+            ctx = self._ctx(context, "ModelReady")
+            return pb.ModelReadyResponse(ready=await local.model_ready(self.gw, ctx, request.name,
+                                                                       request.version or None))
+        return await self._run(context, work())
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:  # noqa: N802
+        async def work() -> pb.ModelMetadataResponse:
+            ctx = self._ctx(context, "ModelMetadata")
+            doc = await local.model_metadata(self.gw, ctx, request.name, request.version or None)
+            return kserve_meta.metadata_to_grpc(doc)
+        return await self._run(context, work())
+
+
+def _status_code(http_status: int) -> grpc.StatusCode:
+    code = kserve_grpc.grpc_code(http_status)
+    return next(s for s in grpc.StatusCode if s.value[0] == code)
+
+
+def add_to_server(server: grpc.aio.Server, gw: Gateway) -> None:
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeAnswers(gw), server)
