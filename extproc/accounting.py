@@ -65,6 +65,7 @@ class Accountant:
     def release(self, choice: Choice) -> None:
         """Accepted for later (Prefer: respond-async): hand the token estimate back, meter nothing;
         the replay is charged, reconciled and metered as the request itself."""
+        choice.release_slot()  # none is taken for a deferred request; never keep one if it was
         if choice.reservation is not None and self.limiter is not None:
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, 0))
             self._background.add(task)

@@ -128,7 +128,8 @@ class Dispatcher:
         """Past admission, before dispatch: a slot on the chosen deployment, waiting in its queue if
         need be. Refused (429 / 503), the request hands its rate-limit charge back."""
         cluster = choice.deployment.cluster
-        if cluster not in self.limits or ctx.tenant is None:
+        # Accepted for later (Prefer: respond-async): the 202 takes no slot; the replay queues.
+        if cluster not in self.limits or ctx.tenant is None or ctx.deferred:
             return
         try:
             choice.slot = await self.limits.acquire(cluster, choice.model.name, ctx.tenant.name, ctx.tenant.tier)

@@ -147,3 +147,27 @@ async def test_a_long_poll_asks_envoy_for_its_wait_then_answers(gateway: Gateway
     # An unknown id is a 404 at once, before any extension.
     r = await _run(gateway, {":method": "GET", ":path": "/v1/tasks/nope?wait=30", "x-api-key": KEY})
     assert r.immediate_response.status.code == 404
+
+
+async def test_accepting_tasks_takes_no_slot_of_a_limited_deployment(tmp_path: Path) -> None:
+    """A deployment with max_inflight: 1 accepts any number of tasks (the 202 waits on no slot and
+    keeps none); its one slot stays free for the next synchronous call."""
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["extproc"]["tasks"] = {"sqlite_path": str(tmp_path / "tasks.sqlite")}
+    gpt = next(m for m in data["models"] if m["name"] == "demo-gpt")
+    for d in gpt["deployments"]:
+        d.update(max_inflight=1, queue={"max_wait_s": 1})
+    config = parse_config(data)
+    gw = Gateway.build(config, tasks=TaskBoard.from_config(config))
+    try:
+        for _ in range(3):
+            r = await _run(gw, _chat_headers(authorization=f"Bearer {KEY}", prefer="respond-async"), CHAT)
+            assert r.immediate_response.status.code == 202
+        assert all(q.inflight == 0 and q.waiting() == 0 for q in gw.dispatcher.limits.queues.values())
+        s = Session(gw, ROUTES)
+        await s.handle(headers_msg(_chat_headers(authorization=f"Bearer {KEY}")))
+        r = await s.handle(body_msg(CHAT))
+        assert r.WhichOneof("response") == "request_body"  # sent upstream at once: the slot was free
+        s.close()
+    finally:
+        await gw.close()
