@@ -397,41 +397,31 @@ def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: Envi
     """An internal listener: a failover retry arrives in `from_protocol`; its ext_proc stream
     re-renders it for `target` and translates the answer back; the route goes to `target`."""
     name = xlate_name(from_protocol, target)
-    route = RouteConfiguration(name=name, virtual_hosts=[VirtualHost(name=name, domains=["*"], routes=[Route(
-        match=RouteMatch(prefix="/"),
-        route=RouteAction(cluster=target, auto_host_rewrite=True, timeout=_secs(env.timeouts.route_s),
-                          idle_timeout=_secs(env.timeouts.stream_idle_s), hash_policy=hash_policies(cfg)))])])
-    hcm = HttpConnectionManager(
-        stat_prefix=name,
-        route_config=route,
-        http_filters=[_ext_proc_filter(env, xlate=f"{from_protocol}~{target}"),
-                      HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router()))],
-        stream_idle_timeout=_secs(env.timeouts.stream_idle_s),
-        request_timeout=_secs(0),
-    )
-    return Listener(name=name, internal_listener=ListenerInternalListenerConfig(),
-                    per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
-                    filter_chains=[FilterChain(filters=[Filter(
-                        name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])])
+    return _internal_listener(name, target, [_ext_proc_filter(env, xlate=f"{from_protocol}~{target}")], cfg, env)
 
 
-def _grpc_bridge_listener(cluster: str, env: EnvironmentConfig) -> Listener:
+def _grpc_bridge_listener(cluster: str, cfg: GatewayConfig, env: EnvironmentConfig) -> Listener:
     """A gRPC caller's call to the REST deployment `cluster`: the extproc sent it here as one gRPC
     message holding the REST body; Envoy's reverse bridge unframes it, frames the REST reply and
     adds grpc-status trailers, so the outer ext_proc stream sees an ordinary gRPC reply (an
     ext_proc filter cannot add trailers, and the bridge beside it on the outer listener stalls
     the reply: trailers added while ext_proc holds the headers never reach it)."""
-    name = grpc_bridge_cluster(cluster)
+    bridge = GrpcBridgeConfig(content_type="application/json", withhold_grpc_frames=True)
+    return _internal_listener(grpc_bridge_cluster(cluster), cluster, [HttpFilter(
+        name="envoy.filters.http.grpc_http1_reverse_bridge", typed_config=AnyMsg.pack(bridge))], cfg, env)
+
+
+def _internal_listener(name: str, cluster: str, filters: list[HttpFilter], cfg: GatewayConfig,
+                       env: EnvironmentConfig) -> Listener:
+    """An Envoy internal listener named `name`: `filters`, then the router, to `cluster`."""
     route = RouteConfiguration(name=name, virtual_hosts=[VirtualHost(name=name, domains=["*"], routes=[Route(
         match=RouteMatch(prefix="/"),
         route=RouteAction(cluster=cluster, auto_host_rewrite=True, timeout=_secs(env.timeouts.route_s),
-                          idle_timeout=_secs(env.timeouts.stream_idle_s)))])])
-    bridge = GrpcBridgeConfig(content_type="application/json", withhold_grpc_frames=True)
+                          idle_timeout=_secs(env.timeouts.stream_idle_s), hash_policy=hash_policies(cfg)))])])
     hcm = HttpConnectionManager(
         stat_prefix=name,
         route_config=route,
-        http_filters=[HttpFilter(name="envoy.filters.http.grpc_http1_reverse_bridge", typed_config=AnyMsg.pack(bridge)),
-                      HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router()))],
+        http_filters=[*filters, HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router()))],
         stream_idle_timeout=_secs(env.timeouts.stream_idle_s),
         request_timeout=_secs(0),
     )
@@ -490,7 +480,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     hops = translation_hops(cfg)
     bridged = _grpc_bridged(cfg)
     listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops),
-                 *(_grpc_bridge_listener(c, env) for c in bridged)]
+                 *(_grpc_bridge_listener(c, cfg, env) for c in bridged)]
     clusters = [extproc, *_upstream_clusters(cfg, env)]
     if env.stats and env.admin:
         listeners.append(stats_listener(env.stats))

@@ -8,12 +8,10 @@ test's own server, from another working directory, and talks to it with the Open
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -22,7 +20,6 @@ from typing import Any
 import openai
 import pytest
 import yaml
-from aiohttp import web
 
 from controlplane.environments import load_environment
 from devstack.banner import DEMO_KEY, KEY_PLACEHOLDER, banner
@@ -31,6 +28,7 @@ from devstack.launcher import demo_children, environment_for, run_dir_for, with_
 from extproc.config import hash_api_key, load_config, parse_config
 from modelyard.errors import ConfigError
 from tests.stack_config import free_port
+from tests.threaded_app import ThreadedApp
 
 ROOT = Path(__file__).resolve().parents[2]
 TEAM_KEY = "sk-team-only-key"
@@ -101,30 +99,6 @@ def test_run_dir_and_admin_port_come_from_config_or_flags(tmp_path: Path) -> Non
     assert env.name == "edge" and env.admin is not None and env.admin.port == 19902
 
 
-class Upstream:
-    """The operator's model server: the demo OpenAI app, run by the test in a thread."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.runner = web.AppRunner(openai_server.make_app(name="team-server"))
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def __enter__(self) -> "Upstream":
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
-        return self
-
-    async def _start(self) -> None:
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-
 def _run_up(argv: list[str], cwd: Path, timeout: float = 120.0) -> tuple[subprocess.Popen, list[str]]:
     """`modelyard up ...` in `cwd`, read until its banner has printed; (process, lines so far)."""
     proc = subprocess.Popen([sys.executable, "-m", "modelyard.cli", "up", *argv], cwd=cwd, text=True,
@@ -158,7 +132,8 @@ def test_up_runs_an_operators_config_from_anywhere(tmp_path: Path, run_dir_flag:
     conf_dir.mkdir()
     elsewhere.mkdir()
     admin_port = free_port()
-    with Upstream() as upstream:
+    # The operator's model server: the demo OpenAI app, run by the test in a thread.
+    with ThreadedApp(openai_server.make_app(name="team-server")) as upstream:
         data = team_config(upstream.port)
         (conf_dir / "modelyard.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         argv = ["--config", str(conf_dir / "modelyard.yaml"), "--admin-port", str(admin_port)]

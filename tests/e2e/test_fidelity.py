@@ -11,9 +11,7 @@ traffic (tests/adapters/conformance/data), clients that are the official SDKs.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 
 import anthropic
@@ -25,7 +23,8 @@ from aiohttp import web
 from adapters.injected_usage import is_usage_chunk
 from tests.adapters.conformance.recorded import RECORDED, sse_from_chunks
 from tests.conftest import DEMO_KEY
-from tests.stack_config import free_port, small_config, start_stack
+from tests.stack_config import small_config, start_stack
+from tests.threaded_app import ThreadedApp
 
 pytestmark = pytest.mark.e2e
 
@@ -34,15 +33,15 @@ GEMINI_STREAM = sse_from_chunks("gemini", RECORDED["vai-google-stream-no-args-to
 ANTHROPIC_STREAM = sse_from_chunks("anthropic", RECORDED["vai-anthropic-tool-no-args.chunks.txt"])
 
 
-class ReplayUpstream:
+class ReplayUpstream(ThreadedApp):
     """Answers every protocol with recorded bytes (streamed in small writes) and keeps each
     request body it got, on its own event loop in a thread."""
 
     def __init__(self) -> None:
-        self.port = free_port()
         self.seen: list[tuple[str, dict]] = []
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self._answer)
+        super().__init__(app)
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -61,23 +60,6 @@ class ReplayUpstream:
             await resp.write(stream[i:i + 97])
         await resp.write_eof()
         return resp
-
-    def __enter__(self) -> "ReplayUpstream":
-        self.thread.start()
-        app = web.Application()
-        app.router.add_post("/{tail:.*}", self._answer)
-        self.runner = web.AppRunner(app)
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
-        return self
-
-    async def _start(self) -> None:
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 def _model(name: str, protocol: str, port: int, **extra: object) -> dict:

@@ -7,7 +7,6 @@ TraceService). Clients are the real OpenAI and Anthropic SDKs.
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import threading
 import time
@@ -27,7 +26,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from devstack.demo import openai_server
 from tests.conftest import DEMO_KEY
-from tests.stack_config import free_port, small_config, start_stack
+from tests.stack_config import small_config, start_stack
+from tests.threaded_app import ThreadedApp
 from tests.vision_stack import classify_form, vision_stack
 
 pytestmark = pytest.mark.e2e
@@ -68,30 +68,6 @@ class Received:
                     return list(self.spans)
             time.sleep(0.1)
         raise AssertionError(f"spans {names} not received; got {[s['name'] for s in self.spans]}")
-
-
-class ThreadedApp:
-    """An aiohttp app on its own event loop in a thread (the stack's start-up blocks the test's)."""
-
-    def __init__(self, app: web.Application) -> None:
-        self.port = free_port()
-        self.runner = web.AppRunner(app)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-
-    def __enter__(self) -> "ThreadedApp":
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
-        return self
-
-    async def _start(self) -> None:
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 def recording_upstream(seen: list[dict[str, str]]) -> web.Application:
