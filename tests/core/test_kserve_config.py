@@ -21,13 +21,14 @@ def _demo_colors(**changes) -> dict:
 
 
 @pytest.mark.parametrize("changes,needle", [
-    ({"task_types": ["chat"]}, "models[4]: Value error, task_types: a KServe model (deployments[0]) needs infer"),
+    ({"task_types": ["chat"]}, "models[{i}]: Value error, task_types: a KServe model (deployments[0]) needs infer"),
     ({"vision": None}, "vision: image-classification needs the model's vision section"),
 ])
 def test_refused_with_the_key_path(changes: dict, needle: str) -> None:
     with pytest.raises(ConfigError) as e:
-        parse_config(_demo_colors(**changes))
-    assert needle in str(e.value)
+        parse_config(data := _demo_colors(**changes))
+    index = next(i for i, m in enumerate(data["models"]) if m["name"] == "demo-colors")
+    assert needle.format(i=index) in str(e.value)
 
 
 def test_kserve_and_chat_deployments_do_not_mix() -> None:
