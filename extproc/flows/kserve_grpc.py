@@ -36,10 +36,10 @@ from adapters.kserve import slice_response
 from adapters.upstream_errors import client_text, sanitize
 from extproc import messages as msg
 from extproc.auth import client_key
+from extproc.batching import Batch, BatchPolicy
 from extproc.context import RequestContext
 from extproc.flows import local
 from extproc.flows.chat import upstream_error_status
-from extproc.batching import Batch, BatchPolicy
 from extproc.flows.vision import KServeInferFlow
 from extproc.gateway import Gateway
 from extproc.headers import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
@@ -142,7 +142,7 @@ class GrpcInferFlow(KServeInferFlow):
                 self.grpc_error = (self.grpc_error[0], client_text(self.upstream_status, body))
             return msg.response_body(body=b"")
         if self.role == "member":  # the echo of our own slice, already under the gateway's name
-            return msg.response_body(body=chunk)
+            return msg.response_body()
         try:
             if self.rest:  # framed by the bridge: the REST reply, JSON
                 resp = kserve.parse_rest_reply(kserve.unframe(chunk), None)
