@@ -552,3 +552,24 @@ async def test_grpc_leader_error_sends_member_on_its_own(vision_gateway: Gateway
     assert _grpc_top1(rb.body_mutation.body) == ("demo-colors", mid, mwant)
     ls.close()
     ms.close()
+
+
+@pytest.mark.parametrize("shape", ["typed", "short"])
+async def test_grpc_tensor_that_is_not_raw_or_lies_about_its_size_goes_alone(vision_gateway: Gateway,
+                                                                               shape: str) -> None:
+    """Typed `contents` or raw bytes of the wrong size never join a batch (nor fail in it): sent as is."""
+    req = pb.ModelInferRequest(model_name="demo-colors", id="t")
+    t = req.inputs.add(name="input", datatype="FP32", shape=[1, 3, 32, 32])
+    if shape == "typed":
+        t.contents.fp32_contents.extend([0.0] * 3 * 32 * 32)
+    else:
+        req.raw_input_contents.append(b"\x00" * 16)
+    s = Session(vision_gateway, ROUTES)
+    await s.handle(headers_msg({":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
+                                "content-type": "application/grpc", "authorization": "Bearer sk-modelyard-demo"}))
+    r = await asyncio.wait_for(s.handle(body_msg(kserve.frame(req.SerializeToString()))), 1)  # no batch window
+    sent = pb.ModelInferRequest.FromString(kserve.unframe(r.request_body.response.body_mutation.body))
+    assert sent.id == "t" and sent.inputs[0].shape == [1, 3, 32, 32]
+    assert vision_gateway.batcher is not None and not vision_gateway.batcher.queue_rows(
+        BatchKey("demo-colors", "demo-kserve", (3, 32, 32), "FP32"))
+    s.close()
