@@ -103,6 +103,13 @@ def _metric(stack, name: str, model: str) -> float:
     return 0.0
 
 
+def _served(stack, model: str) -> float:
+    """modelyard_requests_total for the model, status 200, every cluster: each request metered as itself."""
+    text = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("modelyard_requests_total{") and f'model="{model}"' in line and 'status="200"' in line)
+
+
 def _wants(n: int) -> list[list[str]]:
     """Distinct label sequences, 1 to 3 images each."""
     return [[LABELS[(i + k * 3) % len(LABELS)] for k in range(1 + i % 3)] for i in range(n)]
@@ -189,6 +196,7 @@ def test_grpc_callers_join_one_batch_with_their_own_scores(stack) -> None:
     alone = [_grpc_infer(stack.url, "colors-single", w).as_numpy("scores") for w in wants]
     before = demo_stats(stack)
     members = _metric(stack, "modelyard_batch_members_sum", "colors-wide")
+    served = _served(stack, "colors-wide")
     calls = [lambda w=w, i=i: _grpc_infer(stack.url, "colors-wide", w, request_id=f"g-{i}")
              for i, w in enumerate(wants)]
     calls.append(lambda: _infer(stack.url, "colors-wide", ["green"]))
@@ -197,6 +205,9 @@ def test_grpc_callers_join_one_batch_with_their_own_scores(stack) -> None:
     assert after["calls"] - before["calls"] == 1, results
     assert after["images"] - before["images"] == sum(map(len, wants)) + 1
     assert _metric(stack, "modelyard_batch_members_sum", "colors-wide") - members == len(calls)
+    assert _served(stack, "colors-wide") - served == len(calls)  # members too, against the deployment
+    assert 'cluster="modelyard-extproc"' not in httpx.get(
+        f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text  # the echo is no deployment
     for i, (res, w, own) in enumerate(zip(results[:-1], wants, alone)):
         assert isinstance(res, triton_grpc.InferResult), res
         scores = res.as_numpy("scores")
