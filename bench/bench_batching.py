@@ -8,6 +8,9 @@ colour square each (PNG) and every answer is checked for its own label. Figures 
 fails the bench (`FAILED:` line, exit status 1).
 
     .venv/bin/python bench/bench_batching.py [--callers 16] [--seconds 6] [--fixed-ms 20] [--per-image-ms 1]
+        [--client classify|grpc]
+
+`--client grpc`: tritonclient.grpc (aio) callers on the gRPC ingress, one preprocessed image each.
 """
 
 from __future__ import annotations
@@ -54,19 +57,55 @@ async def _caller(client: httpx.AsyncClient, url: str, model: str, colour: str, 
         lat.append(dt)
 
 
+async def _grpc_caller(url: str, model: str, colour: str, until: float, lat: list[float], tally: Tally) -> None:
+    """tritonclient.grpc (aio), its own channel: a [1, 3, 32, 32] FP32 tensor of one colour square."""
+    import numpy as np
+    import tritonclient.grpc.aio as triton_aio
+    from tritonclient.utils import InferenceServerException
+
+    from extproc.config import TensorInput
+    from kernels import PreprocessSpec, preprocess
+    from tests.vision_stack import COLOURS
+
+    x = preprocess([np.full((32, 32, 3), COLOURS[colour], np.uint8)],
+                   PreprocessSpec.from_tensor_input(TensorInput(width=32, height=32)))
+    inp = triton_aio.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    outputs = [triton_aio.InferRequestedOutput("scores")]
+    async with triton_aio.InferenceServerClient(url.removeprefix("http://")) as client:
+        while time.perf_counter() < until:
+            t0 = time.perf_counter()
+            try:
+                res = await client.infer(model, [inp], outputs=outputs, headers={"authorization": f"Bearer {KEY}"},
+                                         client_timeout=30)
+            except InferenceServerException as e:
+                tally.add(str(e.status()))
+                continue
+            dt = time.perf_counter() - t0
+            if LABELS[int(res.as_numpy("scores").argmax())] != colour:
+                tally.add("wrong label")
+                continue
+            tally.add(200)
+            lat.append(dt)
+
+
 async def run_case(url: str, model: str, callers: int, seconds: float, stats_url: str, tally: Tally,
-                   warmup: float = 1.0) -> dict[str, Any]:
+                   warmup: float = 1.0, client_kind: str = "classify") -> dict[str, Any]:
     """Images/s and latency from the successful requests; every outcome, warm-up included, into `tally`."""
     colours = [LABELS[i % len(LABELS)] for i in range(callers)]
     limits = httpx.Limits(max_connections=callers, max_keepalive_connections=callers)
     async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        def one(c: str, until: float, sink: list[float]) -> Any:
+            if client_kind == "grpc":
+                return _grpc_caller(url, model, c, until, sink, tally)
+            return _caller(client, url, model, c, until, sink, tally)
+
         sink: list[float] = []
-        await asyncio.gather(*(_caller(client, url, model, c, time.perf_counter() + warmup, sink, tally)
-                               for c in colours))
+        await asyncio.gather(*(one(c, time.perf_counter() + warmup, sink) for c in colours))
         lat: list[float] = []
         before = (await client.get(f"{stats_url}/stats")).raise_for_status().json()
         t0 = time.perf_counter()
-        await asyncio.gather(*(_caller(client, url, model, c, t0 + seconds, lat, tally) for c in colours))
+        await asyncio.gather(*(one(c, t0 + seconds, lat) for c in colours))
         wall = time.perf_counter() - t0
         after = (await client.get(f"{stats_url}/stats")).raise_for_status().json()
     lat.sort()
@@ -86,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-delay-ms", type=float, default=5.0)
     p.add_argument("--min-size", type=int, default=4)
     p.add_argument("--max-size", type=int, default=16)
+    p.add_argument("--client", choices=("classify", "grpc"), default="classify")
     a = p.parse_args(argv)
     batching = {"enabled": True, "max_delay_ms": a.max_delay_ms, "min_size": a.min_size, "max_size": a.max_size}
     models = {"colors-batched": batching, "colors-single": None}
@@ -95,16 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-batching-") as tmp, vision_stack(Path(tmp), models, demo) as stack:
         for case, model in (("off", "colors-single"), ("on", "colors-batched")):
             results[case] = asyncio.run(run_case(stack.url, model, a.callers, a.seconds, stack.demo_stats,
-                                                 tallies[case]))
+                                                 tallies[case], client_kind=a.client))
         # One caller: what the batching window costs a request when nobody else is there.
         for case, model in (("off-1", "colors-single"), ("on-1", "colors-batched")):
             results[case] = asyncio.run(run_case(stack.url, model, 1, a.seconds / 3, stack.demo_stats,
-                                                 tallies[case], 0.3))
+                                                 tallies[case], 0.3, a.client))
     on, off = results["on"], results["off"]
     batch_compute_ms = a.fixed_ms + a.per_image_ms * a.max_size
     print(f"demo model: {a.fixed_ms:g} ms per call + {a.per_image_ms:g} ms per image, one call at a time; "
           f"{a.callers} callers, {a.seconds:g} s per case; batching max_delay {a.max_delay_ms:g} ms, "
-          f"size {a.min_size}..{a.max_size}")
+          f"size {a.min_size}..{a.max_size}; callers: {a.client}")
     print(f"{'case':<6}{'requests':>10}{'images/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'calls':>8}{'img/call':>9}"
           f"{'errors':>8}")
     for case in ("off", "on", "off-1", "on-1"):
@@ -125,18 +165,18 @@ def main(argv: list[str] | None = None) -> int:
         r = results[case]
         extra = {"baseline": off["images_per_s"], "ratio": round(ratio, 3)} if case == "on" else {}
         rows += [
-            {"bench": "batching", "case": f"classify-16c-{case}", "metric": "images_per_s",
+            {"bench": "batching", "case": f"{a.client}-16c-{case}", "metric": "images_per_s",
              "value": round(r["images_per_s"], 1), "unit": "images/s", **extra},
-            {"bench": "batching", "case": f"classify-16c-{case}", "metric": "p50_latency",
+            {"bench": "batching", "case": f"{a.client}-16c-{case}", "metric": "p50_latency",
              "value": round(r["p50_ms"], 1), "unit": "ms"},
-            {"bench": "batching", "case": f"classify-16c-{case}", "metric": "p99_latency",
+            {"bench": "batching", "case": f"{a.client}-16c-{case}", "metric": "p99_latency",
              "value": round(r["p99_ms"], 1), "unit": "ms"},
-            {"bench": "batching", "case": f"classify-16c-{case}", "metric": "upstream_calls",
+            {"bench": "batching", "case": f"{a.client}-16c-{case}", "metric": "upstream_calls",
              "value": r["upstream_calls"], "unit": "calls"},
         ]
     for case in ("off-1", "on-1"):
         r = results[case]
-        rows += [{"bench": "batching", "case": f"classify-1c-{case[:-2]}", "metric": m, "value": round(r[k], 1),
+        rows += [{"bench": "batching", "case": f"{a.client}-1c-{case[:-2]}", "metric": m, "value": round(r[k], 1),
                   "unit": "ms"} for m, k in (("p50_latency", "p50_ms"), ("p99_latency", "p99_ms"))]
     print("SUMMARY " + json.dumps(rows))
     return report(tallies.values())

@@ -6,6 +6,12 @@ one gRPC message holding the v2 REST body, through the deployment's bridge liste
 (controlplane: Envoy's grpc_http1_reverse_bridge unframes it and gives the REST reply a frame
 and grpc-status trailers, which an HTTP/1.1 reply lacks), and comes back as a ModelInferResponse.
 
+Batching (docs/batching.md): a gRPC caller joins cross-caller batches like a REST one. A member
+cannot be answered with an immediate response (Envoy turns a local reply to a gRPC caller into
+trailers-only, no message), so its request goes on to the extproc's own gRPC port (`SLICE_PATH`)
+carrying its slice of the leader's reply as the body: that stateless echo returns it as a real gRPC
+reply, message and grpc-status trailers, which any extproc replica can give.
+
 The other five calls carry a reply message, which an ext_proc immediate response cannot (Envoy
 turns a local reply to a gRPC caller into trailers-only). The session routes them to the
 extproc's own gRPC port instead (`EXTPROC_CLUSTER`), where `KServeAnswers` answers from the
@@ -26,9 +32,11 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from adapters import kserve, kserve_binary, kserve_grpc, kserve_meta
+from adapters.kserve import slice_response
 from adapters.upstream_errors import client_text, sanitize
 from extproc import messages as msg
 from extproc.auth import client_key
+from extproc.batching import Batch, BatchPolicy
 from extproc.context import RequestContext
 from extproc.flows import local
 from extproc.flows.chat import upstream_error_status
@@ -44,6 +52,11 @@ _GRPC_TRAILERS = ["grpc-status", "grpc-message", "grpc-status-details-bin"]
 _MESSAGE_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 
 
+# The extproc's own echo: a batch member's slice goes up as the request and comes back as the reply.
+SLICE_SERVICE = "modelyard.BatchSlice"
+SLICE_PATH = f"/{SLICE_SERVICE}/Reply"
+
+
 def _grpc_message(text: str) -> str:
     return urllib.parse.quote(text, safe=_MESSAGE_SAFE)
 
@@ -56,10 +69,11 @@ class GrpcInferFlow(KServeInferFlow):
         self.grpc_error: tuple[int, str] | None = None  # ours, said in the trailers
         self.rest = False  # a REST deployment, reached through its bridge listener
 
-    def _policy(self) -> None:
-        """Never batched: a batch member answers with an immediate response, which gRPC cannot
-        carry; so it also takes a queue slot like any request sent alone."""
-        return None
+    def _policy(self) -> BatchPolicy | None:
+        """Batched to a gRPC deployment only: the bridge hop to a REST one carries the REST body."""
+        if self.choice is None or self.choice.deployment.protocol != "kserve-grpc":
+            return None
+        return super()._policy()
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
@@ -85,7 +99,23 @@ class GrpcInferFlow(KServeInferFlow):
             raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
         req.model_name = self.upstream_model
         self.request = req
-        return self._send(kserve.encode_infer_request(req))
+        job = self._batch_job(req)
+        if job is None:
+            return self._send(kserve.encode_infer_request(req))
+        return await self._dispatch(job)
+
+    def _answer_member(self, batch: Batch, response: Any, start: int) -> msg.ProcessingResponse | None:
+        """This member's slice, sent through Envoy to the extproc's echo, so that it comes back
+        as a gRPC reply with trailers (None: fall back to its own call)."""
+        assert self.job is not None
+        try:
+            part = slice_response(response, start, self.job.rows, total=batch.rows, request_id=self.request_id)
+        except (ModelyardError, ValueError) as e:
+            log.warning("task %s: batched reply unusable for this member (%s); own call", self.ctx.task_id, e)
+            return None
+        part.model_name = self.client_model
+        self.role = "member"
+        return self._send(kserve_grpc.render(part), SLICE_PATH, cluster=EXTPROC_CLUSTER)
 
     # -- response ----------------------------------------------------------------------------
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
@@ -93,11 +123,13 @@ class GrpcInferFlow(KServeInferFlow):
         set_h = self.ctx.task_headers()
         gs = kserve.grpc_status_from_headers(headers)
         if gs is not None:  # trailers-only: the upstream's status is the caller's, its message sanitized
+            self._fail_batch(f"upstream answered gRPC status {gs.code}")
             log.info("task %s: upstream answered gRPC status %d: %r", self.ctx.task_id, gs.code, gs.message[:2000])
             self._finish(gs.http_status)
             text = sanitize(gs.message) or f"upstream gRPC status {gs.code}"
             return msg.response_headers([*set_h, ("grpc-message", _grpc_message(text))], ["content-length"])
         if status != 200:  # a REST upstream's refusal (through the bridge): a status in the trailers
+            self._fail_batch(f"upstream answered HTTP {status}")
             self.grpc_error = (kserve_grpc.grpc_code(upstream_error_status(status)), f"upstream answered HTTP {status}")
             set_h.append((":status", "200"))
         return msg.response_headers(set_h, ["content-length"])
@@ -109,13 +141,23 @@ class GrpcInferFlow(KServeInferFlow):
                 body = kserve.unframe(chunk) if chunk[:1] == b"\x00" and len(chunk) >= 5 else chunk
                 self.grpc_error = (self.grpc_error[0], client_text(self.upstream_status, body))
             return msg.response_body(body=b"")
+        if self.role == "member":  # the echo of our own slice, already under the gateway's name
+            return msg.response_body()
         try:
             if self.rest:  # framed by the bridge: the REST reply, JSON
                 resp = kserve.parse_rest_reply(kserve.unframe(chunk), None)
             else:
                 resp = kserve.parse_grpc_response(chunk)
-        except ModelyardError as e:
-            self.grpc_error = (kserve_grpc.grpc_code(502), f"upstream sent an unusable reply: {e.message}")
+            if self.role == "leader" and self.batch is not None and self.member is not None and self.job:
+                # Cut the leader's own rows first: a reply of the wrong shape fails the batch.
+                own = slice_response(resp, self.member.start, self.job.rows, total=self.batch.rows,
+                                     request_id=self.request_id)
+                self._batcher.complete(self.batch, resp)
+                resp = own
+        except (ModelyardError, ValueError) as e:
+            self._fail_batch(str(e))
+            text = getattr(e, "message", str(e))
+            self.grpc_error = (kserve_grpc.grpc_code(502), f"upstream sent an unusable reply: {text}")
             return msg.response_body(body=b"")
         resp.model_name = self.client_model  # the gateway's name, never the upstream's
         return msg.response_body(body=kserve_grpc.render(resp))
@@ -127,6 +169,8 @@ class GrpcInferFlow(KServeInferFlow):
             return msg.response_trailers([("grpc-status", str(code)), ("grpc-message", _grpc_message(text))],
                                          ["grpc-status-details-bin"])
         gs = kserve.grpc_status_from_headers(trailers)
+        if gs is None or gs.code != 0:
+            self._fail_batch("upstream ended without a reply")  # no-op once the reply completed it
         self._finish(gs.http_status if gs is not None else 502)
         if gs is None:
             return msg.response_trailers([("grpc-status", "13"), ("grpc-message", "upstream sent no status")])
@@ -194,5 +238,13 @@ def _status_code(http_status: int) -> grpc.StatusCode:
     return next(s for s in grpc.StatusCode if s.value[0] == code)
 
 
+async def _echo_slice(request: bytes, context: Any) -> bytes:
+    """A batch member's slice, returned as sent: the extproc built it; Envoy frames the reply."""
+    return request
+
+
 def add_to_server(server: grpc.aio.Server, gw: Gateway) -> None:
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeAnswers(gw), server)
+    # Raw bytes both ways (no (de)serializer): the slice is never parsed again.
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        SLICE_SERVICE, {"Reply": grpc.unary_unary_rpc_method_handler(_echo_slice)})])

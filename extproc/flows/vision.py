@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -418,7 +419,11 @@ class KServeInferFlow(_VisionFlow):
             return None
         if any(o.name != v.output or o.parameters for o in req.outputs) or len(req.outputs) > 1:
             return None
-        tensor = np.frombuffer(req.raw_input_contents[0], dtype=kserve.DTYPES[t.datatype]).reshape(shape)
+        dtype = np.dtype(kserve.DTYPES[t.datatype])
+        # A gRPC caller's tensor is unchecked so far (typed contents, or a size that lies): it goes alone.
+        if len(req.raw_input_contents) != 1 or len(req.raw_input_contents[0]) != math.prod(shape) * dtype.itemsize:
+            return None
+        tensor = np.frombuffer(req.raw_input_contents[0], dtype=dtype).reshape(shape)
         return Job(rows=shape[0], tensor=tensor)
 
     async def _single_body(self) -> bytes:

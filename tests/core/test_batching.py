@@ -211,6 +211,8 @@ from pathlib import Path  # noqa: E402
 
 import orjson  # noqa: E402
 import yaml  # noqa: E402
+from envoy.config.core.v3 import base_pb2  # noqa: E402
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb_ext  # noqa: E402
 
 from adapters import kserve  # noqa: E402
 from devstack.demo.kserve_server import ColourModel, read_input  # noqa: E402
@@ -474,3 +476,100 @@ async def test_binary_v2_requests_batch_and_answer_binary(vision_gateway: Gatewa
     m = (await asyncio.wait_for(mt, 5)).immediate_response
     mh = set_headers(m.headers)
     assert m.status.code == 200 and _binary_top1(m.body, mh["inference-header-content-length"]) == mwant
+
+
+async def _grpc_infer_session(gw: Gateway, colours: list[str], rid: str) -> tuple[Session, asyncio.Task]:
+    """A tritonclient.grpc-style ModelInfer (raw contents) on the gateway's gRPC ingress."""
+    from extproc.config import TensorInput
+    from kernels import PreprocessSpec, preprocess
+
+    x = preprocess([np.full((9, 9, 3), RGB[c], np.uint8) for c in colours],
+                   PreprocessSpec.from_tensor_input(TensorInput(width=32, height=32, datatype="FP32")))
+    req = pb.ModelInferRequest(model_name="demo-colors", id=rid)
+    req.inputs.add(name="input", datatype="FP32", shape=list(x.shape))
+    req.outputs.add(name="scores")
+    req.raw_input_contents.append(x.astype("<f4").tobytes())
+    s = Session(gw, ROUTES)
+    await s.handle(headers_msg({":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
+                                "content-type": "application/grpc", "te": "trailers",
+                                "authorization": "Bearer sk-modelyard-demo"}))
+    return s, asyncio.create_task(s.handle(body_msg(kserve.frame(req.SerializeToString()))))
+
+
+def _grpc_top1(framed: bytes) -> tuple[str, str, list[str]]:
+    resp = pb.ModelInferResponse.FromString(kserve.unframe(framed))
+    scores = np.frombuffer(resp.raw_output_contents[0], "<f4").reshape(list(resp.outputs[0].shape))
+    names = ["red", "green", "blue", "white", "black", "yellow", "cyan", "magenta"]
+    return resp.model_name, resp.id, [names[i] for i in scores.argmax(1)]
+
+
+async def _grpc_leader_and_member(gw: Gateway):
+    sa, ta = await _grpc_infer_session(gw, ["red"], "a")
+    sb, tb = await _grpc_infer_session(gw, ["green", "blue"], "b")
+    done, _ = await asyncio.wait({ta, tb}, return_when=asyncio.FIRST_COMPLETED, timeout=5)
+    assert len(done) == 1, "one leader, one member"
+    if ta in done:
+        return (sa, ta, ("a", ["red"])), (sb, tb, ("b", ["green", "blue"]))
+    return (sb, tb, ("b", ["green", "blue"])), (sa, ta, ("a", ["red"]))
+
+
+async def test_grpc_member_goes_to_the_echo_with_its_slice(vision_gateway: Gateway) -> None:
+    """A gRPC member is not answered with an immediate response (no message, no trailers there): its
+    request goes on to the extproc's echo, carrying its slice, and the echoed reply passes as is."""
+    from extproc.flows.kserve_grpc import SLICE_PATH
+    from extproc.headers import CLUSTER_HEADER, EXTPROC_CLUSTER
+
+    (ls, lt, (lid, lwant)), (ms, mt, (mid, mwant)) = await _grpc_leader_and_member(vision_gateway)
+    reply, rows = _grpc_reply(lt.result().request_body.response.body_mutation.body)
+    assert rows == 3  # both callers in one merged call
+    await ls.handle(headers_msg({":status": "200", "content-type": "application/grpc"}, response=True))
+    rb = (await ls.handle(body_msg(reply, response=True))).response_body.response
+    assert _grpc_top1(rb.body_mutation.body) == ("demo-colors", lid, lwant)
+    m = (await asyncio.wait_for(mt, 5)).request_body.response
+    sent = set_headers(m.header_mutation)
+    assert sent[":path"] == SLICE_PATH and sent[CLUSTER_HEADER] == EXTPROC_CLUSTER and m.clear_route_cache
+    assert _grpc_top1(m.body_mutation.body) == ("demo-colors", mid, mwant)  # the gateway's name, its own id
+    # The echo's reply (what the extproc's own port returns) goes to the caller unchanged, OK in the trailers.
+    await ms.handle(headers_msg({":status": "200", "content-type": "application/grpc"}, response=True))
+    back = (await ms.handle(body_msg(m.body_mutation.body, response=True))).response_body.response
+    assert not back.HasField("body_mutation")
+    t = await ms.handle(pb_ext.ProcessingRequest(response_trailers=pb_ext.HttpTrailers(
+        trailers=base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key="grpc-status", raw_value=b"0")]))))
+    assert t.WhichOneof("response") == "response_trailers"
+    ls.close()
+    ms.close()
+
+
+async def test_grpc_leader_error_sends_member_on_its_own(vision_gateway: Gateway) -> None:
+    (ls, lt, _), (ms, mt, (mid, mwant)) = await _grpc_leader_and_member(vision_gateway)
+    await ls.handle(headers_msg({":status": "200", "grpc-status": "14", "grpc-message": "down"}, response=True))
+    own = (await asyncio.wait_for(mt, 5)).request_body.response
+    assert set_headers(own.header_mutation)[":path"] == "/inference.GRPCInferenceService/ModelInfer"
+    reply, rows = _grpc_reply(own.body_mutation.body)
+    assert rows == len(mwant)  # its own rows only, to the deployment
+    await ms.handle(headers_msg({":status": "200", "content-type": "application/grpc"}, response=True))
+    rb = (await ms.handle(body_msg(reply, response=True))).response_body.response
+    assert _grpc_top1(rb.body_mutation.body) == ("demo-colors", mid, mwant)
+    ls.close()
+    ms.close()
+
+
+@pytest.mark.parametrize("shape", ["typed", "short"])
+async def test_grpc_tensor_that_is_not_raw_or_lies_about_its_size_goes_alone(vision_gateway: Gateway,
+                                                                               shape: str) -> None:
+    """Typed `contents` or raw bytes of the wrong size never join a batch (nor fail in it): sent as is."""
+    req = pb.ModelInferRequest(model_name="demo-colors", id="t")
+    t = req.inputs.add(name="input", datatype="FP32", shape=[1, 3, 32, 32])
+    if shape == "typed":
+        t.contents.fp32_contents.extend([0.0] * 3 * 32 * 32)
+    else:
+        req.raw_input_contents.append(b"\x00" * 16)
+    s = Session(vision_gateway, ROUTES)
+    await s.handle(headers_msg({":method": "POST", ":path": "/inference.GRPCInferenceService/ModelInfer",
+                                "content-type": "application/grpc", "authorization": "Bearer sk-modelyard-demo"}))
+    r = await asyncio.wait_for(s.handle(body_msg(kserve.frame(req.SerializeToString()))), 1)  # no batch window
+    sent = pb.ModelInferRequest.FromString(kserve.unframe(r.request_body.response.body_mutation.body))
+    assert sent.id == "t" and sent.inputs[0].shape == [1, 3, 32, 32]
+    assert vision_gateway.batcher is not None and not vision_gateway.batcher.queue_rows(
+        BatchKey("demo-colors", "demo-kserve", (3, 32, 32), "FP32"))
+    s.close()

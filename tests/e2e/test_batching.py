@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as triton_grpc
+from tritonclient.utils import InferenceServerException
 
 from extproc.config import TensorInput
 from kernels import PreprocessSpec, preprocess
@@ -51,6 +53,24 @@ def _infer(url: str, model: str, colours: list[str]) -> httpx.Response:
     return httpx.post(f"{url}/v2/models/{model}/infer", json=body, headers=AUTH, timeout=20)
 
 
+def _tensor(colours: list[str]) -> np.ndarray:
+    spec = PreprocessSpec.from_tensor_input(TensorInput(width=32, height=32))
+    return preprocess([np.full((9, 7, 3), COLOURS[c], np.uint8) for c in colours], spec)
+
+
+def _grpc_infer(url: str, model: str, colours: list[str], request_id: str = "") -> triton_grpc.InferResult:
+    """tritonclient.grpc through the gateway's listener (gRPC ingress), binary raw contents as it sends them."""
+    x = _tensor(colours)
+    inp = triton_grpc.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    client = triton_grpc.InferenceServerClient(url.removeprefix("http://"))
+    try:
+        return client.infer(model, [inp], outputs=[triton_grpc.InferRequestedOutput("scores")],
+                            request_id=request_id, headers=dict(AUTH), client_timeout=20)
+    finally:
+        client.close()
+
+
 def _labels(r: httpx.Response) -> list[str]:
     assert r.status_code == 200, r.text
     doc = r.json()
@@ -81,6 +101,13 @@ def _metric(stack, name: str, model: str) -> float:
         if line.startswith(name) and f'model="{model}"' in line:
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def _served(stack, model: str) -> float:
+    """modelyard_requests_total for the model, status 200, every cluster: each request metered as itself."""
+    text = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("modelyard_requests_total{") and f'model="{model}"' in line and 'status="200"' in line)
 
 
 def _wants(n: int) -> list[list[str]]:
@@ -160,6 +187,58 @@ def test_unreachable_upstream_answers_every_member(stack) -> None:
     assert [r.status_code for r in results] == [502] * 3, [r.text for r in results]
     assert all("upstream error" in r.json()["error"]["message"] for r in results)
     assert _metric(stack, "modelyard_batch_fallbacks_total", "colors-down") == 2
+
+
+def test_grpc_callers_join_one_batch_with_their_own_scores(stack) -> None:
+    """tritonclient.grpc callers (and a REST one) fired together: one upstream call, and each gRPC
+    caller gets a real gRPC reply (message + OK trailers) holding exactly the scores it gets alone."""
+    wants = [["red", "green"], ["blue"], ["yellow", "cyan", "magenta"], ["white"], ["black", "red"]]
+    alone = [_grpc_infer(stack.url, "colors-single", w).as_numpy("scores") for w in wants]
+    before = demo_stats(stack)
+    members = _metric(stack, "modelyard_batch_members_sum", "colors-wide")
+    served = _served(stack, "colors-wide")
+    calls = [lambda w=w, i=i: _grpc_infer(stack.url, "colors-wide", w, request_id=f"g-{i}")
+             for i, w in enumerate(wants)]
+    calls.append(lambda: _infer(stack.url, "colors-wide", ["green"]))
+    results = _together(calls)
+    after = demo_stats(stack)
+    assert after["calls"] - before["calls"] == 1, results
+    assert after["images"] - before["images"] == sum(map(len, wants)) + 1
+    assert _metric(stack, "modelyard_batch_members_sum", "colors-wide") - members == len(calls)
+    assert _served(stack, "colors-wide") - served == len(calls)  # members too, against the deployment
+    assert 'cluster="modelyard-extproc"' not in httpx.get(
+        f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text  # the echo is no deployment
+    for i, (res, w, own) in enumerate(zip(results[:-1], wants, alone)):
+        assert isinstance(res, triton_grpc.InferResult), res
+        scores = res.as_numpy("scores")
+        assert scores.shape == (len(w), len(LABELS))
+        np.testing.assert_allclose(scores, own, rtol=1e-6)  # its own rows, nobody else's
+        assert [LABELS[k] for k in scores.argmax(1)] == w
+        resp = res.get_response()
+        assert resp.model_name == "colors-wide" and resp.id == f"g-{i}"
+    assert _labels(results[-1]) == ["green"]
+
+
+def test_grpc_leader_failure_falls_back_for_every_member(stack) -> None:
+    wants = _wants(4)
+    httpx.post(f"{stack.demo_stats}/control", json={"fail_next": 1}, timeout=5).raise_for_status()
+    before = demo_stats(stack)
+
+    def call(w: list[str]) -> object:
+        try:
+            return _grpc_infer(stack.url, "colors-wide", w)
+        except InferenceServerException as e:
+            return e
+
+    results = _together([lambda w=w: call(w) for w in wants])
+    errors = [r for r in results if isinstance(r, InferenceServerException)]
+    assert len(errors) == 1 and errors[0].status() == "StatusCode.UNAVAILABLE", results  # the leader's own
+    for r, w in zip(results, wants):
+        if isinstance(r, triton_grpc.InferResult):
+            assert [LABELS[k] for k in r.as_numpy("scores").argmax(1)] == w
+    after = demo_stats(stack)
+    assert after["failures"] - before["failures"] == 1
+    assert after["calls"] - before["calls"] == len(wants) - 1
 
 
 def test_service_still_serves_after_the_batching_tests(stack) -> None:
