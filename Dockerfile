@@ -20,7 +20,10 @@ COPY ratelimit ./ratelimit
 COPY controlplane ./controlplane
 COPY devstack ./devstack
 COPY gpuagent ./gpuagent
-RUN /opt/modelyard/bin/pip install ".[${EXTRAS}]"
+# With the tracing extra, OpenTelemetry's own protos must win over xds-protos' older copy of them.
+RUN /opt/modelyard/bin/pip install ".[${EXTRAS}]" \
+ && if v=$(/opt/modelyard/bin/python -c "import importlib.metadata as m; print(m.version('opentelemetry-proto'))" 2>/dev/null); \
+    then /opt/modelyard/bin/pip install --force-reinstall --no-deps "opentelemetry-proto==$v"; fi
 
 # Runtime stage: no compiler, no pip cache, a non-root user.
 FROM python:3.11-slim-bookworm

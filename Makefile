@@ -11,6 +11,10 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	# xds-protos also ships opentelemetry/proto/* (an older copy); which wins depends on install
+	# order, and the OTLP exporters need OpenTelemetry's own: put those back last.
+	@if v=$$($(PY) -c "import importlib.metadata as m; print(m.version('opentelemetry-proto'))" 2>/dev/null); \
+	  then $(PY) -m pip install -q --force-reinstall --no-deps "opentelemetry-proto==$$v"; fi
 	touch $(STAMP)
 
 # Debian packages the tests run: redis-server (the Redis rate-limit tests start it themselves),
