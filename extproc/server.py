@@ -35,19 +35,21 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         self.gateway = gateway
         self.routes = routes
 
-    async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator:  # noqa: N802
+    async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         # Translation hops (Envoy internal listeners) mark their streams in the gRPC metadata.
         xlate = next((v if isinstance(v, str) else v.decode("ascii", "replace")
                       for k, v in context.invocation_metadata() or () if k == XLATE_METADATA), None)
         session = Session(self.gateway, self.routes, xlate=xlate)
+        # read()/write() on the context, not the iterator and a generator: grpc.aio's iterator
+        # wrappers cost about a fifth of the extproc's CPU per request under load.
         try:
-            async for req in request_iterator:
+            while (req := await context.read()) is not grpc.aio.EOF:
                 resp = await session.handle(req)
                 while isinstance(resp, Interim):  # a step that waits on purpose keeps Envoy's timer going
-                    yield resp.message
+                    await context.write(resp.message)
                     resp = await resp.then()
                 if resp is not None:
-                    yield resp
+                    await context.write(resp)
         finally:
             session.close()
 
