@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
@@ -92,12 +92,15 @@ class ExtprocServer:
     def request_stop(self) -> None:
         self._stopping.set()
 
-    async def serve_until_signal(self) -> None:
+    async def serve_until_signal(self, on_stop: Callable[[], object] | None = None) -> None:
+        """Serve until SIGTERM/SIGINT, then drain; `on_stop` runs first (the other workers drain too)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         await self.start()
         await self._stopping.wait()
+        if on_stop is not None:
+            on_stop()
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await asyncio.sleep(UNREADY_BEFORE_DRAIN_S)
         log.info("draining open streams (up to %.0fs)", self.config.extproc.drain_seconds)

@@ -51,6 +51,8 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     from extproc.config import parse_config
 
     ext = data.setdefault("extproc", {})
+    # One worker unless a test asks: worker i takes port + i, which a free port does not promise.
+    ext.setdefault("workers", 1)
     for db in ("metering_db", "audit_db"):
         if ext.get(db) and not Path(ext[db]).is_absolute():
             ext[db] = str(workdir / Path(ext[db]).name)  # keep test runs out of the repo
