@@ -15,6 +15,7 @@ metering, audit, A/B).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -34,18 +35,20 @@ from controlplane.bootstrap import bootstrap_dict, build_bootstrap  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
 from devstack.launcher import Child, Stack, envoy_binary  # noqa: E402
 from extproc.config import parse_config  # noqa: E402
+from extproc.workers import default_workers  # noqa: E402
 from tests.conftest import UPSTREAM_KEYS  # noqa: E402
-from tests.stack_config import demo_config_free_ports, free_port, start_stack  # noqa: E402
+from tests.stack_config import demo_config_free_ports, free_port, free_ports_run, start_stack  # noqa: E402
 
 BODY = '{"model":"demo-gpt","messages":[{"role":"user","content":"hello from the benchmark"}]}'
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-modelyard-demo"}
 
 
-def _config() -> dict:
+def _config(workers: int = 1) -> dict:
     up = free_port()
     return {
         "listener": {"address": "127.0.0.1", "port": free_port()},
-        "extproc": {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}"},
+        "extproc": {"address": f"127.0.0.1:{free_ports_run(workers)}",
+                    "metrics_address": f"127.0.0.1:{free_ports_run(workers)}", "workers": workers},
         "models": [{"name": "demo-gpt", "deployments": [
             {"cluster": "demo-openai", "protocol": "openai", "endpoints": [f"127.0.0.1:{up}"]}]}],
         "tenants": [{"name": "bench", "tier": "L1", "api_keys": [
@@ -112,6 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     (work / "demo").mkdir()
     demo_stack = start_stack(work / "demo", demo_data)
     demo_stack.quiet = True
+    # The minimal config again with 2 and the default number of workers (1 is `stack` itself).
+    worker_stacks: dict[int, Stack] = {}
+    for n in sorted({2, default_workers()} - {1}):
+        wdata = _config(n)
+        (work / f"workers-{n}").mkdir()
+        (work / f"workers-{n}" / "modelyard.yaml").write_text(yaml.safe_dump(wdata))
+        worker_stacks[n] = Stack(parse_config(wdata), env, config_path=work / f"workers-{n}" / "modelyard.yaml",
+                                 workdir=work / f"workers-{n}", quiet=True)
     rows = []
     tallies: list[Tally] = []
 
@@ -121,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # per-request CPU of each process, by stack: {(stack, process): [us per 200, one per round]}
     cpu_us: dict[tuple[str, str], list[float]] = {}
-    with stack, demo_stack:
+    worker_rps: dict[int, list[float]] = {}
+    with contextlib.ExitStack() as running:
+        for s_ in (stack, demo_stack, *worker_stacks.values()):
+            running.enter_context(s_)
         targets = {"bare-envoy": f"http://127.0.0.1:{bare_port}/v1/chat/completions",
                    "modelyard": f"{stack.url}/v1/chat/completions"}
         cpu_targets = {"minimal": (stack, targets["modelyard"]),
@@ -129,12 +143,18 @@ def main(argv: list[str] | None = None) -> int:
         for name, url in targets.items():
             load(name, url, 4, 1.0, "warm-up")  # warm up connections and code paths
         load("demo", cpu_targets["demo"][1], 4, 1.0, "warm-up")
+        for n, s_ in worker_stacks.items():
+            load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, 1.0, "warm-up")
         results: dict[tuple[str, int], list[WrkResult]] = {}
         for i in range(a.rounds):
             for conns in (1, 16):
                 for name, url in targets.items():
                     run = load(name, url, conns, a.seconds, f"c={conns} round {i + 1}")
                     results.setdefault((name, conns), []).append(run)
+            worker_rps.setdefault(1, []).append(results[("modelyard", 16)][-1].ok_rps)
+            for n, s_ in worker_stacks.items():
+                worker_rps.setdefault(n, []).append(
+                    load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, a.seconds, f"c=16 round {i + 1}").ok_rps)
             for label, (s_, url) in cpu_targets.items():
                 pids = {p: s_.child(p).proc.pid for p in ("extproc", "envoy")}
                 before = {p: cpu_s(pid) for p, pid in pids.items()}
@@ -177,6 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     for (label, p), v in cpu_us.items():
         rows.append({"bench": "gateway", "case": f"{label} c=16", "metric": f"{p}_cpu_us",
                      "value": round(statistics.median(v), 1), "unit": "us/req"})
+    print("\nminimal config, c=16, by extproc workers (ok req/s, median of rounds): " + ", ".join(
+        f"{n}: {statistics.median(v):.0f}" for n, v in sorted(worker_rps.items())))
+    for n, v in sorted(worker_rps.items()):
+        row = {"bench": "gateway", "case": f"minimal workers={n} c=16", "metric": "rps",
+               "value": round(statistics.median(v), 1), "unit": "req/s"}
+        if n != 1:
+            row.update(baseline=round(statistics.median(worker_rps[1]), 1),
+                       ratio=round(statistics.median(v) / statistics.median(worker_rps[1]), 3))
+        rows.append(row)
     print("\npeak RSS after the load (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in memory.items()))
     for name, mb in memory.items():
         row = {"bench": "gateway", "case": name, "metric": "peak_rss", "value": round(mb, 1), "unit": "MB"}

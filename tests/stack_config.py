@@ -19,6 +19,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports_run(n: int) -> int:
+    """A port p with p..p+n-1 all free now: the base address of `extproc.workers: n`."""
+    while True:
+        base = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+
+
 def _remap(value: Any, ports: dict[str, int]) -> Any:
     if isinstance(value, dict):
         return {k: _remap(v, ports) for k, v in value.items()}

@@ -4,7 +4,6 @@ worker outlives `modelyard serve`."""
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 from pathlib import Path
 
@@ -12,22 +11,9 @@ import httpx
 import openai
 
 from tests.conftest import DEMO_KEY
-from tests.stack_config import small_config, start_stack
+from tests.stack_config import free_ports_run, small_config, start_stack
 
 REQUESTS = 40
-
-
-def _free_pair() -> int:
-    """A port whose next port is free as well (worker 1 takes port + 1)."""
-    while True:
-        with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            try:
-                b.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-            return port
 
 
 def _children(pid: int) -> list[int]:
@@ -57,7 +43,7 @@ def _requests_total(metrics_address: str) -> float:
 
 def test_two_workers_share_streams_and_state_and_stop_with_serve(tmp_path: Path) -> None:
     data = small_config()
-    grpc_port, metrics_port = _free_pair(), _free_pair()
+    grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
     data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
                            workers=2, metering_db="metering.sqlite", audit_db=None, tasks=None)
     with start_stack(tmp_path, data) as stack:
