@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis,deploy
 
-.PHONY: up test lint bench chaos reliability gpu-check system-tools clean mlserver pytriton
+.PHONY: up test lint bench bench-peers chaos reliability gpu-check system-tools clean mlserver pytriton
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,15 @@ lint: $(STAMP)
 
 bench: $(STAMP) system-tools
 	$(PY) bench/run_all.py
+
+# LiteLLM's proxy in its own venv (its pins are not ours), then Modelyard and it side by side.
+PEERS_VENV := .venv-peers
+bench-peers: $(STAMP) system-tools $(PEERS_VENV)/.installed-stamp
+	$(PY) bench/run_all.py peers
+$(PEERS_VENV)/.installed-stamp:
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q 'litellm[proxy]'
+	touch $@
 
 # On a CUDA machine: the gpu extra (CuPy), every test marked gpu, and the kernel benchmark.
 gpu-check: $(STAMP)

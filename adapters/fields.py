@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 import orjson
 
-from adapters.json_shape import check_shape
+from adapters.json_shape import check_shape, surely_within
 from adapters.upstream_errors import provider_message
 from modelyard.errors import ClientError, UpstreamError
 
@@ -14,7 +14,8 @@ from modelyard.errors import ClientError, UpstreamError
 
 def load_object(body: bytes, what: str = "request body", *, max_values: int | None = None) -> dict:
     """Parse JSON text that must be an object; its depth (and value count) is checked first."""
-    check_shape(body, max_values=max_values, what=what)
+    if not surely_within(body, max_values=max_values):
+        check_shape(body, max_values=max_values, what=what)
     try:
         obj = orjson.loads(body)
     except (orjson.JSONDecodeError, TypeError):

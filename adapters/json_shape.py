@@ -71,6 +71,17 @@ def measure(body: bytes | bytearray | memoryview, *, stop_depth: int | None = No
     return JsonShape(max_depth, containers, containers + commas)
 
 
+def surely_within(body: bytes | bytearray | memoryview, *, max_values: int | None = None,
+                  max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """True when plain byte counts already prove `check_shape` would pass: every bracket and
+    comma counted, inside strings or not, bounds depth and values from above. A typical request
+    body costs a few C-speed scans here instead of measure's two dozen numpy calls."""
+    if isinstance(body, memoryview):
+        return False
+    opens = body.count(b"[") + body.count(b"{")
+    return opens <= max_depth and (max_values is None or opens + body.count(b",") <= max_values)
+
+
 def check_shape(body: bytes | bytearray | memoryview, *, max_values: int | None = None,
                 max_depth: int = MAX_JSON_DEPTH, what: str = "request body") -> JsonShape:
     """Refuse nesting deeper than `max_depth` (400) or more than `max_values` values (413)."""

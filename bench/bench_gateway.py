@@ -4,12 +4,20 @@ Load comes from wrk (Debian's package) at 1 and 16 connections; each case runs `
 and the median round is reported, with Modelyard's ratio to bare Envoy. Every response's status
 is counted (bench.wrk_load): req/s counts 200s only, and any other status or socket error, in any
 round or warm-up, fails the bench with a `FAILED:` line and exit status 1.
+
+CPU per request (`extproc_cpu_us`, `envoy_cpu_us`): each process's CPU-time delta (/proc, user +
+system) over a c=16 round divided by that round's 200s, median of the rounds, for two stacks run
+interleaved in the same rounds: `minimal` (one tenant, one OpenAI deployment, nothing else) and
+`demo` (the shipped modelyard.yaml on free ports: auth, scheduler with watermarks, rate limits,
+metering, audit, A/B).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -27,17 +35,20 @@ from controlplane.bootstrap import bootstrap_dict, build_bootstrap  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
 from devstack.launcher import Child, Stack, envoy_binary  # noqa: E402
 from extproc.config import parse_config  # noqa: E402
-from tests.stack_config import free_port  # noqa: E402
+from extproc.workers import default_workers  # noqa: E402
+from tests.conftest import UPSTREAM_KEYS  # noqa: E402
+from tests.stack_config import demo_config_free_ports, free_port, free_ports_run, start_stack  # noqa: E402
 
 BODY = '{"model":"demo-gpt","messages":[{"role":"user","content":"hello from the benchmark"}]}'
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-modelyard-demo"}
 
 
-def _config() -> dict:
+def _config(workers: int = 1) -> dict:
     up = free_port()
     return {
         "listener": {"address": "127.0.0.1", "port": free_port()},
-        "extproc": {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}"},
+        "extproc": {"address": f"127.0.0.1:{free_ports_run(workers)}",
+                    "metrics_address": f"127.0.0.1:{free_ports_run(workers)}", "workers": workers},
         "models": [{"name": "demo-gpt", "deployments": [
             {"cluster": "demo-openai", "protocol": "openai", "endpoints": [f"127.0.0.1:{up}"]}]}],
         "tenants": [{"name": "bench", "tier": "L1", "api_keys": [
@@ -59,6 +70,12 @@ def _bare_envoy(cfg_obj, env: EnvironmentConfig, port: int) -> dict:
     route["route"]["cluster"] = "demo-openai"
     boot.pop("admin", None)
     return boot
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -92,6 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     stack.children.append(Child("bare-envoy", [envoy_binary(), "-c", str(work / "bare.yaml"), "--concurrency", "1",
                                                "--disable-hot-restart", "--log-level", "error"],
                                 ("tcp", f"127.0.0.1:{bare_port}")))
+    for name, value in UPSTREAM_KEYS.items():
+        os.environ.setdefault(name, value)
+    demo_data, _ = demo_config_free_ports()
+    (work / "demo").mkdir()
+    demo_stack = start_stack(work / "demo", demo_data)
+    demo_stack.quiet = True
+    # The minimal config again with 2 and the default number of workers (1 is `stack` itself).
+    worker_stacks: dict[int, Stack] = {}
+    for n in sorted({2, default_workers()} - {1}):
+        wdata = _config(n)
+        (work / f"workers-{n}").mkdir()
+        (work / f"workers-{n}" / "modelyard.yaml").write_text(yaml.safe_dump(wdata))
+        worker_stacks[n] = Stack(parse_config(wdata), env, config_path=work / f"workers-{n}" / "modelyard.yaml",
+                                 workdir=work / f"workers-{n}", quiet=True)
     rows = []
     tallies: list[Tally] = []
 
@@ -99,17 +130,38 @@ def main(argv: list[str] | None = None) -> int:
         tallies.append(Tally("gateway", f"{name} {case}"))
         return run_wrk(url, conns, seconds, script, tallies[-1])
 
-    with stack:
+    # per-request CPU of each process, by stack: {(stack, process): [us per 200, one per round]}
+    cpu_us: dict[tuple[str, str], list[float]] = {}
+    worker_rps: dict[int, list[float]] = {}
+    with contextlib.ExitStack() as running:
+        for s_ in (stack, demo_stack, *worker_stacks.values()):
+            running.enter_context(s_)
         targets = {"bare-envoy": f"http://127.0.0.1:{bare_port}/v1/chat/completions",
                    "modelyard": f"{stack.url}/v1/chat/completions"}
+        cpu_targets = {"minimal": (stack, targets["modelyard"]),
+                       "demo": (demo_stack, f"{demo_stack.url}/v1/chat/completions")}
         for name, url in targets.items():
             load(name, url, 4, 1.0, "warm-up")  # warm up connections and code paths
+        load("demo", cpu_targets["demo"][1], 4, 1.0, "warm-up")
+        for n, s_ in worker_stacks.items():
+            load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, 1.0, "warm-up")
         results: dict[tuple[str, int], list[WrkResult]] = {}
         for i in range(a.rounds):
             for conns in (1, 16):
                 for name, url in targets.items():
                     run = load(name, url, conns, a.seconds, f"c={conns} round {i + 1}")
                     results.setdefault((name, conns), []).append(run)
+            worker_rps.setdefault(1, []).append(results[("modelyard", 16)][-1].ok_rps)
+            for n, s_ in worker_stacks.items():
+                worker_rps.setdefault(n, []).append(
+                    load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, a.seconds, f"c=16 round {i + 1}").ok_rps)
+            for label, (s_, url) in cpu_targets.items():
+                pids = {p: s_.child(p).proc.pid for p in ("extproc", "envoy")}
+                before = {p: cpu_s(pid) for p, pid in pids.items()}
+                run = load(f"{label} cpu", url, 16, a.seconds, f"c=16 round {i + 1}")
+                for p, pid in pids.items():
+                    if run.tally.ok:
+                        cpu_us.setdefault((label, p), []).append((cpu_s(pid) - before[p]) / run.tally.ok * 1e6)
         memory = {name: peak_rss_mb(stack.child(child).proc.pid)
                   for name, child in (("extproc", "extproc"), ("modelyard envoy", "envoy"),
                                       ("bare envoy", "bare-envoy"))}
@@ -140,6 +192,20 @@ def main(argv: list[str] | None = None) -> int:
                     row["baseline"] = round(med["bare-envoy"][metric], 3)
                     row["ratio"] = round(m[metric] / med["bare-envoy"][metric], 3)
                 rows.append(row)
+    print("\nCPU per 200 at c=16 (us, median of rounds): " + ", ".join(
+        f"{label} {p} {statistics.median(v):.0f}" for (label, p), v in cpu_us.items()))
+    for (label, p), v in cpu_us.items():
+        rows.append({"bench": "gateway", "case": f"{label} c=16", "metric": f"{p}_cpu_us",
+                     "value": round(statistics.median(v), 1), "unit": "us/req"})
+    print("\nminimal config, c=16, by extproc workers (ok req/s, median of rounds): " + ", ".join(
+        f"{n}: {statistics.median(v):.0f}" for n, v in sorted(worker_rps.items())))
+    for n, v in sorted(worker_rps.items()):
+        row = {"bench": "gateway", "case": f"minimal workers={n} c=16", "metric": "rps",
+               "value": round(statistics.median(v), 1), "unit": "req/s"}
+        if n != 1:
+            row.update(baseline=round(statistics.median(worker_rps[1]), 1),
+                       ratio=round(statistics.median(v) / statistics.median(worker_rps[1]), 3))
+        rows.append(row)
     print("\npeak RSS after the load (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in memory.items()))
     for name, mb in memory.items():
         row = {"bench": "gateway", "case": name, "metric": "peak_rss", "value": round(mb, 1), "unit": "MB"}

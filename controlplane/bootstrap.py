@@ -131,6 +131,7 @@ from extproc.headers import (
     grpc_bridge_cluster,
 )
 from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
+from extproc.workers import worker_addresses, worker_count
 from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
@@ -465,7 +466,9 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         filter_chains=[FilterChain(filters=[Filter(
             name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])],
     )
-    extproc_endpoints = env.extproc_endpoints or [cfg.extproc.address]
+    # Listed replicas, else this host's workers (extproc/workers.py: address port + 0..N-1).
+    extproc_endpoints = env.extproc_endpoints or worker_addresses(cfg.extproc.address,
+                                                                  worker_count(cfg.extproc.workers))
     extproc = _cluster(EXTPROC_CLUSTER, extproc_endpoints, h2=True, tls=_extproc_tls(env, extproc_endpoints),
                        env=env, outlier=False)
     # gRPC health: a replica that drains (NOT_SERVING) or died leaves the rotation within a second;

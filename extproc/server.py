@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
@@ -35,19 +35,21 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         self.gateway = gateway
         self.routes = routes
 
-    async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> AsyncIterator:  # noqa: N802
+    async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         # Translation hops (Envoy internal listeners) mark their streams in the gRPC metadata.
         xlate = next((v if isinstance(v, str) else v.decode("ascii", "replace")
                       for k, v in context.invocation_metadata() or () if k == XLATE_METADATA), None)
         session = Session(self.gateway, self.routes, xlate=xlate)
+        # read()/write() on the context, not the iterator and a generator: grpc.aio's iterator
+        # wrappers cost about a fifth of the extproc's CPU per request under load.
         try:
-            async for req in request_iterator:
+            while (req := await context.read()) is not grpc.aio.EOF:
                 resp = await session.handle(req)
                 while isinstance(resp, Interim):  # a step that waits on purpose keeps Envoy's timer going
-                    yield resp.message
+                    await context.write(resp.message)
                     resp = await resp.then()
                 if resp is not None:
-                    yield resp
+                    await context.write(resp)
         finally:
             session.close()
 
@@ -90,12 +92,15 @@ class ExtprocServer:
     def request_stop(self) -> None:
         self._stopping.set()
 
-    async def serve_until_signal(self) -> None:
+    async def serve_until_signal(self, on_stop: Callable[[], object] | None = None) -> None:
+        """Serve until SIGTERM/SIGINT, then drain; `on_stop` runs first (the other workers drain too)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         await self.start()
         await self._stopping.wait()
+        if on_stop is not None:
+            on_stop()
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await asyncio.sleep(UNREADY_BEFORE_DRAIN_S)
         log.info("draining open streams (up to %.0fs)", self.config.extproc.drain_seconds)

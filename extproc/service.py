@@ -36,6 +36,7 @@ from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_me
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
+from extproc.workers import WorkerPool, shifted, worker_count
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
@@ -212,7 +213,8 @@ def _audit(gateway: Gateway, event: str, status: int, detail: dict[str, object])
         gateway.audit.record(AuditEvent(event=event, time=time.time(), status=status, detail=detail))
 
 
-async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True) -> None:
+async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True,
+                      pool: WorkerPool | None = None) -> None:
     gateway = build_gateway(config)
     limiter = gateway.dispatcher.limiter
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
@@ -222,7 +224,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         add_to_server(server.server, limiter)
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
     warmer = Warmer(config, gateway.dispatcher.scheduler)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload, gateway, warmer, path)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_all, pool, gateway, warmer, path)
     # Pollers run in the background; the first readings are in before traffic is accepted.
     if gateway.watermarks is not None:
         await gateway.watermarks.start(first_poll_timeout=2.0)
@@ -231,9 +233,16 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         serve_metrics(config.extproc.metrics_address)
     warmer.start()  # before serving: the first requests already see which deployments are warming
     try:
-        await server.serve_until_signal()
+        await server.serve_until_signal(on_stop=pool.stop_async if pool is not None else None)
     finally:
         await warmer.close()
+
+
+def _reload_all(pool: WorkerPool | None, gateway: Gateway, warmer: Warmer, path: str | None) -> None:
+    """SIGHUP: every worker reloads its limits, not only the one the signal reached."""
+    if pool is not None:
+        pool.signal(signal.SIGHUP)
+    reload(gateway, warmer, path)
 
 
 def warn_unverified_tls(config: GatewayConfig) -> None:
@@ -242,8 +251,22 @@ def warn_unverified_tls(config: GatewayConfig) -> None:
         log.warning("deployment %s: upstream TLS certificate is NOT verified (tls_insecure_skip_verify)", cluster)
 
 
-def serve(path: str | None) -> int:
+def serve(path: str | None, worker: int | None = None) -> int:
+    """Run the service; with `extproc.workers` > 1, as worker 0 of a pool it starts (`worker`: None),
+    or as worker `worker` of one."""
     config = load_config(path)
-    warn_unverified_tls(config)
-    asyncio.run(run_service(config, path=path))
+    count = worker_count(config.extproc.workers)
+    if worker is not None or count > 1:
+        i = worker or 0
+        config = config.model_copy(update={"extproc": config.extproc.model_copy(update={
+            "address": shifted(config.extproc.address, i),
+            "metrics_address": shifted(config.extproc.metrics_address, i)})})
+    if worker is None:
+        warn_unverified_tls(config)
+    pool = WorkerPool.start(path, load_config(path).extproc.address, count) if worker is None and count > 1 else None
+    try:
+        asyncio.run(run_service(config, path=path, pool=pool))
+    finally:
+        if pool is not None:
+            pool.stop()
     return 0

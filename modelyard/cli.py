@@ -22,7 +22,7 @@ def _logging(level: str) -> None:
 def _cmd_serve(a: argparse.Namespace) -> int:
     from extproc.service import serve
 
-    return serve(a.config)
+    return serve(a.config, worker=a.worker)
 
 
 def _cmd_up(a: argparse.Namespace) -> int:
@@ -148,7 +148,10 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", "-c", default=None, help="modelyard.yaml (default: $MODELYARD_CONFIG or ./modelyard.yaml)")
         return sp
 
-    with_config(sub.add_parser("serve", help="run the ext_proc gRPC service")).set_defaults(func=_cmd_serve)
+    serve = with_config(sub.add_parser("serve", help="run the ext_proc gRPC service"))
+    serve.add_argument("--worker", type=int, default=None,
+                       help=argparse.SUPPRESS)  # set by worker 0 for the workers it starts (extproc/workers.py)
+    serve.set_defaults(func=_cmd_serve)
     up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the declared demo upstreams"))
     up.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")
     up.add_argument("--run-dir", default=None,

@@ -19,6 +19,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports_run(n: int) -> int:
+    """A port p with p..p+n-1 all free now: the base address of `extproc.workers: n`."""
+    while True:
+        base = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+
+
 def _remap(value: Any, ports: dict[str, int]) -> Any:
     if isinstance(value, dict):
         return {k: _remap(v, ports) for k, v in value.items()}
@@ -51,6 +69,8 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     from extproc.config import parse_config
 
     ext = data.setdefault("extproc", {})
+    # One worker unless a test asks: worker i takes port + i, which a free port does not promise.
+    ext.setdefault("workers", 1)
     for db in ("metering_db", "audit_db"):
         if ext.get(db) and not Path(ext[db]).is_absolute():
             ext[db] = str(workdir / Path(ext[db]).name)  # keep test runs out of the repo

@@ -91,6 +91,8 @@ class ExtprocConfig(_Model):
     # Queued audit rows past which new calls get 503: fail closed, never serve unrecorded calls.
     audit_max_queued: int = Field(100_000, ge=1)
     tasks: TasksConfig | None = None  # off: `Prefer: respond-async` is ignored, /v1/tasks is a 404
+    # extproc processes on this host (extproc/workers.py), on ports address+0..N-1; None: half the cores
+    workers: int | None = Field(None, ge=1, le=64)
 
 
 class Capabilities(_Model):

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters import anthropic, gemini, kserve, openai
-from adapters.json_shape import MAX_JSON_DEPTH, measure
+from adapters.json_shape import MAX_JSON_DEPTH, measure, surely_within
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
 from adapters.multipart import MultipartLimits, parse_multipart
 from modelyard.errors import ClientError
@@ -41,6 +41,22 @@ def test_measure_agrees_with_a_walk_of_the_parsed_value(value: object, indent: i
     body = orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else 0)
     shape = measure(body)
     assert (shape.depth, shape.containers, shape.values) == _reference(value)
+
+
+@SHAPE
+@given(JSON, st.integers(1, 8), st.integers(0, 60))
+def test_the_byte_count_shortcut_never_passes_what_measure_refuses(value: object, max_depth: int,
+                                                                   max_values: int) -> None:
+    body = orjson.dumps(value)
+    shape = measure(body)
+    if surely_within(body, max_values=max_values, max_depth=max_depth):
+        assert shape.depth <= max_depth and shape.values <= max_values
+
+
+def test_the_byte_count_shortcut_takes_a_plain_chat_body() -> None:
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    assert surely_within(body, max_values=MAX_CHAT_JSON_VALUES)
+    assert not surely_within(b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1))
 
 
 @SHAPE
