@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from . import bucket
@@ -89,7 +90,10 @@ class RedisBuckets:
             url,
             socket_timeout=t,
             socket_connect_timeout=t,
-            retry=Retry(NoBackoff(), 0),  # the failure policy decides, not hidden retries
+            # One immediate reconnect on a dropped connection (a pooled socket that went stale when
+            # Redis restarted); a Redis that is really down fails that too, fast, and timeouts are
+            # never retried: the failure policy decides, not hidden retries.
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
             decode_responses=False,
         )
         self._prefix = key_prefix
