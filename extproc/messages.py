@@ -85,6 +85,17 @@ def response_body(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
     return pb.ProcessingResponse(response_body=pb.BodyResponse(response=common(set_headers, remove, body)))
 
 
+def replaced_body(body: bytes | None, status: int | None = None) -> pb.ProcessingResponse:
+    """A buffered reply's body step: `body` in place of the upstream's (None: unchanged), with its
+    length and, when the caller gets another status than the upstream sent, that status."""
+    if body is None:
+        return response_body()
+    headers = [("content-length", str(len(body)))]
+    if status is not None:
+        headers.append((":status", str(status)))
+    return response_body(headers, body=body)
+
+
 def response_trailers(set_headers: HeaderPairs = (), remove: Iterable[str] = ()) -> pb.ProcessingResponse:
     return pb.ProcessingResponse(response_trailers=pb.TrailersResponse(header_mutation=mutation(set_headers, remove)))
 

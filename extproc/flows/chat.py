@@ -189,12 +189,7 @@ class ChatFlow:
                            self._translation_attributes() if self.ctx.trace is not None else None):
             body = self._whole_body(chunk)
         self._finish()
-        if body is None:
-            return msg.response_body()
-        headers = [("content-length", str(len(body)))]
-        if self.client_status != self.status:
-            headers.append((":status", str(self.client_status)))
-        return msg.response_body(headers, body=body)
+        return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
 
     def _whole_body(self, body: bytes) -> bytes | None:
         model = self.choice.model.name if self.choice else ""
