@@ -13,10 +13,19 @@ ROOT = Path(__file__).resolve().parent.parent
 _ADDR = re.compile(r"(127\.0\.0\.1):(\d+)")
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this process: a stack binds its ports only
+    when its children start, so two picks must not land on the same one."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def free_ports_run(n: int) -> int:
