@@ -33,12 +33,13 @@ def is_internal(name: str) -> bool:
 
 def _drop_internal(m: msg.pb.HeaderMutation, seen: Iterable[str]) -> None:
     """Remove what we were about to set and what arrived (`seen`) under internal names."""
-    keep = [h for h in m.set_headers if not is_internal(h.header.key)]
-    if len(keep) != len(m.set_headers):
+    if any(is_internal(h.header.key) for h in m.set_headers):
+        keep = [h for h in m.set_headers if not is_internal(h.header.key)]
         del m.set_headers[:]
         m.set_headers.extend(keep)
-    present = set(m.remove_headers)
-    m.remove_headers.extend(sorted({n.lower() for n in seen if is_internal(n)} - present))
+    arrived = {n.lower() for n in seen if is_internal(n)}
+    if arrived:
+        m.remove_headers.extend(sorted(arrived - set(m.remove_headers)))
 
 
 def scrub(resp: msg.ProcessingResponse, seen: Iterable[str] = ()) -> msg.ProcessingResponse:

@@ -38,6 +38,8 @@ class Route:
 
 
 Matcher = Callable[[str, str], "Route | None"]
+_SEEN_MAX = 4096
+_SEEN_PATH_MAX = 256
 
 
 class RouteTable:
@@ -47,8 +49,21 @@ class RouteTable:
         self.matchers = tuple(matchers)
         self.fallback = fallback
         self.hop = hop
+        self._seen: dict[tuple[str, str], Route] = {}
 
     def match(self, method: str, path: str) -> Route:
+        # Matchers are pure: a path seen before skips the regexes (bounded, as callers choose paths).
+        key = (method, path)
+        route = self._seen.get(key)
+        if route is None:
+            route = self._match(method, path)
+            if len(path) <= _SEEN_PATH_MAX:
+                if len(self._seen) >= _SEEN_MAX:
+                    self._seen.clear()
+                self._seen[key] = route
+        return route
+
+    def _match(self, method: str, path: str) -> Route:
         for matcher in self.matchers:
             route = matcher(method, path)
             if route is not None:

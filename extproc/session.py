@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import uuid
+import os
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl
 
@@ -148,10 +148,10 @@ class Session:
         raw_path = headers.get(":path", "/")
         path, _, qs = raw_path.partition("?")
         self.ctx = ctx = RequestContext(
-            task_id=uuid.uuid4().hex,
+            task_id=os.urandom(16).hex(),  # 32 hex digits, as uuid4().hex, without building a UUID
             method=headers.get(":method", "GET"),
             path=path,
-            query=dict(parse_qsl(qs)),
+            query=dict(parse_qsl(qs)) if qs else {},
             headers=headers,
         )
         route = self.routes.match(ctx.method, path)
@@ -199,7 +199,7 @@ class Session:
             self.callback_url = self.gw.tasks.check_callback(ctx.tenant.name, headers)
         self.flow = route.flow(self.gw, ctx)
         # Strip reserved headers now: the body step sets the real ones.
-        return msg.request_headers(remove=RESERVED_HEADERS)
+        return _STRIP_RESERVED
 
     async def _defer(self, body: bytes) -> msg.ProcessingResponse:
         """Validated, routed and admitted: store the request as a task and answer 202 (RFC 7240)."""
@@ -233,6 +233,10 @@ class Session:
                 self.trail.finish(self.ctx)
             if self.ctx is not None and self.ctx.trace is not None:
                 self.ctx.trace.end()  # after the flow: its close may still meter the outcome
+
+
+# The same reply for every routed request (nothing mutates a reply on the request side).
+_STRIP_RESERVED = msg.request_headers(remove=RESERVED_HEADERS)
 
 
 async def _answer(route: Route, gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse | Interim:

@@ -293,12 +293,14 @@ def _passthrough_body(body: bytes, protocol: str, model: str, req: ChatRequest) 
     """The client's own body, with the upstream's model name and (OpenAI streams) usage switched on."""
     if protocol == "gemini":
         return body, False  # the model travels in the path
+    inject = protocol == "openai" and req.stream and not req.include_usage
+    if req.model == model and not inject:
+        return body, False  # nothing to change: skip parsing the body a second time
     data = orjson.loads(body)
     changed = data.get("model") != model
     data["model"] = model
-    injected = False
-    if protocol == "openai" and req.stream and not req.include_usage:
+    if inject:
         data["stream_options"] = {**(data.get("stream_options") or {}), "include_usage": True}
-        injected = changed = True
-    return (orjson.dumps(data) if changed else body), injected
+        changed = True
+    return (orjson.dumps(data) if changed else body), inject
 

@@ -182,8 +182,7 @@ class GrpcInferFlow(KServeInferFlow):
 
 def answer_on_extproc(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     """Send the call to the extproc's own `KServeAnswers` (a reply message needs a real upstream)."""
-    return msg.ProcessingResponse(request_headers=msg.pb.HeadersResponse(response=msg.common(
-        [(CLUSTER_HEADER, EXTPROC_CLUSTER)], clear_route_cache=True)))
+    return msg.request_headers([(CLUSTER_HEADER, EXTPROC_CLUSTER)], clear_route_cache=True)
 
 
 class KServeAnswers(pb_grpc.GRPCInferenceServiceServicer):
