@@ -11,6 +11,7 @@ import hashlib
 import logging
 import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -215,6 +216,7 @@ def _audit(gateway: Gateway, event: str, status: int, detail: dict[str, object])
 
 async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True,
                       pool: WorkerPool | None = None) -> None:
+    log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.partition(".")[0])
     gateway = build_gateway(config)
     limiter = gateway.dispatcher.limiter
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
@@ -251,6 +253,18 @@ def warn_unverified_tls(config: GatewayConfig) -> None:
         log.warning("deployment %s: upstream TLS certificate is NOT verified (tls_insecure_skip_verify)", cluster)
 
 
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when asked for and installed; None (asyncio's default loop) otherwise."""
+    if choice != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        log.warning("extproc.event_loop is uvloop but uvloop is not installed; using asyncio's loop")
+        return None
+    return uvloop.new_event_loop
+
+
 def serve(path: str | None, worker: int | None = None) -> int:
     """Run the service; with `extproc.workers` > 1, as worker 0 of a pool it starts (`worker`: None),
     or as worker `worker` of one."""
@@ -265,7 +279,8 @@ def serve(path: str | None, worker: int | None = None) -> int:
         warn_unverified_tls(config)
     pool = WorkerPool.start(path, load_config(path).extproc.address, count) if worker is None and count > 1 else None
     try:
-        asyncio.run(run_service(config, path=path, pool=pool))
+        with asyncio.Runner(loop_factory=loop_factory(config.extproc.event_loop)) as runner:
+            runner.run(run_service(config, path=path, pool=pool))
     finally:
         if pool is not None:
             pool.stop()

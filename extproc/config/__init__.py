@@ -93,6 +93,9 @@ class ExtprocConfig(_Model):
     tasks: TasksConfig | None = None  # off: `Prefer: respond-async` is ignored, /v1/tasks is a 404
     # extproc processes on this host (extproc/workers.py), on ports address+0..N-1; None: half the cores
     workers: int | None = Field(None, ge=1, le=64)
+    # The event loop under grpc.aio: uvloop cuts the extproc's CPU per request (docs/performance.md);
+    # asyncio is the standard library's, for a platform without uvloop.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
 
 class Capabilities(_Model):

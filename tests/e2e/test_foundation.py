@@ -124,3 +124,9 @@ def test_metrics_exported(demo_stack) -> None:
     text = httpx.get(f"http://{demo_stack.cfg.extproc.metrics_address}/metrics").text
     assert 'modelyard_requests_total{cluster="demo-openai",model="demo-gpt",status="200"}' in text
     assert "modelyard_request_duration_seconds_bucket" in text
+
+
+def test_extproc_runs_on_uvloop(demo_stack) -> None:
+    # The shipped config leaves extproc.event_loop at its default: the stack's extproc says which loop it got.
+    log = (demo_stack.log_dir / "extproc.log").read_text()
+    assert "event loop: uvloop" in log
