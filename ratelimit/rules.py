@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from .bucket import NANO, BucketParams
 from .config import SCOPES, LimitRule, RateLimitConfig, Scope, Unit
 
+_PLANS_MAX = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:
@@ -54,6 +56,9 @@ class RuleSet:
             else:
                 self._exact[(r.scope, r.match, r.unit)] = r
         self.units: frozenset[str] = frozenset(r.unit for r in cfg.limits)
+        # Per (context, units): the buckets that apply, each (key, scope, unit, params). The rules
+        # are fixed for this object's life (a reload builds a new RuleSet), so only costs vary.
+        self._plans: dict[tuple[RequestContext, tuple[Unit, ...]], tuple[tuple[str, Scope, Unit, BucketParams], ...]] = {}
 
     def rule_for(self, scope: Scope, value: str, unit: Unit, tier: str | None = None) -> LimitRule | None:
         r = self._exact.get((scope, value, unit))
@@ -74,12 +79,22 @@ class RuleSet:
         )
 
     def charges(self, ctx: RequestContext, costs: dict[Unit, int]) -> list[Charge]:
-        out: list[Charge] = []
-        for unit, cost in costs.items():
+        key = (ctx, tuple(costs))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(ctx, key[1])
+            if len(self._plans) >= _PLANS_MAX:
+                self._plans.clear()
+            self._plans[key] = plan
+        return [Charge(k, scope, unit, params, costs[unit] * NANO) for k, scope, unit, params in plan]
+
+    def _plan(self, ctx: RequestContext, units: tuple[Unit, ...]) -> tuple[tuple[str, Scope, Unit, BucketParams], ...]:
+        out = []
+        for unit in units:
             if unit not in self.units:
                 continue
             for scope in SCOPES:
-                c = self.charge(scope, ctx.value(scope), unit, cost, ctx.tier)
+                c = self.charge(scope, ctx.value(scope), unit, 0, ctx.tier)
                 if c is not None:
-                    out.append(c)
-        return out
+                    out.append((c.key, c.scope, c.unit, c.params))
+        return tuple(out)
