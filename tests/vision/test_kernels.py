@@ -158,3 +158,35 @@ def test_upscale_matches_pillow_resize(src_hw, out_hw):
     want = ((resized * spec.scale - np.array(spec.mean)) / np.array(spec.std)).transpose(2, 0, 1)
     got = preprocess([im], spec)[0]
     np.testing.assert_allclose(got, want, rtol=0, atol=1.0 / 255 / min(spec.std))
+
+
+@pytest.mark.parametrize("rows_first", [True, False])
+@pytest.mark.parametrize("spec", [PreprocessSpec(height=12, width=20, channel_order="BGR"),
+                                  PreprocessSpec(height=9, width=7, datatype="FP16")])
+def test_numpy_both_pass_orders_match_reference(monkeypatch, rows_first, spec):
+    """The NumPy backend picks rows- or columns-first by cost; either order must be right."""
+    from kernels import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "_rows_first", lambda *_: rows_first)
+    rng = np.random.default_rng(11)
+    imgs = _images(rng, [(9, 31), (40, 23), (1, 1), (64, 3), (12, 20)])
+    got = NumpyBackend().preprocess(imgs, spec)
+    tol = dict(rtol=FP16_RTOL, atol=FP16_ATOL) if spec.datatype == "FP16" else dict(rtol=0, atol=FP32_ATOL)
+    np.testing.assert_allclose(got.astype(np.float64), _ref(imgs, spec), **tol)
+
+
+def test_numpy_scratch_reuse_is_stateless_across_calls_and_threads():
+    """Work buffers are reused per thread and taps cached per size: results never depend on
+    what ran before, nor on which thread runs them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(12)
+    big, small = _images(rng, [(300, 257), (640, 480)]), _images(rng, [(5, 9), (40, 23)])
+    spec = PreprocessSpec(height=32, width=32)
+    first = NumpyBackend().preprocess(small, spec)
+    NumpyBackend().preprocess(big, spec)  # grows the buffers
+    np.testing.assert_array_equal(NumpyBackend().preprocess(small, spec), first)
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda ims: NumpyBackend().preprocess(ims, spec), [big, small] * 8))
+    for got, ims in zip(outs, [big, small] * 8):
+        np.testing.assert_allclose(got, _ref(ims, spec), rtol=0, atol=FP32_ATOL)
