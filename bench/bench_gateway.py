@@ -6,10 +6,13 @@ is counted (bench.wrk_load): req/s counts 200s only, and any other status or soc
 round or warm-up, fails the bench with a `FAILED:` line and exit status 1.
 
 CPU per request (`extproc_cpu_us`, `envoy_cpu_us`): each process's CPU-time delta (/proc, user +
-system) over a c=16 round divided by that round's 200s, median of the rounds, for two stacks run
-interleaved in the same rounds: `minimal` (one tenant, one OpenAI deployment, nothing else) and
+system) over a c=16 round divided by that round's 200s, median of the rounds, for three stacks run
+interleaved in the same rounds: `minimal` (one tenant, one OpenAI deployment, nothing else),
 `demo` (the shipped modelyard.yaml on free ports: auth, scheduler with watermarks, rate limits,
-metering, audit, A/B).
+metering, audit, A/B) and `floor`: the minimal stack's Envoy config with a do-nothing grpc.aio
+ext_proc (bench/floor_extproc.py) in Modelyard's place. The floor is what the four ext_proc round
+trips cost before any gateway logic; Modelyard's CPU rows carry their ratio to it, and
+`added_p50_ms` is Modelyard's (and the floor's) p50 at one connection less bare Envoy's.
 """
 
 from __future__ import annotations
@@ -72,6 +75,20 @@ def _bare_envoy(cfg_obj, env: EnvironmentConfig, port: int) -> dict:
     return boot
 
 
+def _floor_stack(workdir: Path, env: EnvironmentConfig) -> Stack:
+    """The minimal config's Envoy and upstream with bench/floor_extproc.py as its ext_proc."""
+    workdir.mkdir(parents=True)
+    data = _config()
+    (workdir / "modelyard.yaml").write_text(yaml.safe_dump(data))
+    cfg = parse_config(data)
+    s = Stack(cfg, env, config_path=workdir / "modelyard.yaml", workdir=workdir, quiet=True)
+    s.child("extproc").argv = [sys.executable, str(ROOT / "bench" / "floor_extproc.py"), cfg.extproc.address,
+                               "demo-openai", "--loop", cfg.extproc.event_loop]
+    # The floor answers only the routed request, not Envoy's readiness path: wait for the listener.
+    s.child("envoy").ready = ("tcp", s.url.removeprefix("http://"))
+    return s
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds the process has used so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -106,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     script = work / "post.lua"
     script.write_text(post_script(BODY, HEADERS))
     stack = Stack(cfg, env, config_path=cfg_path, workdir=work, quiet=True)
+    floor_stack = _floor_stack(work / "floor", env)
     stack.children.append(Child("bare-envoy", [envoy_binary(), "-c", str(work / "bare.yaml"), "--concurrency", "1",
                                                "--disable-hot-restart", "--log-level", "error"],
                                 ("tcp", f"127.0.0.1:{bare_port}")))
@@ -134,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     cpu_us: dict[tuple[str, str], list[float]] = {}
     worker_rps: dict[int, list[float]] = {}
     with contextlib.ExitStack() as running:
-        for s_ in (stack, demo_stack, *worker_stacks.values()):
+        for s_ in (stack, floor_stack, demo_stack, *worker_stacks.values()):
             running.enter_context(s_)
         targets = {"bare-envoy": f"http://127.0.0.1:{bare_port}/v1/chat/completions",
+                   "floor": f"{floor_stack.url}/v1/chat/completions",
                    "modelyard": f"{stack.url}/v1/chat/completions"}
-        cpu_targets = {"minimal": (stack, targets["modelyard"]),
+        cpu_targets = {"floor": (floor_stack, targets["floor"]), "minimal": (stack, targets["modelyard"]),
                        "demo": (demo_stack, f"{demo_stack.url}/v1/chat/completions")}
         for name, url in targets.items():
             load(name, url, 4, 1.0, "warm-up")  # warm up connections and code paths
@@ -188,15 +207,25 @@ def main(argv: list[str] | None = None) -> int:
             for metric, unit in (("rps", "req/s"), ("p50_ms", "ms"), ("p99_ms", "ms")):
                 row = {"bench": "gateway", "case": f"{name} c={conns}", "metric": metric, "value": round(m[metric], 3),
                        "unit": unit}
-                if name == "modelyard" and clean["bare-envoy"]:
+                if name != "bare-envoy" and clean["bare-envoy"]:
                     row["baseline"] = round(med["bare-envoy"][metric], 3)
                     row["ratio"] = round(m[metric] / med["bare-envoy"][metric], 3)
                 rows.append(row)
+            if conns == 1 and name != "bare-envoy" and clean["bare-envoy"]:
+                added = m["p50_ms"] - med["bare-envoy"]["p50_ms"]
+                print(f"{'':<22}added p50 over bare Envoy: {added:.2f} ms")
+                rows.append({"bench": "gateway", "case": f"{name} c=1", "metric": "added_p50_ms",
+                             "value": round(added, 3), "unit": "ms"})
     print("\nCPU per 200 at c=16 (us, median of rounds): " + ", ".join(
         f"{label} {p} {statistics.median(v):.0f}" for (label, p), v in cpu_us.items()))
     for (label, p), v in cpu_us.items():
-        rows.append({"bench": "gateway", "case": f"{label} c=16", "metric": f"{p}_cpu_us",
-                     "value": round(statistics.median(v), 1), "unit": "us/req"})
+        row = {"bench": "gateway", "case": f"{label} c=16", "metric": f"{p}_cpu_us",
+               "value": round(statistics.median(v), 1), "unit": "us/req"}
+        floor = cpu_us.get(("floor", p))
+        if label != "floor" and floor:
+            row.update(baseline=round(statistics.median(floor), 1),
+                       ratio=round(statistics.median(v) / statistics.median(floor), 3))
+        rows.append(row)
     print("\nminimal config, c=16, by extproc workers (ok req/s, median of rounds): " + ", ".join(
         f"{n}: {statistics.median(v):.0f}" for n, v in sorted(worker_rps.items())))
     for n, v in sorted(worker_rps.items()):
