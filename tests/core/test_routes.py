@@ -86,3 +86,19 @@ def test_embedding_routes(path: str, protocol: str, shape: str, model: str | Non
     assert r.flow.keywords["route"] == EmbeddingRoute(shape, model)  # type: ignore[arg-type]
     assert (r.protocol, r.path_model, r.operation, r.public, r.translatable) == (protocol, model, "embeddings",
                                                                                    False, False)
+
+
+def test_a_remembered_match_is_the_match() -> None:
+    # Matches are remembered per (method, path): asking again, in any order, answers the same.
+    table = build_routes()
+    first = {(c[0], c[1]): table.match(c[0], c[1]) for c in CASES}
+    for method, path, *_ in reversed(CASES):
+        assert table.match(method, path) is first[(method, path)]
+        assert table.match(method, path) == table._match(method, path)
+
+
+def test_long_paths_are_matched_but_not_remembered() -> None:
+    table = build_routes()
+    path = "/v1beta/models/" + "g" * 400 + ":generateContent"
+    assert table.match("POST", path).path_model == "g" * 400
+    assert ("POST", path) not in table._seen

@@ -278,3 +278,18 @@ async def test_headers_only_describe_caller_buckets(rules):
     shown = {(k.rsplit("-", 1)[1], int(v)) for k, v in d.headers() if k.startswith("x-ratelimit-limit-")}
     assert {u for u, _ in shown} == {u for u, _ in own}
     assert shown <= own
+
+
+def test_planned_charges_follow_each_requests_costs_and_context():
+    # The buckets a context charges are planned once; the costs still come from each request.
+    lim, _ = _limiter([{"scope": "tenant", "unit": "requests", "rate": 1, "burst": 5},
+                       {"scope": "cluster", "unit": "tokens", "rate": 10, "burst": 1000},
+                       {"scope": "global", "unit": "tokens", "rate": 10, "burst": 1000}])
+    first = lim.charges(CTX, 100)
+    again = lim.charges(CTX, 7, requests=0)
+    assert [(c.key, c.cost_nano) for c in first] == [
+        ("tenant:acme:requests", NANO), ("cluster:gpu-a:tokens", 100 * NANO), ("global:*:tokens", 100 * NANO)]
+    assert [(c.key, c.cost_nano) for c in again] == [
+        ("tenant:acme:requests", 0), ("cluster:gpu-a:tokens", 7 * NANO), ("global:*:tokens", 7 * NANO)]
+    other = lim.charges(RequestContext(tenant="zeta", tier="L2", cluster="gpu-b", channel="standard"), 1)
+    assert [c.key for c in other] == ["tenant:zeta:requests", "cluster:gpu-b:tokens", "global:*:tokens"]
