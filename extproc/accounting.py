@@ -10,7 +10,7 @@ from extproc.choice import Choice
 from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore, MeterRecord
-from extproc.telemetry.metrics import CHANNEL, COST, model_series, requests_series, tenant_token_series
+from extproc.telemetry.metrics import channel_series, cost_series, model_series, requests_series, tenant_token_series
 from ratelimit import Limiter
 
 
@@ -35,7 +35,7 @@ class Accountant:
         requests_series(model.name, choice.deployment.cluster, status).inc()
         latency.observe(latency_s)
         tier = ctx.tenant.tier if ctx.tenant else "-"
-        CHANNEL.labels(choice.channel, tier).inc()
+        channel_series(choice.channel, tier).inc()
         if ttft_s is not None:
             ttft.observe(ttft_s)
         tin = tout = 0
@@ -50,7 +50,7 @@ class Accountant:
         price = choice.deployment.cost or model.cost  # a deployment's own price (spot) bills as it routed
         cost = tin / 1000 * price.input_per_1k + tout / 1000 * price.output_per_1k
         if cost:
-            COST.labels(model.name, ctx.tenant_name).inc(cost)
+            cost_series(model.name, ctx.tenant_name).inc(cost)
         if self.metering is not None:
             self.metering.record(MeterRecord(
                 time.time(), ctx.task_id, ctx.tenant_name, tier, model.name, choice.deployment.cluster,

@@ -76,7 +76,7 @@ class Limiter:
             return _ALLOW_ALL
         result, store = await self._take(charges)
         d = decide(result.allowed, result.views, store, est_tokens)
-        metrics.DECISIONS.labels("allowed" if d.allowed else "denied", store).inc()
+        metrics.decisions_series(d.allowed, store).inc()
         seen = self.seen
         for c in charges:
             if c.key not in seen and len(seen) < SEEN_MAX:

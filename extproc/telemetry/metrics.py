@@ -46,6 +46,16 @@ def model_series(model: str, cluster: str) -> tuple:
 def requests_series(model: str, cluster: str, status: int) -> Counter:
     return REQUESTS.labels(model, cluster, str(status))
 
+
+@lru_cache(maxsize=4096)
+def channel_series(channel: str, tier: str) -> Counter:
+    return CHANNEL.labels(channel, tier)
+
+
+@lru_cache(maxsize=4096)
+def cost_series(model: str, tenant: str) -> Counter:
+    return COST.labels(model, tenant)
+
 # Dynamic batching of image inference (extproc/batching.py).
 BATCH_SIZE = Histogram("modelyard_batch_size", "Images (tensor rows) per merged upstream call", ["model"],
                        buckets=(1, 2, 4, 8, 12, 16, 24, 32))
