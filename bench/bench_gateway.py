@@ -89,6 +89,12 @@ def _floor_stack(workdir: Path, env: EnvironmentConfig) -> Stack:
     return s
 
 
+def _pid(stack: Stack, child: str) -> int:
+    proc = stack.child(child).proc
+    assert proc is not None  # started with the stack
+    return proc.pid
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds the process has used so far, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -104,10 +110,10 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--seconds", type=float, default=4.0)
-    p.add_argument("--rounds", type=int, default=3)
-    a = p.parse_args(argv)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    a = parser.parse_args(argv)
     if not shutil.which("wrk"):
         print("bench_gateway: wrk is not installed (apt-get install wrk); skipped")
         print("SUMMARY []")
@@ -175,13 +181,13 @@ def main(argv: list[str] | None = None) -> int:
                 worker_rps.setdefault(n, []).append(
                     load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, a.seconds, f"c=16 round {i + 1}").ok_rps)
             for label, (s_, url) in cpu_targets.items():
-                pids = {p: s_.child(p).proc.pid for p in ("extproc", "envoy")}
+                pids = {name: _pid(s_, name) for name in ("extproc", "envoy")}
                 before = {p: cpu_s(pid) for p, pid in pids.items()}
                 run = load(f"{label} cpu", url, 16, a.seconds, f"c=16 round {i + 1}")
                 for p, pid in pids.items():
                     if run.tally.ok:
                         cpu_us.setdefault((label, p), []).append((cpu_s(pid) - before[p]) / run.tally.ok * 1e6)
-        memory = {name: peak_rss_mb(stack.child(child).proc.pid)
+        memory = {name: peak_rss_mb(_pid(stack, child))
                   for name, child in (("extproc", "extproc"), ("modelyard envoy", "envoy"),
                                       ("bare envoy", "bare-envoy"))}
     # req/s counts expected (200) responses only; latency is wrk's over every response, so it is

@@ -37,7 +37,7 @@ def replies(cluster: str) -> dict[str | None, pb.ProcessingResponse]:
     common.header_mutation.set_headers.add(
         header=base_pb2.HeaderValue(key=CLUSTER_HEADER, raw_value=cluster.encode()),
         append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)
-    out = {"request_body": body}
+    out: dict[str | None, pb.ProcessingResponse] = {"request_body": body}
     for kind in ("request_headers", "response_headers", "response_body", "response_trailers"):
         r = pb.ProcessingResponse()
         getattr(r, kind).SetInParent()
