@@ -41,6 +41,7 @@ from extproc.telemetry.audit_chain import (
 )
 from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_DROPPED, AUDIT_ROWS
 from extproc.telemetry.redaction import CAP_MARGIN, Redactor
+from extproc.telemetry.writer_queue import next_batch
 from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.audit")
@@ -172,16 +173,7 @@ class AuditLog:
     def _run(self) -> None:
         conn = _connect(self.path)
         while True:
-            batch = [self._queue.get()]
-            if batch[0] is not _STOP and self._queue.qsize() < _BATCH:
-                # Let rows pile up: one wake-up and one commit per batch, not per row (each
-                # costs more CPU, and GIL hand-offs with the event loop, than the row itself).
-                time.sleep(_GATHER_S)
-            while len(batch) < _BATCH and batch[-1] is not _STOP:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            batch = next_batch(self._queue, _STOP, _BATCH, _GATHER_S)
             stop = _STOP in batch
             rows = []
             for ev in batch:

@@ -18,6 +18,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from extproc.telemetry.metrics import METERING_DROPPED
+from extproc.telemetry.writer_queue import next_batch
 
 log = logging.getLogger("modelyard.metering")
 
@@ -57,8 +58,8 @@ _INT64_MAX = 2**63 - 1
 # About a minute of rows at a few thousand requests a second; beyond it the disk is not keeping up.
 QUEUE_LIMIT = 200_000
 _BATCH = 1000
-# After the first row of a batch, wait this long for more: one wake-up and one commit per batch
-# under load, not per row (as the audit writer does). A crash loses at most this much of rows.
+# After the first row of a batch, wait this long for more (writer_queue.next_batch); a crash
+# loses at most this much of accepted rows.
 _GATHER_S = 0.02
 _WARN_EVERY_S = 10.0
 
@@ -100,14 +101,7 @@ class MeteringStore:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(_SCHEMA)
         while True:
-            batch = [self._queue.get()]
-            if batch[0] is not _STOP and self._queue.qsize() < _BATCH:
-                time.sleep(_GATHER_S)
-            while len(batch) < _BATCH and batch[-1] is not _STOP:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            batch = next_batch(self._queue, _STOP, _BATCH, _GATHER_S)
             stop = _STOP in batch
             self._write(conn, [r for r in batch if r is not _STOP])
             if stop:
