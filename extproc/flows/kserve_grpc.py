@@ -148,12 +148,7 @@ class GrpcInferFlow(KServeInferFlow):
                 resp = kserve.parse_rest_reply(kserve.unframe(chunk), None)
             else:
                 resp = kserve.parse_grpc_response(chunk)
-            if self.role == "leader" and self.batch is not None and self.member is not None and self.job:
-                # Cut the leader's own rows first: a reply of the wrong shape fails the batch.
-                own = slice_response(resp, self.member.start, self.job.rows, total=self.batch.rows,
-                                     request_id=self.request_id)
-                self._batcher.complete(self.batch, resp)
-                resp = own
+            resp = self._leader_share(resp)
         except (ModelyardError, ValueError) as e:
             self._fail_batch(str(e))
             text = getattr(e, "message", str(e))

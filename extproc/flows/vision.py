@@ -218,6 +218,17 @@ class _VisionFlow:
             raise
         return self._send(kserve.encode_infer_request(req))
 
+    def _leader_share(self, resp: Any) -> Any:
+        """The leader's own rows of a merged reply, after handing the whole reply to the batch's
+        other members; any other reply as it is. Raises (ModelyardError, ValueError) for a reply
+        of the wrong shape before any member gets it: the caller fails the batch."""
+        if self.role != "leader" or self.batch is None or self.member is None or not self.job:
+            return resp
+        own = slice_response(resp, self.member.start, self.job.rows, total=self.batch.rows,
+                             request_id=self.request_id)
+        self._batcher.complete(self.batch, resp)
+        return own
+
     def _answer_member(self, batch: Batch, response: Any, start: int) -> msg.ProcessingResponse | None:
         """This member's slice of the leader's reply as an immediate response (None: fall back)."""
         assert self.job is not None
@@ -294,12 +305,7 @@ class _VisionFlow:
             return self._body_reply(502, self._error_body(502, "upstream ended without a reply"))
         try:
             resp = kserve.parse_grpc_response(chunk)
-            if self.role == "leader" and self.batch is not None and self.member is not None and self.job:
-                # Check (and cut) the leader's own rows first: a reply of the wrong shape fails the batch.
-                own = slice_response(resp, self.member.start, self.job.rows, total=self.batch.rows,
-                                     request_id=self.request_id)
-                self._batcher.complete(self.batch, resp)
-                resp = own
+            resp = self._leader_share(resp)
             with self.ctx.span("translate response"):
                 body, content = self._render_ok(resp)
         except (ModelyardError, ValueError) as e:
