@@ -28,7 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_gateway import BODY, HEADERS, _config, cpu_s  # noqa: E402
+from bench.bench_gateway import BODY, HEADERS, _config, _pid, cpu_s  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
@@ -78,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             run_wrk(f"{s.url}/v1/chat/completions", 4, 1.0, script, tallies[-1])
         for i in range(a.rounds):
             for label, s in stacks.items():
-                proc = s.child("extproc").proc
-                assert proc is not None  # started with the stack
-                pid = proc.pid
+                pid = _pid(s, "extproc")
                 before = cpu_s(pid)
                 tallies.append(Tally("revisions", f"{label} round {i + 1}"))
                 run_wrk(f"{s.url}/v1/chat/completions", 16, a.seconds, script, tallies[-1])

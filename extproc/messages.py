@@ -7,6 +7,7 @@ that knows the proto's shape.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
@@ -62,27 +63,32 @@ def fill_common(c: pb.CommonResponse, set_headers: HeaderPairs = (), remove: Ite
     return c
 
 
+def _reply(kind: str) -> tuple[pb.ProcessingResponse, Any]:
+    """A reply of `kind` (set even when it changes nothing) and its part to fill in."""
+    r = pb.ProcessingResponse()
+    part = getattr(r, kind)
+    part.SetInParent()
+    return r, part
+
+
 def request_headers(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
                     clear_route_cache: bool = False) -> pb.ProcessingResponse:
-    r = pb.ProcessingResponse()
-    r.request_headers.SetInParent()  # the reply kind must be set even when it changes nothing
-    fill_common(r.request_headers.response, set_headers, remove, clear_route_cache=clear_route_cache)
+    r, part = _reply("request_headers")
+    fill_common(part.response, set_headers, remove, clear_route_cache=clear_route_cache)
     return r
 
 
 def request_body(set_headers: HeaderPairs = (), remove: Iterable[str] = (), body: bytes | None = None,
                  clear_route_cache: bool = False) -> pb.ProcessingResponse:
-    r = pb.ProcessingResponse()
-    r.request_body.SetInParent()  # the reply kind must be set even when it changes nothing
-    fill_common(r.request_body.response, set_headers, remove, body, clear_route_cache)
+    r, part = _reply("request_body")
+    fill_common(part.response, set_headers, remove, body, clear_route_cache)
     return r
 
 
 def response_headers(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
                      stream_body: bool = False) -> pb.ProcessingResponse:
-    r = pb.ProcessingResponse()
-    r.response_headers.SetInParent()  # the reply kind must be set even when it changes nothing
-    fill_common(r.response_headers.response, set_headers, remove)
+    r, part = _reply("response_headers")
+    fill_common(part.response, set_headers, remove)
     if stream_body:
         # SSE: hand each upstream chunk to us as it arrives instead of buffering the whole reply.
         r.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.STREAMED
@@ -93,18 +99,16 @@ def response_headers_replacing_body(set_headers: HeaderPairs, remove: Iterable[s
                                     body: bytes) -> pb.ProcessingResponse:
     """Headers mutated and `body` sent in place of the upstream's (CONTINUE_AND_REPLACE also adds
     a body to a headers-only answer, such as a trailers-only gRPC error)."""
-    r = pb.ProcessingResponse()
-    r.response_headers.SetInParent()
-    c = fill_common(r.response_headers.response, set_headers, remove, body)
+    r, part = _reply("response_headers")
+    c = fill_common(part.response, set_headers, remove, body)
     c.status = pb.CommonResponse.CONTINUE_AND_REPLACE
     return r
 
 
 def response_body(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
                   body: bytes | None = None) -> pb.ProcessingResponse:
-    r = pb.ProcessingResponse()
-    r.response_body.SetInParent()  # the reply kind must be set even when it changes nothing
-    fill_common(r.response_body.response, set_headers, remove, body)
+    r, part = _reply("response_body")
+    fill_common(part.response, set_headers, remove, body)
     return r
 
 
@@ -120,9 +124,8 @@ def replaced_body(body: bytes | None, status: int | None = None) -> pb.Processin
 
 
 def response_trailers(set_headers: HeaderPairs = (), remove: Iterable[str] = ()) -> pb.ProcessingResponse:
-    r = pb.ProcessingResponse()
-    r.response_trailers.SetInParent()
-    fill_mutation(r.response_trailers.header_mutation, set_headers, remove)
+    r, part = _reply("response_trailers")
+    fill_mutation(part.header_mutation, set_headers, remove)
     return r
 
 

@@ -22,7 +22,6 @@ from extproc.headers import (
 )
 
 PREFIX = "x-modelyard-"
-_P = len(PREFIX)
 PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADER, CHANNEL_HEADER, STRATEGY_HEADER,
                                      ARM_HEADER, QUEUE_WAIT_HEADER})
 
@@ -34,12 +33,11 @@ def is_internal(name: str) -> bool:
 
 def _drop_internal(m: msg.pb.HeaderMutation, seen: Iterable[str]) -> None:
     """Remove what we were about to set and what arrived (`seen`) under internal names."""
-    # Names under our prefix first (a cheap test on every name), the full check on those only.
-    if any(is_internal(k) for k in [h.header.key for h in m.set_headers] if k[:_P].lower() == PREFIX):
+    if any(is_internal(h.header.key) for h in m.set_headers):
         keep = [h for h in m.set_headers if not is_internal(h.header.key)]
         del m.set_headers[:]
         m.set_headers.extend(keep)
-    arrived = {n.lower() for n in seen if n[:_P].lower() == PREFIX and is_internal(n)}
+    arrived = {n.lower() for n in seen if is_internal(n)}
     if arrived:
         m.remove_headers.extend(sorted(arrived - set(m.remove_headers)))
 
