@@ -113,14 +113,8 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 from google.protobuf import json_format
 
-from controlplane.access_log import access_log
-from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
-from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
-from controlplane.overload import overload_manager
-from controlplane.stats_listener import admin_cluster, stats_listener
-from controlplane.upstream_tls import TlsSettings, tls_transport_socket
-from extproc.config import Deployment, GatewayConfig
-from extproc.headers import (
+from contracts.config import Deployment, GatewayConfig
+from contracts.envoy_names import (
     CLUSTER_HEADER,
     EXTPROC_CLUSTER,
     TENANT_HEADER,
@@ -128,10 +122,19 @@ from extproc.headers import (
     UPSTREAM_HOST_HEADER,
     WAIT_MARGIN_S,
     XLATE_METADATA,
+    aggregate_name,
     grpc_bridge_cluster,
+    xlate_metadata,
+    xlate_name,
 )
-from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
-from extproc.workers import worker_addresses, worker_count
+from contracts.failover import failover_groups, translation_hops
+from contracts.workers import worker_addresses, worker_count
+from controlplane.access_log import access_log
+from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
+from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
+from controlplane.overload import overload_manager
+from controlplane.stats_listener import admin_cluster, stats_listener
+from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
@@ -398,7 +401,7 @@ def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: Envi
     """An internal listener: a failover retry arrives in `from_protocol`; its ext_proc stream
     re-renders it for `target` and translates the answer back; the route goes to `target`."""
     name = xlate_name(from_protocol, target)
-    return _internal_listener(name, target, [_ext_proc_filter(env, xlate=f"{from_protocol}~{target}")], cfg, env)
+    return _internal_listener(name, target, [_ext_proc_filter(env, xlate=xlate_metadata(from_protocol, target))], cfg, env)
 
 
 def _grpc_bridge_listener(cluster: str, cfg: GatewayConfig, env: EnvironmentConfig) -> Listener:
@@ -466,7 +469,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         filter_chains=[FilterChain(filters=[Filter(
             name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])],
     )
-    # Listed replicas, else this host's workers (extproc/workers.py: address port + 0..N-1).
+    # Listed replicas, else this host's workers (contracts/workers.py: address port + 0..N-1).
     extproc_endpoints = env.extproc_endpoints or worker_addresses(cfg.extproc.address,
                                                                   worker_count(cfg.extproc.workers))
     extproc = _cluster(EXTPROC_CLUSTER, extproc_endpoints, h2=True, tls=_extproc_tls(env, extproc_endpoints),

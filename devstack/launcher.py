@@ -24,12 +24,12 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
+from contracts.config import GatewayConfig, config_path, load_config
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import AdminSettings, EnvironmentConfig, load_environment
 from devstack.banner import banner
 from devstack.child import Child
 from devstack.supervisor import Backoff, Supervisor
-from extproc.config import GatewayConfig, config_path, load_config
 from modelyard.errors import ConfigError
 
 _DEMO_SERVERS = {

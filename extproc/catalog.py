@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from extproc.config import Deployment, GatewayConfig, ModelConfig, TenantConfig
-from extproc.routing.failover import aggregate_name, failover_groups, parse_xlate
+from contracts.config import Deployment, GatewayConfig, ModelConfig, TenantConfig
+from contracts.envoy_names import aggregate_name, parse_xlate
+from contracts.failover import failover_groups
 from modelyard.errors import NotFound, UpstreamError
 
 

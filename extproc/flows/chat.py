@@ -20,12 +20,7 @@ from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
 from adapters.upstream_errors import log_excerpt
-from extproc import messages as msg
-from extproc.choice import Choice
-from extproc.context import RequestContext
-from extproc.errors import render_error_body
-from extproc.gateway import Gateway
-from extproc.headers import (
+from contracts.envoy_names import (
     CHANNEL_HEADER,
     CLUSTER_HEADER,
     STRATEGY_HEADER,
@@ -35,6 +30,11 @@ from extproc.headers import (
     UPSTREAM_HOST_HEADER,
     UPSTREAM_TIMEOUT_HEADER,
 )
+from extproc import messages as msg
+from extproc.choice import Choice
+from extproc.context import RequestContext
+from extproc.errors import render_error_body
+from extproc.gateway import Gateway
 from modelyard.errors import ClientError, ModelyardError
 
 log = logging.getLogger("modelyard.chat")

@@ -19,13 +19,7 @@ from adapters import embeddings, upstream_errors
 from adapters.embeddings import EmbeddingRequest, EmbeddingRoute, Shape
 from adapters.internal import UpstreamRequest, Usage
 from adapters.upstream_errors import log_excerpt
-from extproc import messages as msg
-from extproc.choice import Choice
-from extproc.context import RequestContext
-from extproc.errors import render_error_body
-from extproc.flows.chat import CLIENT_AUTH_HEADERS, INLINE_PARSE_BYTES, upstream_error_status
-from extproc.gateway import Gateway
-from extproc.headers import (
+from contracts.envoy_names import (
     CHANNEL_HEADER,
     CLUSTER_HEADER,
     STRATEGY_HEADER,
@@ -35,6 +29,12 @@ from extproc.headers import (
     UPSTREAM_HOST_HEADER,
     UPSTREAM_TIMEOUT_HEADER,
 )
+from extproc import messages as msg
+from extproc.choice import Choice
+from extproc.context import RequestContext
+from extproc.errors import render_error_body
+from extproc.flows.chat import CLIENT_AUTH_HEADERS, INLINE_PARSE_BYTES, upstream_error_status
+from extproc.gateway import Gateway
 from modelyard.errors import ModelyardError
 
 log = logging.getLogger("modelyard.embeddings")

@@ -34,6 +34,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from adapters import kserve, kserve_binary, kserve_grpc, kserve_meta
 from adapters.kserve import slice_response
 from adapters.upstream_errors import client_text, sanitize
+from contracts.envoy_names import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
 from extproc import messages as msg
 from extproc.auth import client_key
 from extproc.batching import Batch, BatchPolicy
@@ -42,7 +43,6 @@ from extproc.flows import local
 from extproc.flows.chat import upstream_error_status
 from extproc.flows.vision import KServeInferFlow
 from extproc.gateway import Gateway
-from extproc.headers import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
 from modelyard.errors import ClientError, ModelyardError, UpstreamError
 
 log = logging.getLogger("modelyard.kserve_grpc")

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 
 from adapters import kserve, kserve_meta
+from contracts.config import KSERVE_PROTOCOLS, ModelConfig
 from extproc import messages as msg
 from extproc.choice import Choice
-from extproc.config import KSERVE_PROTOCOLS, ModelConfig
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.kserve_probe import KServeProbe

@@ -8,10 +8,10 @@ from __future__ import annotations
 import functools
 import math
 
+from contracts.envoy_names import WAIT_MARGIN_S
 from extproc import messages as msg
 from extproc.context import Interim, RequestContext, json_response
 from extproc.gateway import Gateway
-from extproc.headers import WAIT_MARGIN_S
 from extproc.tasks import state
 from extproc.tasks.board import TaskBoard
 from modelyard.errors import ClientError, NotFound

@@ -26,15 +26,15 @@ from adapters.images import ImageBudget, ImageError, check_images, decode_checke
 from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from adapters.upstream_errors import client_text, log_excerpt, sanitize
+from contracts.config import TensorInput
+from contracts.envoy_names import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc import messages as msg
 from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
 from extproc.choice import Choice
-from extproc.config import TensorInput
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows.chat import CLIENT_AUTH_HEADERS, upstream_error_status
 from extproc.gateway import Gateway
-from extproc.headers import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.kserve_probe import KServeProbe
 from extproc.routing import RouteRequest
 from kernels import Backend, PreprocessSpec, select_backend

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from extproc.config.routing import CooldownSettings, FeedbackSettings
+from contracts.config.routing import CooldownSettings, FeedbackSettings
 
 
 @dataclass(slots=True)

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping
 
-from extproc.config import TenantConfig
-from extproc.config.routing import TierAdmission
-from extproc.config.service_levels import Tier
+from contracts.config import TenantConfig
+from contracts.config.routing import TierAdmission
+from contracts.config.service_levels import Tier
+from contracts.watermarks import Reading
 from extproc.routing.admission import tier_allows
 from extproc.routing.decision import Rejection, RouteRequest
 from extproc.routing.errors import ModelNotFound
 from extproc.routing.feedback import ClusterStats
 from extproc.routing.index import Entry
-from extproc.routing.watermarks import Reading
 
 # -- tenant access --------------------------------------------------------------------------
 

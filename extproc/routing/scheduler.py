@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from extproc.config.routing import RoutingSettings, Weights
+from contracts.config import GatewayConfig, TenantConfig
+from contracts.config.routing import RoutingSettings, Weights
+from contracts.watermarks import Reading
 from extproc.routing import filters
 from extproc.routing.admission import FastAdmission
 from extproc.routing.decision import Arm, Decision, FailOpen, Rejection, RouteRequest
@@ -19,11 +20,6 @@ from extproc.routing.errors import BadRouteRequest, NoCapacity, NoRoute
 from extproc.routing.feedback import Feedback
 from extproc.routing.index import Entry, entries_of, groups_of
 from extproc.routing.score import pick, score
-from extproc.routing.watermarks import Reading
-
-if TYPE_CHECKING:
-    # Annotations only: extproc.config holds RoutingSettings, so a runtime import would be a cycle.
-    from extproc.config import GatewayConfig, TenantConfig
 
 _SHAPE_CACHE_SIZE = 1024
 _AB_SCALE = 2**64

@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from extproc.config.routing import Weights
+from contracts.config.routing import Weights
 from extproc.routing.decision import Candidate
 from extproc.routing.feedback import ClusterStats
 from extproc.routing.index import Entry

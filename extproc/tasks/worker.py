@@ -18,7 +18,7 @@ from collections.abc import Callable
 import aiohttp
 from yarl import URL
 
-from extproc.headers import TASK_ID_HEADER
+from contracts.envoy_names import TASK_ID_HEADER
 from extproc.tasks import state
 from extproc.tasks.marker import MARKER_HEADER, ReplayMarker
 from extproc.tasks.state import TaskRecord

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contracts.config import load_config
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import ENVIRONMENTS_DIR, load_environment
 from devstack.launcher import envoy_binary
-from extproc.config import load_config
 from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_queue_wait_past_the_edge_request_timeout_is_refused() -> None:
     data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
     mini = next(m for m in data["models"] if m["name"] == "demo-mini")["deployments"][0]
     mini["queue"]["max_wait_s"] = {"L1": 120}
-    from extproc.config import parse_config
+    from contracts.config import parse_config
 
     with pytest.raises(ConfigError, match="request_timeout_s"):
         render_bootstrap(parse_config(data), load_environment("dev"))  # dev cuts requests at 60 s
@@ -86,7 +86,7 @@ def test_tls_and_dns_upstreams_validate(tmp_path: Path) -> None:
     data["models"][0]["deployments"].append({
         "cluster": "hosted-openai", "protocol": "openai", "endpoints": ["api.example.com:443"], "tls": True,
         "api_key_env": "OPENAI_API_KEY", "upstream_model": "gpt-4o-mini"})
-    from extproc.config import parse_config
+    from contracts.config import parse_config
 
     out = tmp_path / "tls.yaml"
     out.write_text(render_bootstrap(parse_config(data), load_environment("prod")))

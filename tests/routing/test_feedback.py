@@ -2,7 +2,7 @@
 
 import pytest
 
-from extproc.config.routing import CooldownSettings, FeedbackSettings
+from contracts.config.routing import CooldownSettings, FeedbackSettings
 from extproc.routing import RouteRequest, Scheduler, parse_routing_settings
 from extproc.routing.feedback import Feedback
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from contracts.watermarks import Reading
 from extproc.routing import BadRouteRequest, ModelNotFound, NoCapacity, NoRoute, RouteRequest, Scheduler
-from extproc.routing.watermarks import Reading
 from modelyard.errors import ClientError, ConfigError, NotFound, Unavailable
 
 from .conftest import dep, fresh, make_config, model, tenant, tenant_of

@@ -1,4 +1,5 @@
-"""Header names shared by the Envoy config and the session: the contract between the two."""
+"""Names the Envoy config (controlplane) and the extproc must agree on: headers, gRPC metadata,
+clusters and internal listeners."""
 
 CLUSTER_HEADER = "x-modelyard-cluster"  # set by the extproc, read by the route's cluster_header
 
@@ -31,3 +32,34 @@ WAIT_MARGIN_S = 2.0
 XLATE_METADATA = "x-modelyard-xlate"
 # On a reply from a deployment with max_inflight: milliseconds the request waited for a slot.
 QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"
+
+# A deployment with failover peers: Envoy's aggregate cluster `<cluster>~failover` (contracts/failover.py).
+FAILOVER_SUFFIX = "~failover"
+# A translation hop: the internal listener (and its cluster) `xlate~<from protocol>~<target cluster>`.
+XLATE_PREFIX = "xlate~"
+
+
+def aggregate_name(cluster: str) -> str:
+    return cluster + FAILOVER_SUFFIX
+
+
+def xlate_name(from_protocol: str, cluster: str) -> str:
+    return f"{XLATE_PREFIX}{xlate_metadata(from_protocol, cluster)}"
+
+
+def parse_xlate(name: str) -> tuple[str, str] | None:
+    """`xlate~openai~demo-claude` -> ("openai", "demo-claude"); None for anything else."""
+    if not name.startswith(XLATE_PREFIX):
+        return None
+    return parse_xlate_metadata(name[len(XLATE_PREFIX):])
+
+
+def xlate_metadata(from_protocol: str, cluster: str) -> str:
+    """The value of `XLATE_METADATA` on a hop's ext_proc streams: `<from protocol>~<target cluster>`."""
+    return f"{from_protocol}~{cluster}"
+
+
+def parse_xlate_metadata(value: str) -> tuple[str, str] | None:
+    """`openai~demo-claude` -> ("openai", "demo-claude"); None without a `~` and a cluster."""
+    from_protocol, sep, cluster = value.partition("~")
+    return (from_protocol, cluster) if sep and cluster else None

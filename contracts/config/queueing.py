@@ -1,5 +1,5 @@
 """A deployment's concurrency limit and the queue in front of it (`max_inflight`, `queue:`),
-and dedicated pools (`reserved_for:`). Parsed as part of `Deployment` in extproc.config."""
+and dedicated pools (`reserved_for:`). Parsed as part of `Deployment` in contracts.config."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from extproc.config.service_levels import Tier
+from contracts.config.service_levels import Tier
 
 TIERS: tuple[Tier, ...] = ("L1", "L2", "L3")
 _DEFAULT_BOUND = 64

@@ -1,6 +1,6 @@
 """The `routing:` section of modelyard.yaml: strategies, A/B, cooldowns, admission, watermarks.
 
-Every key has a default, so an empty section is valid. `extproc.config` parses it as part of the
+Every key has a default, so an empty section is valid. `contracts.config` parses it as part of the
 whole file; `parse_routing_settings` parses the section alone (tests, tools) and turns any
 validation failure into a ConfigError whose message names the key path (`routing.cooldown.failures`).
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from extproc.config.service_levels import Tier
+from contracts.config.service_levels import Tier
 from modelyard.errors import ConfigError
 
 TERMS = ("quality", "latency", "cost", "load")

@@ -1,6 +1,6 @@
 """The `ratelimit:` section of modelyard.yaml, validated with pydantic.
 
-`extproc.config` parses it as part of the whole file; `parse_config` parses the section alone
+`contracts.config` parses it as part of the whole file; `parse_config` parses the section alone
 (tests, tools) and raises `ConfigError` naming the key path on any error.
 """
 

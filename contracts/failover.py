@@ -16,10 +16,9 @@ A standard-channel request never fails over onto the fast channel.
 
 from __future__ import annotations
 
-from extproc.config import Deployment, GatewayConfig
+from contracts.config import Deployment, GatewayConfig
+from contracts.envoy_names import parse_xlate, xlate_name
 
-SUFFIX = "~failover"
-XLATE_PREFIX = "xlate~"
 # Protocols the translation hop can re-render (the hub-and-spoke chat adapters).
 TRANSLATABLE = frozenset({"openai", "anthropic", "gemini"})
 
@@ -61,18 +60,3 @@ def translation_hops(cfg: GatewayConfig) -> list[tuple[str, str]]:
     hops = {parse_xlate(m) for members in failover_groups(cfg).values() for m in members}
     return sorted(h for h in hops if h is not None)
 
-
-def aggregate_name(cluster: str) -> str:
-    return cluster + SUFFIX
-
-
-def xlate_name(from_protocol: str, cluster: str) -> str:
-    return f"{XLATE_PREFIX}{from_protocol}~{cluster}"
-
-
-def parse_xlate(name: str) -> tuple[str, str] | None:
-    """`xlate~openai~demo-claude` -> ("openai", "demo-claude"); None for anything else."""
-    if not name.startswith(XLATE_PREFIX):
-        return None
-    from_protocol, sep, cluster = name[len(XLATE_PREFIX):].partition("~")
-    return (from_protocol, cluster) if sep and cluster else None

@@ -16,12 +16,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from extproc.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
-from extproc.config.queueing import DedicatedPool, QueueSettings
-from extproc.config.routing import RoutingSettings
-from extproc.config.service_levels import Channel, Tier
+from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
+from contracts.config.queueing import DedicatedPool, QueueSettings
+from contracts.config.ratelimit import RateLimitConfig
+from contracts.config.routing import RoutingSettings
+from contracts.config.service_levels import Channel, Tier
 from modelyard.errors import ConfigError
-from ratelimit.config import RateLimitConfig
 
 CONFIG_ENV = "MODELYARD_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
@@ -91,7 +91,7 @@ class ExtprocConfig(_Model):
     # Queued audit rows past which new calls get 503: fail closed, never serve unrecorded calls.
     audit_max_queued: int = Field(100_000, ge=1)
     tasks: TasksConfig | None = None  # off: `Prefer: respond-async` is ignored, /v1/tasks is a 404
-    # extproc processes on this host (extproc/workers.py), on ports address+0..N-1; None: half the cores
+    # extproc processes on this host (contracts/workers.py), on ports address+0..N-1; None: half the cores
     workers: int | None = Field(None, ge=1, le=64)
     # The event loop under grpc.aio: uvloop cuts the extproc's CPU per request (docs/performance.md);
     # asyncio is the standard library's, for a platform without uvloop.
