@@ -10,6 +10,10 @@ def grpc_bridge_cluster(cluster: str) -> str:
     return f"grpcbridge~{cluster}"
 
 
+# The ext_proc filter's name: Envoy keys the attributes it sends the extproc by it.
+EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
+# The request attribute the extproc reads the caller's address from (trusted XFF hops applied).
+SOURCE_ADDRESS_ATTRIBUTE = "source.address"
 # Envoy's cluster of extproc replicas; the session routes calls the extproc answers itself to it.
 EXTPROC_CLUSTER = "modelyard-extproc"
 # Set by the route on the answer: which endpoint answered and after how many attempts, so the

@@ -116,7 +116,9 @@ from google.protobuf import json_format
 from contracts.config import Deployment, GatewayConfig
 from contracts.envoy_names import (
     CLUSTER_HEADER,
+    EXT_PROC_FILTER,
     EXTPROC_CLUSTER,
+    SOURCE_ADDRESS_ATTRIBUTE,
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
@@ -327,8 +329,8 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
     )
     if not xlate:
         # The caller's address for the audit log, as Envoy resolved it (trusted XFF hops applied).
-        ext.request_attributes = ["source.address"]
-    return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
+        ext.request_attributes = [SOURCE_ADDRESS_ATTRIBUTE]
+    return HttpFilter(name=EXT_PROC_FILTER, typed_config=AnyMsg.pack(ext))
 
 
 def _rate_limit_filter(rls: RateLimitServiceSettings) -> HttpFilter:
