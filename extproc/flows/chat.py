@@ -174,7 +174,7 @@ class ChatFlow:
         choice = self.choice
         if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return
-        self.gw.accountant.record_failure(choice.deployment.cluster)
+        self.gw.accountant.record_failure(choice.deployment.cluster, self.ctx.tenant_name)
         served_by = self.gw.catalog.served_by(headers.get(UPSTREAM_HOST_HEADER, ""))
         peer = next((d for d in choice.model.deployments if d.cluster == served_by), None)
         if peer is not None and peer is not choice.deployment:
