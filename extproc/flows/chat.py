@@ -197,8 +197,8 @@ class ChatFlow:
             # The caller gets the status and a provider message at most; the log keeps the body.
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id,
                      self.choice.deployment.cluster if self.choice else "-", self.status, log_excerpt(body))
-            return self.client.render_error(self.client_status, upstream_errors.client_text(self.status, body),
-                                            "api_error")
+            return self.client.render_error(self.client_status,
+                                            upstream_errors.client_text(self.status, body, self.ctx.task_id))
         try:
             resp = self.upstream.parse_response(body)
         except ModelyardError as e:

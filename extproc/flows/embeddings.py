@@ -35,7 +35,7 @@ from extproc.headers import (
     UPSTREAM_HOST_HEADER,
     UPSTREAM_TIMEOUT_HEADER,
 )
-from modelyard.errors import ModelyardError
+from modelyard.errors import ModelyardError, default_type
 
 log = logging.getLogger("modelyard.embeddings")
 
@@ -121,7 +121,8 @@ class EmbeddingFlow:
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id, choice.deployment.cluster,
                      self.status, log_excerpt(body))
             return render_error_body(self.ctx.protocol, self.client_status,
-                                     upstream_errors.client_text(self.status, body), "api_error")
+                                     upstream_errors.client_text(self.status, body, self.ctx.task_id),
+                                     default_type(self.client_status))
         with self.ctx.span("translate response"):
             return self._translate(body, req, choice)
 
