@@ -57,7 +57,7 @@ from adapters.internal import (
 )
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
-from modelyard.errors import ClientError, ModelyardError, default_type
+from modelyard.errors import MODEL_NOT_FOUND, ClientError, ModelyardError, default_type
 
 __all__ = [
     "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request",
@@ -845,7 +845,9 @@ class StreamEncoder:
 
 
 def render_error(status: int, message: str, type: str | None = None) -> bytes:
-    return orjson.dumps({"type": "error", "error": {"type": type or default_type(status), "message": message}})
+    t = type or default_type(status)
+    return orjson.dumps({"type": "error", "error": {"type": "not_found_error" if t == MODEL_NOT_FOUND else t,
+                                                    "message": message}})
 
 
 def parse_error(status: int, body: bytes) -> str:

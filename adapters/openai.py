@@ -52,7 +52,7 @@ from adapters.internal import (
 )
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
-from modelyard.errors import ClientError, default_type
+from modelyard.errors import MODEL_NOT_FOUND, ClientError, default_type
 
 __all__ = [
     "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
@@ -629,14 +629,17 @@ class StreamEncoder:
 
 # ---- errors and auth -----------------------------------------------------------------------
 
-_OPENAI_TYPES = {"api_error": "server_error", "overloaded_error": "server_error", "timeout_error": "server_error"}
-_OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
+# OpenAI answers every 4xx as invalid_request_error but auth and limits; model_not_found is a code there.
+_OPENAI_TYPES = {"api_error": "server_error", "overloaded_error": "server_error", "timeout_error": "server_error",
+                 "not_found_error": "invalid_request_error", MODEL_NOT_FOUND: "invalid_request_error"}
+_OPENAI_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
 
 
 def render_error(status: int, message: str, type: str | None = None) -> bytes:
     t = type or default_type(status)
     return orjson.dumps({"error": {
-        "message": message, "type": _OPENAI_TYPES.get(t, t), "param": None, "code": _OPENAI_CODES.get(status),
+        "message": message, "type": _OPENAI_TYPES.get(t, t), "param": None,
+        "code": MODEL_NOT_FOUND if t == MODEL_NOT_FOUND else _OPENAI_CODES.get(status),
     }})
 
 

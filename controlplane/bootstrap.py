@@ -133,6 +133,7 @@ from contracts.failover import failover_groups, translation_hops
 from contracts.workers import worker_addresses, worker_count
 from controlplane.access_log import access_log
 from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
+from controlplane.compression import compressor_filters, decompressor_filters
 from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
 from controlplane.overload import overload_manager
 from controlplane.stats_listener import admin_cluster, stats_listener
@@ -444,7 +445,9 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         raise ConfigError(f"a deployment queue waits up to {queue_wait_s:g}s (queue.max_wait_s), not less than "
                           f"environment {env.name!r} edge.request_timeout_s ({env.edge.request_timeout_s:g}s)")
     tasks = cfg.extproc.tasks
-    filters = [_ext_proc_filter(env, queue_wait_s=queue_wait_s,
+    # Inflate before the extproc reads a body; compress what it answers (encoders run in reverse).
+    filters = [*decompressor_filters(env.compression), *compressor_filters(env.compression),
+               _ext_proc_filter(env, queue_wait_s=queue_wait_s,
                                 long_poll_s=tasks.max_wait_s if tasks is not None else 0.0)]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))

@@ -115,6 +115,8 @@ def _stored_responses(method: str, path: str) -> Route | None:
 
 
 def _tasks(method: str, path: str) -> Route | None:
+    if tasks.result_task_id(path) is not None:
+        return Route("openai", any_key=True, answer=tasks.get_result) if method == "GET" else None
     if tasks.task_id(path) is None:
         return None
     if method == "GET":

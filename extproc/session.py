@@ -191,6 +191,11 @@ class Session:
             return await _answer(route, self.gw, ctx)
         if h.end_of_stream:
             raise ClientError("request body is required")
+        encoding = headers.get("content-encoding")
+        if encoding and encoding.strip().lower() != "identity":
+            # Envoy inflates gzip, br and zstd before we see the body; anything left we cannot read.
+            raise ClientError(f"Content-Encoding {encoding[:32]!r} is not supported: send the body uncompressed "
+                              "or as gzip, br or zstd", status=415)
         assert route.flow is not None
         # A gRPC caller has no 202 + poll: its call is answered in place.
         if (self.gw.tasks is not None and replay is None and ctx.protocol != "kserve-grpc"

@@ -71,6 +71,9 @@ class FeedbackSettings(_Model):
     alpha: float = Field(0.2, gt=0, le=1)
     # The configured latency_ms counts as this many samples when blended with observations.
     prior_weight: float = Field(5.0, ge=0)
+    # Error rates decay toward zero, and observed latencies lose weight against the prior, with this
+    # half-life: a deployment nobody routes to any more still heals (None: they never decay).
+    half_life_s: float | None = Field(30.0, gt=0)
 
 
 class TierAdmission(_Model):

@@ -174,7 +174,7 @@ class ChatFlow:
         choice = self.choice
         if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return
-        self.gw.accountant.record_failure(choice.deployment.cluster)
+        self.gw.accountant.record_failure(choice.deployment.cluster, self.ctx.tenant_name)
         served_by = self.gw.catalog.served_by(headers.get(UPSTREAM_HOST_HEADER, ""))
         peer = next((d for d in choice.model.deployments if d.cluster == served_by), None)
         if peer is not None and peer is not choice.deployment:
@@ -197,8 +197,8 @@ class ChatFlow:
             # The caller gets the status and a provider message at most; the log keeps the body.
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id,
                      self.choice.deployment.cluster if self.choice else "-", self.status, log_excerpt(body))
-            return self.client.render_error(self.client_status, upstream_errors.client_text(self.status, body),
-                                            "api_error")
+            return self.client.render_error(self.client_status,
+                                            upstream_errors.client_text(self.status, body, self.ctx.task_id))
         try:
             resp = self.upstream.parse_response(body)
         except ModelyardError as e:

@@ -35,7 +35,7 @@ from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows.chat import CLIENT_AUTH_HEADERS, INLINE_PARSE_BYTES, upstream_error_status
 from extproc.gateway import Gateway
-from modelyard.errors import ModelyardError
+from modelyard.errors import ModelyardError, default_type
 
 log = logging.getLogger("modelyard.embeddings")
 
@@ -121,7 +121,8 @@ class EmbeddingFlow:
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id, choice.deployment.cluster,
                      self.status, log_excerpt(body))
             return render_error_body(self.ctx.protocol, self.client_status,
-                                     upstream_errors.client_text(self.status, body), "api_error")
+                                     upstream_errors.client_text(self.status, body, self.ctx.task_id),
+                                     default_type(self.client_status))
         with self.ctx.span("translate response"):
             return self._translate(body, req, choice)
 

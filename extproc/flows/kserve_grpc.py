@@ -139,7 +139,7 @@ class GrpcInferFlow(KServeInferFlow):
             if self.rest and self.upstream_status != 200:
                 log.info("task %s: upstream answered HTTP %d", self.ctx.task_id, self.upstream_status)
                 body = kserve.unframe(chunk) if chunk[:1] == b"\x00" and len(chunk) >= 5 else chunk
-                self.grpc_error = (self.grpc_error[0], client_text(self.upstream_status, body))
+                self.grpc_error = (self.grpc_error[0], client_text(self.upstream_status, body, self.ctx.task_id))
             return msg.response_body(body=b"")
         if self.role == "member":  # the echo of our own slice, already under the gateway's name
             return msg.response_body()

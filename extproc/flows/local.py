@@ -17,7 +17,7 @@ from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.kserve_probe import KServeProbe
 from extproc.routing import RouteRequest
-from modelyard.errors import ClientError, NotFound
+from modelyard.errors import ClientError, NotFound, UnknownModel
 
 
 def _model_card(m: ModelConfig) -> dict[str, Any]:
@@ -96,7 +96,7 @@ async def model_metadata(gw: Gateway, ctx: RequestContext, name: str, version: s
     try:
         doc = await _probe(gw).model_metadata(dep, dep.upstream_model or name, version)
     except NotFound:  # said with the caller's names, never the upstream's
-        raise NotFound(f"The model `{name}`" + (f" version `{version}`" if version else "")
+        raise UnknownModel(f"The model `{name}`" + (f" version `{version}`" if version else "")
                        + " is not served by its upstream.") from None
     return {**doc, "name": name}
 

@@ -296,7 +296,7 @@ class _VisionFlow:
         if self.error_status:
             log.info("task %s: upstream answered HTTP %d: %s", self.ctx.task_id, self.upstream_status,
                      log_excerpt(chunk))
-            message = client_text(self.upstream_status, chunk)
+            message = client_text(self.upstream_status, chunk, self.ctx.task_id)
             return self._body_reply(self.error_status, self._error_body(self.error_status, message))
         if not self.grpc:
             return self._rest_reply(chunk)
