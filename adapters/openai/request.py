@@ -1,80 +1,34 @@
-"""OpenAI Chat Completions <-> internal format (POST /v1/chat/completions), pure functions."""
+"""An OpenAI Chat Completions request parsed into a `ChatRequest` and rendered from one."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Mapping
 
 import orjson
 
-from adapters.call_ids import plain_id, split_signature, with_signature
-from adapters.fields import (
-    as_object,
-    bad_upstream,
-    error_message,
-    header,
-    load_object,
-    opt_bool,
-    opt_int,
-    opt_list,
-    opt_number,
-    opt_str,
-    req_str,
-    token_count,
-)
+from adapters.call_ids import plain_id, split_signature
+from adapters.fields import as_object, header, load_object, opt_bool, opt_int, opt_list, opt_number, opt_str, req_str
 from adapters.internal import (
     ChatRequest,
-    ChatResponse,
     ContentPart,
     DocumentPart,
-    FinishReason,
     ImagePart,
     Message,
     RenderOptions,
     ResponseFormat,
-    StreamEnd,
-    StreamError,
-    StreamEvent,
-    StreamFinish,
-    StreamStart,
-    TextDelta,
     TextPart,
     ToolCall,
-    ToolCallDelta,
-    ToolCallStart,
     ToolChoice,
     ToolDef,
     UpstreamRequest,
-    Usage,
-    UsageUpdate,
     message_text,
 )
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
-from adapters.sse import SSEDecoder, SSEEvent, encode_event
-from modelyard.errors import ClientError, default_type
-
-__all__ = [
-    "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
-    "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error",
-    "client_api_key",
-]
+from modelyard.errors import ClientError
 
 PATH = "/v1/chat/completions"
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("authorization",)
-
-_FINISH_IN: dict[str, FinishReason] = {
-    "stop": "stop", "length": "length", "tool_calls": "tool_calls", "function_call": "tool_calls",
-    "content_filter": "content_filter",
-}
-_FINISH_OUT: dict[FinishReason, str] = {
-    "stop": "stop", "length": "length", "tool_calls": "tool_calls",
-    "content_filter": "content_filter", "error": "stop",
-}
 _ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
-
-
-# ---- request -------------------------------------------------------------------------------
 
 
 def _image(part: dict, where: str) -> ImagePart:
@@ -402,251 +356,8 @@ def _tool_def(t: ToolDef) -> dict:
     return d
 
 
-# ---- response ------------------------------------------------------------------------------
-
-
-
-def parse_response(body: bytes) -> ChatResponse:
-    try:
-        obj = load_object(body, "upstream response")
-    except ClientError as e:
-        raise bad_upstream(e.message) from None
-    choices = obj.get("choices")
-    if type(choices) is not list or not choices or type(choices[0]) is not dict:
-        raise bad_upstream("no choices")
-    msg = choices[0].get("message")
-    if type(msg) is not dict:
-        raise bad_upstream("choices[0].message missing")
-    content = msg.get("content")
-    if type(content) is list:  # some servers answer with parts
-        content = "".join(p.get("text", "") for p in content if type(p) is dict and type(p.get("text")) is str)
-    elif type(content) is not str:
-        content = ""
-    refusal = msg.get("refusal")
-    refusal = refusal if type(refusal) is str and refusal else None
-    tcs = []
-    raw_tcs = msg.get("tool_calls")
-    if type(raw_tcs) is list:
-        for j, tc in enumerate(raw_tcs):
-            fn = tc.get("function") if type(tc) is dict else None
-            if type(fn) is not dict or type(fn.get("name")) is not str:
-                raise bad_upstream(f"tool_calls[{j}] malformed")
-            args = fn.get("arguments")
-            tid = tc.get("id")
-            tcs.append(ToolCall(tid if type(tid) is str else f"call_{j}", fn["name"], args if type(args) is str else ""))
-    fr = choices[0].get("finish_reason")
-    reason = _FINISH_IN.get(fr, "stop") if type(fr) is str else ("tool_calls" if tcs else "stop")
-    if refusal is not None and reason == "stop":
-        reason = "content_filter"  # a refusal ends the turn as a refusal, not an answer
-    usage = obj.get("usage")
-    u = Usage()
-    if type(usage) is dict:
-        u = Usage(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens")))
-    rid, model = obj.get("id"), obj.get("model")
-    return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", content,
-                        tuple(tcs), reason, u, refusal)
-
-
-
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
-    empty = not resp.content and (resp.tool_calls or resp.refusal)
-    msg: dict = {"role": "assistant", "content": None if empty else resp.content, "refusal": resp.refusal}
-    if resp.tool_calls:
-        # A Gemini thought signature rides in the id, which the client hands back next turn.
-        msg["tool_calls"] = [_call(tc, with_signature(tc.id, tc.signature)) for tc in resp.tool_calls]
-    u = resp.usage
-    return orjson.dumps({
-        "id": resp.id or "chatcmpl-" + uuid.uuid4().hex,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "message": msg, "finish_reason": _FINISH_OUT[resp.finish_reason], "logprobs": None}],
-        "usage": {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens, "total_tokens": u.total_tokens},
-    })
-
-
-# ---- streaming -----------------------------------------------------------------------------
-
-
-class StreamDecoder(SSEDecoder):
-    """Upstream OpenAI SSE bytes -> internal stream events."""
-
-    __slots__ = ("_started", "_tools", "_refused")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._started = False
-        # Upstream tool index -> ordinal: some OpenAI-compatible servers number calls by content
-        # block (text at 0, the first call at 1), and the OpenAI SDK indexes its list by it.
-        self._tools: dict[int, int] = {}
-        self._refused = False
-
-    def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
-        data = ev.data
-        if data == b"[DONE]":
-            self._done = True
-            out.append(StreamEnd())
-            return
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            obj = None
-        if type(obj) is not dict:
-            self._done = True
-            out.append(StreamError("upstream sent a malformed stream chunk", "api_error"))
-            return
-        if "error" in obj:
-            self._done = True
-            out.append(StreamError(error_message(data, 500), "api_error"))
-            return
-        if not self._started:
-            self._started = True
-            rid, model = obj.get("id"), obj.get("model")
-            out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
-        choices = obj.get("choices")
-        if type(choices) is list and choices and type(choices[0]) is dict:
-            ch = choices[0]
-            delta = ch.get("delta")
-            if type(delta) is dict:
-                text = delta.get("content")
-                if type(text) is str and text:
-                    out.append(TextDelta(text))
-                refusal = delta.get("refusal")
-                if type(refusal) is str and refusal:
-                    self._refused = True
-                    out.append(TextDelta(refusal, refusal=True))
-                tcs = delta.get("tool_calls")
-                if type(tcs) is list:
-                    for tc in tcs:
-                        if type(tc) is not dict:
-                            continue
-                        idx = tc.get("index")
-                        idx = idx if type(idx) is int else 0
-                        fn = tc.get("function")
-                        fn = fn if type(fn) is dict else {}
-                        n = self._tools.get(idx)
-                        if n is None:
-                            n = self._tools[idx] = len(self._tools)
-                            tid, name = tc.get("id"), fn.get("name")
-                            out.append(ToolCallStart(n, tid if type(tid) is str else f"call_{n}",
-                                                     name if type(name) is str else ""))
-                        args = fn.get("arguments")
-                        if type(args) is str and args:
-                            out.append(ToolCallDelta(n, args))
-            fr = ch.get("finish_reason")
-            if type(fr) is str:
-                reason = _FINISH_IN.get(fr, "stop")
-                out.append(StreamFinish("content_filter" if self._refused and reason == "stop" else reason))
-        usage = obj.get("usage")
-        if type(usage) is dict:
-            out.append(UsageUpdate(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))))
-
-    def _cut(self) -> StreamEvent:
-        return StreamError("upstream stream ended before [DONE]", "api_error")
-
-
-class StreamEncoder:
-    """Internal stream events -> OpenAI chat.completion.chunk SSE bytes for the client."""
-
-    __slots__ = ("_model", "_include_usage", "_id", "_created", "_started", "_done", "_in", "_out", "_no_args")
-
-    def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
-        self._model = model
-        self._include_usage = bool(request and request.include_usage)
-        self._id = ""
-        self._created = int(time.time())
-        self._started = False
-        self._done = False
-        self._in = 0
-        self._out = 0
-        self._no_args: set[int] = set()  # tool calls that have streamed no argument text yet
-
-    def _chunk(self, delta: dict, finish: str | None = None) -> bytes:
-        return encode_event(orjson.dumps({
-            "id": self._id, "object": "chat.completion.chunk", "created": self._created, "model": self._model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-        }))
-
-    def _start(self, rid: str, parts: list[bytes]) -> None:
-        self._started = True
-        self._id = rid or "chatcmpl-" + uuid.uuid4().hex
-        parts.append(self._chunk({"role": "assistant", "content": ""}))
-
-    def encode(self, events: list[StreamEvent]) -> bytes:
-        parts: list[bytes] = []
-        for ev in events:
-            if self._done:
-                break
-            if isinstance(ev, StreamStart):
-                if not self._started:
-                    self._start(ev.id, parts)
-                continue
-            if isinstance(ev, UsageUpdate):
-                if ev.input_tokens is not None:
-                    self._in = ev.input_tokens
-                if ev.output_tokens is not None:
-                    self._out = ev.output_tokens
-                continue
-            if isinstance(ev, StreamError):
-                self._done = True
-                parts.append(encode_event(render_error(500, ev.message, ev.type)))
-                continue
-            if not self._started:
-                self._start("", parts)
-            if isinstance(ev, TextDelta):
-                parts.append(self._chunk({"refusal": ev.text} if ev.refusal else {"content": ev.text}))
-            elif isinstance(ev, ToolCallStart):
-                self._no_args.add(ev.index)
-                parts.append(self._chunk({"tool_calls": [{
-                    "index": ev.index, "id": with_signature(ev.id, ev.signature), "type": "function",
-                    "function": {"name": ev.name, "arguments": ""},
-                }]}))
-            elif isinstance(ev, ToolCallDelta):
-                self._no_args.discard(ev.index)
-                parts.append(self._chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.arguments}}]}))
-            elif isinstance(ev, StreamFinish):
-                self._close_empty_calls(parts)
-                parts.append(self._chunk({}, _FINISH_OUT[ev.reason]))
-            elif isinstance(ev, StreamEnd):
-                self._close_empty_calls(parts)
-                self._done = True
-                if self._include_usage:
-                    parts.append(encode_event(orjson.dumps({
-                        "id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                        "model": self._model, "choices": [],
-                        "usage": {"prompt_tokens": self._in, "completion_tokens": self._out,
-                                  "total_tokens": self._in + self._out},
-                    })))
-                parts.append(b"data: [DONE]\n\n")
-        return b"".join(parts)
-
-    def _close_empty_calls(self, parts: list[bytes]) -> None:
-        # A call without arguments ends as "{}" (JSON), as a non-streamed answer gives it.
-        for index in sorted(self._no_args):
-            parts.append(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": "{}"}}]}))
-        self._no_args.clear()
-
-
-# ---- errors and auth -----------------------------------------------------------------------
-
-_OPENAI_TYPES = {"api_error": "server_error", "overloaded_error": "server_error", "timeout_error": "server_error"}
-_OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
-
-
-def render_error(status: int, message: str, type: str | None = None) -> bytes:
-    t = type or default_type(status)
-    return orjson.dumps({"error": {
-        "message": message, "type": _OPENAI_TYPES.get(t, t), "param": None, "code": _OPENAI_CODES.get(status),
-    }})
-
-
-def parse_error(status: int, body: bytes) -> str:
-    return error_message(body, status)
-
-
 def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     auth = header(headers, "authorization")
     if auth and auth[:7].lower() == "bearer ":
         return auth[7:].strip() or None
     return None
-

@@ -1,0 +1,16 @@
+"""Anthropic error bodies: rendered with Anthropic's error types, read for the provider's message."""
+
+from __future__ import annotations
+
+import orjson
+
+from adapters.fields import error_message
+from modelyard.errors import default_type
+
+
+def render_error(status: int, message: str, type: str | None = None) -> bytes:
+    return orjson.dumps({"type": "error", "error": {"type": type or default_type(status), "message": message}})
+
+
+def parse_error(status: int, body: bytes) -> str:
+    return error_message(body, status)

@@ -1,0 +1,22 @@
+"""OpenAI error bodies: rendered with OpenAI's types and codes, read for the provider's message."""
+
+from __future__ import annotations
+
+import orjson
+
+from adapters.fields import error_message
+from modelyard.errors import default_type
+
+_OPENAI_TYPES = {"api_error": "server_error", "overloaded_error": "server_error", "timeout_error": "server_error"}
+_OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
+
+
+def render_error(status: int, message: str, type: str | None = None) -> bytes:
+    t = type or default_type(status)
+    return orjson.dumps({"error": {
+        "message": message, "type": _OPENAI_TYPES.get(t, t), "param": None, "code": _OPENAI_CODES.get(status),
+    }})
+
+
+def parse_error(status: int, body: bytes) -> str:
+    return error_message(body, status)
