@@ -39,6 +39,7 @@ from adapters.internal import (
     UpstreamRequest,
     message_text,
 )
+from adapters.json_types import JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from modelyard.errors import ClientError
 
@@ -52,7 +53,7 @@ _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 _DOCUMENT_TYPES = frozenset(("application/pdf", "text/plain"))
 
 
-def _image(block: dict, where: str) -> ImagePart:
+def _image(block: JSONObject, where: str) -> ImagePart:
     src = as_object(block.get("source"), f"{where}.source")
     st = src.get("type")
     if st == "base64":
@@ -63,7 +64,7 @@ def _image(block: dict, where: str) -> ImagePart:
     raise ClientError(f"{where}.source.type {st!r} is not supported")
 
 
-def _document(block: dict, where: str) -> DocumentPart:
+def _document(block: JSONObject, where: str) -> DocumentPart:
     src = as_object(block.get("source"), f"{where}.source")
     st = src.get("type")
     title = opt_str(block, "title", where)
@@ -175,7 +176,7 @@ def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> 
         msgs.append(Message(role, tuple(parts), tuple(calls)))
 
 
-def _messages(obj: dict) -> tuple[Message, ...]:
+def _messages(obj: JSONObject) -> tuple[Message, ...]:
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
         raise ClientError("messages must be a non-empty array")
@@ -189,7 +190,7 @@ def _messages(obj: dict) -> tuple[Message, ...]:
     return tuple(msgs)
 
 
-def _tools(obj: dict) -> tuple[ToolDef, ...]:
+def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
     tools = []
     raw_tools = opt_list(obj, "tools", "body")
     check_count(raw_tools, MAX_TOOLS, "tools")
@@ -205,14 +206,14 @@ def _tools(obj: dict) -> tuple[ToolDef, ...]:
     return tuple(tools)
 
 
-def _parallel(obj: dict) -> bool | None:
+def _parallel(obj: JSONObject) -> bool | None:
     tc = obj.get("tool_choice")
     if type(tc) is dict and opt_bool(tc, "disable_parallel_tool_use", "tool_choice"):
         return False
     return None
 
 
-def _output_format(obj: dict) -> ResponseFormat | None:
+def _output_format(obj: JSONObject) -> ResponseFormat | None:
     # Structured outputs: `output_format` (beta) or `output_config.format`.
     oc = obj.get("output_config")
     fmt = as_object(oc, "output_config").get("format") if oc is not None else obj.get("output_format")
@@ -224,7 +225,7 @@ def _output_format(obj: dict) -> ResponseFormat | None:
     return ResponseFormat("json_schema", fmt["schema"])
 
 
-def _tool_choice(obj: dict) -> ToolChoice | None:
+def _tool_choice(obj: JSONObject) -> ToolChoice | None:
     tc = obj.get("tool_choice")
     if tc is None:
         return None
@@ -283,12 +284,12 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     )
 
 
-def _document_block(p: DocumentPart) -> dict:
+def _document_block(p: DocumentPart) -> JSONObject:
     if p.media_type not in _DOCUMENT_TYPES or (p.url is not None and p.media_type != "application/pdf"):
         raise ClientError(f"a {p.media_type} document cannot be sent to an Anthropic deployment "
                           "(it takes PDF and plain-text documents)")
     if p.url is not None:
-        src: dict = {"type": "url", "url": p.url}
+        src: JSONObject = {"type": "url", "url": p.url}
     elif p.media_type == "text/plain":
         try:
             text = base64.b64decode(p.data or "", validate=True).decode()
@@ -297,14 +298,14 @@ def _document_block(p: DocumentPart) -> dict:
         src = {"type": "text", "media_type": "text/plain", "data": text}
     else:
         src = {"type": "base64", "media_type": p.media_type, "data": p.data}
-    block: dict = {"type": "document", "source": src}
+    block: JSONObject = {"type": "document", "source": src}
     if p.name:
         block["title"] = p.name
     return block
 
 
-def _user_blocks(content: tuple[ContentPart, ...]) -> list[dict]:
-    out: list[dict] = []
+def _user_blocks(content: tuple[ContentPart, ...]) -> list[JSONObject]:
+    out: list[JSONObject] = []
     for p in content:
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
@@ -360,18 +361,18 @@ class _ToolIds:
         return self._current.get(raw) or tool_id(raw)
 
 
-def _tool_result(m: Message, ids: _ToolIds) -> dict:
+def _tool_result(m: Message, ids: _ToolIds) -> JSONObject:
     if all(type(p) is TextPart for p in m.content):
-        content: str | list[dict] = message_text(m)
+        content: str | list[JSONObject] = message_text(m)
     else:
         content = _user_blocks(m.content)
-    block: dict = {"type": "tool_result", "tool_use_id": ids.result(plain_id(m.tool_call_id or "")), "content": content}
+    block: JSONObject = {"type": "tool_result", "tool_use_id": ids.result(plain_id(m.tool_call_id or "")), "content": content}
     if m.is_error:
         block["is_error"] = True
     return block
 
 
-def _structured_output(req: ChatRequest, body: dict) -> None:
+def _structured_output(req: ChatRequest, body: JSONObject) -> None:
     """response_format as a forced tool whose input is the JSON answer (every Claude model has tools)."""
     rf = req.response_format
     if rf is None:
@@ -390,11 +391,11 @@ def _structured_output(req: ChatRequest, body: dict) -> None:
 
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
-    msgs: list[dict] = []
+    msgs: list[JSONObject] = []
     ids = _ToolIds()
     for m in req.messages:
         if m.role == "assistant":
-            blocks: list[dict] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
+            blocks: list[JSONObject] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
                 blocks.append({"type": "tool_use", "id": ids.call(plain_id(tc.id)), "name": tc.name,
                                "input": arguments_object(tc.arguments, name=tc.name)})
@@ -416,7 +417,7 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
             prev["content"].extend(blocks)
         else:
             msgs.append({"role": "user", "content": blocks})
-    body: dict = {"model": upstream_model, "max_tokens": req.max_tokens or DEFAULT_MAX_TOKENS, "messages": msgs}
+    body: JSONObject = {"model": upstream_model, "max_tokens": req.max_tokens or DEFAULT_MAX_TOKENS, "messages": msgs}
     if req.system:
         body["system"] = req.system
     if req.tools:
@@ -447,8 +448,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
     return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
-def _tool_def(t: ToolDef) -> dict:
-    d: dict = {"name": t.name}
+def _tool_def(t: ToolDef) -> JSONObject:
+    d: JSONObject = {"name": t.name}
     if t.description is not None:
         d["description"] = t.description
     d["input_schema"] = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}

@@ -11,10 +11,11 @@ from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, JSON_TOOL
 from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
 from adapters.internal import ChatResponse, ToolCall, Usage
+from adapters.json_types import JSONObject
 from modelyard.errors import ClientError
 
 
-def _input_tokens(u: dict) -> int:
+def _input_tokens(u: JSONObject) -> int:
     # Cached prompt tokens are still prompt tokens for metering.
     return token_count(u.get("input_tokens")) + token_count(u.get("cache_creation_input_tokens")) + token_count(u.get("cache_read_input_tokens"))
 
@@ -58,7 +59,7 @@ def parse_response(body: bytes) -> ChatResponse:
 
 
 def render_response(resp: ChatResponse, *, model: str) -> bytes:
-    content: list[dict] = []
+    content: list[JSONObject] = []
     text = resp.content or resp.refusal
     if text:
         content.append({"type": "text", "text": text})

@@ -22,6 +22,7 @@ from adapters.internal import (
     ToolCallStart,
     UsageUpdate,
 )
+from adapters.json_types import JSONObject
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 from modelyard.errors import ModelyardError
 
@@ -39,7 +40,7 @@ class StreamDecoder(SSEDecoder):
         # Prompt tokens by kind: message_delta may report any of them alone, cumulatively.
         self._input = dict.fromkeys(_INPUT_KINDS, 0)
 
-    def _input_update(self, u: dict) -> int | None:
+    def _input_update(self, u: JSONObject) -> int | None:
         seen = False
         for k in _INPUT_KINDS:
             if k in u:
@@ -138,7 +139,7 @@ class StreamDecoder(SSEDecoder):
         return StreamError("upstream stream ended before message_stop", "api_error")
 
 
-def _sse_event(obj: dict) -> bytes:
+def _sse_event(obj: JSONObject) -> bytes:
     # Anthropic names every SSE event after its payload's `type`.
     return encode_event(orjson.dumps(obj), obj["type"])
 
@@ -185,7 +186,7 @@ class StreamEncoder:
             "usage": {"input_tokens": self._in, "output_tokens": self._out},
         }}))
 
-    def _open(self, block: dict, parts: list[bytes]) -> int:
+    def _open(self, block: JSONObject, parts: list[bytes]) -> int:
         index = self._next
         self._next += 1
         parts.append(_sse_event({"type": "content_block_start", "index": index, "content_block": block}))
@@ -201,7 +202,7 @@ class StreamEncoder:
                            "delta": {"type": "input_json_delta", "partial_json": fragment}})
 
     @staticmethod
-    def _tool_block(ev: ToolCallStart) -> dict:
+    def _tool_block(ev: ToolCallStart) -> JSONObject:
         # A Gemini thought signature rides in the id, which the client hands back next turn.
         return {"type": "tool_use", "id": tool_id(with_signature(ev.id, ev.signature)), "name": ev.name, "input": {}}
 

@@ -10,6 +10,7 @@ import orjson
 from adapters.embeddings.wire import MAX_EMBED_JSON_VALUES, MAX_INPUTS, EmbeddingRequest, EmbeddingResponse, _matrix
 from adapters.fields import as_object, bad_upstream, load_object, opt_list, token_count
 from adapters.internal import UpstreamRequest
+from adapters.json_types import JSONArray, JSONObject
 from adapters.limits import check_count
 from modelyard.errors import ClientError
 
@@ -33,11 +34,11 @@ def _gemini_text(content: object, where: str) -> str:
     return out
 
 
-def _get(obj: dict, camel: str, snake: str) -> object:
+def _get(obj: JSONObject, camel: str, snake: str) -> object:
     return obj.get(camel, obj.get(snake))
 
 
-def _gemini_options(obj: dict, where: str) -> tuple[str | None, str | None, int | None]:
+def _gemini_options(obj: JSONObject, where: str) -> tuple[str | None, str | None, int | None]:
     task = _get(obj, "taskType", "task_type")
     title = _get(obj, "title", "title")
     dims = _get(obj, "outputDimensionality", "output_dimensionality")
@@ -82,8 +83,8 @@ def parse_gemini_request(body: bytes, *, path_model: str, batch: bool) -> Embedd
     return EmbeddingRequest(model, tuple(inputs), "float", dims, task, title)
 
 
-def _gemini_entry(req: EmbeddingRequest, text: str, model: str | None) -> dict:
-    d: dict = {"content": {"parts": [{"text": text}]}}
+def _gemini_entry(req: EmbeddingRequest, text: str, model: str | None) -> JSONObject:
+    d: JSONObject = {"content": {"parts": [{"text": text}]}}
     if model is not None:
         d["model"] = "models/" + model
     if req.task_type is not None:
@@ -105,7 +106,7 @@ def render_gemini_request(req: EmbeddingRequest, *, upstream_model: str, credent
     return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
-def _values(e: object, where: str) -> list:
+def _values(e: object, where: str) -> JSONArray:
     vals = e.get("values") if type(e) is dict else None
     if type(vals) is not list:
         raise bad_upstream(f"{where}.values is missing")

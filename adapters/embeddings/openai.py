@@ -19,6 +19,7 @@ from adapters.embeddings.wire import (
 )
 from adapters.fields import bad_upstream, load_object, opt_int, token_count
 from adapters.internal import UpstreamRequest
+from adapters.json_types import JSONArray, JSONObject
 from adapters.limits import check_count
 from modelyard.errors import ClientError
 
@@ -30,8 +31,8 @@ def parse_openai_request(body: bytes) -> EmbeddingRequest:
         raise ClientError("model is required and must be a non-empty string")
     raw = obj.get("input")
     single = type(raw) is str
-    if single:
-        inputs: tuple = (raw,)
+    if type(raw) is str:
+        inputs: tuple[str, ...] = (raw,)
     elif type(raw) is list and raw and all(type(s) is str for s in raw):
         inputs = tuple(raw)
     elif type(raw) is list and raw and all(type(s) in (int, list) for s in raw):
@@ -56,7 +57,7 @@ def openai_target(credential: str | None) -> tuple[str, dict[str, str]]:
 
 
 def render_openai_request(req: EmbeddingRequest, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
-    body: dict = {"model": upstream_model, "input": req.inputs[0] if req.single else list(req.inputs),
+    body: JSONObject = {"model": upstream_model, "input": req.inputs[0] if req.single else list(req.inputs),
                   "encoding_format": "base64"}  # 4 bytes a value, and decoding is a frombuffer
     if req.dimensions is not None:
         body["dimensions"] = req.dimensions
@@ -82,7 +83,7 @@ def parse_openai_response(body: bytes) -> EmbeddingResponse:
     data = obj.get("data")
     if type(data) is not list:
         raise bad_upstream("no data")
-    rows: list = [None] * len(data)
+    rows: JSONArray = [None] * len(data)
     for j, d in enumerate(data):
         if type(d) is not dict:
             raise bad_upstream(f"data[{j}] is not an object")
@@ -131,7 +132,7 @@ def render_openai_response(resp: EmbeddingResponse, *, model: str, req: Embeddin
     tokens = resp.input_tokens if resp.input_tokens is not None else estimate_tokens(req)
     vecs = np.ascontiguousarray(resp.vectors, dtype="<f4")
     if req.encoding_format == "base64":
-        rows: list = [base64.b64encode(v.tobytes()).decode() for v in vecs]
+        rows: JSONArray = [base64.b64encode(v.tobytes()).decode() for v in vecs]
     else:
         rows = list(vecs)
     data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(rows)]

@@ -9,6 +9,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from adapters.fields import bad_upstream
+from adapters.json_types import JSONArray, JSONObject
 
 OPENAI_PATH = "/v1/embeddings"
 MAX_INPUTS = 2048  # OpenAI's own limit per request; Gemini batches take 100, checked by Gemini itself
@@ -38,7 +39,7 @@ class EmbeddingResponse:
     model: str
     vectors: np.ndarray  # float32, shape (inputs, dimensions)
     input_tokens: int | None = None  # None: the upstream does not report usage (Gemini)
-    extra: dict = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ def longest_input_tokens(req: EmbeddingRequest) -> int:
     return max(max(1, len(s) // 4) for s in req.inputs)
 
 
-def _matrix(rows: list, where: str) -> np.ndarray:
+def _matrix(rows: JSONArray, where: str) -> np.ndarray:
     if not rows:
         return np.zeros((0, 0), np.float32)
     width = len(rows[0])

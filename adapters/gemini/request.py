@@ -41,6 +41,7 @@ from adapters.internal import (
     UpstreamRequest,
     message_text,
 )
+from adapters.json_types import JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from modelyard.errors import ClientError
 
@@ -61,8 +62,9 @@ def _response_text(resp: object) -> str:
     # {"content": "..."} is how other protocols' plain-text tool results travel; unwrap it back.
     if type(resp) is dict and len(resp) == 1:
         for k in ("content", "result", "output"):
-            if type(resp.get(k)) is str:
-                return resp[k]
+            v = resp.get(k)
+            if type(v) is str:
+                return v
     return orjson.dumps(resp).decode()
 
 
@@ -99,14 +101,14 @@ class _CallIds:
         return self._next()
 
 
-def _model(obj: dict, path_model: str | None) -> str:
+def _model(obj: JSONObject, path_model: str | None) -> str:
     model = path_model if path_model is not None else obj.get("model")
     if type(model) is not str or not model:
         raise ClientError("model is required (in the path /v1beta/models/{model}:generateContent)")
     return model[7:] if model.startswith("models/") else model
 
 
-def _function_call(p: dict, pw: str, ids: _CallIds) -> ToolCall:
+def _function_call(p: JSONObject, pw: str, ids: _CallIds) -> ToolCall:
     fc = as_object(_get(p, "functionCall", "function_call"), f"{pw}.functionCall")
     name = req_str(fc, "name", f"{pw}.functionCall")
     args = fc.get("args", {})
@@ -117,7 +119,7 @@ def _function_call(p: dict, pw: str, ids: _CallIds) -> ToolCall:
                     sig if type(sig) is str and sig else None)
 
 
-def _function_response(p: dict, pw: str, ids: _CallIds) -> Message:
+def _function_response(p: JSONObject, pw: str, ids: _CallIds) -> Message:
     fr = as_object(_get(p, "functionResponse", "function_response"), f"{pw}.functionResponse")
     name = req_str(fr, "name", f"{pw}.functionResponse")
     cid = ids.response(name, fr.get("id"))
@@ -137,7 +139,7 @@ def _media(media_type: str | None, data: str | None = None, url: str | None = No
     return DocumentPart(media_type, data=data, url=url)
 
 
-def _content_part(p: dict, pw: str) -> ContentPart | None:
+def _content_part(p: JSONObject, pw: str) -> ContentPart | None:
     """A text or media part; None for a thought summary (they do not cross protocols)."""
     if "text" in p:
         text = p["text"]
@@ -188,7 +190,7 @@ def _content(c: object, where: str, ids: _CallIds, msgs: list[Message]) -> None:
         msgs.append(Message("assistant" if role == "model" else "user", tuple(parts), tuple(calls)))
 
 
-def _messages(obj: dict) -> tuple[Message, ...]:
+def _messages(obj: JSONObject) -> tuple[Message, ...]:
     contents = obj.get("contents")
     if type(contents) is not list or not contents:
         raise ClientError("contents must be a non-empty array")
@@ -202,7 +204,7 @@ def _messages(obj: dict) -> tuple[Message, ...]:
     return tuple(msgs)
 
 
-def _system(obj: dict) -> str | None:
+def _system(obj: JSONObject) -> str | None:
     si = _get(obj, "systemInstruction", "system_instruction")
     if si is None:
         return None
@@ -218,7 +220,7 @@ def _system(obj: dict) -> str | None:
     return "".join(texts)
 
 
-def _tools(obj: dict) -> tuple[ToolDef, ...]:
+def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
     tools: list[ToolDef] = []
     raw_tools = _get(obj, "tools", "tools")
     if raw_tools is not None and type(raw_tools) is not list:
@@ -246,7 +248,7 @@ def _tools(obj: dict) -> tuple[ToolDef, ...]:
     return tuple(tools)
 
 
-def _tool_choice(obj: dict) -> ToolChoice | None:
+def _tool_choice(obj: JSONObject) -> ToolChoice | None:
     tc = _get(obj, "toolConfig", "tool_config")
     if tc is None:
         return None
@@ -284,7 +286,7 @@ _SNAKE = {"candidateCount": "candidate_count", "stopSequences": "stop_sequences"
           "responseJsonSchema": "response_json_schema"}
 
 
-def _response_format(gc: dict) -> ResponseFormat | None:
+def _response_format(gc: JSONObject) -> ResponseFormat | None:
     mime = gc.get("responseMimeType")
     js = gc.get("responseJsonSchema")
     schema = js if js is not None else gc.get("responseSchema")
@@ -301,7 +303,7 @@ def _response_format(gc: dict) -> ResponseFormat | None:
     return ResponseFormat("json_schema", schema if js is not None else json_schema(schema))
 
 
-def _sampling(obj: dict) -> _Sampling:
+def _sampling(obj: JSONObject) -> _Sampling:
     """generationConfig, checked in the order the fields are documented."""
     raw = _get(obj, "generationConfig", "generation_config")
     raw = as_object(raw, "generationConfig") if raw is not None else {}
@@ -348,7 +350,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     )
 
 
-def _image_part(p: ImagePart | DocumentPart) -> dict:
+def _image_part(p: ImagePart | DocumentPart) -> JSONObject:
     if isinstance(p, DocumentPart):
         if p.url is not None:
             return {"fileData": {"mimeType": p.media_type, "fileUri": p.url}}
@@ -359,7 +361,7 @@ def _image_part(p: ImagePart | DocumentPart) -> dict:
     return {"inlineData": {"mimeType": p.media_type or "image/png", "data": p.data}}
 
 
-def _tool_response(text: str) -> dict:
+def _tool_response(text: str) -> JSONObject:
     # Gemini wants an object; JSON-object results pass as they are, anything else is wrapped.
     if text[:1] == "{":
         try:
@@ -379,12 +381,12 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
     return request_path(upstream_model, req.stream), headers
 
 
-def _call_parts(calls: tuple[ToolCall, ...], names: dict[str, str]) -> list[dict]:
-    parts: list[dict] = []
+def _call_parts(calls: tuple[ToolCall, ...], names: dict[str, str]) -> list[JSONObject]:
+    parts: list[JSONObject] = []
     signed = any(tc.signature for tc in calls)
     for j, tc in enumerate(calls):
         names[tc.id] = tc.name
-        part: dict = {"functionCall": {"name": tc.name, "args": arguments_object(tc.arguments, name=tc.name)}}
+        part: JSONObject = {"functionCall": {"name": tc.name, "args": arguments_object(tc.arguments, name=tc.name)}}
         if tc.signature:
             part["thoughtSignature"] = tc.signature
         elif j == 0 and not signed:
@@ -394,12 +396,12 @@ def _call_parts(calls: tuple[ToolCall, ...], names: dict[str, str]) -> list[dict
     return parts
 
 
-def _result_parts(m: Message, names: dict[str, str]) -> list[dict]:
+def _result_parts(m: Message, names: dict[str, str]) -> list[JSONObject]:
     name = m.name or names.get(m.tool_call_id or "", "") or "tool"
     text = message_text(m)
     # Google's convention for a failed call: the message under `error`, not `output`.
     response = {"error": text} if m.is_error else _tool_response(text)
-    parts: list[dict] = [{"functionResponse": {"name": name, "response": response}}]
+    parts: list[JSONObject] = [{"functionResponse": {"name": name, "response": response}}]
     # Images and files of a tool result follow it in the same user turn, as inline parts.
     parts += [_image_part(p) for p in m.content if not isinstance(p, TextPart)]
     return parts
@@ -409,11 +411,11 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
                    options: RenderOptions | None = None) -> UpstreamRequest:
     if req.parallel_tool_calls is False and req.tools:
         raise ClientError("parallel_tool_calls: false cannot be expressed for a Gemini deployment")
-    contents: list[dict] = []
+    contents: list[JSONObject] = []
     names: dict[str, str] = {}
     for m in req.messages:
         if m.role == "assistant":
-            parts: list[dict] = [{"text": p.text} for p in m.content if type(p) is TextPart and p.text]
+            parts: list[JSONObject] = [{"text": p.text} for p in m.content if type(p) is TextPart and p.text]
             parts += _call_parts(m.tool_calls, names)
             if parts:
                 contents.append({"role": "model", "parts": parts})
@@ -427,13 +429,13 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         else:
             parts = [{"text": p.text} if isinstance(p, TextPart) else _image_part(p) for p in m.content]
         contents.append({"role": "user", "parts": parts})
-    body: dict = {"contents": contents}
+    body: JSONObject = {"contents": contents}
     if req.system:
         body["systemInstruction"] = {"parts": [{"text": req.system}]}
     if req.tools:
         decls = []
         for t in req.tools:
-            d: dict = {"name": t.name}
+            d: JSONObject = {"name": t.name}
             if t.description is not None:
                 d["description"] = t.description
             if t.parameters is not None and t.parameters.get("properties"):
@@ -442,11 +444,11 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         body["tools"] = [{"functionDeclarations": decls}]
     if req.tool_choice is not None:
         mode = req.tool_choice.mode
-        fcc: dict = {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY", "tool": "ANY"}[mode]}
+        fcc: JSONObject = {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY", "tool": "ANY"}[mode]}
         if mode == "tool":
             fcc["allowedFunctionNames"] = [req.tool_choice.name]
         body["toolConfig"] = {"functionCallingConfig": fcc}
-    gc: dict = {}
+    gc: JSONObject = {}
     if req.temperature is not None:
         gc["temperature"] = req.temperature
     if req.top_p is not None:

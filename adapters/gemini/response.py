@@ -10,15 +10,16 @@ from adapters.call_ids import new_call_id
 from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
 from adapters.gemini.wire import _FINISH_IN, _FINISH_OUT
 from adapters.internal import ChatResponse, FinishReason, ToolCall, Usage
+from adapters.json_types import JSONArray, JSONObject
 from modelyard.errors import ClientError
 
 
-def _usage(u: dict) -> Usage:
+def _usage(u: JSONObject) -> Usage:
     # Thinking tokens are billed as output.
     return Usage(token_count(u.get("promptTokenCount")), token_count(u.get("candidatesTokenCount")) + token_count(u.get("thoughtsTokenCount")))
 
 
-def _candidate_parts(obj: dict) -> tuple[list | None, str | None]:
+def _candidate_parts(obj: JSONObject) -> tuple[JSONArray | None, str | None]:
     cands = obj.get("candidates")
     if type(cands) is not list or not cands or type(cands[0]) is not dict:
         return None, None
@@ -29,7 +30,7 @@ def _candidate_parts(obj: dict) -> tuple[list | None, str | None]:
     return (parts if type(parts) is list else []), (fr if type(fr) is str else None)
 
 
-def _response_call(part: dict, fc: dict, response_id: str, ordinal: int) -> ToolCall:
+def _response_call(part: JSONObject, fc: JSONObject, response_id: str, ordinal: int) -> ToolCall:
     cid, args, sig = fc.get("id"), fc.get("args"), part.get("thoughtSignature")
     return ToolCall(cid if type(cid) is str and cid else new_call_id(response_id, ordinal), fc["name"],
                     orjson.dumps(args if type(args) is dict else {}).decode(), sig if type(sig) is str and sig else None)
@@ -68,17 +69,17 @@ def parse_response(body: bytes) -> ChatResponse:
                         tuple(calls), reason, _usage(u) if type(u) is dict else Usage())
 
 
-def _usage_meta(i: int, o: int) -> dict:
+def _usage_meta(i: int, o: int) -> JSONObject:
     return {"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": i + o}
 
 
 def render_response(resp: ChatResponse, *, model: str) -> bytes:
-    parts: list[dict] = []
+    parts: list[JSONObject] = []
     text = resp.content or resp.refusal
     if text:
         parts.append({"text": text})
     for tc in resp.tool_calls:
-        part: dict = {"functionCall": {"name": tc.name,
+        part: JSONObject = {"functionCall": {"name": tc.name,
                                        "args": arguments_object(tc.arguments, name=tc.name, error=upstream_error)}}
         if tc.signature:
             part["thoughtSignature"] = tc.signature

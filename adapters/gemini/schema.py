@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from adapters.json_types import JSONObject
 from modelyard.errors import ClientError
 
 # Keys of Gemini's OpenAPI-subset Schema; anything else in a JSON Schema is dropped on the way up.
@@ -12,10 +13,10 @@ _SCHEMA_KEYS = frozenset((
 ))
 
 
-def json_schema(schema: dict) -> dict:
+def json_schema(schema: JSONObject) -> JSONObject:
     """Gemini's OpenAPI-subset Schema as JSON Schema for other targets: types lower-case
     (`STRING` -> `string`), `nullable` as a `null` type, Gemini-only keys dropped."""
-    out: dict = {}
+    out: JSONObject = {}
     for k, v in schema.items():
         if k == "type" and type(v) is str:
             out[k] = v.lower()
@@ -33,11 +34,11 @@ def json_schema(schema: dict) -> dict:
     return out
 
 
-def gemini_schema(schema: dict) -> dict:
+def gemini_schema(schema: JSONObject) -> JSONObject:
     """A JSON Schema as Gemini's OpenAPI-subset Schema: `$ref`s into `$defs`/`definitions` are
     inlined, `type: [T, "null"]` and `anyOf [.., {type: null}]` become `nullable`, `const` an enum.
     A recursive schema cannot be inlined and is refused (400)."""
-    defs: dict = {}
+    defs: JSONObject = {}
     for key in ("definitions", "$defs"):
         d = schema.get(key)
         if type(d) is dict:
@@ -47,7 +48,7 @@ def gemini_schema(schema: dict) -> dict:
     return out
 
 
-def _resolve(ref: str, defs: dict, stack: tuple[str, ...]) -> tuple[str, dict]:
+def _resolve(ref: str, defs: JSONObject, stack: tuple[str, ...]) -> tuple[str, JSONObject]:
     for prefix in ("#/$defs/", "#/definitions/"):
         if ref.startswith(prefix):
             name = ref[len(prefix):]
@@ -59,7 +60,7 @@ def _resolve(ref: str, defs: dict, stack: tuple[str, ...]) -> tuple[str, dict]:
     raise ClientError(f"tool schema: $ref {ref!r} does not resolve to a local definition")
 
 
-def _schema(s: object, defs: dict, stack: tuple[str, ...]) -> object:
+def _schema(s: object, defs: JSONObject, stack: tuple[str, ...]) -> object:
     if type(s) is not dict:
         return s
     ref = s.get("$ref")

@@ -23,6 +23,7 @@ from adapters.internal import (
     ToolCallStart,
     UsageUpdate,
 )
+from adapters.json_types import JSONArray, JSONObject
 from adapters.sse import SSEDecoder, SSEEvent
 from modelyard.errors import ModelyardError
 
@@ -85,7 +86,7 @@ class StreamDecoder(SSEDecoder):
             us = _usage(u)
             out.append(UsageUpdate(us.input_tokens, us.output_tokens))
 
-    def _function_call(self, part: dict, fc: dict, out: list[StreamEvent]) -> None:
+    def _function_call(self, part: JSONObject, fc: JSONObject, out: list[StreamEvent]) -> None:
         """A whole call, or (streamed arguments) its start, argument pieces and closing `{}`."""
         pending = self._partial
         if pending is not None:
@@ -121,13 +122,13 @@ class _PartialCall:
 
     __slots__ = ("part", "fc", "args", "_open")
 
-    def __init__(self, part: dict, fc: dict) -> None:
+    def __init__(self, part: JSONObject, fc: JSONObject) -> None:
         self.part = part  # carries the thoughtSignature, if any
         self.fc = fc
-        self.args: dict = {}
+        self.args: JSONObject = {}
         self._open: str | None = None  # path of a string value still arriving
 
-    def add(self, pieces: list) -> None:
+    def add(self, pieces: JSONArray) -> None:
         for piece in pieces:
             if type(piece) is not dict or type(piece.get("jsonPath")) is not str:
                 continue
@@ -202,11 +203,11 @@ class StreamEncoder:
         self._calls: dict[int, list[str]] = {}  # tool ordinal -> [name, arguments text so far, signature]
         self._reason = "STOP"
 
-    def _chunk(self, parts: list[dict], finish: str | None = None) -> bytes:
-        cand: dict = {"content": {"role": "model", "parts": parts}, "index": 0}
+    def _chunk(self, parts: list[JSONObject], finish: str | None = None) -> bytes:
+        cand: JSONObject = {"content": {"role": "model", "parts": parts}, "index": 0}
         if finish is not None:
             cand["finishReason"] = finish
-        obj: dict = {"candidates": [cand]}
+        obj: JSONObject = {"candidates": [cand]}
         if finish is not None:
             obj["usageMetadata"] = _usage_meta(self._in, self._out)
         obj["modelVersion"] = self._model
@@ -253,8 +254,8 @@ class StreamEncoder:
         return b"".join(parts)
 
     @staticmethod
-    def _call_part(name: str, arguments: str, signature: str) -> dict:
-        part: dict = {"functionCall": {"name": name, "args": arguments_object(arguments, name=name, error=upstream_error)}}
+    def _call_part(name: str, arguments: str, signature: str) -> JSONObject:
+        part: JSONObject = {"functionCall": {"name": name, "args": arguments_object(arguments, name=name, error=upstream_error)}}
         if signature:
             part["thoughtSignature"] = signature
         return part

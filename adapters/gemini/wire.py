@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from adapters.internal import FinishReason
+from adapters.json_types import JSONObject
 
 _FINISH_IN: dict[str, FinishReason] = {
     "STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter",
@@ -14,6 +15,6 @@ _FINISH_OUT: dict[FinishReason, str] = {
 }
 
 
-def _get(obj: dict, camel: str, snake: str) -> object:
+def _get(obj: JSONObject, camel: str, snake: str) -> object:
     v = obj.get(camel)
     return obj.get(snake) if v is None else v

@@ -94,7 +94,8 @@ def _raw_output(resp: pb.ModelInferResponse, index: int) -> bytes:
     """Output `index` in the binary layout (validated against its shape first)."""
     data = output_array(resp, index)
     if index < len(resp.raw_output_contents):
-        return resp.raw_output_contents[index]
+        raw: bytes = resp.raw_output_contents[index]
+        return raw
     if isinstance(data, list):
         return b"".join(struct.pack("<I", len(b)) + b for b in (v.encode() for v in data))
     return np.ascontiguousarray(data, dtype=DTYPES[resp.outputs[index].datatype]).tobytes()

@@ -21,13 +21,15 @@ def _json_values(datatype: str, raw: bytes, count: int, where: str) -> list[Any]
     if datatype == "BYTES":
         return _decode_bytes(raw, count, where)
     arr = np.frombuffer(raw, dtype=DTYPES[datatype])
-    return (arr.astype(np.float32) if datatype == "FP16" else arr).tolist()
+    values: list[Any] = (arr.astype(np.float32) if datatype == "FP16" else arr).tolist()
+    return values
 
 
 def _request_raw(req: pb.ModelInferRequest, index: int) -> bytes:
     """Input `index` in the raw layout, whether it came as raw or typed contents."""
     if index < len(req.raw_input_contents):
-        return req.raw_input_contents[index]
+        raw: bytes = req.raw_input_contents[index]
+        return raw
     t = req.inputs[index]
     field = _CONTENTS_FIELD.get(t.datatype)
     if field is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 
 from adapters.fields import error_message
+from adapters.openai.wire import ErrorBody
 from modelyard.errors import default_type
 
 _OPENAI_TYPES = {"api_error": "server_error", "overloaded_error": "server_error", "timeout_error": "server_error"}
@@ -13,9 +14,10 @@ _OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limi
 
 def render_error(status: int, message: str, type: str | None = None) -> bytes:
     t = type or default_type(status)
-    return orjson.dumps({"error": {
+    body: ErrorBody = {"error": {
         "message": message, "type": _OPENAI_TYPES.get(t, t), "param": None, "code": _OPENAI_CODES.get(status),
-    }})
+    }}
+    return orjson.dumps(body)
 
 
 def parse_error(status: int, body: bytes) -> str:

@@ -23,7 +23,19 @@ from adapters.internal import (
     UpstreamRequest,
     message_text,
 )
+from adapters.json_types import JSONArray, JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
+from adapters.openai.wire import (
+    AssistantMessageOut,
+    ChatCompletionRequest,
+    ContentPartOut,
+    FileContentOut,
+    FunctionDefOut,
+    JSONSchemaFormat,
+    MessageOut,
+    ResponseFormatOut,
+    ToolCallOut,
+)
 from modelyard.errors import ClientError
 
 PATH = "/v1/chat/completions"
@@ -31,7 +43,7 @@ CLIENT_AUTH_HEADERS: tuple[str, ...] = ("authorization",)
 _ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
 
 
-def _image(part: dict, where: str) -> ImagePart:
+def _image(part: JSONObject, where: str) -> ImagePart:
     iu = part.get("image_url")
     url = iu if type(iu) is str else req_str(as_object(iu, f"{where}.image_url"), "url", f"{where}.image_url")
     if url.startswith("data:"):
@@ -42,7 +54,7 @@ def _image(part: dict, where: str) -> ImagePart:
     return ImagePart(url=url)
 
 
-def _file(part: dict, where: str) -> DocumentPart:
+def _file(part: JSONObject, where: str) -> DocumentPart:
     f = as_object(part.get("file"), f"{where}.file")
     if f.get("file_id") is not None:
         raise ClientError(f"{where}.file.file_id: uploaded files live at OpenAI; send file_data to route anywhere")
@@ -81,7 +93,7 @@ def _content(raw: object, where: str, allow_images: bool) -> tuple[ContentPart, 
     return tuple(parts)
 
 
-def _tool_calls(raw: list, where: str) -> tuple[ToolCall, ...]:
+def _tool_calls(raw: JSONArray, where: str) -> tuple[ToolCall, ...]:
     out = []
     for j, tc in enumerate(raw):
         tw = f"{where}.tool_calls[{j}]"
@@ -120,7 +132,7 @@ def _message(m: object, where: str) -> Message | str:
                    tool_call_id=req_str(m, "tool_call_id", where), name=opt_str(m, "name", where))
 
 
-def _messages(obj: dict) -> tuple[str | None, tuple[Message, ...]]:
+def _messages(obj: JSONObject) -> tuple[str | None, tuple[Message, ...]]:
     """(system prompt, turns): every target has one system prompt, so system turns are hoisted and joined."""
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
@@ -145,7 +157,7 @@ def _messages(obj: dict) -> tuple[str | None, tuple[Message, ...]]:
     return ("\n\n".join(system) if system else None), tuple(msgs)
 
 
-def _tools(obj: dict) -> tuple[ToolDef, ...]:
+def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
     tools = []
     raw_tools = opt_list(obj, "tools", "body")
     check_count(raw_tools, MAX_TOOLS, "tools")
@@ -162,7 +174,7 @@ def _tools(obj: dict) -> tuple[ToolDef, ...]:
     return tuple(tools)
 
 
-def _tool_choice(obj: dict) -> ToolChoice | None:
+def _tool_choice(obj: JSONObject) -> ToolChoice | None:
     tc_raw = obj.get("tool_choice")
     if tc_raw is None:
         return None
@@ -174,7 +186,7 @@ def _tool_choice(obj: dict) -> ToolChoice | None:
     raise ClientError("tool_choice must be 'auto', 'none', 'required' or a function object")
 
 
-def _stop(obj: dict) -> tuple[str, ...]:
+def _stop(obj: JSONObject) -> tuple[str, ...]:
     stop_raw = obj.get("stop")
     if stop_raw is None:
         return ()
@@ -185,7 +197,7 @@ def _stop(obj: dict) -> tuple[str, ...]:
     raise ClientError("stop must be a string or an array of strings")
 
 
-def _max_tokens(obj: dict) -> int | None:
+def _max_tokens(obj: JSONObject) -> int | None:
     n = opt_int(obj, "n", "body")
     if n is not None and n != 1:
         raise ClientError("n other than 1 is not supported")
@@ -193,7 +205,7 @@ def _max_tokens(obj: dict) -> int | None:
     return opt_int(obj, "max_tokens", "body") if max_tokens is None else max_tokens
 
 
-def _response_format(obj: dict) -> ResponseFormat | None:
+def _response_format(obj: JSONObject) -> ResponseFormat | None:
     rf = obj.get("response_format")
     if rf is None:
         return None
@@ -248,10 +260,10 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     )
 
 
-def _render_content(content: tuple[ContentPart, ...]) -> str | list:
+def _render_content(content: tuple[ContentPart, ...]) -> str | list[ContentPartOut]:
     if len(content) == 1 and type(content[0]) is TextPart:
         return content[0].text
-    out: list[dict] = []
+    out: list[ContentPartOut] = []
     for p in content:
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
@@ -263,7 +275,7 @@ def _render_content(content: tuple[ContentPart, ...]) -> str | list:
     return out
 
 
-def _file_part(p: DocumentPart) -> dict:
+def _file_part(p: DocumentPart) -> FileContentOut:
     # Chat Completions takes PDFs, inline only; anything else has no place there.
     if p.media_type != "application/pdf" or p.data is None:
         what = p.media_type if p.data is not None else f"{p.media_type} by URL"
@@ -287,15 +299,15 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
     return PATH, headers
 
 
-def _call(tc: ToolCall, call_id: str) -> dict:
+def _call(tc: ToolCall, call_id: str) -> ToolCallOut:
     # A call without arguments is "{}" on every path, as OpenAI itself sends it.
     return {"id": call_id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments or "{}"}}
 
 
-def _render_response_format(rf: ResponseFormat) -> dict:
+def _render_response_format(rf: ResponseFormat) -> ResponseFormatOut:
     if rf.type == "json_object":
         return {"type": "json_object"}
-    js: dict = {"name": rf.name or "response", "schema": rf.schema if rf.schema is not None else {"type": "object"}}
+    js: JSONSchemaFormat = {"name": rf.name or "response", "schema": rf.schema if rf.schema is not None else {"type": "object"}}
     if rf.strict is not None:
         js["strict"] = rf.strict
     return {"type": "json_schema", "json_schema": js}
@@ -305,21 +317,21 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
                    options: RenderOptions | None = None) -> UpstreamRequest:
     if req.top_k is not None:
         raise ClientError("top_k is not supported by this model's OpenAI deployment")
-    msgs: list[dict] = []
+    msgs: list[MessageOut] = []
     if req.system is not None:
         msgs.append({"role": "system", "content": req.system})
     for m in req.messages:
         if m.role == "user":
             msgs.append({"role": "user", "content": _render_content(m.content)})
         elif m.role == "assistant":
-            d: dict = {"role": "assistant", "content": message_text(m) if m.content else None}
+            d: AssistantMessageOut = {"role": "assistant", "content": message_text(m) if m.content else None}
             if m.tool_calls:
                 d["tool_calls"] = [_call(tc, plain_id(tc.id)) for tc in m.tool_calls]
             msgs.append(d)
         else:
             msgs.append({"role": "tool", "tool_call_id": plain_id(m.tool_call_id or ""),
                          "content": _tool_result_text(m)})
-    body: dict = {"model": upstream_model, "messages": msgs}
+    body: ChatCompletionRequest = {"model": upstream_model, "messages": msgs}
     if req.tools:
         body["tools"] = [
             {"type": "function", "function": _tool_def(t)} for t in req.tools
@@ -336,8 +348,10 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
     if req.top_p is not None:
         body["top_p"] = req.top_p
     if req.max_tokens is not None:
-        legacy = options is not None and options.legacy_max_tokens
-        body["max_tokens" if legacy else "max_completion_tokens"] = req.max_tokens
+        if options is not None and options.legacy_max_tokens:
+            body["max_tokens"] = req.max_tokens
+        else:
+            body["max_completion_tokens"] = req.max_tokens
     if req.stop:
         body["stop"] = list(req.stop)
     if req.stream:
@@ -348,12 +362,11 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
     return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
-def _tool_def(t: ToolDef) -> dict:
-    d: dict = {"name": t.name}
+def _tool_def(t: ToolDef) -> FunctionDefOut:
+    params = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
     if t.description is not None:
-        d["description"] = t.description
-    d["parameters"] = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
-    return d
+        return {"name": t.name, "description": t.description, "parameters": params}
+    return {"name": t.name, "parameters": params}
 
 
 def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:

@@ -11,7 +11,7 @@ from adapters.call_ids import with_signature
 from adapters.fields import bad_upstream, load_object, token_count
 from adapters.internal import ChatResponse, ToolCall, Usage
 from adapters.openai.request import _call
-from adapters.openai.wire import _FINISH_IN, _FINISH_OUT
+from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletion, ResponseMessageOut
 from modelyard.errors import ClientError
 
 
@@ -58,16 +58,17 @@ def parse_response(body: bytes) -> ChatResponse:
 
 def render_response(resp: ChatResponse, *, model: str) -> bytes:
     empty = not resp.content and (resp.tool_calls or resp.refusal)
-    msg: dict = {"role": "assistant", "content": None if empty else resp.content, "refusal": resp.refusal}
+    msg: ResponseMessageOut = {"role": "assistant", "content": None if empty else resp.content, "refusal": resp.refusal}
     if resp.tool_calls:
         # A Gemini thought signature rides in the id, which the client hands back next turn.
         msg["tool_calls"] = [_call(tc, with_signature(tc.id, tc.signature)) for tc in resp.tool_calls]
     u = resp.usage
-    return orjson.dumps({
+    out: ChatCompletion = {
         "id": resp.id or "chatcmpl-" + uuid.uuid4().hex,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": msg, "finish_reason": _FINISH_OUT[resp.finish_reason], "logprobs": None}],
         "usage": {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens, "total_tokens": u.total_tokens},
-    })
+    }
+    return orjson.dumps(out)

@@ -22,7 +22,7 @@ from adapters.internal import (
     UsageUpdate,
 )
 from adapters.openai.errors import render_error
-from adapters.openai.wire import _FINISH_IN, _FINISH_OUT
+from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletionChunk, Delta
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 
 
@@ -119,11 +119,12 @@ class StreamEncoder:
         self._out = 0
         self._no_args: set[int] = set()  # tool calls that have streamed no argument text yet
 
-    def _chunk(self, delta: dict, finish: str | None = None) -> bytes:
-        return encode_event(orjson.dumps({
+    def _chunk(self, delta: Delta, finish: str | None = None) -> bytes:
+        chunk: ChatCompletionChunk = {
             "id": self._id, "object": "chat.completion.chunk", "created": self._created, "model": self._model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-        }))
+        }
+        return encode_event(orjson.dumps(chunk))
 
     def _start(self, rid: str, parts: list[bytes]) -> None:
         self._started = True
@@ -169,12 +170,13 @@ class StreamEncoder:
                 self._close_empty_calls(parts)
                 self._done = True
                 if self._include_usage:
-                    parts.append(encode_event(orjson.dumps({
+                    usage: ChatCompletionChunk = {
                         "id": self._id, "object": "chat.completion.chunk", "created": self._created,
                         "model": self._model, "choices": [],
                         "usage": {"prompt_tokens": self._in, "completion_tokens": self._out,
                                   "total_tokens": self._in + self._out},
-                    })))
+                    }
+                    parts.append(encode_event(orjson.dumps(usage)))
                 parts.append(b"data: [DONE]\n\n")
         return b"".join(parts)
 

@@ -26,6 +26,7 @@ from adapters.internal import (
     UpstreamRequest,
     message_text,
 )
+from adapters.json_types import JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from modelyard.errors import ClientError
 
@@ -50,7 +51,7 @@ _UNSUPPORTED = {
 _ROLES = frozenset(("user", "assistant", "system", "developer"))
 
 
-def _image(p: dict, where: str) -> ImagePart:
+def _image(p: JSONObject, where: str) -> ImagePart:
     url = p.get("image_url")
     if type(url) is not str or not url:
         raise ClientError(f"{where}.image_url is required (file_id needs stored files, which are not supported)")
@@ -62,7 +63,7 @@ def _image(p: dict, where: str) -> ImagePart:
     return ImagePart(url=url)
 
 
-def _file(p: dict, where: str) -> DocumentPart:
+def _file(p: JSONObject, where: str) -> DocumentPart:
     if p.get("file_id") is not None:
         raise ClientError(f"{where}.file_id: uploaded files live at OpenAI; send file_data to route anywhere")
     url = p.get("file_data")
@@ -125,7 +126,7 @@ class _Turns:
         self.msgs: list[Message] = []
         self._names: dict[str, str] = {}  # call_id -> function name (Gemini pairs results by name)
 
-    def message(self, item: dict, where: str) -> None:
+    def message(self, item: JSONObject, where: str) -> None:
         role = item.get("role")
         if type(role) is not str or role not in _ROLES:
             raise ClientError(f"{where}.role {role!r} is not one of user, assistant, system, developer")
@@ -139,7 +140,7 @@ class _Turns:
         else:
             self.msgs.append(Message("assistant", content))
 
-    def call(self, item: dict, where: str) -> None:
+    def call(self, item: JSONObject, where: str) -> None:
         args = item.get("arguments", "")
         if type(args) is not str:
             raise ClientError(f"{where}.arguments must be a string (JSON text)")
@@ -153,13 +154,13 @@ class _Turns:
         else:
             self.msgs.append(Message("assistant", (), (call,)))
 
-    def output(self, item: dict, where: str) -> None:
+    def output(self, item: JSONObject, where: str) -> None:
         cid = req_str(item, "call_id", where)
         text = _output_text(item.get("output"), where)
         self.msgs.append(Message("tool", (TextPart(text),), tool_call_id=cid, name=self._names.get(cid)))
 
 
-def _input(obj: dict) -> tuple[str | None, tuple[Message, ...]]:
+def _input(obj: JSONObject) -> tuple[str | None, tuple[Message, ...]]:
     raw = obj.get("input")
     instructions = opt_str(obj, "instructions", "body")
     turns = _Turns()
@@ -191,7 +192,7 @@ def _input(obj: dict) -> tuple[str | None, tuple[Message, ...]]:
     return ("\n\n".join(turns.system) if turns.system else None), tuple(turns.msgs)
 
 
-def _tools(obj: dict) -> tuple[ToolDef, ...]:
+def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
     raw = opt_list(obj, "tools", "body")
     check_count(raw, MAX_TOOLS, "tools")
     out = []
@@ -207,7 +208,7 @@ def _tools(obj: dict) -> tuple[ToolDef, ...]:
     return tuple(out)
 
 
-def _tool_choice(obj: dict) -> ToolChoice | None:
+def _tool_choice(obj: JSONObject) -> ToolChoice | None:
     raw = obj.get("tool_choice")
     if raw is None:
         return None
@@ -218,7 +219,7 @@ def _tool_choice(obj: dict) -> ToolChoice | None:
     raise ClientError("tool_choice must be 'auto', 'none', 'required' or {\"type\": \"function\", \"name\": ...}")
 
 
-def _refuse_unsupported(obj: dict) -> None:
+def _refuse_unsupported(obj: JSONObject) -> None:
     """What the internal format cannot carry is a clear 400, never silently dropped."""
     for key, why in _UNSUPPORTED.items():
         if obj.get(key) is not None:
@@ -230,7 +231,7 @@ def _refuse_unsupported(obj: dict) -> None:
         raise ClientError("reasoning options are not supported by this gateway")
 
 
-def _response_format(obj: dict) -> ResponseFormat | None:
+def _response_format(obj: JSONObject) -> ResponseFormat | None:
     """`text.format`: Responses puts the json_schema fields flat (name, schema, strict)."""
     text = obj.get("text")
     if text is None:
@@ -254,12 +255,12 @@ def _response_format(obj: dict) -> ResponseFormat | None:
     raise ClientError("text.format.type must be text, json_object or json_schema")
 
 
-def _text_config(rf: ResponseFormat | None) -> dict:
+def _text_config(rf: ResponseFormat | None) -> JSONObject:
     if rf is None:
         return {"format": {"type": "text"}}
     if rf.type == "json_object":
         return {"format": {"type": "json_object"}}
-    fmt: dict = {"type": "json_schema", "name": rf.name or "response",
+    fmt: JSONObject = {"type": "json_schema", "name": rf.name or "response",
                  "schema": rf.schema if rf.schema is not None else {"type": "object"}}
     if rf.strict is not None:
         fmt["strict"] = rf.strict
@@ -288,15 +289,15 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     )
 
 
-def _parallel_tool_calls(obj: dict) -> bool | None:
+def _parallel_tool_calls(obj: JSONObject) -> bool | None:
     v = obj.get("parallel_tool_calls")
     if v is not None and type(v) is not bool:
         raise ClientError("parallel_tool_calls must be a boolean")
     return v
 
 
-def _input_items(req: ChatRequest) -> list[dict]:
-    items: list[dict] = []
+def _input_items(req: ChatRequest) -> list[JSONObject]:
+    items: list[JSONObject] = []
     for m in req.messages:
         if m.role == "tool":
             items.append({"type": "function_call_output", "call_id": plain_id(m.tool_call_id or ""),
@@ -304,7 +305,7 @@ def _input_items(req: ChatRequest) -> list[dict]:
             continue
         if m.content:
             kind = "input_text" if m.role == "user" else "output_text"
-            parts: list[dict] = []
+            parts: list[JSONObject] = []
             for p in m.content:
                 if isinstance(p, TextPart):
                     parts.append({"type": kind, "text": p.text})
@@ -320,8 +321,8 @@ def _input_items(req: ChatRequest) -> list[dict]:
     return items
 
 
-def _file_part(p: DocumentPart) -> dict:
-    d: dict = {"type": "input_file"}
+def _file_part(p: DocumentPart) -> JSONObject:
+    d: JSONObject = {"type": "input_file"}
     if p.data is not None:
         d["file_data"] = f"data:{p.media_type};base64,{p.data}"
     else:
@@ -331,10 +332,10 @@ def _file_part(p: DocumentPart) -> dict:
     return d
 
 
-def _tool_defs(tools: tuple[ToolDef, ...]) -> list[dict]:
+def _tool_defs(tools: tuple[ToolDef, ...]) -> list[JSONObject]:
     out = []
     for t in tools:
-        d: dict = {"type": "function", "name": t.name,
+        d: JSONObject = {"type": "function", "name": t.name,
                    "parameters": t.parameters if t.parameters is not None else {"type": "object", "properties": {}}}
         if t.description is not None:
             d["description"] = t.description
@@ -342,7 +343,7 @@ def _tool_defs(tools: tuple[ToolDef, ...]) -> list[dict]:
     return out
 
 
-def _tool_choice_out(tc: ToolChoice | None) -> str | dict:
+def _tool_choice_out(tc: ToolChoice | None) -> str | JSONObject:
     if tc is None:
         return "auto"
     return {"type": "function", "name": tc.name} if tc.mode == "tool" else tc.mode
@@ -357,7 +358,7 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
 
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
-    body: dict = {"model": upstream_model, "input": _input_items(req), "store": False}
+    body: JSONObject = {"model": upstream_model, "input": _input_items(req), "store": False}
     if req.system is not None:
         body["instructions"] = req.system
     if req.tools:

@@ -23,6 +23,7 @@ from adapters.internal import (
     Usage,
     UsageUpdate,
 )
+from adapters.json_types import JSONObject
 from adapters.responses.response import (
     _call_item,
     _message_item,
@@ -127,10 +128,10 @@ class StreamEncoder:
         self._seq = 0
         self._started = False
         self._done = False
-        self._output: list[dict] = []  # finished output items, by output_index
+        self._output: list[JSONObject] = []  # finished output items, by output_index
         self._text_index: int | None = None  # output_index of the open message item
         self._text_id = ""
-        self._parts: list[dict] = []  # the open message's finished content parts
+        self._parts: list[JSONObject] = []  # the open message's finished content parts
         self._kind = ""  # the open part's kind: output_text or refusal
         self._text: list[str] = []  # the open part's text so far
         self._calls: dict[int, _OpenCall] = {}  # tool ordinal -> open function_call item
@@ -139,12 +140,12 @@ class StreamEncoder:
         self._reason: FinishReason | None = None
         self._refused = False  # a refusal part streamed
 
-    def _emit(self, parts: list[bytes], kind: str, payload: dict) -> None:
+    def _emit(self, parts: list[bytes], kind: str, payload: JSONObject) -> None:
         payload = {"type": kind, "sequence_number": self._seq, **payload}
         self._seq += 1
         parts.append(encode_event(orjson.dumps(payload), kind))
 
-    def _snapshot(self, status: str, error: str | None = None) -> dict:
+    def _snapshot(self, status: str, error: str | None = None) -> JSONObject:
         usage = Usage(self._in, self._out) if status != "in_progress" else None
         output = [i for i in self._output if i]  # items still open are not in the snapshot
         return _response_object(self._id, self._created, self._model, output, status, self._reason, usage,
