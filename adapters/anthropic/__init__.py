@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from adapters.anthropic.errors import parse_error, render_error
-from adapters.anthropic.request import _TOOL_ID as _TOOL_ID
+from adapters.anthropic.render import _TOOL_ID as _TOOL_ID
+from adapters.anthropic.render import render_request, request_target, tool_id
 from adapters.anthropic.request import (
     API_VERSION,
     CLIENT_AUTH_HEADERS,
@@ -11,9 +12,6 @@ from adapters.anthropic.request import (
     PATH,
     client_api_key,
     parse_request,
-    render_request,
-    request_target,
-    tool_id,
 )
 from adapters.anthropic.response import parse_response, render_response
 from adapters.anthropic.stream import StreamDecoder, StreamEncoder

@@ -6,7 +6,7 @@ import uuid
 
 import orjson
 
-from adapters.anthropic.request import tool_id
+from adapters.anthropic.render import tool_id
 from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, JSON_TOOL
 from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error

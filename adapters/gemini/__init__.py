@@ -9,15 +9,8 @@ a response's calls get ids unique across conversations (`call_ids.new_call_id`).
 from __future__ import annotations
 
 from adapters.gemini.errors import parse_error, render_error
-from adapters.gemini.request import (
-    CLIENT_AUTH_HEADERS,
-    SKIP_SIGNATURE,
-    client_api_key,
-    parse_request,
-    render_request,
-    request_path,
-    request_target,
-)
+from adapters.gemini.render import SKIP_SIGNATURE, render_request, request_path, request_target
+from adapters.gemini.request import CLIENT_AUTH_HEADERS, client_api_key, parse_request
 from adapters.gemini.response import parse_response, render_response
 from adapters.gemini.schema import gemini_schema, json_schema
 from adapters.gemini.stream import StreamDecoder, StreamEncoder

@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 
 from adapters.fields import error_message
+from adapters.gemini.wire import ErrorBody
 
 _STATUS = {
     400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
@@ -19,7 +20,8 @@ def render_error(status: int, message: str, type: str | None = None) -> bytes:
         st = "INVALID_ARGUMENT" if 400 <= status < 500 else "INTERNAL"
     if type == "overloaded_error":
         st = "UNAVAILABLE"
-    return orjson.dumps({"error": {"code": status, "message": message, "status": st}})
+    body: ErrorBody = {"error": {"code": status, "message": message, "status": st}}
+    return orjson.dumps(body)
 
 
 def parse_error(status: int, body: bytes) -> str:

@@ -9,22 +9,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import orjson
 
-from adapters.fields import (
-    arguments_object,
-    as_object,
-    header,
-    load_object,
-    opt_int,
-    opt_list,
-    opt_number,
-    opt_str,
-    req_str,
-)
-from adapters.gemini.schema import gemini_schema, json_schema
+from adapters.fields import as_object, header, load_object, opt_int, opt_list, opt_number, opt_str, req_str
+from adapters.gemini.schema import json_schema
 from adapters.gemini.wire import _get
 from adapters.internal import (
     ChatRequest,
@@ -32,31 +21,17 @@ from adapters.internal import (
     DocumentPart,
     ImagePart,
     Message,
-    RenderOptions,
     ResponseFormat,
     TextPart,
     ToolCall,
     ToolChoice,
     ToolDef,
-    UpstreamRequest,
-    message_text,
 )
 from adapters.json_types import JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from modelyard.errors import ClientError
 
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("x-goog-api-key", "authorization")
-# Google's documented stand-in for a function call whose thought signature was lost on the way
-# (history from another protocol): Gemini 3 refuses a replayed call without one.
-SKIP_SIGNATURE = "skip_thought_signature_validator"
-_MIME_BY_EXT = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif",
-                "webp": "image/webp", "heic": "image/heic", "heif": "image/heif"}
-
-
-def request_path(model: str, stream: bool) -> str:
-    m = quote(model, safe="-._~/")
-    return f"/v1beta/models/{m}:streamGenerateContent?alt=sse" if stream else f"/v1beta/models/{m}:generateContent"
-
 
 def _response_text(resp: object) -> str:
     # {"content": "..."} is how other protocols' plain-text tool results travel; unwrap it back.
@@ -348,125 +323,6 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         stream=stream_hint,
         include_usage=True,  # Gemini chunks always carry usageMetadata
     )
-
-
-def _image_part(p: ImagePart | DocumentPart) -> JSONObject:
-    if isinstance(p, DocumentPart):
-        if p.url is not None:
-            return {"fileData": {"mimeType": p.media_type, "fileUri": p.url}}
-        return {"inlineData": {"mimeType": p.media_type, "data": p.data}}
-    if p.url is not None:
-        mime = p.media_type or _MIME_BY_EXT.get(p.url.rsplit(".", 1)[-1].split("?", 1)[0].lower(), "image/jpeg")
-        return {"fileData": {"mimeType": mime, "fileUri": p.url}}
-    return {"inlineData": {"mimeType": p.media_type or "image/png", "data": p.data}}
-
-
-def _tool_response(text: str) -> JSONObject:
-    # Gemini wants an object; JSON-object results pass as they are, anything else is wrapped.
-    if text[:1] == "{":
-        try:
-            v = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            v = None
-        if type(v) is dict:
-            return v
-    return {"content": text}
-
-
-def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None) -> tuple[str, dict[str, str]]:
-    """Path and headers of the upstream request, without rendering its body (passthrough)."""
-    headers = {"content-type": "application/json"}
-    if credential:
-        headers["x-goog-api-key"] = credential
-    return request_path(upstream_model, req.stream), headers
-
-
-def _call_parts(calls: tuple[ToolCall, ...], names: dict[str, str]) -> list[JSONObject]:
-    parts: list[JSONObject] = []
-    signed = any(tc.signature for tc in calls)
-    for j, tc in enumerate(calls):
-        names[tc.id] = tc.name
-        part: JSONObject = {"functionCall": {"name": tc.name, "args": arguments_object(tc.arguments, name=tc.name)}}
-        if tc.signature:
-            part["thoughtSignature"] = tc.signature
-        elif j == 0 and not signed:
-            # Gemini 3 checks the first call of each model turn; this history came without one.
-            part["thoughtSignature"] = SKIP_SIGNATURE
-        parts.append(part)
-    return parts
-
-
-def _result_parts(m: Message, names: dict[str, str]) -> list[JSONObject]:
-    name = m.name or names.get(m.tool_call_id or "", "") or "tool"
-    text = message_text(m)
-    # Google's convention for a failed call: the message under `error`, not `output`.
-    response = {"error": text} if m.is_error else _tool_response(text)
-    parts: list[JSONObject] = [{"functionResponse": {"name": name, "response": response}}]
-    # Images and files of a tool result follow it in the same user turn, as inline parts.
-    parts += [_image_part(p) for p in m.content if not isinstance(p, TextPart)]
-    return parts
-
-
-def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
-                   options: RenderOptions | None = None) -> UpstreamRequest:
-    if req.parallel_tool_calls is False and req.tools:
-        raise ClientError("parallel_tool_calls: false cannot be expressed for a Gemini deployment")
-    contents: list[JSONObject] = []
-    names: dict[str, str] = {}
-    for m in req.messages:
-        if m.role == "assistant":
-            parts: list[JSONObject] = [{"text": p.text} for p in m.content if type(p) is TextPart and p.text]
-            parts += _call_parts(m.tool_calls, names)
-            if parts:
-                contents.append({"role": "model", "parts": parts})
-            continue
-        if m.role == "tool":
-            parts = _result_parts(m, names)
-            # All responses to one model turn's calls travel in one user turn.
-            if contents and contents[-1]["role"] == "user" and any("functionResponse" in p for p in contents[-1]["parts"]):
-                contents[-1]["parts"].extend(parts)
-                continue
-        else:
-            parts = [{"text": p.text} if isinstance(p, TextPart) else _image_part(p) for p in m.content]
-        contents.append({"role": "user", "parts": parts})
-    body: JSONObject = {"contents": contents}
-    if req.system:
-        body["systemInstruction"] = {"parts": [{"text": req.system}]}
-    if req.tools:
-        decls = []
-        for t in req.tools:
-            d: JSONObject = {"name": t.name}
-            if t.description is not None:
-                d["description"] = t.description
-            if t.parameters is not None and t.parameters.get("properties"):
-                d["parameters"] = gemini_schema(t.parameters)
-            decls.append(d)
-        body["tools"] = [{"functionDeclarations": decls}]
-    if req.tool_choice is not None:
-        mode = req.tool_choice.mode
-        fcc: JSONObject = {"mode": {"auto": "AUTO", "none": "NONE", "required": "ANY", "tool": "ANY"}[mode]}
-        if mode == "tool":
-            fcc["allowedFunctionNames"] = [req.tool_choice.name]
-        body["toolConfig"] = {"functionCallingConfig": fcc}
-    gc: JSONObject = {}
-    if req.temperature is not None:
-        gc["temperature"] = req.temperature
-    if req.top_p is not None:
-        gc["topP"] = req.top_p
-    if req.top_k is not None:
-        gc["topK"] = req.top_k
-    if req.max_tokens is not None:
-        gc["maxOutputTokens"] = req.max_tokens
-    if req.stop:
-        gc["stopSequences"] = list(req.stop)
-    if req.response_format is not None:
-        gc["responseMimeType"] = "application/json"
-        if req.response_format.schema is not None:
-            gc["responseSchema"] = gemini_schema(req.response_format.schema)
-    if gc:
-        body["generationConfig"] = gc
-    path, headers = request_target(req, upstream_model=upstream_model, credential=credential)
-    return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
 def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:

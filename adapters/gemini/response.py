@@ -8,7 +8,14 @@ import orjson
 
 from adapters.call_ids import new_call_id
 from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
-from adapters.gemini.wire import _FINISH_IN, _FINISH_OUT
+from adapters.gemini.wire import (
+    _FINISH_IN,
+    _FINISH_OUT,
+    FunctionCallPart,
+    GenerateContentResponse,
+    PartOut,
+    UsageMetadata,
+)
 from adapters.internal import ChatResponse, FinishReason, ToolCall, Usage
 from adapters.json_types import JSONArray, JSONObject
 from modelyard.errors import ClientError
@@ -69,27 +76,28 @@ def parse_response(body: bytes) -> ChatResponse:
                         tuple(calls), reason, _usage(u) if type(u) is dict else Usage())
 
 
-def _usage_meta(i: int, o: int) -> JSONObject:
+def _usage_meta(i: int, o: int) -> UsageMetadata:
     return {"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": i + o}
 
 
 def render_response(resp: ChatResponse, *, model: str) -> bytes:
-    parts: list[JSONObject] = []
+    parts: list[PartOut] = []
     text = resp.content or resp.refusal
     if text:
         parts.append({"text": text})
     for tc in resp.tool_calls:
-        part: JSONObject = {"functionCall": {"name": tc.name,
+        part: FunctionCallPart = {"functionCall": {"name": tc.name,
                                        "args": arguments_object(tc.arguments, name=tc.name, error=upstream_error)}}
         if tc.signature:
             part["thoughtSignature"] = tc.signature
         parts.append(part)
     if not parts:
         parts.append({"text": ""})
-    return orjson.dumps({
+    out: GenerateContentResponse = {
         "candidates": [{"content": {"role": "model", "parts": parts},
                         "finishReason": _FINISH_OUT[resp.finish_reason], "index": 0}],
         "usageMetadata": _usage_meta(resp.usage.input_tokens, resp.usage.output_tokens),
         "modelVersion": model,
         "responseId": resp.id or uuid.uuid4().hex,
-    })
+    }
+    return orjson.dumps(out)

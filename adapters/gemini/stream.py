@@ -10,7 +10,14 @@ import orjson
 from adapters.fields import arguments_object, bad_upstream, error_message, upstream_error
 from adapters.gemini.errors import render_error
 from adapters.gemini.response import _candidate_parts, _response_call, _usage, _usage_meta
-from adapters.gemini.wire import _FINISH_IN, _FINISH_OUT
+from adapters.gemini.wire import (
+    _FINISH_IN,
+    _FINISH_OUT,
+    CandidateOut,
+    FunctionCallPart,
+    GenerateContentResponse,
+    PartOut,
+)
 from adapters.internal import (
     ChatRequest,
     StreamEnd,
@@ -203,17 +210,17 @@ class StreamEncoder:
         self._calls: dict[int, list[str]] = {}  # tool ordinal -> [name, arguments text so far, signature]
         self._reason = "STOP"
 
-    def _chunk(self, parts: list[JSONObject], finish: str | None = None) -> bytes:
-        cand: JSONObject = {"content": {"role": "model", "parts": parts}, "index": 0}
-        if finish is not None:
-            cand["finishReason"] = finish
-        obj: JSONObject = {"candidates": [cand]}
-        if finish is not None:
-            obj["usageMetadata"] = _usage_meta(self._in, self._out)
-        obj["modelVersion"] = self._model
+    def _chunk(self, parts: list[PartOut], finish: str | None = None) -> bytes:
+        cand: CandidateOut = {"content": {"role": "model", "parts": parts}, "index": 0}
         if not self._id:
             self._id = uuid.uuid4().hex
-        obj["responseId"] = self._id
+        obj: GenerateContentResponse
+        if finish is None:
+            obj = {"candidates": [cand], "modelVersion": self._model, "responseId": self._id}
+        else:
+            cand["finishReason"] = finish
+            obj = {"candidates": [cand], "usageMetadata": _usage_meta(self._in, self._out),
+                   "modelVersion": self._model, "responseId": self._id}
         return b"data: " + orjson.dumps(obj) + b"\r\n\r\n"
 
     def encode(self, events: list[StreamEvent]) -> bytes:
@@ -254,8 +261,8 @@ class StreamEncoder:
         return b"".join(parts)
 
     @staticmethod
-    def _call_part(name: str, arguments: str, signature: str) -> JSONObject:
-        part: JSONObject = {"functionCall": {"name": name, "args": arguments_object(arguments, name=name, error=upstream_error)}}
+    def _call_part(name: str, arguments: str, signature: str) -> PartOut:
+        part: FunctionCallPart = {"functionCall": {"name": name, "args": arguments_object(arguments, name=name, error=upstream_error)}}
         if signature:
             part["thoughtSignature"] = signature
         return part
