@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import orjson
 
+from adapters.anthropic.wire import ErrorBody
 from adapters.fields import error_message
 from modelyard.errors import default_type
 
 
 def render_error(status: int, message: str, type: str | None = None) -> bytes:
-    return orjson.dumps({"type": "error", "error": {"type": type or default_type(status), "message": message}})
+    body: ErrorBody = {"type": "error", "error": {"type": type or default_type(status), "message": message}}
+    return orjson.dumps(body)
 
 
 def parse_error(status: int, body: bytes) -> str:

@@ -10,7 +10,18 @@ import re
 import orjson
 
 from adapters.anthropic.request import API_VERSION, DEFAULT_MAX_TOKENS, PATH
-from adapters.anthropic.wire import JSON_TOOL
+from adapters.anthropic.wire import (
+    JSON_TOOL,
+    Base64Source,
+    Block,
+    DocumentBlock,
+    MessageOut,
+    MessagesRequest,
+    TextSource,
+    ToolDefOut,
+    ToolResultBlock,
+    URLSource,
+)
 from adapters.call_ids import plain_id
 from adapters.fields import arguments_object
 from adapters.internal import (
@@ -24,7 +35,6 @@ from adapters.internal import (
     UpstreamRequest,
     message_text,
 )
-from adapters.json_types import JSONObject
 from modelyard.errors import ClientError
 
 _DOCUMENT_TYPES = frozenset(("application/pdf", "text/plain"))
@@ -32,12 +42,12 @@ _DOCUMENT_TYPES = frozenset(("application/pdf", "text/plain"))
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 
-def _document_block(p: DocumentPart) -> JSONObject:
+def _document_block(p: DocumentPart) -> DocumentBlock:
     if p.media_type not in _DOCUMENT_TYPES or (p.url is not None and p.media_type != "application/pdf"):
         raise ClientError(f"a {p.media_type} document cannot be sent to an Anthropic deployment "
                           "(it takes PDF and plain-text documents)")
     if p.url is not None:
-        src: JSONObject = {"type": "url", "url": p.url}
+        src: URLSource | TextSource | Base64Source = {"type": "url", "url": p.url}
     elif p.media_type == "text/plain":
         try:
             text = base64.b64decode(p.data or "", validate=True).decode()
@@ -46,14 +56,14 @@ def _document_block(p: DocumentPart) -> JSONObject:
         src = {"type": "text", "media_type": "text/plain", "data": text}
     else:
         src = {"type": "base64", "media_type": p.media_type, "data": p.data}
-    block: JSONObject = {"type": "document", "source": src}
+    block: DocumentBlock = {"type": "document", "source": src}
     if p.name:
         block["title"] = p.name
     return block
 
 
-def _user_blocks(content: tuple[ContentPart, ...]) -> list[JSONObject]:
-    out: list[JSONObject] = []
+def _user_blocks(content: tuple[ContentPart, ...]) -> list[Block]:
+    out: list[Block] = []
     for p in content:
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
@@ -109,18 +119,18 @@ class _ToolIds:
         return self._current.get(raw) or tool_id(raw)
 
 
-def _tool_result(m: Message, ids: _ToolIds) -> JSONObject:
+def _tool_result(m: Message, ids: _ToolIds) -> ToolResultBlock:
     if all(type(p) is TextPart for p in m.content):
-        content: str | list[JSONObject] = message_text(m)
+        content: str | list[Block] = message_text(m)
     else:
         content = _user_blocks(m.content)
-    block: JSONObject = {"type": "tool_result", "tool_use_id": ids.result(plain_id(m.tool_call_id or "")), "content": content}
+    block: ToolResultBlock = {"type": "tool_result", "tool_use_id": ids.result(plain_id(m.tool_call_id or "")), "content": content}
     if m.is_error:
         block["is_error"] = True
     return block
 
 
-def _structured_output(req: ChatRequest, body: JSONObject) -> None:
+def _structured_output(req: ChatRequest, body: MessagesRequest) -> None:
     """response_format as a forced tool whose input is the JSON answer (every Claude model has tools)."""
     rf = req.response_format
     if rf is None:
@@ -139,11 +149,11 @@ def _structured_output(req: ChatRequest, body: JSONObject) -> None:
 
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
-    msgs: list[JSONObject] = []
+    msgs: list[MessageOut] = []
     ids = _ToolIds()
     for m in req.messages:
         if m.role == "assistant":
-            blocks: list[JSONObject] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
+            blocks: list[Block] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
                 blocks.append({"type": "tool_use", "id": ids.call(plain_id(tc.id)), "name": tc.name,
                                "input": arguments_object(tc.arguments, name=tc.name)})
@@ -160,12 +170,14 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         # Tool results and the user text after them share one user turn, as Anthropic requires.
         if msgs and msgs[-1]["role"] == "user":
             prev = msgs[-1]
-            if type(prev["content"]) is str:
-                prev["content"] = [{"type": "text", "text": prev["content"]}]
-            prev["content"].extend(blocks)
+            content = prev["content"]
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+                prev["content"] = content
+            content.extend(blocks)
         else:
             msgs.append({"role": "user", "content": blocks})
-    body: JSONObject = {"model": upstream_model, "max_tokens": req.max_tokens or DEFAULT_MAX_TOKENS, "messages": msgs}
+    body: MessagesRequest = {"model": upstream_model, "max_tokens": req.max_tokens or DEFAULT_MAX_TOKENS, "messages": msgs}
     if req.system:
         body["system"] = req.system
     if req.tools:
@@ -179,9 +191,9 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         )
     _structured_output(req, body)
     if req.parallel_tool_calls is False and "tools" in body:
-        tc = body.setdefault("tool_choice", {"type": "auto"})
-        if tc["type"] != "none":  # Anthropic takes the flag on auto, any and tool only
-            tc["disable_parallel_tool_use"] = True
+        choice = body.setdefault("tool_choice", {"type": "auto"})
+        if choice["type"] != "none":  # Anthropic takes the flag on auto, any and tool only
+            choice["disable_parallel_tool_use"] = True
     if req.temperature is not None:
         body["temperature"] = min(req.temperature, 1.0)  # Anthropic's range is 0..1
     if req.top_p is not None:
@@ -196,9 +208,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
     return UpstreamRequest(path, headers, orjson.dumps(body))
 
 
-def _tool_def(t: ToolDef) -> JSONObject:
-    d: JSONObject = {"name": t.name}
+def _tool_def(t: ToolDef) -> ToolDefOut:
+    schema = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
     if t.description is not None:
-        d["description"] = t.description
-    d["input_schema"] = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
-    return d
+        return {"name": t.name, "description": t.description, "input_schema": schema}
+    return {"name": t.name, "input_schema": schema}

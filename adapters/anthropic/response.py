@@ -7,7 +7,7 @@ import uuid
 import orjson
 
 from adapters.anthropic.render import tool_id
-from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, JSON_TOOL
+from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, JSON_TOOL, MessageResponse, TextBlock, ToolUseBlock
 from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
 from adapters.internal import ChatResponse, ToolCall, Usage
@@ -59,14 +59,14 @@ def parse_response(body: bytes) -> ChatResponse:
 
 
 def render_response(resp: ChatResponse, *, model: str) -> bytes:
-    content: list[JSONObject] = []
+    content: list[TextBlock | ToolUseBlock] = []
     text = resp.content or resp.refusal
     if text:
         content.append({"type": "text", "text": text})
     for tc in resp.tool_calls:
         content.append({"type": "tool_use", "id": tool_id(with_signature(tc.id, tc.signature)), "name": tc.name,
                         "input": arguments_object(tc.arguments, name=tc.name, error=upstream_error)})
-    return orjson.dumps({
+    out: MessageResponse = {
         "id": resp.id or "msg_" + uuid.uuid4().hex,
         "type": "message",
         "role": "assistant",
@@ -75,4 +75,5 @@ def render_response(resp: ChatResponse, *, model: str) -> bytes:
         "stop_reason": _FINISH_OUT[resp.finish_reason],
         "stop_sequence": None,
         "usage": {"input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens},
-    })
+    }
+    return orjson.dumps(out)

@@ -7,7 +7,15 @@ import uuid
 import orjson
 
 from adapters.anthropic.render import tool_id
-from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, _INPUT_KINDS, JSON_TOOL
+from adapters.anthropic.wire import (
+    _FINISH_IN,
+    _FINISH_OUT,
+    _INPUT_KINDS,
+    JSON_TOOL,
+    StreamEventOut,
+    TextBlock,
+    ToolUseBlock,
+)
 from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, token_count, upstream_error
 from adapters.internal import (
@@ -139,7 +147,7 @@ class StreamDecoder(SSEDecoder):
         return StreamError("upstream stream ended before message_stop", "api_error")
 
 
-def _sse_event(obj: JSONObject) -> bytes:
+def _sse_event(obj: StreamEventOut) -> bytes:
     # Anthropic names every SSE event after its payload's `type`.
     return encode_event(orjson.dumps(obj), obj["type"])
 
@@ -186,7 +194,7 @@ class StreamEncoder:
             "usage": {"input_tokens": self._in, "output_tokens": self._out},
         }}))
 
-    def _open(self, block: JSONObject, parts: list[bytes]) -> int:
+    def _open(self, block: TextBlock | ToolUseBlock, parts: list[bytes]) -> int:
         index = self._next
         self._next += 1
         parts.append(_sse_event({"type": "content_block_start", "index": index, "content_block": block}))
@@ -202,7 +210,7 @@ class StreamEncoder:
                            "delta": {"type": "input_json_delta", "partial_json": fragment}})
 
     @staticmethod
-    def _tool_block(ev: ToolCallStart) -> JSONObject:
+    def _tool_block(ev: ToolCallStart) -> ToolUseBlock:
         # A Gemini thought signature rides in the id, which the client hands back next turn.
         return {"type": "tool_use", "id": tool_id(with_signature(ev.id, ev.signature)), "name": ev.name, "input": {}}
 
