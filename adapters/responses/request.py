@@ -6,6 +6,8 @@ The gateway stores nothing, so what needs stored state (`previous_response_id`, 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import orjson
 
 from adapters import openai
@@ -28,6 +30,16 @@ from adapters.internal import (
 )
 from adapters.json_types import JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
+from adapters.responses.wire import (
+    FunctionTool,
+    InputFile,
+    InputItem,
+    InputPart,
+    NamedFunctionChoice,
+    ResponsesRequest,
+    TextConfig,
+    TextFormat,
+)
 from modelyard.errors import ClientError
 
 PATH = "/v1/responses"
@@ -255,12 +267,12 @@ def _response_format(obj: JSONObject) -> ResponseFormat | None:
     raise ClientError("text.format.type must be text, json_object or json_schema")
 
 
-def _text_config(rf: ResponseFormat | None) -> JSONObject:
+def _text_config(rf: ResponseFormat | None) -> TextConfig:
     if rf is None:
         return {"format": {"type": "text"}}
     if rf.type == "json_object":
         return {"format": {"type": "json_object"}}
-    fmt: JSONObject = {"type": "json_schema", "name": rf.name or "response",
+    fmt: TextFormat = {"type": "json_schema", "name": rf.name or "response",
                  "schema": rf.schema if rf.schema is not None else {"type": "object"}}
     if rf.strict is not None:
         fmt["strict"] = rf.strict
@@ -296,16 +308,16 @@ def _parallel_tool_calls(obj: JSONObject) -> bool | None:
     return v
 
 
-def _input_items(req: ChatRequest) -> list[JSONObject]:
-    items: list[JSONObject] = []
+def _input_items(req: ChatRequest) -> list[InputItem]:
+    items: list[InputItem] = []
     for m in req.messages:
         if m.role == "tool":
             items.append({"type": "function_call_output", "call_id": plain_id(m.tool_call_id or ""),
                           "output": message_text(m)})
             continue
         if m.content:
-            kind = "input_text" if m.role == "user" else "output_text"
-            parts: list[JSONObject] = []
+            kind: Literal["input_text", "output_text"] = "input_text" if m.role == "user" else "output_text"
+            parts: list[InputPart] = []
             for p in m.content:
                 if isinstance(p, TextPart):
                     parts.append({"type": kind, "text": p.text})
@@ -321,8 +333,8 @@ def _input_items(req: ChatRequest) -> list[JSONObject]:
     return items
 
 
-def _file_part(p: DocumentPart) -> JSONObject:
-    d: JSONObject = {"type": "input_file"}
+def _file_part(p: DocumentPart) -> InputFile:
+    d: InputFile = {"type": "input_file"}
     if p.data is not None:
         d["file_data"] = f"data:{p.media_type};base64,{p.data}"
     else:
@@ -332,10 +344,10 @@ def _file_part(p: DocumentPart) -> JSONObject:
     return d
 
 
-def _tool_defs(tools: tuple[ToolDef, ...]) -> list[JSONObject]:
+def _tool_defs(tools: tuple[ToolDef, ...]) -> list[FunctionTool]:
     out = []
     for t in tools:
-        d: JSONObject = {"type": "function", "name": t.name,
+        d: FunctionTool = {"type": "function", "name": t.name,
                    "parameters": t.parameters if t.parameters is not None else {"type": "object", "properties": {}}}
         if t.description is not None:
             d["description"] = t.description
@@ -343,7 +355,7 @@ def _tool_defs(tools: tuple[ToolDef, ...]) -> list[JSONObject]:
     return out
 
 
-def _tool_choice_out(tc: ToolChoice | None) -> str | JSONObject:
+def _tool_choice_out(tc: ToolChoice | None) -> str | NamedFunctionChoice:
     if tc is None:
         return "auto"
     return {"type": "function", "name": tc.name} if tc.mode == "tool" else tc.mode
@@ -358,7 +370,7 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
 
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
-    body: JSONObject = {"model": upstream_model, "input": _input_items(req), "store": False}
+    body: ResponsesRequest = {"model": upstream_model, "input": _input_items(req), "store": False}
     if req.system is not None:
         body["instructions"] = req.system
     if req.tools:

@@ -12,6 +12,7 @@ from adapters.fields import bad_upstream, load_object, token_count
 from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
 from adapters.json_types import JSONObject
 from adapters.responses.request import _text_config, _tool_choice_out, _tool_defs
+from adapters.responses.wire import OutputCall, OutputItem, OutputMessage, OutputPart, ResponseObject, UsageOut
 from modelyard.errors import ClientError
 
 
@@ -19,31 +20,31 @@ def _incomplete_reason(reason: FinishReason) -> str | None:
     return {"length": "max_output_tokens", "content_filter": "content_filter"}.get(reason)
 
 
-def _usage(u: Usage) -> JSONObject:
+def _usage(u: Usage) -> UsageOut:
     return {"input_tokens": u.input_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": u.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": u.total_tokens}
 
 
-def _part(kind: str, text: str) -> JSONObject:
+def _part(kind: str, text: str) -> OutputPart:
     if kind == "refusal":
         return {"type": "refusal", "refusal": text}
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def _message_item(item_id: str, parts: list[JSONObject], status: str) -> JSONObject:
+def _message_item(item_id: str, parts: list[OutputPart], status: str) -> OutputMessage:
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": parts}
 
 
-def _call_item(item_id: str, tc: ToolCall, status: str) -> JSONObject:
+def _call_item(item_id: str, tc: ToolCall, status: str) -> OutputCall:
     # A Gemini thought signature rides in the call id; a call without arguments is "{}", as OpenAI sends it.
     return {"type": "function_call", "id": item_id, "call_id": with_signature(tc.id, tc.signature),
             "name": tc.name, "arguments": tc.arguments or "{}", "status": status}
 
 
-def _response_object(rid: str, created: int, model: str, output: list[JSONObject], status: str,
+def _response_object(rid: str, created: int, model: str, output: list[OutputItem], status: str,
                      reason: FinishReason | None, usage: Usage | None, req: ChatRequest | None,
-                     error: str | None = None) -> JSONObject:
+                     error: str | None = None) -> ResponseObject:
     """The `response` object, as answered whole and as carried by the stream's lifecycle events."""
     incomplete = _incomplete_reason(reason) if reason is not None and status == "incomplete" else None
     return {
@@ -77,7 +78,7 @@ def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | No
     item_status = "incomplete" if status == "incomplete" else "completed"
     # One random draw per response; item ids add their output index (unique, and cheap).
     base = uuid.uuid4().hex
-    output: list[JSONObject] = []
+    output: list[OutputItem] = []
     if resp.content or resp.refusal or not resp.tool_calls:
         parts = [_part("output_text", resp.content)] if resp.content or not resp.refusal else []
         if resp.refusal:

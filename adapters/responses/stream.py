@@ -33,6 +33,7 @@ from adapters.responses.response import (
     _response_object,
     _status,
 )
+from adapters.responses.wire import OutputItem, OutputPart, ResponseObject
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 
 
@@ -128,10 +129,10 @@ class StreamEncoder:
         self._seq = 0
         self._started = False
         self._done = False
-        self._output: list[JSONObject] = []  # finished output items, by output_index
+        self._output: list[OutputItem | None] = []  # finished output items, by output_index
         self._text_index: int | None = None  # output_index of the open message item
         self._text_id = ""
-        self._parts: list[JSONObject] = []  # the open message's finished content parts
+        self._parts: list[OutputPart] = []  # the open message's finished content parts
         self._kind = ""  # the open part's kind: output_text or refusal
         self._text: list[str] = []  # the open part's text so far
         self._calls: dict[int, _OpenCall] = {}  # tool ordinal -> open function_call item
@@ -145,7 +146,7 @@ class StreamEncoder:
         self._seq += 1
         parts.append(encode_event(orjson.dumps(payload), kind))
 
-    def _snapshot(self, status: str, error: str | None = None) -> JSONObject:
+    def _snapshot(self, status: str, error: str | None = None) -> ResponseObject:
         usage = Usage(self._in, self._out) if status != "in_progress" else None
         output = [i for i in self._output if i]  # items still open are not in the snapshot
         return _response_object(self._id, self._created, self._model, output, status, self._reason, usage,
@@ -157,7 +158,7 @@ class StreamEncoder:
         self._emit(parts, "response.in_progress", {"response": self._snapshot("in_progress")})
 
     def _slot(self) -> int:
-        self._output.append({})  # placeholder until the item is done
+        self._output.append(None)  # placeholder until the item is done
         return len(self._output) - 1
 
     def _text_delta(self, text: str, kind: str, parts: list[bytes]) -> None:
