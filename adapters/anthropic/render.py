@@ -1,4 +1,5 @@
-"""A `ChatRequest` rendered as an Anthropic Messages request (tool ids made Anthropic-safe, structured output as a forced tool)."""
+"""A `ChatRequest` rendered as an Anthropic Messages request (tool ids made Anthropic-safe,
+structured output as a forced tool)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""An Anthropic Messages request parsed into a `ChatRequest` and rendered from one."""
+"""An Anthropic Messages request parsed into a `ChatRequest` (the client's side; render.py
+writes the upstream's)."""
 
 from __future__ import annotations
 

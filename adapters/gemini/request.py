@@ -1,4 +1,5 @@
-"""A Gemini generateContent request parsed into a `ChatRequest` and rendered from one.
+"""A Gemini generateContent request parsed into a `ChatRequest` (the client's side; render.py
+writes the upstream's).
 
 Gemini has no tool-call ids: parsing synthesizes stable `call_<n>` ids (n counts calls through the
 conversation) and pairs each functionResponse with the oldest unanswered call of the same name.

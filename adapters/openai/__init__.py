@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 from adapters.openai.errors import parse_error, render_error
-from adapters.openai.request import (
-    CLIENT_AUTH_HEADERS,
-    PATH,
-    client_api_key,
-    parse_request,
-    render_request,
-    request_target,
-)
+from adapters.openai.render import render_request, request_target
+from adapters.openai.request import CLIENT_AUTH_HEADERS, PATH, client_api_key, parse_request
 from adapters.openai.response import parse_response, render_response
 from adapters.openai.stream import StreamDecoder, StreamEncoder
 

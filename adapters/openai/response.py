@@ -10,7 +10,7 @@ import orjson
 from adapters.call_ids import with_signature
 from adapters.fields import bad_upstream, load_object, token_count
 from adapters.internal import ChatResponse, ToolCall, Usage
-from adapters.openai.request import _call
+from adapters.openai.render import _call
 from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletion, ResponseMessageOut
 from modelyard.errors import ClientError
 

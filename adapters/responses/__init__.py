@@ -10,6 +10,7 @@ The gateway stores nothing, so what needs stored state (`previous_response_id`, 
 
 from __future__ import annotations
 
+from adapters.responses.render import render_request, request_target
 from adapters.responses.request import (
     CLIENT_AUTH_HEADERS,
     PATH,
@@ -17,8 +18,6 @@ from adapters.responses.request import (
     parse_error,
     parse_request,
     render_error,
-    render_request,
-    request_target,
 )
 from adapters.responses.response import parse_response, render_response
 from adapters.responses.stream import StreamDecoder, StreamEncoder

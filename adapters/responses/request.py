@@ -1,4 +1,4 @@
-"""A Responses API request (`input` items, tools, text format) parsed into a `ChatRequest` and rendered from one.
+"""A Responses API request (`input` items, tools, text format) parsed into a `ChatRequest`.
 
 The gateway stores nothing, so what needs stored state (`previous_response_id`, `conversation`,
 `item_reference`) is a 400, as are controls the internal format cannot carry.
@@ -6,12 +6,8 @@ The gateway stores nothing, so what needs stored state (`previous_response_id`, 
 
 from __future__ import annotations
 
-from typing import Literal
-
-import orjson
-
 from adapters import openai
-from adapters.call_ids import plain_id, split_signature
+from adapters.call_ids import split_signature
 from adapters.fields import as_object, load_object, opt_bool, opt_int, opt_list, opt_number, opt_str, req_str
 from adapters.internal import (
     ChatRequest,
@@ -19,27 +15,15 @@ from adapters.internal import (
     DocumentPart,
     ImagePart,
     Message,
-    RenderOptions,
     ResponseFormat,
     TextPart,
     ToolCall,
     ToolChoice,
     ToolDef,
-    UpstreamRequest,
     message_text,
 )
 from adapters.json_types import JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
-from adapters.responses.wire import (
-    FunctionTool,
-    InputFile,
-    InputItem,
-    InputPart,
-    NamedFunctionChoice,
-    ResponsesRequest,
-    TextConfig,
-    TextFormat,
-)
 from modelyard.errors import ClientError
 
 PATH = "/v1/responses"
@@ -267,18 +251,6 @@ def _response_format(obj: JSONObject) -> ResponseFormat | None:
     raise ClientError("text.format.type must be text, json_object or json_schema")
 
 
-def _text_config(rf: ResponseFormat | None) -> TextConfig:
-    if rf is None:
-        return {"format": {"type": "text"}}
-    if rf.type == "json_object":
-        return {"format": {"type": "json_object"}}
-    fmt: TextFormat = {"type": "json_schema", "name": rf.name or "response",
-                 "schema": rf.schema if rf.schema is not None else {"type": "object"}}
-    if rf.strict is not None:
-        fmt["strict"] = rf.strict
-    return {"format": fmt}
-
-
 def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
     obj = load_object(body, max_values=MAX_CHAT_JSON_VALUES)
     model = obj.get("model", path_model)
@@ -306,90 +278,3 @@ def _parallel_tool_calls(obj: JSONObject) -> bool | None:
     if v is not None and type(v) is not bool:
         raise ClientError("parallel_tool_calls must be a boolean")
     return v
-
-
-def _input_items(req: ChatRequest) -> list[InputItem]:
-    items: list[InputItem] = []
-    for m in req.messages:
-        if m.role == "tool":
-            items.append({"type": "function_call_output", "call_id": plain_id(m.tool_call_id or ""),
-                          "output": message_text(m)})
-            continue
-        if m.content:
-            kind: Literal["input_text", "output_text"] = "input_text" if m.role == "user" else "output_text"
-            parts: list[InputPart] = []
-            for p in m.content:
-                if isinstance(p, TextPart):
-                    parts.append({"type": kind, "text": p.text})
-                elif isinstance(p, DocumentPart):
-                    parts.append(_file_part(p))
-                else:
-                    url = p.url if p.url is not None else f"data:{p.media_type or 'image/png'};base64,{p.data}"
-                    parts.append({"type": "input_image", "image_url": url})
-            items.append({"type": "message", "role": m.role, "content": parts})
-        for tc in m.tool_calls:
-            items.append({"type": "function_call", "call_id": plain_id(tc.id), "name": tc.name,
-                          "arguments": tc.arguments or "{}"})
-    return items
-
-
-def _file_part(p: DocumentPart) -> InputFile:
-    d: InputFile = {"type": "input_file"}
-    if p.data is not None:
-        d["file_data"] = f"data:{p.media_type};base64,{p.data}"
-    else:
-        d["file_url"] = p.url
-    if p.name:
-        d["filename"] = p.name
-    return d
-
-
-def _tool_defs(tools: tuple[ToolDef, ...]) -> list[FunctionTool]:
-    out = []
-    for t in tools:
-        d: FunctionTool = {"type": "function", "name": t.name,
-                   "parameters": t.parameters if t.parameters is not None else {"type": "object", "properties": {}}}
-        if t.description is not None:
-            d["description"] = t.description
-        out.append(d)
-    return out
-
-
-def _tool_choice_out(tc: ToolChoice | None) -> str | NamedFunctionChoice:
-    if tc is None:
-        return "auto"
-    return {"type": "function", "name": tc.name} if tc.mode == "tool" else tc.mode
-
-
-def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None) -> tuple[str, dict[str, str]]:
-    headers = {"content-type": "application/json"}
-    if credential:
-        headers["authorization"] = "Bearer " + credential
-    return PATH, headers
-
-
-def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
-                   options: RenderOptions | None = None) -> UpstreamRequest:
-    body: ResponsesRequest = {"model": upstream_model, "input": _input_items(req), "store": False}
-    if req.system is not None:
-        body["instructions"] = req.system
-    if req.tools:
-        body["tools"] = _tool_defs(req.tools)
-    if req.tool_choice is not None:
-        body["tool_choice"] = _tool_choice_out(req.tool_choice)
-    if req.temperature is not None:
-        body["temperature"] = req.temperature
-    if req.top_p is not None:
-        body["top_p"] = req.top_p
-    if req.max_tokens is not None:
-        body["max_output_tokens"] = req.max_tokens
-    if req.top_k is not None:
-        raise ClientError("top_k cannot be sent to a Responses API upstream (it has no such control)")
-    if req.parallel_tool_calls is not None and req.tools:
-        body["parallel_tool_calls"] = req.parallel_tool_calls
-    if req.response_format is not None:
-        body["text"] = _text_config(req.response_format)
-    if req.stream:
-        body["stream"] = True
-    path, headers = request_target(req, upstream_model=upstream_model, credential=credential)
-    return UpstreamRequest(path, headers, orjson.dumps(body))

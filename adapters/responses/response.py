@@ -11,7 +11,7 @@ from adapters.call_ids import with_signature
 from adapters.fields import bad_upstream, load_object, token_count
 from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
 from adapters.json_types import JSONObject
-from adapters.responses.request import _text_config, _tool_choice_out, _tool_defs
+from adapters.responses.render import _text_config, _tool_choice_out, _tool_defs
 from adapters.responses.wire import OutputCall, OutputItem, OutputMessage, OutputPart, ResponseObject, UsageOut
 from modelyard.errors import ClientError
 
