@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
+from adapters.json_types import JSONObject
+
 __all__ = [
     "Role", "FinishReason", "TextPart", "ImagePart", "DocumentPart", "ContentPart", "ToolCall", "ToolDef",
     "ToolChoice", "ResponseFormat", "RenderOptions", "Message", "ChatRequest", "Usage", "ChatResponse", "UpstreamRequest",
@@ -63,7 +65,7 @@ class ToolCall:
 class ToolDef:
     name: str
     description: str | None = None
-    parameters: dict | None = None  # JSON Schema
+    parameters: JSONObject | None = None  # JSON Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,7 @@ class ResponseFormat:
     """Structured output: any JSON object, or one matching `schema` (JSON Schema)."""
 
     type: Literal["json_object", "json_schema"]
-    schema: dict | None = None
+    schema: JSONObject | None = None
     name: str | None = None
     strict: bool | None = None
 
