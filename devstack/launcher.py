@@ -29,7 +29,7 @@ from controlplane.environments import AdminSettings, EnvironmentConfig, load_env
 from devstack.banner import banner
 from devstack.child import Child
 from devstack.supervisor import Backoff, Supervisor
-from extproc.config import GatewayConfig, config_path, load_config
+from extproc.config import Deployment, GatewayConfig, config_path, load_config
 from modelyard.errors import ConfigError
 
 _DEMO_SERVERS = {
@@ -37,7 +37,18 @@ _DEMO_SERVERS = {
     "anthropic": "devstack.demo.anthropic_server",
     "gemini": "devstack.demo.gemini_server",
     "kserve-grpc": "devstack.demo.kserve_server",
+    "azure-openai": "devstack.demo.azure_server",
+    "bedrock": "devstack.demo.bedrock_server",
 }
+
+
+def _cloud_demo_args(dep: Deployment) -> list[str]:
+    """What a cloud demo checks callers against: Bedrock's region and credentials file."""
+    if dep.bedrock is not None:
+        b = dep.bedrock
+        return ["--region", b.region, "--profile", b.profile or "default",
+                *(["--credentials-file", b.credentials_file] if b.credentials_file else [])]
+    return []
 
 
 def envoy_binary() -> str:
@@ -73,6 +84,7 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Chil
                 # It names the variable; the value reaches it through the environment, off `ps`.
                 if dep.api_key_env and os.environ.get(dep.api_key_env) and dep.protocol != "kserve-grpc":
                     argv += ["--require-key-env", dep.api_key_env]
+                argv += _cloud_demo_args(dep)
                 ready = ("tcp", ep) if dep.protocol == "kserve-grpc" else ("http", f"http://{ep}/health")
                 out.append(Child(f"{name}@{port}", argv, ready))
         if dep.watermark and dep.watermark.kind == "agent":
