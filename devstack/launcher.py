@@ -39,15 +39,20 @@ _DEMO_SERVERS = {
     "kserve-grpc": "devstack.demo.kserve_server",
     "azure-openai": "devstack.demo.azure_server",
     "bedrock": "devstack.demo.bedrock_server",
+    "vertex": "devstack.demo.vertex_server",
 }
 
 
 def _cloud_demo_args(dep: Deployment) -> list[str]:
-    """What a cloud demo checks callers against: Bedrock's region and credentials file."""
+    """What a cloud demo checks callers against: Bedrock's region and credentials file, Vertex's
+    project, location and service-account file."""
     if dep.bedrock is not None:
         b = dep.bedrock
         return ["--region", b.region, "--profile", b.profile or "default",
                 *(["--credentials-file", b.credentials_file] if b.credentials_file else [])]
+    if dep.vertex is not None and dep.vertex.credentials_file:
+        v = dep.vertex
+        return ["--project", v.project, "--location", v.location, "--service-account-file", v.credentials_file]
     return []
 
 

@@ -11,6 +11,7 @@ _SERVERS = {
     "kserve": "devstack.demo.kserve_server",
     "azure": "devstack.demo.azure_server",
     "bedrock": "devstack.demo.bedrock_server",
+    "vertex": "devstack.demo.vertex_server",
 }
 
 

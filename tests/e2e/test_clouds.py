@@ -21,7 +21,7 @@ from tests.stack_config import demo_config_free_ports, start_stack
 pytestmark = pytest.mark.e2e
 
 AZURE_KEY = "azure-upstream-secret"
-CLOUD_MODELS = ("demo-azure", "demo-bedrock")
+CLOUD_MODELS = ("demo-azure", "demo-bedrock", "demo-vertex", "demo-vertex-claude")
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -33,8 +33,9 @@ def cloud_config(workdir: Path) -> dict[str, Any]:
     data["models"] = [m for m in data["models"] if m["name"] in CLOUD_MODELS]
     for m in data["models"]:
         for d in m["deployments"]:
-            if "bedrock" in d:
-                d["bedrock"] = {**d["bedrock"], "credentials_file": str(workdir / "aws-credentials")}
+            for section in ("bedrock", "vertex"):  # each demo writes its credentials file there
+                if section in d:
+                    d[section] = {**d[section], "credentials_file": str(workdir / f"{d['cluster']}-credentials")}
     return data
 
 
