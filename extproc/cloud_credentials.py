@@ -101,13 +101,15 @@ def google_token(settings: VertexSettings) -> Callable[[], tuple[str, float]]:
     import google.auth
     import urllib3
     from google.auth.transport.urllib3 import Request
+    from google.oauth2 import service_account
 
     http = Request(urllib3.PoolManager())
     held: list = []
 
     def fetch() -> tuple[str, float]:
         if settings.credentials_file:  # re-read each time: a rotated key file takes effect
-            creds, _ = google.auth.load_credentials_from_file(settings.credentials_file, scopes=GOOGLE_SCOPES)
+            creds = service_account.Credentials.from_service_account_file(settings.credentials_file,
+                                                                          scopes=GOOGLE_SCOPES)
         elif held:
             creds = held[0]
         else:
