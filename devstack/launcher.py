@@ -52,7 +52,7 @@ def _cloud_demo_args(dep: Deployment) -> list[str]:
                 *(["--credentials-file", b.credentials_file] if b.credentials_file else [])]
     if dep.vertex is not None and dep.vertex.credentials_file:
         v = dep.vertex
-        return ["--project", v.project, "--location", v.location, "--service-account-file", v.credentials_file]
+        return ["--project", v.project, "--location", v.location, "--service-account-file", dep.vertex.credentials_file]
     return []
 
 

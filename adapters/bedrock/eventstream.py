@@ -33,7 +33,7 @@ class Frame:
 class _CheckedBuffer(EventStreamBuffer):
     # botocore bounds header and payload sizes; a total shorter than the prelude and CRC would
     # also pass its checks and then never advance the buffer: refuse that too.
-    def _validate_prelude(self, prelude):  # type: ignore[no-untyped-def]
+    def _validate_prelude(self, prelude):
         super()._validate_prelude(prelude)
         if prelude.total_length < _MIN_FRAME or prelude.headers_end > prelude.payload_end:
             raise InvalidPayloadLength(prelude.payload_length)

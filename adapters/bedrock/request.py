@@ -61,7 +61,7 @@ def _b64(data: str, where: str) -> str:
 
 
 def _user_block(p: ContentPart, where: str) -> ContentBlock:
-    if type(p) is TextPart:
+    if isinstance(p, TextPart):
         return {"text": p.text}
     if p.data is None:  # Bedrock takes inline bytes (or S3), never a URL it would fetch
         raise ClientError(f"{where}: Bedrock takes inline (base64) images and documents, not URLs")

@@ -114,10 +114,10 @@ class StreamDecoder:
             if type(delta.get("text")) is str and delta["text"]:
                 out.append(TextDelta(delta["text"]))
             elif type(delta.get("toolUse")) is dict:
-                n = self._tools.get(obj.get("contentBlockIndex", -1))
+                call = self._tools.get(obj.get("contentBlockIndex", -1))
                 args = _text(delta["toolUse"].get("input"))
-                if n is not None and args:
-                    out.append(ToolCallDelta(n, args))
+                if call is not None and args:
+                    out.append(ToolCallDelta(call, args))
         elif event == "messageStop":
             self._stopped = True
             reason = obj.get("stopReason")
