@@ -7,11 +7,10 @@ for its rest. A bad CRC or an impossible length ends the stream as corrupt (the 
 
 from __future__ import annotations
 
+import functools
 import struct
 from binascii import crc32
 from dataclasses import dataclass
-
-from botocore.eventstream import EventStreamBuffer, InvalidPayloadLength, ParserError
 
 __all__ = ["Frame", "FrameDecoder", "CorruptStream", "encode_frame"]
 
@@ -30,13 +29,21 @@ class Frame:
     payload: bytes
 
 
-class _CheckedBuffer(EventStreamBuffer):
-    # botocore bounds header and payload sizes; a total shorter than the prelude and CRC would
-    # also pass its checks and then never advance the buffer: refuse that too.
-    def _validate_prelude(self, prelude):
-        super()._validate_prelude(prelude)
-        if prelude.total_length < _MIN_FRAME or prelude.headers_end > prelude.payload_end:
-            raise InvalidPayloadLength(prelude.payload_length)
+@functools.cache
+def _buffer_class() -> type:
+    """botocore's buffer, checked further; imported on first use (botocore is slow to import and
+    only Bedrock deployments need it)."""
+    from botocore.eventstream import EventStreamBuffer, InvalidPayloadLength
+
+    class CheckedBuffer(EventStreamBuffer):
+        # botocore bounds header and payload sizes; a total shorter than the prelude and CRC would
+        # also pass its checks and then never advance the buffer: refuse that too.
+        def _validate_prelude(self, prelude):
+            super()._validate_prelude(prelude)
+            if prelude.total_length < _MIN_FRAME or prelude.headers_end > prelude.payload_end:
+                raise InvalidPayloadLength(prelude.payload_length)
+
+    return CheckedBuffer
 
 
 class FrameDecoder:
@@ -45,10 +52,12 @@ class FrameDecoder:
     __slots__ = ("_buf", "pending")
 
     def __init__(self) -> None:
-        self._buf = _CheckedBuffer()
+        self._buf = _buffer_class()()
         self.pending = 0  # bytes fed and not yet part of a returned frame
 
     def feed(self, data: bytes) -> list[Frame]:
+        from botocore.eventstream import ParserError
+
         self._buf.add_data(data)
         self.pending += len(data)
         out: list[Frame] = []
@@ -61,7 +70,7 @@ class FrameDecoder:
         return out
 
 
-def _reason(e: ParserError) -> str:
+def _reason(e: Exception) -> str:
     name = type(e).__name__
     return "CRC mismatch" if name == "ChecksumMismatch" else f"malformed frame ({name})"
 

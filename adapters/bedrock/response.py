@@ -7,7 +7,7 @@ import orjson
 from adapters.bedrock.wire import ContentBlock, ConverseResponse, StopReason
 from adapters.fields import bad_upstream, load_object, token_count
 from adapters.internal import ChatResponse, FinishReason, ToolCall, Usage
-from adapters.upstream_errors import sanitize
+from adapters.upstream_errors import provider_message, sanitize
 from modelyard.errors import ClientError
 
 __all__ = ["FINISH_IN", "parse_response", "render_response", "render_error", "parse_error"]
@@ -76,9 +76,14 @@ def render_error(status: int, message: str, type: str | None = None) -> bytes:
 
 
 def parse_error(status: int, body: bytes) -> str:
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    msg = (obj.get("message") or obj.get("Message")) if type(obj) is dict else None
-    return (sanitize(msg) if type(msg) is str else None) or f"upstream returned HTTP {status}"
+    """The sanitized message: `message` (or `Message`, as some AWS errors spell it), or any
+    provider's error object; never raw text."""
+    found = provider_message(body)
+    if found is None:
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            obj = None
+        msg = obj.get("Message") if type(obj) is dict else None
+        found = sanitize(msg) if type(msg) is str else None
+    return found or f"upstream returned HTTP {status}"

@@ -9,27 +9,37 @@ from __future__ import annotations
 import hmac
 import re
 from datetime import datetime, timedelta, timezone
-
-from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import ReadOnlyCredentials
+from typing import TYPE_CHECKING
 
 from adapters.cloud_targets import AwsCredentials
+
+if TYPE_CHECKING:
+    from botocore.auth import SigV4Auth
 
 __all__ = ["SERVICE", "sign", "verify"]
 
 SERVICE = "bedrock"
+SIGV4_TIMESTAMP = "%Y%m%dT%H%M%SZ"  # botocore.auth's, without importing botocore for it
 MAX_SKEW = timedelta(minutes=5)  # AWS refuses a request signed further from its clock than this
 _AUTH = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/,\s]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
                    r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$")
 
 
+def _signer(creds: AwsCredentials, region: str) -> SigV4Auth:
+    # Imported on first use: botocore is slow to import and only Bedrock deployments need it.
+    from botocore.auth import SigV4Auth
+    from botocore.credentials import ReadOnlyCredentials
+
+    return SigV4Auth(ReadOnlyCredentials(creds.access_key, creds.secret_key, creds.session_token), SERVICE, region)
+
+
 def sign(host: str, path: str, body: bytes, headers: dict[str, str], region: str,
          creds: AwsCredentials) -> dict[str, str]:
     """The headers to add: host, x-amz-date, authorization (and x-amz-security-token)."""
+    from botocore.awsrequest import AWSRequest
+
     req = AWSRequest(method="POST", url=f"https://{host}{path}", data=body, headers={**headers, "host": host})
-    SigV4Auth(ReadOnlyCredentials(creds.access_key, creds.secret_key, creds.session_token),
-              SERVICE, region).add_auth(req)
+    _signer(creds, region).add_auth(req)
     out = {"host": host, "x-amz-date": req.headers["X-Amz-Date"], "authorization": req.headers["Authorization"]}
     if creds.session_token:
         out["x-amz-security-token"] = creds.session_token
@@ -60,10 +70,12 @@ def verify(method: str, raw_path: str, headers: dict[str, str], body: bytes, *, 
     names = signed.split(";")
     if "host" not in names or any(n not in h for n in names):
         return "SignedHeaders must name host and only headers the request has"
+    from botocore.awsrequest import AWSRequest
+
     req = AWSRequest(method=method, url=f"https://{h['host']}{raw_path}", data=body,
                      headers={n: h[n] for n in names})
     req.context["timestamp"] = stamp
-    auth = SigV4Auth(ReadOnlyCredentials(creds.access_key, creds.secret_key, creds.session_token), SERVICE, region)
+    auth = _signer(creds, region)
     expected = auth.signature(auth.string_to_sign(req, auth.canonical_request(req)), req)
     if not hmac.compare_digest(expected, signature):
         return "The request signature we calculated does not match the signature you provided."

@@ -248,3 +248,14 @@ def test_demo_encoder_round_trips() -> None:
     assert _decode(enc.encode(evs), 7) == [StreamStart("", ""), TextDelta("a"), ToolCallStart(0, "t1", "f"),
                                            ToolCallDelta(0, "{}"), StreamFinish("tool_calls"), UsageUpdate(3, 4),
                                            StreamEnd()]
+
+
+@pytest.mark.parametrize("cloud", ["azure-openai", "bedrock", "vertex"])
+def test_every_cloud_reads_every_error_shape(cloud: str) -> None:
+    from adapters.registry import PROTOCOLS
+
+    mod = PROTOCOLS[cloud]
+    for other in ("openai", "anthropic", "gemini", "azure-openai", "bedrock", "vertex"):
+        assert mod.parse_error(500, PROTOCOLS[other].render_error(500, "boom")) == "boom"
+    assert mod.parse_error(502, b"Traceback (most recent call last):\n  File \"/srv/app.py\"") == \
+        "upstream returned HTTP 502"
