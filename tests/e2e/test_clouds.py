@@ -15,12 +15,12 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import DEMO_KEY
+from tests.conftest import DEMO_KEY, UPSTREAM_KEYS
 from tests.stack_config import demo_config_free_ports, start_stack
 
 pytestmark = pytest.mark.e2e
 
-AZURE_KEY = "azure-upstream-secret"
+AZURE_KEY = UPSTREAM_KEYS["DEMO_AZURE_KEY"]
 CLOUD_MODELS = ("demo-azure", "demo-bedrock", "demo-vertex", "demo-vertex-claude")
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -36,6 +36,11 @@ def cloud_config(workdir: Path) -> dict[str, Any]:
             for section in ("bedrock", "vertex"):  # each demo writes its credentials file there
                 if section in d:
                     d[section] = {**d[section], "credentials_file": str(workdir / f"{d['cluster']}-credentials")}
+    # The Bedrock demo's endpoint signed for another region: AWS (and the demo) refuse it with a 403.
+    bedrock = next(m for m in data["models"] if m["name"] == "demo-bedrock")
+    wrong = {**bedrock["deployments"][0], "cluster": "bedrock-wrong-region"}
+    wrong["bedrock"] = {**wrong["bedrock"], "region": "eu-west-3"}
+    data["models"].append({**bedrock, "name": "bedrock-wrong-region", "deployments": [wrong]})
     return data
 
 
@@ -128,3 +133,29 @@ def test_clients_key_never_reaches_the_cloud(cloud_stack) -> None:
                    headers={"authorization": f"Bearer {DEMO_KEY}", "api-key": "client-supplied"},
                    json={"model": "demo-azure", "messages": [{"role": "user", "content": "who am i"}]}, timeout=10)
     assert r.status_code == 200 and "client-supplied" not in r.text
+
+
+def test_a_cloud_refusing_our_credentials_is_a_502_in_the_callers_shape(oai: openai.OpenAI,
+                                                                          claude: anthropic.Anthropic) -> None:
+    with pytest.raises(openai.InternalServerError) as e:
+        oai.chat.completions.create(model="bedrock-wrong-region", messages=[{"role": "user", "content": "x"}])
+    assert e.value.status_code == 502 and "HTTP 403" in str(e.value)
+    with pytest.raises(anthropic.InternalServerError) as e2:
+        claude.messages.create(model="bedrock-wrong-region", max_tokens=8, messages=[{"role": "user", "content": "x"}])
+    assert e2.value.status_code == 502 and e2.value.body["type"] == "error"  # type: ignore[index]
+
+
+def test_no_credential_reaches_a_log(cloud_stack) -> None:
+    """After every test above: no key, secret, private key or issued token in any log of the stack."""
+    workdir = Path(cloud_stack.workdir)
+    secrets = [AZURE_KEY]
+    for f in workdir.glob("*-credentials"):
+        text = f.read_text()
+        if f.name.startswith("demo-bedrock"):
+            secrets += [ln.split("=", 1)[1].strip() for ln in text.splitlines() if "aws_secret_access_key" in ln]
+        else:
+            secrets.append(json.loads(text)["private_key"].splitlines()[1])
+    logs = "".join(p.read_text(errors="replace") for p in workdir.glob("*.log"))
+    assert len(secrets) >= 4 and logs
+    assert not [s for s in secrets if s in logs]
+    assert "ya29.demo-" not in logs  # the Vertex access tokens
