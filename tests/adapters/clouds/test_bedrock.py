@@ -10,6 +10,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapters import anthropic, bedrock, gemini, openai
 from adapters.bedrock.eventstream import encode_frame
@@ -259,3 +261,18 @@ def test_every_cloud_reads_every_error_shape(cloud: str) -> None:
         assert mod.parse_error(500, PROTOCOLS[other].render_error(500, "boom")) == "boom"
     assert mod.parse_error(502, b"Traceback (most recent call last):\n  File \"/srv/app.py\"") == \
         "upstream returned HTTP 502"
+
+
+@settings(max_examples=150, deadline=None)
+@given(pos=st.integers(0, len(RECORDED) - 1), flip=st.integers(1, 255), step=st.integers(1, 300))
+def test_any_corrupted_byte_ends_in_an_error_never_an_exception(pos: int, flip: int, step: int) -> None:
+    broken = RECORDED[:pos] + bytes([RECORDED[pos] ^ flip]) + RECORDED[pos + 1:]
+    events = _decode(broken, step)
+    assert type(events[-1]) is StreamError  # every byte is under a CRC: no corruption passes as an answer
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.binary(max_size=600), step=st.integers(1, 64))
+def test_arbitrary_bytes_never_raise(data: bytes, step: int) -> None:
+    events = _decode(data, step)
+    assert events and type(events[-1]) is StreamError
