@@ -56,6 +56,8 @@ class TokenCache(Generic[T]):
         task = self._refresh
         if task is None or task.done():
             task = self._refresh = asyncio.get_running_loop().create_task(self._run())
+            # A background refresh nobody awaits may fail: _run logged it; do not log it again at GC.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
         if self._value is not None and now < self._expires:
             return self._value  # still good: the refresh lands in the background
         try:

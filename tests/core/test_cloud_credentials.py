@@ -61,6 +61,22 @@ async def test_a_value_near_its_end_is_replaced_in_the_background() -> None:
     assert await cache.current() in ("token-2", "token-3")
 
 
+async def test_a_failed_background_refresh_keeps_the_current_value() -> None:
+    f = Fetches(10)
+    cache = TokenCache("c", f, margin_s=300)
+    assert await cache.current() == "token-1"
+    f.fail = True
+    assert await cache.current() == "token-1"  # still valid: served while the refresh fails behind it
+    for _ in range(100):
+        if len(f.threads) >= 2 and cache._refresh is not None and cache._refresh.done():
+            break
+        await asyncio.sleep(0.01)
+    assert await cache.current() == "token-1"
+    f.fail = False
+    await asyncio.sleep(0.05)
+    assert await cache.current() in ("token-1", "token-3")
+
+
 async def test_failure_is_a_502_without_the_secret_and_retried() -> None:
     f = Fetches(3600)
     f.fail = True
