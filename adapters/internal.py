@@ -8,7 +8,10 @@ parameters. All types are frozen, slotted dataclasses; adapters build them once 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
+
+if TYPE_CHECKING:
+    from adapters.cloud_targets import CloudTarget
 
 from adapters.json_types import JSONObject
 
@@ -90,6 +93,8 @@ class RenderOptions:
 
     # Older OpenAI-compatible servers know only `max_tokens`; OpenAI's reasoning models reject it.
     legacy_max_tokens: bool = False
+    # A cloud upstream's deployment facts and current credentials (adapters.cloud_targets).
+    cloud: CloudTarget | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
-from adapters import anthropic, gemini, openai, responses
+from adapters import anthropic, azure_openai, bedrock, gemini, openai, responses, vertex
 from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent
 from adapters.protocol import ChatProtocol, StreamDecoder, StreamEncoder
 from adapters.stream_usage import StreamUsage
@@ -14,8 +14,10 @@ from adapters.stream_usage import StreamUsage
 __all__ = ["PROTOCOLS", "ClientRoute", "StreamTranslator", "translate_stream", "detect_client_protocol"]
 
 # `responses` (the OpenAI Responses API) is a client protocol only: no deployment speaks it yet.
+# The cloud protocols (azure-openai, ...) are upstream protocols only: no client path speaks them.
 PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini,
-                                      "responses": responses}
+                                      "responses": responses, "azure-openai": azure_openai, "bedrock": bedrock,
+                                      "vertex": vertex}
 
 
 # The chat protocols a client may speak (keys of PROTOCOLS).

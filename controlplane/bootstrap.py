@@ -326,7 +326,8 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
         # A task long poll extends its message's timer once, to its wait plus a margin.
         max_message_timeout=_secs(max(env.timeouts.extproc_message_s + queue_wait_s, long_poll_s + WAIT_MARGIN_S)),
         # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
-        mutation_rules=HeaderMutationRules(allow_envoy=True),
+        # Bedrock's SigV4 signs Host: the extproc sets the Host it signed (allow_all_routing permits it).
+        mutation_rules=HeaderMutationRules(allow_envoy=True, allow_all_routing=True),
     )
     if not xlate:
         # The caller's address for the audit log, as Envoy resolved it (trusted XFF hops applied).

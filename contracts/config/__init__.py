@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
+from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
 from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.routing import RoutingSettings
@@ -26,7 +27,9 @@ from modelyard.errors import ConfigError
 CONFIG_ENV = "MODELYARD_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
 
-Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest"]
+Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest", "azure-openai", "bedrock", "vertex"]
+# Each cloud protocol and the settings section it requires (extproc/config/clouds.py).
+CLOUD_SECTIONS = {"azure-openai": "azure", "bedrock": "bedrock", "vertex": "vertex"}
 KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
 TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
 
@@ -188,6 +191,10 @@ class Deployment(_Model):
     spot: bool = False
     # This deployment's own price, when it differs from the model's (spot capacity is usually cheaper).
     cost: Cost | None = None
+    # Cloud upstreams: the section for this deployment's protocol (CLOUD_SECTIONS), and only it.
+    azure: AzureSettings | None = None
+    bedrock: BedrockSettings | None = None
+    vertex: VertexSettings | None = None
 
     @field_validator("endpoints")
     @classmethod
@@ -210,6 +217,12 @@ class Deployment(_Model):
         if self.health_check and (self.health_check.grpc_service is not None) != (self.protocol == "kserve-grpc"):
             raise ValueError("health_check: a kserve-grpc deployment is checked with grpc_service, any other "
                              "with http_path")
+        for proto, section in CLOUD_SECTIONS.items():
+            if (getattr(self, section) is not None) != (self.protocol == proto):
+                raise ValueError(f"protocol {proto} needs a `{section}:` section" if self.protocol == proto
+                                 else f"`{section}:` is for protocol {proto}, not {self.protocol}")
+        if self.warmup and self.protocol in CLOUD_SECTIONS:  # a warm-up call would need the cloud's credentials
+            raise ValueError(f"warmup: not available for protocol {self.protocol}")
         if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
             raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
         return self

@@ -32,6 +32,7 @@ from contracts.envoy_names import (
 )
 from extproc import messages as msg
 from extproc.choice import Choice
+from extproc.cloud_credentials import UpstreamAuth, upstream_auth
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.gateway import Gateway
@@ -43,6 +44,8 @@ log = logging.getLogger("modelyard.chat")
 CLIENT_AUTH_HEADERS = sorted({h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS} | {"authorization"})
 # The body must come back uncompressed for translation and metering.
 _STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
+# Streamed answers: SSE, or Bedrock's binary eventstream (ConverseStream).
+_STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
 # Bodies past this are parsed in a worker thread so the event loop keeps serving other streams;
 # the parsers bound depth and value counts before building anything (docs/security.md).
 INLINE_PARSE_BYTES = 64 * 1024
@@ -65,6 +68,7 @@ class ChatFlow:
         self.request: ChatRequest | None = None
         self.choice: Choice | None = None
         self.upstream: ChatProtocol = self.client  # the chosen deployment's protocol, set when sent
+        self.auth = UpstreamAuth(None)  # the chosen deployment's credential (and cloud target), set when sent
         self.translator: StreamTranslator | InjectedUsageFilter | None = None
         self.decoder: StreamDecoder | None = None
         self.meter = StreamUsage()  # a passthrough stream's usage (a translated one has its own)
@@ -96,6 +100,7 @@ class ChatFlow:
             raise ClientError("Prefer: respond-async answers with a task, not a stream: "
                               "drop `stream` or the preference")
         self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
+        self.auth = await upstream_auth(self.choice.deployment)
         return self._send(body, req)
 
     async def _parse(self, body: bytes) -> ChatRequest:
@@ -117,13 +122,13 @@ class ChatFlow:
         upstream_model = dep.upstream_model or choice.model.name
         with ctx.span("translate request", self._translation_attributes() if ctx.trace is not None else None):
             if self.translating:
-                options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens")
-                up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential(),
+                options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens", cloud=self.auth.cloud)
+                up = self.upstream.render_request(req, upstream_model=upstream_model, credential=self.auth.credential,
                                                   options=options)
                 path, up_headers, out = up.path, up.headers, up.body
             else:  # the client's own bytes: only the path and headers are new
                 path, up_headers = self.upstream.request_target(req, upstream_model=upstream_model,
-                                                                credential=dep.credential())
+                                                                credential=self.auth.credential)
                 out, self.usage_injected = _passthrough_body(body, ctx.protocol, upstream_model, req)
         headers = list(up_headers.items())
         if ctx.trace is not None:  # the caller's trace goes on upstream, with our span as the parent
@@ -148,7 +153,8 @@ class ChatFlow:
         self._note_failover(headers)
         set_h = self.ctx.task_headers()
         remove: list[str] = [UPSTREAM_HOST_HEADER, UPSTREAM_ATTEMPTS_HEADER]
-        if status < 400 and "text/event-stream" in headers.get("content-type", ""):
+        ctype = headers.get("content-type", "")
+        if status < 400 and any(t in ctype for t in _STREAM_TYPES):
             assert self.request is not None  # parsed before anything went upstream
             self.streaming = True
             if self.wire is not None and (self.translating or self.usage_injected):
