@@ -116,6 +116,7 @@ from google.protobuf import json_format
 from controlplane.access_log import access_log
 from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
 from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
+from controlplane.local_replies import extproc_down_replies, status_on_error
 from controlplane.overload import overload_manager
 from controlplane.stats_listener import admin_cluster, stats_listener
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
@@ -305,6 +306,9 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
     ext = ExternalProcessor(
         grpc_service=grpc,
         failure_mode_allow=False,
+        # No extproc answered (all dead or restarting, or one died mid-request): 503, which the
+        # listener's local reply mapper turns into JSON with retry-after (controlplane.local_replies).
+        status_on_error=status_on_error(),
         processing_mode=ProcessingMode(
             request_header_mode=ProcessingModeHeaderSendMode.SEND,
             response_header_mode=ProcessingModeHeaderSendMode.SEND,
@@ -458,6 +462,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         use_remote_address=edge.use_remote_address,
         xff_num_trusted_hops=edge.xff_num_trusted_hops,
         access_log=[access_log(env.access_log)] if env.access_log else [],
+        local_reply_config=extproc_down_replies(),
     )
     listener = Listener(
         name="modelyard",
