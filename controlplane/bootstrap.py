@@ -46,6 +46,7 @@ from envoy_data_plane.envoy.config.common.mutation_rules.v3 import HeaderMutatio
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     ApiVersion,
+    BackoffStrategy,
     DataSource,
     EnvoyInternalAddress,
     GrpcService,
@@ -293,7 +294,11 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
                      long_poll_s: float = 0.0) -> HttpFilter:
     # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
     # a message was sent: open the stream on another replica instead of failing the request.
+    # Retries wait 25-250 ms, not the 1 s base a core RetryPolicy has by default: a dead worker's
+    # requests reach a live one at once, and with none alive Envoy's 503 comes quickly.
     retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
+                            retry_back_off=BackoffStrategy(base_interval=datetime.timedelta(milliseconds=25),
+                                                           max_interval=datetime.timedelta(milliseconds=250)),
                             retry_host_predicate=[CoreRetryHostPredicate(
                                 name="envoy.retry_host_predicates.previous_hosts",
                                 typed_config=AnyMsg.pack(PreviousHostsPredicate()))],

@@ -63,7 +63,7 @@ class Supervisor:
                     w.starting = True
                     warm = child.standby is not None and child.standby.poll() is None
                     child.spawn(self.log_dir)
-                    if warm:
+                    if warm and child.proc is not None:
                         self._log(f"modelyard: {child.name}'s standby took over (pid {child.proc.pid})")
                 continue
             code = child.exit_code()

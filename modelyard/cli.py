@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -24,8 +25,10 @@ def _cmd_serve(a: argparse.Namespace) -> int:
 
     # A standby has paid for its imports (most of a start) and waits for a line on stdin: its
     # supervisor's word to take over a dead extproc (devstack.child). EOF: the supervisor is gone.
-    if a.standby and not sys.stdin.buffer.readline():
-        return 0
+    if a.standby:
+        print(f"modelyard serve: standby {os.getpid()} imported; waiting to take over", flush=True)
+        if not sys.stdin.buffer.readline():
+            return 0
     return serve(a.config, worker=a.worker)
 
 
