@@ -293,10 +293,12 @@ def longest_queue_wait_s(cfg: GatewayConfig) -> float:
 def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wait_s: float = 0.0,
                      long_poll_s: float = 0.0) -> HttpFilter:
     # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
-    # a message was sent: open the stream on another replica instead of failing the request.
+    # a message was sent: open the stream on another replica instead of failing the request. So does
+    # a stream opened on a killed replica's connection before Envoy read its close (reset, with no
+    # answer from the extproc yet: Envoy retries only before the first response bytes).
     # Retries wait 25-250 ms, not the 1 s base a core RetryPolicy has by default: a dead worker's
     # requests reach a live one at once, and with none alive Envoy's 503 comes quickly.
-    retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
+    retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,reset,unavailable", num_retries=3,
                             retry_back_off=BackoffStrategy(base_interval=datetime.timedelta(milliseconds=25),
                                                            max_interval=datetime.timedelta(milliseconds=250)),
                             retry_host_predicate=[CoreRetryHostPredicate(
