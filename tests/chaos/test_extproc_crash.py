@@ -25,11 +25,14 @@ from tests.chaos.figures import record, recovery_s, served_rps
 from tests.chaos.observe import metered_rows, metric
 from tests.chaos.settings import sizes
 from tests.chaos.stacks import with_pinned
-from tests.chaos.traffic import Shot, chat_body, client, load, send
+from tests.chaos.traffic import Shot, chat_body, client, send
 from tests.stack_config import free_ports_run, small_config, start_stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e]
-IN_FLIGHT_S = 0.05  # Envoy learns a connection died on its next read: a stream opened in that instant was on it too
+# Envoy learns a worker's connection died on its next read; a stream it opened on that connection
+# before then fails with it (it had sent the stream's first message: not retried). On this loaded
+# 2-core box that read comes up to ~0.15 s after the kill.
+IN_FLIGHT_S = 0.25
 AFTER = 20
 
 
@@ -50,10 +53,37 @@ def _config(**extproc: object) -> dict:
     return data
 
 
-def _load(url: str, during, at: float) -> list[Shot]:
+def _load(url: str, fault, after_fault: int = 2 * AFTER, limit_s: float = 60.0) -> list[Shot]:
+    """Unary load; `fault()` runs (in a thread) a third of `load_s` in, and the load goes on for
+    the rest of `load_s` and until `after_fault` requests begun after the fault ended have ended."""
     sz = sizes()
-    return asyncio.run(load(url, sz.load_s, sz.concurrency, lambda i: chat_body("demo-gpt", f"crash {i}"),
-                            during=during, at=at))
+    shots: list[Shot] = []
+    marks: dict[str, float] = {}
+    started = time.monotonic()
+    counter = iter(range(10**9))
+
+    def more() -> bool:
+        now = time.monotonic()
+        if "fault" not in marks:
+            return now - started < limit_s
+        later = sum(1 for s in shots if s.started > marks["fault"])
+        return now - started < limit_s and (now - started < sz.load_s or later < after_fault)
+
+    async def worker(c) -> None:
+        while more():
+            shots.append(await send(c, url, chat_body("demo-gpt", f"crash {next(counter)}")))
+
+    async def run_fault() -> None:
+        await asyncio.sleep(sz.load_s / 3)
+        await asyncio.to_thread(fault)
+        marks["fault"] = time.monotonic()
+
+    async def main() -> None:
+        async with client(sz.concurrency) as c:
+            await asyncio.gather(run_fault(), *(worker(c) for _ in range(sz.concurrency)))
+
+    asyncio.run(main())
+    return shots
 
 
 async def _after(url: str) -> list[Shot]:
@@ -97,7 +127,7 @@ def test_extproc_killed_envoy_answers_the_gap_and_the_standby_takes_over(supervi
         _until(lambda: any("restarted" in ln for ln in lines), 30, "the extproc restarted")
         marks["ready"] = time.monotonic()
 
-    shots = _load(stack.url, kill, sizes().load_s / 3)
+    shots = _load(stack.url, kill)
     kill_at, ready_at = marks["kill"], marks["ready"]
     failed = [s for s in shots if not s.ok]
     recovery = recovery_s(shots, kill_at)
@@ -111,8 +141,6 @@ def test_extproc_killed_envoy_answers_the_gap_and_the_standby_takes_over(supervi
     # new extproc served.
     assert [(s.status, s.body[:80]) for s in failed if not _refused_by_envoy(s)] == []
     assert [round(s.started - kill_at, 3) for s in failed if not (s.ended >= kill_at and s.started <= ready_at)] == []
-    print(f"extproc killed: {len(failed)} failed of {len(shots)}, serving again after {ready_at - kill_at:.2f} s, "
-          f"recovery {recovery:.2f} s")
     after = asyncio.run(_after(stack.url))
     assert [s.status for s in after] == [200] * AFTER
     # Rows of answers before the kill (but its writer's last batch) and after the restart are all there.
@@ -148,7 +176,7 @@ def test_one_of_two_workers_killed_the_other_serves_throughout(tmp_path: Path) -
             marks["kill"] = time.monotonic()
             os.kill(victim, signal.SIGKILL)
 
-        shots = _load(stack.url, kill, sizes().load_s / 3)
+        shots = _load(stack.url, kill)
         kill_at = marks["kill"]
         failed = [s for s in shots if not s.ok]
         record("extproc worker killed", "SIGKILL of one of two `serve` workers mid-load",
@@ -156,8 +184,7 @@ def test_one_of_two_workers_killed_the_other_serves_throughout(tmp_path: Path) -
                detail=f"{len(failed)} in flight on the dead worker, answered 503 by Envoy")
         # Only streams in flight on the dead worker failed, each with Envoy's 503; worker 0 took the rest.
         assert [(s.status, s.body[:80]) for s in failed if not _refused_by_envoy(s)] == []
-        assert [round(s.started - kill_at, 3) for s in failed if not s.ended >= kill_at >= s.started - IN_FLIGHT_S] == []
-        print(f"worker killed: {len(failed)} failed of {len(shots)}")
+        assert [round(s.started - kill_at, 3) for s in failed if not s.started - IN_FLIGHT_S <= kill_at <= s.ended] == []
         assert any(s.ok and s.started > kill_at for s in shots)
         # `serve` started worker 1 again; it serves (Envoy's health check puts it back within seconds).
         _until(lambda: _workers_of(serve) not in ([], [victim]), 30, "serve restarts the worker")
