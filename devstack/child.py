@@ -76,7 +76,7 @@ class Child:
             if standby.stdin is not None:
                 standby.stdin.close()
 
-    def log_tail(self, log_dir: Path, lines: int = 5) -> str:
+    def log_tail(self, log_dir: Path, lines: int = 10) -> str:
         """The last lines of its log: why it would not start, usually."""
         try:
             text = self.log_path(log_dir).read_bytes()[-8192:].decode("utf-8", "replace")
