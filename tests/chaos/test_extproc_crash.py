@@ -1,6 +1,7 @@
 """9. The extproc SIGKILLed under load, as `modelyard up` runs it (devstack.supervisor): Envoy keeps
 serving and answers the gap itself (503 + retry-after in JSON, controlplane.local_replies), the
-warm standby takes over, and the next requests are all 200. Then `extproc.workers: 2` with one
+warm standby takes over, and the next requests are all 200; metering and audit rows of answered
+requests are there but for the dead writer's last batch, and the audit chain holds. Then `extproc.workers: 2` with one
 worker killed: the other serves throughout, `serve` restarts the dead one.
 
 Unary requests only: a stream whose answer had begun when its extproc died is cut, not answered
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ import pytest
 
 from controlplane.environments import EnvironmentConfig
 from controlplane.local_replies import MESSAGE
+from extproc.telemetry import audit
 from tests.chaos.figures import record, recovery_s, served_rps
 from tests.chaos.observe import metered_rows, metric
 from tests.chaos.settings import sizes
@@ -98,7 +101,7 @@ def _refused_by_envoy(shot: Shot) -> bool:
 @pytest.fixture
 def supervised(tmp_path: Path) -> Iterator[tuple]:
     """A one-extproc stack under `modelyard up`'s supervisor, its standby imported and waiting."""
-    with start_stack(tmp_path, _config(), _env()) as stack:
+    with start_stack(tmp_path, _config(audit_db="audit.sqlite"), _env()) as stack:
         lines: list[str] = []
         stop = threading.Event()
         outcome: list[str | None] = []
@@ -146,10 +149,25 @@ def test_extproc_killed_envoy_answers_the_gap_and_the_standby_takes_over(supervi
     # Rows of answers before the kill (but its writer's last batch) and after the restart are all there.
     kept = {s.task_id for s in shots + after if s.ok and (s.ended < kill_at - 1.0 or s.started > ready_at)}
     assert len(metered_rows(stack.cfg.extproc.metering_db, kept)) == len(kept)
+    # The audit trail too, and its hash chain holds across the crash: the new process chains on
+    # from the last committed row (a row lost with the process was never in the chain).
+    assert _audited(stack.cfg.extproc.audit_db, kept) == kept
+    assert audit.verify(stack.cfg.extproc.audit_db).intact
     ok = {s.task_id for s in shots if s.ok}
     record("extproc killed (metering)", "rows lost with the SIGKILLed extproc's writer queue", ok_rps="n/a",
            lost=len(ok) - len(metered_rows(stack.cfg.extproc.metering_db, ok, timeout=3)), recovery_s="n/a",
            detail=f"of {len(ok)} answered requests")
+
+
+def _audited(db: str, task_ids: set[str], timeout: float = 10.0) -> set[str]:
+    """Those of `task_ids` with an audit row, waiting up to `timeout` for the writer's batches."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with sqlite3.connect(db, timeout=10) as conn:
+            found = {t for (t,) in conn.execute("SELECT task_id FROM audit") if t in task_ids}
+        if found == task_ids or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def _workers_of(pid: int) -> list[int]:
