@@ -18,6 +18,7 @@ from typing import Literal
 #            one); the stack stops only when it cannot start at all.
 # auxiliary: restarted with backoff; the stack serves on meanwhile (demo upstreams, fake agents).
 Role = Literal["essential", "replica", "auxiliary"]
+STANDBY_RETRY_S = 10.0
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Child:
     # a line on stdin to take over; a restart then costs a config load and a bind, not the imports.
     standby_argv: list[str] | None = None
     standby: subprocess.Popen | None = None
+    standby_started_at: float = 0.0
 
     def log_path(self, log_dir: Path) -> Path:
         return log_dir / f"{self.name.replace('@', '-')}.log"
@@ -51,12 +53,18 @@ class Child:
         self.started_at = time.monotonic()
 
     def spawn_standby(self, log_dir: Path) -> None:
-        """Start the warm spare, unless there is no such thing for this child or one is waiting."""
-        if self.standby_argv is None or (self.standby is not None and self.standby.poll() is None):
+        """Start the warm spare, unless there is no such thing for this child or one is waiting;
+        one that died on its own (a broken install, say) is tried again only STANDBY_RETRY_S later."""
+        if self.standby_argv is None:
             return
+        if self.standby is not None:
+            if self.standby.poll() is None or time.monotonic() - self.standby_started_at < STANDBY_RETRY_S:
+                return
+            self.stop_standby()
         with open(self.log_path(log_dir), "ab") as log:
             self.standby = subprocess.Popen(self.standby_argv, stdin=subprocess.PIPE, stdout=log,
                                             stderr=subprocess.STDOUT, cwd=self.cwd, env=self._environ())
+        self.standby_started_at = time.monotonic()
 
     def _release_standby(self) -> bool:
         assert self.standby is not None and self.standby.stdin is not None

@@ -171,3 +171,17 @@ def test_a_standby_takes_over_a_dead_replica_and_a_new_one_waits(tmp_path, monke
 
 def test_run_returns_none_when_asked_to_stop(children, tmp_path) -> None:
     assert _sup(children, tmp_path, Clock(), []).run(lambda: True) is None
+
+
+def test_a_standby_that_dies_on_its_own_is_not_respawned_at_once(tmp_path, monkeypatch) -> None:
+    replica = _child("extproc", "replica")
+    replica.standby_argv = [sys.executable, "-c", "raise SystemExit(3)"]  # a broken install, say
+    replica.spawn_standby(tmp_path)
+    first = replica.standby
+    assert first is not None and first.wait(30) == 3
+    replica.spawn_standby(tmp_path)
+    assert replica.standby is first  # not a new process every tick
+    monkeypatch.setattr("devstack.child.time.monotonic", lambda: replica.standby_started_at + 11)
+    replica.spawn_standby(tmp_path)
+    assert replica.standby is not first
+    replica.stop_standby()
