@@ -46,6 +46,7 @@ from envoy_data_plane.envoy.config.common.mutation_rules.v3 import HeaderMutatio
 from envoy_data_plane.envoy.config.core.v3 import (
     Address,
     ApiVersion,
+    BackoffStrategy,
     DataSource,
     EnvoyInternalAddress,
     GrpcService,
@@ -135,6 +136,7 @@ from controlplane.access_log import access_log
 from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
 from controlplane.compression import compressor_filters, decompressor_filters
 from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
+from controlplane.local_replies import extproc_down_replies, status_on_error
 from controlplane.overload import overload_manager
 from controlplane.stats_listener import admin_cluster, stats_listener
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
@@ -297,8 +299,14 @@ def longest_queue_wait_s(cfg: GatewayConfig) -> float:
 def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wait_s: float = 0.0,
                      long_poll_s: float = 0.0) -> HttpFilter:
     # A replica that is gone (killed, or draining: its port is closed) refuses the connection before
-    # a message was sent: open the stream on another replica instead of failing the request.
-    retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,unavailable", num_retries=3,
+    # a message was sent: open the stream on another replica instead of failing the request. So does
+    # a stream opened on a killed replica's connection before Envoy read its close (reset, with no
+    # answer from the extproc yet: Envoy retries only before the first response bytes).
+    # Retries wait 25-250 ms, not the 1 s base a core RetryPolicy has by default: a dead worker's
+    # requests reach a live one at once, and with none alive Envoy's 503 comes quickly.
+    retry = CoreRetryPolicy(retry_on="connect-failure,refused-stream,reset,unavailable", num_retries=3,
+                            retry_back_off=BackoffStrategy(base_interval=datetime.timedelta(milliseconds=25),
+                                                           max_interval=datetime.timedelta(milliseconds=250)),
                             retry_host_predicate=[CoreRetryHostPredicate(
                                 name="envoy.retry_host_predicates.previous_hosts",
                                 typed_config=AnyMsg.pack(PreviousHostsPredicate()))],
@@ -311,6 +319,9 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
     ext = ExternalProcessor(
         grpc_service=grpc,
         failure_mode_allow=False,
+        # No extproc answered (all dead or restarting, or one died mid-request): 503, which the
+        # listener's local reply mapper turns into JSON with retry-after (controlplane.local_replies).
+        status_on_error=status_on_error(),
         processing_mode=ProcessingMode(
             request_header_mode=ProcessingModeHeaderSendMode.SEND,
             response_header_mode=ProcessingModeHeaderSendMode.SEND,
@@ -467,6 +478,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         use_remote_address=edge.use_remote_address,
         xff_num_trusted_hops=edge.xff_num_trusted_hops,
         access_log=[access_log(env.access_log)] if env.access_log else [],
+        local_reply_config=extproc_down_replies(),
     )
     listener = Listener(
         name="modelyard",

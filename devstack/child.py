@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Literal
 
 # essential: its death stops the stack (Envoy: nothing is served without it).
-# replica:   one of interchangeable ones (extproc); restarted, and the stack stops only when all are dead.
+# replica:   one of interchangeable ones (extproc); restarted at once (from its standby when it has
+#            one); the stack stops only when it cannot start at all.
 # auxiliary: restarted with backoff; the stack serves on meanwhile (demo upstreams, fake agents).
 Role = Literal["essential", "replica", "auxiliary"]
+STANDBY_RETRY_S = 10.0
 
 
 @dataclass
@@ -29,16 +31,69 @@ class Child:
     role: Role = "auxiliary"
     started_at: float = 0.0  # time.monotonic() of the last spawn
     cwd: Path | None = None  # None: the parent's working directory
+    # A warm spare: started ahead with these arguments, it imports what a start needs and waits for
+    # a line on stdin to take over; a restart then costs a config load and a bind, not the imports.
+    standby_argv: list[str] | None = None
+    standby: subprocess.Popen | None = None
+    standby_started_at: float = 0.0
 
     def log_path(self, log_dir: Path) -> Path:
         return log_dir / f"{self.name.replace('@', '-')}.log"
 
     def spawn(self, log_dir: Path) -> None:
-        """Start the process, appending its output to its log file (restarts keep the history)."""
-        with open(self.log_path(log_dir), "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+        """Start the process (its standby takes over when one waits), appending its output to its
+        log file (restarts keep the history)."""
+        if self.standby is not None and self.standby.poll() is None and self._release_standby():
+            self.proc, self.standby = self.standby, None
+        else:
+            self.stop_standby()
+            with open(self.log_path(log_dir), "ab") as log:
+                self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
+                                             env=self._environ())
         self.started_at = time.monotonic()
+
+    def spawn_standby(self, log_dir: Path) -> None:
+        """Start the warm spare, unless there is no such thing for this child or one is waiting;
+        one that died on its own (a broken install, say) is tried again only STANDBY_RETRY_S later."""
+        if self.standby_argv is None:
+            return
+        if self.standby is not None:
+            if self.standby.poll() is None or time.monotonic() - self.standby_started_at < STANDBY_RETRY_S:
+                return
+            self.stop_standby()
+        with open(self.log_path(log_dir), "ab") as log:
+            self.standby = subprocess.Popen(self.standby_argv, stdin=subprocess.PIPE, stdout=log,
+                                            stderr=subprocess.STDOUT, cwd=self.cwd, env=self._environ())
+        self.standby_started_at = time.monotonic()
+
+    def _release_standby(self) -> bool:
+        assert self.standby is not None and self.standby.stdin is not None
+        try:
+            self.standby.stdin.write(b"go\n")
+            self.standby.stdin.close()
+            return True
+        except OSError:  # it died just now
+            return False
+
+    def stop_standby(self) -> None:
+        """End the spare: it holds nothing yet (no port, no file), so SIGKILL loses nothing."""
+        standby, self.standby = self.standby, None
+        if standby is not None:
+            standby.kill()
+            standby.wait()
+            if standby.stdin is not None:
+                standby.stdin.close()
+
+    def log_tail(self, log_dir: Path, lines: int = 10) -> str:
+        """The last lines of its log: why it would not start, usually."""
+        try:
+            text = self.log_path(log_dir).read_bytes()[-8192:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def _environ(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
 
     def exit_code(self) -> int | None:
         """The exit code once the process has exited; None while it runs (or was never started)."""

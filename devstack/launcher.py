@@ -2,8 +2,9 @@
 processes.
 
 `Stack` is also what the end-to-end tests start, on free ports, so the tests exercise the same
-start-up path users run. Once up, `Stack.supervise` keeps it serving (devstack.supervisor): demo
-upstreams and agents that die are restarted; Envoy dying, or every extproc replica, stops it.
+start-up path users run. Once up, `Stack.supervise` keeps it serving (devstack.supervisor): a dead
+extproc is replaced by its warm standby, demo upstreams and agents are restarted; Envoy dying, or
+an extproc that cannot start at all, stops it.
 Every port and path comes from the config (its `devstack:` section) or `up`'s flags: the run
 directory sits under the config file's directory, and the children run there, so relative paths
 in the config (metering_db, key files) mean the same whoever starts it from wherever.
@@ -117,8 +118,9 @@ class Stack:
         self.children: list[Child] = demo_children(cfg) if demos else []
         self.envoy_config = self.workdir / f"envoy-{env.name}.yaml"
         self.admin_path = self.workdir / "envoy-admin.txt"
-        self.children.append(Child("extproc", [sys.executable, "-m", "modelyard.cli", "serve", "--config",
-                                               str(config_path)], ("tcp", cfg.extproc.address), role="replica"))
+        serve = [sys.executable, "-m", "modelyard.cli", "serve", "--config", str(config_path)]
+        self.children.append(Child("extproc", serve, ("tcp", cfg.extproc.address), role="replica",
+                                   standby_argv=[*serve, "--standby"]))
         listener = f"{env.listener.address or cfg.listener.address}:{env.listener.port or cfg.listener.port}"
         self.url = f"http://{listener}"
         self.children.append(Child("envoy", [envoy_binary(), "-c", str(self.envoy_config), "--concurrency",
@@ -152,7 +154,9 @@ class Stack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if child.proc is not None and child.proc.poll() is not None:
-                raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; see {self.log_dir}")
+                tail = child.log_tail(self.log_dir)
+                raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; see {self.log_dir}"
+                                   + (f"; its log ends:\n{tail}" if tail else ""))
             if child.is_ready():
                 return
             time.sleep(0.05)
@@ -181,6 +185,8 @@ class Stack:
         return self.admin_url()
 
     def stop(self) -> None:
+        for child in self.children:
+            child.stop_standby()
         for child in reversed(self.children):
             if child.proc and child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGTERM)

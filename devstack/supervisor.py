@@ -1,8 +1,10 @@
-"""Keeps a running stack serving: a dead child is logged and, unless its role says the stack cannot
-serve without it, restarted with exponential backoff.
+"""Keeps a running stack serving: a dead child is logged and restarted with exponential backoff;
+a replica (extproc) from its warm standby when one waits, so Envoy is back to serving within a
+second while it answers the gap itself (503 + retry-after, controlplane.local_replies).
 
-The stack must stop when an essential child (Envoy) dies or every replica (extproc) is dead;
-`Supervisor.tick` then returns why, and `Supervisor.run` returns it to the caller.
+The stack must stop when an essential child (Envoy) dies, or when a replica cannot start at all
+(it exits before it is ready `Backoff.failed_starts` times in a row); `Supervisor.tick` then
+returns why, with the end of that child's log, and `Supervisor.run` returns it to the caller.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from devstack.child import Child
 @dataclass(frozen=True)
 class Backoff:
     """Restart delays: `initial` doubling per quick death up to `cap`, back to `initial` once a
-    child has stayed up for `stable_s` (a crash loop slows down, a rare crash restarts fast)."""
+    child has stayed up for `stable_s` (a crash loop slows down, a rare crash restarts fast).
+    A replica that exits before it is ready `failed_starts` times in a row cannot start at all."""
 
-    initial: float = 0.5
+    initial: float = 0.2
     cap: float = 30.0
     stable_s: float = 60.0
+    failed_starts: int = 3
 
 
 @dataclass
@@ -30,6 +34,7 @@ class _Watch:
     next_delay: float
     restart_at: float | None = None  # set while the child is dead and waiting for its restart
     starting: bool = False  # respawned, not yet ready
+    failed_starts: int = 0  # exits before ready, in a row
 
 
 class Supervisor:
@@ -47,9 +52,6 @@ class Supervisor:
     def _w(self, child: Child) -> _Watch:
         return self._watch.setdefault(child.name, _Watch(self.backoff.initial))
 
-    def _dead(self, child: Child) -> bool:
-        return self._w(child).restart_at is not None or child.exit_code() is not None
-
     def tick(self) -> str | None:
         """Handle deaths, due restarts and restarted children becoming ready; why the stack must stop, or None."""
         now = self._clock()
@@ -59,19 +61,29 @@ class Supervisor:
                 if now >= w.restart_at:
                     w.restart_at = None
                     w.starting = True
+                    warm = child.standby is not None and child.standby.poll() is None
                     child.spawn(self.log_dir)
+                    if warm and child.proc is not None:
+                        self._log(f"modelyard: {child.name}'s standby took over (pid {child.proc.pid})")
                 continue
             code = child.exit_code()
             if code is None:
                 if w.starting and child.proc is not None and child.is_ready():
                     w.starting = False
+                    w.failed_starts = 0
                     self._log(f"modelyard: {child.name} restarted (pid {child.proc.pid}) and ready")
+                if not w.starting:
+                    # A spare for the next death, only once this one serves: it would slow the start.
+                    child.spawn_standby(self.log_dir)
                 continue
             where = f"{child.name} exited with code {code} (log {child.log_path(self.log_dir)})"
             if child.role == "essential":
                 return self._stop(f"{where}; the stack cannot serve without it")
-            if child.role == "replica" and all(self._dead(c) for c in self.children if c.role == "replica"):
-                return self._stop(f"{where}; no other replica is alive")
+            if w.starting:
+                w.failed_starts += 1
+                if child.role == "replica" and w.failed_starts >= self.backoff.failed_starts:
+                    return self._stop(f"{where}; it cannot start: {w.failed_starts} starts in a row exited "
+                                      "before it was ready", child.log_tail(self.log_dir))
             if now - child.started_at >= self.backoff.stable_s:
                 w.next_delay = self.backoff.initial  # it had been fine for a while: not a crash loop
             delay = w.next_delay
@@ -81,11 +93,12 @@ class Supervisor:
             self._log(f"modelyard: {where}; restarting in {delay:g}s")
         return None
 
-    def _stop(self, why: str) -> str:
-        self._log(f"modelyard: {why}; stopping")
-        return why
+    def _stop(self, why: str, log_tail: str = "") -> str:
+        said = f"{why}; its log ends:\n" + "\n".join(f"    {ln}" for ln in log_tail.splitlines()) if log_tail else why
+        self._log(f"modelyard: {said}" + ("\nmodelyard: stopping" if log_tail else "; stopping"))
+        return said
 
-    def run(self, should_stop: Callable[[], bool], interval: float = 0.2) -> str | None:
+    def run(self, should_stop: Callable[[], bool], interval: float = 0.1) -> str | None:
         """Supervise until the stack must stop (returns why) or `should_stop()` (returns None)."""
         while not should_stop():
             why = self.tick()

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -281,10 +282,12 @@ def serve(path: str | None, worker: int | None = None) -> int:
     if worker is None:
         warn_unverified_tls(config)
     pool = WorkerPool.start(path, load_config(path).extproc.address, count) if worker is None and count > 1 else None
+    if pool is not None:  # a worker that cannot start at all stops serve: SIGTERM to itself, drained
+        pool.on_failure = lambda: os.kill(os.getpid(), signal.SIGTERM)
     try:
         with asyncio.Runner(loop_factory=loop_factory(config.extproc.event_loop)) as runner:
             runner.run(run_service(config, path=path, pool=pool))
     finally:
         if pool is not None:
             pool.stop()
-    return 0
+    return 1 if pool is not None and pool.failure else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -22,6 +23,12 @@ def _logging(level: str) -> None:
 def _cmd_serve(a: argparse.Namespace) -> int:
     from extproc.service import serve
 
+    # A standby has paid for its imports (most of a start) and waits for a line on stdin: its
+    # supervisor's word to take over a dead extproc (devstack.child). EOF: the supervisor is gone.
+    if a.standby:
+        print(f"modelyard serve: standby {os.getpid()} imported; waiting to take over", flush=True)
+        if not sys.stdin.buffer.readline():
+            return 0
     return serve(a.config, worker=a.worker)
 
 
@@ -151,6 +158,8 @@ def parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run the ext_proc gRPC service"))
     serve.add_argument("--worker", type=int, default=None,
                        help=argparse.SUPPRESS)  # set by worker 0 for the workers it starts (extproc/workers.py)
+    serve.add_argument("--standby", action="store_true",
+                       help=argparse.SUPPRESS)  # set by `modelyard up` for its warm spare (devstack/child.py)
     serve.set_defaults(func=_cmd_serve)
     up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the declared demo upstreams"))
     up.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")

@@ -1,4 +1,4 @@
-"""The edge against a real Envoy, alone (no extproc: its filter fails closed with a 500, which is
+"""The edge against a real Envoy, alone (no extproc: its filter fails closed with a 503, which is
 enough to log a request): slow header blocks are cut, and access log lines carry no credential."""
 
 from __future__ import annotations
@@ -93,16 +93,16 @@ def test_slow_header_block_is_cut(slow_envoy: BareEnvoy) -> None:
     sock.close()
     assert elapsed < 6, elapsed  # 1 s timeout, generous bound for a loaded machine
     # Envoy's 408 local reply still passes the ext_proc filter's response path, which fails closed
-    # here (no extproc): a 500. Either way the connection is closed, and the stat says why.
-    assert received == b"" or (received.startswith((b"HTTP/1.1 408", b"HTTP/1.1 500"))
+    # here (no extproc): a 503. Either way the connection is closed, and the stat says why.
+    assert received == b"" or (received.startswith((b"HTTP/1.1 408", b"HTTP/1.1 503"))
                                and b"connection: close" in received), received[:200]
     assert slow_envoy.stat("http.modelyard.downstream_rq_header_timeout") == 1
 
 
 def test_complete_requests_are_not_cut(slow_envoy: BareEnvoy) -> None:
-    # The same listener answers a normal request (the extproc being down: ext_proc's 500).
+    # The same listener answers a normal request (the extproc being down: its 503, controlplane.local_replies).
     r = httpx.get(f"http://127.0.0.1:{slow_envoy.port}/v1/models", timeout=10)
-    assert r.status_code == 500
+    assert r.status_code == 503
 
 
 def _send_credentials(port: int) -> None:

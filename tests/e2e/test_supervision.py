@@ -1,5 +1,6 @@
 """`modelyard up`'s supervision on a real stack: a demo upstream killed with SIGKILL comes back and
-the gateway serves through it again; the only extproc dying means the stack must stop."""
+the gateway serves through it again; a killed extproc is replaced (tests/chaos/test_extproc_crash.py
+measures that under load); an extproc that cannot start at all stops the stack, saying why."""
 
 from __future__ import annotations
 
@@ -34,20 +35,22 @@ def _until(cond, timeout: float) -> bool:
     return False
 
 
-def test_dead_demo_upstream_restarts_and_dead_extproc_stops_the_stack(tmp_path: Path) -> None:
+def test_dead_demo_upstream_restarts_and_an_extproc_that_cannot_start_stops_the_stack(tmp_path: Path) -> None:
     with start_stack(tmp_path, small_config()) as stack:
         demo = next(c for c in stack.children if c.name.startswith("demo-"))
+        extproc = stack.child("extproc")
         assert _chat(stack.url).status_code == 200
         lines: list[str] = []
         outcome: list[str | None] = []
         stop = threading.Event()
+        # One failed start is enough here: the standby's (it reads the config when it takes over).
         sup = threading.Thread(target=lambda: outcome.append(
-            stack.supervise(stop.is_set, backoff=Backoff(initial=0.2), log=lines.append)))
+            stack.supervise(stop.is_set, backoff=Backoff(initial=0.2, failed_starts=1), log=lines.append)))
         sup.start()
         try:
             old = demo.proc.pid
             os.kill(old, signal.SIGKILL)
-            assert _until(lambda: any("restarted" in ln for ln in lines), 10), lines
+            assert _until(lambda: any("restarted" in ln for ln in lines), 60), lines
             assert demo.proc.pid != old and demo.is_ready()
             assert lines[0].startswith(f"modelyard: {demo.name} exited with code -9 (log ")
             assert lines[0].endswith("; restarting in 0.2s")
@@ -55,11 +58,17 @@ def test_dead_demo_upstream_restarts_and_dead_extproc_stops_the_stack(tmp_path: 
             assert r.status_code == 200, r.text
             assert r.json()["choices"][0]["message"]["content"] == "[demo-openai] echo: still there?"
 
-            os.kill(stack.child("extproc").proc.pid, signal.SIGKILL)
-            sup.join(10)
+            assert _until(lambda: extproc.standby is not None, 10), lines
+            stack.config_path.write_text("models: [oops\n")  # whoever restarts the extproc now cannot
+            os.kill(extproc.proc.pid, signal.SIGKILL)
+            sup.join(120)
             assert not sup.is_alive()
-            assert outcome and outcome[0] is not None and outcome[0].startswith("extproc exited with code -9")
-            assert lines[-1].endswith("no other replica is alive; stopping")
+            why = outcome[0]
+            assert why is not None and why.startswith("extproc exited with code 2 ")
+            assert "it cannot start: 1 starts in a row exited before it was ready; its log ends:" in why
+            assert "modelyard: configuration error: " in why.split("its log ends:", 1)[1]  # in its own words
+            assert lines[-1].endswith("\nmodelyard: stopping")
+            assert any(ln.startswith("modelyard: extproc's standby took over") for ln in lines), lines
         finally:
             stop.set()
             sup.join(10)

@@ -1,0 +1,90 @@
+"""Envoy's own answer when no extproc answers: 503 with `retry-after`, in the caller's protocol's
+JSON error shape, never a reset or an empty 500.
+
+The ext_proc filter answers a failed stream (no extproc reachable, or one that died mid-request)
+with `status_on_error`; a local reply mapper, matched on the ext_proc error's response code
+details, gives that reply its body and headers. The extproc's own immediate replies are local
+replies too, but carry `modelyard_*` details, so the mapper leaves them alone.
+"""
+
+from __future__ import annotations
+
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2  # noqa: F401  (Any registry)
+from envoy_data_plane.envoy.config.accesslog.v3 import AccessLogFilter, AndFilter, ExtensionFilter, HeaderFilter
+from envoy_data_plane.envoy.config.core.v3 import (
+    DataSource,
+    HeaderValue,
+    HeaderValueOption,
+    HeaderValueOptionHeaderAppendAction,
+    SubstitutionFormatString,
+)
+from envoy_data_plane.envoy.config.route.v3 import HeaderMatcher
+from envoy_data_plane.envoy.extensions.access_loggers.filters.cel.v3 import ExpressionFilter
+from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+    LocalReplyConfig,
+    ResponseMapper,
+)
+from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
+from envoy_data_plane.envoy.type.v3 import HttpStatus, StatusCode
+from envoy_data_plane.google.protobuf import Any as AnyMsg
+
+from adapters import kserve
+from adapters.registry import PROTOCOLS
+from modelyard.errors import default_type
+
+STATUS = 503
+# The supervisor restarts a dead extproc within about a second (devstack.supervisor).
+RETRY_AFTER_S = 1
+MESSAGE = "the gateway's request processor is restarting; retry shortly"
+# Envoy's response code details for every ext_proc failure start so (gRPC error, close, timeout).
+EXTPROC_FAILED = "response.code_details.startsWith('ext_proc_error')"
+
+# Paths (regexes on the whole :path) whose callers expect another protocol's error shape than OpenAI's (adapters.registry,
+# adapters.kserve); the first that matches wins, OpenAI's shape is the rest.
+_SHAPES: tuple[tuple[str, str], ...] = (
+    (r"/v1/messages([?].*)?", "anthropic"),
+    (r"/v1(beta)?/models/[^?]*:.*", "gemini"),
+    (r"/v2/.*", "kserve"),
+    (r"/v1/images/.*", "kserve"),
+)
+
+
+def status_on_error() -> HttpStatus:
+    """The ext_proc filter's status for a failed stream (its default is 500)."""
+    return HttpStatus(code=StatusCode(STATUS))
+
+
+def _error_body(protocol: str) -> bytes:
+    """The adapters' own error body for the protocol (the control plane never imports the request path)."""
+    if protocol == "kserve":
+        return kserve.render_error(STATUS, MESSAGE)
+    return PROTOCOLS[protocol].render_error(STATUS, MESSAGE, default_type(STATUS))
+
+
+def _extproc_failed() -> AccessLogFilter:
+    return AccessLogFilter(extension_filter=ExtensionFilter(
+        name="envoy.access_loggers.extension_filters.cel",
+        typed_config=AnyMsg.pack(ExpressionFilter(expression=EXTPROC_FAILED))))
+
+
+def _mapper(protocol: str, path: str | None) -> ResponseMapper:
+    failed = _extproc_failed()
+    if path is not None:
+        on_path = AccessLogFilter(header_filter=HeaderFilter(header=HeaderMatcher(
+            name=":path", string_match=StringMatcher(safe_regex=RegexMatcher(regex=path)))))
+        failed = AccessLogFilter(and_filter=AndFilter(filters=[failed, on_path]))
+    body = _error_body(protocol).decode()
+    return ResponseMapper(
+        filter=failed,
+        status_code=STATUS,
+        # A literal body: the JSON holds no `%`, so the formatter passes it through unchanged.
+        body_format_override=SubstitutionFormatString(text_format_source=DataSource(inline_string=body),
+                                                      content_type="application/json"),
+        headers_to_add=[HeaderValueOption(header=HeaderValue(key="retry-after", value=str(RETRY_AFTER_S)),
+                                          append_action=HeaderValueOptionHeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD)],
+    )
+
+
+def extproc_down_replies() -> LocalReplyConfig:
+    """The listener's local reply config: one mapper per error shape, OpenAI's last."""
+    return LocalReplyConfig(mappers=[*(_mapper(p, path) for path, p in _SHAPES), _mapper("openai", None)])
