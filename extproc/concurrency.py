@@ -7,6 +7,11 @@ The `Slot` rides on the `Choice`; the `Accountant` releases it wherever an answe
 error, stream end, client reset), which grants the next waiter. A caller that leaves while waiting
 (its ext_proc stream is cancelled) is taken out of the queue; one granted a slot in that instant
 hands it straight on.
+
+With several workers on a host (`extproc.workers`), `max_inflight` is the host's: each grant also
+takes a slot in the shared table (extproc/host_slots.py), a request queues here while the other
+workers hold the rest, and a waiter is granted when a slot comes back, here at once or from
+another worker within `HOST_POLL_S`.
 """
 
 from __future__ import annotations
@@ -21,9 +26,13 @@ from prometheus_client import Gauge, Histogram
 from extproc.config import GatewayConfig
 from extproc.config.queueing import TIERS
 from extproc.config.service_levels import Tier
+from extproc.host_slots import HostSlots
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
 from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
 from modelyard.errors import ClientError, Unavailable
+
+# How often a worker with waiters looks for a slot another worker handed back.
+HOST_POLL_S = 0.005
 
 
 class Slot:
@@ -45,10 +54,14 @@ class Slot:
 
 
 class ConcurrencyLimits:
-    def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic,
+                 host: tuple[str, int] | None = None) -> None:
+        """`host`: (the shared slot table's file, this worker's index) when one of several workers."""
         self.clock = clock
         self.queues: dict[str, DeploymentQueue] = {
             name: DeploymentQueue(d.max_inflight, d.queue) for name, d in config.clusters().items() if d.max_inflight}
+        self.host = None if host is None else HostSlots(host[0], self.queues, host[1])
+        self._polls: dict[str, asyncio.TimerHandle] = {}
         self._waiters: dict[Ticket, tuple[asyncio.Future[None], str]] = {}  # waiting ticket -> (wake-up, model)
         # (in flight + waiting) / max_inflight per limited deployment, kept current: the scheduler reads it as load.
         self.occupancy: dict[str, float] = {}
@@ -76,7 +89,10 @@ class ConcurrencyLimits:
         if q is None:
             return None
         ticket = Ticket(tenant, tier, self.clock())
-        refusal = q.offer(ticket, ticket.arrived)
+        room = True
+        if self.host is not None and q.has_room():
+            room = self.host.take(cluster, q.max_inflight)
+        refusal = q.offer(ticket, ticket.arrived, room)
         if refusal is not None:
             raise _refused(cluster, model, tier, refusal)
         if ticket.state == "granted":
@@ -89,6 +105,8 @@ class ConcurrencyLimits:
         _depth_series(model, cluster, tier).inc()
         self._show(cluster)
         timer = loop.call_later(q.settings.max_wait_s[tier], self._expire, cluster, q, ticket)
+        if self.host is not None and cluster not in self._polls:
+            self._polls[cluster] = loop.call_later(HOST_POLL_S, self._poll, cluster)
         try:
             await woken
         except asyncio.CancelledError:
@@ -102,16 +120,44 @@ class ConcurrencyLimits:
 
     def release(self, cluster: str, ticket: Ticket) -> None:
         q = self.queues[cluster]
+        held = ticket.state == "granted"
         nxt = q.release(ticket, self.clock())
-        if nxt is not None:
-            woken, model = self._waiters.pop(nxt)
-            _depth_series(model, cluster, nxt.tier).dec()
-            _wait_series(model, cluster, nxt.tier).observe(nxt.waited())
-            if not woken.done():
-                woken.set_result(None)
+        if nxt is not None:  # the slot goes straight to the next waiter here
+            self._wake(cluster, nxt)
+        elif held and self.host is not None:
+            self.host.give(cluster)
         self._show(cluster)
 
+    def close(self) -> None:
+        for handle in self._polls.values():
+            handle.cancel()
+        self._polls.clear()
+        if self.host is not None:
+            self.host.close()
+
     # -- private -----------------------------------------------------------------------------
+
+    def _wake(self, cluster: str, nxt: Ticket) -> None:
+        woken, model = self._waiters.pop(nxt)
+        _depth_series(model, cluster, nxt.tier).dec()
+        _wait_series(model, cluster, nxt.tier).observe(nxt.waited())
+        if not woken.done():
+            woken.set_result(None)
+
+    def _poll(self, cluster: str) -> None:
+        """Waiters here while the host was full: take the slots other workers handed back."""
+        self._polls.pop(cluster, None)
+        q = self.queues[cluster]
+        assert self.host is not None
+        while q.waiting() and q.inflight < q.max_inflight and self.host.take(cluster, q.max_inflight):
+            nxt = q.grant_next(self.clock())
+            if nxt is None:  # nobody left to take it after all
+                self.host.give(cluster)
+                break
+            self._wake(cluster, nxt)
+        self._show(cluster)
+        if q.waiting():
+            self._polls[cluster] = asyncio.get_running_loop().call_later(HOST_POLL_S, self._poll, cluster)
 
     def _leave(self, cluster: str, q: DeploymentQueue, ticket: Ticket) -> bool:
         """Take a waiting ticket out of the queue; False when it had been granted meanwhile."""

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -37,7 +38,8 @@ from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_me
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
-from extproc.workers import WorkerPool, shifted, worker_count
+from extproc.concurrency import ConcurrencyLimits
+from extproc.workers import WORKER_ENV, WorkerPool, shared_dir, shifted, worker_count, worker_index
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
@@ -138,7 +140,8 @@ def build_routes() -> RouteTable:
 
 def build_gateway(config: GatewayConfig) -> Gateway:
     try:
-        limiter = Limiter(config.ratelimit)
+        shared = shared_dir()  # one of several workers: the buckets are the host's, not this process's
+        limiter = Limiter(config.ratelimit, host_table=None if shared is None else f"{shared}/buckets")
         scheduler = Scheduler(config)
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -149,9 +152,11 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     backend = select_backend(config.extproc.image_backend)
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
+    # max_inflight is the host's when several workers serve it (extproc/host_slots.py)
+    limits = ConcurrencyLimits(config, host=None if shared is None else (f"{shared}/slots", worker_index()))
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
-                         tasks=TaskBoard.from_config(config))
+                         tasks=TaskBoard.from_config(config), limits=limits)
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:
@@ -272,6 +277,7 @@ def serve(path: str | None, worker: int | None = None) -> int:
     count = worker_count(config.extproc.workers)
     if worker is not None or count > 1:
         i = worker or 0
+        os.environ[WORKER_ENV] = str(i)
         config = config.model_copy(update={"extproc": config.extproc.model_copy(update={
             "address": shifted(config.extproc.address, i),
             "metrics_address": shifted(config.extproc.metrics_address, i)})})

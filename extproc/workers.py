@@ -6,24 +6,50 @@ Worker i listens on the configured address's port + i and serves metrics on metr
 accepts connections, then binds its own port, so its readiness means every worker's. SIGTERM and
 SIGHUP reach every worker; a worker dies with its parent (Linux).
 
-Per process, as with replicas: in-memory rate-limit buckets (use `ratelimit.backend: redis` for
-limits exact across workers), `max_inflight` slots and queues, scheduler feedback, watermark
-readings, Prometheus series. Shared: SQLite files (metering, audit, tasks), Redis.
+Shared by the workers: the rate-limit buckets of the memory backend and the `max_inflight` slot
+counts (files in one host directory that worker 0 makes and names in $MODELYARD_SHARED_DIR: see
+ratelimit/host_buckets.py and extproc/host_slots.py), SQLite files (metering, audit, tasks), Redis.
+Per process: the queue order in front of the slots, scheduler feedback, watermark readings,
+Prometheus series.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
 from modelyard.errors import ConfigError
 
 _MAX_DEFAULT = 8
+# The directory of this host's shared limiter state; workers inherit it from worker 0.
+SHARED_DIR_ENV = "MODELYARD_SHARED_DIR"
+
+
+WORKER_ENV = "MODELYARD_WORKER"  # this process's index in its pool (set by `serve`)
+
+
+def worker_index() -> int:
+    return int(os.environ.get(WORKER_ENV) or 0)
+
+
+def shared_dir() -> str | None:
+    """This process's shared-state directory, when it is one worker of several."""
+    return os.environ.get(SHARED_DIR_ENV) or None
+
+
+def _make_shared_dir() -> str:
+    """A fresh directory in RAM (/dev/shm) when there is one: the tables are mapped, never synced."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    path = tempfile.mkdtemp(prefix="modelyard-", dir=base)
+    os.environ[SHARED_DIR_ENV] = path
+    return path
 
 
 def default_workers() -> int:
@@ -74,10 +100,11 @@ class WorkerPool:
     """Workers 1..N-1 of one `modelyard serve`, as child processes."""
 
     procs: list[subprocess.Popen] = field(default_factory=list)
+    shared: str | None = None  # the shared-state directory; removed by `stop`
 
     @classmethod
     def start(cls, config_path: str | None, address: str, count: int, timeout_s: float = 60.0) -> WorkerPool:
-        pool = cls()
+        pool = cls(shared=_make_shared_dir())
         argv = [sys.executable, "-m", "modelyard.cli", "serve"] + (["--config", config_path] if config_path else [])
         linux = sys.platform.startswith("linux")
         try:
@@ -116,3 +143,6 @@ class WorkerPool:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self.shared is not None:
+            shutil.rmtree(self.shared, ignore_errors=True)
+            self.shared = None

@@ -1,0 +1,83 @@
+"""`max_inflight` across the workers of one host: the shared slot table and the queue shell over it."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+from extproc.concurrency import ConcurrencyLimits
+from extproc.host_slots import HostSlots
+from tests.core.test_concurrency import _config
+
+
+def _grab(path: str, worker: int, tries: int, out: multiprocessing.Queue) -> None:
+    slots = HostSlots(path, ["a", "b"], worker)
+    out.put(sum(slots.take("a", 10) for _ in range(tries)))
+
+
+def test_the_bound_is_the_hosts_across_processes(tmp_path: Path) -> None:
+    path = str(tmp_path / "slots")
+    HostSlots(path, ["a", "b"], 0)
+    ctx = multiprocessing.get_context("fork")
+    out: multiprocessing.Queue = ctx.Queue()
+    procs = [ctx.Process(target=_grab, args=(path, w, 50, out)) for w in range(1, 5)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(10)
+    assert sum(got) == 10, got
+
+
+def _take_and_die(path: str, ready) -> None:
+    slots = HostSlots(path, ["a"], 1)
+    assert slots.take("a", 3) and slots.take("a", 3)
+    ready.set()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_workers_slots_come_back(tmp_path: Path) -> None:
+    path = str(tmp_path / "slots")
+    mine = HostSlots(path, ["a"], 0)
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    p = ctx.Process(target=_take_and_die, args=(path, ready))
+    p.start()
+    assert ready.wait(10)
+    p.join(10)
+    assert mine.held("a") == 2  # still counted: nobody has looked yet
+    assert mine.take("a", 3) and mine.take("a", 3) and mine.take("a", 3)  # full: the dead one's are reaped
+    assert not mine.take("a", 3)
+    mine.give("a")
+    assert mine.held("a") == 2
+
+
+def test_a_restarted_worker_starts_holding_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "slots")
+    first = HostSlots(path, ["a"], 1)
+    assert first.take("a", 5) and first.take("a", 5)
+    again = HostSlots(path, ["a"], 1)  # the same index, a new process
+    assert again.held("a") == 0
+
+
+async def test_two_workers_share_max_inflight_and_hand_slots_across(tmp_path: Path) -> None:
+    path = str(tmp_path / "slots")
+    w0 = ConcurrencyLimits(_config(2), host=(path, 0))
+    w1 = ConcurrencyLimits(_config(2), host=(path, 1))
+    a = await w0.acquire("c", "m", "t", "L3")
+    b = await w1.acquire("c", "m", "t", "L3")
+    assert a is not None and b is not None
+    waiting = asyncio.ensure_future(w0.acquire("c", "m", "u", "L3"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and w0.queues["c"].inflight == 1  # free here, but the host is full
+    b.release()  # worker 1's slot goes back: worker 0's waiter takes it on its next look
+    slot = await asyncio.wait_for(waiting, 2)
+    assert slot is not None and w0.host is not None and w0.host.held("c") == 2
+    a.release()
+    slot.release()
+    assert w0.host.held("c") == 0
+    w0.close()
+    w1.close()
