@@ -80,7 +80,7 @@ class Gateway:
             await self.watermarks.stop()
         if self.dispatcher.limiter is not None:
             await self.dispatcher.limiter.close()
-        self.dispatcher.limits.close()
+        await self.dispatcher.limits.close()
         if self.batcher is not None:
             await self.batcher.close()
         if self.kserve_probe is not None:

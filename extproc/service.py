@@ -153,7 +153,10 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
     # max_inflight is the host's when several workers serve it (extproc/host_slots.py)
-    limits = ConcurrencyLimits(config, host=None if shared is None else (f"{shared}/slots", worker_index()))
+    # ... and every replica's with the Redis backend (extproc/redis_slots.py)
+    rl = config.ratelimit
+    limits = ConcurrencyLimits(config, host=None if shared is None else (f"{shared}/slots", worker_index()),
+                               redis_url=rl.redis.url if rl.backend == "redis" else None)
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
                          tasks=TaskBoard.from_config(config), limits=limits)

@@ -119,7 +119,9 @@ class HostBuckets:
     def _state(self, c: Charge, now: int) -> tuple[int, BucketState]:
         off = self._find(self._key(c.key), True)
         if off < 0:  # a new bucket starts full, as in the memory store
-            return -off - 1, bucket.full(c.params, now)
+            off, st = -off - 1, bucket.full(c.params, now)
+            _STATE.pack_into(self._mm, off + 16, st.level_nano, st.ts_us)
+            return off, st
         level, ts = _STATE.unpack_from(self._mm, off + 16)
         return off, bucket.settle(BucketState(level, ts), c.params, now)
 

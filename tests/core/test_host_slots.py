@@ -75,9 +75,9 @@ async def test_two_workers_share_max_inflight_and_hand_slots_across(tmp_path: Pa
     assert not waiting.done() and w0.queues["c"].inflight == 1  # free here, but the host is full
     b.release()  # worker 1's slot goes back: worker 0's waiter takes it on its next look
     slot = await asyncio.wait_for(waiting, 2)
-    assert slot is not None and w0.host is not None and w0.host.held("c") == 2
+    assert slot is not None and isinstance(w0.shared, HostSlots) and w0.shared.held("c") == 2
     a.release()
     slot.release()
-    assert w0.host.held("c") == 0
-    w0.close()
-    w1.close()
+    assert w0.shared.held("c") == 0
+    await w0.close()
+    await w1.close()
