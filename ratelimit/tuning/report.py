@@ -64,7 +64,7 @@ def recommendation_rows(run: Run) -> list[list[str]]:
 
 
 REC_HEAD = ["key", "requests", "total", "mean/s", "peak 1s", "rate/s", "burst", "rejected", "how"]
-FRONTIER_HEAD = ["rate/s", "burst", "rejected", "share", "max wait", ""]
+FRONTIER_HEAD = ["rate/s", "burst", "rejected", "share", "max wait", "pick"]
 WHATIF_HEAD = ["key", "requests", "current: rejected", "bound by", "recommended: rejected", "bound by"]
 
 
@@ -100,9 +100,16 @@ def whatif_rows(run: Run) -> list[list[str]]:
     return rows
 
 
+def _numeric(cell: str) -> bool:
+    return cell == "-" or cell == "never" or cell[:1].isdigit()
+
+
 def table(head: list[str], rows: list[list[str]]) -> str:
+    """Every column named and as wide as its widest cell; columns of numbers right-aligned
+    (their header too), text left-aligned."""
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    right = [all(_numeric(r[i]) for r in rows) and any(r[i][:1].isdigit() for r in rows) for i in range(len(head))]
+    fmt = "  ".join(f"{{:{'>' if r else '<'}{w}}}" for w, r in zip(widths, right))
     lines = [fmt.format(*head).rstrip(), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*r).rstrip() for r in rows]
     return "\n".join(lines)
