@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 from adapters import embeddings, kserve, kserve_grpc
 from adapters.registry import detect_client_protocol
 from extproc.batching import Batcher
+from extproc.concurrency import ConcurrencyLimits
 from extproc.config import GatewayConfig, config_path, load_config
 from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
@@ -38,7 +39,6 @@ from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_me
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
-from extproc.concurrency import ConcurrencyLimits
 from extproc.workers import WORKER_ENV, WorkerPool, shared_dir, shifted, worker_count, worker_index
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
