@@ -8,14 +8,28 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from extproc.concurrency import ConcurrencyLimits
 from extproc.host_slots import HostSlots
 from tests.core.test_concurrency import _config
+from tests.ratelimit.redis_server import REDIS_BIN, RedisServer
 
 
-def _grab(path: str, worker: int, tries: int, out: multiprocessing.Queue) -> None:
+@pytest.fixture
+def redis_server():
+    if not os.path.exists(REDIS_BIN):
+        pytest.skip("redis-server not installed")
+    srv = RedisServer()
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def _grab(path: str, worker: int, tries: int, out: multiprocessing.Queue, done) -> None:
     slots = HostSlots(path, ["a", "b"], worker)
     out.put(sum(slots.take("a", 10) for _ in range(tries)))
+    done.wait(30)  # alive until every one has tried: an exited worker's slots would come back
 
 
 def test_the_bound_is_the_hosts_across_processes(tmp_path: Path) -> None:
@@ -23,10 +37,12 @@ def test_the_bound_is_the_hosts_across_processes(tmp_path: Path) -> None:
     HostSlots(path, ["a", "b"], 0)
     ctx = multiprocessing.get_context("fork")
     out: multiprocessing.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_grab, args=(path, w, 50, out)) for w in range(1, 5)]
+    done = ctx.Event()
+    procs = [ctx.Process(target=_grab, args=(path, w, 50, out, done)) for w in range(1, 5)]
     for p in procs:
         p.start()
     got = [out.get(timeout=60) for _ in procs]
+    done.set()
     for p in procs:
         p.join(10)
     assert sum(got) == 10, got
@@ -81,3 +97,35 @@ async def test_two_workers_share_max_inflight_and_hand_slots_across(tmp_path: Pa
     assert w0.shared.held("c") == 0
     await w0.close()
     await w1.close()
+
+
+async def test_replicas_share_max_inflight_through_redis_leases(redis_server) -> None:
+    url = redis_server.url
+    r0 = ConcurrencyLimits(_config(2), redis_url=url)
+    r1 = ConcurrencyLimits(_config(2), redis_url=url)
+    a = await r0.acquire("c", "m", "t", "L3")
+    b = await r1.acquire("c", "m", "t", "L3")
+    waiting = asyncio.ensure_future(r1.acquire("c", "m", "u", "L3"))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # free on replica 1, but the two replicas hold both slots
+    assert a is not None and b is not None
+    a.release()  # replica 0's slot goes back to Redis: replica 1's waiter gets it
+    slot = await asyncio.wait_for(waiting, 5)
+    assert slot is not None
+    b.release()
+    slot.release()
+    await r0.close()
+    await r1.close()
+
+
+async def test_a_dead_replicas_leases_expire(redis_server) -> None:
+    from extproc.redis_slots import RedisSlots
+
+    dead = RedisSlots(redis_server.url, ["c"], lease_s=0.3)
+    assert await dead.take("c", 1)
+    dead._renewer.cancel()  # the replica stops renewing, as a killed one would
+    alive = RedisSlots(redis_server.url, ["c"], lease_s=0.3)
+    assert not await alive.take("c", 1)
+    await asyncio.sleep(0.5)
+    assert await alive.take("c", 1)
+    await alive.aclose()
