@@ -98,6 +98,24 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def _warnings(ts_us: list[int], run: Run, target: float) -> list[str]:
+    """What a reader must know before applying the recommendation."""
+    out = []
+    span_s = (ts_us[-1] - ts_us[0]) / 1e6 if ts_us else 0.0
+    if span_s < 60:
+        out.append(f"the traffic spans {span_s:.3g}s: its rates are a burst's, not a steady state's")
+    if run.current is not None:
+        picks = {f.key: f.pick for f in run.frontiers}
+        for key, tally in sorted(run.current.per_key.items()):
+            own = f"{run.key}:{key}:{run.unit}"  # an exact rule for this very key
+            p = picks.get(key)
+            if p is not None and tally.requests and tally.rejected > target * tally.requests and own in tally.bound_by:
+                out.append(f"{key}: {tally.rejected} of {tally.requests} refused by its own rule {own}; the "
+                           f"recommendation ({p.rate:g}/s, burst {p.burst}) lifts it: keep that rule if the limit is "
+                           "deliberate")
+    return out
+
+
 def _say(a: argparse.Namespace, line: str) -> None:
     """What was written: on stdout, or on stderr when stdout is the JSON."""
     print(line.lstrip("\n") if a.json else line, file=sys.stderr if a.json else sys.stdout)
@@ -150,6 +168,9 @@ def main(argv: list[str]) -> int:
         frontiers.append(sweep(value, series[value], rates, a.target, max_wait_s=a.max_wait,
                                max_burst=a.max_burst))
     run = Run(f"{Path(path).name}", a.key, a.unit, a.target, a.max_wait, frontiers, series, config_path=a.config)
+    if source == "metering" and trace.live_refused is None:
+        run.notes.append("this metering store has no decisions table (written before it existed): admitted calls "
+                         "only, so refused demand is invisible and the what-if undercounts")
 
     current: dict[str, Any] | None = None
     recommended: dict[str, Any] | None = None
@@ -169,6 +190,7 @@ def main(argv: list[str]) -> int:
             run.notes.append(f"no config emitted: {e}")
         if recommended is not None and current is not None:
             run.recommended = simulate(trace, emit.as_config(recommended), a.key)
+    run.notes += _warnings(trace.ts_us, run, a.target)
     if a.json:
         print(orjson.dumps(as_json(run), option=orjson.OPT_INDENT_2).decode())
     else:
