@@ -34,7 +34,7 @@ from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent, AuditLog
-from extproc.telemetry.metering import MeteringStore
+from extproc.telemetry.metering import DecisionRecord, MeteringStore
 from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.redaction import Redactor
@@ -42,9 +42,10 @@ from extproc.telemetry.warmup import Warmer
 from extproc.workers import WORKER_ENV, WorkerPool, shared_dir, shifted, worker_count, worker_index
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
-from ratelimit import Limiter
+from ratelimit import Decision, Limiter
+from ratelimit import RequestContext as RateLimitContext
 from ratelimit import status as ratelimit_status
-from ratelimit.rls import add_to_server
+from ratelimit.rls import DecisionHook, add_to_server
 
 if TYPE_CHECKING:  # an optional extra: imported below only when tracing is configured
     from extproc.telemetry.tracing import Tracing
@@ -231,7 +232,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     server = ExtprocServer(config, gateway, build_routes())
     add_kserve_answers(server.server, gateway)  # gRPC ingress calls answered without an inference
     if limiter is not None:
-        add_to_server(server.server, limiter)
+        add_to_server(server.server, limiter, _rls_decisions(gateway))
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
     warmer = Warmer(config, gateway.dispatcher.scheduler)
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_all, pool, gateway, warmer, path)
@@ -246,6 +247,20 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await server.serve_until_signal(on_stop=pool.stop_async if pool is not None else None)
     finally:
         await warmer.close()
+
+
+def _rls_decisions(gateway: Gateway) -> DecisionHook | None:
+    """Envoy's ratelimit filter decisions (`enforce: envoy`) into the metering store's decisions
+    table, as the extproc's own are: the tuner sees the whole demand either way."""
+    metering, limiter = gateway.accountant.metering, gateway.dispatcher.limiter
+    if metering is None or limiter is None:
+        return None
+
+    def record(ctx: RateLimitContext, requests: int, tokens: int, d: Decision) -> None:
+        metering.record_decision(DecisionRecord(
+            time.time(), "", ctx.tenant or "", ctx.tier or "", ctx.cluster or "", ctx.channel or "", "",
+            d.allowed, requests, tokens, d.limited_by, limiter.bound_rule(ctx, d), d.store))
+    return record
 
 
 def _reload_all(pool: WorkerPool | None, gateway: Gateway, warmer: Warmer, path: str | None) -> None:
