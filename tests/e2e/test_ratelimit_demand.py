@@ -120,3 +120,23 @@ def _decisions(metrics_address: str) -> float:
     text = httpx.get(f"http://{metrics_address}/metrics", timeout=5).text
     return sum(float(ln.split()[-1]) for ln in text.splitlines()
                if ln.startswith("modelyard_ratelimit_decisions_total{"))
+
+
+def test_envoy_filter_decisions_are_recorded_too(tmp_path: Path) -> None:
+    from controlplane.environments import EnvironmentConfig
+
+    data = small_config(ratelimit={"enforce": "envoy", "limits": [
+        {"scope": "tenant", "match": "demo", "unit": "requests", "rate": 0.01, "burst": 2}]})
+    data["extproc"].update(metering_db="metering.sqlite")
+    env = EnvironmentConfig(name="t", admin=None, concurrency=1,
+                            rate_limit_service={"domain": "modelyard", "timeout_s": 1.0})
+    with start_stack(tmp_path, data, env) as stack, httpx.Client() as client:
+        statuses = [_chat(client, stack.url, DEMO_KEY) for _ in range(4)]
+    assert statuses == [200, 200, 429, 429]
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "metering.sqlite") as db:
+        rows = db.execute("SELECT tenant, allowed, requests, rule FROM decisions WHERE tenant = 'demo' "
+                          "ORDER BY ts").fetchall()
+    assert rows == [("demo", 1, 1, ""), ("demo", 1, 1, ""), ("demo", 0, 1, "tenant:demo:requests"),
+                    ("demo", 0, 1, "tenant:demo:requests")]
