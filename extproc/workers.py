@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from modelyard.errors import ConfigError
 
@@ -45,9 +46,14 @@ def shared_dir() -> str | None:
 
 
 def _make_shared_dir() -> str:
-    """A fresh directory in RAM (/dev/shm) when there is one: the tables are mapped, never synced."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    path = tempfile.mkdtemp(prefix="modelyard-", dir=base)
+    """A fresh directory in RAM (/dev/shm) when there is one: the tables are mapped, never synced.
+    Its name carries worker 0's pid, so one left by a `serve` that was killed is removed here."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    for old in Path(base).glob("modelyard-workers-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and sys.platform.startswith("linux"):
+            shutil.rmtree(old, ignore_errors=True)
+    path = tempfile.mkdtemp(prefix=f"modelyard-workers-{os.getpid()}-", dir=base)
     os.environ[SHARED_DIR_ENV] = path
     return path
 
