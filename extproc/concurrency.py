@@ -25,7 +25,7 @@ from functools import lru_cache
 from prometheus_client import Gauge, Histogram
 
 from extproc.config import GatewayConfig
-from extproc.config.queueing import TIERS
+from extproc.config.queueing import TIERS, QueueSettings
 from extproc.config.service_levels import Tier
 from extproc.host_slots import HostSlots
 from extproc.redis_slots import RedisSlots
@@ -57,12 +57,15 @@ class Slot:
 
 class ConcurrencyLimits:
     def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic,
-                 host: tuple[str, int] | None = None, redis_url: str | None = None) -> None:
+                 host: tuple[str, int] | None = None, redis_url: str | None = None, workers: int = 1) -> None:
         """`host`: (the shared slot table's file, this worker's index) when one of several workers;
-        `redis_url`: lease the slots in Redis instead, shared by every replica and worker."""
+        `redis_url`: lease the slots in Redis instead, shared by every replica and worker;
+        `workers`: the host's worker count, among which each queue bound is divided exactly."""
         self.clock = clock
+        index = host[1] if host is not None else 0
         self.queues: dict[str, DeploymentQueue] = {
-            name: DeploymentQueue(d.max_inflight, d.queue) for name, d in config.clusters().items() if d.max_inflight}
+            name: DeploymentQueue(d.max_inflight, _share(d.queue, index, workers))
+            for name, d in config.clusters().items() if d.max_inflight}
         self.shared: HostSlots | RedisSlots | None = None
         if redis_url is not None and self.queues:
             rc = config.ratelimit.redis
@@ -222,6 +225,15 @@ class ConcurrencyLimits:
         if q is None:
             return "ready"
         return "queueing" if q.waiting() else "busy" if q.inflight >= q.max_inflight else "ready"
+
+
+def _share(settings: QueueSettings, index: int, workers: int) -> QueueSettings:
+    """Worker `index`'s part of each tier's queue bound: the parts add up to the bound exactly
+    (its queue order is its own, so the bound is divided, not shared)."""
+    if workers <= 1:
+        return settings
+    bound = {t: n // workers + (1 if index < n % workers else 0) for t, n in settings.bound.items()}
+    return settings.model_copy(update={"bound": bound})
 
 
 def _refused(cluster: str, model: str, tier: Tier, refusal: Refusal) -> ClientError | Unavailable:

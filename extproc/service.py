@@ -157,7 +157,8 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     # ... and every replica's with the Redis backend (extproc/redis_slots.py)
     rl = config.ratelimit
     limits = ConcurrencyLimits(config, host=None if shared is None else (f"{shared}/slots", worker_index()),
-                               redis_url=rl.redis.url if rl.backend == "redis" else None)
+                               redis_url=rl.redis.url if rl.backend == "redis" else None,
+                               workers=1 if shared is None else worker_count(config.extproc.workers))
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
                          tasks=TaskBoard.from_config(config), limits=limits)

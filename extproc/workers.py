@@ -9,8 +9,8 @@ SIGHUP reach every worker; a worker dies with its parent (Linux).
 Shared by the workers: the rate-limit buckets of the memory backend and the `max_inflight` slot
 counts (files in one host directory that worker 0 makes and names in $MODELYARD_SHARED_DIR: see
 ratelimit/host_buckets.py and extproc/host_slots.py), SQLite files (metering, audit, tasks), Redis.
-Per process: the queue order in front of the slots, scheduler feedback, watermark readings,
-Prometheus series.
+Per process: the queue order in front of the slots (each queue bound divided among the workers),
+scheduler feedback, watermark readings, Prometheus series.
 """
 
 from __future__ import annotations

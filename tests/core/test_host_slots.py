@@ -129,3 +129,12 @@ async def test_a_dead_replicas_leases_expire(redis_server) -> None:
     await asyncio.sleep(0.5)
     assert await alive.take("c", 1)
     await alive.aclose()
+
+
+def test_queue_bounds_are_divided_exactly_among_workers(tmp_path: Path) -> None:
+    cfg = _config(1, bound={"L1": 10, "L2": 3, "L3": 0})
+    parts = [ConcurrencyLimits(cfg, host=(str(tmp_path / "slots"), i), workers=4).queues["c"].settings.bound
+             for i in range(4)]
+    for tier, total in (("L1", 10), ("L2", 3), ("L3", 0)):
+        assert sum(p[tier] for p in parts) == total
+    assert [p["L1"] for p in parts] == [3, 3, 2, 2]
