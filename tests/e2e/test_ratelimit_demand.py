@@ -140,3 +140,36 @@ def test_envoy_filter_decisions_are_recorded_too(tmp_path: Path) -> None:
                           "ORDER BY ts").fetchall()
     assert rows == [("demo", 1, 1, ""), ("demo", 1, 1, ""), ("demo", 0, 1, "tenant:demo:requests"),
                     ("demo", 0, 1, "tenant:demo:requests")]
+
+
+def _counted(metrics_address: str, *names: str) -> float:
+    text = httpx.get(f"http://{metrics_address}/metrics", timeout=5).text
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+               if any(ln.startswith(n + "{") for n in names))
+
+
+def test_two_workers_hold_one_max_inflight_for_the_host(tmp_path: Path) -> None:
+    """max_inflight 2, no queue, six callers at once each holding the upstream 4 s: two answered,
+    whichever worker their streams reached (per worker it would have been two each)."""
+    data = small_config()
+    data["models"][0]["deployments"][0].update(max_inflight=2, queue={"bound": 0})
+    grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
+    data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
+                           workers=2, audit_db=None, tasks=None)
+    statuses: list[int] = []
+    with start_stack(tmp_path, data) as stack:
+        def call(i: int) -> None:
+            r = httpx.post(f"{stack.url}/v1/chat/completions", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                           json={"model": "demo-gpt", "messages": [{"role": "user", "content": f"demo-hold-4000 {i}"}]},
+                           timeout=30)
+            statuses.append(r.status_code)
+
+        callers = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join()
+        seen = [_counted(f"127.0.0.1:{metrics_port + i}", "modelyard_requests_total", "modelyard_queue_refused_total")
+                for i in range(2)]
+    assert all(n > 0 for n in seen), seen  # both workers decided some of them
+    assert sorted(statuses) == [200, 200, 503, 503, 503, 503], statuses
