@@ -38,13 +38,18 @@ def _tune(argv: list[str], capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_whatif_reproduces_live_decisions_on_a_bursty_multi_tenant_run(tmp_path: Path, capsys,
-                                                                        monkeypatch) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_whatif_reproduces_live_decisions_on_a_bursty_multi_tenant_run(tmp_path: Path, capsys, monkeypatch,
+                                                                        workers: int) -> None:
     limits = [*SHIPPED["limits"],
               {"scope": "tenant", "match": "demo", "unit": "requests", "rate": 4, "burst": 4},
               {"scope": "tier", "match": "L2", "unit": "requests", "rate": 2, "burst": 3}]
     data = small_config(ratelimit={"backend": "memory", "limits": limits})
     data["extproc"].update(metering_db="metering.sqlite")
+    if workers > 1:  # the host's buckets, two writers of one store: the same agreement
+        grpc_port, metrics_port = free_ports_run(workers), free_ports_run(workers)
+        data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
+                               workers=workers)
     seen: dict[str, list[int]] = {k: [] for k in KEYS}
     with start_stack(tmp_path, data) as stack, httpx.Client() as client:
         # The scenario: 20 quick requests on the shipped 1/s burst-3 limit.
