@@ -60,3 +60,21 @@ def test_an_older_store_without_decisions_reads_its_requests(tmp_path: Path) -> 
     store.close()
     trace = read_metering(tmp_path / "m.sqlite")
     assert len(trace) == 1 and trace.live_refused is None and trace.tok_nano == [7 * 10**9]
+
+
+def test_an_async_tasks_usage_counts_once(tmp_path: Path) -> None:
+    """Accepted (a decision asking 1 request, 500 tokens), replayed (0 requests), then answered
+    with 120 tokens: the replay's row carries the usage, the acceptance its own ask."""
+    store = MeteringStore(tmp_path / "m.sqlite")
+    for ts, requests in ((1.0, 1), (2.0, 0)):
+        store.record_decision(DecisionRecord(ts, "task-1", "a", "L1", "gpu", "standard", "m", True, requests, 500,
+                                             "", "", "memory"))
+    store.record_decision(DecisionRecord(3.0, "", "b", "", "", "", "", False, 1, 0, "tenant:b:requests",
+                                         "tenant:b:requests", "memory"))  # from Envoy's filter: no task
+    store.record(MeterRecord(2.5, "task-1", "a", "L1", "m", "gpu", "standard", 200, 1.0, None, 20, 100, 0.0, "s", ""))
+    store.close()
+    trace = read_metering(tmp_path / "m.sqlite")
+    assert trace.req_nano == [10**9, 0, 10**9]
+    assert trace.tok_nano == [500 * 10**9, 120 * 10**9, 0]
+    assert trace.live_refused == [False, False, True]
+    assert trace.cols["tenant"] == ["a", "a", "b"] and trace.cols["cluster"][2] is None
