@@ -1,4 +1,4 @@
-"""Rate limit decisions per second: memory store vs Redis (sequential and concurrent).
+"""Rate limit decisions per second: memory store vs the host table workers share vs Redis.
 
 One decision covers 4 buckets (tenant, tier, cluster requests + global tokens). Redis is a real
 redis-server started here on a free loopback port. Baseline: the memory store, same run.
@@ -15,6 +15,7 @@ import asyncio
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 
@@ -83,6 +84,14 @@ async def run(tallies: list[Tally]) -> list[dict]:
     base = await _median(_sequential, mem, 20_000, case("memory 4 keys", "memory"))
     rows.append({"bench": "ratelimit", "case": "memory 4 keys", "metric": "decisions_per_s", "value": round(base), "unit": "1/s"})
     await mem.close()
+
+    # The table every worker of a host maps (ratelimit/host_buckets.py): one fcntl lock per decision.
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
+        host = Limiter(parse_config({"limits": LIMITS}), host_table=f"{d}/buckets")
+        val = await _median(_sequential, host, 20_000, case("host table 4 keys", "memory"))
+        rows.append({"bench": "ratelimit", "case": "host table 4 keys", "metric": "decisions_per_s",
+                     "value": round(val), "unit": "1/s"})
+        await host.close()
 
     srv = RedisServer()
     srv.start()

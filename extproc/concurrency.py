@@ -7,6 +7,12 @@ The `Slot` rides on the `Choice`; the `Accountant` releases it wherever an answe
 error, stream end, client reset), which grants the next waiter. A caller that leaves while waiting
 (its ext_proc stream is cancelled) is taken out of the queue; one granted a slot in that instant
 hands it straight on.
+
+With several workers on a host (`extproc.workers`), `max_inflight` is the host's: each grant also
+takes a slot in the shared table (extproc/host_slots.py); with the Redis rate-limit backend, a
+lease in Redis shared by every replica (extproc/redis_slots.py). A request queues here while the
+other processes hold the rest, and a waiter is granted when a slot comes back: here at once, or
+from another process within one `POLL_S`.
 """
 
 from __future__ import annotations
@@ -19,11 +25,16 @@ from functools import lru_cache
 from prometheus_client import Gauge, Histogram
 
 from contracts.config import GatewayConfig
-from contracts.config.queueing import TIERS
+from contracts.config.queueing import TIERS, QueueSettings
 from contracts.config.service_levels import Tier
+from extproc.host_slots import HostSlots
+from extproc.redis_slots import RedisSlots
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
 from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
 from modelyard.errors import ClientError, Unavailable
+
+# How often a process with waiters looks for a slot another process handed back.
+POLL_S = 0.005
 
 
 class Slot:
@@ -45,10 +56,23 @@ class Slot:
 
 
 class ConcurrencyLimits:
-    def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic,
+                 host: tuple[str, int] | None = None, redis_url: str | None = None, workers: int = 1) -> None:
+        """`host`: (the shared slot table's file, this worker's index) when one of several workers;
+        `redis_url`: lease the slots in Redis instead, shared by every replica and worker;
+        `workers`: the host's worker count, among which each queue bound is divided exactly."""
         self.clock = clock
+        index = host[1] if host is not None else 0
         self.queues: dict[str, DeploymentQueue] = {
-            name: DeploymentQueue(d.max_inflight, d.queue) for name, d in config.clusters().items() if d.max_inflight}
+            name: DeploymentQueue(d.max_inflight, _share(d.queue, index, workers))
+            for name, d in config.clusters().items() if d.max_inflight}
+        self.shared: HostSlots | RedisSlots | None = None
+        if redis_url is not None and self.queues:
+            rc = config.ratelimit.redis
+            self.shared = RedisSlots(redis_url, self.queues, prefix=rc.key_prefix, timeout_ms=rc.timeout_ms)
+        elif host is not None and self.queues:
+            self.shared = HostSlots(host[0], self.queues, host[1])
+        self._polls: dict[str, asyncio.Task[None]] = {}
         self._waiters: dict[Ticket, tuple[asyncio.Future[None], str]] = {}  # waiting ticket -> (wake-up, model)
         # (in flight + waiting) / max_inflight per limited deployment, kept current: the scheduler reads it as load.
         self.occupancy: dict[str, float] = {}
@@ -75,9 +99,14 @@ class ConcurrencyLimits:
         q = self.queues.get(cluster)
         if q is None:
             return None
+        # A shared slot first when one would be granted here; without one, the ticket queues.
+        took = self.shared is not None and q.has_room() and await self._take(cluster, q.max_inflight)
+        room = self.shared is None or took
         ticket = Ticket(tenant, tier, self.clock())
-        refusal = q.offer(ticket, ticket.arrived)
+        refusal = q.offer(ticket, ticket.arrived, room)
         if refusal is not None:
+            if took:
+                self._give(cluster)
             raise _refused(cluster, model, tier, refusal)
         if ticket.state == "granted":
             _wait_series(model, cluster, tier).observe(0.0)
@@ -89,6 +118,10 @@ class ConcurrencyLimits:
         _depth_series(model, cluster, tier).inc()
         self._show(cluster)
         timer = loop.call_later(q.settings.max_wait_s[tier], self._expire, cluster, q, ticket)
+        if took:  # others came in while Redis answered: the slot we took goes to the queue's next
+            self._grant_or_give(cluster)
+        if self.shared is not None and cluster not in self._polls:
+            self._polls[cluster] = loop.create_task(self._poll(cluster))
         try:
             await woken
         except asyncio.CancelledError:
@@ -102,16 +135,64 @@ class ConcurrencyLimits:
 
     def release(self, cluster: str, ticket: Ticket) -> None:
         q = self.queues[cluster]
+        held = ticket.state == "granted"
         nxt = q.release(ticket, self.clock())
-        if nxt is not None:
-            woken, model = self._waiters.pop(nxt)
-            _depth_series(model, cluster, nxt.tier).dec()
-            _wait_series(model, cluster, nxt.tier).observe(nxt.waited())
-            if not woken.done():
-                woken.set_result(None)
+        if nxt is not None:  # the slot goes straight to the next waiter here
+            self._wake(cluster, nxt)
+        elif held:
+            self._give(cluster)
         self._show(cluster)
 
+    async def close(self) -> None:
+        for task in self._polls.values():
+            task.cancel()
+        await asyncio.gather(*self._polls.values(), return_exceptions=True)
+        self._polls.clear()
+        if isinstance(self.shared, RedisSlots):
+            await self.shared.aclose()
+        elif self.shared is not None:
+            self.shared.close()
+
     # -- private -----------------------------------------------------------------------------
+
+    def _wake(self, cluster: str, nxt: Ticket) -> None:
+        woken, model = self._waiters.pop(nxt)
+        _depth_series(model, cluster, nxt.tier).dec()
+        _wait_series(model, cluster, nxt.tier).observe(nxt.waited())
+        if not woken.done():
+            woken.set_result(None)
+
+    async def _take(self, cluster: str, limit: int) -> bool:
+        s = self.shared
+        if s is None:
+            return True
+        return s.take(cluster, limit) if isinstance(s, HostSlots) else await s.take(cluster, limit)
+
+    def _give(self, cluster: str) -> None:
+        if self.shared is not None:
+            self.shared.give(cluster)
+
+    def _grant_or_give(self, cluster: str) -> bool:
+        """A shared slot taken for this queue: to its next waiter, or back when none can have it."""
+        nxt = self.queues[cluster].grant_next(self.clock())
+        if nxt is None:
+            self._give(cluster)
+            return False
+        self._wake(cluster, nxt)
+        return True
+
+    async def _poll(self, cluster: str) -> None:
+        """Waiters here while the others held every slot: take the slots they hand back."""
+        q = self.queues[cluster]
+        try:
+            while q.waiting():
+                await asyncio.sleep(POLL_S)
+                while q.waiting() and q.inflight < q.max_inflight and await self._take(cluster, q.max_inflight):
+                    if not self._grant_or_give(cluster):
+                        break
+                self._show(cluster)
+        finally:
+            self._polls.pop(cluster, None)
 
     def _leave(self, cluster: str, q: DeploymentQueue, ticket: Ticket) -> bool:
         """Take a waiting ticket out of the queue; False when it had been granted meanwhile."""
@@ -144,6 +225,15 @@ class ConcurrencyLimits:
         if q is None:
             return "ready"
         return "queueing" if q.waiting() else "busy" if q.inflight >= q.max_inflight else "ready"
+
+
+def _share(settings: QueueSettings, index: int, workers: int) -> QueueSettings:
+    """Worker `index`'s part of each tier's queue bound: the parts add up to the bound exactly
+    (its queue order is its own, so the bound is divided, not shared)."""
+    if workers <= 1:
+        return settings
+    bound = {t: n // workers + (1 if index < n % workers else 0) for t, n in settings.bound.items()}
+    return settings.model_copy(update={"bound": bound})
 
 
 def _refused(cluster: str, model: str, tier: Tier, refusal: Refusal) -> ClientError | Unavailable:

@@ -15,6 +15,7 @@ from extproc.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
+from extproc.telemetry.metering import DecisionRecord
 from extproc.telemetry.metrics import FAIL_OPEN, FAIL_OPEN_ACTIVE
 from modelyard.errors import ClientError, ModelyardError
 from ratelimit import Limiter
@@ -39,11 +40,19 @@ class ReadingSource(Protocol):
     def readings(self) -> Mapping[str, Reading]: ...
 
 
+class DecisionSink(Protocol):
+    """Where every rate-limit decision goes (the metering store's `decisions` table)."""
+
+    def record_decision(self, rec: DecisionRecord) -> bool: ...
+
+
 class Dispatcher:
     def __init__(self, scheduler: Scheduler, limiter: Limiter | None = None,
-                 watermarks: ReadingSource | None = None, limits: ConcurrencyLimits | None = None) -> None:
+                 watermarks: ReadingSource | None = None, limits: ConcurrencyLimits | None = None,
+                 decisions: DecisionSink | None = None) -> None:
         self.scheduler = scheduler
         self.limiter = limiter
+        self.decisions = decisions
         self.watermarks = watermarks
         self.limits = limits if limits is not None else ConcurrencyLimits(scheduler.config)
         self._failing_open: dict[str, set[FailOpen]] = {}  # by model
@@ -143,13 +152,19 @@ class Dispatcher:
         if self.limiter is None or ctx.tenant is None or self.limiter.config.enforce != "extproc":
             return
         # A task's replay: its acceptance counted the request (and gave its token estimate back).
+        rl_ctx = RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel)
+        requests = 0 if ctx.replayed else 1
         with ctx.span("admission") as span:
-            decision = await self.limiter.acquire(
-                RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel),
-                est_tokens, requests=0 if ctx.replayed else 1)
+            decision = await self.limiter.acquire(rl_ctx, est_tokens, requests=requests)
             if span is not None:
                 span.set_attributes({"modelyard.ratelimit.allowed": decision.allowed,
                                      "modelyard.ratelimit.estimated_tokens": est_tokens})
+        if self.decisions is not None:
+            # The whole demand, refusals included: the tuner replays this, not only what was served.
+            self.decisions.record_decision(DecisionRecord(
+                time.time(), ctx.task_id, ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster,
+                choice.channel, choice.model.name, decision.allowed, requests, est_tokens, decision.limited_by,
+                self.limiter.bound_rule(rl_ctx, decision), decision.store))
         if not decision.allowed:
             if decision.too_large:
                 raise ClientError(f"request needs about {est_tokens} tokens, more than the limit allows "

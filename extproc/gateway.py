@@ -16,6 +16,7 @@ from extproc.accounting import Accountant
 from extproc.auth import KeyRing
 from extproc.batching import Batcher
 from extproc.catalog import Catalog
+from extproc.concurrency import ConcurrencyLimits
 from extproc.dispatch import Dispatcher
 from extproc.kserve_probe import KServeProbe
 from extproc.routing import Scheduler
@@ -50,11 +51,11 @@ class Gateway:
               watermarks: WatermarkBoard | None = None, batcher: Batcher | None = None,
               image_backend: Backend | None = None, metering: MeteringStore | None = None,
               tracing: Tracing | None = None, audit: AuditLog | None = None,
-              tasks: TaskBoard | None = None) -> Gateway:
+              tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         return cls(config=config, keyring=KeyRing(config.tenants), catalog=Catalog(config),
-                   dispatcher=Dispatcher(scheduler, limiter, watermarks),
+                   dispatcher=Dispatcher(scheduler, limiter, watermarks, limits, decisions=metering),
                    accountant=Accountant(scheduler, limiter, metering),
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, tracing=tracing,
                    audit=audit, tasks=tasks)
@@ -79,6 +80,7 @@ class Gateway:
             await self.watermarks.stop()
         if self.dispatcher.limiter is not None:
             await self.dispatcher.limiter.close()
+        await self.dispatcher.limits.close()
         if self.batcher is not None:
             await self.batcher.close()
         if self.kserve_probe is not None:

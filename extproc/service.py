@@ -21,6 +21,7 @@ from adapters.registry import detect_client_protocol
 from contracts.config import GatewayConfig, config_path, load_config
 from contracts.workers import shifted, worker_count
 from extproc.batching import Batcher
+from extproc.concurrency import ConcurrencyLimits
 from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -34,17 +35,18 @@ from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent, AuditLog
-from extproc.telemetry.metering import MeteringStore
+from extproc.telemetry.metering import DecisionRecord, MeteringStore
 from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
-from extproc.workers import WorkerPool
+from extproc.workers import WORKER_ENV, WorkerPool, shared_dir, worker_index
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
-from ratelimit import Limiter
+from ratelimit import Decision, Limiter
+from ratelimit import RequestContext as RateLimitContext
 from ratelimit import status as ratelimit_status
-from ratelimit.rls import add_to_server
+from ratelimit.rls import DecisionHook, add_to_server
 
 if TYPE_CHECKING:  # an optional extra: imported below only when tracing is configured
     from extproc.telemetry.tracing import Tracing
@@ -142,7 +144,8 @@ def build_routes() -> RouteTable:
 
 def build_gateway(config: GatewayConfig) -> Gateway:
     try:
-        limiter = Limiter(config.ratelimit)
+        shared = shared_dir()  # one of several workers: the buckets are the host's, not this process's
+        limiter = Limiter(config.ratelimit, host_table=None if shared is None else f"{shared}/buckets")
         scheduler = Scheduler(config)
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -153,9 +156,15 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     backend = select_backend(config.extproc.image_backend)
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
+    # max_inflight is the host's when several workers serve it (extproc/host_slots.py)
+    # ... and every replica's with the Redis backend (extproc/redis_slots.py)
+    rl = config.ratelimit
+    limits = ConcurrencyLimits(config, host=None if shared is None else (f"{shared}/slots", worker_index()),
+                               redis_url=rl.redis.url if rl.backend == "redis" else None,
+                               workers=1 if shared is None else worker_count(config.extproc.workers))
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
-                         tasks=TaskBoard.from_config(config))
+                         tasks=TaskBoard.from_config(config), limits=limits)
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:
@@ -227,7 +236,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     server = ExtprocServer(config, gateway, build_routes())
     add_kserve_answers(server.server, gateway)  # gRPC ingress calls answered without an inference
     if limiter is not None:
-        add_to_server(server.server, limiter)
+        add_to_server(server.server, limiter, _rls_decisions(gateway))
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
     warmer = Warmer(config, gateway.dispatcher.scheduler)
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_all, pool, gateway, warmer, path)
@@ -242,6 +251,20 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await server.serve_until_signal(on_stop=pool.stop_async if pool is not None else None)
     finally:
         await warmer.close()
+
+
+def _rls_decisions(gateway: Gateway) -> DecisionHook | None:
+    """Envoy's ratelimit filter decisions (`enforce: envoy`) into the metering store's decisions
+    table, as the extproc's own are: the tuner sees the whole demand either way."""
+    metering, limiter = gateway.accountant.metering, gateway.dispatcher.limiter
+    if metering is None or limiter is None:
+        return None
+
+    def record(ctx: RateLimitContext, requests: int, tokens: int, d: Decision) -> None:
+        metering.record_decision(DecisionRecord(
+            time.time(), "", ctx.tenant or "", ctx.tier or "", ctx.cluster or "", ctx.channel or "", "",
+            d.allowed, requests, tokens, d.limited_by, limiter.bound_rule(ctx, d), d.store))
+    return record
 
 
 def _reload_all(pool: WorkerPool | None, gateway: Gateway, warmer: Warmer, path: str | None) -> None:
@@ -276,6 +299,7 @@ def serve(path: str | None, worker: int | None = None) -> int:
     count = worker_count(config.extproc.workers)
     if worker is not None or count > 1:
         i = worker or 0
+        os.environ[WORKER_ENV] = str(i)
         config = config.model_copy(update={"extproc": config.extproc.model_copy(update={
             "address": shifted(config.extproc.address, i),
             "metrics_address": shifted(config.extproc.metrics_address, i)})})

@@ -9,22 +9,28 @@ parent (Linux). A worker that dies is started again with backoff while the other
 streams); one that cannot start at all (exits before it serves `FAILED_STARTS` times in a row) stops
 `serve`, which says why.
 
-Per process, as with replicas: in-memory rate-limit buckets (use `ratelimit.backend: redis` for
-limits exact across workers), `max_inflight` slots and queues, scheduler feedback, watermark
-readings, Prometheus series. Shared: SQLite files (metering, audit, tasks), Redis.
+Shared by the workers: the rate-limit buckets of the memory backend and the `max_inflight` slot
+counts (files in one host directory that worker 0 makes and names in $MODELYARD_SHARED_DIR: see
+ratelimit/host_buckets.py and extproc/host_slots.py), SQLite files (metering, audit, tasks), Redis.
+Per process: the queue order in front of the slots (each queue bound divided among the workers),
+scheduler feedback, watermark readings, Prometheus series.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from contracts.workers import shifted
 from modelyard.errors import ConfigError
@@ -37,6 +43,33 @@ _MAX_DEFAULT = 8
 RESTART_S, RESTART_CAP_S, STABLE_S = 0.2, 30.0, 60.0
 FAILED_STARTS = 3
 _WATCH_S = 0.1
+# The directory of this host's shared limiter state; workers inherit it from worker 0.
+SHARED_DIR_ENV = "MODELYARD_SHARED_DIR"
+
+
+WORKER_ENV = "MODELYARD_WORKER"  # this process's index in its pool (set by `serve`)
+
+
+def worker_index() -> int:
+    return int(os.environ.get(WORKER_ENV) or 0)
+
+
+def shared_dir() -> str | None:
+    """This process's shared-state directory, when it is one worker of several."""
+    return os.environ.get(SHARED_DIR_ENV) or None
+
+
+def _make_shared_dir() -> str:
+    """A fresh directory in RAM (/dev/shm) when there is one: the tables are mapped, never synced.
+    Its name carries worker 0's pid, so one left by a `serve` that was killed is removed here."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    for old in Path(base).glob("modelyard-workers-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and sys.platform.startswith("linux"):
+            shutil.rmtree(old, ignore_errors=True)
+    path = tempfile.mkdtemp(prefix=f"modelyard-workers-{os.getpid()}-", dir=base)
+    os.environ[SHARED_DIR_ENV] = path
+    return path
 
 
 
@@ -79,6 +112,7 @@ class WorkerPool:
     failure: str | None = None
     on_failure: Callable[[], object] | None = None  # called once `failure` is set
     _stopping: threading.Event = field(default_factory=threading.Event)
+    shared: str | None = None  # the shared-state directory; removed by `stop`
 
     def _spawn(self, i: int) -> subprocess.Popen:
         linux = sys.platform.startswith("linux")
@@ -87,7 +121,7 @@ class WorkerPool:
     @classmethod
     def start(cls, config_path: str | None, address: str, count: int, timeout_s: float = 60.0) -> WorkerPool:
         argv = [sys.executable, "-m", "modelyard.cli", "serve"] + (["--config", config_path] if config_path else [])
-        pool = cls(argv=argv, address=address)
+        pool = cls(argv=argv, address=address, shared=_make_shared_dir())
         try:
             for i in range(1, count):
                 pool.procs.append(pool._spawn(i))
@@ -164,3 +198,6 @@ class WorkerPool:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self.shared is not None:
+            shutil.rmtree(self.shared, ignore_errors=True)
+            self.shared = None

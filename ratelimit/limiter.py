@@ -13,6 +13,7 @@ from . import bucket, metrics
 from .backend import BucketView, MemoryBuckets, TakeResult, monotonic_us
 from .bucket import NANO, BucketParams
 from .decision import Decision, Reservation, Store, decide
+from .host_buckets import HostBuckets
 from .rules import Charge, RequestContext, RuleSet
 
 log = logging.getLogger("modelyard.ratelimit")
@@ -31,11 +32,16 @@ def _scaled(c: Charge, replicas: int) -> Charge:
 class Limiter:
     """Token buckets for every request; Redis-backed (shared by replicas) or in memory."""
 
-    def __init__(self, cfg: RateLimitConfig, *, clock: Callable[[], int] = monotonic_us) -> None:
+    def __init__(self, cfg: RateLimitConfig, *, clock: Callable[[], int] = monotonic_us,
+                 host_table: str | None = None) -> None:
+        """`host_table`: the file of buckets this host's workers share (ratelimit/host_buckets.py);
+        None: this process's own dict, exact when it is the only worker."""
         self._cfg = cfg
         self._rules = RuleSet(cfg)
         self._clock = clock
-        self._memory = MemoryBuckets(clock)  # the store itself (memory) or the fallback (redis)
+        # The store itself (memory) or the fallback (redis).
+        self._memory: MemoryBuckets | HostBuckets = (
+            MemoryBuckets(clock) if host_table is None else HostBuckets(host_table, clock=clock))
         self._redis = None
         if cfg.backend == "redis":
             from .redis_store import RedisBuckets
@@ -85,6 +91,15 @@ class Limiter:
         if not d.allowed:
             self.refusals.append((time.time(), d.limited_by))
         return d
+
+    def bound_rule(self, ctx: RequestContext, decision: Decision) -> str:
+        """The label of the rule whose bucket refused (`scope:match:unit`); "" when admitted."""
+        if decision.allowed or not decision.limited_by:
+            return ""
+        for v in decision.views:
+            if v.charge.key == decision.limited_by:
+                return self._rules.label_of(v.charge, ctx)
+        return ""
 
     async def levels(self, charges: Sequence[Charge]) -> list[int]:
         """Each bucket's level now (nano), refilled to now but not written: from Redis when it

@@ -11,6 +11,8 @@ Entries with other keys are ignored; a descriptor that selects no bucket is OK w
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
@@ -22,7 +24,10 @@ from .backend import BucketView
 from .bucket import NANO, US, reset_us
 from .decision import Decision
 from .limiter import Limiter
-from .rules import Charge
+from .rules import Charge, RequestContext
+
+# Told of every decision: the context the descriptors named, the requests and tokens asked for.
+DecisionHook = Callable[[RequestContext, int, int, Decision], None]
 
 # Descriptor entry keys that name a context field, and the scope each selects.
 _CTX_SCOPES: dict[str, Scope] = {"tenant": "tenant", "tier": "tier", "cluster": "cluster", "channel": "channel"}
@@ -92,9 +97,20 @@ def build_response(groups: list[list[Charge]], decision: Decision) -> rls_pb2.Ra
     return resp
 
 
+def _context(request: rls_pb2.RateLimitRequest) -> RequestContext:
+    """The context fields the descriptors name (the first value of each wins)."""
+    seen: dict[str, str] = {}
+    for d in request.descriptors:
+        for e in d.entries:
+            if e.key in _CTX_SCOPES and e.key not in seen:
+                seen[e.key] = e.value
+    return RequestContext(seen.get("tenant"), seen.get("tier"), seen.get("cluster"), seen.get("channel"))
+
+
 class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
-    def __init__(self, limiter: Limiter) -> None:
+    def __init__(self, limiter: Limiter, on_decision: DecisionHook | None = None) -> None:
         self._limiter = limiter
+        self._on_decision = on_decision
 
     async def ShouldRateLimit(  # noqa: N802
         self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext
@@ -114,12 +130,17 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
         if not self._limiter.config.enabled:
             flat.clear()
         decision = await self._limiter.acquire_charges(list(flat.values()))
+        if self._on_decision is not None and flat:
+            asked = {u: max((c.cost_nano for c in flat.values() if c.unit == u), default=0) // NANO for u in UNITS}
+            self._on_decision(_context(request), asked["requests"], asked["tokens"], decision)
         return build_response(groups, decision)
 
 
-def add_to_server(server: grpc.aio.Server, limiter: Limiter) -> RateLimitService:
-    """Register the RLS servicer on a grpc.aio server (the extproc server or a separate one)."""
-    svc = RateLimitService(limiter)
+def add_to_server(server: grpc.aio.Server, limiter: Limiter,
+                  on_decision: DecisionHook | None = None) -> RateLimitService:
+    """Register the RLS servicer on a grpc.aio server (the extproc server or a separate one);
+    `on_decision` is told of every decision (the extproc records them in the metering store)."""
+    svc = RateLimitService(limiter, on_decision)
     rls_pb2_grpc.add_RateLimitServiceServicer_to_server(svc, server)
     return svc
 

@@ -35,6 +35,12 @@ class Charge:
     cost_nano: int
 
 
+def rule_label(r: LimitRule) -> str:
+    """How the tuner and the decision log name a rule: `scope:match[tier=T]:unit`."""
+    tier = f"[tier={r.tier}]" if r.tier else ""
+    return f"{r.scope}:{r.match}{tier}:{r.unit}"
+
+
 def bucket_key(scope: Scope, value: str, unit: Unit) -> str:
     # ':' separates fields; values keep their text, so escape the separator and brace (hash tags).
     safe = value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
@@ -78,6 +84,12 @@ class RuleSet:
         return Charge(
             bucket_key(scope, value, unit), scope, unit, BucketParams.of(rule.rate, rule.burst), cost * NANO
         )
+
+    def label_of(self, charge: Charge, ctx: RequestContext) -> str:
+        """The label of the rule behind one of `ctx`'s charges ("" when none applies)."""
+        value = ctx.value(charge.scope)
+        rule = None if value is None else self.rule_for(charge.scope, value, charge.unit, ctx.tier)
+        return "" if rule is None else rule_label(rule)
 
     def charges(self, ctx: RequestContext, costs: dict[Unit, int]) -> list[Charge]:
         key = (ctx, tuple(costs))

@@ -78,10 +78,15 @@ class DeploymentQueue:
 
     # -- the four moves ----------------------------------------------------------------------
 
-    def offer(self, ticket: Ticket, now: float) -> Refusal | None:
-        """Grant a slot now (ticket.state == "granted"), queue the ticket ("waiting"), or refuse it."""
+    def has_room(self) -> bool:
+        """A slot is free here and nobody waits for one: an offer now would be granted."""
+        return self.inflight < self.max_inflight and self._waiting == 0
+
+    def offer(self, ticket: Ticket, now: float, room: bool = True) -> Refusal | None:
+        """Grant a slot now (ticket.state == "granted"), queue the ticket ("waiting"), or refuse it.
+        `room=False`: the host's other workers hold the rest of the slots, so queue even if free here."""
         ticket.seq = next(self._seq)
-        if self.inflight < self.max_inflight and self._waiting == 0:
+        if room and self.inflight < self.max_inflight and self._waiting == 0:
             self._grant(ticket, now)
             return None
         tq = self._tiers[ticket.tier]
@@ -111,6 +116,15 @@ class DeploymentQueue:
         self.inflight -= 1
         if ticket.granted_at is not None:
             self.hold_s += _HOLD_ALPHA * (max(0.0, now - ticket.granted_at) - self.hold_s)
+        nxt = self._pop_next() if self._waiting else None
+        if nxt is not None:
+            self._grant(nxt, now)
+        return nxt
+
+    def grant_next(self, now: float) -> Ticket | None:
+        """A slot came free elsewhere (another worker's): grant it to the next waiter, if any."""
+        if self.inflight >= self.max_inflight:
+            return None
         nxt = self._pop_next() if self._waiting else None
         if nxt is not None:
             self._grant(nxt, now)

@@ -3,7 +3,11 @@
 The request path only puts a tuple on a bounded queue; the writer thread batches inserts, so a
 slow disk never stalls the event loop. A full queue refuses the row (counted, logged); a row SQLite
 cannot take is dropped alone (counted, logged), never its batch nor the writer. `close` drains
-everything accepted. `modelyard ratelimit tune --metering-db` replays this table.
+everything accepted.
+
+Two tables: `requests`, one row per answered call (tokens, latency, cost), and `decisions`, one
+row per rate-limit decision, admitted or refused, with the units asked for and the rule that bound
+a refusal: the whole demand, which `modelyard ratelimit tune --metering-db` replays.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS requests (
     ts REAL NOT NULL, task_id TEXT NOT NULL, tenant TEXT, tier TEXT, model TEXT, cluster TEXT,
     channel TEXT, status INTEGER, latency_ms REAL, ttft_ms REAL, input_tokens INTEGER,
     output_tokens INTEGER, cost REAL, strategy TEXT, arm TEXT)"""
+# `requests` and `tokens` are the units asked for at the decision (tokens: the estimate).
+_DECISIONS_SCHEMA = """CREATE TABLE IF NOT EXISTS decisions (
+    ts REAL NOT NULL, task_id TEXT NOT NULL, tenant TEXT, tier TEXT, cluster TEXT, channel TEXT,
+    model TEXT, allowed INTEGER NOT NULL, requests INTEGER NOT NULL, tokens INTEGER NOT NULL,
+    limited_by TEXT, rule TEXT, store TEXT)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +56,36 @@ class MeterRecord:
     arm: str
 
 
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """One rate-limit decision; `limited_by` (bucket key) and `rule` are empty when admitted."""
+
+    ts: float
+    task_id: str
+    tenant: str
+    tier: str
+    cluster: str
+    channel: str
+    model: str
+    allowed: bool
+    requests: int
+    tokens: int
+    limited_by: str
+    rule: str
+    store: str
+
+
+class _DecisionRow(tuple):
+    """A queued `decisions` row (a plain tuple is a `requests` row)."""
+
+    __slots__ = ()
+
+
 # Field values in column order, shallow: dataclasses.astuple deep-copies every value per row.
 _ROW = attrgetter(*(f.name for f in fields(MeterRecord)))
 _INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in fields(MeterRecord))})"
+_DECISION = attrgetter(*(f.name for f in fields(DecisionRecord)))
+_INSERT_DECISION = f"INSERT INTO decisions VALUES ({', '.join('?' for _ in fields(DecisionRecord))})"
 _STOP = object()
 
 
@@ -81,8 +117,15 @@ class MeteringStore:
 
     def record(self, rec: MeterRecord) -> bool:
         """Queue one row; False (counted, logged now and then) when the writer is too far behind."""
+        return self._put(tuple(_clamp(v) for v in _ROW(rec)))
+
+    def record_decision(self, rec: DecisionRecord) -> bool:
+        """Queue one decision row, as `record`."""
+        return self._put(_DecisionRow(_clamp(v) for v in _DECISION(rec)))
+
+    def _put(self, row: tuple) -> bool:
         try:
-            self._queue.put_nowait(tuple(_clamp(v) for v in _ROW(rec)))
+            self._queue.put_nowait(row)
             return True
         except queue.Full:
             METERING_DROPPED.labels("queue_full").inc()
@@ -100,25 +143,31 @@ class MeteringStore:
         # tenth of the extproc's CPU per request went to this thread's commits under load)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(_SCHEMA)
+        conn.execute(_DECISIONS_SCHEMA)
         while True:
             batch = next_batch(self._queue, _STOP, _BATCH, _GATHER_S)
             stop = _STOP in batch
-            self._write(conn, [r for r in batch if r is not _STOP])
+            rows = [r for r in batch if r is not _STOP]
+            decisions = [r for r in rows if type(r) is _DecisionRow]
+            if decisions:
+                self._write(conn, _INSERT_DECISION, decisions)
+            if len(decisions) < len(rows):
+                self._write(conn, _INSERT, [r for r in rows if type(r) is not _DecisionRow])
             if stop:
                 conn.close()
                 return
 
     @staticmethod
-    def _write(conn: sqlite3.Connection, rows: list) -> None:
+    def _write(conn: sqlite3.Connection, insert: str, rows: list) -> None:
         try:
-            conn.executemany(_INSERT, rows)
+            conn.executemany(insert, rows)
             conn.commit()
             return
         except Exception:  # one bad row must not cost its batch: retry them one by one
             conn.rollback()
         for row in rows:
             try:
-                conn.execute(_INSERT, row)
+                conn.execute(insert, row)
             except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, OverflowError,
                     ValueError, TypeError) as e:
                 METERING_DROPPED.labels("bad_row").inc()

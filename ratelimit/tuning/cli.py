@@ -2,26 +2,55 @@
 
 Reads a trace (CSV/JSON lines), the metering store or Envoy's JSON access log; sweeps rates per
 key and finds each rate's smallest burst by exact replay (the limiter's bucket math); recommends
-a point; with --config replays the current limits and the recommendation over the same traffic;
-writes the recommended `ratelimit:` section, a diff, plots and an HTML report.
+a point; replays the current limits (--config, by default the config in use) and the
+recommendation over the same traffic; writes the recommended `ratelimit:` section, a diff, plots,
+an HTML report, or --json for scripts. With no input named, it reads the config's metering store.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
+import orjson
+import yaml
+
 from modelyard.errors import ConfigError
 
 from . import emit
 from .frontier import Frontier, auto_rates, sweep
-from .report import Run, html_page, text
+from .report import Run, as_json, html_page, text
 from .traces import KEYS, TraceError, load
 from .whatif import simulate
+
+CONFIG_ENV = "MODELYARD_CONFIG"  # the variable `modelyard up` and `serve` read their config from
+_REPO_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
+
+
+def config_in_use() -> Path | None:
+    """The file `modelyard up` reads when not told: $MODELYARD_CONFIG, else ./modelyard.yaml, else
+    the project's own; None when none of them is there."""
+    env = os.environ.get(CONFIG_ENV)
+    for p in ([Path(env)] if env else [Path("modelyard.yaml"), _REPO_CONFIG]):
+        if p.is_file():
+            return p
+    return None
+
+
+def metering_db_of(config: Path) -> Path | None:
+    """`extproc.metering_db` of a modelyard.yaml, relative to the file's directory (as `up` runs it)."""
+    with open(config) as f:
+        raw = yaml.safe_load(f) or {}
+    db = (raw.get("extproc") or {}).get("metering_db") if isinstance(raw, dict) else None
+    if not db:
+        return None
+    p = Path(str(db))
+    return p if p.is_absolute() else config.parent / p
 
 
 def _rates(raw: str) -> list[float]:
@@ -36,10 +65,10 @@ def _rates(raw: str) -> list[float]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="modelyard ratelimit tune", description=__doc__.splitlines()[0])
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", help="CSV with a header or JSON lines: timestamp, tenant/tier/cluster/channel/"
                      "model (or key), tokens or cost")
-    src.add_argument("--metering-db", help="the extproc's metering store (extproc.metering_db)")
+    src.add_argument("--metering-db", help="the extproc's metering store (default: the config's extproc.metering_db)")
     src.add_argument("--access-log", help="Envoy's JSON access log (an environment's access_log, format json)")
     p.add_argument("--key", choices=KEYS, default="tenant", help="one bucket per value of this field")
     p.add_argument("--unit", choices=("requests", "tokens"), default="requests")
@@ -51,18 +80,45 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--points", type=int, default=12, help="rates in the automatic sweep (mean .. busiest second)")
     p.add_argument("--max-burst", type=float, help="recommend the lowest rate whose burst stays at or under this "
                    "(default: the knee of the frontier)")
-    p.add_argument("--config", help="modelyard.yaml: replay its ratelimit limits over this traffic (what-if)")
+    p.add_argument("--config", help="modelyard.yaml: replay its ratelimit limits over this traffic (what-if); "
+                   "default: the config in use ($MODELYARD_CONFIG, else ./modelyard.yaml) when there is one")
+    p.add_argument("--no-config", action="store_true", help="no what-if, not even with the config in use")
     p.add_argument("--emit-config", help="write the recommended ratelimit: section here")
     p.add_argument("--diff", action="store_true", help="print the recommended section against --config's")
     p.add_argument("--plot", help="demand, bucket level, frontier and distribution: a .svg or .png")
     p.add_argument("--report", help="one self-contained HTML file with the tables and plots")
     p.add_argument("--quiet-curves", action="store_true", help="print the recommendation only, not every curve")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts: {\"keys\": [{key, requests, "
+                   "current_rejected, rate, burst, rejected, ...}]} (other outputs are still written)")
     return p
 
 
 def _fail(msg: str) -> int:
     print(f"error: {msg}", file=sys.stderr)
     return 2
+
+
+def _warnings(ts_us: list[int], run: Run, target: float) -> list[str]:
+    """What a reader must know before applying the recommendation."""
+    out = []
+    span_s = (ts_us[-1] - ts_us[0]) / 1e6 if ts_us else 0.0
+    if span_s < 60:
+        out.append(f"the traffic spans {span_s:.3g}s: its rates are a burst's, not a steady state's")
+    if run.current is not None:
+        picks = {f.key: f.pick for f in run.frontiers}
+        for key, tally in sorted(run.current.per_key.items()):
+            own = f"{run.key}:{key}:{run.unit}"  # an exact rule for this very key
+            p = picks.get(key)
+            if p is not None and tally.requests and tally.rejected > target * tally.requests and own in tally.bound_by:
+                out.append(f"{key}: {tally.rejected} of {tally.requests} refused by its own rule {own}; the "
+                           f"recommendation ({p.rate:g}/s, burst {p.burst}) lifts it: keep that rule if the limit is "
+                           "deliberate")
+    return out
+
+
+def _say(a: argparse.Namespace, line: str) -> None:
+    """What was written: on stdout, or on stderr when stdout is the JSON."""
+    print(line.lstrip("\n") if a.json else line, file=sys.stderr if a.json else sys.stdout)
 
 
 def main(argv: list[str]) -> int:
@@ -79,8 +135,22 @@ def main(argv: list[str]) -> int:
         return _fail("--max-wait must be a number of seconds >= 0")
     if a.points < 1:
         return _fail("--points must be at least 1")
+    if a.config is None and not a.no_config:
+        found = config_in_use()
+        a.config = None if found is None else str(found)
+    if a.no_config:
+        a.config = None
     source, path = (("trace", a.trace) if a.trace else ("metering", a.metering_db) if a.metering_db
-                    else ("access-log", a.access_log))
+                    else ("access-log", a.access_log) if a.access_log else ("metering", None))
+    if path is None:
+        try:
+            db = metering_db_of(Path(a.config)) if a.config else None
+        except (OSError, yaml.YAMLError) as e:
+            return _fail(f"{a.config}: {e}")
+        if db is None:
+            return _fail("name an input: --metering-db, --trace or --access-log (no config in use names "
+                         "extproc.metering_db)")
+        path = str(db)
     try:
         trace = load(Path(path), source, a.key, a.unit)
     except (OSError, TraceError, sqlite3.Error) as e:
@@ -98,6 +168,9 @@ def main(argv: list[str]) -> int:
         frontiers.append(sweep(value, series[value], rates, a.target, max_wait_s=a.max_wait,
                                max_burst=a.max_burst))
     run = Run(f"{Path(path).name}", a.key, a.unit, a.target, a.max_wait, frontiers, series, config_path=a.config)
+    if source == "metering" and trace.live_refused is None:
+        run.notes.append("this metering store has no decisions table (written before it existed): admitted calls "
+                         "only, so refused demand is invisible and the what-if undercounts")
 
     current: dict[str, Any] | None = None
     recommended: dict[str, Any] | None = None
@@ -117,29 +190,33 @@ def main(argv: list[str]) -> int:
             run.notes.append(f"no config emitted: {e}")
         if recommended is not None and current is not None:
             run.recommended = simulate(trace, emit.as_config(recommended), a.key)
-    print(text(run, curves=not a.quiet_curves))
+    run.notes += _warnings(trace.ts_us, run, a.target)
+    if a.json:
+        print(orjson.dumps(as_json(run), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(text(run, curves=not a.quiet_curves))
     diff_text = emit.diff(current or {}, recommended, a.config or "empty") if recommended is not None else None
-    if a.diff:
+    if a.diff and not a.json:
         print("\n" + (diff_text or "no diff: nothing to recommend") if diff_text != "" else "\nno change")
     try:
         if a.emit_config:
             if recommended is None:
                 return _fail(f"--emit-config: nothing to write ({'; '.join(run.notes) or 'no recommendation'})")
             Path(a.emit_config).write_text(emit.render(recommended))
-            print(f"\nconfig written to {a.emit_config}")
+            _say(a, f"\nconfig written to {a.emit_config}")
         if a.plot or a.report:
             from . import plots  # matplotlib loads only when a picture is asked for
 
             if a.plot:
                 plots.save(plots.overview(frontiers, series, a.unit, a.target), Path(a.plot))
-                print(f"plot written to {a.plot}")
+                _say(a, f"plot written to {a.plot}")
             if a.report:
                 figs = {f"Demand and bucket level: {f.key}": plots.svg_text(plots.demand_figure(
                     f, series[f.key], a.unit)) for f in plots.busiest(frontiers)}
                 figs["Rate/burst frontier"] = plots.svg_text(plots.frontier_figure(frontiers, a.unit, a.target))
                 figs["Per-second demand"] = plots.svg_text(plots.distribution_figure(frontiers, series, a.unit))
                 Path(a.report).write_text(html_page(run, figs, diff_text))
-                print(f"report written to {a.report}")
+                _say(a, f"report written to {a.report}")
     except OSError as e:
         return _fail(f"cannot write: {e}")
     return 0

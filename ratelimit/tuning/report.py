@@ -65,8 +65,21 @@ def recommendation_rows(run: Run) -> list[list[str]]:
 
 
 REC_HEAD = ["key", "requests", "total", "mean/s", "peak 1s", "rate/s", "burst", "rejected", "how"]
-FRONTIER_HEAD = ["rate/s", "burst", "rejected", "share", "max wait", ""]
+FRONTIER_HEAD = ["rate/s", "burst", "rejected", "share", "max wait", "pick"]
 WHATIF_HEAD = ["key", "requests", "current: rejected", "bound by", "recommended: rejected", "bound by"]
+
+
+def whatif_head(run: Run) -> list[str]:
+    """The what-if table's columns: the live refusals when the input recorded them, the
+    recommendation's when there is one."""
+    head = WHATIF_HEAD if run.recommended is not None else WHATIF_HEAD[:4]
+    if run.current is not None and run.current.total.live_rejected is not None:
+        head = [*head[:2], "live: rejected", *head[2:]]
+    return head
+
+
+def _share(n: int, of: int) -> str:
+    return f"{n} ({n / of if of else 0.0:.2%})"
 
 
 def whatif_rows(run: Run) -> list[list[str]]:
@@ -77,7 +90,10 @@ def whatif_rows(run: Run) -> list[list[str]]:
     rows = []
     for k in [*keys, "(all)"]:
         a = cur.total if k == "(all)" else cur.per_key[k]
-        row = [k, str(a.requests), f"{a.rejected} ({a.share:.2%})", format_bound(a.bound_by)]
+        row = [k, str(a.requests)]
+        if a.live_rejected is not None:
+            row.append(_share(a.live_rejected, a.requests))
+        row += [f"{a.rejected} ({a.share:.2%})", format_bound(a.bound_by)]
         if rec is not None:
             b = rec.total if k == "(all)" else rec.per_key[k]
             row += [f"{b.rejected} ({b.share:.2%})", format_bound(b.bound_by)]
@@ -85,9 +101,16 @@ def whatif_rows(run: Run) -> list[list[str]]:
     return rows
 
 
+def _numeric(cell: str) -> bool:
+    return cell == "-" or cell == "never" or cell[:1].isdigit()
+
+
 def table(head: list[str], rows: list[list[str]]) -> str:
+    """Every column named and as wide as its widest cell; columns of numbers right-aligned
+    (their header too), text left-aligned."""
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    right = [all(_numeric(r[i]) for r in rows) and any(r[i][:1].isdigit() for r in rows) for i in range(len(head))]
+    fmt = "  ".join(f"{{:{'>' if r else '<'}{w}}}" for w, r in zip(widths, right))
     lines = [fmt.format(*head).rstrip(), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*r).rstrip() for r in rows]
     return "\n".join(lines)
@@ -108,10 +131,38 @@ def text(run: Run, *, curves: bool = True) -> str:
         out.append("")
         out.append(f"what-if: every limit of {run.config_path} on this traffic (all scopes and units, "
                    f"one decision per request), by {run.key}")
-        head = WHATIF_HEAD if run.recommended is not None else WHATIF_HEAD[:4]
-        out.append(table(head, whatif_rows(run)))
+        out.append(table(whatif_head(run), whatif_rows(run)))
     out += [f"note: {n}" for n in run.notes]
     return "\n".join(out)
+
+
+def as_json(run: Run) -> dict[str, object]:
+    """`--json`: per key the demand seen, the what-if of the config in use, what the live limiter
+    refused (when the input recorded its decisions) and the recommendation."""
+    cur, rec = run.current, run.recommended
+    keys: list[dict[str, object]] = []
+    for fr in run.frontiers:
+        p = fr.pick
+        c = cur.per_key.get(fr.key) if cur is not None else None
+        r = rec.per_key.get(fr.key) if rec is not None else None
+        keys.append({
+            "key": fr.key, "requests": fr.requests, "total": fr.total, "mean_rate": fr.mean_rate,
+            "peak_1s": fr.peak_1s,
+            "live_rejected": None if c is None else c.live_rejected,
+            "current_rejected": None if c is None else c.rejected,
+            "current_bound_by": None if c is None else dict(c.bound_by),
+            "rate": None if p is None else p.rate, "burst": None if p is None else p.burst,
+            "rejected": None if p is None else p.rejected, "how": fr.how,
+            "recommended_rejected": None if r is None else r.rejected,
+        })
+    out: dict[str, object] = {"source": run.source, "key": run.key, "unit": run.unit, "target": run.target,
+                              "config": run.config_path, "requests": run.requests, "keys": keys,
+                              "notes": run.notes}
+    if cur is not None:
+        out["total"] = {"requests": cur.total.requests, "live_rejected": cur.total.live_rejected,
+                        "current_rejected": cur.total.rejected,
+                        "recommended_rejected": None if rec is None else rec.total.rejected}
+    return out
 
 
 _CSS = """body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}
@@ -139,7 +190,7 @@ def html_page(run: Run, figures: Mapping[str, str], diff_text: str | None = None
         parts += [f"<h2>What-if: {e(str(run.config_path))} vs recommended</h2>",
                   "<p>Every limit (all scopes and units, one all-or-nothing decision per request); "
                   "'bound by' is the rule whose bucket refused (the longest wait).</p>",
-                  _html_table(WHATIF_HEAD if run.recommended else WHATIF_HEAD[:4], whatif_rows(run))]
+                  _html_table(whatif_head(run), whatif_rows(run))]
     if diff_text:
         parts += ["<h2>Config diff</h2>", f"<pre>{e(diff_text)}</pre>"]
     for title, svg in figures.items():

@@ -39,6 +39,9 @@ class Trace:
     tok_nano: list[int] = field(default_factory=list)
     cols: dict[str, list[str | None]] = field(default_factory=lambda: {f: [] for f in FIELDS})
     has_tokens: bool = False
+    # Per row, whether the live limiter refused it: None when the input does not say (a trace, an
+    # access log, a metering store from before the `decisions` table).
+    live_refused: list[bool] | None = None
 
     def __len__(self) -> int:
         return len(self.ts_us)
@@ -55,9 +58,11 @@ class Trace:
         order = sorted(range(len(self.ts_us)), key=self.ts_us.__getitem__)
         if all(i == j for i, j in enumerate(order)):
             return self
+        live = self.live_refused
         return Trace([self.ts_us[i] for i in order], [self.req_nano[i] for i in order],
                      [self.tok_nano[i] for i in order],
-                     {f: [c[i] for i in order] for f, c in self.cols.items()}, self.has_tokens)
+                     {f: [c[i] for i in order] for f, c in self.cols.items()}, self.has_tokens,
+                     None if live is None else [live[i] for i in order])
 
     def costs(self, unit: Unit) -> list[int]:
         return self.req_nano if unit == "requests" else self.tok_nano
@@ -196,20 +201,51 @@ def parse_access_log(text: str) -> Trace:
 
 
 def read_metering(path: Path) -> Trace:
-    """The metering store's `requests` table (extproc/telemetry/metering.py): every context
-    field, and tokens = input + output as the upstream reported them."""
+    """The metering store (extproc/telemetry/metering.py): its `decisions` table when it has one,
+    every rate-limit decision, refused ones included (the whole demand: requests and tokens asked
+    for; an admitted call's tokens are what the upstream reported, when its `requests` row is
+    there); else, from an older store, the `requests` table: admitted calls only."""
     if not path.exists():
         raise TraceError("no such metering database")
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        has = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='decisions'").fetchone()
+        if has and conn.execute("SELECT 1 FROM decisions LIMIT 1").fetchone():
+            return _read_decisions(conn)
+        return _read_requests(conn)
+
+
+def _read_decisions(conn: sqlite3.Connection) -> Trace:
+    # A call refused after admission (its queue) has no requests row: its estimate stands. An async
+    # task is decided twice (accepted, then replayed): the usage belongs to the last decision only.
+    q = ("SELECT d.ts, d.tenant, d.tier, d.cluster, d.channel, d.model, d.allowed, d.requests, "
+         "CASE WHEN d.allowed AND d.rid = d.last AND r.task_id IS NOT NULL "
+         "THEN COALESCE(r.input_tokens, 0) + COALESCE(r.output_tokens, 0) ELSE d.tokens END "
+         "FROM (SELECT *, rowid AS rid, MAX(rowid) OVER (PARTITION BY task_id) AS last FROM decisions) d "
+         "LEFT JOIN (SELECT task_id, MAX(input_tokens) AS input_tokens, MAX(output_tokens) AS output_tokens "
+         "FROM requests GROUP BY task_id) r ON r.task_id = d.task_id AND d.task_id != '' "
+         "ORDER BY d.ts, d.rid")
+    live: list[bool] = []
+    tr = Trace(has_tokens=True, live_refused=live)
+    for ts, tenant, tier, cluster, channel, model, allowed, requests, tokens in conn.execute(q):
+        tr.ts_us.append(round(ts * US))
+        tr.req_nano.append(max(0, int(requests)) * NANO)
+        tr.tok_nano.append(max(0, int(tokens or 0)) * NANO)
+        live.append(not allowed)
+        for f, v in zip(FIELDS, (tenant, tier, cluster, channel, model)):
+            tr.cols[f].append(_text(v))
+    return tr
+
+
+def _read_requests(conn: sqlite3.Connection) -> Trace:
     q = ("SELECT ts, tenant, tier, cluster, channel, model, "
          "COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0) FROM requests ORDER BY ts")
     tr = Trace(has_tokens=True)
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-        for ts, tenant, tier, cluster, channel, model, tokens in conn.execute(q):
-            tr.ts_us.append(round(ts * US))
-            tr.req_nano.append(NANO)
-            tr.tok_nano.append(max(0, int(tokens)) * NANO)
-            for f, v in zip(FIELDS, (tenant, tier, cluster, channel, model)):
-                tr.cols[f].append(_text(v))
+    for ts, tenant, tier, cluster, channel, model, tokens in conn.execute(q):
+        tr.ts_us.append(round(ts * US))
+        tr.req_nano.append(NANO)
+        tr.tok_nano.append(max(0, int(tokens)) * NANO)
+        for f, v in zip(FIELDS, (tenant, tier, cluster, channel, model)):
+            tr.cols[f].append(_text(v))
     return tr
 
 

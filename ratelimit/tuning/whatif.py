@@ -11,17 +11,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from contracts.config.ratelimit import SCOPES, LimitRule, RateLimitConfig, Unit
+from contracts.config.ratelimit import SCOPES, RateLimitConfig, Unit
 
 from ..backend import MemoryBuckets
 from ..decision import decide
-from ..rules import Charge, RequestContext, RuleSet
+from ..rules import Charge, RequestContext, RuleSet, rule_label
 from .traces import FIELDS, Trace
 
-
-def rule_label(r: LimitRule) -> str:
-    tier = f"[tier={r.tier}]" if r.tier else ""
-    return f"{r.scope}:{r.match}{tier}:{r.unit}"
+__all__ = ["Tally", "WhatIf", "format_bound", "rule_label", "simulate"]
 
 
 @dataclass
@@ -29,6 +26,7 @@ class Tally:
     requests: int = 0
     rejected: int = 0
     bound_by: Counter[str] = field(default_factory=Counter)  # rule label -> refusals it bound
+    live_rejected: int | None = None  # what the live limiter refused, when the input records it
 
     @property
     def share(self) -> float:
@@ -68,16 +66,21 @@ def simulate(trace: Trace, cfg: RateLimitConfig, group_by: str) -> WhatIf:
     labels: dict[str, str] = {}
     cols = [trace.cols[f] for f in FIELDS[:4]]
     groups = trace.cols.get(group_by)
-    total, per_key = Tally(), dict[str, Tally]()
+    live = trace.live_refused
+    zero = None if live is None else 0
+    total, per_key = Tally(live_rejected=zero), dict[str, Tally]()
     refused = [False] * len(trace)
     cost_of: dict[Unit, list[int]] = {"requests": trace.req_nano, "tokens": trace.tok_nano}
     for i, ts in enumerate(trace.ts_us):
         g = "*" if groups is None else (groups[i] or "(none)")
         tally = per_key.get(g)
         if tally is None:
-            tally = per_key[g] = Tally()
+            tally = per_key[g] = Tally(live_rejected=zero)
         tally.requests += 1
         total.requests += 1
+        if live is not None and live[i]:
+            tally.live_rejected = (tally.live_rejected or 0) + 1
+            total.live_rejected = (total.live_rejected or 0) + 1
         if not cfg.enabled:
             continue
         ctx_key = (cols[0][i], cols[1][i], cols[2][i], cols[3][i])

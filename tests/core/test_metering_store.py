@@ -44,9 +44,9 @@ def test_a_full_queue_refuses_rows_without_blocking_and_close_writes_every_accep
     gate = threading.Event()
     real_write = MeteringStore._write
 
-    def slow_write(conn, rows):  # the disk stalls until the test lets it go
+    def slow_write(conn, insert, rows):  # the disk stalls until the test lets it go
         gate.wait(10)
-        real_write(conn, rows)
+        real_write(conn, insert, rows)
 
     monkeypatch.setattr(MeteringStore, "_write", staticmethod(slow_write))
     store = MeteringStore(db, queue_limit=5)

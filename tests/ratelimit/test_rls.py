@@ -119,3 +119,17 @@ async def test_fuzz_descriptors_never_fail(descs, hits):
     r = await svc.ShouldRateLimit(req, None)
     assert len(r.statuses) == len(descs)
     assert r.overall_code in (OK, OVER)
+
+
+async def test_every_rls_decision_reaches_the_hook() -> None:
+    lim = Limiter(parse_config({"limits": [{"scope": "tenant", "match": "demo-limited", "rate": 1, "burst": 2}]}),
+                  clock=lambda: 0)
+    seen = []
+    svc = RateLimitService(lim, lambda ctx, requests, tokens, d: seen.append((ctx, requests, tokens, d.allowed,
+                                                                             lim.bound_rule(ctx, d))))
+    req = rls_pb2.RateLimitRequest(descriptors=[_desc(tenant="demo-limited", tier="L3")])
+    for _ in range(3):
+        await svc.ShouldRateLimit(req, None)
+    ctx = RequestContext(tenant="demo-limited", tier="L3")
+    assert seen == [(ctx, 1, 0, True, ""), (ctx, 1, 0, True, ""),
+                    (ctx, 1, 0, False, "tenant:demo-limited:requests")]
