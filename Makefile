@@ -41,10 +41,18 @@ lint: $(STAMP)
 bench: $(STAMP) system-tools
 	$(PY) bench/run_all.py
 
-# LiteLLM's proxy in its own venv (its pins are not ours), then Modelyard and it side by side.
+# Portkey's gateway (npm, into .peers/portkey) and LiteLLM's proxy (its own venv: its pins are not
+# ours), then Modelyard and both side by side (bench/bench_peers.py).
 PEERS_VENV := .venv-peers
-bench-peers: $(STAMP) system-tools $(PEERS_VENV)/.installed-stamp
+PORTKEY_DIR := .peers/portkey
+PORTKEY_VERSION := 1.15.2
+bench-peers: $(STAMP) system-tools $(PORTKEY_DIR)/.installed-stamp $(PEERS_VENV)/.installed-stamp
 	$(PY) bench/run_all.py peers
+$(PORTKEY_DIR)/.installed-stamp:
+	mkdir -p $(PORTKEY_DIR)
+	test -f $(PORTKEY_DIR)/package.json || echo '{"private": true}' > $(PORTKEY_DIR)/package.json
+	cd $(PORTKEY_DIR) && npm install --no-audit --no-fund @portkey-ai/gateway@$(PORTKEY_VERSION)
+	touch $@
 $(PEERS_VENV)/.installed-stamp:
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q 'litellm[proxy]'

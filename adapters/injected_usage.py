@@ -22,6 +22,11 @@ __all__ = ["InjectedUsageFilter", "is_usage_chunk"]
 
 # A blank line ends an SSE event; a lone CR is a line end too, CRLF is one line end, not two.
 _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
+# A chunk that reports usage (an object, not the `"usage":null` every chunk carries with usage on).
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+# Streamed text and tool arguments, for the estimate a cut stream is charged (StreamUsage.partial).
+_NO_CHOICES = re.compile(rb'"choices": ?\[\]')  # the usage-only chunk's mark (is_usage_chunk confirms)
+_TEXT = re.compile(rb'"(?:content|refusal|arguments)":"((?:[^"\\]|\\.)*)"')
 
 
 def is_usage_chunk(raw: bytes) -> bool:
@@ -65,21 +70,42 @@ class InjectedUsageFilter:
         return cut
 
     def feed(self, chunk: bytes) -> bytes:
-        self._track(self._decoder.feed(chunk))
         buf = self._buf + chunk if self._buf else chunk
         # Whole events go out as they are; only a region holding the usage chunk is split.
-        end = max((i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.rfind(sep)) >= 0),
-                  default=0)
+        if b"\r" not in buf:  # LF line ends (the usual): one search
+            end = buf.rfind(b"\n\n") + 2 if b"\n\n" in buf else 0
+        else:
+            end = max((i + len(sep) for sep in (b"\n\n", b"\r\n\r\n", b"\r\r") if (i := buf.rfind(sep)) >= 0),
+                      default=0)
         if not end or (end == len(buf) and buf.endswith(b"\r")):
             self._buf = buf  # no whole event yet (or a CRLF may be cut in two)
             return b""
         region, self._buf = buf[:end], buf[end:]
+        self._scan(region)
         if b'"choices":[]' not in region and b'"choices": []' not in region:
             return region
         return self._strip(region)
 
+    def _scan(self, region: bytes) -> None:
+        """Meter whole events by byte scans: only the events that can change the outcome (usage,
+        errors, [DONE], anything not a one-line `data: {...}`) go through the real decoder."""
+        # Parsing every chunk cost more CPU than a whole peer gateway spends on the stream (docs/performance.md).
+        if b"\r" in region:  # CR line ends: the decoder's own framing
+            self._track(self._decoder.feed(region))
+            return
+        chars = sum(len(t) for t in _TEXT.findall(region))  # content chunks: their text counted, not parsed
+        for ev in region.split(b"\n\n"):
+            if not ev or (ev.startswith(b"data: {") and ev.endswith(b"}") and b"\n" not in ev
+                          and b'"error"' not in ev and _USAGE.search(ev) is None):
+                continue
+            chars -= sum(len(t) for t in _TEXT.findall(ev))  # the decoder counts this one's text itself
+            self._track(self._decoder.feed(ev + b"\n\n"))
+        self.meter.streamed_chars += chars
+
     @staticmethod
     def _strip(region: bytes) -> bytes:
+        if b"\r" not in region:  # LF line ends: look only at the events around `"choices":[]`
+            return _strip_lf(region)
         out: list[bytes] = []
         start = 0
         for m in _EVENT_END.finditer(region):
@@ -94,9 +120,27 @@ class InjectedUsageFilter:
 
     def finish(self) -> bytes:
         """End of the upstream body: what is left, and an error event if the stream was cut."""
-        cut = self._track(self._decoder.close())
         tail, self._buf = self._buf, b""
+        cut = self._track(self._decoder.feed(tail) + self._decoder.close())
         out = self._strip(tail) if tail else b""
         if cut is not None:
             out += encode_event(openai.render_error(500, cut.message, cut.type))
         return out
+
+
+def _strip_lf(region: bytes) -> bytes:
+    """`region` (whole events, LF line ends) less its usage-only chunks, found from `"choices":[]`."""
+    out: list[bytes] = []
+    start = 0  # where the part not yet copied out begins
+    for m in _NO_CHOICES.finditer(region):
+        if m.start() < start:
+            continue  # inside a chunk already cut
+        ev_start = region.rfind(b"\n\n", start, m.start())
+        ev_start = start if ev_start < 0 else ev_start + 2
+        ev_end = region.find(b"\n\n", m.end())
+        ev_end = len(region) if ev_end < 0 else ev_end + 2
+        if is_usage_chunk(region[ev_start:ev_end]):
+            out.append(region[start:ev_start])
+            start = ev_end
+    out.append(region[start:])
+    return b"".join(out)

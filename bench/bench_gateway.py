@@ -13,6 +13,12 @@ metering, audit, A/B) and `floor`: the minimal stack's Envoy config with a do-no
 ext_proc (bench/floor_extproc.py) in Modelyard's place. The floor is what the four ext_proc round
 trips cost before any gateway logic; Modelyard's CPU rows carry their ratio to it, and
 `added_p50_ms` is Modelyard's (and the floor's) p50 at one connection less bare Envoy's.
+
+The CPU rounds run two shapes: `unary` (the call above) and `stream` (a ~100-chunk SSE stream; the
+floor switches it to STREAMED as Modelyard does). Per shape and stack they report CPU per request
+(Envoy + extproc), Modelyard's share above the floor (`above_floor_us`, and as a fraction of its
+own CPU) and the ext_proc messages per request (`extproc_msgs`: Envoy's
+`http.modelyard.ext_proc.stream_msgs_sent` over `streams_started`, from its admin).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +50,11 @@ from tests.conftest import UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, free_port, free_ports_run, start_stack  # noqa: E402
 
 BODY = '{"model":"demo-gpt","messages":[{"role":"user","content":"hello from the benchmark"}]}'
+# The demo upstream streams one event per word of its echo: 97 words in, about 100 chunks out.
+STREAM_BODY = json.dumps({"model": "demo-gpt", "stream": True, "messages": [
+    {"role": "user", "content": " ".join(["hello from the streaming benchmark"] * 24 + ["now"])}]},
+    separators=(",", ":"))
+EXTPROC_STATS = "http.modelyard.ext_proc."
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-modelyard-demo"}
 
 
@@ -101,6 +113,18 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def extproc_stats(stack: Stack) -> dict[str, int]:
+    """The main listener's ext_proc counters (streams_started, stream_msgs_sent, ...) from Envoy's admin."""
+    text = httpx.get(f"{stack.admin_url()}/stats", params={"filter": "^" + EXTPROC_STATS.replace(".", r"\.")},
+                     timeout=5).text
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(": ")
+        if name.startswith(EXTPROC_STATS) and value.strip().isdigit():
+            out[name.removeprefix(EXTPROC_STATS)] = int(value)
+    return out
+
+
 def peak_rss_mb(pid: int) -> float:
     """VmHWM: the process's peak resident set, from /proc."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -123,11 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg_path = work / "modelyard.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
     cfg = parse_config(data)
-    env = EnvironmentConfig(name="bench", admin=None, concurrency=1)
+    # Envoy's admin on a free port: the ext_proc message counters come from its stats.
+    env = EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
     bare_port = free_port()
     (work / "bare.yaml").write_text(yaml.safe_dump(_bare_envoy(cfg, env, bare_port)))
     script = work / "post.lua"
     script.write_text(post_script(BODY, HEADERS))
+    shape_scripts = {"unary": script, "stream": work / "stream.lua"}
+    shape_scripts["stream"].write_text(post_script(STREAM_BODY, HEADERS))
     stack = Stack(cfg, env, config_path=cfg_path, workdir=work, quiet=True)
     floor_stack = _floor_stack(work / "floor", env)
     stack.children.append(Child("bare-envoy", [envoy_binary(), "-c", str(work / "bare.yaml"), "--concurrency", "1",
@@ -150,12 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     tallies: list[Tally] = []
 
-    def load(name: str, url: str, conns: int, seconds: float, case: str) -> WrkResult:
+    def load(name: str, url: str, conns: int, seconds: float, case: str, shape: str = "unary") -> WrkResult:
         tallies.append(Tally("gateway", f"{name} {case}"))
-        return run_wrk(url, conns, seconds, script, tallies[-1])
+        return run_wrk(url, conns, seconds, shape_scripts[shape], tallies[-1])
 
     # per-request CPU of each process, by stack: {(stack, process): [us per 200, one per round]}
     cpu_us: dict[tuple[str, str], list[float]] = {}
+    # by shape: {(shape, stack, process): [us per 200]}, {(shape, stack): [ext_proc messages per stream]}
+    shape_cpu: dict[tuple[str, str, str], list[float]] = {}
+    shape_msgs: dict[tuple[str, str], list[float]] = {}
     worker_rps: dict[int, list[float]] = {}
     with contextlib.ExitStack() as running:
         for s_ in (stack, floor_stack, demo_stack, *worker_stacks.values()):
@@ -168,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, url in targets.items():
             load(name, url, 4, 1.0, "warm-up")  # warm up connections and code paths
         load("demo", cpu_targets["demo"][1], 4, 1.0, "warm-up")
+        for label, (s_, url) in cpu_targets.items():
+            load(label, url, 4, 1.0, "stream warm-up", "stream")
         for n, s_ in worker_stacks.items():
             load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, 1.0, "warm-up")
         results: dict[tuple[str, int], list[WrkResult]] = {}
@@ -180,13 +212,24 @@ def main(argv: list[str] | None = None) -> int:
             for n, s_ in worker_stacks.items():
                 worker_rps.setdefault(n, []).append(
                     load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, a.seconds, f"c=16 round {i + 1}").ok_rps)
-            for label, (s_, url) in cpu_targets.items():
-                pids = {name: _pid(s_, name) for name in ("extproc", "envoy")}
-                before = {p: cpu_s(pid) for p, pid in pids.items()}
-                run = load(f"{label} cpu", url, 16, a.seconds, f"c=16 round {i + 1}")
-                for p, pid in pids.items():
-                    if run.tally.ok:
-                        cpu_us.setdefault((label, p), []).append((cpu_s(pid) - before[p]) / run.tally.ok * 1e6)
+            for shape in shape_scripts:
+                for label, (s_, url) in cpu_targets.items():
+                    pids = {name: _pid(s_, name) for name in ("extproc", "envoy")}
+                    stats_before = extproc_stats(s_)
+                    before = {p: cpu_s(pid) for p, pid in pids.items()}
+                    run = load(f"{label} cpu {shape}", url, 16, a.seconds, f"c=16 round {i + 1}", shape)
+                    used = {p: cpu_s(pid) - before[p] for p, pid in pids.items()}
+                    stats = extproc_stats(s_)
+                    if not run.tally.ok:
+                        continue
+                    for p in pids:
+                        shape_cpu.setdefault((shape, label, p), []).append(used[p] / run.tally.ok * 1e6)
+                        if shape == "unary":
+                            cpu_us.setdefault((label, p), []).append(used[p] / run.tally.ok * 1e6)
+                    streams = stats.get("streams_started", 0) - stats_before.get("streams_started", 0)
+                    if streams:
+                        shape_msgs.setdefault((shape, label), []).append(
+                            (stats.get("stream_msgs_sent", 0) - stats_before.get("stream_msgs_sent", 0)) / streams)
         memory = {name: peak_rss_mb(_pid(stack, child))
                   for name, child in (("extproc", "extproc"), ("modelyard envoy", "envoy"),
                                       ("bare envoy", "bare-envoy"))}
@@ -232,6 +275,27 @@ def main(argv: list[str] | None = None) -> int:
             row.update(baseline=round(statistics.median(floor), 1),
                        ratio=round(statistics.median(v) / statistics.median(floor), 3))
         rows.append(row)
+    print("\nby shape, c=16, median of rounds: CPU per request (Envoy + extproc), above the floor, ext_proc messages")
+    for shape in shape_scripts:
+        floor_total = sum(statistics.median(shape_cpu[(shape, "floor", p)]) for p in ("extproc", "envoy")
+                          if shape_cpu.get((shape, "floor", p)))
+        for label in cpu_targets:
+            if not all(shape_cpu.get((shape, label, p)) for p in ("extproc", "envoy")):
+                continue
+            total = sum(statistics.median(shape_cpu[(shape, label, p)]) for p in ("extproc", "envoy"))
+            msgs = statistics.median(shape_msgs[(shape, label)]) if shape_msgs.get((shape, label)) else float("nan")
+            above = total - floor_total
+            share = f", {above:.0f} us above the floor ({above / total:.0%} of it)" if label != "floor" else ""
+            print(f"  {shape:<7}{label:<9}{total:>7.0f} us/req{share}; {msgs:.1f} ext_proc messages per request")
+            rows.append({"bench": "gateway", "case": f"{label} {shape} c=16", "metric": "gateway_cpu_us",
+                         "value": round(total, 1), "unit": "us/req", "baseline": round(floor_total, 1),
+                         "ratio": round(total / floor_total, 3) if floor_total else None})
+            rows.append({"bench": "gateway", "case": f"{label} {shape}", "metric": "extproc_msgs",
+                         "value": round(msgs, 2), "unit": "msgs/req"})
+            if label != "floor":
+                rows.append({"bench": "gateway", "case": f"{label} {shape} c=16", "metric": "above_floor_us",
+                             "value": round(above, 1), "unit": "us/req", "baseline": round(total, 1),
+                             "ratio": round(above / total, 3)})
     print("\nminimal config, c=16, by extproc workers (ok req/s, median of rounds): " + ", ".join(
         f"{n}: {statistics.median(v):.0f}" for n, v in sorted(worker_rps.items())))
     for n, v in sorted(worker_rps.items()):

@@ -1,11 +1,17 @@
-"""Peers side by side: LiteLLM's proxy (one worker, its own venv) and Modelyard (the shipped demo
-config on free ports) in front of the same demo OpenAI upstreams, with the same wrk settings, in
-one run: interleaved rounds at 1 and 16 connections, medians, Modelyard's ratio to LiteLLM.
+"""Peers side by side: Modelyard (the shipped demo config on free ports), Portkey's gateway 1.15.2
+(Node, installed into .peers/portkey) and LiteLLM's proxy (one worker, its own venv) in front of
+the same demo OpenAI upstream, with the same wrk settings, in one run.
 
-    make bench-peers      # installs `litellm[proxy]` into .venv-peers, then runs this
+Shapes: a unary chat call and a ~100-chunk SSE stream, each at 1 and 16 connections, interleaved
+rounds, medians. Per gateway and case: req/s (200s only), p50, and gateway CPU per request (user +
+system of every process of the gateway: Envoy + extproc for Modelyard, node for Portkey, the proxy
+and its children for LiteLLM, from /proc over the round, divided by its 200s). Then the ratios
+issue 26's goals name. LiteLLM runs the unary shape only (its streams are not a goal).
 
-Without .venv-peers/bin/litellm it prints why and an empty summary (so `make bench` passes by).
-Every response's status is counted (bench.wrk_load); any non-200 fails the bench.
+    make bench-peers      # installs Portkey into .peers/portkey and LiteLLM into .venv-peers, then runs this
+
+A gateway that is not installed is left out and said so; with neither peer it prints an empty
+summary (so `make bench` passes by). Any non-200 (or a socket error) fails the bench.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -27,14 +35,61 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_gateway import _pid  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, free_port, start_stack  # noqa: E402
 
 LITELLM = ROOT / ".venv-peers" / "bin" / "litellm"
-BODY = '{"model":"demo-gpt","messages":[{"role":"user","content":"hello from the benchmark"}]}'
-HEADERS = {"Content-Type": "application/json", "Authorization": f"Bearer {DEMO_KEY}"}
+PORTKEY = ROOT / ".peers" / "portkey" / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+UNARY = '{"model":"demo-gpt","messages":[{"role":"user","content":"hello from the benchmark"}]}'
+# The demo upstream streams one event per word of its echo: 97 words in, about 100 chunks out.
+STREAM = json.dumps({"model": "demo-gpt", "stream": True, "messages": [
+    {"role": "user", "content": " ".join(["hello from the streaming benchmark"] * 24 + ["now"])}]},
+    separators=(",", ":"))
+SHAPES = {"unary": UNARY, "stream": STREAM}
+CONNS = (1, 16)
+
+
+@dataclass
+class Gateway:
+    name: str
+    url: str  # the chat completions URL
+    headers: dict[str, str]
+    pids: Callable[[], list[int]]  # the gateway's own top processes (their descendants count too)
+    shapes: tuple[str, ...] = ("unary", "stream")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def tree_cpu_s(roots: list[int]) -> float:
+    """User + system CPU seconds of `roots` and every live descendant, from /proc."""
+    parent: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat(int(entry))) is not None:
+            parent[int(entry)] = int(fields[1])
+            times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo, seen = 0.0, list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid not in times:
+            continue
+        seen.add(pid)
+        total += times[pid]
+        todo += [c for c, p in parent.items() if p == pid]
+    return total
+
+
+def pids_of(proc: subprocess.Popen) -> Callable[[], list[int]]:
+    return lambda: [proc.pid]
 
 
 def litellm_config(data: dict) -> dict:
@@ -49,18 +104,27 @@ def litellm_config(data: dict) -> dict:
             "litellm_settings": {"set_verbose": False}}
 
 
-def wait_http(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:
+def wait_http(name: str, url: str, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"litellm exited with {proc.returncode}")
+            raise RuntimeError(f"{name} exited with {proc.returncode}")
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if httpx.get(url, timeout=2).status_code < 500:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    raise RuntimeError(f"litellm not ready after {timeout_s:.0f}s")
+    raise RuntimeError(f"{name} not ready after {timeout_s:.0f}s")
+
+
+def check_stream(gw: Gateway) -> int:
+    """One streamed call through `gw`: its data events (it must stream, and end with [DONE])."""
+    with httpx.stream("POST", gw.url, content=STREAM, headers=gw.headers, timeout=30) as r:
+        lines = [ln for ln in r.iter_lines() if ln.startswith("data:")]
+        if r.status_code != 200 or not lines or lines[-1].strip() != "data: [DONE]":
+            raise RuntimeError(f"{gw.name}: stream check got {r.status_code}, {len(lines)} events")
+    return len(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args(argv)
-    if not shutil.which("wrk") or not LITELLM.exists():
-        print("bench_peers: needs wrk and .venv-peers (make bench-peers installs LiteLLM there); skipped")
+    have_portkey = PORTKEY.exists() and shutil.which("node") is not None
+    have_litellm = LITELLM.exists()
+    if not shutil.which("wrk") or not (have_portkey or have_litellm):
+        print("bench_peers: needs wrk and a peer (make bench-peers installs Portkey into .peers/portkey and "
+              "LiteLLM into .venv-peers); skipped")
         print("SUMMARY []")
         return 0
     for name, value in UPSTREAM_KEYS.items():
@@ -78,41 +145,131 @@ def main(argv: list[str] | None = None) -> int:
     data, _ = demo_config_free_ports()
     (work / "modelyard").mkdir()
     stack = start_stack(work / "modelyard", data)
-    script = work / "post.lua"
-    script.write_text(post_script(BODY, HEADERS))
+    stack.quiet = True
+    upstream = next(d for m in data["models"] if m["name"] == "demo-gpt" for d in m["deployments"]
+                    if d["cluster"] == "demo-openai")
     (work / "litellm.yaml").write_text(yaml.safe_dump(litellm_config(data)))
-    port = free_port()
+    json_headers = {"Content-Type": "application/json"}
+    gateways = [Gateway("modelyard", f"{stack.url}/v1/chat/completions",
+                        {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
+                        lambda: [_pid(stack, c) for c in ("envoy", "extproc")])]
+    procs: list[subprocess.Popen] = []
     tallies: list[Tally] = []
-    results: dict[tuple[str, int], list[WrkResult]] = {}
-    with stack, open(work / "litellm.log", "wb") as log:
-        proc = subprocess.Popen([str(LITELLM), "--config", str(work / "litellm.yaml"), "--host", "127.0.0.1",
-                                 "--port", str(port), "--num_workers", "1"], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_http(f"http://127.0.0.1:{port}/health/liveliness", proc)
-            targets = {"litellm": f"http://127.0.0.1:{port}/v1/chat/completions",
-                       "modelyard": f"{stack.url}/v1/chat/completions"}
-            for name, url in targets.items():
-                tallies.append(Tally("peers", f"{name} warm-up"))
-                run_wrk(url, 4, 2.0, script, tallies[-1])
+    results: dict[tuple[str, str, int], list[WrkResult]] = {}
+    cpu: dict[tuple[str, str, int], list[float]] = {}
+    chunks: dict[str, int] = {}
+    logs = open(work / "peers.log", "wb")  # noqa: SIM115  (closed below, after the peers stopped)
+    try:
+        with stack:
+            if have_portkey:
+                port = free_port()
+                proc = subprocess.Popen(["node", str(PORTKEY), f"--port={port}", "--headless"], cwd=PORTKEY.parent,
+                                        stdout=logs, stderr=subprocess.STDOUT)
+                procs.append(proc)
+                wait_http("portkey", f"http://127.0.0.1:{port}/", proc)
+                gateways.append(Gateway(
+                    "portkey", f"http://127.0.0.1:{port}/v1/chat/completions",
+                    {**json_headers, "Authorization": f"Bearer {os.environ[upstream['api_key_env']]}",
+                     "x-portkey-provider": "openai",
+                     "x-portkey-custom-host": f"http://{upstream['endpoints'][0]}/v1"},
+                    pids_of(proc)))
+            if have_litellm:
+                port = free_port()
+                proc = subprocess.Popen([str(LITELLM), "--config", str(work / "litellm.yaml"), "--host", "127.0.0.1",
+                                         "--port", str(port), "--num_workers", "1"], stdout=logs,
+                                        stderr=subprocess.STDOUT)
+                procs.append(proc)
+                wait_http("litellm", f"http://127.0.0.1:{port}/health/liveliness", proc)
+                gateways.append(Gateway("litellm", f"http://127.0.0.1:{port}/v1/chat/completions",
+                                        {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
+                                        pids_of(proc), shapes=("unary",)))
+            scripts: dict[tuple[str, str], Path] = {}
+            for gw in gateways:
+                if "stream" in gw.shapes:
+                    try:
+                        chunks[gw.name] = check_stream(gw)
+                    except RuntimeError as e:
+                        if gw.name == "modelyard":
+                            raise
+                        # Portkey 1.15.2 answers 500 ("immutable" headers) to the demo upstream's SSE here.
+                        print(f"{e}: its stream shape is left out (see {work / 'peers.log'})", flush=True)
+                        gw.shapes = tuple(s for s in gw.shapes if s != "stream")
+                for shape in gw.shapes:
+                    scripts[(gw.name, shape)] = work / f"{gw.name}-{shape}.lua"
+                    scripts[(gw.name, shape)].write_text(post_script(SHAPES[shape], gw.headers))
+                    tallies.append(Tally("peers", f"{gw.name} {shape} warm-up"))
+                    run_wrk(gw.url, 4, 2.0, scripts[(gw.name, shape)], tallies[-1])
+            print("stream data events per call: " + ", ".join(f"{k} {v}" for k, v in chunks.items()), flush=True)
             for i in range(a.rounds):
-                for conns in (1, 16):
-                    for name, url in targets.items():
-                        tallies.append(Tally("peers", f"{name} c={conns} round {i + 1}"))
-                        results.setdefault((name, conns), []).append(
-                            run_wrk(url, conns, a.seconds, script, tallies[-1]))
-        finally:
+                for shape in SHAPES:
+                    for conns in CONNS:
+                        for gw in gateways:
+                            if shape not in gw.shapes:
+                                continue
+                            key = (gw.name, shape, conns)
+                            tallies.append(Tally("peers", f"{gw.name} {shape} c={conns} round {i + 1}"))
+                            roots = gw.pids()
+                            before = tree_cpu_s(roots)
+                            run = run_wrk(gw.url, conns, a.seconds, scripts[(gw.name, shape)], tallies[-1])
+                            used = tree_cpu_s(roots) - before
+                            results.setdefault(key, []).append(run)
+                            if run.tally.ok:
+                                cpu.setdefault(key, []).append(used / run.tally.ok * 1e6)
+    finally:
+        for proc in procs:
             proc.terminate()
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        logs.close()
+    med: dict[tuple[str, str, int], dict[str, float]] = {}
+    print(f"\n{'gateway':<11}{'shape':<8}{'conns':>6}{'ok req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'cpu us/req':>12}")
+    for shape in SHAPES:
+        for conns in CONNS:
+            for gw in gateways:
+                key = (gw.name, shape, conns)
+                if key not in results:
+                    continue
+                runs = results[key]
+                med[key] = {"rps": statistics.median(r.ok_rps for r in runs),
+                            "p50_ms": statistics.median(r.p50_ms for r in runs),
+                            "p99_ms": statistics.median(r.p99_ms for r in runs),
+                            "cpu_us": statistics.median(cpu[key]) if cpu.get(key) else float("nan")}
+                m = med[key]
+                print(f"{gw.name:<11}{shape:<8}{conns:>6}{m['rps']:>10.0f}{m['p50_ms']:>9.2f}{m['p99_ms']:>9.2f}"
+                      f"{m['cpu_us']:>12.0f}")
     rows = []
-    print(f"{'case':<22}{'ok req/s':>10}{'p50 ms':>10}{'ratio':>8}")
-    for conns in (1, 16):
-        rps = {n: statistics.median(r.ok_rps for r in results[(n, conns)]) for n in ("litellm", "modelyard")}
-        p50 = {n: statistics.median(r.p50_ms for r in results[(n, conns)]) for n in ("litellm", "modelyard")}
-        ratio = rps["modelyard"] / rps["litellm"] if rps["litellm"] else float("nan")
-        for n in ("litellm", "modelyard"):
-            print(f"{n + f' c={conns}':<22}{rps[n]:>10.0f}{p50[n]:>10.2f}{(ratio if n == 'modelyard' else 1):>8.2f}")
-        rows.append({"bench": "peers", "case": f"demo c={conns}", "metric": "rps", "value": round(rps["modelyard"], 1),
-                     "unit": "req/s", "baseline": round(rps["litellm"], 1), "ratio": round(ratio, 2)})
+    for (name, shape, conns), m in med.items():
+        for metric, unit in (("rps", "req/s"), ("p50_ms", "ms"), ("cpu_us", "us/req")):
+            row = {"bench": "peers", "case": f"{name} {shape} c={conns}", "metric": metric,
+                   "value": round(m[metric], 3), "unit": unit}
+            base = med.get(("portkey", shape, conns)) if name != "portkey" else None
+            if base and base[metric]:
+                row.update(baseline=round(base[metric], 3), ratio=round(m[metric] / base[metric], 3))
+            rows.append(row)
+    # Issue 26's goals, each a ratio of medians in this run: (what, numerator, denominator, goal, <= or >=).
+    goals = [("unary c=16 cpu/req vs portkey", ("modelyard", "unary", 16, "cpu_us"), ("portkey", "unary", 16, "cpu_us"),
+              0.8, "<="),
+             ("unary c=16 req/s vs portkey", ("modelyard", "unary", 16, "rps"), ("portkey", "unary", 16, "rps"),
+              1.0, ">="),
+             ("unary c=1 p50 vs portkey", ("modelyard", "unary", 1, "p50_ms"), ("portkey", "unary", 1, "p50_ms"),
+              1.0, "<="),
+             ("stream c=16 cpu/req vs portkey", ("modelyard", "stream", 16, "cpu_us"),
+              ("portkey", "stream", 16, "cpu_us"), 1.0, "<="),
+             ("unary c=16 req/s vs litellm", ("modelyard", "unary", 16, "rps"), ("litellm", "unary", 16, "rps"),
+              15.0, ">=")]
+    print("\nratios (issue 26's goals):")
+    for what, num, den, goal, sense in goals:
+        n, d = med.get(num[:3]), med.get(den[:3])
+        if not n or not d or not d[den[3]]:
+            print(f"  {what:<34} -  ({den[0]} not run)")
+            continue
+        ratio = n[num[3]] / d[den[3]]
+        met = ratio <= goal if sense == "<=" else ratio >= goal
+        print(f"  {what:<34}{ratio:>7.2f}  goal {sense} {goal:g}: {'met' if met else 'NOT met'}")
+        rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(ratio, 3), "unit": "x",
+                     "baseline": goal, "ratio": round(ratio / goal, 3)})
     print("SUMMARY " + json.dumps(rows))
     return report(tallies)
 

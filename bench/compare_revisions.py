@@ -3,7 +3,7 @@
 For a change meant to make the request path cheaper: check the old commit out beside this tree
 (`git worktree add /tmp/base HEAD~3`) and run
 
-    .venv/bin/python bench/compare_revisions.py /tmp/base [--rounds 5] [--seconds 4]
+    .venv/bin/python bench/compare_revisions.py /tmp/base [--rounds 5] [--seconds 4] [--stream]
 
 Four stacks run at once, each with its own Envoy and upstream: `minimal` and `demo` (as in
 bench_gateway.py) for the other checkout's extproc (`base ...`) and for this tree's (`this ...`).
@@ -28,7 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_gateway import BODY, HEADERS, _config, _pid, cpu_s  # noqa: E402
+from bench.bench_gateway import BODY, HEADERS, STREAM_BODY, _config, _pid, cpu_s  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
@@ -60,12 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("base", type=Path, help="the other checkout (a git worktree)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--stream", action="store_true", help="the ~100-chunk SSE stream instead of the unary call")
     a = p.parse_args(argv)
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
     work = Path(tempfile.mkdtemp(prefix="bench-revs-"))
     script = work / "post.lua"
-    script.write_text(post_script(BODY, HEADERS))
+    script.write_text(post_script(STREAM_BODY if a.stream else BODY, HEADERS))
     stacks = {f"{who} {config}": _stack(work / f"{who}-{config}", config, code)
               for config in ("minimal", "demo") for who, code in (("base", a.base.resolve()), ("this", None))}
     tallies: list[Tally] = []

@@ -3,7 +3,7 @@
 It answers every phase Modelyard's Envoy config sends (request headers, buffered request body,
 response headers, buffered response body) and, like Modelyard, sets the cluster header and clears
 the route cache on the body step, so the request reaches the same upstream through the same
-Envoy. No auth, no parsing, no routing, no metering: what it costs per request is what grpc.aio
+Envoy, and switches an SSE answer's body to STREAMED (each chunk a message), as Modelyard does. No auth, no parsing, no routing, no metering: what it costs per request is what grpc.aio
 and four ext_proc round trips cost, the part of `extproc_cpu_us` no gateway logic can remove.
 bench/bench_gateway.py runs it beside Modelyard and reports Modelyard's CPU as a ratio to it.
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -42,7 +43,17 @@ def replies(cluster: str) -> dict[str | None, pb.ProcessingResponse]:
         r = pb.ProcessingResponse()
         getattr(r, kind).SetInParent()
         out[kind] = r
+    stream = pb.ProcessingResponse()
+    stream.response_headers.SetInParent()
+    stream.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.STREAMED
+    out["sse"] = stream
     return out
+
+
+def is_sse(req: pb.ProcessingRequest) -> bool:
+    """Response headers that announce an SSE stream (the one header look the floor pays for)."""
+    return any(h.key == "content-type" and h.raw_value.startswith(b"text/event-stream")
+               for h in req.response_headers.headers.headers)
 
 
 class FloorProcessor(ext_grpc.ExternalProcessorServicer):
@@ -52,7 +63,10 @@ class FloorProcessor(ext_grpc.ExternalProcessorServicer):
     async def Process(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         # read()/write(), as extproc/server.py does: the cheapest way grpc.aio offers.
         while (req := await context.read()) is not grpc.aio.EOF:
-            await context.write(self.replies[req.WhichOneof("request")])
+            kind = req.WhichOneof("request")
+            if kind == "response_headers" and is_sse(req):
+                kind = "sse"
+            await context.write(self.replies[kind])
 
 
 async def serve(address: str, cluster: str) -> None:

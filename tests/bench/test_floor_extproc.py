@@ -7,8 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 
-from bench.bench_gateway import BODY, HEADERS, _floor_stack
+from bench.bench_gateway import BODY, HEADERS, STREAM_BODY, _floor_stack
 from bench.floor_extproc import replies
 from controlplane.environments import EnvironmentConfig
 from tests.conftest import UPSTREAM_KEYS
@@ -16,6 +17,9 @@ from tests.conftest import UPSTREAM_KEYS
 
 def test_a_reply_for_every_message_envoy_sends() -> None:
     table = replies("demo-openai")
+    sse = table.pop("sse")  # an SSE answer's headers: switched to STREAMED, as Modelyard does
+    assert sse.WhichOneof("response") == "response_headers"
+    assert sse.mode_override.response_body_mode == processing_mode_pb2.ProcessingMode.STREAMED
     assert {k: r.WhichOneof("response") for k, r in table.items()} == {k: k for k in table}
     mutation = table["request_body"].request_body.response.header_mutation
     assert [(h.header.key, h.header.raw_value) for h in mutation.set_headers] == [
@@ -29,5 +33,9 @@ def test_the_floor_routes_through_envoy_to_the_upstream(tmp_path: Path) -> None:
         os.environ.setdefault(name, value)
     with _floor_stack(tmp_path / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1)) as stack:
         r = httpx.post(f"{stack.url}/v1/chat/completions", content=BODY, headers=HEADERS, timeout=10)
+        streamed = httpx.post(f"{stack.url}/v1/chat/completions", content=STREAM_BODY, headers=HEADERS, timeout=10)
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+    events = [ln for ln in streamed.text.splitlines() if ln.startswith("data: ")]
+    assert len(events) > 100 and events[-1] == "data: [DONE]"  # the bench's ~100-chunk stream, whole
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "[demo-openai] echo: hello from the benchmark"

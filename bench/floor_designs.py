@@ -1,0 +1,103 @@
+"""The floor of the 3-message unary design beside today's 4-message floor, in one run.
+
+A do-nothing ext_proc (bench/floor_extproc.py) behind Modelyard's Envoy config twice: as rendered
+(request headers, request body, response headers, response body) and with the response headers
+skipped (the design issue 26 asks about: status from `response.code`, headers set at request
+time). Interleaved rounds: CPU per request (Envoy + extproc) at c=16, ext_proc messages per
+request from Envoy's stats, p50 at one connection. docs/performance.md has the figures.
+
+    .venv/bin/python bench/floor_designs.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (  # noqa: E402
+    ExternalProcessor,
+    ProcessingModeHeaderSendMode,
+)
+from envoy_data_plane.google.protobuf import Any as AnyMsg  # noqa: E402
+
+from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid, cpu_s, extproc_stats  # noqa: E402
+from bench.outcomes import Tally, report  # noqa: E402
+from bench.wrk_load import post_script, run_wrk  # noqa: E402
+from controlplane import bootstrap  # noqa: E402
+from controlplane.environments import EnvironmentConfig  # noqa: E402
+from tests.conftest import UPSTREAM_KEYS  # noqa: E402
+
+_RENDERED = bootstrap._ext_proc_filter
+
+
+def _skipping_response_headers(*args: Any, **kwargs: Any) -> Any:
+    """The rendered ext_proc filter with `response_header_mode: SKIP`."""
+    f = _RENDERED(*args, **kwargs)
+    assert f.typed_config is not None
+    ext = ExternalProcessor.parse(f.typed_config.value)
+    assert ext.processing_mode is not None
+    ext.processing_mode.response_header_mode = ProcessingModeHeaderSendMode.SKIP
+    f.typed_config = AnyMsg.pack(ext)
+    return f
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=5)
+    a = p.parse_args(argv)
+    for k, v in UPSTREAM_KEYS.items():
+        os.environ.setdefault(k, v)
+    work = Path(tempfile.mkdtemp(prefix="floor-designs-"))
+    env = EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
+    stacks = {"4 messages": _floor_stack(work / "four", env), "3 messages": _floor_stack(work / "three", env)}
+    script = work / "post.lua"
+    script.write_text(post_script(BODY, HEADERS))
+    tallies: list[Tally] = []
+    cpu: dict[str, list[float]] = {}
+    msgs: dict[str, list[float]] = {}
+    p50: dict[str, list[float]] = {}
+    with stacks["4 messages"]:
+        bootstrap._ext_proc_filter = _skipping_response_headers  # the Envoy config is rendered at start
+        try:
+            stacks["3 messages"].start()
+        finally:
+            bootstrap._ext_proc_filter = _RENDERED
+        try:
+            for name, s in stacks.items():
+                tallies.append(Tally("floor-designs", f"{name} warm-up"))
+                run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, tallies[-1])
+            for i in range(a.rounds):
+                for name, s in stacks.items():
+                    url = f"{s.url}/v1/chat/completions"
+                    tallies.append(Tally("floor-designs", f"{name} c=1 round {i + 1}"))
+                    p50.setdefault(name, []).append(run_wrk(url, 1, 2, script, tallies[-1]).p50_ms)
+                    pids = [_pid(s, "extproc"), _pid(s, "envoy")]
+                    stats, before = extproc_stats(s), sum(cpu_s(pid) for pid in pids)
+                    tallies.append(Tally("floor-designs", f"{name} c=16 round {i + 1}"))
+                    run = run_wrk(url, 16, 3, script, tallies[-1])
+                    used, after = sum(cpu_s(pid) for pid in pids) - before, extproc_stats(s)
+                    if run.tally.ok:
+                        cpu.setdefault(name, []).append(used / run.tally.ok * 1e6)
+                    streams = after["streams_started"] - stats["streams_started"]
+                    if streams:
+                        msgs.setdefault(name, []).append((after["stream_msgs_sent"] - stats["stream_msgs_sent"]) / streams)
+        finally:
+            stacks["3 messages"].stop()
+    for name in stacks:
+        print(f"{name}: Envoy + extproc CPU {statistics.median(cpu[name]):.0f} us/req (rounds "
+              f"{', '.join(f'{x:.0f}' for x in cpu[name])}), {statistics.median(msgs[name]):.2f} ext_proc messages "
+              f"per request, p50 at c=1 {statistics.median(p50[name]):.2f} ms")
+    ratio = statistics.median(cpu["3 messages"]) / statistics.median(cpu["4 messages"])
+    print(f"3 messages / 4 messages CPU: {ratio:.3f}")
+    return report(tallies)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
