@@ -56,13 +56,14 @@ from adapters.internal import (
     message_text,
 )
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
+from adapters.passthrough import with_model
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 from modelyard.errors import ClientError, ModelyardError, default_type
 
 __all__ = [
     "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request",
     "request_target", "render_request", "parse_response", "render_response", "StreamDecoder", "StreamEncoder",
-    "render_error", "parse_error", "client_api_key",
+    "render_error", "parse_error", "client_api_key", "check_query", "passthrough_body",
 ]
 
 PATH = "/v1/messages"
@@ -540,7 +541,7 @@ def parse_response(body: bytes) -> ChatResponse:
                         tuple(calls), reason, usage)
 
 
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
+def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     content: list[dict] = []
     text = resp.content or resp.refusal
     if text:
@@ -860,3 +861,13 @@ def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str 
     if auth and auth[:7].lower() == "bearer ":
         return auth[7:].strip() or None
     return None
+
+
+# -- the request as the client sent it -----------------------------------------------------------
+def check_query(query: Mapping[str, str], *, stream_hint: bool) -> None:
+    """Nothing in the query string changes an Anthropic request."""
+
+
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """The client's own body for an Anthropic upstream: streams report usage unasked."""
+    return with_model(body, req, upstream_model), False

@@ -27,6 +27,7 @@ __all__ = [
     "parse_openai_request", "openai_target", "render_openai_request", "parse_openai_response", "render_openai_response",
     "parse_gemini_request", "render_gemini_request", "parse_gemini_response", "render_gemini_response",
     "parse_request", "render_request", "parse_response", "render_response", "openai_usage",
+    "passes_through", "passthrough_request",
 ]
 
 OPENAI_PATH = "/v1/embeddings"
@@ -383,3 +384,17 @@ def render_response(shape: Shape, resp: EmbeddingResponse, *, model: str, req: E
     if shape == "openai":
         return render_openai_response(resp, model=model, req=req)
     return render_gemini_response(resp, batch=shape == "gemini-batch")
+
+
+# -- same protocol both ways -----------------------------------------------------------------------
+def passes_through(shape: Shape, protocol: str) -> bool:
+    """An OpenAI caller of an OpenAI upstream keeps its own bytes both ways (only the model swapped)."""
+    return shape == "openai" and protocol == "openai"
+
+
+def passthrough_request(body: bytes, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
+    """The OpenAI caller's own body, only the model name swapped for the upstream's."""
+    data = orjson.loads(body)
+    data["model"] = upstream_model
+    path, headers = openai_target(credential)
+    return UpstreamRequest(path, headers, orjson.dumps(data))

@@ -67,6 +67,7 @@ from modelyard.errors import ClientError, ModelyardError
 __all__ = [
     "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response", "render_response",
     "StreamDecoder", "StreamEncoder", "render_error", "parse_error", "client_api_key", "request_path",
+    "check_query", "passthrough_body",
 ]
 
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("x-goog-api-key", "authorization")
@@ -672,7 +673,7 @@ def _usage_meta(i: int, o: int) -> dict:
     return {"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": i + o}
 
 
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
+def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     parts: list[dict] = []
     text = resp.content or resp.refusal
     if text:
@@ -954,3 +955,15 @@ def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str 
     if q:
         return q
     return None
+
+
+# -- the request as the client sent it -----------------------------------------------------------
+def check_query(query: Mapping[str, str], *, stream_hint: bool) -> None:
+    """`streamGenerateContent` answers in server-sent events only when asked with `alt=sse`."""
+    if stream_hint and query.get("alt") != "sse":
+        raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
+
+
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """The client's own body as sent: a Gemini request names its model in the path."""
+    return body, False

@@ -51,13 +51,14 @@ from adapters.internal import (
     message_text,
 )
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
+from adapters.passthrough import with_model
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 from modelyard.errors import ClientError, default_type
 
 __all__ = [
     "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
     "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error",
-    "client_api_key",
+    "client_api_key", "check_query", "passthrough_body",
 ]
 
 PATH = "/v1/chat/completions"
@@ -448,7 +449,7 @@ def parse_response(body: bytes) -> ChatResponse:
 
 
 
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
+def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     empty = not resp.content and (resp.tool_calls or resp.refusal)
     msg: dict = {"role": "assistant", "content": None if empty else resp.content, "refusal": resp.refusal}
     if resp.tool_calls:
@@ -650,3 +651,14 @@ def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str 
         return auth[7:].strip() or None
     return None
 
+
+# -- the request as the client sent it -----------------------------------------------------------
+def check_query(query: Mapping[str, str], *, stream_hint: bool) -> None:
+    """Nothing in the query string changes an OpenAI request."""
+
+
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """The client's own body for an OpenAI upstream; a stream gets usage switched on (True) so it
+    can be metered, and the usage chunk the client did not ask for is stripped on the way back."""
+    inject = req.stream and not req.include_usage
+    return with_model(body, req, upstream_model, include_usage=inject), inject

@@ -58,12 +58,14 @@ from adapters.internal import (
     message_text,
 )
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
+from adapters.passthrough import with_model
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 from modelyard.errors import ClientError
 
 __all__ = [
     "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
     "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error", "client_api_key",
+    "check_query", "passthrough_body",
 ]
 
 PATH = "/v1/responses"
@@ -791,3 +793,12 @@ class StreamEncoder:
                 self._close_all(parts)
                 self._emit(parts, "response.failed", {"response": self._snapshot("failed", ev.message)})
         return b"".join(parts)
+
+
+# -- the request as the client sent it -----------------------------------------------------------
+check_query = openai.check_query
+
+
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """The client's own body for a Responses upstream: its streams report usage unasked."""
+    return with_model(body, req, upstream_model), False
