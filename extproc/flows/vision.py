@@ -148,7 +148,7 @@ class _VisionFlow:
         strip = list(strip or [])
         if self.grpc:
             strip.append(kserve_binary.HEADER)  # the tensors now travel as raw contents
-        # A REST deployment's call has no deadline of its own here (Envoy's route timeout bounds it).
+        # A REST call sets no deadline of its own (as it never did): the route's timeout bounds it.
         return self.call.request(path, body, {"content-type": content_type}, cluster=cluster,
                                  deadline="grpc" if self.grpc else None, extra=extra or (), strip=strip)
 
