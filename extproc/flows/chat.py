@@ -20,7 +20,8 @@ from adapters.upstream_errors import log_excerpt
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
-from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, sized, upstream_error_status
+from extproc.flows.offload import sized
+from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.headers import CLUSTER_HEADER, UPSTREAM_ATTEMPTS_HEADER, UPSTREAM_HOST_HEADER
 from modelyard.errors import ClientError, ModelyardError

@@ -19,7 +19,8 @@ from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
-from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, sized, upstream_error_status
+from extproc.flows.offload import sized
+from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from modelyard.errors import ModelyardError
 

@@ -9,10 +9,9 @@ the caller's trace.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Literal, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from adapters.internal import Usage
 from adapters.registry import CLIENT_AUTH_HEADERS
@@ -31,24 +30,15 @@ from extproc.headers import (
     UPSTREAM_TIMEOUT_HEADER,
 )
 
-T = TypeVar("T")
-
-# The body must come back uncompressed for translation and metering.
+# No client credential and none of the caller's routing hints go upstream; the body must come
+# back uncompressed for translation and metering.
 STRIP_UPSTREAM = (*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER)
 # The route stamps them on the answer for the extproc alone (failover); the caller never sees them.
 ROUTE_ANSWER_HEADERS = (UPSTREAM_HOST_HEADER, UPSTREAM_ATTEMPTS_HEADER)
-# Bodies past this are parsed in a worker thread so the event loop keeps serving other streams;
-# the parsers bound depth and value counts before building anything (docs/security.md).
-INLINE_PARSE_BYTES = 64 * 1024
 
 # How the deployment's timeout_ms reaches the call: Envoy's router header (it reads and strips
 # it), or a gRPC upstream's own grpc-timeout (with `te: trailers`, which gRPC requires).
 Deadline = Literal["router", "grpc"]
-
-
-async def sized(work: Callable[[], T], nbytes: int) -> T:
-    """`work()` inline for a small body, in a worker thread for a large one."""
-    return work() if nbytes <= INLINE_PARSE_BYTES else await asyncio.to_thread(work)
 
 
 def upstream_error_status(status: int) -> int:
