@@ -7,7 +7,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from adapters.internal import Usage
 from extproc.context import RequestContext
-from extproc.flows.upstream import STRIP_UPSTREAM, UpstreamCall, upstream_error_status
+from extproc.flows.upstream import STRIP_UPSTREAM, Deadline, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.routing import RouteRequest
 
@@ -54,11 +54,11 @@ def test_router_deadline_cluster_task_and_credentials(gateway: Gateway) -> None:
     pytest.param("grpc", {"te": "trailers", "grpc-timeout": "{ms}m"}, id="grpc-timeout"),
     pytest.param(None, {}, id="none"),
 ])
-def test_other_deadlines(gateway: Gateway, deadline: str | None, expected: dict[str, str]) -> None:
+def test_other_deadlines(gateway: Gateway, deadline: Deadline | None, expected: dict[str, str]) -> None:
     call = _call(gateway, "demo-colors", task="image-classification")
     assert call.choice is not None
     ms = call.choice.deployment.timeout_ms
-    r = call.request("/p", b"x", {"content-type": "application/grpc"}, deadline=deadline,  # type: ignore[arg-type]
+    r = call.request("/p", b"x", {"content-type": "application/grpc"}, deadline=deadline,
                      cluster="own-cluster", extra=[("x-extra", "1")], strip=["x-binary"], replace_body=False)
     hs, removed, common = _sent(r)
     assert {k: v for k, v in hs.items() if k in ("te", "grpc-timeout")} == \
