@@ -13,6 +13,7 @@ WORKDIR /src
 RUN python -m venv /opt/modelyard
 COPY pyproject.toml README.md ./
 COPY modelyard ./modelyard
+COPY contracts ./contracts
 COPY extproc ./extproc
 COPY adapters ./adapters
 COPY kernels ./kernels

@@ -7,12 +7,13 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from adapters.json_shape import check_shape, surely_within
+from adapters.json_types import JSONArray, JSONObject
 from adapters.upstream_errors import provider_message
 from modelyard.errors import ClientError, UpstreamError
 
 # ---- field validation shared by the protocol parsers (each raises ClientError 400) ----------
 
-def load_object(body: bytes, what: str = "request body", *, max_values: int | None = None) -> dict:
+def load_object(body: bytes, what: str = "request body", *, max_values: int | None = None) -> JSONObject:
     """Parse JSON text that must be an object; its depth (and value count) is checked first."""
     if not surely_within(body, max_values=max_values):
         check_shape(body, max_values=max_values, what=what)
@@ -25,14 +26,14 @@ def load_object(body: bytes, what: str = "request body", *, max_values: int | No
     return obj
 
 
-def opt_str(obj: dict, key: str, where: str) -> str | None:
+def opt_str(obj: JSONObject, key: str, where: str) -> str | None:
     v = obj.get(key)
     if v is None or type(v) is str:
         return v
     raise ClientError(f"{where}.{key} must be a string")
 
 
-def req_str(obj: dict, key: str, where: str) -> str:
+def req_str(obj: JSONObject, key: str, where: str) -> str:
     v = obj.get(key)
     if type(v) is str and v:
         return v
@@ -41,7 +42,7 @@ def req_str(obj: dict, key: str, where: str) -> str:
     raise ClientError(f"{where}.{key} must be a non-empty string")
 
 
-def opt_number(obj: dict, key: str, where: str, lo: float, hi: float) -> float | None:
+def opt_number(obj: JSONObject, key: str, where: str, lo: float, hi: float) -> float | None:
     v = obj.get(key)
     if v is None:
         return None
@@ -52,7 +53,7 @@ def opt_number(obj: dict, key: str, where: str, lo: float, hi: float) -> float |
     return float(v)
 
 
-def opt_int(obj: dict, key: str, where: str, lo: int = 1) -> int | None:
+def opt_int(obj: JSONObject, key: str, where: str, lo: int = 1) -> int | None:
     v = obj.get(key)
     if v is None:
         return None
@@ -61,7 +62,7 @@ def opt_int(obj: dict, key: str, where: str, lo: int = 1) -> int | None:
     return v
 
 
-def opt_bool(obj: dict, key: str, where: str) -> bool:
+def opt_bool(obj: JSONObject, key: str, where: str) -> bool:
     v = obj.get(key)
     if v is None:
         return False
@@ -70,7 +71,7 @@ def opt_bool(obj: dict, key: str, where: str) -> bool:
     return v
 
 
-def opt_list(obj: dict, key: str, where: str) -> list:
+def opt_list(obj: JSONObject, key: str, where: str) -> JSONArray:
     v = obj.get(key)
     if v is None:
         return []
@@ -79,7 +80,7 @@ def opt_list(obj: dict, key: str, where: str) -> list:
     return v
 
 
-def as_object(v: object, where: str) -> dict:
+def as_object(v: object, where: str) -> JSONObject:
     if type(v) is not dict:
         raise ClientError(f"{where} must be an object")
     return v
@@ -108,7 +109,7 @@ def bad_upstream(what: str) -> UpstreamError:
 
 
 def arguments_object(arguments: str, *, name: str = "",
-                     error: Callable[[str], Exception] = ClientError) -> dict:
+                     error: Callable[[str], Exception] = ClientError) -> JSONObject:
     """Tool-call arguments text as the object Anthropic and Gemini want ("" means no arguments).
     Text that is not a JSON object raises `error` (ClientError for a request, UpstreamError for
     an upstream's answer): guessing `{}` would run the tool with arguments nobody sent."""

@@ -8,7 +8,12 @@ parameters. All types are frozen, slotted dataclasses; adapters build them once 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import TYPE_CHECKING, Literal, Union
+
+if TYPE_CHECKING:
+    from adapters.cloud_targets import CloudTarget
+
+from adapters.json_types import JSONObject
 
 __all__ = [
     "Role", "FinishReason", "TextPart", "ImagePart", "DocumentPart", "ContentPart", "ToolCall", "ToolDef",
@@ -63,7 +68,7 @@ class ToolCall:
 class ToolDef:
     name: str
     description: str | None = None
-    parameters: dict | None = None  # JSON Schema
+    parameters: JSONObject | None = None  # JSON Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +82,7 @@ class ResponseFormat:
     """Structured output: any JSON object, or one matching `schema` (JSON Schema)."""
 
     type: Literal["json_object", "json_schema"]
-    schema: dict | None = None
+    schema: JSONObject | None = None
     name: str | None = None
     strict: bool | None = None
 
@@ -88,6 +93,8 @@ class RenderOptions:
 
     # Older OpenAI-compatible servers know only `max_tokens`; OpenAI's reasoning models reject it.
     legacy_max_tokens: bool = False
+    # A cloud upstream's deployment facts and current credentials (adapters.cloud_targets).
+    cloud: CloudTarget | None = None
 
 
 @dataclass(frozen=True, slots=True)

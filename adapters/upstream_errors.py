@@ -50,10 +50,12 @@ def provider_message(body: bytes) -> str | None:
     return sanitize(msg) if type(msg) is str else None
 
 
-def client_text(status: int, body: bytes) -> str:
-    """The message a caller sees: `upstream error (HTTP 500)`, plus the provider's own when usable."""
+def client_text(status: int, body: bytes, task_id: str = "") -> str:
+    """The message a caller sees: `upstream error (HTTP 500)`, plus the provider's own when usable,
+    and the task id the gateway logged the whole reply under, for whoever the caller asks."""
     detail = provider_message(body)
-    return f"upstream error (HTTP {status})" + (f": {detail}" if detail else "")
+    return (f"upstream error (HTTP {status})" + (f": {detail}" if detail else "")
+            + (f" (task {task_id})" if task_id else ""))
 
 
 def log_excerpt(body: bytes) -> str:

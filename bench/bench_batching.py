@@ -63,7 +63,7 @@ async def _grpc_caller(url: str, model: str, colour: str, until: float, lat: lis
     import tritonclient.grpc.aio as triton_aio
     from tritonclient.utils import InferenceServerException
 
-    from extproc.config import TensorInput
+    from contracts.config import TensorInput
     from kernels import PreprocessSpec, preprocess
     from tests.vision_stack import COLOURS
 

@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
+from contracts.config import parse_config  # noqa: E402
+from contracts.workers import default_workers  # noqa: E402
 from controlplane.bootstrap import bootstrap_dict, build_bootstrap  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
 from devstack.launcher import Child, Stack, envoy_binary  # noqa: E402
-from extproc.config import parse_config  # noqa: E402
-from extproc.workers import default_workers  # noqa: E402
 from tests.conftest import UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, free_port, free_ports_run, start_stack  # noqa: E402
 

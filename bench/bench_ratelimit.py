@@ -23,7 +23,8 @@ import orjson
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bench.outcomes import Tally, report  # noqa: E402
-from ratelimit import Limiter, RequestContext, parse_config  # noqa: E402
+from contracts.config.ratelimit import parse_config  # noqa: E402
+from ratelimit import Limiter, RequestContext  # noqa: E402
 from tests.ratelimit.redis_server import RedisServer  # noqa: E402
 
 LIMITS = [

@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from extproc.config import GatewayConfig, parse_config  # noqa: E402
+from contracts.config import GatewayConfig, parse_config  # noqa: E402
+from contracts.watermarks import Reading  # noqa: E402
 from extproc.routing import RouteRequest, Scheduler  # noqa: E402
-from extproc.routing.watermarks import Reading  # noqa: E402
 
 DEPLOYMENTS_PER_MODEL = 4
 

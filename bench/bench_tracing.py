@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from envoy.config.core.v3 import base_pb2  # noqa: E402
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb  # noqa: E402
 
-from extproc.config import parse_config  # noqa: E402
+from contracts.config import parse_config  # noqa: E402
 from extproc.gateway import Gateway  # noqa: E402
 from extproc.service import build_routes, build_tracing  # noqa: E402
 from extproc.session import Session  # noqa: E402

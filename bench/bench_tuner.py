@@ -18,7 +18,8 @@ import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from ratelimit import bucket, parse_config  # noqa: E402
+from contracts.config.ratelimit import parse_config  # noqa: E402
+from ratelimit import bucket  # noqa: E402
 from ratelimit.bucket import NANO, US, BucketParams  # noqa: E402
 from ratelimit.tuning.frontier import auto_rates, sweep  # noqa: E402
 from ratelimit.tuning.replay import count  # noqa: E402

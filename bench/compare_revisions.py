@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_gateway import BODY, HEADERS, _config, _pid, cpu_s  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
+from contracts.config import parse_config  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
 from devstack.launcher import Stack  # noqa: E402
-from extproc.config import parse_config  # noqa: E402
 from tests.conftest import UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, start_stack  # noqa: E402
 

@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from extproc.headers import CLUSTER_HEADER  # noqa: E402
+from contracts.envoy_names import CLUSTER_HEADER  # noqa: E402
 from extproc.service import loop_factory  # noqa: E402
 
 

@@ -13,8 +13,8 @@ from envoy_data_plane.envoy.config.core.v3 import (
 )
 from envoy_data_plane.envoy.config.route.v3 import RouteActionHashPolicy, RouteActionHashPolicyHeader
 
-from extproc.config import Deployment, GatewayConfig
-from extproc.config.balancing import HealthCheckConfig
+from contracts.config import Deployment, GatewayConfig
+from contracts.config.balancing import HealthCheckConfig
 
 _POLICIES = {
     "round_robin": ClusterLbPolicy.ROUND_ROBIN,

@@ -113,25 +113,31 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 from google.protobuf import json_format
 
-from controlplane.access_log import access_log
-from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
-from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
-from controlplane.overload import overload_manager
-from controlplane.stats_listener import admin_cluster, stats_listener
-from controlplane.upstream_tls import TlsSettings, tls_transport_socket
-from extproc.config import Deployment, GatewayConfig
-from extproc.headers import (
+from contracts.config import Deployment, GatewayConfig
+from contracts.envoy_names import (
     CLUSTER_HEADER,
+    EXT_PROC_FILTER,
     EXTPROC_CLUSTER,
+    SOURCE_ADDRESS_ATTRIBUTE,
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
     WAIT_MARGIN_S,
     XLATE_METADATA,
+    aggregate_name,
     grpc_bridge_cluster,
+    xlate_metadata,
+    xlate_name,
 )
-from extproc.routing.failover import aggregate_name, failover_groups, translation_hops, xlate_name
-from extproc.workers import worker_addresses, worker_count
+from contracts.failover import failover_groups, translation_hops
+from contracts.workers import worker_addresses, worker_count
+from controlplane.access_log import access_log
+from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
+from controlplane.compression import compressor_filters, decompressor_filters
+from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
+from controlplane.overload import overload_manager
+from controlplane.stats_listener import admin_cluster, stats_listener
+from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
@@ -320,12 +326,13 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
         # A task long poll extends its message's timer once, to its wait plus a margin.
         max_message_timeout=_secs(max(env.timeouts.extproc_message_s + queue_wait_s, long_poll_s + WAIT_MARGIN_S)),
         # The extproc sets x-envoy-upstream-rq-timeout-ms (the deployment's timeout_ms) for the router.
-        mutation_rules=HeaderMutationRules(allow_envoy=True),
+        # Bedrock's SigV4 signs Host: the extproc sets the Host it signed (allow_all_routing permits it).
+        mutation_rules=HeaderMutationRules(allow_envoy=True, allow_all_routing=True),
     )
     if not xlate:
         # The caller's address for the audit log, as Envoy resolved it (trusted XFF hops applied).
-        ext.request_attributes = ["source.address"]
-    return HttpFilter(name="envoy.filters.http.ext_proc", typed_config=AnyMsg.pack(ext))
+        ext.request_attributes = [SOURCE_ADDRESS_ATTRIBUTE]
+    return HttpFilter(name=EXT_PROC_FILTER, typed_config=AnyMsg.pack(ext))
 
 
 def _rate_limit_filter(rls: RateLimitServiceSettings) -> HttpFilter:
@@ -398,7 +405,7 @@ def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: Envi
     """An internal listener: a failover retry arrives in `from_protocol`; its ext_proc stream
     re-renders it for `target` and translates the answer back; the route goes to `target`."""
     name = xlate_name(from_protocol, target)
-    return _internal_listener(name, target, [_ext_proc_filter(env, xlate=f"{from_protocol}~{target}")], cfg, env)
+    return _internal_listener(name, target, [_ext_proc_filter(env, xlate=xlate_metadata(from_protocol, target))], cfg, env)
 
 
 def _grpc_bridge_listener(cluster: str, cfg: GatewayConfig, env: EnvironmentConfig) -> Listener:
@@ -439,7 +446,9 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         raise ConfigError(f"a deployment queue waits up to {queue_wait_s:g}s (queue.max_wait_s), not less than "
                           f"environment {env.name!r} edge.request_timeout_s ({env.edge.request_timeout_s:g}s)")
     tasks = cfg.extproc.tasks
-    filters = [_ext_proc_filter(env, queue_wait_s=queue_wait_s,
+    # Inflate before the extproc reads a body; compress what it answers (encoders run in reverse).
+    filters = [*decompressor_filters(env.compression), *compressor_filters(env.compression),
+               _ext_proc_filter(env, queue_wait_s=queue_wait_s,
                                 long_poll_s=tasks.max_wait_s if tasks is not None else 0.0)]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
@@ -466,7 +475,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         filter_chains=[FilterChain(filters=[Filter(
             name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])],
     )
-    # Listed replicas, else this host's workers (extproc/workers.py: address port + 0..N-1).
+    # Listed replicas, else this host's workers (contracts/workers.py: address port + 0..N-1).
     extproc_endpoints = env.extproc_endpoints or worker_addresses(cfg.extproc.address,
                                                                   worker_count(cfg.extproc.workers))
     extproc = _cluster(EXTPROC_CLUSTER, extproc_endpoints, h2=True, tls=_extproc_tls(env, extproc_endpoints),

@@ -10,7 +10,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from extproc.config import ConfigError
+from modelyard.errors import ConfigError
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "envoy" / "environments"
 
@@ -101,6 +101,19 @@ class StatsSettings(_Env):
     port: int = Field(9902, ge=1, le=65535)
 
 
+Encoding = Literal["gzip", "br", "zstd"]
+_ALL_ENCODINGS: tuple[Encoding, ...] = ("gzip", "br", "zstd")
+
+
+class CompressionSettings(_Env):
+    """Request bodies in these encodings are inflated by Envoy before the extproc reads them; answers
+    are compressed in `response_encodings` (first preferred) for clients that accept one."""
+
+    request_encodings: list[Encoding] = Field(default_factory=lambda: list(_ALL_ENCODINGS))
+    response_encodings: list[Encoding] = Field(default_factory=list)
+    min_response_bytes: int = Field(256, ge=0)
+
+
 class ListenerOverride(_Env):
     address: str | None = None
     port: int | None = Field(None, ge=0, le=65535)
@@ -123,6 +136,7 @@ class EnvironmentConfig(_Env):
     rate_limit_service: RateLimitServiceSettings | None = None
     edge: EdgeSettings = EdgeSettings()
     overload: OverloadSettings = OverloadSettings()
+    compression: CompressionSettings = CompressionSettings()
 
     @model_validator(mode="after")
     def _stats_need_admin(self) -> "EnvironmentConfig":

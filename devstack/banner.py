@@ -11,7 +11,7 @@ import shlex
 
 import orjson
 
-from extproc.config import GatewayConfig, hash_api_key
+from contracts.config import GatewayConfig, hash_api_key
 
 DEMO_KEY = "sk-modelyard-demo"  # public: its digest ships in modelyard.yaml for the demo tenants
 KEY_PLACEHOLDER = "$MODELYARD_API_KEY"

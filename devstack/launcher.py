@@ -24,12 +24,12 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
+from contracts.config import Deployment, GatewayConfig, config_path, load_config
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import AdminSettings, EnvironmentConfig, load_environment
 from devstack.banner import banner
 from devstack.child import Child
 from devstack.supervisor import Backoff, Supervisor
-from extproc.config import GatewayConfig, config_path, load_config
 from modelyard.errors import ConfigError
 
 _DEMO_SERVERS = {
@@ -37,7 +37,23 @@ _DEMO_SERVERS = {
     "anthropic": "devstack.demo.anthropic_server",
     "gemini": "devstack.demo.gemini_server",
     "kserve-grpc": "devstack.demo.kserve_server",
+    "azure-openai": "devstack.demo.azure_server",
+    "bedrock": "devstack.demo.bedrock_server",
+    "vertex": "devstack.demo.vertex_server",
 }
+
+
+def _cloud_demo_args(dep: Deployment) -> list[str]:
+    """What a cloud demo checks callers against: Bedrock's region and credentials file, Vertex's
+    project, location and service-account file."""
+    if dep.bedrock is not None:
+        b = dep.bedrock
+        return ["--region", b.region, "--profile", b.profile or "default",
+                *(["--credentials-file", b.credentials_file] if b.credentials_file else [])]
+    if dep.vertex is not None and dep.vertex.credentials_file:
+        v = dep.vertex
+        return ["--project", v.project, "--location", v.location, "--service-account-file", dep.vertex.credentials_file]
+    return []
 
 
 def envoy_binary() -> str:
@@ -73,6 +89,7 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Chil
                 # It names the variable; the value reaches it through the environment, off `ps`.
                 if dep.api_key_env and os.environ.get(dep.api_key_env) and dep.protocol != "kserve-grpc":
                     argv += ["--require-key-env", dep.api_key_env]
+                argv += _cloud_demo_args(dep)
                 ready = ("tcp", ep) if dep.protocol == "kserve-grpc" else ("http", f"http://{ep}/health")
                 out.append(Child(f"{name}@{port}", argv, ready))
         if dep.watermark and dep.watermark.kind == "agent":

@@ -30,7 +30,8 @@ class Accountant:
         choice.release_slot()  # first: the next waiter goes while we meter this one
         model = choice.model
         if upstream_ok is not None:  # a client that leaves or our own error must not cool a deployment down
-            self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s, now=time.monotonic())
+            self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s, now=time.monotonic(),
+                                  tenant=ctx.tenant_name)
         latency, ttft, tokens_in, tokens_out = model_series(model.name, choice.deployment.cluster)
         requests_series(model.name, choice.deployment.cluster, status).inc()
         latency.observe(latency_s)
@@ -71,9 +72,9 @@ class Accountant:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
-    def record_failure(self, cluster: str) -> None:
-        """A deployment failed before answering (Envoy failed over to a peer)."""
-        self.scheduler.record(cluster, 0.0, False, now=time.monotonic())
+    def record_failure(self, cluster: str, tenant: str) -> None:
+        """A deployment failed `tenant`'s call before answering (Envoy failed over to a peer)."""
+        self.scheduler.record(cluster, 0.0, False, now=time.monotonic(), tenant=tenant)
 
     async def close(self) -> None:
         if self._background:

@@ -7,7 +7,7 @@ import hmac
 from collections.abc import Mapping
 
 from adapters.registry import PROTOCOLS
-from extproc.config import TenantConfig
+from contracts.config import TenantConfig
 
 
 class KeyRing:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from extproc.config import BatchingConfig
+from contracts.config import BatchingConfig
 from extproc.telemetry.metrics import BATCH_FALLBACKS, BATCH_MEMBERS, BATCH_QUEUE_DELAY, BATCH_SIZE
 
 HARD_CAP = 32  # rows (images) per merged call, whatever the config says: a guard against OOM

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from extproc.config import Deployment, GatewayConfig, ModelConfig, TenantConfig
-from extproc.routing.failover import aggregate_name, failover_groups, parse_xlate
-from modelyard.errors import NotFound, UpstreamError
+from contracts.config import Deployment, GatewayConfig, ModelConfig, TenantConfig
+from contracts.envoy_names import aggregate_name, parse_xlate
+from contracts.failover import failover_groups
+from modelyard.errors import UnknownModel, UpstreamError
 
 
 class Catalog:
@@ -26,7 +27,7 @@ class Catalog:
         """A model the tenant may use; unknown and forbidden look the same so keys can't probe."""
         model = self.models.get(name)
         if model is None or tenant is None or not tenant.may_use(name):
-            raise NotFound(f"The model `{name}` does not exist or you do not have access to it.")
+            raise UnknownModel(f"The model `{name}` does not exist or you do not have access to it.")
         return model
 
     def deployment(self, cluster: str) -> tuple[ModelConfig, Deployment]:

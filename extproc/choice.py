@@ -5,8 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from extproc.config import Deployment, ModelConfig
-from extproc.headers import ARM_HEADER, CHANNEL_HEADER, CLUSTER_HEADER, MODEL_HEADER, QUEUE_WAIT_HEADER, STRATEGY_HEADER
+from contracts.config import Deployment, ModelConfig
+from contracts.envoy_names import (
+    ARM_HEADER,
+    CHANNEL_HEADER,
+    CLUSTER_HEADER,
+    MODEL_HEADER,
+    QUEUE_WAIT_HEADER,
+    STRATEGY_HEADER,
+)
 from ratelimit import Reservation
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ from functools import lru_cache
 
 from prometheus_client import Gauge, Histogram
 
-from extproc.config import GatewayConfig
-from extproc.config.queueing import TIERS
-from extproc.config.service_levels import Tier
+from contracts.config import GatewayConfig
+from contracts.config.queueing import TIERS
+from contracts.config.service_levels import Tier
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
 from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
 from modelyard.errors import ClientError, Unavailable

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
+from contracts.config import TenantConfig
+from contracts.envoy_names import TASK_ID_HEADER
 from extproc import messages as msg
-from extproc.config import TenantConfig
-from extproc.headers import TASK_ID_HEADER
 
 if TYPE_CHECKING:  # only the composition root loads tracing, and only when it is configured
     from extproc.telemetry.tracing import RequestTrace

@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
+from contracts.envoy_names import CHANNEL_HEADER, STRATEGY_HEADER
+from contracts.watermarks import Reading
 from extproc.choice import Choice
 from extproc.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
-from extproc.headers import CHANNEL_HEADER, STRATEGY_HEADER
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
-from extproc.routing.watermarks import Reading
 from extproc.telemetry.metrics import FAIL_OPEN, FAIL_OPEN_ACTIVE
 from modelyard.errors import ClientError, ModelyardError
 from ratelimit import Limiter

@@ -12,11 +12,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from contracts.config import GatewayConfig
 from extproc.accounting import Accountant
 from extproc.auth import KeyRing
 from extproc.batching import Batcher
 from extproc.catalog import Catalog
-from extproc.config import GatewayConfig
 from extproc.dispatch import Dispatcher
 from extproc.kserve_probe import KServeProbe
 from extproc.routing import Scheduler

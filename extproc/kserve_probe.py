@@ -24,7 +24,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from adapters import kserve_meta
-from extproc.config import Deployment
+from contracts.config import Deployment
 from modelyard.errors import ModelyardError, NotFound, Unavailable, UpstreamError
 
 log = logging.getLogger("modelyard.kserve_probe")

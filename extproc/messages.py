@@ -15,6 +15,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import duration_pb2
 
+from contracts.envoy_names import EXT_PROC_FILTER, SOURCE_ADDRESS_ATTRIBUTE
+
 ProcessingRequest = pb.ProcessingRequest
 ProcessingResponse = pb.ProcessingResponse
 
@@ -141,9 +143,9 @@ def immediate(status: int, body: bytes, headers: HeaderPairs = (), details: str 
 def client_address(req: pb.ProcessingRequest, headers: Headers) -> str:
     """The caller's address: Envoy's `source.address` attribute (its view after the trusted
     X-Forwarded-For hops), else the last X-Forwarded-For entry (the one Envoy appended)."""
-    attrs = req.attributes.get("envoy.filters.http.ext_proc")
-    if attrs is not None and "source.address" in attrs.fields:
-        return attrs.fields["source.address"].string_value
+    attrs = req.attributes.get(EXT_PROC_FILTER)
+    if attrs is not None and SOURCE_ADDRESS_ATTRIBUTE in attrs.fields:
+        return attrs.fields[SOURCE_ADDRESS_ATTRIBUTE].string_value
     return headers.get("x-forwarded-for", "").rpartition(",")[2].strip()
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from extproc import messages as msg
-from extproc.headers import (
+from contracts.envoy_names import (
     ARM_HEADER,
     CHANNEL_HEADER,
     CLUSTER_HEADER,
@@ -20,6 +19,7 @@ from extproc.headers import (
     STRATEGY_HEADER,
     TASK_ID_HEADER,
 )
+from extproc import messages as msg
 
 PREFIX = "x-modelyard-"
 PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADER, CHANNEL_HEADER, STRATEGY_HEADER,

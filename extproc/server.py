@@ -15,10 +15,10 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from extproc.config import GatewayConfig
+from contracts.config import GatewayConfig
+from contracts.envoy_names import XLATE_METADATA
 from extproc.context import Interim
 from extproc.gateway import Gateway
-from extproc.headers import XLATE_METADATA
 from extproc.routes import RouteTable
 from extproc.session import Session
 

@@ -17,8 +17,9 @@ from urllib.parse import unquote, urlsplit
 
 from adapters import embeddings, kserve, kserve_grpc
 from adapters.registry import detect_client_protocol
+from contracts.config import GatewayConfig, config_path, load_config
+from contracts.workers import shifted, worker_count
 from extproc.batching import Batcher
-from extproc.config import GatewayConfig, config_path, load_config
 from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -37,7 +38,7 @@ from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_me
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
-from extproc.workers import WorkerPool, shifted, worker_count
+from extproc.workers import WorkerPool
 from kernels import select_backend
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Limiter
@@ -114,6 +115,8 @@ def _stored_responses(method: str, path: str) -> Route | None:
 
 
 def _tasks(method: str, path: str) -> Route | None:
+    if tasks.result_task_id(path) is not None:
+        return Route("openai", any_key=True, answer=tasks.get_result) if method == "GET" else None
     if tasks.task_id(path) is None:
         return None
     if method == "GET":

@@ -17,13 +17,13 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from contracts.envoy_names import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER, parse_xlate_metadata
 from extproc import messages as msg
 from extproc.audit_trail import CallTrail
 from extproc.auth import any_client_key, client_key
 from extproc.context import Flow, Interim, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
-from extproc.headers import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc.public_headers import scrub
 from extproc.routes import Route, RouteTable
 from extproc.tasks import state as task_state
@@ -191,6 +191,11 @@ class Session:
             return await _answer(route, self.gw, ctx)
         if h.end_of_stream:
             raise ClientError("request body is required")
+        encoding = headers.get("content-encoding")
+        if encoding and encoding.strip().lower() != "identity":
+            # Envoy inflates gzip, br and zstd before we see the body; anything left we cannot read.
+            raise ClientError(f"Content-Encoding {encoding[:32]!r} is not supported: send the body uncompressed "
+                              "or as gzip, br or zstd", status=415)
         assert route.flow is not None
         # A gRPC caller has no 202 + poll: its call is answered in place.
         if (self.gw.tasks is not None and replay is None and ctx.protocol != "kserve-grpc"
@@ -217,10 +222,10 @@ class Session:
     def _translation_hop(self, ctx: RequestContext, route: Route, xlate: str) -> msg.ProcessingResponse:
         """Envoy failed over to a peer through an internal listener: the request is already
         authenticated, routed and admitted; it only needs rendering for the peer."""
-        from_protocol, _, target = xlate.partition("~")
-        if not route.translatable or route.protocol != from_protocol:
+        hop = parse_xlate_metadata(xlate)
+        if hop is None or not route.translatable or route.protocol != hop[0]:
             raise UpstreamError(f"translation hop {xlate!r} got {ctx.method} {ctx.path}")
-        self.flow = self.routes.hop(self.gw, ctx, target)
+        self.flow = self.routes.hop(self.gw, ctx, hop[1])
         return msg.request_headers()
 
     def close(self) -> None:

@@ -1,10 +1,11 @@
 """`extproc.workers: N`: N extproc processes on one host, each its own port, behind Envoy's ext_proc
 cluster (which balances streams across them like replicas).
 
-Worker i listens on the configured address's port + i and serves metrics on metrics port + i.
-`modelyard serve` is worker 0: it starts workers 1..N-1 (`serve --worker i`), waits until each
-accepts connections, then binds its own port, so its readiness means every worker's. SIGTERM and
-SIGHUP reach every worker; a worker dies with its parent (Linux).
+Worker i listens on the configured address's port + i and serves metrics on metrics port + i
+(that plan is `contracts/workers.py`). `modelyard serve` is worker 0: it starts workers 1..N-1
+(`serve --worker i`), waits until each accepts connections, then binds its own port, so its
+readiness means every worker's. SIGTERM and SIGHUP reach every worker; a worker dies with its
+parent (Linux).
 
 Per process, as with replicas: in-memory rate-limit buckets (use `ratelimit.backend: redis` for
 limits exact across workers), `max_inflight` slots and queues, scheduler feedback, watermark
@@ -13,7 +14,6 @@ readings, Prometheus series. Shared: SQLite files (metering, audit, tasks), Redi
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -21,35 +21,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from contracts.workers import shifted
 from modelyard.errors import ConfigError
-
-_MAX_DEFAULT = 8
-
-
-def default_workers() -> int:
-    """Half the cores this process may run on (Envoy and the upstreams want the rest), 1 to 8."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
-    return max(1, min(_MAX_DEFAULT, cores // 2))
-
-
-def worker_count(workers: int | None) -> int:
-    """`extproc.workers` as configured, else the default."""
-    return workers or default_workers()
-
-
-def shifted(address: str, i: int) -> str:
-    """`host:port` moved up by `i` ports (worker i's address); empty stays empty (metrics off)."""
-    if not address or i == 0:
-        return address
-    host, _, port = address.rpartition(":")
-    if not port.isdigit() or int(port) + i > 65535:
-        raise ConfigError(f"extproc address {address!r}: worker {i} needs port {port} + {i}")
-    return f"{host}:{int(port) + i}"
-
-
-def worker_addresses(address: str, count: int) -> list[str]:
-    """The gRPC addresses of `count` workers: Envoy's ext_proc cluster endpoints."""
-    return [shifted(address, i) for i in range(count)]
 
 
 def _die_with_parent() -> None:

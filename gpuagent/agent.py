@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from extproc.routing.watermarks import GpuReading, WatermarkParseError, parse_agent_json, watermark_of
+from contracts.watermarks import GpuReading, WatermarkParseError, parse_agent_json, watermark_of
 
 log = logging.getLogger("modelyard.agent")
 

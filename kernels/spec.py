@@ -23,7 +23,7 @@ class PreprocessError(ClientError):
 
 
 class TensorInputLike(Protocol):
-    """The fields of `extproc.config.TensorInput` a spec is built from."""
+    """The fields of `contracts.config.TensorInput` a spec is built from."""
 
     @property
     def width(self) -> int: ...
@@ -48,7 +48,7 @@ def _triple(v: Sequence[float]) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class PreprocessSpec:
-    """The model's declared input (mirrors `extproc.config.TensorInput`)."""
+    """The model's declared input (mirrors `contracts.config.TensorInput`)."""
 
     width: int = 224
     height: int = 224

@@ -9,7 +9,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from extproc.config import hash_api_key, load_config
+from contracts.config import hash_api_key, load_config
 from modelyard.errors import ConfigError
 
 

@@ -13,8 +13,10 @@ from collections.abc import Iterable
 __all__ = [
     "ClientError",
     "ConfigError",
+    "MODEL_NOT_FOUND",
     "ModelyardError",
     "NotFound",
+    "UnknownModel",
     "Unavailable",
     "UpstreamError",
     "default_type",
@@ -36,6 +38,9 @@ DEFAULT_TYPES: dict[int, str] = {
     529: "overloaded_error",
 }
 
+# A 404 about a model, not a URL or an id: OpenAI says `code: model_not_found` for it and only for it.
+MODEL_NOT_FOUND = "model_not_found"
+
 
 def default_type(status: int) -> str:
     """The canonical error type for an HTTP status."""
@@ -48,13 +53,14 @@ class ModelyardError(Exception):
     """An error the gateway answers with: message first, everything else by keyword."""
 
     default_status = 500
+    error_type: str | None = None  # a subclass's own type, where the status alone does not say it
 
     def __init__(self, message: str, *, status: int | None = None, type: str | None = None,
                  headers: Iterable[tuple[str, str]] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.status = self.default_status if status is None else status
-        self.type = type or default_type(self.status)
+        self.type = type or self.error_type or default_type(self.status)
         self.headers = list(headers)
 
     def __repr__(self) -> str:
@@ -71,6 +77,12 @@ class NotFound(ClientError):
     """An unknown model or URL; unknown and forbidden look the same so keys cannot probe."""
 
     default_status = 404
+
+
+class UnknownModel(NotFound):
+    """A model the caller named that does not exist or is not theirs (404, `model_not_found`)."""
+
+    error_type = MODEL_NOT_FOUND
 
 
 class UpstreamError(ModelyardError):

@@ -7,10 +7,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from contracts.config.ratelimit import RateLimitConfig, RedisConfig
+
 from . import bucket, metrics
 from .backend import BucketView, MemoryBuckets, TakeResult, monotonic_us
 from .bucket import NANO, BucketParams
-from .config import RateLimitConfig, RedisConfig
 from .decision import Decision, Reservation, Store, decide
 from .rules import Charge, RequestContext, RuleSet
 

@@ -16,9 +16,10 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
 
+from contracts.config.ratelimit import MAX_BURST, UNITS, Scope, Unit
+
 from .backend import BucketView
 from .bucket import NANO, US, reset_us
-from .config import MAX_BURST, UNITS, Scope, Unit
 from .decision import Decision
 from .limiter import Limiter
 from .rules import Charge

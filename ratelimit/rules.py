@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contracts.config.ratelimit import SCOPES, LimitRule, RateLimitConfig, Scope, Unit
+
 from .bucket import NANO, BucketParams
-from .config import SCOPES, LimitRule, RateLimitConfig, Scope, Unit
 
 _PLANS_MAX = 4096
 

@@ -9,7 +9,7 @@ from tests.stack_config import demo_config_free_ports
 
 DEMO_KEY = "sk-modelyard-demo"
 UPSTREAM_KEYS = {"DEMO_OPENAI_KEY": "sk-upstream-openai-secret", "DEMO_ANTHROPIC_KEY": "sk-ant-upstream-secret",
-                 "DEMO_GEMINI_KEY": "upstream-gemini-secret"}
+                 "DEMO_GEMINI_KEY": "upstream-gemini-secret", "DEMO_AZURE_KEY": "azure-upstream-secret"}
 
 
 def _cuda_device_present() -> bool:

@@ -73,9 +73,9 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     clusters = [d["cluster"] for m in data["models"] for d in m["deployments"]]
     data.setdefault("devstack", {})["demo_upstreams"] = [c for c in dict.fromkeys(clusters)
                                                          if demos and c.startswith("demo-")]
+    from contracts.config import parse_config
     from controlplane.environments import EnvironmentConfig
     from devstack.launcher import Stack
-    from extproc.config import parse_config
 
     ext = data.setdefault("extproc", {})
     # One worker unless a test asks: worker i takes port + i, which a free port does not promise.

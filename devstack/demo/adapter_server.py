@@ -81,7 +81,8 @@ class AdapterDemo:
         if not req.stream:
             return web.Response(body=self.adapter.render_response(resp, model=req.model),
                                 content_type="application/json")
-        out = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+        ctype = getattr(self.adapter, "STREAM_CONTENT_TYPE", "text/event-stream")  # Bedrock's is binary
+        out = web.StreamResponse(headers={"content-type": ctype, "cache-control": "no-cache"})
         await out.prepare(request)
         encoder = self.adapter.StreamEncoder(model=req.model, request=req)
         events = demo_stream_events(resp)

@@ -9,6 +9,9 @@ _SERVERS = {
     "anthropic": "devstack.demo.anthropic_server",
     "gemini": "devstack.demo.gemini_server",
     "kserve": "devstack.demo.kserve_server",
+    "azure": "devstack.demo.azure_server",
+    "bedrock": "devstack.demo.bedrock_server",
+    "vertex": "devstack.demo.vertex_server",
 }
 
 

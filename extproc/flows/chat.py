@@ -17,16 +17,19 @@ from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
 from adapters.upstream_errors import log_excerpt
+from contracts.envoy_names import CLUSTER_HEADER, UPSTREAM_ATTEMPTS_HEADER, UPSTREAM_HOST_HEADER
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows.offload import sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
-from extproc.headers import CLUSTER_HEADER, UPSTREAM_ATTEMPTS_HEADER, UPSTREAM_HOST_HEADER
 from modelyard.errors import ClientError, ModelyardError
 
 log = logging.getLogger("modelyard.chat")
+
+# Streamed answers: SSE, or Bedrock's binary eventstream (ConverseStream).
+_STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
 
 
 class ChatFlow:
@@ -68,6 +71,7 @@ class ChatFlow:
             raise ClientError("Prefer: respond-async answers with a task, not a stream: "
                               "drop `stream` or the preference")
         self.call.choice = await self.gw.dispatcher.choose_chat(ctx, req)
+        await self.call.authorize()
         return self._send(body, req)
 
     async def _parse(self, body: bytes) -> ChatRequest:
@@ -89,13 +93,14 @@ class ChatFlow:
         upstream_model = dep.upstream_model or choice.model.name
         with ctx.span("translate request", self._translation_attributes() if ctx.trace is not None else None):
             if self.translating:
-                options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens")
-                up = self.upstream.render_request(req, upstream_model=upstream_model, credential=dep.credential(),
+                auth = self.call.auth
+                options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens", cloud=auth.cloud)
+                up = self.upstream.render_request(req, upstream_model=upstream_model, credential=auth.credential,
                                                   options=options)
                 path, up_headers, out = up.path, up.headers, up.body
             else:  # the client's own bytes: only the path and headers are new
                 path, up_headers = self.upstream.request_target(req, upstream_model=upstream_model,
-                                                                credential=dep.credential())
+                                                                credential=self.call.auth.credential)
                 out, self.usage_injected = self.upstream.passthrough_body(body, req, upstream_model=upstream_model)
         if ctx.trace is not None:
             self.response_model = upstream_model  # until the upstream reports its own
@@ -113,7 +118,8 @@ class ChatFlow:
         self._note_failover(headers)
         set_h = self.ctx.task_headers()
         remove = list(ROUTE_ANSWER_HEADERS)
-        if status < 400 and "text/event-stream" in headers.get("content-type", ""):
+        ctype = headers.get("content-type", "")
+        if status < 400 and any(t in ctype for t in _STREAM_TYPES):
             assert self.request is not None  # parsed before anything went upstream
             self.streaming = True
             if self.wire is not None and (self.translating or self.usage_injected):
@@ -139,7 +145,7 @@ class ChatFlow:
         choice = self.call.choice
         if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return
-        self.gw.accountant.record_failure(choice.deployment.cluster)
+        self.gw.accountant.record_failure(choice.deployment.cluster, self.ctx.tenant_name)
         served_by = self.gw.catalog.served_by(headers.get(UPSTREAM_HOST_HEADER, ""))
         peer = next((d for d in choice.model.deployments if d.cluster == served_by), None)
         if peer is not None and peer is not choice.deployment:
@@ -163,8 +169,8 @@ class ChatFlow:
             # The caller gets the status and a provider message at most; the log keeps the body.
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id,
                      choice.deployment.cluster if choice else "-", self.status, log_excerpt(body))
-            return self.client.render_error(self.client_status, upstream_errors.client_text(self.status, body),
-                                            "api_error")
+            return self.client.render_error(self.client_status,
+                                            upstream_errors.client_text(self.status, body, self.ctx.task_id))
         try:
             resp = self.upstream.parse_response(body)
         except ModelyardError as e:

@@ -22,7 +22,7 @@ from extproc.errors import render_error_body
 from extproc.flows.offload import sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
-from modelyard.errors import ModelyardError
+from modelyard.errors import ModelyardError, default_type
 
 log = logging.getLogger("modelyard.embeddings")
 
@@ -54,8 +54,9 @@ class EmbeddingFlow:
             ctx, req.model, embeddings.estimate_tokens(req), embeddings.longest_input_tokens(req))
         dep = choice.deployment
         self.upstream = dep.protocol
+        auth = await self.call.authorize()
         render = functools.partial(self._upstream_request, body, req, dep.upstream_model or choice.model.name,
-                                   dep.credential())
+                                   auth.credential)
         with ctx.span("translate request"):
             rendered = await sized(render, len(body))
         ctx.response_headers += choice.response_headers()
@@ -94,7 +95,8 @@ class EmbeddingFlow:
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id, choice.deployment.cluster,
                      self.status, log_excerpt(body))
             return render_error_body(self.ctx.protocol, self.client_status,
-                                     upstream_errors.client_text(self.status, body), "api_error")
+                                     upstream_errors.client_text(self.status, body, self.ctx.task_id),
+                                     default_type(self.client_status))
         with self.ctx.span("translate response"):
             return self._translate(body, req, choice)
 

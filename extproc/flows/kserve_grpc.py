@@ -34,6 +34,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from adapters import kserve, kserve_binary, kserve_grpc, kserve_meta
 from adapters.kserve import slice_response
 from adapters.upstream_errors import client_text, sanitize
+from contracts.envoy_names import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
 from extproc import messages as msg
 from extproc.auth import client_key
 from extproc.batching import Batch, BatchPolicy
@@ -42,7 +43,6 @@ from extproc.flows import local
 from extproc.flows.upstream import upstream_error_status
 from extproc.flows.vision import KServeInferFlow
 from extproc.gateway import Gateway
-from extproc.headers import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
 from modelyard.errors import ClientError, ModelyardError, UpstreamError
 
 log = logging.getLogger("modelyard.kserve_grpc")
@@ -141,7 +141,7 @@ class GrpcInferFlow(KServeInferFlow):
             if self.rest and self.upstream_status != 200:
                 log.info("task %s: upstream answered HTTP %d", self.ctx.task_id, self.upstream_status)
                 body = kserve.unframe(chunk) if chunk[:1] == b"\x00" and len(chunk) >= 5 else chunk
-                self.grpc_error = (self.grpc_error[0], client_text(self.upstream_status, body))
+                self.grpc_error = (self.grpc_error[0], client_text(self.upstream_status, body, self.ctx.task_id))
             return msg.response_body(body=b"")
         if self.role == "member":  # the echo of our own slice, already under the gateway's name
             return msg.response_body()

@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 
 from adapters import kserve, kserve_meta
+from contracts.config import KSERVE_PROTOCOLS, ModelConfig
 from extproc import messages as msg
 from extproc.choice import Choice
-from extproc.config import KSERVE_PROTOCOLS, ModelConfig
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.routing import RouteRequest
-from modelyard.errors import ClientError, NotFound
+from modelyard.errors import ClientError, NotFound, UnknownModel
 
 
 def _model_card(m: ModelConfig) -> dict[str, Any]:
@@ -89,7 +89,7 @@ async def model_metadata(gw: Gateway, ctx: RequestContext, name: str, version: s
     try:
         doc = await gw.kserve_probe.model_metadata(dep, dep.upstream_model or name, version)
     except NotFound:  # said with the caller's names, never the upstream's
-        raise NotFound(f"The model `{name}`" + (f" version `{version}`" if version else "")
+        raise UnknownModel(f"The model `{name}`" + (f" version `{version}`" if version else "")
                        + " is not served by its upstream.") from None
     return {**doc, "name": name}
 

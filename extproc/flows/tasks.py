@@ -8,20 +8,28 @@ from __future__ import annotations
 import functools
 import math
 
+from contracts.envoy_names import WAIT_MARGIN_S
 from extproc import messages as msg
 from extproc.context import Interim, RequestContext, json_response
 from extproc.gateway import Gateway
-from extproc.headers import WAIT_MARGIN_S
 from extproc.tasks import state
 from extproc.tasks.board import TaskBoard
 from modelyard.errors import ClientError, NotFound
 
 PREFIX = "/v1/tasks/"
+RESULT_SUFFIX = "/result"
 
 
 def task_id(path: str) -> str | None:
     rest = path[len(PREFIX):] if path.startswith(PREFIX) else ""
     return rest if rest and "/" not in rest else None
+
+
+def result_task_id(path: str) -> str | None:
+    """The id in `/v1/tasks/{id}/result`: the stored answer's exact bytes and headers."""
+    if not path.endswith(RESULT_SUFFIX):
+        return None
+    return task_id(path[: -len(RESULT_SUFFIX)])
 
 
 def _board(gw: Gateway, ctx: RequestContext) -> TaskBoard:
@@ -59,6 +67,17 @@ async def _long_poll(board: TaskBoard, ctx: RequestContext, tid: str, wait: floa
     assert ctx.tenant is not None
     rec = await board.lookup(tid, ctx.tenant.name, wait)
     return json_response(200, state.public_view(rec), ctx)
+
+
+async def get_result(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    """The answer exactly as the synchronous call gave it (binary KServe tensors included)."""
+    assert ctx.tenant is not None
+    tid = result_task_id(ctx.path) or ""
+    rec = await _board(gw, ctx).lookup(tid, ctx.tenant.name)
+    if rec.status != "succeeded" or rec.result is None:
+        raise NotFound(f"task {tid} has no result (status: {rec.status})")
+    headers = rec.result_headers or (("content-type", "application/json"),)
+    return msg.immediate(200, rec.result, [*headers, *ctx.task_headers()])
 
 
 async def cancel_task(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:

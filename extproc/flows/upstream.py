@@ -2,9 +2,9 @@
 headers on the way out, and the outcome metered exactly once when the call ends.
 
 Each flow says what is its own (path, body, the adapter's headers with the deployment's
-credential); what every upstream call needs besides is built here: no client credential and none
-of our routing hints upstream, the cluster Envoy routes on, the deadline, the task and tenant,
-the caller's trace.
+credential); what every upstream call needs besides is built here: the deployment's credential
+and cloud target (`authorize`), no client credential and none of our routing hints upstream, the
+cluster Envoy routes on, the deadline, the task and tenant, the caller's trace.
 """
 
 from __future__ import annotations
@@ -15,11 +15,7 @@ from typing import Literal
 
 from adapters.internal import Usage
 from adapters.registry import CLIENT_AUTH_HEADERS
-from extproc import messages as msg
-from extproc.choice import Choice
-from extproc.context import RequestContext
-from extproc.gateway import Gateway
-from extproc.headers import (
+from contracts.envoy_names import (
     CHANNEL_HEADER,
     CLUSTER_HEADER,
     STRATEGY_HEADER,
@@ -29,6 +25,11 @@ from extproc.headers import (
     UPSTREAM_HOST_HEADER,
     UPSTREAM_TIMEOUT_HEADER,
 )
+from extproc import messages as msg
+from extproc.choice import Choice
+from extproc.cloud_credentials import UpstreamAuth, upstream_auth
+from extproc.context import RequestContext
+from extproc.gateway import Gateway
 
 # No client credential and none of the caller's routing hints go upstream; the body must come
 # back uncompressed for translation and metering.
@@ -57,12 +58,13 @@ class UpstreamCall:
     `counts_output=False`: the call generates no tokens (embeddings): the trace reports none, not 0.
     """
 
-    __slots__ = ("gw", "ctx", "choice", "finished", "metered", "counts_output")
+    __slots__ = ("gw", "ctx", "choice", "auth", "finished", "metered", "counts_output")
 
     def __init__(self, gw: Gateway, ctx: RequestContext, *, metered: bool = True, counts_output: bool = True):
         self.gw = gw
         self.ctx = ctx
         self.choice: Choice | None = None
+        self.auth = UpstreamAuth(None)  # the chosen deployment's credential (and cloud target), set by authorize
         self.finished = False
         self.metered = metered
         self.counts_output = counts_output
@@ -73,6 +75,13 @@ class UpstreamCall:
         return not self.finished and self.choice is not None
 
     # -- out ---------------------------------------------------------------------------------
+    async def authorize(self) -> UpstreamAuth:
+        """The routed deployment's credential and cloud target (AWS keys, a Google token), fetched
+        or refreshed off the event loop; its adapter renders the request with them."""
+        assert self.choice is not None  # routed first
+        self.auth = await upstream_auth(self.choice.deployment)
+        return self.auth
+
     def request(self, path: str, body: bytes, headers: Mapping[str, str] | None = None, *,
                 cluster: str | None = None, deadline: Deadline | None = "router",
                 extra: Iterable[tuple[str, str]] = (), strip: Iterable[str] = (),

@@ -25,10 +25,10 @@ from adapters.images import ImageBudget, ImageError, check_images, decode_checke
 from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from adapters.upstream_errors import client_text, log_excerpt, sanitize
+from contracts.config import TensorInput
 from extproc import messages as msg
 from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
 from extproc.choice import Choice
-from extproc.config import TensorInput
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows.upstream import UpstreamCall, upstream_error_status
@@ -278,7 +278,7 @@ class _VisionFlow:
         if self.error_status:
             log.info("task %s: upstream answered HTTP %d: %s", self.ctx.task_id, self.upstream_status,
                      log_excerpt(chunk))
-            message = client_text(self.upstream_status, chunk)
+            message = client_text(self.upstream_status, chunk, self.ctx.task_id)
             return self._body_reply(self.error_status, self._error_body(self.error_status, message))
         if not self.grpc:
             return self._rest_reply(chunk)

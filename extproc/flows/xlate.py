@@ -29,4 +29,5 @@ class XlateFlow(ChatFlow):
         req = await self._parse(body)
         model, dep = self.gw.catalog.deployment(self.target)
         self.call.choice = Choice(model=model, deployment=dep, channel=dep.channel)
+        await self.call.authorize()  # the hop's target deployment's own credential
         return self._send(body, req)

@@ -5,7 +5,7 @@ Pure and synchronous; see docs/routing.md. The request path builds a `RouteReque
 `Scheduler.record(cluster, latency_s, ok, ttft_s, now=now)`.
 """
 
-from extproc.config.routing import RoutingSettings, Weights, parse_routing_settings
+from contracts.config.routing import RoutingSettings, Weights, parse_routing_settings
 from extproc.routing.decision import Candidate, Decision, Rejection, RouteRequest
 from extproc.routing.errors import BadRouteRequest, ModelNotFound, NoCapacity, NoRoute
 from extproc.routing.index import AUTO

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-from extproc.config.routing import TierAdmission
-from extproc.config.service_levels import Tier
+from contracts.config.routing import TierAdmission
+from contracts.config.service_levels import Tier
 
 TRIAL_WINDOW_S = 60.0
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from extproc.config import Deployment, ModelConfig, TenantConfig
-from extproc.config.routing import Weights
-from extproc.config.service_levels import Channel
+from contracts.config import Deployment, ModelConfig, TenantConfig
+from contracts.config.routing import Weights
+from contracts.config.service_levels import Channel
 
 Arm = Literal["A", "B"]
 # Which check dropped a deployment; `Rejection.reason` is the human-readable account of it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from extproc.routing.decision import Rejection
-from modelyard.errors import ClientError, ModelyardError, NotFound, Unavailable
+from modelyard.errors import ClientError, ModelyardError, Unavailable, UnknownModel
 
 
 class NoRoute(ModelyardError):
@@ -18,7 +18,7 @@ class NoRoute(ModelyardError):
         self.rejected = rejected
 
 
-class ModelNotFound(NoRoute, NotFound):
+class ModelNotFound(NoRoute, UnknownModel):
     """404: an unknown model and one the tenant may not use read the same, so tenants cannot probe."""
 
 

@@ -14,13 +14,13 @@ from typing import Any
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from extproc.config import GatewayConfig, load_config
-from extproc.config.queueing import TIERS
-from extproc.config.service_levels import Tier
+from contracts.config import GatewayConfig, load_config
+from contracts.config.queueing import TIERS
+from contracts.config.service_levels import Tier
+from contracts.watermarks import Reading
 from extproc.routing.decision import Candidate, Rejection, RouteRequest
 from extproc.routing.errors import NoCapacity, NoRoute
 from extproc.routing.scheduler import Scheduler
-from extproc.routing.watermarks import Reading
 from modelyard.errors import ConfigError
 
 

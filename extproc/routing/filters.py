@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping
 
-from extproc.config import TenantConfig
-from extproc.config.routing import TierAdmission
-from extproc.config.service_levels import Tier
+from contracts.config import TenantConfig
+from contracts.config.routing import TierAdmission
+from contracts.config.service_levels import Tier
+from contracts.watermarks import Reading
 from extproc.routing.admission import tier_allows
 from extproc.routing.decision import Rejection, RouteRequest
 from extproc.routing.errors import ModelNotFound
-from extproc.routing.feedback import ClusterStats
+from extproc.routing.feedback import StatsLookup
 from extproc.routing.index import Entry
-from extproc.routing.watermarks import Reading
 
 # -- tenant access --------------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ def context_window(entries: list[Entry], prompt_tokens: int, rejected: Rejected)
     return out
 
 
-def cooldown(entries: list[Entry], stats: Mapping[str, ClusterStats], now: float, rejected: Rejected) -> list[Entry]:
+def cooldown(entries: list[Entry], stats: StatsLookup, now: float, rejected: Rejected) -> list[Entry]:
     out = []
     for e in entries:
         st = stats.get(e.cluster)

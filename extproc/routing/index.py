@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from extproc.config.queueing import DedicatedPool
-from extproc.config.service_levels import Channel
-
-if TYPE_CHECKING:
-    # Annotations only: extproc.config holds RoutingSettings, so a runtime import would be a cycle.
-    from extproc.config import Deployment, ModelConfig
+from contracts.config import Deployment, ModelConfig
+from contracts.config.queueing import DedicatedPool
+from contracts.config.service_levels import Channel
 
 AUTO = "auto"
 

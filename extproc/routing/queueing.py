@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from extproc.config.queueing import TIERS, QueueSettings
-from extproc.config.service_levels import Tier
+from contracts.config.queueing import TIERS, QueueSettings
+from contracts.config.service_levels import Tier
 
 TicketState = Literal["waiting", "granted", "released", "withdrawn", "refused"]
 RefusalReason = Literal["tenant_share", "bound"]

@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from extproc.config.routing import RoutingSettings, Weights
+from contracts.config import GatewayConfig, TenantConfig
+from contracts.config.routing import RoutingSettings, Weights
+from contracts.watermarks import Reading
 from extproc.routing import filters
 from extproc.routing.admission import FastAdmission
 from extproc.routing.decision import Arm, Decision, FailOpen, Rejection, RouteRequest
 from extproc.routing.errors import BadRouteRequest, NoCapacity, NoRoute
-from extproc.routing.feedback import Feedback
+from extproc.routing.feedback import Feedback, StatsLookup
 from extproc.routing.index import Entry, entries_of, groups_of
 from extproc.routing.score import pick, score
-from extproc.routing.watermarks import Reading
-
-if TYPE_CHECKING:
-    # Annotations only: extproc.config holds RoutingSettings, so a runtime import would be a cycle.
-    from extproc.config import GatewayConfig, TenantConfig
 
 _SHAPE_CACHE_SIZE = 1024
 _AB_SCALE = 2**64
@@ -57,10 +53,11 @@ class Scheduler:
         return "B" if h < share * _AB_SCALE else "A"
 
     def record(
-        self, cluster: str, latency_s: float, ok: bool, ttft_s: float | None = None, *, now: float
+        self, cluster: str, latency_s: float, ok: bool, ttft_s: float | None = None, *, now: float,
+        tenant: str = "",
     ) -> None:
-        """Feed one finished upstream attempt (monotonic `now`) into EWMAs and cooldowns."""
-        self.feedback.record(cluster, latency_s, ok, ttft_s, now=now)
+        """Feed one finished upstream attempt (monotonic `now`) of `tenant`'s into EWMAs and cooldowns."""
+        self.feedback.record(cluster, latency_s, ok, ttft_s, now=now, tenant=tenant)
 
     def decide(
         self,
@@ -78,13 +75,15 @@ class Scheduler:
         strategy, arm, weights = self._weights(req)
         eligible, static_rejected = self._shape(req, members)
         occupancy = occupancy or {}
-        admitted, runtime_rejected, fail_open = self._runtime_filter(req, eligible, now, watermarks, occupancy)
+        stats = self.feedback.view(req.tenant.name, now)
+        admitted, runtime_rejected, fail_open = self._runtime_filter(req, eligible, now, watermarks, occupancy,
+                                                                     stats)
         rejected = static_rejected + tuple(runtime_rejected)
         if not admitted:
             raise self._no_route(req.model, rejected, now)
         s = self.settings
         out_tokens = s.est_output_tokens if req.est_output_tokens is None else req.est_output_tokens
-        scored = score(admitted, self.feedback.stats, weights, stream=req.stream,
+        scored = score(admitted, stats, weights, stream=req.stream,
                        prior_weight=s.feedback.prior_weight, prompt_tokens=req.est_prompt_tokens,
                        output_tokens=out_tokens)
         idle_spot = strategy in s.spot_first
@@ -135,7 +134,7 @@ class Scheduler:
 
     def _runtime_filter(
         self, req: RouteRequest, eligible: tuple[Entry, ...], now: float, watermarks: Mapping[str, Reading],
-        occupancy: Mapping[str, float],
+        occupancy: Mapping[str, float], stats: StatsLookup,
     ) -> tuple[list[tuple[Entry, float, bool]], list[Rejection], tuple[FailOpen, ...]]:
         """The entries that pass every runtime check, with their watermark and whether they are
         admitted as fast use; the others' rejections, in config order; the checks set aside."""
@@ -145,7 +144,7 @@ class Scheduler:
         entries = filters.reserved(list(eligible), req.tenant, dropped)
         entries = filters.context_window(entries, req.est_prompt_tokens, dropped)
         cooling: filters.Rejected = []
-        cooled = filters.cooldown(entries, self.feedback.stats, now, cooling)
+        cooled = filters.cooldown(entries, stats, now, cooling)
         if cooled or not entries:
             dropped += cooling
             entries = cooled

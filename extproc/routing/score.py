@@ -8,12 +8,12 @@ The weighted sum is scaled down by the observed error rate.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from extproc.config.routing import Weights
+from contracts.config.routing import Weights
 from extproc.routing.decision import Candidate
-from extproc.routing.feedback import ClusterStats
+from extproc.routing.feedback import ClusterStats, StatsLookup
 from extproc.routing.index import Entry
 
 
@@ -66,7 +66,7 @@ class Scores:
 
 def score(
     admitted: list[tuple[Entry, float, bool]],
-    stats: Mapping[str, ClusterStats],
+    stats: StatsLookup,
     weights: Weights,
     *,
     stream: bool,

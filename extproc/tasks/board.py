@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import aiohttp
 import orjson
 
-from extproc.config import GatewayConfig, TasksConfig
+from contracts.config import GatewayConfig, TasksConfig
 from extproc.tasks import state, webhook
 from extproc.tasks.marker import MARKER_HEADER, ReplayMarker
 from extproc.tasks.state import TaskRecord

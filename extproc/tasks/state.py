@@ -7,6 +7,7 @@ lease expired was interrupted (its extproc died): it goes back to running once m
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -56,6 +57,8 @@ class TaskRecord:
     lease_until: float = 0.0
     http_status: int | None = None
     result: bytes | None = None  # the body the caller would have got synchronously
+    # The answer's headers that give its body meaning (content-type; KServe's binary header length)
+    result_headers: tuple[tuple[str, str], ...] = ()
     error: str | None = None  # why the gateway could not run it (no HTTP answer at all)
     callback_url: str | None = None
     notified: bool = False
@@ -99,13 +102,14 @@ def renew(rec: TaskRecord, now: float, owner: str, lease_s: float) -> TaskRecord
 
 
 def complete(rec: TaskRecord, now: float, owner: str, http_status: int | None, body: bytes | None,
-             error: str | None = None) -> TaskRecord | None:
+             error: str | None = None, headers: tuple[tuple[str, str], ...] = ()) -> TaskRecord | None:
     """The replay's answer: a 2xx succeeds, anything else fails with the body as the caller's error."""
     if rec.status != "running" or rec.owner != owner:
         return None  # cancelled meanwhile, or another runner took it over: its outcome stands
     ok = http_status is not None and 200 <= http_status < 300
     return dataclasses.replace(rec, status="succeeded" if ok else "failed", completed_at=now, owner="",
-                               lease_until=0.0, http_status=http_status, result=body, error=error)
+                               lease_until=0.0, http_status=http_status, result=body, error=error,
+                               result_headers=headers)
 
 
 def release(rec: TaskRecord, owner: str) -> TaskRecord | None:
@@ -144,19 +148,37 @@ def expired(rec: TaskRecord, now: float, ttl_s: float) -> bool:
     return rec.final and rec.completed_at is not None and rec.completed_at + ttl_s < now
 
 
+# The answer headers a task keeps: what a client needs to read the stored body as the synchronous answer.
+RESULT_HEADERS = ("content-type", "inference-header-content-length")
+
+
 def _json_or_text(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace")
+        pass
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # binary: the exact bytes are at `result_url` and in `result_base64`
+
+
+def _result_fields(rec: TaskRecord, body: bytes) -> dict[str, Any]:
+    """A body JSON cannot hold as it is (KServe binary tensors) also comes as base64, with its headers."""
+    if _json_or_text(body) is not None:
+        return {}
+    return {"result_base64": base64.b64encode(body).decode(), "result_headers": dict(rec.result_headers),
+            "result_url": f"/v1/tasks/{rec.id}/result"}
 
 
 def public_view(rec: TaskRecord) -> dict[str, Any]:
     """What `GET /v1/tasks/{id}` answers (and the webhook posts)."""
     result: Any = None
     error: Any = None
+    extra: dict[str, Any] = {}
     if rec.status == "succeeded" and rec.result is not None:
         result = _json_or_text(rec.result)
+        extra = _result_fields(rec, rec.result)
     elif rec.status == "failed":
         if rec.result is not None:  # the error body in the caller's protocol, as a synchronous call got it
             error = {"status": rec.http_status, "body": _json_or_text(rec.result)}
@@ -165,7 +187,7 @@ def public_view(rec: TaskRecord) -> dict[str, Any]:
     return {"id": rec.id, "object": "task", "status": rec.status, "created_at": int(rec.created_at),
             "started_at": int(rec.started_at) if rec.started_at else None,
             "completed_at": int(rec.completed_at) if rec.completed_at else None,
-            "attempts": rec.attempts, "retried": rec.retried, "result": result, "error": error}
+            "attempts": rec.attempts, "retried": rec.retried, "result": result, "error": error, **extra}
 
 
 def accepted_view(rec: TaskRecord) -> dict[str, Any]:
@@ -203,4 +225,5 @@ def from_doc(doc: bytes | str, body: bytes | None = None, result: bytes | None =
     d = orjson.loads(doc)
     r = d.pop("request")
     req = StoredRequest(r["method"], r["path"], tuple((k, v) for k, v in r["headers"]), body or b"")
+    d["result_headers"] = tuple((k, v) for k, v in d.get("result_headers", ()))  # older docs have none
     return TaskRecord(request=req, result=result, **d)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import aiohttp
 from yarl import URL
 
-from extproc.headers import TASK_ID_HEADER
+from contracts.envoy_names import TASK_ID_HEADER
 from extproc.tasks import state
 from extproc.tasks.marker import MARKER_HEADER, ReplayMarker
 from extproc.tasks.state import TaskRecord
@@ -147,7 +147,7 @@ class TaskWorker:
     async def _run_once(self, rec: TaskRecord) -> None:
         beat = asyncio.get_running_loop().create_task(self._heartbeat(rec.id, asyncio.current_task()))
         try:
-            status, body, ours = await self._replay(rec)
+            status, body, headers, ours = await self._replay(rec)
         except aiohttp.ClientConnectorError:
             # Envoy is not reachable: the request never ran, so the attempt does not count.
             log.warning("task %s: Envoy unreachable at %s; requeued", rec.id, self.replay_url)
@@ -168,27 +168,29 @@ class TaskWorker:
             await self.store.update(rec.id, lambda r: state.requeue(r, self.owner))
             self._unreachable()
             return
-        await self._complete(rec.id, status, body, None)
+        await self._complete(rec.id, status, body, None, headers)
 
     def _unreachable(self) -> None:
         self._reachable = False
         self._wake.set()
 
-    async def _complete(self, task_id: str, status: int | None, body: bytes | None, error: str | None) -> None:
+    async def _complete(self, task_id: str, status: int | None, body: bytes | None, error: str | None,
+                        headers: tuple[tuple[str, str], ...] = ()) -> None:
         done = await self.store.update(task_id, lambda r: state.complete(r, time.time(), self.owner, status, body,
-                                                                         error))
+                                                                         error, headers))
         if done is not None:
             log.info("task %s: %s (HTTP %s)", task_id, done.status, status)
             self.on_final(done)
 
-    async def _replay(self, rec: TaskRecord) -> tuple[int, bytes, bool]:
+    async def _replay(self, rec: TaskRecord) -> tuple[int, bytes, tuple[tuple[str, str], ...], bool]:
         assert self._http is not None
         req = rec.request
         headers = [*req.headers, (MARKER_HEADER, self.marker.sign(rec.id, rec.tenant))]
         url = URL(self.replay_url + req.path, encoded=True)
         async with self._http.request(req.method, url, data=req.body, headers=headers,
                                       timeout=aiohttp.ClientTimeout(total=self.replay_timeout_s)) as r:
-            return r.status, await r.read(), TASK_ID_HEADER in r.headers
+            kept = tuple((k, r.headers[k]) for k in state.RESULT_HEADERS if k in r.headers)
+            return r.status, await r.read(), kept, TASK_ID_HEADER in r.headers
 
     async def _heartbeat(self, task_id: str, runner: asyncio.Task[None] | None) -> None:
         """Renew the lease; a task cancelled meanwhile (here or on another replica) stops its replay."""

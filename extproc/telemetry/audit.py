@@ -26,7 +26,7 @@ from pathlib import Path
 
 import orjson
 
-from extproc.config import AuditCapture, GatewayConfig
+from contracts.config import AuditCapture, GatewayConfig
 from extproc.telemetry.audit_chain import (
     CHAINED_FIELDS,
     COLUMNS,

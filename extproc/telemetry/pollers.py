@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from extproc.config import GatewayConfig, WatermarkSource
-from extproc.routing.watermarks import Reading, WatermarkParseError, parse_reading
+from contracts.config import GatewayConfig, WatermarkSource
+from contracts.watermarks import Reading, WatermarkParseError
+from extproc.routing.watermarks import parse_reading
 from extproc.telemetry.metrics import WATERMARK_POLL_ERRORS, WATERMARK_READ_AT
 
 log = logging.getLogger(__name__)

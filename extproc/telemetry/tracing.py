@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from extproc.config import TracingConfig
+from contracts.config import TracingConfig
 from modelyard.errors import ModelyardError
 
 # gen_ai.provider.name (and the older gen_ai.system) for each upstream protocol: the semconv's

@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from adapters import kserve
 from adapters.internal import ChatRequest, Message, TextPart
 from adapters.registry import PROTOCOLS
-from extproc.config import Deployment, GatewayConfig
+from contracts.config import Deployment, GatewayConfig
 from extproc.routing import Scheduler
 from extproc.telemetry.metrics import WARMING, WARMUPS
 

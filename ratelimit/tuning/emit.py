@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from ..config import SCOPES, RateLimitConfig, Unit, parse_config
+from contracts.config.ratelimit import SCOPES, RateLimitConfig, Unit, parse_config
+
 from .frontier import Point
 
 

@@ -8,8 +8,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from contracts.config.ratelimit import MAX_BURST
+
 from ..bucket import MILLI, NANO, US, BucketParams
-from ..config import MAX_BURST
 from .replay import count, zero_refusal_burst
 from .traces import Series
 

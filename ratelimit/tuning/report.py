@@ -7,7 +7,8 @@ import html
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..config import Unit
+from contracts.config.ratelimit import Unit
+
 from .frontier import Frontier, Point
 from .traces import Series
 from .whatif import WhatIf, format_bound

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import orjson
 
+from contracts.config.ratelimit import Unit
+
 from ..bucket import NANO, US
-from ..config import Unit
 
 FIELDS = ("tenant", "tier", "cluster", "channel", "model")
 KEYS = (*FIELDS, "global")  # what `--key` may name; global is the one bucket over everything

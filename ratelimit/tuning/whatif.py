@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from contracts.config.ratelimit import SCOPES, LimitRule, RateLimitConfig, Unit
+
 from ..backend import MemoryBuckets
-from ..config import SCOPES, LimitRule, RateLimitConfig, Unit
 from ..decision import decide
 from ..rules import Charge, RequestContext, RuleSet
 from .traces import FIELDS, Trace

@@ -30,6 +30,7 @@ def test_check_query_only_gemini_streams_need_alt_sse(name: str) -> None:
     pytest.param("openai", False, False, False, id="openai-unary"),
     pytest.param("anthropic", True, False, False, id="anthropic-stream"),
     pytest.param("responses", True, False, False, id="responses-stream"),
+    pytest.param("azure-openai", True, False, True, id="azure-openai-stream-without-usage"),
 ])
 def test_passthrough_body_swaps_the_model(name: str, stream: bool, include_usage: bool, injected: bool) -> None:
     body = orjson.dumps({"model": "client-model", "messages": [], "vendor_field": {"kept": True}})
@@ -50,7 +51,8 @@ def test_passthrough_body_keeps_the_very_bytes_when_nothing_changes(name: str) -
     assert out is body and not flag
 
 
-def test_gemini_passthrough_never_touches_the_body() -> None:
+@pytest.mark.parametrize("name", ["gemini", "bedrock", "vertex"])
+def test_model_in_path_passthrough_never_touches_the_body(name: str) -> None:
     body = b'{"contents": []}'  # the model is in the path
-    out, flag = PROTOCOLS["gemini"].passthrough_body(body, ChatRequest("a", HI, stream=True), upstream_model="b")
+    out, flag = PROTOCOLS[name].passthrough_body(body, ChatRequest("a", HI, stream=True), upstream_model="b")
     assert out is body and not flag

@@ -25,6 +25,7 @@ def test_traceback_body_becomes_the_status_alone() -> None:
 def test_provider_error_object_keeps_its_first_line() -> None:
     body = orjson.dumps({"error": {"message": "model overloaded\nretry later", "type": "server_error"}})
     assert client_text(503, body) == "upstream error (HTTP 503): model overloaded"
+    assert client_text(503, body, "t-1") == "upstream error (HTTP 503): model overloaded (task t-1)"
 
 
 def test_paths_masked_urls_kept() -> None:

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from contracts.config import parse_config
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import load_environment
 from devstack.launcher import envoy_binary
-from extproc.config import parse_config
 from modelyard.errors import ConfigError
 from tests.stack_config import small_config
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contracts.config import load_config
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import ENVIRONMENTS_DIR, load_environment
 from devstack.launcher import envoy_binary
-from extproc.config import load_config
 from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,13 +35,20 @@ def test_envoy_validates(env: str, tmp_path: Path) -> None:
     assert "OK" in v.stdout + v.stderr
 
 
+def _ext_proc(hcm: dict) -> dict:
+    return next(f["typed_config"] for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+
+
 def test_render_contract() -> None:
     boot = yaml.safe_load(render_bootstrap(load_config(ROOT / "modelyard.yaml"), load_environment("staging")))
     hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     names = [f["name"] for f in hcm["http_filters"]]
-    assert names == ["envoy.filters.http.ext_proc", "envoy.filters.http.ratelimit", "envoy.filters.http.router"]
+    # Bodies are inflated before the extproc reads them; answers compressed after it wrote them.
+    assert names == [*(f"envoy.filters.http.decompressor.{e}" for e in ("gzip", "br", "zstd")),
+                     *(f"envoy.filters.http.compressor.{e}" for e in ("br", "gzip")),
+                     "envoy.filters.http.ext_proc", "envoy.filters.http.ratelimit", "envoy.filters.http.router"]
     # The extproc may set x-envoy-upstream-rq-timeout-ms (a deployment's timeout_ms): Envoy drops it otherwise.
-    assert hcm["http_filters"][0]["typed_config"]["mutation_rules"]["allow_envoy"] is True
+    assert _ext_proc(hcm)["mutation_rules"]["allow_envoy"] is True
     routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
     assert routes[0]["route"]["cluster_header"] == "x-modelyard-cluster"
     assert boot["static_resources"]["listeners"][0]["per_connection_buffer_limit_bytes"] == 32 * 1024 * 1024
@@ -56,12 +63,12 @@ def test_ext_proc_message_timeout_covers_the_longest_queue_wait() -> None:
     env = load_environment("staging")
     boot = yaml.safe_load(render_bootstrap(cfg, env))
     hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    timeout = hcm["http_filters"][0]["typed_config"]["message_timeout"]
+    timeout = _ext_proc(hcm)["message_timeout"]
     assert float(timeout.rstrip("s")) == env.timeouts.extproc_message_s + 30
     # Translation hops never queue: their filters keep the plain message timeout.
     for hop in boot["static_resources"]["listeners"][1:]:
         hop_hcm = hop["filter_chains"][0]["filters"][0]["typed_config"]
-        assert float(hop_hcm["http_filters"][0]["typed_config"]["message_timeout"].rstrip("s")) == \
+        assert float(_ext_proc(hop_hcm)["message_timeout"].rstrip("s")) == \
             env.timeouts.extproc_message_s
 
 
@@ -69,7 +76,7 @@ def test_queue_wait_past_the_edge_request_timeout_is_refused() -> None:
     data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
     mini = next(m for m in data["models"] if m["name"] == "demo-mini")["deployments"][0]
     mini["queue"]["max_wait_s"] = {"L1": 120}
-    from extproc.config import parse_config
+    from contracts.config import parse_config
 
     with pytest.raises(ConfigError, match="request_timeout_s"):
         render_bootstrap(parse_config(data), load_environment("dev"))  # dev cuts requests at 60 s
@@ -86,7 +93,7 @@ def test_tls_and_dns_upstreams_validate(tmp_path: Path) -> None:
     data["models"][0]["deployments"].append({
         "cluster": "hosted-openai", "protocol": "openai", "endpoints": ["api.example.com:443"], "tls": True,
         "api_key_env": "OPENAI_API_KEY", "upstream_model": "gpt-4o-mini"})
-    from extproc.config import parse_config
+    from contracts.config import parse_config
 
     out = tmp_path / "tls.yaml"
     out.write_text(render_bootstrap(parse_config(data), load_environment("prod")))

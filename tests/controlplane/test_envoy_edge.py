@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from contracts.config import parse_config
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import EnvironmentConfig
 from devstack.launcher import envoy_binary
-from extproc.config import parse_config
 from tests.stack_config import free_port, small_config
 
 SECRETS = {"bearer": "sk-bearer-secret-7f3a", "x-api-key": "sk-ant-header-secret-91c2",

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from contracts.config import ConfigError
 from controlplane.environments import EnvironmentConfig
-from extproc.config import ConfigError
 from tests.controlplane.test_envoy_edge import BareEnvoy
 from tests.stack_config import free_port
 

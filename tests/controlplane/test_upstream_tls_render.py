@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
+from contracts.config import parse_config
 from controlplane import upstream_tls
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import load_environment
-from extproc.config import parse_config
 from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.config import parse_config
+from contracts.config import parse_config
 from extproc.gateway import Gateway
 from tests.stack_config import without_watermarks
 

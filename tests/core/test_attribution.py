@@ -10,7 +10,7 @@ import yaml
 
 from adapters.internal import TextDelta, ToolCallDelta, UsageUpdate
 from adapters.stream_usage import StreamUsage
-from extproc.config import parse_config
+from contracts.config import parse_config
 from extproc.gateway import Gateway
 from extproc.session import Session
 from extproc.telemetry.metering import MeteringStore

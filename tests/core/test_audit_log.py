@@ -16,7 +16,7 @@ import orjson
 import pytest
 import yaml
 
-from extproc.config import AuditCapture, parse_config
+from contracts.config import AuditCapture, parse_config
 from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session

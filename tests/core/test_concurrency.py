@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from contracts.config import GatewayConfig, parse_config
 from extproc.concurrency import ConcurrencyLimits
-from extproc.config import GatewayConfig, parse_config
 from modelyard.errors import ClientError, Unavailable
 
 KEY = "sha256:" + "0" * 64

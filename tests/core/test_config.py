@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.config import load_config, parse_config
-from extproc.config.routing import RoutingSettings
+from contracts.config import load_config, parse_config
+from contracts.config.ratelimit import RateLimitConfig
+from contracts.config.routing import RoutingSettings
 from modelyard.errors import ConfigError
-from ratelimit.config import RateLimitConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

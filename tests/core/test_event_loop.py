@@ -9,7 +9,7 @@ import logging
 import pytest
 import uvloop
 
-from extproc.config import parse_config
+from contracts.config import parse_config
 from extproc.service import loop_factory
 from tests.stack_config import demo_config_free_ports
 

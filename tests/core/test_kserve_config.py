@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.config import parse_config
+from contracts.config import parse_config
 from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

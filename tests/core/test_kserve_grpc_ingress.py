@@ -9,8 +9,8 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from adapters import kserve
+from contracts.envoy_names import CLUSTER_HEADER, EXTPROC_CLUSTER
 from extproc.gateway import Gateway
-from extproc.headers import CLUSTER_HEADER, EXTPROC_CLUSTER
 from extproc.service import build_routes
 from extproc.session import Session
 from tests.conftest import DEMO_KEY
@@ -101,7 +101,7 @@ def limited_gateway() -> Gateway:
 
     import yaml
 
-    from extproc.config import parse_config
+    from contracts.config import parse_config
     from ratelimit import Limiter
     from tests.stack_config import without_watermarks
 

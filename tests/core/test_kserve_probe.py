@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from contracts.config import Deployment
 from devstack.demo import kserve_server
-from extproc.config import Deployment
 from extproc.kserve_probe import KServeProbe
 from modelyard.errors import NotFound, Unavailable
 from tests.stack_config import free_port

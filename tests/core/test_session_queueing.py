@@ -9,7 +9,7 @@ import orjson
 import pytest
 import yaml
 
-from extproc.config import parse_config
+from contracts.config import parse_config
 from extproc.gateway import Gateway
 from extproc.session import Session
 from tests.core.test_session import ROOT, ROUTES, body_msg, chat_headers, headers_msg, set_headers

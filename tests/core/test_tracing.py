@@ -14,7 +14,7 @@ import yaml
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from extproc.config import TracingConfig, parse_config
+from contracts.config import TracingConfig, parse_config
 from extproc.gateway import Gateway
 from extproc.service import build_tracing
 from extproc.session import Session
@@ -176,7 +176,7 @@ class NoOpenTelemetry(importlib.abc.MetaPathFinder):  # as if the tracing extra 
 
 sys.meta_path.insert(0, NoOpenTelemetry())
 import orjson
-from extproc.config import parse_config
+from contracts.config import parse_config
 from extproc.gateway import Gateway
 from extproc.service import build_tracing
 from extproc.session import Session

@@ -35,7 +35,7 @@ async def test_chat_5xx_traceback(gateway: Gateway, caplog: pytest.LogCaptureFix
     with caplog.at_level(logging.INFO, logger="modelyard"):
         r = await s.handle(body_msg(TRACEBACK, response=True))
     message = shape(orjson.loads(r.response_body.response.body_mutation.body))
-    assert message == "upstream error (HTTP 500)"
+    assert message == f"upstream error (HTTP 500) (task {task})"
     _no_trace(message)
     logged = [rec for rec in caplog.records if task in rec.getMessage()]
     assert logged and all(rec.levelno == logging.INFO for rec in logged)
@@ -53,7 +53,7 @@ async def test_vision_http_error_traceback(gateway: Gateway, caplog: pytest.LogC
     with caplog.at_level(logging.INFO, logger="modelyard"):
         r = await s.handle(body_msg(TRACEBACK, response=True))
     out = orjson.loads(r.response_body.response.body_mutation.body)
-    assert out["error"] == "upstream error (HTTP 500)"
+    assert out["error"].startswith("upstream error (HTTP 500) (task ") and "Traceback" not in out["error"]
     assert any("Traceback" in rec.getMessage() and rec.levelno == logging.INFO for rec in caplog.records)
 
 

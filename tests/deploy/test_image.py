@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 from tests.deploy.tools import tool
@@ -42,8 +43,11 @@ def test_every_copy_source_exists_and_reaches_the_build_context() -> None:
     for src in sources:
         assert (ROOT / src).exists(), src
         assert not _ignored(src, patterns), f"{src} is excluded by .dockerignore"
-    # Every package setuptools installs is copied into the build stage.
-    for pkg in ("modelyard", "extproc", "adapters", "kernels", "ratelimit", "controlplane", "devstack", "gpuagent"):
+    # Every package setuptools installs (pyproject's packages.find) is copied into the build stage.
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = [p.rstrip("*") for p in found["include"]]
+    assert "contracts" in packages and "extproc" in packages, packages
+    for pkg in packages:
         assert pkg in sources, pkg
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extproc.config import parse_config
+from contracts.config import parse_config
 from tests.deploy.tools import tool
 from tests.stack_config import ROOT
 

@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
-from extproc.config import TensorInput
+from contracts.config import TensorInput
 from kernels import PreprocessSpec, preprocess
 from tests.conftest import DEMO_KEY
 from tests.vision_stack import COLOURS, LABELS, classify_form, demo_stats, vision_stack

@@ -313,7 +313,7 @@ def test_idle_spot_is_preferred_and_a_vanished_one_failed_over(tmp_path: Path) -
     for t in data["tenants"]:
         t["allowed_models"] = ["*"]
         t["strategy"] = "cost"
-    from extproc.config import parse_config
+    from contracts.config import parse_config
     from extproc.routing import RouteRequest, Scheduler
 
     cfg = parse_config(data)

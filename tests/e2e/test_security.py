@@ -244,9 +244,9 @@ def test_upstream_traceback_stays_in_the_log(faulty_stack, path: str, headers: d
                          "messages": [{"role": "user", "content": "demo-fail-traceback"}]})
     assert r.status_code == 502
     text = message(r.json())
-    assert text == "upstream error (HTTP 500)"
-    assert "Traceback" not in r.text and "/mnt/weights" not in r.text and "demo_server" not in r.text
     task = r.headers["x-modelyard-task-id"]
+    assert text == f"upstream error (HTTP 500) (task {task})"  # the id the log keeps the reply under
+    assert "Traceback" not in r.text and "/mnt/weights" not in r.text and "demo_server" not in r.text
     deadline = time.monotonic() + 5
     while True:
         lines = [ln for ln in _log_text(faulty_stack).splitlines() if task in ln]

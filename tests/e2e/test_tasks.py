@@ -8,6 +8,7 @@ many times a task really ran.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -175,6 +176,30 @@ def test_kserve_v2_infer_async(stack) -> None:
     assert sync.status_code == 200
     assert done["result"] == sync.json()
     assert done["result"]["model_name"] == "demo-colors" and done["result"]["id"] == "async-7"
+
+
+def test_kserve_v2_binary_outputs_async_keep_every_byte(stack) -> None:
+    """A polled binary answer is the synchronous one: same bytes, same header length."""
+    x = np.zeros((1, 3, 32, 32), np.float32)
+    x[0, 2] = 1.0
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}],
+            "parameters": {"binary_data_output": True}}
+    url = f"{stack.url}/v2/models/demo-colors/infer"
+    sync = httpx.post(url, json=body, headers=BEARER, timeout=30)
+    assert sync.status_code == 200 and "inference-header-content-length" in sync.headers, sync.headers
+    r = httpx.post(url, json=body, headers={**BEARER, **ASYNC}, timeout=30)
+    assert r.status_code == 202, r.text
+    done = _until_final(stack, r.json()["id"])
+    assert done["status"] == "succeeded" and done["result"] is None, done
+    assert base64.b64decode(done["result_base64"]) == sync.content
+    assert done["result_headers"]["inference-header-content-length"] == sync.headers["inference-header-content-length"]
+    raw = httpx.get(f"{stack.url}{done['result_url']}", headers=BEARER, timeout=10)
+    assert raw.status_code == 200 and raw.content == sync.content
+    assert raw.headers["inference-header-content-length"] == sync.headers["inference-header-content-length"]
+    assert raw.headers["content-type"] == sync.headers["content-type"]
+    other = httpx.get(f"{stack.url}{done['result_url']}", headers={"authorization": f"Bearer {OTHER_KEY}"},
+                      timeout=10)
+    assert other.status_code == 404  # another tenant's result, as an unknown id
 
 
 def test_image_classify_async(stack) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from extproc.config import TensorInput
+from contracts.config import TensorInput
 from kernels import PreprocessSpec, preprocess
 from tests.conftest import DEMO_KEY
 from tests.vision.formgen import build_form

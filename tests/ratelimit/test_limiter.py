@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit import Limiter, RequestContext, parse_config
+from contracts.config.ratelimit import parse_config
+from ratelimit import Limiter, RequestContext
 from ratelimit import bucket as b
 from ratelimit.bucket import NANO
 from ratelimit.decision import format_duration

@@ -6,7 +6,8 @@ import time
 
 from prometheus_client import REGISTRY
 
-from ratelimit import Limiter, RequestContext, parse_config
+from contracts.config.ratelimit import parse_config
+from ratelimit import Limiter, RequestContext
 from ratelimit.backend import MemoryBuckets
 from ratelimit.bucket import NANO, BucketParams
 from ratelimit.redis_store import RedisBuckets

@@ -6,7 +6,8 @@ from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf.wrappers_pb2 import UInt64Value
 
-from ratelimit import Limiter, RequestContext, parse_config
+from contracts.config.ratelimit import parse_config
+from ratelimit import Limiter, RequestContext
 from ratelimit.rls import add_to_server
 
 OK = rls_pb2.RateLimitResponse.OK

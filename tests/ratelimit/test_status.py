@@ -7,7 +7,8 @@ import asyncio
 import grpc
 import pytest
 
-from ratelimit import Limiter, RequestContext, parse_config
+from contracts.config.ratelimit import parse_config
+from ratelimit import Limiter, RequestContext
 from ratelimit import status as rl_status
 
 from .redis_server import free_port

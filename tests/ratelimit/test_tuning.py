@@ -14,7 +14,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit import Limiter, RequestContext, parse_config
+from contracts.config.ratelimit import parse_config
+from ratelimit import Limiter, RequestContext
 from ratelimit.bucket import NANO, BucketParams
 from ratelimit.tuning import emit
 from ratelimit.tuning.cli import main
@@ -147,7 +148,7 @@ async def test_emitted_config_loads_and_limits_as_predicted(name, tmp_path):
     assert {r.match: (r.rate, r.burst) for r in cfg.limits if r.scope == "tenant" and r.tier is None
             and r.match != "*"} == {v: (p.rate, p.burst) for v, p in picks.items()}
     # the whole modelyard.yaml with this section still loads
-    from extproc.config import load_config
+    from contracts.config import load_config
     full = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
     full["ratelimit"] = loaded
     (tmp_path / "modelyard.yaml").write_text(yaml.safe_dump(full))

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from extproc.config import GatewayConfig, TenantConfig, parse_config
-from extproc.routing.watermarks import Reading
+from contracts.config import GatewayConfig, TenantConfig, parse_config
+from contracts.watermarks import Reading
 
 KEY = "sha256:" + "0" * 64
 

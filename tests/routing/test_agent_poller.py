@@ -9,7 +9,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from extproc.config import WatermarkSource
+from contracts.config import WatermarkSource
 from extproc.routing import NoRoute, RouteRequest, Scheduler
 from extproc.routing.watermarks import parse_dcgm_metrics
 from extproc.telemetry.pollers import WatermarkBoard, WatermarkPoller

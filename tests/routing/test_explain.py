@@ -1,9 +1,9 @@
 import orjson
 
-from extproc.config import load_config
+from contracts.config import load_config
+from contracts.watermarks import Reading
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.explain import explain, explain_main, format_explain
-from extproc.routing.watermarks import Reading
 
 from .test_score import ROOT
 

@@ -3,8 +3,8 @@ cluster, and peers would steer the chat traffic of a model that shares one of th
 
 from __future__ import annotations
 
-from extproc.config import parse_config
-from extproc.routing.failover import failover_groups, translation_hops
+from contracts.config import parse_config
+from contracts.failover import failover_groups, translation_hops
 
 TENANTS = [{"name": "t", "api_keys": ["0" * 64]}]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from extproc.config.routing import CooldownSettings, FeedbackSettings
+from contracts.config.routing import CooldownSettings, FeedbackSettings
 from extproc.routing import RouteRequest, Scheduler, parse_routing_settings
 from extproc.routing.feedback import Feedback
 
@@ -15,7 +15,7 @@ def pair():
 
 
 def test_ewma_values():
-    f = Feedback(FeedbackSettings(alpha=0.5), CooldownSettings())
+    f = Feedback(FeedbackSettings(alpha=0.5, half_life_s=None), CooldownSettings())
     f.record("c", 1.0, True, ttft_s=0.2, now=0)
     f.record("c", 3.0, True, ttft_s=0.4, now=1)
     s = f.get("c")
@@ -29,7 +29,7 @@ def test_ewma_values():
 
 
 def test_observed_latency_moves_traffic(pair):
-    s = Scheduler(pair)
+    s = Scheduler(pair, parse_routing_settings({"feedback": {"half_life_s": None}}))  # exact blend, no decay
     t = pair.tenants[0]
     assert s.decide(RouteRequest("m", t, "speed"), 100, fresh(pair)).chosen.cluster == "m1"
     for i in range(10):
@@ -55,7 +55,7 @@ def test_streams_use_time_to_first_token(pair):
 def test_error_rate_lowers_the_score(pair):
     s = Scheduler(pair)
     t = pair.tenants[0]
-    s.record("m1", 0.5, False, now=0)
+    s.record("m1", 0.5, False, now=100)
     d = s.decide(RouteRequest("m", t), 100, fresh(pair))
     assert d.chosen.cluster == "m2"
     assert d.candidates[1].terms["error_rate"] == pytest.approx(0.2)
@@ -101,3 +101,73 @@ def test_success_resets_the_failure_count(pair):
     s.record("m1", 0.1, True, now=1)
     s.record("m1", 0.1, False, now=2)
     assert s.feedback.cooling_until("m1", 2) is None
+
+
+def test_error_rate_heals_with_time_without_traffic(pair):
+    """Nobody routes to a deployment whose score fell, so only time can bring it back."""
+    s = Scheduler(pair, parse_routing_settings({"feedback": {"half_life_s": 10}, "cooldown": {"failures": 99}}))
+    t = pair.tenants[0]
+    for i in range(3):
+        s.record("m1", 0.5, False, now=100 + i, tenant=t.name)
+    d = s.decide(RouteRequest("m", t), 103, fresh(pair, now=103))
+    assert d.chosen.cluster == "m2"
+    err = d.candidates[1].terms["error_rate"]
+    later = s.decide(RouteRequest("m", t), 123, fresh(pair, now=123))  # two half-lives on
+    assert later.candidates[[c.cluster for c in later.candidates].index("m1")].terms["error_rate"] == \
+        pytest.approx(err / 4, rel=0.05)
+    back = s.decide(RouteRequest("m", t), 200, fresh(pair, now=200))
+    assert back.chosen.cluster == "m1"  # config order breaks the tie again once the error has faded
+
+
+def test_observed_latency_fades_back_to_the_prior(pair):
+    s = Scheduler(pair, parse_routing_settings({"feedback": {"half_life_s": 5}}))
+    t = pair.tenants[0]
+    for i in range(10):
+        s.record("m1", 5.0, True, now=i)
+    slow = s.decide(RouteRequest("m", t, "speed"), 10, fresh(pair, now=10))
+    assert slow.chosen.cluster == "m2"
+    healed = s.decide(RouteRequest("m", t, "speed"), 200, fresh(pair, now=200))
+    m1 = healed.candidates[[c.cluster for c in healed.candidates].index("m1")]
+    assert m1.terms["latency_s"] == pytest.approx(0.5, rel=0.01)  # the configured 500 ms again
+
+
+def _tenants(cfg):
+    a, b = cfg.tenants[0], cfg.tenants[0].model_copy(update={"name": "other"})
+    return a, b
+
+
+def test_one_tenants_failures_do_not_steer_others_once_contradicted(pair):
+    s = Scheduler(pair, parse_routing_settings({"cooldown": {"failures": 3, "window_s": 60, "cooldown_s": 30}}))
+    bad, good = _tenants(pair)
+    s.record("m1", 0.5, True, now=100, tenant=good.name)  # another tenant is served well here
+    for i in range(3):
+        s.record("m1", 0.5, False, now=101 + i, tenant=bad.name)
+    assert s.feedback.cooling_until("m1", 104) is None  # no cooldown for everyone
+    marks = fresh(pair, now=104)
+    assert s.decide(RouteRequest("m", good), 104, marks).chosen.cluster == "m1"
+    d = s.decide(RouteRequest("m", bad), 104, marks)
+    assert [c.cluster for c in d.candidates] == ["m2"]  # its own cooldown
+    assert d.rejected[0].check == "cooldown"
+
+
+def test_uncontradicted_failures_count_for_everyone(pair):
+    """An upstream that is down: one tenant's failures with nobody else's successes cool it for all."""
+    s = Scheduler(pair, parse_routing_settings({"cooldown": {"failures": 3, "window_s": 60, "cooldown_s": 30}}))
+    bad, good = _tenants(pair)
+    for i in range(3):
+        s.record("m1", 0.5, False, now=100 + i, tenant=bad.name)
+    assert s.feedback.cooling_until("m1", 103) == 132
+    assert s.decide(RouteRequest("m", good), 103, fresh(pair, now=103)).chosen.cluster == "m2"
+
+
+def test_two_tenants_failing_move_everyone(pair):
+    s = Scheduler(pair, parse_routing_settings({"cooldown": {"failures": 99}}))
+    a, b = _tenants(pair)
+    third = a.model_copy(update={"name": "third"})
+    s.record("m1", 0.5, True, now=99, tenant=third.name)
+    for i in range(3):
+        s.record("m1", 0.5, False, now=100 + i, tenant=a.name)
+        s.record("m1", 0.5, False, now=100 + i, tenant=b.name)
+    d = s.decide(RouteRequest("m", third), 103, fresh(pair, now=103))
+    assert d.chosen.cluster == "m2"
+    assert d.candidates[1].terms["error_rate"] > 0.4

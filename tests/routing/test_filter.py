@@ -2,8 +2,8 @@
 
 import pytest
 
+from contracts.watermarks import Reading
 from extproc.routing import BadRouteRequest, ModelNotFound, NoCapacity, NoRoute, RouteRequest, Scheduler
-from extproc.routing.watermarks import Reading
 from modelyard.errors import ClientError, ConfigError, NotFound, Unavailable
 
 from .conftest import dep, fresh, make_config, model, tenant, tenant_of
@@ -159,7 +159,7 @@ def test_no_route_cases_sit_in_the_error_tree(two_models):
     gold = tenant_of(two_models, "gold")
     with pytest.raises(ModelNotFound) as missing:
         s.decide(RouteRequest("nope", gold), NOW, {})
-    assert isinstance(missing.value, NotFound) and missing.value.type == "not_found_error"
+    assert isinstance(missing.value, NotFound) and missing.value.type == "model_not_found"
     with pytest.raises(BadRouteRequest) as bad:
         s.decide(RouteRequest("chat", gold, "cheapest"), NOW, fresh(two_models))
     assert isinstance(bad.value, ClientError) and bad.value.status == 400

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from extproc.config import parse_config
+from contracts.config import parse_config
 from extproc.routing import BadRouteRequest, RouteRequest, Scheduler
 from modelyard.errors import ConfigError
 
@@ -99,7 +99,7 @@ def test_config_errors_name_the_key() -> None:
 
 
 def test_per_tier_values_accept_one_number_or_a_partial_mapping() -> None:
-    from extproc.config.queueing import QueueSettings
+    from contracts.config.queueing import QueueSettings
 
     q = QueueSettings.model_validate({"bound": 10, "max_wait_s": {"L3": 2}})
     assert q.bound == {"L1": 10, "L2": 10, "L3": 10}

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extproc.config.queueing import QueueSettings
+from contracts.config.queueing import QueueSettings
 from extproc.routing.queueing import DeploymentQueue, Ticket
 
 TIERS = ("L1", "L2", "L3")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from extproc.config import load_config
+from contracts.config import load_config
 from extproc.routing import RouteRequest, Scheduler, parse_routing_settings
 
 from .conftest import dep, fresh, make_config, model, tenant, tenant_of

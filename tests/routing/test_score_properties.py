@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contracts.watermarks import Reading
 from extproc.routing import NoRoute, RouteRequest, Scheduler, parse_routing_settings
-from extproc.routing.watermarks import Reading
 
 from .conftest import dep, make_config, model, tenant
 

@@ -1,6 +1,6 @@
 import pytest
 
-from extproc.config.routing import DEFAULT_STRATEGIES, parse_routing_settings
+from contracts.config.routing import DEFAULT_STRATEGIES, parse_routing_settings
 
 
 def test_empty_section_gives_defaults():

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extproc.routing.watermarks import WatermarkParseError, parse_agent_json, parse_dcgm_metrics, parse_reading
+from contracts.watermarks import WatermarkParseError, parse_agent_json
+from extproc.routing.watermarks import parse_dcgm_metrics, parse_reading
 from gpuagent.agent import parse_fake_spec
 
 DCGM_SAMPLE = """\

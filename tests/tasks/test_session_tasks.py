@@ -10,7 +10,7 @@ import orjson
 import pytest
 import yaml
 
-from extproc.config import parse_config
+from contracts.config import parse_config
 from extproc.context import Interim
 from extproc.gateway import Gateway
 from extproc.service import build_routes

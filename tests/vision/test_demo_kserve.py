@@ -12,8 +12,8 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from adapters import kserve
 from adapters.images import decode_images
 from adapters.multipart import parse_multipart, read_classify_form
+from contracts.config import TensorInput
 from devstack.demo.kserve_server import ColourModel, start
-from extproc.config import TensorInput
 from kernels import PreprocessSpec, preprocess
 from tests.vision.formgen import build_form
 from tests.vision.imagegen import encode

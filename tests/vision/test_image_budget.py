@@ -14,8 +14,8 @@ from PIL import Image
 
 import extproc.flows.vision as vision_flow
 from adapters.images import ImageBudget, ImageError, ImageUpload, check_images, decode_images
+from contracts.config import VisionConfig, parse_config
 from extproc.batching import Batcher
-from extproc.config import VisionConfig, parse_config
 from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session

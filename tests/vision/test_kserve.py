@@ -160,7 +160,7 @@ def test_grpc_status_from_headers_and_error_body():
 
 
 def test_classify_request_and_response():
-    from extproc.config import TensorInput
+    from contracts.config import TensorInput
     t = np.zeros((2, 3, 4, 4), np.float16)
     req = kserve.build_classify_request("up", t, TensorInput(name="pixels", datatype="FP16"), output="probs")
     assert req.inputs[0].name == "pixels" and req.inputs[0].datatype == "FP16" and list(req.inputs[0].shape) == [2, 3, 4, 4]

@@ -1,0 +1,438 @@
+"""`modelyard.yaml`: typed, validated configuration for Envoy and the extproc service.
+
+Every section is a pydantic model with `extra="forbid"`, so a misspelt key fails at load time
+with the key path named. The feature sections (`routing:`, `ratelimit:`) are their modules' own
+models, parsed here once. `load_config` turns every failure into `ConfigError`, never a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
+from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
+from contracts.config.queueing import DedicatedPool, QueueSettings
+from contracts.config.ratelimit import RateLimitConfig
+from contracts.config.routing import RoutingSettings
+from contracts.config.service_levels import Channel, Tier
+from modelyard.errors import ConfigError
+
+CONFIG_ENV = "MODELYARD_CONFIG"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
+
+Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest", "azure-openai", "bedrock", "vertex"]
+# Each cloud protocol and the settings section it requires (extproc/config/clouds.py).
+CLOUD_SECTIONS = {"azure-openai": "azure", "bedrock": "bedrock", "vertex": "vertex"}
+KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
+TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ListenerConfig(_Model):
+    address: str = "127.0.0.1"
+    port: int = Field(10000, ge=1, le=65535)
+
+
+class TracingConfig(_Model):
+    """OpenTelemetry spans over OTLP (docs/operations.md). A collector's credentials come from
+    OTEL_EXPORTER_OTLP_HEADERS in the environment, never from this file."""
+
+    # http/protobuf: the full URL (…/v1/traces); grpc: http://host:port (plaintext) or https://host:port.
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    service_name: str = "modelyard"
+    # Of the traces that start here; a caller's sampled flag in `traceparent` is followed as sent.
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    # The batch exporter's period: spans leave in a background thread, never on the event loop.
+    export_delay_ms: int = Field(2000, ge=10, le=60_000)
+    export_timeout_s: float = Field(10.0, gt=0)
+
+
+class TasksConfig(_Model):
+    """Async tasks (`Prefer: respond-async`, docs/tasks.md): where they are kept and how they run."""
+
+    store: Literal["sqlite", "redis"] = "sqlite"
+    sqlite_path: str = "run/tasks.sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "modelyard:tasks:"
+    # Finished tasks (and their results) are deleted this long after they end.
+    ttl_s: float = Field(24 * 3600.0, gt=0)
+    # Where the worker replays a task: Envoy's listener (default: this config's listener).
+    replay_url: str | None = None
+    replay_timeout_s: float = Field(600.0, gt=0)
+    concurrency: int = Field(4, ge=1, le=256)
+    # A running task's owner renews its lease; one left to expire was interrupted and is retried once.
+    lease_s: float = Field(30.0, gt=0)
+    # `?wait=N` is capped here (Envoy's timer is extended every few seconds while a poll waits).
+    max_wait_s: float = Field(60.0, ge=0)
+    # The HMAC key of the replay marker: replicas sharing a store must share it (else a per-process key).
+    secret_env: str | None = None
+
+
+class ExtprocConfig(_Model):
+    address: str = "127.0.0.1:50051"
+    metrics_address: str = "127.0.0.1:9464"
+    # Where image preprocessing runs: auto picks CuPy when a device is present.
+    image_backend: Literal["auto", "cpu", "gpu"] = "auto"
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    drain_seconds: float = Field(10.0, ge=0)
+    metering_db: str | None = None
+    # OpenTelemetry tracing; absent (the default) means off, with nothing of OpenTelemetry loaded.
+    tracing: TracingConfig | None = None
+    # Append-only, hash-chained audit log (docs/audit.md); `modelyard audit verify` checks it.
+    audit_db: str | None = None
+    # Queued audit rows past which new calls get 503: fail closed, never serve unrecorded calls.
+    audit_max_queued: int = Field(100_000, ge=1)
+    tasks: TasksConfig | None = None  # off: `Prefer: respond-async` is ignored, /v1/tasks is a 404
+    # extproc processes on this host (contracts/workers.py), on ports address+0..N-1; None: half the cores
+    workers: int | None = Field(None, ge=1, le=64)
+    # The event loop under grpc.aio: uvloop cuts the extproc's CPU per request (docs/performance.md);
+    # asyncio is the standard library's, for a platform without uvloop.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+
+
+class Capabilities(_Model):
+    context_window: int = Field(8192, ge=1)
+    max_output_tokens: int = Field(4096, ge=1)
+    tools: bool = False
+    vision: bool = False
+    streaming: bool = True
+
+
+class Cost(_Model):
+    input_per_1k: float = Field(0.0, ge=0)
+    output_per_1k: float = Field(0.0, ge=0)
+
+
+class TensorInput(_Model):
+    """What a vision model expects; the multipart path preprocesses images into this."""
+
+    name: str = "input"
+    width: int = Field(224, ge=1, le=8192)
+    height: int = Field(224, ge=1, le=8192)
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    channel_order: Literal["RGB", "BGR"] = "RGB"
+    datatype: Literal["FP32", "FP16"] = "FP32"
+    scale: float = 1.0 / 255.0
+
+
+class VisionConfig(_Model):
+    input: TensorInput = TensorInput()
+    output: str = "scores"
+    labels: list[str] = Field(default_factory=list)
+    max_images: int = Field(16, ge=1, le=256)
+    max_image_pixels: int = Field(40_000_000, ge=1)
+    # Per request, checked from the headers before anything is decoded (docs/security.md); the
+    # same defaults as adapters.images.ImageBudget, kept literal so config does not import Pillow.
+    max_request_pixels: int = Field(50_000_000, ge=1)
+    max_decoded_bytes: int = Field(384 * 1024 * 1024, ge=1)
+
+
+class BatchingConfig(_Model):
+    enabled: bool = True
+    max_delay_ms: float = Field(5.0, ge=0, le=1000)
+    min_size: int = Field(4, ge=1, le=32)
+    max_size: int = Field(16, ge=1, le=32)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "BatchingConfig":
+        if self.min_size > self.max_size:
+            raise ValueError("min_size must not exceed max_size")
+        return self
+
+
+class WatermarkSource(_Model):
+    url: str
+    kind: Literal["agent", "dcgm"] = "agent"
+
+
+class Deployment(_Model):
+    cluster: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    protocol: Protocol
+    channel: Channel = "standard"
+    endpoints: list[str] = Field(min_length=1)
+    # The model name the upstream knows; defaults to the gateway's model name.
+    upstream_model: str | None = None
+    # OpenAI deployments: the output-token cap's field in a translated request. OpenAI documents
+    # max_completion_tokens (its reasoning models refuse max_tokens); older OpenAI-compatible
+    # servers know only max_tokens.
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    timeout_ms: int = Field(60_000, ge=1)
+    tls: bool = False
+    # Upstream TLS is verified: the CA bundle to trust (default: the system's, found at render
+    # time), an optional client certificate for mTLS, or an explicit, loudly logged opt-out.
+    tls_ca_file: str | None = None
+    tls_client_cert_file: str | None = None
+    tls_client_key_file: str | None = None
+    tls_insecure_skip_verify: bool = False
+    watermark: WatermarkSource | None = None
+    lb: LoadBalancing = LoadBalancing()
+    health_check: HealthCheckConfig | None = None
+    warmup: WarmupConfig | None = None
+    # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
+    max_inflight: int | None = Field(None, ge=1)
+    queue: QueueSettings = QueueSettings()
+    # A dedicated pool: only these tiers or tenants are routed here.
+    reserved_for: DedicatedPool | None = None
+    # Spot / preemptible capacity: under a spot-first strategy (routing.spot_first) an idle one is preferred.
+    spot: bool = False
+    # This deployment's own price, when it differs from the model's (spot capacity is usually cheaper).
+    cost: Cost | None = None
+    # Cloud upstreams: the section for this deployment's protocol (CLOUD_SECTIONS), and only it.
+    azure: AzureSettings | None = None
+    bedrock: BedrockSettings | None = None
+    vertex: VertexSettings | None = None
+
+    @field_validator("endpoints")
+    @classmethod
+    def _host_port(cls, v: list[str]) -> list[str]:
+        for ep in v:
+            host, _, port = ep.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"endpoint {ep!r} is not host:port")
+        return v
+
+    @model_validator(mode="after")
+    def _tls_settings(self) -> "Deployment":
+        tls_keys = ("tls_ca_file", "tls_client_cert_file", "tls_client_key_file", "tls_insecure_skip_verify")
+        if not self.tls and any(getattr(self, k) for k in tls_keys):
+            raise ValueError(f"{next(k for k in tls_keys if getattr(self, k))} needs tls: true")
+        if bool(self.tls_client_cert_file) != bool(self.tls_client_key_file):
+            raise ValueError("tls_client_cert_file and tls_client_key_file go together (both or neither)")
+        if self.tls_insecure_skip_verify and self.tls_ca_file:
+            raise ValueError("tls_insecure_skip_verify and tls_ca_file contradict each other: pick one")
+        if self.health_check and (self.health_check.grpc_service is not None) != (self.protocol == "kserve-grpc"):
+            raise ValueError("health_check: a kserve-grpc deployment is checked with grpc_service, any other "
+                             "with http_path")
+        for proto, section in CLOUD_SECTIONS.items():
+            if (getattr(self, section) is not None) != (self.protocol == proto):
+                raise ValueError(f"protocol {proto} needs a `{section}:` section" if self.protocol == proto
+                                 else f"`{section}:` is for protocol {proto}, not {self.protocol}")
+        if self.warmup and self.protocol in CLOUD_SECTIONS:  # a warm-up call would need the cloud's credentials
+            raise ValueError(f"warmup: not available for protocol {self.protocol}")
+        if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
+            raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
+        return self
+
+    def credential(self) -> str | None:
+        """The provider key to inject upstream, read fresh so rotated files take effect."""
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env) or None
+        if self.api_key_file:
+            try:
+                return Path(self.api_key_file).read_text().strip() or None
+            except OSError:
+                return None
+        return None
+
+
+def _chat_only() -> list[TaskType]:
+    return ["chat"]
+
+
+class ModelConfig(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:/-]+$")
+    groups: list[str] = Field(default_factory=list)
+    task_types: list[TaskType] = Field(default_factory=_chat_only)
+    capabilities: Capabilities = Capabilities()
+    quality: float = Field(0.5, ge=0, le=1)
+    latency_ms: float = Field(500.0, ge=0)
+    cost: Cost = Cost()
+    owned_by: str = "modelyard"
+    vision: VisionConfig | None = None
+    batching: BatchingConfig | None = None
+    deployments: list[Deployment] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _embedding_protocols(self) -> "ModelConfig":
+        # adapters.embeddings.EMBEDDING_PROTOCOLS, kept literal so config does not import NumPy.
+        if "embedding" in self.task_types:
+            for d in self.deployments:
+                if d.protocol not in ("openai", "gemini"):
+                    raise ValueError(f"deployment {d.cluster!r}: a {d.protocol} upstream cannot serve embeddings "
+                                     "(openai or gemini)")
+        return self
+
+    @model_validator(mode="after")
+    def _kserve_deployments(self) -> "ModelConfig":
+        """A KServe deployment the router could never pick, or pick for the wrong protocol, is a
+        config mistake: refused at load with its key path rather than found by a caller."""
+        kserve = [i for i, d in enumerate(self.deployments) if d.protocol in KSERVE_PROTOCOLS]
+        if not kserve:
+            return self
+        if len(kserve) != len(self.deployments):
+            other = next(i for i in range(len(self.deployments)) if i not in kserve)
+            raise ValueError(f"deployments[{other}].protocol: {self.deployments[other].protocol} next to KServe "
+                             f"deployments[{kserve[0]}]: a model's deployments are all KServe v2 or none")
+        if not {"infer", "image-classification"} & set(self.task_types):
+            raise ValueError(f"task_types: a KServe model (deployments[{kserve[0]}]) needs infer and/or "
+                             "image-classification")
+        if "image-classification" in self.task_types and self.vision is None:
+            raise ValueError("vision: image-classification needs the model's vision section (input, labels)")
+        return self
+
+
+class AuditCapture(_Model):
+    """A tenant's request and response bodies in its audit rows: redacted, then capped."""
+
+    capture_bodies: bool = False
+    max_body_bytes: int = Field(4096, ge=1, le=1024 * 1024)
+    # Matches become [REDACTED]; credential fields and key-shaped strings are always redacted.
+    redact: list[str] = Field(default_factory=list)
+
+    @field_validator("redact")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for i, pattern in enumerate(v):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"redact[{i}] is not a valid regex: {e}") from None
+        return v
+
+
+class TenantConfig(_Model):
+    name: str
+    tier: Tier = "L3"
+    # sha256 hex digests of the tenant's API keys; plaintext keys never live in config.
+    api_keys: list[str] = Field(min_length=1)
+    allowed_models: list[str] = Field(default_factory=lambda: ["*"])
+    strategy: str = "balanced"
+    audit: AuditCapture = AuditCapture()
+    # Env var holding the HMAC-SHA256 key that signs this tenant's task webhooks (none: not sent).
+    webhook_secret_env: str | None = None
+
+    @field_validator("api_keys")
+    @classmethod
+    def _hashed(cls, v: list[str]) -> list[str]:
+        out = []
+        for k in v:
+            digest = k.removeprefix("sha256:")
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError("api_keys hold sha256 hex digests (use `modelyard hash-key`)")
+            out.append(digest)
+        return out
+
+    def may_use(self, model: str) -> bool:
+        return "*" in self.allowed_models or model in self.allowed_models
+
+
+class DevStackConfig(_Model):
+    """What `modelyard up` starts and where it writes (docs/operations.md); the extproc ignores it."""
+
+    # Clusters that `up` serves with demo servers of its own (and a fake GPU agent for a watermark
+    # URL on this host); every other cluster is yours to run. No name implies it.
+    demo_upstreams: list[str] = Field(default_factory=list)
+    # Logs, the rendered Envoy config and its admin address; a relative path is under the config
+    # file's directory (`up --run-dir` overrides it).
+    run_dir: str = "run"
+    # Envoy's admin port; None keeps the environment file's, 0 takes a free one (`up --admin-port`).
+    admin_port: int | None = Field(None, ge=0, le=65535)
+
+
+class GatewayConfig(_Model):
+    listener: ListenerConfig = ListenerConfig()
+    extproc: ExtprocConfig = ExtprocConfig()
+    models: list[ModelConfig] = Field(min_length=1)
+    tenants: list[TenantConfig] = Field(min_length=1)
+    # Feature sections: models owned by their own modules (routing, ratelimit), parsed here once.
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    devstack: DevStackConfig = Field(default_factory=DevStackConfig)
+
+    @model_validator(mode="after")
+    def _unique(self) -> "GatewayConfig":
+        _no_duplicates([m.name for m in self.models], "models", "name")
+        _no_duplicates([t.name for t in self.tenants], "tenants", "name")
+        protocols: dict[str, str] = {}
+        for m in self.models:
+            for d in m.deployments:
+                if protocols.setdefault(d.cluster, d.protocol) != d.protocol:
+                    raise ValueError(f"cluster {d.cluster!r} is used with two protocols")
+        return self
+
+    def model(self, name: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def unverified_tls_clusters(self) -> list[str]:
+        """Clusters whose upstream certificate nobody checks (`tls_insecure_skip_verify`)."""
+        return [name for name, d in self.clusters().items() if d.tls and d.tls_insecure_skip_verify]
+
+    def clusters(self) -> dict[str, Deployment]:
+        """One entry per upstream cluster (deployments may share a cluster across models)."""
+        out: dict[str, Deployment] = {}
+        for m in self.models:
+            for d in m.deployments:
+                out.setdefault(d.cluster, d)
+        return out
+
+
+def _no_duplicates(names: list[str], section: str, key: str) -> None:
+    seen: set[str] = set()
+    for i, n in enumerate(names):
+        if n in seen:
+            raise ValueError(f"{section}[{i}].{key}: duplicate {n!r}")
+        seen.add(n)
+
+
+def hash_api_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        path = ""
+        for part in e["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        lines.append(f"{path or '<root>'}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> GatewayConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    try:
+        cfg = GatewayConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {_format_error(e)}") from None
+    _check_references(cfg, source)
+    return cfg
+
+
+def _check_references(cfg: GatewayConfig, source: str) -> None:
+    """Names one section uses and another defines; checked at load so every command (serve, up,
+    envoy render, route explain) refuses the file alike, not only the one that builds a Scheduler."""
+    strategies = cfg.routing.strategies
+    for i, t in enumerate(cfg.tenants):
+        if t.strategy not in strategies:
+            known = ", ".join(sorted(strategies))
+            raise ConfigError(f"{source}: tenants[{i}].strategy: unknown strategy {t.strategy!r} (known: {known})")
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    return Path(explicit or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> GatewayConfig:
+    p = config_path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML ({e})") from None
+    return parse_config(data, str(p))

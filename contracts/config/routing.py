@@ -1,0 +1,172 @@
+"""The `routing:` section of modelyard.yaml: strategies, A/B, cooldowns, admission, watermarks.
+
+Every key has a default, so an empty section is valid. `contracts.config` parses it as part of the
+whole file; `parse_routing_settings` parses the section alone (tests, tools) and turns any
+validation failure into a ConfigError whose message names the key path (`routing.cooldown.failures`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from contracts.config.service_levels import Tier
+from modelyard.errors import ConfigError
+
+TERMS = ("quality", "latency", "cost", "load")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Weights(_Model):
+    """Weights of the four score terms; only their ratios matter (the score divides by the sum)."""
+
+    quality: float = Field(0.0, ge=0)
+    latency: float = Field(0.0, ge=0)
+    cost: float = Field(0.0, ge=0)
+    load: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _positive(self) -> "Weights":
+        if self.total() <= 0:
+            raise ValueError("at least one weight must be positive")
+        return self
+
+    def total(self) -> float:
+        return self.quality + self.latency + self.cost + self.load
+
+    def normalised(self) -> tuple[float, float, float, float]:
+        t = self.total()
+        return (self.quality / t, self.latency / t, self.cost / t, self.load / t)
+
+
+DEFAULT_STRATEGIES: dict[str, Weights] = {
+    "cost": Weights(quality=0.1, latency=0.15, cost=0.6, load=0.15),
+    "speed": Weights(quality=0.15, latency=0.6, cost=0.05, load=0.2),
+    "quality": Weights(quality=0.8, latency=0.1, cost=0.05, load=0.05),
+    "balanced": Weights(quality=0.35, latency=0.25, cost=0.25, load=0.15),
+}
+
+
+class ABSettings(_Model):
+    """A share of traffic (by task-id hash) scores with weight set B of its strategy."""
+
+    share_b: float = Field(0.0, ge=0, le=1)
+    weights_b: dict[str, Weights] = Field(default_factory=dict)
+
+
+class CooldownSettings(_Model):
+    """`failures` failures within `window_s` seconds take a cluster out for `cooldown_s` seconds."""
+
+    failures: int = Field(3, ge=1)
+    window_s: float = Field(60.0, gt=0)
+    cooldown_s: float = Field(30.0, ge=0)
+
+
+class FeedbackSettings(_Model):
+    # EWMA smoothing factor: weight of the newest sample.
+    alpha: float = Field(0.2, gt=0, le=1)
+    # The configured latency_ms counts as this many samples when blended with observations.
+    prior_weight: float = Field(5.0, ge=0)
+    # Error rates decay toward zero, and observed latencies lose weight against the prior, with this
+    # half-life: a deployment nobody routes to any more still heals (None: they never decay).
+    half_life_s: float | None = Field(30.0, gt=0)
+
+
+class TierAdmission(_Model):
+    """Fast-channel admission for one tier: below `max_watermark` (None: always), at most
+    `trial_per_minute` fast requests per tenant per minute (None: unlimited)."""
+
+    max_watermark: float | None = Field(None, ge=0, le=1)
+    trial_per_minute: int | None = Field(None, ge=0)
+
+
+def _default_admission() -> dict[Tier, TierAdmission]:
+    return {
+        "L1": TierAdmission(),
+        "L2": TierAdmission(max_watermark=0.7),
+        "L3": TierAdmission(max_watermark=0.4, trial_per_minute=10),
+    }
+
+
+class WatermarkSettings(_Model):
+    interval_s: float = Field(1.0, gt=0, le=3600)
+    # A reading older than this many intervals counts as saturated.
+    stale_after_intervals: float = Field(3.0, gt=0)
+    # Watermark assumed for deployments without a watermark source (hosted APIs).
+    unmonitored: float = Field(0.0, ge=0, le=1)
+
+    @property
+    def stale_after_s(self) -> float:
+        return self.interval_s * self.stale_after_intervals
+
+
+class RoutingSettings(_Model):
+    strategies: dict[str, Weights] = Field(default_factory=lambda: dict(DEFAULT_STRATEGIES))
+    ab: ABSettings = ABSettings()
+    saturation_threshold: float = Field(0.9, gt=0, le=1)
+    cooldown: CooldownSettings = CooldownSettings()
+    feedback: FeedbackSettings = FeedbackSettings()
+    admission: dict[Tier, TierAdmission] = Field(
+        default_factory=_default_admission
+    )
+    watermarks: WatermarkSettings = WatermarkSettings()
+    # Output tokens assumed for the cost estimate when the request does not cap them.
+    est_output_tokens: int = Field(256, ge=0)
+    # Failover list length a decision returns (0: every usable deployment).
+    max_candidates: int = Field(8, ge=0)
+    # Strategies under which an idle spot / preemptible deployment (`spot: true`, a free slot) goes
+    # first among its channel's deployments, whatever its score; busy spot capacity is scored as usual.
+    spot_first: list[str] = Field(default_factory=lambda: ["cost"])
+
+    @field_validator("strategies")
+    @classmethod
+    def _merge_strategies(cls, v: dict[str, Weights]) -> dict[str, Weights]:
+        # Configured strategies replace or extend the four built-in ones.
+        return {**DEFAULT_STRATEGIES, **v}
+
+    @field_validator("admission", mode="before")
+    @classmethod
+    def _merge_admission(cls, v: Any) -> Any:
+        # A tier entry overrides only the keys it names; the other keys keep their defaults.
+        if not isinstance(v, dict):
+            return v
+        merged: dict[Any, Any] = {k: t.model_dump() for k, t in _default_admission().items()}
+        for tier, given in v.items():
+            merged[tier] = {**merged.get(tier, {}), **given} if isinstance(given, dict) else given
+        return merged
+
+    @model_validator(mode="after")
+    def _ab_strategies_exist(self) -> "RoutingSettings":
+        for name in self.ab.weights_b:
+            if name not in self.strategies:
+                raise ValueError(f"ab.weights_b.{name}: no such strategy")
+        for name in self.spot_first:
+            if name not in self.strategies:
+                raise ValueError(f"spot_first: no strategy {name!r}")
+        return self
+
+
+def _key_path(err: ValidationError, prefix: str) -> str:
+    lines = []
+    for e in err.errors():
+        path = prefix
+        for part in e["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        lines.append(f"{path}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def parse_routing_settings(data: Any, prefix: str = "routing") -> RoutingSettings:
+    """Validate the `routing:` mapping (None or {} gives the defaults); ConfigError names the key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix}: expected a mapping")
+    try:
+        return RoutingSettings.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_key_path(e, prefix)) from None

@@ -1,0 +1,109 @@
+"""Demo AWS Bedrock upstream: Converse and ConverseStream, refusing any request whose SigV4
+signature does not verify (botocore computes it the way AWS does) against its credentials.
+
+    python -m devstack.demo.bedrock_server --port 8107 --region us-east-1 \
+        [--credentials-file PATH [--profile NAME]]
+
+The credentials are a profile of an AWS shared credentials file (created with fresh random keys
+when missing, mode 0600, and re-read when it changes: rotate by rewriting it), else the
+AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN environment. Answers as
+`devstack.demo.behaviour` describes; streams are `application/vnd.amazon.eventstream`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import unquote
+
+import orjson
+from aiohttp import web
+
+from adapters import bedrock
+from adapters.bedrock.signing import verify
+from adapters.cloud_targets import AwsCredentials
+from devstack.demo.adapter_server import AdapterDemo
+
+
+class CredentialSource:
+    """The demo's own view of the keys: a shared credentials file's profile, or the environment."""
+
+    def __init__(self, path: str | None, profile: str) -> None:
+        self.path = Path(path) if path else None
+        self.profile = profile
+        self._seen: tuple[float, AwsCredentials] | None = None
+        if self.path is not None and not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"[{profile}]\naws_access_key_id = AKIADEMO{secrets.token_hex(6).upper()}\n"
+                        f"aws_secret_access_key = {secrets.token_urlsafe(30)}\n")
+
+    def current(self) -> AwsCredentials | None:
+        if self.path is None:
+            key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+            return AwsCredentials(key, secret, os.environ.get("AWS_SESSION_TOKEN")) if key and secret else None
+        mtime = self.path.stat().st_mtime
+        if self._seen is None or self._seen[0] != mtime:
+            cp = configparser.ConfigParser()
+            cp.read(self.path)
+            sec = cp[self.profile]
+            self._seen = (mtime, AwsCredentials(sec["aws_access_key_id"], sec["aws_secret_access_key"],
+                                                sec.get("aws_session_token")))
+        return self._seen[1]
+
+
+def _refuse(status: int, error_type: str, message: str) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps({"message": message}), content_type="application/json",
+                        headers={"x-amzn-ErrorType": error_type})
+
+
+def make_app(name: str = "demo-bedrock", region: str = "us-east-1", credentials: CredentialSource | None = None,
+             chunk_delay: float = 0.0) -> web.Application:
+    demo = AdapterDemo(bedrock, f"[{name}]", chunk_delay=chunk_delay)
+    source = credentials or CredentialSource(None, "default")
+
+    async def converse(request: web.Request) -> web.StreamResponse:
+        creds = source.current()
+        if creds is None:
+            return _refuse(403, "UnrecognizedClientException", "The security token included in the request is invalid.")
+        body = await request.read()  # aiohttp keeps it: handle() reads the same bytes
+        why = verify(request.method, request.raw_path, dict(request.headers), body, region=region, creds=creds)
+        if why is not None:
+            return _refuse(403, "InvalidSignatureException", why)
+        return await demo.handle(request, unquote(request.match_info["model"]), request.path.endswith("-stream"))
+
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "name": name})
+
+    async def stats(_: web.Request) -> web.Response:
+        return web.json_response({"requests": demo.requests})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/model/{model}/converse", converse)
+    app.router.add_post("/model/{model}/converse-stream", converse)
+    app.router.add_get("/health", health)
+    app.router.add_get("/stats", stats)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="demo AWS Bedrock (Converse) model server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8107)
+    p.add_argument("--name", default="demo-bedrock", help="the reply prefix: tells which upstream answered")
+    p.add_argument("--region", default="us-east-1")
+    p.add_argument("--credentials-file", default=None, help="AWS shared credentials file (created when missing)")
+    p.add_argument("--profile", default="default")
+    p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream events")
+    a = p.parse_args(argv)
+    app = make_app(a.name, a.region, CredentialSource(a.credentials_file, a.profile), a.chunk_delay)
+    web.run_app(app, host=a.host, port=a.port, print=None, access_log=None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

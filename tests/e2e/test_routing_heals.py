@@ -1,0 +1,80 @@
+"""Routing feedback heals with time, through a real Envoy: failures that stop stop steering, and one
+tenant's failures, contradicted by another tenant's successes, steer only that tenant."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import DEMO_KEY
+from tests.stack_config import free_port, small_config, start_stack
+
+pytestmark = pytest.mark.e2e
+OTHER_KEY = "sk-modelyard-demo-l2"
+WINDOW_S = 3.0
+
+
+def _config() -> dict:
+    data = small_config()
+    gpt = data["models"][0]
+    mini = {"name": "demo-mini", "groups": ["auto"], "task_types": ["chat"], "quality": 0.55, "latency_ms": 150,
+            "cost": {"input_per_1k": 0.15, "output_per_1k": 0.6},
+            "deployments": [{**gpt["deployments"][0], "cluster": "demo-openai-mini",
+                             "endpoints": [f"127.0.0.1:{free_port()}"]}]}
+    for dep in (gpt["deployments"][0], mini["deployments"][0]):
+        dep.pop("warmup", None)
+        dep.pop("health_check", None)
+    data["models"].append(mini)
+    data["routing"] = {"feedback": {"half_life_s": 1.0},
+                       "cooldown": {"failures": 3, "window_s": WINDOW_S, "cooldown_s": 2.0}}
+    return data
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    with start_stack(tmp_path_factory.mktemp("heals"), _config()) as s:
+        yield s
+
+
+def _ask(stack, key: str, model: str, text: str = "hello") -> httpx.Response:
+    return httpx.post(f"{stack.url}/v1/chat/completions", timeout=10,
+                      headers={"authorization": f"Bearer {key}", "x-modelyard-strategy": "quality"},
+                      json={"model": model, "messages": [{"role": "user", "content": text}]})
+
+
+def _cluster(stack, key: str) -> str:
+    r = _ask(stack, key, "auto")
+    assert r.status_code == 200, r.text
+    return r.headers["x-modelyard-cluster"]
+
+
+def _fail_three_times(stack, key: str) -> None:
+    for _ in range(3):
+        assert _ask(stack, key, "demo-gpt", "demo-fail-500").status_code == 502
+
+
+def _back_within(stack, key: str, bound_s: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < bound_s:
+        if _cluster(stack, key) == "demo-openai":
+            return time.monotonic() - start
+        time.sleep(0.25)
+    raise AssertionError(f"routing did not return to demo-openai within {bound_s}s")
+
+
+def test_routing_returns_after_failures_stop(stack) -> None:
+    assert _cluster(stack, OTHER_KEY) == "demo-openai"  # quality picks demo-gpt; this tenant is served well
+    _fail_three_times(stack, DEMO_KEY)
+    # Contradicted by the other tenant's success: only the failing tenant moves.
+    assert _cluster(stack, OTHER_KEY) == "demo-openai"
+    assert _cluster(stack, DEMO_KEY) == "demo-openai-mini"
+    took = _back_within(stack, DEMO_KEY, 15)
+    assert took > 0.5  # it did stay away for a while (the tenant's own cooldown)
+
+    time.sleep(WINDOW_S + 0.5)  # the other tenant's success is out of the window: nothing contradicts
+    _fail_three_times(stack, DEMO_KEY)
+    assert _cluster(stack, OTHER_KEY) == "demo-openai-mini"  # as for an upstream that is down: everyone moves
+    _back_within(stack, OTHER_KEY, 15)
+    _back_within(stack, DEMO_KEY, 15)
