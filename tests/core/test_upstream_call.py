@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from adapters.cloud_targets import AzureTarget
 from adapters.internal import Usage
 from extproc.context import RequestContext
 from extproc.flows.upstream import STRIP_UPSTREAM, Deadline, UpstreamCall, upstream_error_status
+from extproc.flows.xlate import XlateFlow
 from extproc.gateway import Gateway
 from extproc.routing import RouteRequest
 
@@ -93,3 +95,24 @@ def test_a_translation_hop_is_not_metered(gateway: Gateway) -> None:
                                              (401, 502), (403, 502), (500, 502), (503, 502), (504, 504)])
 def test_upstream_error_status(upstream: int, client: int) -> None:
     assert upstream_error_status(upstream) == client
+
+
+async def test_authorize_gives_the_deployment_credential_and_cloud_target(gateway: Gateway,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEMO_AZURE_KEY", "azure-key-1")
+    call = _call(gateway, "demo-azure")
+    auth = await call.authorize()
+    assert call.auth is auth and auth.credential == "azure-key-1"
+    assert isinstance(auth.cloud, AzureTarget)
+
+
+async def test_translation_hop_sends_its_target_deployment_credential(gateway: Gateway,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hop is not routed (the outer request was): it still needs the target's own key.
+    monkeypatch.setenv("DEMO_ANTHROPIC_KEY", "anthropic-key-1")
+    ctx = RequestContext(task_id="t" * 32, method="POST", path="/v1/chat/completions", query={}, headers={})
+    flow = XlateFlow(gateway, ctx, "demo-anthropic")
+    body = b'{"model": "demo-claude", "messages": [{"role": "user", "content": "hi"}]}'
+    hs, removed, _ = _sent(await flow.request_body(body))
+    assert hs["x-api-key"] == "anthropic-key-1" and "x-api-key" not in removed
+    assert hs[":path"] == "/v1/messages"
