@@ -42,6 +42,11 @@ def grpc_code(http_status: int) -> int:
     return 3 if 400 <= http_status < 500 else 13 if http_status < 600 else 2
 
 
+def render_error(status: int, message: str, type: str | None = None) -> bytes:
+    """A gRPC caller's error text: it travels as grpc-message, beside `grpc_code(status)`."""
+    return message.encode()
+
+
 def parse_infer(body: bytes) -> pb.ModelInferRequest:
     """A caller's framed ModelInferRequest; a bad frame or message is the caller's fault (400)."""
     try:

@@ -11,13 +11,17 @@ from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent
 from adapters.protocol import ChatProtocol, StreamDecoder, StreamEncoder
 from adapters.stream_usage import StreamUsage
 
-__all__ = ["PROTOCOLS", "ClientRoute", "StreamTranslator", "translate_stream", "detect_client_protocol"]
+__all__ = ["PROTOCOLS", "CLIENT_AUTH_HEADERS", "ClientRoute", "StreamTranslator", "translate_stream",
+           "detect_client_protocol"]
 
 # `responses` (the OpenAI Responses API) is a client protocol only: no deployment speaks it yet.
 # The cloud protocols (azure-openai, ...) are upstream protocols only: no client path speaks them.
 PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini,
                                       "responses": responses, "azure-openai": azure_openai, "bedrock": bedrock,
                                       "vertex": vertex}
+# Every protocol's client credential header (and any bearer token): none of them may reach an upstream.
+CLIENT_AUTH_HEADERS: tuple[str, ...] = tuple(sorted({h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS}
+                                                    | {"authorization"}))
 
 
 # The chat protocols a client may speak (keys of PROTOCOLS).

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from adapters import kserve, kserve_grpc
 from adapters.registry import PROTOCOLS
@@ -10,18 +11,31 @@ from extproc import messages as msg
 from modelyard.errors import ModelyardError
 
 
+class ErrorRenderer(Protocol):
+    def __call__(self, status: int, message: str, type: str | None = None) -> bytes: ...
+
+
+# Every caller protocol's error body, one signature; an unknown protocol answers as OpenAI does.
+ERROR_RENDERERS: dict[str, ErrorRenderer] = {
+    **{name: p.render_error for name, p in PROTOCOLS.items()},
+    "kserve": kserve.render_error,
+    "kserve-grpc": kserve_grpc.render_error,
+}
+# Callers answered with a gRPC status (Envoy sends a gRPC caller's local reply trailers-only): the
+# code for the error's HTTP status, the body as grpc-message.
+GRPC_STATUS: dict[str, Callable[[int], int]] = {"kserve-grpc": kserve_grpc.grpc_code}
+
+
 def render_error_body(protocol: str, status: int, message: str, type_: str) -> bytes:
-    if protocol == "kserve":
-        return kserve.render_error(status, message)
-    return PROTOCOLS.get(protocol, PROTOCOLS["openai"]).render_error(status, message, type_)
+    return ERROR_RENDERERS.get(protocol, ERROR_RENDERERS["openai"])(status, message, type_)
 
 
 def error_response(protocol: str, e: ModelyardError, extra: Iterable[tuple[str, str]] = ()) -> msg.ProcessingResponse:
-    if protocol == "kserve-grpc":
-        # Envoy answers a gRPC caller's local reply trailers-only: this status, the body as grpc-message.
-        r = msg.immediate(200, e.message.encode(), [*e.headers, *extra], details=f"modelyard_{e.type}")
-        r.immediate_response.grpc_status.status = kserve_grpc.grpc_code(e.status)
-        return r
     body = render_error_body(protocol, e.status, e.message, e.type)
+    grpc_code = GRPC_STATUS.get(protocol)
+    if grpc_code is not None:
+        r = msg.immediate(200, body, [*e.headers, *extra], details=f"modelyard_{e.type}")
+        r.immediate_response.grpc_status.status = grpc_code(e.status)
+        return r
     return msg.immediate(e.status, body, [("content-type", "application/json"), *e.headers, *extra],
                          details=f"modelyard_{e.type}")

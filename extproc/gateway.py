@@ -1,14 +1,15 @@
 """The process-wide state every session shares, one typed part per job.
 
 `keyring` (who is calling), `catalog` (what is configured), `dispatcher` (where a request goes
-and whether it may go now), `accountant` (what happened after), `batcher` and `image_backend`
-(vision work), `audit` (the tamper-evident record of calls and security events). The composition root (`extproc/service.py`) builds it; flows read it.
+and whether it may go now), `accountant` (what happened after), `batcher`, `image_backend` and
+`kserve_probe` (vision and KServe work), `audit` (the tamper-evident record of calls and security
+events). The composition root (`extproc/service.py`) builds it; flows read it and never set a part.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from contracts.config import GatewayConfig
@@ -24,7 +25,7 @@ from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.pollers import WatermarkBoard
-from kernels import Backend
+from kernels import Backend, select_backend
 from ratelimit import Limiter
 
 if TYPE_CHECKING:  # tracing is an optional extra, loaded by the composition root when configured
@@ -39,9 +40,10 @@ class Gateway:
     dispatcher: Dispatcher
     accountant: Accountant
     batcher: Batcher | None = None
-    image_backend: Backend | None = None  # CuPy on a GPU, else NumPy; picked at start
+    image_backend: Backend | None = None  # CuPy on a GPU, else NumPy; picked at start where a model has `vision`
     watermarks: WatermarkBoard | None = None
-    kserve_probe: KServeProbe | None = None  # KServe health and metadata, asked of the upstream
+    # KServe health, metadata and the binary extension, asked of the upstream (nothing opens until asked).
+    kserve_probe: KServeProbe = field(default_factory=KServeProbe)
     tracing: Tracing | None = None  # None: tracing is off and no request gets a span
     audit: AuditLog | None = None
     tasks: TaskBoard | None = None  # async tasks (Prefer: respond-async); off unless configured
@@ -54,6 +56,8 @@ class Gateway:
               tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
+        if image_backend is None and any(m.vision is not None for m in config.models):
+            image_backend = select_backend(config.extproc.image_backend)
         return cls(config=config, keyring=KeyRing(config.tenants), catalog=Catalog(config),
                    dispatcher=Dispatcher(scheduler, limiter, watermarks, limits, decisions=metering),
                    accountant=Accountant(scheduler, limiter, metering),
@@ -83,7 +87,6 @@ class Gateway:
         await self.dispatcher.limits.close()
         if self.batcher is not None:
             await self.batcher.close()
-        if self.kserve_probe is not None:
-            await self.kserve_probe.close()
+        await self.kserve_probe.close()
         if self.tracing is not None:  # flushes queued spans to the collector: off the event loop
             await asyncio.to_thread(self.tracing.shutdown)

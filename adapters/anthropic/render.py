@@ -36,6 +36,7 @@ from adapters.internal import (
     UpstreamRequest,
     message_text,
 )
+from adapters.passthrough import with_model
 from modelyard.errors import ClientError
 
 _DOCUMENT_TYPES = frozenset(("application/pdf", "text/plain"))
@@ -214,3 +215,9 @@ def _tool_def(t: ToolDef) -> ToolDefOut:
     if t.description is not None:
         return {"name": t.name, "description": t.description, "input_schema": schema}
     return {"name": t.name, "input_schema": schema}
+
+
+# -- the client's own body, same protocol both ways ---------------------------------------------
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """The client's own body for an Anthropic upstream: streams report usage unasked."""
+    return with_model(body, req, upstream_model), False

@@ -10,7 +10,7 @@ from adapters.anthropic.render import tool_id
 from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, JSON_TOOL, MessageResponse, TextBlock, ToolUseBlock
 from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
-from adapters.internal import ChatResponse, ToolCall, Usage
+from adapters.internal import ChatRequest, ChatResponse, ToolCall, Usage
 from adapters.json_types import JSONObject
 from modelyard.errors import ClientError
 
@@ -58,7 +58,7 @@ def parse_response(body: bytes) -> ChatResponse:
                         tuple(calls), reason, usage)
 
 
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
+def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     content: list[TextBlock | ToolUseBlock] = []
     text = resp.content or resp.refusal
     if text:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from adapters.azure_openai.request import (
     CLIENT_AUTH_HEADERS,
+    check_query,
     client_api_key,
     deployment_path,
     parse_request,
+    passthrough_body,
     render_request,
     request_target,
 )
@@ -21,5 +23,5 @@ from adapters.azure_openai.stream import StreamDecoder, StreamEncoder
 __all__ = [
     "CLIENT_AUTH_HEADERS", "deployment_path", "parse_request", "request_target", "render_request",
     "parse_response", "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error",
-    "client_api_key",
+    "client_api_key", "check_query", "passthrough_body",
 ]

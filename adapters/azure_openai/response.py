@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 
 from adapters import openai
-from adapters.internal import ChatResponse
+from adapters.internal import ChatRequest, ChatResponse
 from adapters.upstream_errors import provider_message, sanitize
 from modelyard.errors import default_type
 
@@ -16,9 +16,9 @@ __all__ = ["parse_response", "render_response", "render_error", "parse_error", "
 parse_response = openai.parse_response
 
 
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
+def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     """As Azure answers (the demo upstream's shape): OpenAI's, with empty filter annotations."""
-    obj = orjson.loads(openai.render_response(resp, model=model))
+    obj = orjson.loads(openai.render_response(resp, model=model, request=request))
     obj["prompt_filter_results"] = [{"prompt_index": 0, "content_filter_results": {}}]
     for ch in obj["choices"]:
         ch["content_filter_results"] = {}

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from adapters.bedrock.request import STREAM_CONTENT_TYPE, converse_path, parse_request, render_request, request_target
+from adapters.bedrock.request import (
+    STREAM_CONTENT_TYPE,
+    check_query,
+    converse_path,
+    parse_request,
+    passthrough_body,
+    render_request,
+    request_target,
+)
 from adapters.bedrock.response import parse_error, parse_response, render_error, render_response
 from adapters.bedrock.stream import StreamDecoder, StreamEncoder
 
 __all__ = [
     "CLIENT_AUTH_HEADERS", "STREAM_CONTENT_TYPE", "converse_path", "parse_request", "request_target",
     "render_request", "parse_response", "render_response", "StreamDecoder", "StreamEncoder", "render_error",
-    "parse_error", "client_api_key",
+    "parse_error", "client_api_key", "check_query", "passthrough_body",
 ]
 
 # A caller's AWS session token must not travel on to any upstream.

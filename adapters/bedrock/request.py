@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -32,7 +33,8 @@ from adapters.internal import (
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from modelyard.errors import ClientError, UpstreamError
 
-__all__ = ["STREAM_CONTENT_TYPE", "converse_path", "render_request", "request_target", "parse_request"]
+__all__ = ["STREAM_CONTENT_TYPE", "converse_path", "render_request", "request_target", "parse_request", "check_query",
+           "passthrough_body"]
 
 STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 _IMAGE_FORMATS = {"image/png": "png", "image/jpeg": "jpeg", "image/jpg": "jpeg", "image/gif": "gif",
@@ -248,3 +250,13 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         stop=tuple(s for s in opt_list(inf, "stopSequences", "inferenceConfig") if type(s) is str),
         stream=stream_hint,
     )
+
+
+# -- the request as a caller sent it (Bedrock is an upstream protocol only: no caller speaks it) ---
+def check_query(query: Mapping[str, str], *, stream_hint: bool) -> None:
+    """Nothing in the query string changes a Converse request (streaming is its own path)."""
+
+
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """A Converse body as sent: the model id travels in the path, and ConverseStream reports usage unasked."""
+    return body, False

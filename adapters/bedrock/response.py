@@ -6,7 +6,7 @@ import orjson
 
 from adapters.bedrock.wire import ContentBlock, ConverseResponse, StopReason
 from adapters.fields import bad_upstream, load_object, token_count
-from adapters.internal import ChatResponse, FinishReason, ToolCall, Usage
+from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
 from adapters.upstream_errors import provider_message, sanitize
 from modelyard.errors import ClientError
 
@@ -55,7 +55,7 @@ def parse_response(body: bytes) -> ChatResponse:
     return ChatResponse("", "", "".join(text), tuple(calls), finish, u)
 
 
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
+def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     """As Bedrock answers (the demo upstream's shape)."""
     blocks: list[ContentBlock] = [{"text": resp.content}] if resp.content else []
     blocks += [{"toolUse": {"toolUseId": tc.id, "name": tc.name, "input": orjson.loads(tc.arguments or "{}")}}

@@ -19,10 +19,11 @@ from adapters.embeddings.openai import (
     openai_usage,
     parse_openai_request,
     parse_openai_response,
+    passthrough_request,
     render_openai_request,
     render_openai_response,
 )
-from adapters.embeddings.shapes import parse_request, parse_response, render_request, render_response
+from adapters.embeddings.shapes import parse_request, parse_response, passes_through, render_request, render_response
 from adapters.embeddings.wire import (
     EMBEDDING_PROTOCOLS,
     MAX_EMBED_JSON_VALUES,
@@ -44,4 +45,5 @@ __all__ = [
     "parse_openai_response", "render_openai_response", "parse_gemini_request", "render_gemini_request",
     "parse_gemini_response", "render_gemini_response", "parse_request", "render_request", "parse_response",
     "render_response", "openai_usage", "Shape", "EncodingFormat", "MAX_INPUTS", "MAX_EMBED_JSON_VALUES",
+    "passes_through", "passthrough_request",
 ]

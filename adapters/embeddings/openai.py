@@ -139,3 +139,12 @@ def render_openai_response(resp: EmbeddingResponse, *, model: str, req: Embeddin
     return orjson.dumps({"object": "list", "data": data, "model": model,
                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
                         option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+# -- same protocol both ways -----------------------------------------------------------------------
+def passthrough_request(body: bytes, *, upstream_model: str, credential: str | None) -> UpstreamRequest:
+    """The OpenAI caller's own body, only the model name swapped for the upstream's."""
+    data: JSONObject = orjson.loads(body)  # parsed and checked once already
+    data["model"] = upstream_model
+    path, headers = openai_target(credential)
+    return UpstreamRequest(path, headers, orjson.dumps(data))

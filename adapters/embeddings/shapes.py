@@ -49,3 +49,9 @@ def render_response(shape: Shape, resp: EmbeddingResponse, *, model: str, req: E
     if shape == "openai":
         return render_openai_response(resp, model=model, req=req)
     return render_gemini_response(resp, batch=shape == "gemini-batch")
+
+
+# -- same protocol both ways -----------------------------------------------------------------------
+def passes_through(shape: Shape, protocol: str) -> bool:
+    """An OpenAI caller of an OpenAI upstream keeps its own bytes both ways (only the model swapped)."""
+    return shape == "openai" and protocol == "openai"

@@ -167,3 +167,9 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         body["generationConfig"] = gc
     path, headers = request_target(req, upstream_model=upstream_model, credential=credential)
     return UpstreamRequest(path, headers, orjson.dumps(body))
+
+
+# -- the client's own body, same protocol both ways ---------------------------------------------
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """The client's own body as sent: a Gemini request names its model in the path."""
+    return body, False

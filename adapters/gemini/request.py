@@ -334,3 +334,10 @@ def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str 
     if q:
         return q
     return None
+
+
+# -- the request as the client sent it -----------------------------------------------------------
+def check_query(query: Mapping[str, str], *, stream_hint: bool) -> None:
+    """`streamGenerateContent` answers in server-sent events only when asked with `alt=sse`."""
+    if stream_hint and query.get("alt") != "sse":
+        raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")

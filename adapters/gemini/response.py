@@ -16,7 +16,7 @@ from adapters.gemini.wire import (
     PartOut,
     UsageMetadata,
 )
-from adapters.internal import ChatResponse, FinishReason, ToolCall, Usage
+from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
 from adapters.json_types import JSONArray, JSONObject
 from modelyard.errors import ClientError
 
@@ -80,7 +80,7 @@ def _usage_meta(i: int, o: int) -> UsageMetadata:
     return {"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": i + o}
 
 
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
+def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     parts: list[PartOut] = []
     text = resp.content or resp.refusal
     if text:

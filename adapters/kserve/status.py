@@ -13,8 +13,9 @@ from adapters.kserve.wire import GRPC_TO_HTTP
 from modelyard.errors import UpstreamError
 
 
-def render_error(status: int, message: str) -> bytes:
-    """KServe's REST error body: `{"error": "..."}` (status travels in the HTTP status line)."""
+def render_error(status: int, message: str, type: str | None = None) -> bytes:
+    """KServe's REST error body: `{"error": "..."}` (status travels in the HTTP status line; KServe
+    has no error types)."""
     return orjson.dumps({"error": message})
 
 

@@ -30,6 +30,7 @@ from adapters.openai.wire import (
     ResponseFormatOut,
     ToolCallOut,
 )
+from adapters.passthrough import with_model
 from modelyard.errors import ClientError
 
 
@@ -140,3 +141,11 @@ def _tool_def(t: ToolDef) -> FunctionDefOut:
     if t.description is not None:
         return {"name": t.name, "description": t.description, "parameters": params}
     return {"name": t.name, "parameters": params}
+
+
+# -- the client's own body, same protocol both ways ---------------------------------------------
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """The client's own body for an OpenAI upstream; a stream gets usage switched on (True) so it
+    can be metered, and the usage chunk the client did not ask for is stripped on the way back."""
+    inject = req.stream and not req.include_usage
+    return with_model(body, req, upstream_model, include_usage=inject), inject

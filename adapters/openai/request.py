@@ -250,3 +250,8 @@ def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str 
     if auth and auth[:7].lower() == "bearer ":
         return auth[7:].strip() or None
     return None
+
+
+# -- the request as the client sent it -----------------------------------------------------------
+def check_query(query: Mapping[str, str], *, stream_hint: bool) -> None:
+    """Nothing in the query string changes an OpenAI request."""

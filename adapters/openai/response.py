@@ -9,7 +9,7 @@ import orjson
 
 from adapters.call_ids import with_signature
 from adapters.fields import bad_upstream, load_object, token_count
-from adapters.internal import ChatResponse, ToolCall, Usage
+from adapters.internal import ChatRequest, ChatResponse, ToolCall, Usage
 from adapters.openai.render import _call
 from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletion, ResponseMessageOut
 from modelyard.errors import ClientError
@@ -56,7 +56,7 @@ def parse_response(body: bytes) -> ChatResponse:
                         tuple(tcs), reason, u, refusal)
 
 
-def render_response(resp: ChatResponse, *, model: str) -> bytes:
+def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     empty = not resp.content and (resp.tool_calls or resp.refusal)
     msg: ResponseMessageOut = {"role": "assistant", "content": None if empty else resp.content, "refusal": resp.refusal}
     if resp.tool_calls:

@@ -18,6 +18,7 @@ from adapters.internal import (
     UpstreamRequest,
     message_text,
 )
+from adapters.passthrough import with_model
 from adapters.responses.request import PATH
 from adapters.responses.wire import (
     FunctionTool,
@@ -129,3 +130,9 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         body["stream"] = True
     path, headers = request_target(req, upstream_model=upstream_model, credential=credential)
     return UpstreamRequest(path, headers, orjson.dumps(body))
+
+
+# -- the client's own body, same protocol both ways ---------------------------------------------
+def passthrough_body(body: bytes, req: ChatRequest, *, upstream_model: str) -> tuple[bytes, bool]:
+    """The client's own body for a Responses upstream: its streams report usage unasked."""
+    return with_model(body, req, upstream_model), False

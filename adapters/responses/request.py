@@ -278,3 +278,7 @@ def _parallel_tool_calls(obj: JSONObject) -> bool | None:
     if v is not None and type(v) is not bool:
         raise ClientError("parallel_tool_calls must be a boolean")
     return v
+
+
+# -- the request as the client sent it -----------------------------------------------------------
+check_query = openai.check_query

@@ -15,12 +15,19 @@ from adapters.vertex.stream import StreamDecoder, StreamEncoder
 __all__ = [
     "ANTHROPIC_VERSION", "CLIENT_AUTH_HEADERS", "model_path", "parse_request", "request_target", "render_request",
     "parse_response", "render_response", "is_gemini", "StreamDecoder", "StreamEncoder", "render_error",
-    "parse_error", "client_api_key",
+    "parse_error", "client_api_key", "check_query", "passthrough_body",
 ]
 
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ()  # bearer tokens ride in `authorization`, stripped for every upstream
 
 parse_request = gemini.parse_request
+# A same-shape body is Gemini's, sent as it is: the model travels in the path.
+passthrough_body = gemini.passthrough_body
+
+
+def check_query(query: Mapping[str, str], *, stream_hint: bool) -> None:
+    """Vertex is an upstream protocol only: no caller's query string is read (the gateway asks Vertex
+    for `alt=sse` itself when it streams)."""
 
 
 def client_api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:

@@ -6,69 +6,42 @@ provider-specific fields survive; cross-protocol requests go through the interna
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 
-import orjson
-
-from adapters import responses, upstream_errors
+from adapters import upstream_errors
 from adapters.injected_usage import InjectedUsageFilter
 from adapters.internal import ChatRequest, RenderOptions, StreamError, StreamStart, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
 from adapters.upstream_errors import log_excerpt
-from contracts.envoy_names import (
-    CHANNEL_HEADER,
-    CLUSTER_HEADER,
-    STRATEGY_HEADER,
-    TASK_ID_HEADER,
-    TENANT_HEADER,
-    UPSTREAM_ATTEMPTS_HEADER,
-    UPSTREAM_HOST_HEADER,
-    UPSTREAM_TIMEOUT_HEADER,
-)
+from contracts.envoy_names import CLUSTER_HEADER, UPSTREAM_ATTEMPTS_HEADER, UPSTREAM_HOST_HEADER
 from extproc import messages as msg
-from extproc.choice import Choice
-from extproc.cloud_credentials import UpstreamAuth, upstream_auth
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
+from extproc.flows.offload import sized
+from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from modelyard.errors import ClientError, ModelyardError
 
 log = logging.getLogger("modelyard.chat")
 
-# Every protocol's client credential header: none of them may reach an upstream.
-CLIENT_AUTH_HEADERS = sorted({h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS} | {"authorization"})
-# The body must come back uncompressed for translation and metering.
-_STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
 # Streamed answers: SSE, or Bedrock's binary eventstream (ConverseStream).
 _STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
-# Bodies past this are parsed in a worker thread so the event loop keeps serving other streams;
-# the parsers bound depth and value counts before building anything (docs/security.md).
-INLINE_PARSE_BYTES = 64 * 1024
-
-
-def upstream_error_status(status: int) -> int:
-    """The client's fault stays a 4xx; the upstream's (or our credentials') becomes 502/504."""
-    if status in (400, 404, 413, 422, 429):
-        return 400 if status == 422 else status
-    if status == 504:
-        return 504
-    return 502
 
 
 class ChatFlow:
+    metered = True  # a translation hop's call is the outer request's, metered there
+
     def __init__(self, gw: Gateway, ctx: RequestContext):
         self.gw = gw
         self.ctx = ctx
         self.client = PROTOCOLS[ctx.protocol]
         self.request: ChatRequest | None = None
-        self.choice: Choice | None = None
+        self.call = UpstreamCall(gw, ctx, metered=self.metered)
         self.upstream: ChatProtocol = self.client  # the chosen deployment's protocol, set when sent
-        self.auth = UpstreamAuth(None)  # the chosen deployment's credential (and cloud target), set when sent
         self.translator: StreamTranslator | InjectedUsageFilter | None = None
         self.decoder: StreamDecoder | None = None
         self.meter = StreamUsage()  # a passthrough stream's usage (a translated one has its own)
@@ -77,7 +50,6 @@ class ChatFlow:
         self.streaming = False
         self.first_chunk_at: float | None = None
         self.usage: Usage | None = None
-        self.finished = False
         self.upstream_failed = False  # the upstream's own failure: 5xx, an unreadable reply, a cut stream
         # The protocol the answer arrives in: the chosen deployment's, even when Envoy failed over
         # to a peer through a translation hop (the hop translates back to this protocol).
@@ -93,28 +65,27 @@ class ChatFlow:
     # -- request ---------------------------------------------------------------------------
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
-        if ctx.protocol == "gemini" and ctx.stream_hint and ctx.query.get("alt") != "sse":
-            raise ClientError("streamGenerateContent is served as server-sent events: add ?alt=sse")
+        self.client.check_query(ctx.query, stream_hint=ctx.stream_hint)
         req = await self._parse(body)
         if ctx.deferred and req.stream:
             raise ClientError("Prefer: respond-async answers with a task, not a stream: "
                               "drop `stream` or the preference")
-        self.choice = await self.gw.dispatcher.choose_chat(ctx, req)
-        self.auth = await upstream_auth(self.choice.deployment)
+        self.call.choice = await self.gw.dispatcher.choose_chat(ctx, req)
+        await self.call.authorize()
         return self._send(body, req)
 
     async def _parse(self, body: bytes) -> ChatRequest:
         ctx = self.ctx
         parse = functools.partial(self.client.parse_request, body, path_model=ctx.path_model,
                                   stream_hint=ctx.stream_hint)
-        req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
+        req = await sized(parse, len(body))
         self.request = req
         ctx.requested_model = req.model
         return req
 
     def _send(self, body: bytes, req: ChatRequest) -> msg.ProcessingResponse:
-        """The upstream request for the chosen deployment: path, headers, credential, body."""
-        ctx, choice = self.ctx, self.choice
+        """The upstream request for the chosen deployment: path, the adapter's headers, body."""
+        ctx, choice = self.ctx, self.call.choice
         assert choice is not None
         dep = choice.deployment
         self.wire = dep.protocol
@@ -122,25 +93,19 @@ class ChatFlow:
         upstream_model = dep.upstream_model or choice.model.name
         with ctx.span("translate request", self._translation_attributes() if ctx.trace is not None else None):
             if self.translating:
-                options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens", cloud=self.auth.cloud)
-                up = self.upstream.render_request(req, upstream_model=upstream_model, credential=self.auth.credential,
+                auth = self.call.auth
+                options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens", cloud=auth.cloud)
+                up = self.upstream.render_request(req, upstream_model=upstream_model, credential=auth.credential,
                                                   options=options)
                 path, up_headers, out = up.path, up.headers, up.body
             else:  # the client's own bytes: only the path and headers are new
                 path, up_headers = self.upstream.request_target(req, upstream_model=upstream_model,
-                                                                credential=self.auth.credential)
-                out, self.usage_injected = _passthrough_body(body, ctx.protocol, upstream_model, req)
-        headers = list(up_headers.items())
-        if ctx.trace is not None:  # the caller's trace goes on upstream, with our span as the parent
-            headers += ctx.trace.upstream_headers()
+                                                                credential=self.call.auth.credential)
+                out, self.usage_injected = self.upstream.passthrough_body(body, req, upstream_model=upstream_model)
+        if ctx.trace is not None:
             self.response_model = upstream_model  # until the upstream reports its own
-        headers += [(":path", path), ("content-length", str(len(out))),
-                    (CLUSTER_HEADER, self.gw.catalog.envoy_cluster(dep.cluster)),
-                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
-                    (UPSTREAM_TIMEOUT_HEADER, str(dep.timeout_ms))]
         ctx.response_headers += choice.response_headers()
-        remove = [h for h in _STRIP_UPSTREAM if h not in up_headers]
-        return msg.request_body(headers, remove, body=out if out is not body else None, clear_route_cache=True)
+        return self.call.request(path, out, up_headers, replace_body=out is not body)
 
     def _translation_attributes(self) -> dict[str, str | bool]:
         return {"modelyard.translation.from": self.ctx.protocol, "modelyard.translation.to": self.wire or "",
@@ -152,7 +117,7 @@ class ChatFlow:
         self.client_status = status
         self._note_failover(headers)
         set_h = self.ctx.task_headers()
-        remove: list[str] = [UPSTREAM_HOST_HEADER, UPSTREAM_ATTEMPTS_HEADER]
+        remove = list(ROUTE_ANSWER_HEADERS)
         ctype = headers.get("content-type", "")
         if status < 400 and any(t in ctype for t in _STREAM_TYPES):
             assert self.request is not None  # parsed before anything went upstream
@@ -177,7 +142,7 @@ class ChatFlow:
 
     def _note_failover(self, headers: dict[str, str]) -> None:
         """Envoy retried onto a peer deployment: report and meter the one that answered."""
-        choice = self.choice
+        choice = self.call.choice
         if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return
         self.gw.accountant.record_failure(choice.deployment.cluster, self.ctx.tenant_name)
@@ -198,11 +163,12 @@ class ChatFlow:
         return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
 
     def _whole_body(self, body: bytes) -> bytes | None:
-        model = self.choice.model.name if self.choice else ""
+        choice = self.call.choice
+        model = choice.model.name if choice else ""
         if self.status >= 400:
             # The caller gets the status and a provider message at most; the log keeps the body.
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id,
-                     self.choice.deployment.cluster if self.choice else "-", self.status, log_excerpt(body))
+                     choice.deployment.cluster if choice else "-", self.status, log_excerpt(body))
             return self.client.render_error(self.client_status,
                                             upstream_errors.client_text(self.status, body, self.ctx.task_id))
         try:
@@ -217,9 +183,7 @@ class ChatFlow:
             self.response_model = resp.model
         if not self.translating:
             return None
-        if self.client is responses:  # a Responses answer echoes the request's settings, as OpenAI's does
-            return responses.render_response(resp, model=model, request=self.request)
-        return self.client.render_response(resp, model=model)
+        return self.client.render_response(resp, model=model, request=self.request)
 
     def _stream_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:
         if self.first_chunk_at is None and chunk:
@@ -259,54 +223,27 @@ class ChatFlow:
 
     # -- accounting ------------------------------------------------------------------------
     def _finish(self, *, upstream_answered: bool = True) -> None:
-        if self.finished or self.choice is None:
+        if not self.call.pending:
             return
-        self.finished = True
-        now = time.monotonic()
-        ttft = (self.first_chunk_at - self.ctx.started) if self.first_chunk_at else None
-        upstream_ok = (not self.upstream_failed) if upstream_answered and self.status else None
-        status = self.client_status or self.status
-        self.gw.accountant.record_outcome(self.ctx, self.choice, status=status,
-                                          upstream_ok=upstream_ok, latency_s=now - self.ctx.started, ttft_s=ttft,
-                                          usage=self.usage)
         trace = self.ctx.trace
-        if trace is not None:
-            if self.streaming and self.first_chunk_at is not None:
-                trace.record_since("translate response", self.first_chunk_at, self._translation_attributes())
-            usage = self.usage
-            trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
-                          input_tokens=usage.input_tokens if usage else None,
-                          output_tokens=usage.output_tokens if usage else None, response_model=self.response_model)
+        if trace is not None and self.call.metered and self.streaming and self.first_chunk_at is not None:
+            trace.record_since("translate response", self.first_chunk_at, self._translation_attributes())
+        ttft = (self.first_chunk_at - self.ctx.started) if self.first_chunk_at else None
+        self.call.finish(self.client_status or self.status,
+                         upstream_ok=(not self.upstream_failed) if upstream_answered and self.status else None,
+                         usage=self.usage, ttft_s=ttft, response_model=self.response_model)
 
     def defer(self) -> None:
-        self.finished = True  # the replay is metered, not this acceptance
-        if self.choice is not None:
-            self.gw.accountant.release(self.choice)
+        self.call.release()
 
     def close(self) -> None:
-        if not self.finished and self.choice is not None:
+        choice = self.call.choice
+        if self.call.pending and choice is not None:
             # The stream ended without a final body: the client went away (499, as nginx logs it), the
             # gateway failed the request, or the upstream reset mid-stream; none of it is held against
             # the deployment: an upstream that is really down fails the next connects, which count.
             self.client_status = 499
             if self.streaming:  # charge and meter what already streamed, not the whole estimate back
                 meter = self.translator.meter if self.translator is not None else self.meter
-                self.usage = meter.partial(self.choice.est_prompt_tokens)
+                self.usage = meter.partial(choice.est_prompt_tokens)
             self._finish(upstream_answered=False)
-
-
-def _passthrough_body(body: bytes, protocol: str, model: str, req: ChatRequest) -> tuple[bytes, bool]:
-    """The client's own body, with the upstream's model name and (OpenAI streams) usage switched on."""
-    if protocol == "gemini":
-        return body, False  # the model travels in the path
-    inject = protocol == "openai" and req.stream and not req.include_usage
-    if req.model == model and not inject:
-        return body, False  # nothing to change: skip parsing the body a second time
-    data = orjson.loads(body)
-    changed = data.get("model") != model
-    data["model"] = model
-    if inject:
-        data["stream_options"] = {**(data.get("stream_options") or {}), "include_usage": True}
-        changed = True
-    return (orjson.dumps(data) if changed else body), inject
-

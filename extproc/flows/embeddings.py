@@ -8,39 +8,23 @@ cluster, not its failover aggregate: a translation hop re-renders chat, not embe
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-import time
-
-import orjson
 
 from adapters import embeddings, upstream_errors
 from adapters.embeddings import EmbeddingRequest, EmbeddingRoute, Shape
 from adapters.internal import UpstreamRequest, Usage
 from adapters.upstream_errors import log_excerpt
-from contracts.envoy_names import (
-    CHANNEL_HEADER,
-    CLUSTER_HEADER,
-    STRATEGY_HEADER,
-    TASK_ID_HEADER,
-    TENANT_HEADER,
-    UPSTREAM_ATTEMPTS_HEADER,
-    UPSTREAM_HOST_HEADER,
-    UPSTREAM_TIMEOUT_HEADER,
-)
 from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
-from extproc.flows.chat import CLIENT_AUTH_HEADERS, INLINE_PARSE_BYTES, upstream_error_status
+from extproc.flows.offload import sized
+from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from modelyard.errors import ModelyardError, default_type
 
 log = logging.getLogger("modelyard.embeddings")
-
-# As for chat: no client credential upstream, and the body must come back uncompressed.
-_STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
 
 
 class EmbeddingFlow:
@@ -49,57 +33,47 @@ class EmbeddingFlow:
         self.ctx = ctx
         self.shape: Shape = route.shape
         self.request: EmbeddingRequest | None = None
-        self.choice: Choice | None = None
+        self.call = UpstreamCall(gw, ctx, counts_output=False)
         self.upstream = ""  # the chosen deployment's protocol
         self.status = 0
         self.client_status = 0
         self.usage: Usage | None = None
         self.upstream_failed = False
-        self.finished = False
 
     @property
     def passthrough(self) -> bool:
-        return self.shape == "openai" and self.upstream == "openai"
+        return embeddings.passes_through(self.shape, self.upstream)
 
     # -- request ---------------------------------------------------------------------------
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
         parse = functools.partial(embeddings.parse_request, self.shape, body, path_model=ctx.path_model)
-        req = parse() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(parse)
+        req = await sized(parse, len(body))
         self.request = req
-        self.choice = choice = await self.gw.dispatcher.choose_embedding(
+        self.call.choice = choice = await self.gw.dispatcher.choose_embedding(
             ctx, req.model, embeddings.estimate_tokens(req), embeddings.longest_input_tokens(req))
         dep = choice.deployment
         self.upstream = dep.protocol
+        auth = await self.call.authorize()
         render = functools.partial(self._upstream_request, body, req, dep.upstream_model or choice.model.name,
-                                   dep.credential())
+                                   auth.credential)
         with ctx.span("translate request"):
-            rendered = render() if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(render)
-        out = rendered.body
-        headers = list(rendered.headers.items())
-        headers += [(":path", rendered.path), ("content-length", str(len(out))), (CLUSTER_HEADER, dep.cluster),
-                    (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
-                    (UPSTREAM_TIMEOUT_HEADER, str(dep.timeout_ms))]
-        if ctx.trace is not None:  # the caller's trace goes on upstream, with our span as the parent
-            headers += ctx.trace.upstream_headers()
+            rendered = await sized(render, len(body))
         ctx.response_headers += choice.response_headers()
-        remove = [h for h in _STRIP_UPSTREAM if h not in rendered.headers]
-        return msg.request_body(headers, remove, body=out, clear_route_cache=True)
+        # The deployment's own cluster: a failover hop re-renders chat, not embeddings.
+        return self.call.request(rendered.path, rendered.body, rendered.headers, cluster=dep.cluster)
 
     def _upstream_request(self, body: bytes, req: EmbeddingRequest, upstream_model: str,
                           credential: str | None) -> UpstreamRequest:
-        if not self.passthrough:
-            return embeddings.render_request(self.upstream, req, upstream_model=upstream_model, credential=credential)
-        data = orjson.loads(body)  # the client's own bytes, only the model swapped
-        data["model"] = upstream_model
-        path, headers = embeddings.openai_target(credential)
-        return UpstreamRequest(path, headers, orjson.dumps(data))
+        if self.passthrough:
+            return embeddings.passthrough_request(body, upstream_model=upstream_model, credential=credential)
+        return embeddings.render_request(self.upstream, req, upstream_model=upstream_model, credential=credential)
 
     # -- response --------------------------------------------------------------------------
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
         self.status = self.client_status = status
         set_h = self.ctx.task_headers()
-        remove = [UPSTREAM_HOST_HEADER, UPSTREAM_ATTEMPTS_HEADER]
+        remove = list(ROUTE_ANSWER_HEADERS)
         if status >= 400:
             self.upstream_failed = status >= 500
             self.client_status = upstream_error_status(status)
@@ -115,7 +89,7 @@ class EmbeddingFlow:
         return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
 
     def _whole_body(self, body: bytes) -> bytes | None:
-        req, choice = self.request, self.choice
+        req, choice = self.request, self.call.choice
         assert req is not None and choice is not None  # set before anything went upstream
         if self.status >= 400:
             log.info("task %s: upstream %s answered %d: %s", self.ctx.task_id, choice.deployment.cluster,
@@ -150,25 +124,13 @@ class EmbeddingFlow:
 
     # -- accounting ------------------------------------------------------------------------
     def _finish(self, *, upstream_answered: bool = True) -> None:
-        if self.finished or self.choice is None:
-            return
-        self.finished = True
-        upstream_ok = (not self.upstream_failed) if upstream_answered and self.status else None
-        status = self.client_status or self.status
-        self.gw.accountant.record_outcome(self.ctx, self.choice, status=status, upstream_ok=upstream_ok,
-                                          latency_s=time.monotonic() - self.ctx.started, ttft_s=None,
-                                          usage=self.usage)
-        if self.ctx.trace is not None:
-            self.ctx.trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
-                                   input_tokens=self.usage.input_tokens if self.usage else None,
-                                   output_tokens=None, response_model=None)
+        self.call.finish(self.client_status or self.status, usage=self.usage,
+                         upstream_ok=(not self.upstream_failed) if upstream_answered and self.status else None)
 
     def defer(self) -> None:
-        self.finished = True  # accepted as a task (Prefer: respond-async): the replay is metered, not this
-        if self.choice is not None:
-            self.gw.accountant.release(self.choice)
+        self.call.release()
 
     def close(self) -> None:
-        if not self.finished and self.choice is not None:
+        if self.call.pending:
             self.client_status = 499  # the client went away or the gateway failed the request
             self._finish(upstream_answered=False)

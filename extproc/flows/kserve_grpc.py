@@ -40,7 +40,7 @@ from extproc.auth import client_key
 from extproc.batching import Batch, BatchPolicy
 from extproc.context import RequestContext
 from extproc.flows import local
-from extproc.flows.chat import upstream_error_status
+from extproc.flows.upstream import upstream_error_status
 from extproc.flows.vision import KServeInferFlow
 from extproc.gateway import Gateway
 from modelyard.errors import ClientError, ModelyardError, UpstreamError
@@ -71,7 +71,9 @@ class GrpcInferFlow(KServeInferFlow):
 
     def _policy(self) -> BatchPolicy | None:
         """Batched to a gRPC deployment only: the bridge hop to a REST one carries the REST body."""
-        if self.choice is None or self.choice.deployment.protocol != "kserve-grpc":
+        # The transport, not a protocol quirk: only a gRPC deployment takes a merged tensor message.
+        choice = self.call.choice
+        if choice is None or choice.deployment.protocol != "kserve-grpc":
             return None
         return super()._policy()
 
@@ -89,7 +91,7 @@ class GrpcInferFlow(KServeInferFlow):
             # One gRPC message holding the REST body, to the deployment's bridge listener: Envoy's
             # reverse bridge there unframes it and turns the REST reply into a gRPC one.
             self.rest = True
-            binary = await self._probe().takes_binary(dep)
+            binary = await self.gw.kserve_probe.takes_binary(dep)
             rest, length = await asyncio.to_thread(kserve.infer_request_rest, req, binary=binary,
                                                    binary_outputs=False)
             extra = [] if length is None else [(kserve_binary.HEADER, str(length))]

@@ -15,7 +15,6 @@ from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
-from extproc.kserve_probe import KServeProbe
 from extproc.routing import RouteRequest
 from modelyard.errors import ClientError, NotFound, UnknownModel
 
@@ -42,12 +41,6 @@ def server_version() -> str:
         return "0"
 
 
-def _probe(gw: Gateway) -> KServeProbe:
-    if gw.kserve_probe is None:
-        gw.kserve_probe = KServeProbe()
-    return gw.kserve_probe
-
-
 def v2_live(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     """Liveness is the gateway's own: it answered, so it lives (restarting it fixes no upstream)."""
     return json_response(200, {"live": True}, ctx)
@@ -60,7 +53,7 @@ async def v2_ready(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
 
 
 async def server_ready(gw: Gateway) -> bool:
-    probe = _probe(gw)
+    probe = gw.kserve_probe
     models = [[d for d in m.deployments if d.protocol in KSERVE_PROTOCOLS] for m in gw.config.models]
     models = [deps for deps in models if deps]
     # Every deployment asked at once: one slow upstream costs one timeout, not one per model.
@@ -86,7 +79,7 @@ def kserve_choice(gw: Gateway, ctx: RequestContext, name: str) -> Choice:
 async def model_ready(gw: Gateway, ctx: RequestContext, name: str, version: str | None) -> bool:
     choice = kserve_choice(gw, ctx, name)
     dep = choice.deployment
-    return await _probe(gw).model_ready(dep, dep.upstream_model or name, version)
+    return await gw.kserve_probe.model_ready(dep, dep.upstream_model or name, version)
 
 
 async def model_metadata(gw: Gateway, ctx: RequestContext, name: str, version: str | None) -> dict[str, Any]:
@@ -94,7 +87,7 @@ async def model_metadata(gw: Gateway, ctx: RequestContext, name: str, version: s
     choice = kserve_choice(gw, ctx, name)
     dep = choice.deployment
     try:
-        doc = await _probe(gw).model_metadata(dep, dep.upstream_model or name, version)
+        doc = await gw.kserve_probe.model_metadata(dep, dep.upstream_model or name, version)
     except NotFound:  # said with the caller's names, never the upstream's
         raise UnknownModel(f"The model `{name}`" + (f" version `{version}`" if version else "")
                        + " is not served by its upstream.") from None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,17 +26,15 @@ from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from adapters.upstream_errors import client_text, log_excerpt, sanitize
 from contracts.config import TensorInput
-from contracts.envoy_names import CHANNEL_HEADER, CLUSTER_HEADER, STRATEGY_HEADER, TASK_ID_HEADER, TENANT_HEADER
 from extproc import messages as msg
 from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
 from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
-from extproc.flows.chat import CLIENT_AUTH_HEADERS, upstream_error_status
+from extproc.flows.upstream import UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
-from extproc.kserve_probe import KServeProbe
 from extproc.routing import RouteRequest
-from kernels import Backend, PreprocessSpec, select_backend
+from kernels import Backend, PreprocessSpec
 from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.vision")
@@ -45,7 +42,6 @@ log = logging.getLogger("modelyard.vision")
 # A member waits for its batch's reply at most this long, then makes its own call: under Envoy's
 # 10 s ext_proc message timeout, so a slow leader never turns into an ext_proc timeout.
 MEMBER_WAIT_S = 8.0
-_STRIP_UPSTREAM = [*CLIENT_AUTH_HEADERS, "accept-encoding", STRATEGY_HEADER, CHANNEL_HEADER]
 _STRIP_RESPONSE = ["content-length", "grpc-status", "grpc-message", "grpc-encoding", "grpc-accept-encoding",
                    "grpc-status-details-bin"]
 _JSON = ("content-type", "application/json")
@@ -102,7 +98,7 @@ class _VisionFlow:
         self.gw = gw
         self.ctx = ctx
         self.model: Any = None
-        self.choice: Choice | None = None
+        self.call = UpstreamCall(gw, ctx)
         self.upstream_model = ""
         self.grpc = True
         self.role: VisionRole = "single"
@@ -115,7 +111,6 @@ class _VisionFlow:
         self.rest_header_length: str | None = None  # a REST upstream's binary reply
         self.parsed: kserve.ParsedInfer | None = None  # a v2 infer: how the caller wants its outputs
         self.upstream_status = 0
-        self.finished = False
 
     # -- hooks the two flows fill in ---------------------------------------------------------
     def _render_ok(self, resp: Any) -> tuple[bytes, ContentHeaders]:
@@ -134,7 +129,7 @@ class _VisionFlow:
     async def _route(self, name: str) -> Choice:
         ctx = self.ctx
         assert ctx.tenant is not None
-        self.choice = choice = self.gw.dispatcher.choose_for(ctx, RouteRequest(
+        self.call.choice = choice = self.gw.dispatcher.choose_for(ctx, RouteRequest(
             model=name, tenant=ctx.tenant, task_type=self.task_type, needs_vision=self.needs_vision,
             task_id=ctx.task_id))
         await self.gw.dispatcher.admit(ctx, choice, 0)
@@ -144,34 +139,27 @@ class _VisionFlow:
         ctx.response_headers += choice.response_headers()
         dep = choice.deployment
         self.upstream_model = dep.upstream_model or choice.model.name
-        self.grpc = dep.protocol == "kserve-grpc"
+        self.grpc = dep.protocol == "kserve-grpc"  # the transport: gRPC messages or REST bodies
         return choice
 
     def _send(self, body: bytes, path: str = kserve.GRPC_INFER_PATH,
               content_type: str = kserve.GRPC_CONTENT_TYPE, strip: list[str] | None = None,
               extra: list[tuple[str, str]] | None = None, cluster: str | None = None) -> msg.ProcessingResponse:
-        assert self.choice is not None
-        dep = self.choice.deployment
-        ctx = self.ctx
-        headers = [(":path", path), ("content-type", content_type), ("content-length", str(len(body))),
-                   (CLUSTER_HEADER, cluster or self.gw.catalog.envoy_cluster(dep.cluster)),
-                   (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""),
-                   *(extra or [])]
-        strip = [*_STRIP_UPSTREAM, *(strip or [])]
+        strip = list(strip or [])
         if self.grpc:
-            headers += [("te", "trailers"), ("grpc-timeout", f"{dep.timeout_ms}m")]
-            strip = [*strip, kserve_binary.HEADER]  # the tensors now travel as raw contents
-        if ctx.trace is not None:
-            headers += ctx.trace.upstream_headers()
-        return msg.request_body(headers, strip, body=body, clear_route_cache=True)
+            strip.append(kserve_binary.HEADER)  # the tensors now travel as raw contents
+        # A REST call sets no deadline of its own (as it never did): the route's timeout bounds it.
+        return self.call.request(path, body, {"content-type": content_type}, cluster=cluster,
+                                 deadline="grpc" if self.grpc else None, extra=extra or (), strip=strip)
 
     def _policy(self) -> BatchPolicy | None:
         cfg = self.model.batching if self.model is not None else None
         if self.ctx.deferred:
             return None  # an acceptance for later joins no batch: its replay will
-        if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not self.choice:
+        choice = self.call.choice
+        if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not choice:
             return None
-        return BatchPolicy.from_config(cfg, len(self.choice.deployment.endpoints))
+        return BatchPolicy.from_config(cfg, len(choice.deployment.endpoints))
 
     @property
     def _batcher(self) -> Batcher:
@@ -183,9 +171,9 @@ class _VisionFlow:
         self.job = job
         policy = self._policy()
         member = None
-        if policy is not None and self.choice is not None:
+        if policy is not None and self.call.choice is not None:
             ti = self.model.vision.input
-            key = BatchKey(self.model.name, self.choice.deployment.cluster, (3, ti.height, ti.width), ti.datatype)
+            key = BatchKey(self.model.name, self.call.choice.deployment.cluster, (3, ti.height, ti.width), ti.datatype)
             member = self._batcher.join(key, policy, job, job.rows)
         if member is None:
             return self._send(await self._own_body())
@@ -242,14 +230,8 @@ class _VisionFlow:
         self._finish(200)
         return msg.immediate(200, body, [*content, *self.ctx.task_headers()])
 
-    def _probe(self) -> KServeProbe:
-        if self.gw.kserve_probe is None:
-            self.gw.kserve_probe = KServeProbe()
-        return self.gw.kserve_probe
-
     def _backend(self) -> Backend:
-        if self.gw.image_backend is None:
-            self.gw.image_backend = select_backend(self.gw.config.extproc.image_backend)
+        assert self.gw.image_backend is not None  # Gateway.build picks one wherever a model has `vision`
         return self.gw.image_backend
 
     # -- response ----------------------------------------------------------------------------
@@ -345,26 +327,17 @@ class _VisionFlow:
     # -- accounting --------------------------------------------------------------------------
     def _finish(self, status: int, *, upstream_answered: bool = True) -> None:
         """`status` came from the upstream's answer (or its slice of a batch), unless it never answered."""
-        if self.finished or self.choice is None:
-            return
-        self.finished = True
-        self.gw.accountant.record_outcome(self.ctx, self.choice, status=status,
-                                          upstream_ok=status < 500 if upstream_answered else None,
-                                          latency_s=time.monotonic() - self.ctx.started, ttft_s=None, usage=None)
-        if self.ctx.trace is not None:
-            self.ctx.trace.outcome(status, cluster=self.choice.deployment.cluster, tenant=self.ctx.tenant_name,
-                                   input_tokens=None, output_tokens=None, response_model=self.upstream_model or None)
+        self.call.finish(status, upstream_ok=status < 500 if upstream_answered else None,
+                         response_model=self.upstream_model or None)
 
     def defer(self) -> None:
-        self.finished = True  # the replay is metered, not this acceptance
-        if self.choice is not None:
-            self.gw.accountant.release(self.choice)
+        self.call.release()
 
     def close(self) -> None:
         if self.member is not None and self.role != "member":
             # Still waiting (dropped from its batch) or the leader (its members fall back).
             self._batcher.leave(self.member)
-        if not self.finished and self.choice is not None:
+        if self.call.pending:
             # No response headers came: Envoy answers upstream failures itself (they reach
             # response_headers), so a stream ending here means the client went away.
             self._finish(499, upstream_answered=False)
@@ -398,7 +371,7 @@ class KServeInferFlow(_VisionFlow):
             path = kserve.rest_infer_path(self.upstream_model, version or None)
             if header_length is None:  # JSON passes through as sent; only the path names the upstream model
                 return self._send(body, path, "application/json")
-            if await self._probe().takes_binary(dep):
+            if await self.gw.kserve_probe.takes_binary(dep):
                 return self._send(body, path, kserve_binary.CONTENT_TYPE)
             # An upstream without the extension gets the same tensors as JSON (the reply is converted back).
             body, _ = await asyncio.to_thread(kserve.infer_request_rest, req, binary=False)

@@ -19,6 +19,8 @@ class XlateFlow(ChatFlow):
     answer back into that protocol. No routing, limits or metering here: the outer request,
     which sees this answer as its own, already did those."""
 
+    metered = False
+
     def __init__(self, gw: Gateway, ctx: RequestContext, target: str):
         super().__init__(gw, ctx)
         self.target = target
@@ -26,8 +28,6 @@ class XlateFlow(ChatFlow):
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         req = await self._parse(body)
         model, dep = self.gw.catalog.deployment(self.target)
-        self.choice = Choice(model=model, deployment=dep, channel=dep.channel)
+        self.call.choice = Choice(model=model, deployment=dep, channel=dep.channel)
+        await self.call.authorize()  # the hop's target deployment's own credential
         return self._send(body, req)
-
-    def _finish(self, *, upstream_answered: bool = True) -> None:
-        self.finished = True
