@@ -28,8 +28,7 @@ from envoy_data_plane.envoy.type.matcher.v3 import RegexMatcher, StringMatcher
 from envoy_data_plane.envoy.type.v3 import HttpStatus, StatusCode
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 
-from adapters import kserve
-from adapters.registry import PROTOCOLS
+from adapters.error_bodies import render_error_body
 from modelyard.errors import default_type
 
 STATUS = 503
@@ -54,13 +53,6 @@ def status_on_error() -> HttpStatus:
     return HttpStatus(code=StatusCode(STATUS))
 
 
-def _error_body(protocol: str) -> bytes:
-    """The adapters' own error body for the protocol (the control plane never imports the request path)."""
-    if protocol == "kserve":
-        return kserve.render_error(STATUS, MESSAGE)
-    return PROTOCOLS[protocol].render_error(STATUS, MESSAGE, default_type(STATUS))
-
-
 def _extproc_failed() -> AccessLogFilter:
     return AccessLogFilter(extension_filter=ExtensionFilter(
         name="envoy.access_loggers.extension_filters.cel",
@@ -73,7 +65,7 @@ def _mapper(protocol: str, path: str | None) -> ResponseMapper:
         on_path = AccessLogFilter(header_filter=HeaderFilter(header=HeaderMatcher(
             name=":path", string_match=StringMatcher(safe_regex=RegexMatcher(regex=path)))))
         failed = AccessLogFilter(and_filter=AndFilter(filters=[failed, on_path]))
-    body = _error_body(protocol).decode()
+    body = render_error_body(protocol, STATUS, MESSAGE, default_type(STATUS)).decode()
     return ResponseMapper(
         filter=failed,
         status_code=STATUS,

@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
-from adapters import kserve, kserve_grpc
-from adapters.registry import PROTOCOLS
+from adapters import kserve_grpc
+from adapters.error_bodies import ERROR_RENDERERS, render_error_body
 from extproc import messages as msg
 from modelyard.errors import ModelyardError
 
-
-class ErrorRenderer(Protocol):
-    def __call__(self, status: int, message: str, type: str | None = None) -> bytes: ...
-
-
-# Every caller protocol's error body, one signature; an unknown protocol answers as OpenAI does.
-ERROR_RENDERERS: dict[str, ErrorRenderer] = {
-    **{name: p.render_error for name, p in PROTOCOLS.items()},
-    "kserve": kserve.render_error,
-    "kserve-grpc": kserve_grpc.render_error,
-}
+__all__ = ["ERROR_RENDERERS", "GRPC_STATUS", "error_response", "render_error_body"]
 # Callers answered with a gRPC status (Envoy sends a gRPC caller's local reply trailers-only): the
 # code for the error's HTTP status, the body as grpc-message.
 GRPC_STATUS: dict[str, Callable[[int], int]] = {"kserve-grpc": kserve_grpc.grpc_code}
-
-
-def render_error_body(protocol: str, status: int, message: str, type_: str) -> bytes:
-    return ERROR_RENDERERS.get(protocol, ERROR_RENDERERS["openai"])(status, message, type_)
 
 
 def error_response(protocol: str, e: ModelyardError, extra: Iterable[tuple[str, str]] = ()) -> msg.ProcessingResponse:
