@@ -111,7 +111,8 @@ def test_unverifiable_upstreams_fail(tls_stack: object, model: str, stat: str) -
     # Envoy answers 503 (connection failure, after its retry); the gateway reports an upstream's 5xx as
     # 502 in the caller's shape. Neither the upstream's bytes nor Envoy's TLS failure reason reach the
     # caller (the reason is in Envoy's stats, checked below, and the extproc's INFO log).
-    assert r.status_code == 502 and r.json()["error"]["message"] == "upstream error (HTTP 503)", r.text
+    task = r.headers["x-modelyard-task-id"]
+    assert r.status_code == 502 and r.json()["error"]["message"] == f"upstream error (HTTP 503) (task {task})", r.text
     assert "TLS" not in r.text and "reset reason" not in r.text
     stats = _cluster_stats(stack)
     assert stats.get(stat, 0) >= 1 and stats.get(f"cluster.{model}.upstream_rq_503", 0) >= 1, stats
