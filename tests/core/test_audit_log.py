@@ -24,7 +24,7 @@ from extproc.telemetry.audit import CALL, AuditEvent, AuditLog, export, parse_wh
 from extproc.telemetry.audit_chain import GENESIS, key_id
 from extproc.telemetry.redaction import REDACTED, Redactor
 from modelyard.errors import ConfigError
-from tests.core.test_session import KEY, body_msg, chat_headers, headers_msg
+from tests.core.session_driver import KEY, body_msg, chat_headers, headers_msg
 from tests.stack_config import without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,7 @@ from extproc.config import load_config
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.explain import explain, explain_main, format_explain
 from extproc.routing.watermarks import Reading
-
-from .test_score import ROOT
+from tests.stack_config import ROOT
 
 CONFIG = str(ROOT / "modelyard.yaml")
 

@@ -9,24 +9,7 @@ from hypothesis import strategies as st
 
 from extproc.routing.watermarks import WatermarkParseError, parse_agent_json, parse_dcgm_metrics, parse_reading
 from gpuagent.agent import parse_fake_spec
-
-DCGM_SAMPLE = """\
-# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
-# TYPE DCGM_FI_DEV_SM_CLOCK gauge
-DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 1980
-# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
-# TYPE DCGM_FI_DEV_GPU_UTIL gauge
-DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 37
-DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 12
-# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).
-# TYPE DCGM_FI_DEV_FB_FREE gauge
-DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 71000
-DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 20000
-# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).
-# TYPE DCGM_FI_DEV_FB_USED gauge
-DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 10000
-DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 61000
-"""
+from tests.routing.dcgm_sample import DCGM_SAMPLE
 
 
 def test_dcgm_exporter_text():
