@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.smoke import scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from controlplane.bootstrap import bootstrap_dict, build_bootstrap  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
@@ -111,8 +112,8 @@ def peak_rss_mb(pid: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=scaled(4.0, 1.0))
+    parser.add_argument("--rounds", type=int, default=scaled(3, 1))
     a = parser.parse_args(argv)
     if not shutil.which("wrk"):
         print("bench_gateway: wrk is not installed (apt-get install wrk); skipped")
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     demo_stack.quiet = True
     # The minimal config again with 2 and the default number of workers (1 is `stack` itself).
     worker_stacks: dict[int, Stack] = {}
-    for n in sorted({2, default_workers()} - {1}):
+    for n in sorted({2, scaled(default_workers(), 2)} - {1}):
         wdata = _config(n)
         (work / f"workers-{n}").mkdir()
         (work / f"workers-{n}" / "modelyard.yaml").write_text(yaml.safe_dump(wdata))
