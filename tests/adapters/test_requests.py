@@ -150,8 +150,21 @@ BAD = {
     ],
 }
 
+# What is wrong with each BAD body, in order.
+BAD_NAMES = {
+    "openai": ["empty", "not-json", "array", "no-model", "no-messages", "unknown-role", "content-number",
+               "temperature-string", "temperature-3", "tool-without-call-id", "system-only", "n-2", "stop-number",
+               "input-audio"],
+    "anthropic": ["truncated", "no-max_tokens", "no-messages", "system-role", "max_tokens-0", "document-no-source",
+                  "server-tool"],
+    "gemini": ["null", "no-contents", "unknown-role", "no-parts", "executable-code", "candidateCount-2",
+               "google-search"],
+}
+assert {p: len(n) for p, n in BAD_NAMES.items()} == {p: len(r) for p, r in BAD.items()}
 
-@pytest.mark.parametrize(("proto", "raw"), [(p, r) for p, rs in BAD.items() for r in rs])
+
+@pytest.mark.parametrize(("proto", "raw"), [(p, r) for p, rs in BAD.items() for r in rs],
+                         ids=[f"{p}-{name}" for p, names in BAD_NAMES.items() for name in names])
 def test_bad_requests_are_400(proto: str, raw: bytes) -> None:
     with pytest.raises(ClientError) as ei:
         PROTOCOLS[proto].parse_request(raw, path_model="m" if proto == "gemini" else None)

@@ -73,7 +73,9 @@ def test_finish_reason_vocabularies() -> None:
 
 @pytest.mark.parametrize("proto", NAMES)
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'{"choices":[]}', b'{"content":"x"}',
-                                 b'{"candidates":[1]}', b'{"choices":[{"message":{"tool_calls":[1]}}]}'])
+                                 b'{"candidates":[1]}', b'{"choices":[{"message":{"tool_calls":[1]}}]}'], ids=[
+    "empty", "truncated", "array", "null", "no-choices", "content-string", "candidate-number", "tool-call-number"
+])
 def test_bad_upstream_responses_are_502(proto: str, raw: bytes) -> None:
     with pytest.raises(UpstreamError) as ei:
         PROTOCOLS[proto].parse_response(raw)

@@ -37,7 +37,10 @@ def test_dcgm_util_dominates_and_odd_labels():
     ["", "# only comments\n", "other_metric 1\n", "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} abc\n",
      "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} -1\n", "DCGM_FI_DEV_GPU_UTIL{gpu=0} 3\n",
      "DCGM_FI_DEV_FB_USED{gpu=\"0\"} NaN\n"],
-)
+ ids=[
+    "empty", "only-comments", "other-metric", "util-not-number", "util-negative", "gpu-label-unquoted",
+    "fb-used-nan"
+])
 def test_dcgm_bad_text(text):
     with pytest.raises(WatermarkParseError):
         parse_dcgm_metrics(text)
@@ -67,7 +70,10 @@ def test_agent_json():
      b'{"gpus": [{"util": 10, "mem_used": 5, "mem_total": 1}]}',
      b'{"gpus": [{"util": true, "mem_used": 0, "mem_total": 1}]}',
      b'{"gpus": [{"index": "0", "util": 1, "mem_used": 0, "mem_total": 1}]}'],
-)
+ ids=[
+    "empty", "array", "null", "no-gpus", "gpus-number", "gpu-number", "watermark-over-1", "util-over-100",
+    "used-over-total", "util-bool", "index-string"
+])
 def test_agent_json_bad(body):
     with pytest.raises(WatermarkParseError):
         parse_agent_json(body)
