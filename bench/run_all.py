@@ -97,10 +97,11 @@ def main(argv: list[str]) -> int:
         rows += run.rows
         print(f"   ({run.seconds:.0f}s)", flush=True)
     print("\n== summary" + (" (smoke mode: the figures mean nothing)" if smoke else ""))
-    print(f"{'bench':<12}{'case':<34}{'metric':<16}{'value':>14} {'unit':<10}{'ratio':>8}")
+    width = max([34] + [len(str(r["case"])) + 2 for r in rows])
+    print(f"{'bench':<12}{'case':<{width}}{'metric':<16}{'value':>14} {'unit':<10}{'ratio':>8}")
     for r in rows:
         ratio = f"{r['ratio']:.3g}" if r.get("ratio") is not None else ""
-        print(f"{r['bench']:<12}{str(r['case']):<34}{r['metric']:<16}{r['value']:>14.4g} {r['unit']:<10}{ratio:>8}")
+        print(f"{r['bench']:<12}{str(r['case']):<{width}}{r['metric']:<16}{r['value']:>14.4g} {r['unit']:<10}{ratio:>8}")
     print(f"\n({time.monotonic() - t0:.0f}s in all)")
     if failed:
         print("\nFAILED benches (their figures are left out above):")
