@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -63,16 +64,17 @@ def run_one(script: Path, smoke: bool = False) -> BenchRun:
     env = {**os.environ, SMOKE_ENV: "1"} if smoke else {k: v for k, v in os.environ.items() if k != SMOKE_ENV}
     timeout = SMOKE_TIMEOUT_S if smoke else TIMEOUT_S
     t = time.monotonic()
-    try:
-        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
-                              env=env)
-    except subprocess.TimeoutExpired as e:
-        def text(b: bytes | str | None) -> str:
-            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
-        return BenchRun(script, f"timed out after {timeout}s", text(e.stdout), text(e.stderr),
-                        seconds=time.monotonic() - t)
-    run = BenchRun(script, proc.returncode, proc.stdout, proc.stderr, seconds=time.monotonic() - t)
-    summary = [ln for ln in proc.stdout.splitlines() if ln.startswith("SUMMARY ")]
+    # Its own process group: a bench past its timeout goes with the stacks it started, not just itself.
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            return BenchRun(script, f"timed out after {timeout}s", out, err, seconds=time.monotonic() - t)
+    run = BenchRun(script, proc.returncode, out, err, seconds=time.monotonic() - t)
+    summary = [ln for ln in out.splitlines() if ln.startswith("SUMMARY ")]
     if summary:
         run.rows = json.loads(summary[-1][len("SUMMARY "):])
     return run
