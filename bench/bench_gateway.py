@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Tally, report  # noqa: E402
-from bench.smoke import scaled  # noqa: E402
+from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from controlplane.bootstrap import bootstrap_dict, build_bootstrap  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
@@ -166,10 +166,11 @@ def main(argv: list[str] | None = None) -> int:
                    "modelyard": f"{stack.url}/v1/chat/completions"}
         cpu_targets = {"floor": (floor_stack, targets["floor"]), "minimal": (stack, targets["modelyard"]),
                        "demo": (demo_stack, f"{demo_stack.url}/v1/chat/completions")}
-        for name, url in targets.items():
-            load(name, url, 4, 1.0, "warm-up")  # warm up connections and code paths
-        load("demo", cpu_targets["demo"][1], 4, 1.0, "warm-up")
-        for n, s_ in worker_stacks.items():
+        # Warm up connections and code paths (a smoke run's one round runs the same path).
+        warm_ups = {} if SMOKE else {**targets, "demo": cpu_targets["demo"][1]}
+        for name, url in warm_ups.items():
+            load(name, url, 4, 1.0, "warm-up")
+        for n, s_ in ({} if SMOKE else worker_stacks).items():
             load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, 1.0, "warm-up")
         results: dict[tuple[str, int], list[WrkResult]] = {}
         for i in range(a.rounds):
