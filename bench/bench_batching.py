@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.smoke import scaled  # noqa: E402
 from tests.vision_stack import KEY, LABELS, classify_form, vision_stack  # noqa: E402
 
 
@@ -90,7 +91,7 @@ async def _grpc_caller(url: str, model: str, colour: str, until: float, lat: lis
 
 
 async def run_case(url: str, model: str, callers: int, seconds: float, stats_url: str, tally: Tally,
-                   warmup: float = 1.0, client_kind: str = "classify") -> dict[str, Any]:
+                   warmup: float = scaled(1.0, 0.3), client_kind: str = "classify") -> dict[str, Any]:
     """Images/s and latency from the successful requests; every outcome, warm-up included, into `tally`."""
     colours = [LABELS[i % len(LABELS)] for i in range(callers)]
     limits = httpx.Limits(max_connections=callers, max_keepalive_connections=callers)
@@ -119,7 +120,7 @@ async def run_case(url: str, model: str, callers: int, seconds: float, stats_url
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--callers", type=int, default=16)
-    p.add_argument("--seconds", type=float, default=6.0)
+    p.add_argument("--seconds", type=float, default=scaled(6.0, 1.0))
     p.add_argument("--fixed-ms", type=float, default=20.0)
     p.add_argument("--per-image-ms", type=float, default=1.0)
     p.add_argument("--max-delay-ms", type=float, default=5.0)

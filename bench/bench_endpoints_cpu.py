@@ -5,12 +5,14 @@ free ports, metering off).
     .venv/bin/python bench/bench_endpoints_cpu.py [--requests N]
 
 CPU per request is the extproc process's CPU-time delta (/proc, user + system) over N sequential
-requests after a warm-up: steadier than req/s on a shared machine. Linux only.
+requests after a warm-up: steadier than req/s on a shared machine. Linux only. Any status but 200
+(or a transport error) fails the bench with a `FAILED:` line.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -21,6 +23,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.outcomes import Tally, report  # noqa: E402
+from bench.smoke import scaled  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, start_stack  # noqa: E402
 
@@ -45,10 +49,19 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main() -> None:
+def _post(c: httpx.Client, path: str, body: dict, tally: Tally) -> None:
+    try:
+        tally.add(c.post(path, json=body).status_code)
+    except httpx.HTTPError as e:
+        tally.add(type(e).__name__)
+
+
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--requests", type=int, default=300)
+    p.add_argument("--requests", type=int, default=scaled(300, 10))
     n = p.parse_args().requests
+    tallies: list[Tally] = []
+    rows: list[dict] = []
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
     data, _ = demo_config_free_ports()
@@ -58,14 +71,20 @@ def main() -> None:
         assert proc is not None
         with httpx.Client(base_url=stack.url, headers={"authorization": f"Bearer {DEMO_KEY}"}, timeout=10) as c:
             for label, (path, body) in CASES.items():
-                for _ in range(30):  # warm-up
-                    c.post(path, json=body).raise_for_status()
+                tallies.append(Tally("endpoints", f"{label} warm-up"))
+                for _ in range(scaled(30, 3)):
+                    _post(c, path, body, tallies[-1])
+                tallies.append(Tally("endpoints", label))
                 cpu0, wall0 = _cpu_s(proc.pid), time.perf_counter()
                 for _ in range(n):
-                    c.post(path, json=body).raise_for_status()
+                    _post(c, path, body, tallies[-1])
                 cpu, wall = _cpu_s(proc.pid) - cpu0, time.perf_counter() - wall0
                 print(f"{label:55s} extproc CPU {cpu / n * 1e6:6.0f} us/req   wall {wall / n * 1e3:5.2f} ms/req")
+                rows.append({"bench": "endpoints", "case": label, "metric": "extproc_cpu",
+                             "value": round(cpu / n * 1e6, 1), "unit": "us/req"})
+    print("SUMMARY " + json.dumps(rows))
+    return report(tallies)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
 from contracts.workers import default_workers  # noqa: E402
@@ -135,8 +136,8 @@ def peak_rss_mb(pid: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=scaled(4.0, 1.0))
+    parser.add_argument("--rounds", type=int, default=scaled(3, 1))
     a = parser.parse_args(argv)
     if not shutil.which("wrk"):
         print("bench_gateway: wrk is not installed (apt-get install wrk); skipped")
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     demo_stack.quiet = True
     # The minimal config again with 2 and the default number of workers (1 is `stack` itself).
     worker_stacks: dict[int, Stack] = {}
-    for n in sorted({2, default_workers()} - {1}):
+    for n in sorted({2, scaled(default_workers(), 2)} - {1}):
         wdata = _config(n)
         (work / f"workers-{n}").mkdir()
         (work / f"workers-{n}" / "modelyard.yaml").write_text(yaml.safe_dump(wdata))
@@ -195,12 +196,13 @@ def main(argv: list[str] | None = None) -> int:
                    "modelyard": f"{stack.url}/v1/chat/completions"}
         cpu_targets = {"floor": (floor_stack, targets["floor"]), "minimal": (stack, targets["modelyard"]),
                        "demo": (demo_stack, f"{demo_stack.url}/v1/chat/completions")}
-        for name, url in targets.items():
-            load(name, url, 4, 1.0, "warm-up")  # warm up connections and code paths
-        load("demo", cpu_targets["demo"][1], 4, 1.0, "warm-up")
-        for label, (s_, url) in cpu_targets.items():
+        # Warm up connections and code paths (a smoke run's one round runs the same path).
+        warm_ups = {} if SMOKE else {**targets, "demo": cpu_targets["demo"][1]}
+        for name, url in warm_ups.items():
+            load(name, url, 4, 1.0, "warm-up")
+        for label, (_stack, url) in ({} if SMOKE else cpu_targets).items():
             load(label, url, 4, 1.0, "stream warm-up", "stream")
-        for n, s_ in worker_stacks.items():
+        for n, s_ in ({} if SMOKE else worker_stacks).items():
             load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, 1.0, "warm-up")
         results: dict[tuple[str, int], list[WrkResult]] = {}
         for i in range(a.rounds):

@@ -26,6 +26,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.smoke import scaled  # noqa: E402
 from kernels import (
     PreprocessSpec,  # noqa: E402
     cupy_backend,  # noqa: E402
@@ -69,7 +70,7 @@ def _interleaved_rates(fns, images, spec, repeats: int, budget_s: float) -> list
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", action="store_true", help="also measure the CuPy path when a device is present")
-    p.add_argument("--repeats", type=int, default=15, help="repeats at batch 32 (more at smaller batches)")
+    p.add_argument("--repeats", type=int, default=scaled(15, 1), help="repeats at batch 32 (more at smaller batches)")
     a = p.parse_args(argv)
     spec = PreprocessSpec(width=224, height=224)
     rng = np.random.default_rng(0)
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in BATCHES:
         images = _images(rng, n)
         fns = [pillow_baseline, cpu.preprocess] + ([gpu.preprocess] if gpu is not None else [])
-        rates = _interleaved_rates(fns, images, spec, max(5, a.repeats * 32 // n), 8.0)
+        rates = _interleaved_rates(fns, images, spec, max(scaled(5, 1), a.repeats * 32 // n), scaled(8.0, 0.2))
         base, rate = rates[0], rates[1]
         rows.append({"bench": "kernels", "case": f"numpy_b{n}", "metric": "images_per_s", "value": round(rate, 1),
                      "unit": "img/s", "baseline": round(base, 1), "ratio": round(rate / base, 3)})

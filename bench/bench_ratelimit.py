@@ -24,6 +24,7 @@ import orjson
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.smoke import scaled  # noqa: E402
 from contracts.config.ratelimit import parse_config  # noqa: E402
 from ratelimit import Limiter, RequestContext  # noqa: E402
 from tests.ratelimit.redis_server import RedisServer  # noqa: E402
@@ -35,7 +36,7 @@ LIMITS = [
     {"scope": "global", "unit": "tokens", "rate": 1e8, "burst": 4e6},
 ]
 CTXS = [RequestContext(f"tenant-{i}", "L1", f"cluster-{i % 4}", "standard") for i in range(16)]
-REPEATS = 5
+REPEATS = scaled(5, 1)
 
 
 def _outcome(lim: Limiter, tally: Tally) -> Callable[[RequestContext], Awaitable[None]]:
@@ -81,7 +82,7 @@ async def run(tallies: list[Tally]) -> list[dict]:
 
     rows: list[dict] = []
     mem = Limiter(parse_config({"limits": LIMITS}))
-    base = await _median(_sequential, mem, 20_000, case("memory 4 keys", "memory"))
+    base = await _median(_sequential, mem, scaled(20_000, 500), case("memory 4 keys", "memory"))
     rows.append({"bench": "ratelimit", "case": "memory 4 keys", "metric": "decisions_per_s", "value": round(base), "unit": "1/s"})
     await mem.close()
 
@@ -98,11 +99,11 @@ async def run(tallies: list[Tally]) -> list[dict]:
     try:
         lim = Limiter(parse_config({"backend": "redis", "redis": {"url": srv.url, "timeout_ms": 1000}, "limits": LIMITS}))
         await _outcome(lim, case("redis warm-up", "redis"))(CTXS[0])  # load the script
-        seq = await _median(_sequential, lim, 2_000, case("redis 4 keys sequential", "redis"))
+        seq = await _median(_sequential, lim, scaled(2_000, 100), case("redis 4 keys sequential", "redis"))
         rows.append({"bench": "ratelimit", "case": "redis 4 keys sequential", "metric": "decisions_per_s", "value": round(seq), "unit": "1/s"})
         for width in (16, 64):
             name = f"redis 4 keys concurrent {width}"
-            con = await _median(_concurrent, lim, 4_000, width, case(name, "redis"))
+            con = await _median(_concurrent, lim, scaled(4_000, 256), width, case(name, "redis"))
             rows.append({"bench": "ratelimit", "case": name, "metric": "decisions_per_s", "value": round(con), "unit": "1/s"})
         await lim.close()
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.smoke import scaled  # noqa: E402
 from contracts.config import GatewayConfig, parse_config  # noqa: E402
 from contracts.watermarks import Reading  # noqa: E402
 from extproc.routing import RouteRequest, Scheduler  # noqa: E402
@@ -65,9 +66,9 @@ def main() -> int:
     rows = []
     print(f"{'case':<22} {'deployments':>11} {'decide us':>10} {'baseline us':>12} {'ratio':>7}")
     for n, case, model, reps in [
-        (10, "group", "auto", 5000),
-        (1000, "group", "auto", 300),
-        (1000, "model", "model-17", 5000),
+        (10, "group", "auto", scaled(5000, 50)),
+        (1000, "group", "auto", scaled(300, 5)),
+        (1000, "model", "model-17", scaled(5000, 50)),
     ]:
         cfg = synthetic(n)
         sched = Scheduler(cfg)

@@ -26,6 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.smoke import scaled  # noqa: E402
 from tests.stack_config import small_config, start_stack  # noqa: E402
 
 KEY = "sk-modelyard-demo"
@@ -40,7 +41,7 @@ def _cpu_s(pid: int) -> float:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--n", type=int, default=scaled(200, 5))
     a = p.parse_args(argv)
     failures: list[str] = []
     rows = []
@@ -50,8 +51,10 @@ def main(argv: list[str]) -> int:
         with start_stack(Path(tmp), data) as stack, httpx.Client(base_url=stack.url, timeout=60) as c:
             pid = stack.child("extproc").proc.pid
             url = "/v1/chat/completions"
-            for _ in range(20):  # warm-up
-                c.post(url, json=BODY, headers=AUTH)
+            for _ in range(scaled(20, 2)):  # warm-up
+                r = c.post(url, json=BODY, headers=AUTH)
+                if r.status_code != 200:
+                    failures.append(f"warm-up: {r.status_code}")
 
             sync_lat = []
             cpu0 = _cpu_s(pid)

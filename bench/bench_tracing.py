@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from envoy.config.core.v3 import base_pb2  # noqa: E402
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb  # noqa: E402
 
+from bench.smoke import scaled  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
 from extproc.gateway import Gateway  # noqa: E402
 from extproc.service import build_routes, build_tracing  # noqa: E402
@@ -87,10 +88,15 @@ async def _run(gw: Gateway, n: int) -> float:
     async def one() -> None:
         s = Session(gw, routes)
         for m in MESSAGES:
-            await s.handle(m)
+            r = await s.handle(m)
+            # A request the gateway answered itself (a refusal, an error) is not the path measured.
+            if r.WhichOneof("response") == "immediate_response":
+                print(f"FAILED: tracing: the gateway answered {r.immediate_response.status.code}: "
+                      f"{r.immediate_response.body[:200]!r}", flush=True)
+                raise SystemExit(1)
         s.close()
 
-    for _ in range(200):
+    for _ in range(scaled(200, 10)):
         await one()
     t0 = time.process_time()
     for _ in range(n):
@@ -102,8 +108,8 @@ async def _run(gw: Gateway, n: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--requests", type=int, default=3000)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--requests", type=int, default=scaled(3000, 50))
+    p.add_argument("--rounds", type=int, default=scaled(3, 1))
     a = p.parse_args(argv)
     port = free_port()
     receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(port)])

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from adapters import anthropic, openai  # noqa: E402
 from adapters.injected_usage import InjectedUsageFilter  # noqa: E402
 from adapters.registry import StreamTranslator, translate_stream  # noqa: E402
+from bench.smoke import scaled  # noqa: E402
 
 GOAL_1KB_US = 50.0
 
@@ -57,12 +58,12 @@ def _median_us(fn: Callable[[], object], batches: int, per_batch: int) -> float:
 
 def main() -> None:
     quick = "--quick" in sys.argv
-    scale = 0.2 if quick else 1.0
+    scale = scaled(0.2 if quick else 1.0, 0.0)
     rows: list[dict] = []
     table: list[tuple[str, float, float]] = []
 
     def record(case: str, fn: Callable[[], object], base: Callable[[], object], batches: int, per: int) -> float:
-        b, p = max(5, int(batches * scale)), per
+        b, p = max(5, int(batches * scale)), scaled(per, max(1, per // 20))
         us = _median_us(fn, b, p)
         bus = _median_us(base, b, p)
         rows.append({"bench": "translation", "case": case, "metric": "median_latency", "value": round(us, 3),

@@ -18,6 +18,7 @@ import orjson
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from bench.smoke import scaled  # noqa: E402
 from contracts.config.ratelimit import parse_config  # noqa: E402
 from ratelimit import bucket  # noqa: E402
 from ratelimit.bucket import NANO, US, BucketParams  # noqa: E402
@@ -26,7 +27,7 @@ from ratelimit.tuning.replay import count  # noqa: E402
 from ratelimit.tuning.traces import Trace  # noqa: E402
 from ratelimit.tuning.whatif import simulate  # noqa: E402
 
-N = 1_000_000
+N = scaled(1_000_000, 20_000)
 LIMITS = [
     {"scope": "tenant", "match": "*", "rate": 30, "burst": 60},
     {"scope": "tenant", "match": "*", "tier": "L3", "unit": "tokens", "rate": 5000, "burst": 20000},

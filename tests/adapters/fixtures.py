@@ -234,6 +234,12 @@ GEMINI_STREAM_TEXT = _sse([_gm([{"text": "Hello"}], usage=(11, 1)), _gm([{"text"
 GEMINI_STREAM_TOOL = _sse([_gm([{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}], "STOP", (20, 7))],
                           sep=b"\r\n\r\n")
 
+# (text, [(name, args)], finish, input, output, ended_cleanly) every protocol's stream above means
+STREAM_MEANING = {
+    "text": ("Hello there", [], "stop", 11, 2, True),
+    "tool": ("", [("get_weather", {"city": "Paris"})], "tool_calls", 20, 7, True),
+}
+
 STREAMS = {
     "openai": {"text": OPENAI_STREAM_TEXT, "tool": OPENAI_STREAM_TOOL},
     "anthropic": {"text": ANTHROPIC_STREAM_TEXT, "tool": ANTHROPIC_STREAM_TOOL},

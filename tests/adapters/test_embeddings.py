@@ -30,6 +30,9 @@ VECS = np.array([[0.5, -0.25, 1.0], [0.125, 0.0, -1.0]], np.float32)
     ("POST", "/v1beta/models/e:generateContent", None),
     ("POST", "/v1beta/models/:embedContent", None),
     ("POST", "/v1/chat/completions", None),
+], ids=[
+    "openai", "openai-unversioned", "gemini", "gemini-batch-with-key", "gemini-escaped-model", "GET-refused",
+    "generateContent-not-embeddings", "empty-model", "chat-not-embeddings"
 ])
 def test_match_path(method: str, path: str, route: EmbeddingRoute | None) -> None:
     assert embeddings.match_path(method, path) == route
@@ -85,7 +88,8 @@ REJECT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("shape", "path_model", "body", "message"), REJECT_CASES)
+@pytest.mark.parametrize(("shape", "path_model", "body", "message"), REJECT_CASES,
+                         ids=[f"{c[0]}: {c[3]}" for c in REJECT_CASES])
 def test_parse_request_rejects(shape: embeddings.Shape, path_model: str | None, body: dict, message: str) -> None:
     with pytest.raises(ClientError) as e:
         embeddings.parse_request(shape, orjson.dumps(body), path_model=path_model)
@@ -101,7 +105,7 @@ def test_too_many_inputs_is_a_413() -> None:
 @pytest.mark.parametrize(("protocol", "path", "auth"), [
     ("openai", "/v1/embeddings", ("authorization", "Bearer k")),
     ("gemini", "/v1beta/models/up%2Fm:batchEmbedContents", ("x-goog-api-key", "k")),
-])
+], ids=["openai", "gemini-batch"])
 def test_render_request_round_trips(protocol: str, path: str, auth: tuple[str, str]) -> None:
     req = EmbeddingRequest("client", ("a", "b"), "float", 16, "RETRIEVAL_QUERY" if protocol == "gemini" else None)
     up = embeddings.render_request(protocol, req, upstream_model="up/m", credential="k")
@@ -167,6 +171,9 @@ def test_parse_gemini_single_embedding() -> None:
     ("openai", b'{"data": [{"index": 0, "embedding": ["a"]}]}'),
     ("gemini", b'{"embeddings": [{"vals": []}]}'),
     ("gemini", b'{"candidates": []}'),
+], ids=[
+    "openai-html", "openai-no-data", "openai-duplicate-index", "openai-ragged", "openai-bad-base64",
+    "openai-string-floats", "gemini-no-values", "gemini-chat-answer"
 ])
 def test_parse_response_rejects_unreadable_upstream(protocol: str, raw: bytes) -> None:
     with pytest.raises(UpstreamError):
@@ -211,7 +218,7 @@ def test_a_count_mismatch_is_the_upstreams_fault() -> None:
     (b'{"data": [{"embedding": "usage"}], "usage": {"total_tokens": 3}}', None),
     (b'{"data": []}', None),
     (b"nope", None),
-])
+], ids=["usage-last", "usage-first", "nested-details", "no-prompt-tokens", "no-usage", "not-json"])
 def test_openai_usage_for_a_passthrough(body: bytes, tokens: int | None) -> None:
     assert embeddings.openai_usage(body) == tokens
 
@@ -227,7 +234,7 @@ def test_openai_usage_reads_the_tail_of_a_big_answer() -> None:
     (("a",), 1, 1),
     (("abcdefgh", "x"), 3, 2),
     (("w" * 400, "w" * 40, ""), 111, 100),
-])
+], ids=["one-char", "two-inputs", "long-and-empty"])
 def test_token_estimates(inputs: tuple[str, ...], total: int, longest: int) -> None:
     req = EmbeddingRequest("e", inputs)
     assert embeddings.estimate_tokens(req) == total and embeddings.longest_input_tokens(req) == longest

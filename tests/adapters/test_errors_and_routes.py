@@ -81,6 +81,9 @@ def test_client_api_keys() -> None:
     ("POST", "/v1beta/models/x:countTokens", None),
     ("POST", "/v1beta/models/:generateContent", None),
     ("POST", "/", None),
+], ids=[
+    "openai", "openai-query", "anthropic", "anthropic-beta", "gemini", "gemini-stream", "gemini-escaped-model",
+    "GET-chat", "legacy-completions", "countTokens", "empty-model", "root"
 ])
 def test_detect_client_protocol(method: str, path: str, route: ClientRoute | None) -> None:
     assert detect_client_protocol(method, path) == route

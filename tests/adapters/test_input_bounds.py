@@ -74,8 +74,12 @@ def test_measure_across_chunk_boundaries() -> None:
         assert measure(body).depth == 3, pad
 
 
-@pytest.mark.parametrize("parse", [openai.parse_request, anthropic.parse_request, gemini.parse_request])
-@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH + 1, 255, 300, 1024, 5000])
+@pytest.mark.parametrize("parse", [openai.parse_request, anthropic.parse_request, gemini.parse_request], ids=[
+    "openai", "anthropic", "gemini"
+])
+@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH + 1, 255, 300, 1024, 5000], ids=[
+    "limit+1", "255", "300", "1024", "5000"
+])
 def test_deep_json_refused_by_every_chat_parser(parse, levels: int) -> None:
     body = b'{"model":"m","max_tokens":5,"x":' + b"[" * levels + b"]" * levels + b"}"
     with pytest.raises(ClientError) as e:
@@ -121,7 +125,7 @@ PARSERS = {"openai": openai.parse_request, "anthropic": anthropic.parse_request,
     ({"n_msgs": MAX_MESSAGES + 1}, "exceed the limit of"),
     ({"n_parts": MAX_CONTENT_PARTS + 1}, "exceed the limit of"),
     ({"n_tools": MAX_TOOLS + 1}, "exceed the limit of"),
-])
+], ids=["messages", "content-parts", "tools"])
 def test_structure_limits(protocol: str, over: dict, fragment: str) -> None:
     parse = PARSERS[protocol]
     parse(_chat(protocol, **{k: v - 1 for k, v in over.items()}), path_model="m")  # at the limit: fine

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-import anthropic as anthropic_sdk
-import openai as openai_sdk
 import orjson
 import pytest
 
@@ -14,14 +12,9 @@ from adapters.internal import ChatResponse, ToolCall, Usage
 from adapters.registry import PROTOCOLS
 from modelyard.errors import UpstreamError
 from tests.adapters.fixtures import RESPONSE_MEANING, RESPONSES, body
+from tests.adapters.translation_checks import NAMES, meaning
 
-NAMES = ["openai", "anthropic", "gemini"]
 KINDS = ["text", "tool", "length"]
-
-
-def meaning(resp: ChatResponse) -> tuple:
-    calls = [(tc.name, orjson.loads(tc.arguments)) for tc in resp.tool_calls]
-    return resp.content, calls, resp.finish_reason, resp.usage.input_tokens, resp.usage.output_tokens
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -36,30 +29,6 @@ def test_parse_response_golden(upstream: str, kind: str) -> None:
             assert re.fullmatch(r"call_[0-9a-f]{16}_0", tid)
         else:
             assert tid == "call_0"
-
-
-def sdk_check(client: str, raw: bytes) -> None:
-    """The real SDK types accept what we render (cheap shape check)."""
-    obj = orjson.loads(raw)
-    if client == "openai":
-        openai_sdk.types.chat.ChatCompletion.model_validate(obj)
-    elif client == "anthropic":
-        anthropic_sdk.types.Message.model_validate(obj)
-    else:
-        assert set(obj) == {"candidates", "usageMetadata", "modelVersion", "responseId"}
-        assert obj["candidates"][0]["content"]["role"] == "model"
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("client", NAMES)
-@pytest.mark.parametrize("upstream", NAMES)
-def test_response_translation_every_pair(upstream: str, client: str, kind: str) -> None:
-    resp = PROTOCOLS[upstream].parse_response(body(RESPONSES[upstream][kind]))
-    raw = PROTOCOLS[client].render_response(resp, model="client-model")
-    sdk_check(client, raw)
-    back = PROTOCOLS[client].parse_response(raw)
-    assert meaning(back) == RESPONSE_MEANING[kind]
-    assert back.model == "client-model"
 
 
 def test_render_response_golden_shapes() -> None:
@@ -104,7 +73,9 @@ def test_finish_reason_vocabularies() -> None:
 
 @pytest.mark.parametrize("proto", NAMES)
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'{"choices":[]}', b'{"content":"x"}',
-                                 b'{"candidates":[1]}', b'{"choices":[{"message":{"tool_calls":[1]}}]}'])
+                                 b'{"candidates":[1]}', b'{"choices":[{"message":{"tool_calls":[1]}}]}'], ids=[
+    "empty", "truncated", "array", "null", "no-choices", "content-string", "candidate-number", "tool-call-number"
+])
 def test_bad_upstream_responses_are_502(proto: str, raw: bytes) -> None:
     with pytest.raises(UpstreamError) as ei:
         PROTOCOLS[proto].parse_response(raw)

@@ -152,7 +152,7 @@ REJECT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("fields", "message"), REJECT_CASES)
+@pytest.mark.parametrize(("fields", "message"), REJECT_CASES, ids=[c[1] for c in REJECT_CASES])
 def test_parse_request_rejects_with_a_clear_400(fields: dict, message: str) -> None:
     with pytest.raises(ClientError) as e:
         _req(**fields)
@@ -221,7 +221,9 @@ def test_render_response_echoes_the_request() -> None:
 
 
 @pytest.mark.parametrize("raw", [b"not json", b'{"id": "r"}', b'{"output": [1]}',
-                                 b'{"output": [{"type": "function_call", "name": 3}]}'])
+                                 b'{"output": [{"type": "function_call", "name": 3}]}'], ids=[
+    "not-json", "no-output", "output-not-items", "call-name-not-string"
+])
 def test_parse_response_rejects_unreadable_upstream(raw: bytes) -> None:
     with pytest.raises(UpstreamError):
         responses.parse_response(raw)

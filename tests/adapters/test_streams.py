@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import anthropic as anthropic_sdk
-import openai as openai_sdk
-import orjson
-import pydantic
 import pytest
 
 from adapters import anthropic, gemini, openai
@@ -14,7 +10,6 @@ from adapters.internal import (
     Message,
     StreamEnd,
     StreamError,
-    StreamEvent,
     StreamFinish,
     StreamStart,
     TextDelta,
@@ -23,46 +18,13 @@ from adapters.internal import (
     ToolCallStart,
     UsageUpdate,
 )
-from adapters.registry import PROTOCOLS, translate_stream
-from adapters.sse import SSEFramer
-from tests.adapters.fixtures import RESPONSE_MEANING, STREAMS
+from adapters.registry import translate_stream
+from tests.adapters.fixtures import STREAM_MEANING, STREAMS
+from tests.adapters.translation_checks import NAMES, client_events, decode, summary
 
-NAMES = ["openai", "anthropic", "gemini"]
 REQ = ChatRequest("client-model", (Message("user", (TextPart("hi"),)),), stream=True, include_usage=True)
 
 
-def decode(proto: str, pieces: list[bytes]) -> list[StreamEvent]:
-    d = PROTOCOLS[proto].StreamDecoder()
-    out: list[StreamEvent] = []
-    for p in pieces:
-        out += d.feed(p)
-    return out + d.close()
-
-
-def summary(events: list[StreamEvent]) -> tuple:
-    """(text, [(name, args)], finish, input, output, ended_cleanly) from a list of events."""
-    text, names, args, finish, i, o = "", {}, {}, None, 0, 0
-    for ev in events:
-        if isinstance(ev, TextDelta):
-            text += ev.text
-        elif isinstance(ev, ToolCallStart):
-            names[ev.index] = ev.name
-            args.setdefault(ev.index, "")
-        elif isinstance(ev, ToolCallDelta):
-            args[ev.index] += ev.arguments
-        elif isinstance(ev, StreamFinish):
-            finish = ev.reason
-        elif isinstance(ev, UsageUpdate):
-            i = ev.input_tokens if ev.input_tokens is not None else i
-            o = ev.output_tokens if ev.output_tokens is not None else o
-    calls = [(names[k], orjson.loads(args[k])) for k in sorted(names)]
-    return text, calls, finish, i, o, isinstance(events[-1], StreamEnd)
-
-
-STREAM_MEANING = {
-    "text": ("Hello there", [], "stop", 11, 2, True),
-    "tool": ("", [("get_weather", {"city": "Paris"})], "tool_calls", 20, 7, True),
-}
 CASES = [(p, k) for p in NAMES for k in ("text", "tool")]
 
 
@@ -115,41 +77,6 @@ def test_upstream_error_events(proto: str) -> None:
     assert decode(proto, [b"data: {not json\n\n"])[-1] == StreamError("upstream sent a malformed stream chunk"
                                                                       if proto != "anthropic" else
                                                                       "upstream sent a malformed stream event")
-
-
-def client_events(client: str, raw: bytes) -> list[dict]:
-    """Parse client SSE bytes with a plain framer (independent of our decoders) and SDK-validate them."""
-    f = SSEFramer()
-    evs = f.feed(raw) + f.close()
-    out = []
-    adapter = pydantic.TypeAdapter(anthropic_sdk.types.RawMessageStreamEvent)
-    for ev in evs:
-        if ev.data == b"[DONE]":
-            out.append({"done": True})
-            continue
-        obj = orjson.loads(ev.data)
-        if client == "openai" and "error" not in obj:
-            openai_sdk.types.chat.ChatCompletionChunk.model_validate(obj)
-        elif client == "anthropic" and obj.get("type") != "error":
-            assert ev.event == obj["type"]
-            adapter.validate_python(obj)
-        out.append(obj)
-    return out
-
-
-@pytest.mark.parametrize("client", NAMES)
-@pytest.mark.parametrize(("upstream", "kind"), CASES)
-def test_stream_translation_every_pair(upstream: str, kind: str, client: str) -> None:
-    raw = STREAMS[upstream][kind]
-    tr = translate_stream(upstream, client, REQ)
-    # Feed in awkward 5-byte pieces to exercise reassembly across the whole pipeline.
-    out = b"".join(tr.feed(raw[i:i + 5]) for i in range(0, len(raw), 5)) + tr.finish()
-    assert tr.finished and tr.error is None
-    assert (tr.meter.reported.input_tokens, tr.meter.reported.output_tokens) == STREAM_MEANING[kind][3:5]
-    client_events(client, out)
-    # Decoding our own client output recovers the same meaning.
-    assert summary(decode(client, [out])) == STREAM_MEANING[kind]
-    assert RESPONSE_MEANING[kind][:3] == STREAM_MEANING[kind][:3]
 
 
 def test_anthropic_block_indices_for_text_then_tools() -> None:

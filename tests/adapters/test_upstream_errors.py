@@ -7,14 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.upstream_errors import MAX_MESSAGE_CHARS, client_text, log_excerpt, provider_message, sanitize
-
-TRACEBACK = b"""Traceback (most recent call last):
-  File "/opt/venv/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py", line 412, in create
-    generator = await openai_serving_chat.create_chat_completion(request, raw_request)
-  File "/srv/app/secret_model_loader.py", line 88, in load
-    raise RuntimeError("CUDA out of memory; weights at /mnt/weights/llama-70b/shard-00003.safetensors")
-RuntimeError: CUDA out of memory; weights at /mnt/weights/llama-70b/shard-00003.safetensors
-"""
+from tests.adapters.upstream_bodies import TRACEBACK
 
 
 def test_traceback_body_becomes_the_status_alone() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,29 @@ def test_all_passing_benches_exit_zero(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "bench_a.py").write_text(PASS % "a")
     monkeypatch.setattr(run_all, "HERE", tmp_path)
     assert run_all.main([]) == 0
+
+
+def test_a_bench_past_its_timeout_is_named_and_its_children_go_with_it(tmp_path: Path, monkeypatch) -> None:
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "bench_slow.py").write_text(
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n")
+    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    monkeypatch.setattr(run_all, "TIMEOUT_S", 8)
+    run = run_all.run_one(tmp_path / "bench_slow.py")
+    assert run.failure == "bench_slow.py (timed out after 8s)"
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

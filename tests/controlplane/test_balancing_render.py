@@ -79,7 +79,7 @@ def test_http_and_grpc_health_checks() -> None:
     {"lb": {"policy": "least_request", "weights": {"127.0.0.1:8101": 3}}, "health_check": {"grpc_service": ""},
      "protocol": "kserve-grpc"},
     {"lb": {"policy": "random"}},
-])
+], ids=["ring_hash+http-check", "least_request+weights+grpc-check", "random"])
 def test_envoy_accepts_every_policy(deployment: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "envoy.yaml"
     out.write_text(render_bootstrap(parse_config(_config(**deployment)), load_environment("prod")))
@@ -100,6 +100,10 @@ def test_envoy_accepts_every_policy(deployment: dict[str, Any], tmp_path: Path) 
     ({"health_check": {"http_path": "health"}}, "health_check.http_path"),
     ({"health_check": {"grpc_service": ""}}, "checked with grpc_service"),
     ({"protocol": "kserve-grpc", "health_check": {"http_path": "/v2/health/ready"}}, "checked with grpc_service"),
+], ids=[
+    "ring_hash-no-header", "header-without-ring_hash", "weight-unknown-endpoint", "weight-0",
+    "random-with-weights", "unknown-policy", "two-health-checks", "empty-health-check", "relative-http-path",
+    "grpc-check-on-http", "http-check-on-kserve-grpc"
 ])
 def test_bad_settings_name_the_key(deployment: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

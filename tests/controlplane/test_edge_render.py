@@ -91,6 +91,8 @@ def test_plaintext_extproc_off_loopback_is_warned_about(caplog: pytest.LogCaptur
     ("extproc_tls: {ca_file: /ca.pem, cert_file: /c.pem}", "extproc_tls: Value error, cert_file and key_file"),
     ("edge: {max_connections: 0}", "edge.max_connections: Input should be greater than or equal to 1"),
     ("edge: {request_header_timeout_s: 5}", "edge.request_header_timeout_s: Extra inputs"),
+], ids=[
+    "request_timeout-vs-extproc", "overload-order", "extproc_tls-half-pair", "max_connections-0", "misspelt-key"
 ])
 def test_environment_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "bad.yaml").write_text(text)

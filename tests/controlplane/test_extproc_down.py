@@ -12,7 +12,7 @@ import pytest
 
 from controlplane.environments import EnvironmentConfig
 from controlplane.local_replies import MESSAGE, RETRY_AFTER_S
-from tests.controlplane.test_envoy_edge import BareEnvoy
+from tests.controlplane.bare_envoy import BareEnvoy
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from contracts.config import ConfigError
 from controlplane.environments import EnvironmentConfig
-from tests.controlplane.test_envoy_edge import BareEnvoy
+from tests.controlplane.bare_envoy import BareEnvoy
 from tests.stack_config import free_port
 
 

@@ -81,6 +81,9 @@ def test_serve_start_warns_about_unverified_upstreams(caplog: pytest.LogCaptureF
     ({"tls": False, "tls_insecure_skip_verify": True}, "tls_insecure_skip_verify needs tls: true"),
     ({"tls_insecure_skip_verify": True, "tls_ca_file": "/ca.pem"}, "contradict"),
     ({"tls_verify": False}, "tls_verify: Extra inputs are not permitted"),
+], ids=[
+    "cert-without-key", "key-without-cert", "ca-without-tls", "skip-verify-without-tls", "skip-verify-with-ca",
+    "unknown-key"
 ])
 def test_config_errors_name_the_deployment(deployment: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=r"models\[0\]\.deployments\[2\]") as e:

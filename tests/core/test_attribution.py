@@ -14,7 +14,7 @@ from contracts.config import parse_config
 from extproc.gateway import Gateway
 from extproc.session import Session
 from extproc.telemetry.metering import MeteringStore
-from tests.core.test_session import ROOT, ROUTES, body_msg, chat_headers, headers_msg
+from tests.core.session_driver import ROOT, ROUTES, body_msg, chat_headers, headers_msg
 from tests.stack_config import without_watermarks
 
 SSE = {":status": "200", "content-type": "text/event-stream"}

@@ -24,7 +24,7 @@ from extproc.telemetry.audit import CALL, AuditEvent, AuditLog, export, parse_wh
 from extproc.telemetry.audit_chain import GENESIS, key_id
 from extproc.telemetry.redaction import REDACTED, Redactor
 from modelyard.errors import ConfigError
-from tests.core.test_session import KEY, body_msg, chat_headers, headers_msg
+from tests.core.session_driver import KEY, body_msg, chat_headers, headers_msg
 from tests.stack_config import without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +138,7 @@ def test_an_intact_chain_verifies(tmp_path: Path) -> None:
     # Swap rows 2 and 3, hashes and all: each sits where the other's predecessor should be.
     ("UPDATE audit SET id = -1 WHERE id = 2; UPDATE audit SET id = 2 WHERE id = 3; "
      "UPDATE audit SET id = 3 WHERE id = -1", 2, "reordered"),
-])
+], ids=["status-edited", "tenant-edited-hash-kept", "row-removed", "first-rows-removed", "rows-swapped"])
 def test_verify_names_the_first_bad_row(tmp_path: Path, tamper: str, bad_row: int, reason: str) -> None:
     db = _filled(tmp_path)
     with sqlite3.connect(db) as conn:

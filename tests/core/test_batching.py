@@ -221,8 +221,7 @@ from extproc.gateway import Gateway  # noqa: E402
 from extproc.service import build_routes  # noqa: E402
 from extproc.session import Session  # noqa: E402
 from kernels import select_backend  # noqa: E402
-from tests.core.session_driver import assert_refused_or_forwarded  # noqa: E402
-from tests.core.test_session import body_msg, headers_msg, set_headers  # noqa: E402
+from tests.core.session_driver import assert_refused_or_forwarded, body_msg, headers_msg, set_headers  # noqa: E402
 from tests.stack_config import without_watermarks  # noqa: E402
 from tests.vision.formgen import build_form  # noqa: E402
 from tests.vision.imagegen import encode  # noqa: E402

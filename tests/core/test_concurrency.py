@@ -6,19 +6,11 @@ import asyncio
 
 import pytest
 
-from contracts.config import GatewayConfig, parse_config
+from contracts.config import parse_config
 from extproc.concurrency import ConcurrencyLimits
 from modelyard.errors import ClientError, Unavailable
-
-KEY = "sha256:" + "0" * 64
-
-
-def _config(max_inflight: int = 1, **queue: object) -> GatewayConfig:
-    dep = {"cluster": "c", "protocol": "openai", "endpoints": ["127.0.0.1:9"], "max_inflight": max_inflight,
-           "queue": queue}
-    free = {"cluster": "free", "protocol": "openai", "endpoints": ["127.0.0.1:9"]}
-    return parse_config({"models": [{"name": "m", "deployments": [dep, free]}],
-                         "tenants": [{"name": "t", "api_keys": [KEY]}]})
+from tests.core.concurrency_config import KEY
+from tests.core.concurrency_config import slot_config as _config
 
 
 def _limits(max_inflight: int = 1, **queue: object) -> ConcurrencyLimits:

@@ -36,6 +36,9 @@ def test_demo_config_loads() -> None:
     (lambda d: d["models"][0]["deployments"][0].__setitem__("endpoints", ["nohost"]), "models[0].deployments[0].endpoints"),
     (lambda d: d["models"].append(dict(d["models"][0])), "duplicate"),
     (lambda d: d.pop("tenants"), "tenants"),
+], ids=[
+    "unknown-protocol", "quality-out-of-range", "plaintext-key", "misspelt-key", "endpoint-without-port",
+    "duplicate-model", "no-tenants"
 ])
 def test_bad_config_names_the_key(mutate, expected: str) -> None:
     data = _demo()
@@ -68,7 +71,7 @@ def test_missing_and_invalid_yaml(tmp_path: Path) -> None:
 @pytest.mark.parametrize("section,value,expected", [
     ("ratelimit", {"limits": [{"scope": "planet", "rate": 1, "burst": 1}]}, "ratelimit.limits[0].scope"),
     ("routing", {"cooldown": {"failures": -1}}, "routing.cooldown.failures"),
-])
+], ids=["ratelimit", "routing"])
 def test_feature_sections_fail_at_load(section: str, value: dict, expected: str) -> None:
     data = _demo()
     data[section] = value
@@ -89,7 +92,7 @@ def test_feature_sections_are_typed_once_at_load() -> None:
     assert bare.routing == RoutingSettings() and bare.ratelimit == RateLimitConfig()
 
 
-@pytest.mark.parametrize("value", ["fast please", ["x"], None])
+@pytest.mark.parametrize("value", ["fast please", ["x"], None], ids=["string", "list", "null"])
 def test_feature_section_not_a_mapping_names_the_key(value: object) -> None:
     data = _demo()
     data["routing"] = value

@@ -12,7 +12,7 @@ import pytest
 
 from extproc.concurrency import ConcurrencyLimits
 from extproc.host_slots import HostSlots
-from tests.core.test_concurrency import _config
+from tests.core.concurrency_config import slot_config as _config
 from tests.ratelimit.redis_server import REDIS_BIN, RedisServer
 
 

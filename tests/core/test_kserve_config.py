@@ -23,7 +23,7 @@ def _demo_colors(**changes) -> dict:
 @pytest.mark.parametrize("changes,needle", [
     ({"task_types": ["chat"]}, "models[{i}]: Value error, task_types: a KServe model (deployments[0]) needs infer"),
     ({"vision": None}, "vision: image-classification needs the model's vision section"),
-])
+], ids=["chat-task-type", "no-vision-section"])
 def test_refused_with_the_key_path(changes: dict, needle: str) -> None:
     with pytest.raises(ConfigError) as e:
         parse_config(data := _demo_colors(**changes))

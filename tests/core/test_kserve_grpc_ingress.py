@@ -14,7 +14,7 @@ from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session
 from tests.conftest import DEMO_KEY
-from tests.core.test_session import body_msg, headers_msg, set_headers
+from tests.core.session_driver import body_msg, headers_msg, set_headers
 
 ROUTES = build_routes()
 INFER = "/inference.GRPCInferenceService/ModelInfer"

@@ -11,7 +11,7 @@ from extproc.gateway import Gateway
 from extproc.public_headers import PUBLIC_RESPONSE_HEADERS, is_internal, scrub
 from extproc.service import build_routes
 from extproc.session import Session
-from tests.core.test_session import KEY, body_msg, chat_headers, headers_msg
+from tests.core.session_driver import KEY, body_msg, chat_headers, headers_msg
 
 ROUTES = build_routes()
 UPSTREAM = {":status": "200", "content-type": "application/json", "x-modelyard-upstream-host": "10.0.0.7:8000",

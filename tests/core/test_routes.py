@@ -79,7 +79,7 @@ def test_only_chat_routes_may_be_carried_by_a_translation_hop() -> None:
     ("/v1/embeddings", "openai", "openai", None),
     ("/v1beta/models/e:embedContent", "gemini", "gemini", "e"),
     ("/v1beta/models/e:batchEmbedContents", "gemini", "gemini-batch", "e"),
-])
+], ids=["openai", "gemini", "gemini-batch"])
 def test_embedding_routes(path: str, protocol: str, shape: str, model: str | None) -> None:
     r = ROUTES.match("POST", path)
     assert isinstance(r.flow, functools.partial) and r.flow.func is EmbeddingFlow

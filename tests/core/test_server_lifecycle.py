@@ -14,7 +14,7 @@ import yaml
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.core.test_session import body_msg, chat_headers, headers_msg
+from tests.core.session_driver import body_msg, chat_headers, headers_msg
 from tests.stack_config import free_port, without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]

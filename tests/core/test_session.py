@@ -2,43 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 import pytest
-from envoy.config.core.v3 import base_pb2
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.gateway import Gateway
-from extproc.service import build_routes
 from extproc.session import Session
-
-ROUTES = build_routes()
-
-ROOT = Path(__file__).resolve().parents[2]
-KEY = "sk-modelyard-demo"
-
-
-def headers_msg(pairs: dict[str, str], eos: bool = False, response: bool = False) -> pb.ProcessingRequest:
-    hm = base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()])
-    h = pb.HttpHeaders(headers=hm, end_of_stream=eos)
-    return pb.ProcessingRequest(response_headers=h) if response else pb.ProcessingRequest(request_headers=h)
-
-
-def body_msg(body: bytes, response: bool = False, eos: bool = True) -> pb.ProcessingRequest:
-    b = pb.HttpBody(body=body, end_of_stream=eos)
-    return pb.ProcessingRequest(response_body=b) if response else pb.ProcessingRequest(request_body=b)
-
-
-def set_headers(mutation: pb.HeaderMutation) -> dict[str, str]:
-    return {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
-
-
-def chat_headers(key: str | None = KEY) -> dict[str, str]:
-    h = {":method": "POST", ":path": "/v1/chat/completions", "content-type": "application/json"}
-    if key:
-        h["authorization"] = f"Bearer {key}"
-    return h
+from tests.core.session_driver import KEY, ROUTES, body_msg, chat_headers, headers_msg, set_headers
 
 
 async def test_chat_round_trip(gateway: Gateway) -> None:

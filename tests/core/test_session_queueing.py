@@ -12,7 +12,7 @@ import yaml
 from contracts.config import parse_config
 from extproc.gateway import Gateway
 from extproc.session import Session
-from tests.core.test_session import ROOT, ROUTES, body_msg, chat_headers, headers_msg, set_headers
+from tests.core.session_driver import ROOT, ROUTES, body_msg, chat_headers, headers_msg, set_headers
 from tests.stack_config import without_watermarks
 
 CLUSTER = "demo-openai"

@@ -20,7 +20,7 @@ from extproc.service import build_tracing
 from extproc.session import Session
 from extproc.telemetry.tracing import Tracing
 from ratelimit import Limiter
-from tests.core.test_session import ROUTES, body_msg, chat_headers, headers_msg, set_headers
+from tests.core.session_driver import ROUTES, body_msg, chat_headers, headers_msg, set_headers
 from tests.stack_config import without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,7 +181,7 @@ from extproc.gateway import Gateway
 from extproc.service import build_tracing
 from extproc.session import Session
 from modelyard.errors import ConfigError
-from tests.core.test_session import ROUTES, body_msg, chat_headers, headers_msg
+from tests.core.session_driver import ROUTES, body_msg, chat_headers, headers_msg
 from tests.stack_config import ROOT, without_watermarks
 import yaml
 

@@ -10,8 +10,8 @@ import pytest
 from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session
-from tests.adapters.test_upstream_errors import TRACEBACK
-from tests.core.test_session import KEY, body_msg, chat_headers, headers_msg, set_headers
+from tests.adapters.upstream_bodies import TRACEBACK
+from tests.core.session_driver import KEY, body_msg, chat_headers, headers_msg, set_headers
 
 ROUTES = build_routes()
 

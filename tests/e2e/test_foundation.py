@@ -65,7 +65,7 @@ def _assert_openai_error(r: httpx.Response, status: int) -> None:
     ({}, _chat(), 401),
     ({"authorization": "Bearer sk-wrong"}, _chat(), 401),
     ({"authorization": "sk-modelyard-demo"}, _chat(), 401),
-])
+], ids=["unknown-model", "no-key", "wrong-key", "key-without-bearer"])
 def test_bad_requests(demo_stack, headers: dict, body: dict, status: int) -> None:
     r = httpx.post(f"{demo_stack.url}/v1/chat/completions", json=body, headers=headers, timeout=10)
     if status == 401:

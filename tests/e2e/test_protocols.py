@@ -150,7 +150,7 @@ def test_gemini_stream_with_query_key(demo_stack) -> None:
     b"{not json", b'{"model": "demo-claude", "messages": "nope"}', b'{"model": "demo-claude"}',
     b'{"model": "demo-claude", "messages": []}', b'{"model": "demo-claude", "messages": [{"role": "wizard", "content": "x"}]}',
     b'{"model": 5, "messages": [{"role": "user", "content": "x"}]}',
-])
+], ids=["not-json", "messages-string", "no-messages", "empty-messages", "unknown-role", "model-number"])
 def test_openai_bad_input(demo_stack, body: bytes) -> None:
     r = httpx.post(f"{demo_stack.url}/v1/chat/completions", content=body, timeout=10,
                    headers={"authorization": f"Bearer {DEMO_KEY}", "content-type": "application/json"})
@@ -162,7 +162,7 @@ def test_openai_bad_input(demo_stack, body: bytes) -> None:
     b"[]", b'{"model": "demo-gpt", "max_tokens": 10, "messages": [{"role": "system", "content": "x"}]}',
     b'{"model": "demo-gpt", "max_tokens": "ten", "messages": [{"role": "user", "content": "x"}]}',
     b'{"model": "demo-gpt", "max_tokens": 10, "messages": []}',
-])
+], ids=["array", "system-role", "max_tokens-string", "empty-messages"])
 def test_anthropic_bad_input(demo_stack, body: bytes) -> None:
     r = httpx.post(f"{demo_stack.url}/v1/messages", content=body, timeout=10,
                    headers={"x-api-key": DEMO_KEY, "content-type": "application/json",

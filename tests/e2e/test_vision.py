@@ -97,7 +97,7 @@ def test_unknown_output_is_invalid_argument(demo_stack) -> None:
     (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 2, 2], "data": [1, 2]}]}', "holds 12"),
     (b'{"inputs": [{"name": "input", "datatype": "FP99", "shape": [1], "data": [1]}]}', "unsupported datatype"),
     (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [2], "data": ["a", "b"]}]}', "numbers"),
-])
+], ids=["not-json", "no-inputs", "data-short-of-shape", "unknown-datatype", "strings-as-fp32"])
 def test_malformed_v2_json(demo_stack, body: bytes, fragment: str) -> None:
     r = httpx.post(f"{demo_stack.url}/v2/models/demo-colors/infer", content=body,
                    headers={**AUTH, "content-type": "application/json"}, timeout=20)
@@ -191,7 +191,9 @@ def test_classify_bad_input(demo_stack, case: str) -> None:
 
 @pytest.mark.parametrize("ctype,body", [("application/json", b'{"model": "demo-colors"}'),
                                         ("multipart/form-data", b"--x\r\n"),
-                                        ("multipart/form-data; boundary=abc", b"--abc\r\nnot a part")])
+                                        ("multipart/form-data; boundary=abc", b"--abc\r\nnot a part")], ids=[
+    "json", "multipart-no-boundary", "multipart-no-part"
+])
 def test_classify_wrong_content_type_or_framing(demo_stack, ctype: str, body: bytes) -> None:
     r = httpx.post(f"{demo_stack.url}/v1/images/classify", content=body, headers={**AUTH, "content-type": ctype},
                    timeout=20)

@@ -154,7 +154,10 @@ def test_format_duration():
         ({"bogus": 1}, "ratelimit.bogus"),
         ({"redis": {"url": "http://x"}}, "ratelimit.redis.url"),
     ],
-)
+ ids=[
+    "unknown-backend", "unknown-scope", "global-with-match", "burst-too-big", "redis-replicas-0",
+    "unknown-failure-policy", "duplicate-limit", "unknown-key", "redis-url-not-redis"
+])
 def test_config_errors_name_the_key(raw, path):
     with pytest.raises(ValueError, match=re.escape(path)):
         parse_config(raw)

@@ -16,7 +16,7 @@ from extproc.telemetry.pollers import WatermarkBoard, WatermarkPoller
 from gpuagent.agent import EXIT_NO_NVML, FakeSource, NvmlSource, NvmlUnavailable, main, make_app
 
 from .conftest import dep, make_config, model
-from .test_watermark_parsers import DCGM_SAMPLE
+from .dcgm_sample import DCGM_SAMPLE
 
 INTERVAL = 0.3
 

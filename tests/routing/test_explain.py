@@ -4,8 +4,7 @@ from contracts.config import load_config
 from contracts.watermarks import Reading
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.explain import explain, explain_main, format_explain
-
-from .test_score import ROOT
+from tests.stack_config import ROOT
 
 CONFIG = str(ROOT / "modelyard.yaml")
 

@@ -26,7 +26,9 @@ def clusters(decision):
         ({"task_type": "embedding"}, set(), "task type 'embedding' not supported"),
         ({"est_prompt_tokens": 40000}, set(), "exceeds context window 32000"),
     ],
-)
+ ids=[
+    "no-needs", "at-small-window", "over-small-window", "tools", "vision", "embedding-task", "over-every-window"
+])
 def test_capability_filter_table(two_models, kw, expected, reason):
     s = Scheduler(two_models)
     req = RouteRequest("chat", tenant_of(two_models, "gold"), **kw)
@@ -105,7 +107,7 @@ def test_unmonitored_deployment_needs_no_reading():
 @pytest.mark.parametrize(
     "reading",
     [Reading(0.9, NOW), Reading(0.95, NOW), Reading(0.2, NOW, saturated=True)],
-)
+ ids=["watermark-0.9", "watermark-0.95", "saturated-flag"])
 def test_saturation_by_a_real_reading_sheds_load_with_503_and_retry_after(reading):
     cfg = make_config([model("a", [dep("a1")])])
     with pytest.raises(NoRoute) as e:

@@ -49,7 +49,11 @@ def test_overrides_merge_with_defaults():
         ({"watermarks": {"interval_s": 0}}, "routing.watermarks.interval_s"),
         ([1, 2], "routing"),
     ],
-)
+ ids=[
+    "cooldown-failures-0", "misspelt-cooldown-key", "strategy-all-zero", "strategy-negative", "ab-share-over-1",
+    "ab-unknown-weight", "unknown-tier", "max_watermark-over-1", "saturation-0", "watermark-interval-0",
+    "not-a-mapping"
+])
 def test_errors_name_the_key_path(data, path):
     with pytest.raises(ValueError) as e:
         parse_routing_settings(data)

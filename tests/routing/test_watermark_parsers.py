@@ -10,24 +10,7 @@ from hypothesis import strategies as st
 from contracts.watermarks import WatermarkParseError, parse_agent_json
 from extproc.routing.watermarks import parse_dcgm_metrics, parse_reading
 from gpuagent.agent import parse_fake_spec
-
-DCGM_SAMPLE = """\
-# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
-# TYPE DCGM_FI_DEV_SM_CLOCK gauge
-DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 1980
-# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
-# TYPE DCGM_FI_DEV_GPU_UTIL gauge
-DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 37
-DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 12
-# HELP DCGM_FI_DEV_FB_FREE Framebuffer memory free (in MiB).
-# TYPE DCGM_FI_DEV_FB_FREE gauge
-DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 71000
-DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 20000
-# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).
-# TYPE DCGM_FI_DEV_FB_USED gauge
-DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 10000
-DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-bbb",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="n1"} 61000
-"""
+from tests.routing.dcgm_sample import DCGM_SAMPLE
 
 
 def test_dcgm_exporter_text():
@@ -55,7 +38,10 @@ def test_dcgm_util_dominates_and_odd_labels():
     ["", "# only comments\n", "other_metric 1\n", "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} abc\n",
      "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} -1\n", "DCGM_FI_DEV_GPU_UTIL{gpu=0} 3\n",
      "DCGM_FI_DEV_FB_USED{gpu=\"0\"} NaN\n"],
-)
+ ids=[
+    "empty", "only-comments", "other-metric", "util-not-number", "util-negative", "gpu-label-unquoted",
+    "fb-used-nan"
+])
 def test_dcgm_bad_text(text):
     with pytest.raises(WatermarkParseError):
         parse_dcgm_metrics(text)
@@ -85,7 +71,10 @@ def test_agent_json():
      b'{"gpus": [{"util": 10, "mem_used": 5, "mem_total": 1}]}',
      b'{"gpus": [{"util": true, "mem_used": 0, "mem_total": 1}]}',
      b'{"gpus": [{"index": "0", "util": 1, "mem_used": 0, "mem_total": 1}]}'],
-)
+ ids=[
+    "empty", "array", "null", "no-gpus", "gpus-number", "gpu-number", "watermark-over-1", "util-over-100",
+    "used-over-total", "util-bool", "index-string"
+])
 def test_agent_json_bad(body):
     with pytest.raises(WatermarkParseError):
         parse_agent_json(body)

@@ -17,7 +17,7 @@ from extproc.service import build_routes
 from extproc.session import Session
 from extproc.tasks.board import TaskBoard
 from extproc.tasks.marker import MARKER_HEADER
-from tests.core.test_session import body_msg, headers_msg, set_headers
+from tests.core.session_driver import body_msg, headers_msg, set_headers
 from tests.stack_config import free_port, without_watermarks
 
 ROOT = Path(__file__).resolve().parents[2]

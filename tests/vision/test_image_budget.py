@@ -20,7 +20,7 @@ from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session
 from kernels import select_backend
-from tests.core.test_session import body_msg, headers_msg
+from tests.core.session_driver import body_msg, headers_msg
 from tests.stack_config import without_watermarks
 from tests.vision.formgen import build_form
 from tests.vision.imagegen import encode, png_bomb

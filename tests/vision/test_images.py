@@ -19,7 +19,9 @@ def test_allowed_formats_decode_to_rgb(fmt):
     assert arr[..., 0].min() > 240 and arr[..., 1:].max() < 16
 
 
-@pytest.mark.parametrize("mode,colour", [("RGBA", (0, 255, 0, 128)), ("L", 200), ("P", 3), ("LA", (10, 20))])
+@pytest.mark.parametrize("mode,colour", [("RGBA", (0, 255, 0, 128)), ("L", 200), ("P", 3), ("LA", (10, 20))], ids=[
+    "RGBA", "L", "P", "LA"
+])
 def test_other_modes_become_rgb(mode, colour):
     arr = decode_image(encode(colour, (5, 6), "PNG", mode))
     assert arr.shape == (6, 5, 3)
@@ -46,7 +48,9 @@ def test_truncated_jpeg_is_400():
     assert e.value.status == 400
 
 
-@pytest.mark.parametrize("data", [b"", b"hello, world", b"%PDF-1.4\n...", b"\x89PNG\r\n\x1a\n"])
+@pytest.mark.parametrize("data", [b"", b"hello, world", b"%PDF-1.4\n...", b"\x89PNG\r\n\x1a\n"], ids=[
+    "empty", "text", "pdf", "png-signature-only"
+])
 def test_non_image_is_400(data):
     with pytest.raises(ImageError) as e:
         decode_image(data)

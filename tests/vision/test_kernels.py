@@ -28,7 +28,7 @@ def _ref(images, spec):
                                           spec.channel_order) for im in images])
 
 
-@pytest.mark.parametrize("out_hw", [(8, 8), (12, 20), (17, 5)])
+@pytest.mark.parametrize("out_hw", [(8, 8), (12, 20), (17, 5)], ids=["8x8", "12x20", "17x5"])
 @pytest.mark.parametrize("order", ["RGB", "BGR"])
 def test_numpy_matches_reference_mixed_sizes(out_hw, order):
     rng = np.random.default_rng(1)
@@ -90,7 +90,7 @@ def test_realistic_sizes_against_reference_subsample():
 @pytest.mark.parametrize("bad", [
     [], [np.zeros((4, 4), np.uint8)], [np.zeros((4, 4, 4), np.uint8)], [np.zeros((4, 4, 3), np.float32)],
     [np.zeros((0, 4, 3), np.uint8)],
-])
+], ids=["empty", "grey-2d", "four-channels", "float-pixels", "zero-height"])
 def test_bad_batches_raise_400(bad):
     with pytest.raises(PreprocessError) as e:
         preprocess(bad, PreprocessSpec())
@@ -144,7 +144,9 @@ def test_cupy_matches_reference_small():
     np.testing.assert_allclose(got, _ref(imgs, spec), rtol=0, atol=FP32_ATOL)
 
 
-@pytest.mark.parametrize("src_hw,out_hw", [((7, 9), (20, 25)), ((16, 16), (32, 48)), ((31, 17), (31, 40))])
+@pytest.mark.parametrize("src_hw,out_hw", [((7, 9), (20, 25)), ((16, 16), (32, 48)), ((31, 17), (31, 40))], ids=[
+    "7x9-to-20x25", "16x16-to-32x48", "31x17-to-31x40"
+])
 def test_upscale_matches_pillow_resize(src_hw, out_hw):
     """Pillow's BILINEAR is plain half-pixel bilinear when enlarging (it only antialiases when
     shrinking), so there the NumPy path must match Pillow resize + arithmetic, up to Pillow's
@@ -160,9 +162,11 @@ def test_upscale_matches_pillow_resize(src_hw, out_hw):
     np.testing.assert_allclose(got, want, rtol=0, atol=1.0 / 255 / min(spec.std))
 
 
-@pytest.mark.parametrize("rows_first", [True, False])
+@pytest.mark.parametrize("rows_first", [True, False], ids=["rows-first", "columns-first"])
 @pytest.mark.parametrize("spec", [PreprocessSpec(height=12, width=20, channel_order="BGR"),
-                                  PreprocessSpec(height=9, width=7, datatype="FP16")])
+                                  PreprocessSpec(height=9, width=7, datatype="FP16")], ids=[
+    "BGR-12x20", "FP16-9x7"
+])
 def test_numpy_both_pass_orders_match_reference(monkeypatch, rows_first, spec):
     """The NumPy backend picks rows- or columns-first by cost; either order must be right."""
     from kernels import numpy_backend

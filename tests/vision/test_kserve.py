@@ -26,7 +26,7 @@ def _req(inputs, **extra) -> bytes:
     ("INT32", [-(2**31), 0, 1, 2**31 - 1], "<i4"), ("INT64", [-(2**63), 0, 1, 2**63 - 1], "<i8"),
     ("FP16", [0.5, -1.0, 2, 65504.0], "<f2"), ("FP32", [0.1, -1.5, 3, 1e30], "<f4"),
     ("FP64", [0.1, -1.5, 3, 1e300], "<f8"),
-])
+], ids=["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"])
 def test_numeric_datatypes_raw_little_endian(datatype, data, dtype):
     req = kserve.parse_infer_request(_req([{"name": "x", "shape": [2, 2], "datatype": datatype, "data": data}]), "m")
     assert req.model_name == "m" and req.inputs[0].datatype == datatype and list(req.inputs[0].shape) == [2, 2]
@@ -73,6 +73,11 @@ def test_nested_data_bytes_params_outputs():
     (_req([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1], "parameters": {"binary_data_size": 4}}]), "binary"),
     (_req([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], parameters={"p": [1]}), "parameter"),
     (_req([{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}], id=5), "'id'"),
+], ids=[
+    "not-json", "array", "no-inputs", "empty-inputs", "input-not-object", "data-short", "ragged", "shape-mismatch",
+    "unknown-datatype", "int8-overflow", "uint8-negative", "int32-fraction", "bool-as-int", "fp32-string",
+    "bytes-number", "shape-negative", "shape-string", "shape-overflows", "no-data", "no-name", "duplicate-name",
+    "binary-size-in-json", "bad-parameter", "id-not-string"
 ])
 def test_malformed_requests_are_400(body, needle):
     with pytest.raises(KServeError) as e:
@@ -114,7 +119,7 @@ def test_response_to_json_typed_contents():
     lambda r: r.raw_output_contents.__setitem__(0, b"\x00"),
     lambda r: r.raw_output_contents.__setitem__(1, b"\x09\x00\x00\x00hi"),
     lambda r: r.outputs[0].__setattr__("datatype", "NOPE"),
-])
+], ids=["raw-too-short", "bytes-length-past-end", "unknown-datatype"])
 def test_malformed_upstream_response_is_502(mutate):
     r = _resp()
     mutate(r)
@@ -218,6 +223,9 @@ def test_slice_response_refuses_wrong_row_count() -> None:
     ("GET", "/v2/health/live", ("health_live", None, None)),
     ("POST", "/v1/images/classify", ("classify", None, None)),
     ("POST", "/v1/chat/completions", None), ("GET", "/v2/models/", None), ("GET", "/v2", None),
+], ids=[
+    "infer", "versioned-infer", "metadata", "escaped-versioned-metadata", "model-ready", "health-ready",
+    "health-live", "classify", "chat", "models-empty", "root"
 ])
 def test_match_path(method, path, want):
     r = kserve.match_path(method, path)
@@ -225,7 +233,9 @@ def test_match_path(method, path, want):
 
 
 @pytest.mark.parametrize("method,path", [("GET", "/v2/models/m/infer"), ("POST", "/v2/health/ready"),
-                                         ("GET", "/v1/images/classify"), ("DELETE", "/v2/models/m")])
+                                         ("GET", "/v1/images/classify"), ("DELETE", "/v2/models/m")], ids=[
+    "GET-infer", "POST-health", "GET-classify", "DELETE-model"
+])
 def test_match_path_wrong_method_405(method, path):
     with pytest.raises(KServeError) as e:
         kserve.match_path(method, path)

@@ -75,7 +75,7 @@ def _body_and_none(pair: tuple[bytes, int | None]) -> tuple[bytes, str]:
     (lambda b, n: (b[:-1], n), "runs past"),
     (lambda b, n: (b + b"\0", n), "after the last binary tensor"),
     (lambda b, n: (b, None), "binary tensors need the inference-header-content-length header"),
-])
+], ids=["header-length-past-body", "tensor-runs-past", "trailing-byte", "no-header-length"])
 def test_broken_binary_framing_is_400(mutate, needle: str) -> None:
     body, size = _client_body([_input("x", "FP32", True)])
     body, size = mutate(body, size)
@@ -100,7 +100,9 @@ def _reply() -> pb.ModelInferResponse:
     return resp
 
 
-@pytest.mark.parametrize("asked", [None, ["probs"], ["probs", "label", "half"]])
+@pytest.mark.parametrize("asked", [None, ["probs"], ["probs", "label", "half"]], ids=[
+    "binary_data_output", "one-output", "every-output"
+])
 def test_reply_binary_as_asked_and_tritonclient_reads_it(asked) -> None:
     if asked is None:  # no outputs named: binary_data_output
         body, size = _client_body([_input("x", "FP32", True)])
@@ -182,7 +184,9 @@ def test_metadata_from_rest_and_grpc_carry_the_gateway_name() -> None:
 
 
 @pytest.mark.parametrize("doc", [[], {"versions": "1"}, {"inputs": [{"name": "x"}]}, {"platform": 3},
-                                 {"outputs": [{"name": "y", "datatype": "FP32", "shape": ["a"]}]}])
+                                 {"outputs": [{"name": "y", "datatype": "FP32", "shape": ["a"]}]}], ids=[
+    "array", "versions-string", "input-no-datatype", "platform-number", "shape-strings"
+])
 def test_off_spec_metadata_is_the_upstreams_fault(doc) -> None:
     with pytest.raises(UpstreamError):
         kserve_meta.model_metadata(doc, "m")

@@ -43,7 +43,9 @@ def test_filename_star_rfc5987():
 
 @pytest.mark.parametrize("ct", [None, "", "application/json", "multipart/mixed; boundary=x",
                                 "multipart/form-data", "multipart/form-data; boundary=",
-                                "multipart/form-data; boundary=" + "x" * 71])
+                                "multipart/form-data; boundary=" + "x" * 71], ids=[
+    "none", "empty", "json", "multipart-mixed", "no-boundary", "empty-boundary", "boundary-too-long"
+])
 def test_bad_content_type_is_400(ct):
     with pytest.raises(MultipartError) as e:
         parse_multipart(b"--x\r\n\r\n--x--", ct)
@@ -59,6 +61,9 @@ def test_bad_content_type_is_400(ct):
     b"--B\r\nContent-Disposition: form-data\r\n\r\nx\r\n--B--",
     b"--B\r\nbad header line\r\n\r\nx\r\n--B--",
     b"--B\r\nContent-Disposition: form-data; name=\"\xff\"\r\n\r\nx\r\n--B--",
+], ids=[
+    "empty", "no-delimiter", "delimiter-only", "garbage-after-delimiter", "unterminated", "no-blank-line",
+    "no-disposition", "attachment", "no-name", "bad-header-line", "name-not-utf8"
 ])
 def test_malformed_bodies_are_400(body):
     with pytest.raises(MultipartError) as e:
@@ -88,7 +93,7 @@ def test_limits_are_413():
     ([("model", "a", None, None), ("top_k", "-1", None, None)], "top_k"),
     ([("model", "a", None, None), ("top_k", "three", None, None)], "top_k"),
     ([("model", b"\xff", None, None)], "UTF-8"),
-])
+], ids=["no-model", "empty-model", "model-twice", "top_k-0", "top_k-negative", "top_k-word", "model-not-utf8"])
 def test_classify_form_errors(fields, msg):
     body, ct = build_form(fields)
     with pytest.raises(MultipartError) as e:
