@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, url in targets.items():
             load(name, url, 4, 1.0, "warm-up")  # warm up connections and code paths
         load("demo", cpu_targets["demo"][1], 4, 1.0, "warm-up")
-        for label, (s_, url) in cpu_targets.items():
+        for label, (_stack, url) in cpu_targets.items():
             load(label, url, 4, 1.0, "stream warm-up", "stream")
         for n, s_ in worker_stacks.items():
             load(f"workers={n}", f"{s_.url}/v1/chat/completions", 16, 1.0, "warm-up")
