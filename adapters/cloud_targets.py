@@ -8,7 +8,7 @@ only read them, so rendering stays pure. Secrets here are never logged: `repr` h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 __all__ = ["AzureTarget", "AwsCredentials", "BedrockTarget", "VertexTarget", "CloudTarget"]
 
@@ -41,4 +41,4 @@ class VertexTarget:
     publisher: Literal["google", "anthropic"] = "google"
 
 
-CloudTarget = Union[AzureTarget, BedrockTarget, VertexTarget]
+CloudTarget = AzureTarget | BedrockTarget | VertexTarget

@@ -12,8 +12,8 @@ request path can route and admit between it and `decode_checked`. Every failure 
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError

@@ -8,7 +8,7 @@ parameters. All types are frozen, slotted dataclasses; adapters build them once 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from adapters.cloud_targets import CloudTarget
@@ -52,7 +52,7 @@ class DocumentPart:
     name: str | None = None
 
 
-ContentPart = Union[TextPart, ImagePart, DocumentPart]
+ContentPart = TextPart | ImagePart | DocumentPart
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +210,8 @@ class StreamError:
     type: str = "api_error"
 
 
-StreamEvent = Union[
-    StreamStart, TextDelta, ToolCallStart, ToolCallDelta, StreamFinish, UsageUpdate, StreamEnd,
-    StreamError,
-]
+StreamEvent = (StreamStart | TextDelta | ToolCallStart | ToolCallDelta | StreamFinish | UsageUpdate | StreamEnd
+               | StreamError)
 
 
 def message_text(msg: Message) -> str:

@@ -79,12 +79,13 @@ def main() -> int:
             sched.record(c, 0.1 + i / 100, i % 5 != 0, now=1e9)
         by_name = {m.name: m for m in cfg.models}
 
-        def trivial() -> str:
+        # Default arguments bind this round's values (the closures are timed within the round).
+        def trivial(by_name=by_name, model=model, cfg=cfg) -> str:
             # The baseline: a dict lookup and the first deployment of the first model.
             m = by_name.get(model) or cfg.models[0]
             return m.deployments[0].cluster
 
-        def decide() -> str:
+        def decide(sched=sched, req=req, marks=marks) -> str:
             return sched.decide(req, 1e9, marks).chosen.cluster
 
         decide(), trivial()

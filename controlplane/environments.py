@@ -65,7 +65,7 @@ class OverloadSettings(_Env):
     stop_accepting_requests_at: float = Field(0.95, gt=0, le=1)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "OverloadSettings":
+    def _ordered(self) -> OverloadSettings:
         if self.shrink_heap_at >= self.stop_accepting_requests_at:
             raise ValueError("shrink_heap_at must be below stop_accepting_requests_at")
         return self
@@ -80,7 +80,7 @@ class ExtprocTlsSettings(_Env):
     server_name: str | None = None  # the name in the extproc's certificate, when not the endpoint host
 
     @model_validator(mode="after")
-    def _pair(self) -> "ExtprocTlsSettings":
+    def _pair(self) -> ExtprocTlsSettings:
         if bool(self.cert_file) != bool(self.key_file):
             raise ValueError("cert_file and key_file go together (both or neither)")
         return self
@@ -139,13 +139,13 @@ class EnvironmentConfig(_Env):
     compression: CompressionSettings = CompressionSettings()
 
     @model_validator(mode="after")
-    def _stats_need_admin(self) -> "EnvironmentConfig":
+    def _stats_need_admin(self) -> EnvironmentConfig:
         if self.stats and not self.admin:
             raise ValueError("stats proxies the admin interface: set admin (a loopback port or a pipe)")
         return self
 
     @model_validator(mode="after")
-    def _request_outlives_extproc(self) -> "EnvironmentConfig":
+    def _request_outlives_extproc(self) -> EnvironmentConfig:
         # Headers and body each get one extproc message; a shorter request timeout cuts allowed work.
         if self.edge.request_timeout_s and self.edge.request_timeout_s <= 2 * self.timeouts.extproc_message_s:
             raise ValueError("edge.request_timeout_s must be 0 or above twice timeouts.extproc_message_s")

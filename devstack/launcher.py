@@ -198,7 +198,7 @@ class Stack:
                     child.proc.kill()
                     child.proc.wait()
 
-    def __enter__(self) -> "Stack":
+    def __enter__(self) -> Stack:
         try:
             self.start()
         except BaseException:

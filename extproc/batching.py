@@ -59,7 +59,7 @@ class BatchPolicy:
     max_inflight: int = 1  # batches of one key upstream at once (about one per device)
 
     @classmethod
-    def from_config(cls, cfg: BatchingConfig, endpoints: int = 1) -> "BatchPolicy":
+    def from_config(cls, cfg: BatchingConfig, endpoints: int = 1) -> BatchPolicy:
         """From the model's batching config; one in-flight batch per endpoint."""
         max_size = max(1, min(int(cfg.max_size), HARD_CAP))
         return cls(max_delay_s=float(cfg.max_delay_ms) / 1000.0, min_size=max(1, min(int(cfg.min_size), max_size)),
@@ -71,7 +71,7 @@ class Outcome:
     """What a waiting member learns: lead the batch, take a result, or fall back to its own call."""
 
     role: Role
-    batch: "Batch | None" = None
+    batch: Batch | None = None
     response: Any = None
     start: int = 0
     reason: str = ""
@@ -83,7 +83,7 @@ class Member:
     rows: int
     future: asyncio.Future
     joined: float
-    batch: "Batch | None" = None
+    batch: Batch | None = None
     start: int = 0
     gone: bool = False
 
@@ -143,7 +143,7 @@ class Batcher:
         """The member's outcome; on timeout it leaves and is told to fall back."""
         try:
             return await asyncio.wait_for(asyncio.shield(member.future), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.leave(member)
             return Outcome("fallback", member.batch, reason="timed out waiting for the batch")
         except asyncio.CancelledError:

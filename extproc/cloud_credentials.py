@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Generic, TypeVar
 
 from adapters.cloud_targets import AwsCredentials, AzureTarget, BedrockTarget, CloudTarget, VertexTarget
@@ -121,7 +121,7 @@ def google_token(settings: VertexSettings) -> Callable[[], tuple[str, float]]:
         if not creds.token:
             raise RuntimeError("google-auth returned no access token")
         exp = creds.expiry  # naive UTC, as google-auth keeps it
-        expires = exp.replace(tzinfo=timezone.utc).timestamp() if isinstance(exp, datetime) else time.time() + 3000
+        expires = exp.replace(tzinfo=UTC).timestamp() if isinstance(exp, datetime) else time.time() + 3000
         return str(creds.token), expires
     return fetch
 

@@ -185,7 +185,7 @@ class KServeProbe:
         try:
             async with self._session().get(f"{scheme}://{endpoint}{path}", ssl=await self._ssl_for(dep) or True) as r:
                 return r.status, await r.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise Unavailable(f"deployment {dep.cluster} is not reachable ({type(e).__name__})") from None
 
     async def _grpc(self, dep: Deployment, endpoint: str, method: str, request: Any) -> Any:

@@ -16,8 +16,8 @@ columns first.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 

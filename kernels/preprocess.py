@@ -16,7 +16,8 @@ It does NOT antialias when downscaling (Pillow's BILINEAR does, so it is not the
 from __future__ import annotations
 
 import logging
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 

@@ -6,8 +6,9 @@ A leaf: the backends import it, and `kernels.preprocess` imports the backends.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 import numpy as np
 

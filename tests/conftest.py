@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator["object"]:
+def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """Envoy + extproc + every demo upstream of the shipped config, on free ports, shared by e2e tests."""
     from tests.stack_config import start_stack
 

@@ -248,7 +248,7 @@ class StreamEncoder:
 
     def _flush(self, parts: list[bytes]) -> str | None:
         """Close the open block and send the held ones; a malformed call's message, if any."""
-        for ordinal, frags in self._args.items():
+        for _ordinal, frags in self._args.items():
             try:
                 arguments_object("".join(frags), error=upstream_error)
             except ModelyardError as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hmac
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from adapters.cloud_targets import AwsCredentials
@@ -60,10 +60,10 @@ def verify(method: str, raw_path: str, headers: dict[str, str], body: bytes, *, 
         return f"Credential should be scoped to a valid region and service {SERVICE}"
     stamp = h.get("x-amz-date", "")
     try:
-        when = datetime.strptime(stamp, SIGV4_TIMESTAMP).replace(tzinfo=timezone.utc)
+        when = datetime.strptime(stamp, SIGV4_TIMESTAMP).replace(tzinfo=UTC)
     except ValueError:
         return "X-Amz-Date is missing or malformed"
-    if abs((now or datetime.now(timezone.utc)) - when) > MAX_SKEW or stamp[:8] != day:
+    if abs((now or datetime.now(UTC)) - when) > MAX_SKEW or stamp[:8] != day:
         return "Signature expired: the request time is too far from the server time"
     if creds.session_token and h.get("x-amz-security-token") != creds.session_token:
         return "The security token included in the request is invalid."

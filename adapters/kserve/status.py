@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import orjson
 

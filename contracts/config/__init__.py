@@ -146,7 +146,7 @@ class BatchingConfig(_Model):
     max_size: int = Field(16, ge=1, le=32)
 
     @model_validator(mode="after")
-    def _sizes(self) -> "BatchingConfig":
+    def _sizes(self) -> BatchingConfig:
         if self.min_size > self.max_size:
             raise ValueError("min_size must not exceed max_size")
         return self
@@ -206,7 +206,7 @@ class Deployment(_Model):
         return v
 
     @model_validator(mode="after")
-    def _tls_settings(self) -> "Deployment":
+    def _tls_settings(self) -> Deployment:
         tls_keys = ("tls_ca_file", "tls_client_cert_file", "tls_client_key_file", "tls_insecure_skip_verify")
         if not self.tls and any(getattr(self, k) for k in tls_keys):
             raise ValueError(f"{next(k for k in tls_keys if getattr(self, k))} needs tls: true")
@@ -257,7 +257,7 @@ class ModelConfig(_Model):
     deployments: list[Deployment] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _embedding_protocols(self) -> "ModelConfig":
+    def _embedding_protocols(self) -> ModelConfig:
         # adapters.embeddings.EMBEDDING_PROTOCOLS, kept literal so config does not import NumPy.
         if "embedding" in self.task_types:
             for d in self.deployments:
@@ -267,7 +267,7 @@ class ModelConfig(_Model):
         return self
 
     @model_validator(mode="after")
-    def _kserve_deployments(self) -> "ModelConfig":
+    def _kserve_deployments(self) -> ModelConfig:
         """A KServe deployment the router could never pick, or pick for the wrong protocol, is a
         config mistake: refused at load with its key path rather than found by a caller."""
         kserve = [i for i, d in enumerate(self.deployments) if d.protocol in KSERVE_PROTOCOLS]
@@ -354,7 +354,7 @@ class GatewayConfig(_Model):
     devstack: DevStackConfig = Field(default_factory=DevStackConfig)
 
     @model_validator(mode="after")
-    def _unique(self) -> "GatewayConfig":
+    def _unique(self) -> GatewayConfig:
         _no_duplicates([m.name for m in self.models], "models", "name")
         _no_duplicates([t.name for t in self.tenants], "tenants", "name")
         protocols: dict[str, str] = {}

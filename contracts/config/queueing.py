@@ -70,7 +70,7 @@ class DedicatedPool(_Model):
     tenants: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _someone(self) -> "DedicatedPool":
+    def _someone(self) -> DedicatedPool:
         if not self.tiers and not self.tenants:
             raise ValueError("reserved_for names at least one tier or tenant")
         return self

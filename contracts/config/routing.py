@@ -30,7 +30,7 @@ class Weights(_Model):
     load: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
-    def _positive(self) -> "Weights":
+    def _positive(self) -> Weights:
         if self.total() <= 0:
             raise ValueError("at least one weight must be positive")
         return self
@@ -140,7 +140,7 @@ class RoutingSettings(_Model):
         return merged
 
     @model_validator(mode="after")
-    def _ab_strategies_exist(self) -> "RoutingSettings":
+    def _ab_strategies_exist(self) -> RoutingSettings:
         for name in self.ab.weights_b:
             if name not in self.strategies:
                 raise ValueError(f"ab.weights_b.{name}: no such strategy")

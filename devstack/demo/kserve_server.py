@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import math
 import random
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -262,10 +264,8 @@ async def serve(port: int, **kwargs: Any) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread / no signals here
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread / platform without signals
-            pass
     try:
         await stop.wait()
     finally:
@@ -291,14 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     model = ColourModel(list(a.labels), tuple(a.mean), tuple(a.std), a.scale, a.channel_order)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(
             a.port, host=a.host, stats_port=a.stats_port, models=a.models, model=model,
             fixed_ms=a.fixed_ms, per_image_ms=a.per_image_ms, fail_rate=a.fail_rate,
             fail_next=a.fail_next, max_concurrency=a.max_concurrency,
         ))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

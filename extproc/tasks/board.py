@@ -5,6 +5,7 @@ and run the worker that replays them. The session and the /v1/tasks answers call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -119,10 +120,8 @@ class TaskBoard:
                     self._waiters.pop(task_id, None)  # it may have ended on another replica
                 return rec
             event = self._waiters.setdefault(task_id, asyncio.Event())
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), min(left, _REREAD_S))
-            except asyncio.TimeoutError:
-                pass
 
     async def cancel(self, task_id: str, tenant: str) -> TaskRecord:
         rec = await self._read(task_id)

@@ -40,7 +40,7 @@ async def deliver(session: aiohttp.ClientSession, url: str, task_id: str, body: 
                 if 200 <= r.status < 300:
                     return True
                 log.info("task %s: webhook answered %d", task_id, r.status)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError) as e:
             log.info("task %s: webhook failed: %s", task_id, type(e).__name__)
         await asyncio.sleep(0.5 * 2 ** attempt)
     return False

@@ -9,6 +9,7 @@ any worker (this one after a restart, or another replica) retries the task once,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -94,7 +95,7 @@ class TaskWorker:
                                       timeout=aiohttp.ClientTimeout(total=5.0)) as r:
                 await r.read()
                 return r.status == 200 and TASK_ID_HEADER in r.headers
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return False
 
     async def _loop(self) -> None:
@@ -112,10 +113,8 @@ class TaskWorker:
             except Exception:  # a store hiccup must not end the worker
                 log.exception("task worker: claiming failed; trying again")
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), _POLL_S)
-            except asyncio.TimeoutError:
-                pass
 
     async def _fill(self) -> None:
         while self._claiming and len(self._running) < self.concurrency:
@@ -154,7 +153,7 @@ class TaskWorker:
             await self.store.update(rec.id, lambda r: state.release(r, self.owner))
             self._unreachable()
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self._complete(rec.id, None, None, f"no answer within {self.replay_timeout_s:.0f}s")
             return
         except aiohttp.ClientError as e:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -305,7 +305,7 @@ def export(path: str | Path, *, since: float | None = None, tenant: str | None =
     try:
         for r in conn.execute(sql + " ORDER BY id", args):
             row = dict(r)
-            row["time_iso"] = datetime.fromtimestamp(float(row["time"]), timezone.utc).isoformat()
+            row["time_iso"] = datetime.fromtimestamp(float(row["time"]), UTC).isoformat()
             yield orjson.dumps(row) + b"\n"
     finally:
         conn.close()
@@ -377,5 +377,5 @@ def parse_when(text: str, now: float | None = None) -> float:
         return now - float(m[1]) * _UNIT_S[m[2]]
     dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()

@@ -43,7 +43,7 @@ class WatermarkPoller:
                     raise WatermarkParseError(f"HTTP {resp.status}")
                 body = await resp.read()
             reading = parse_reading(self.source.kind, body, self.clock())
-        except (aiohttp.ClientError, asyncio.TimeoutError, WatermarkParseError, OSError) as e:
+        except (TimeoutError, aiohttp.ClientError, WatermarkParseError, OSError) as e:
             self.errors += 1
             WATERMARK_POLL_ERRORS.labels(self.cluster).inc()
             msg = f"{type(e).__name__}: {e}"
@@ -61,7 +61,7 @@ class WatermarkPoller:
         """Wait for the next successful poll (tests and readiness checks)."""
         try:
             await asyncio.wait_for(self._updated.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         return self.reading
 
@@ -98,7 +98,7 @@ class WatermarkBoard:
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    def from_config(cls, config: GatewayConfig, interval_s: float = 1.0) -> "WatermarkBoard":
+    def from_config(cls, config: GatewayConfig, interval_s: float = 1.0) -> WatermarkBoard:
         sources = {c: d.watermark for c, d in config.clusters().items() if d.watermark is not None}
         return cls(sources, interval_s)
 
@@ -113,7 +113,7 @@ class WatermarkBoard:
             polls = [p.poll_once(self._session) for p in self.pollers.values()]
             try:
                 done = await asyncio.wait_for(asyncio.gather(*polls), first_poll_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("watermarks: first poll round took over %.1fs", first_poll_timeout)
             else:
                 for p, r in zip(self.pollers.values(), done):

@@ -164,7 +164,7 @@ class Warmer:
                                              timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 await resp.read()
                 return 200 <= resp.status < 300
-        except (aiohttp.ClientError, asyncio.TimeoutError, grpc.RpcError, OSError, ssl.SSLError) as e:
+        except (TimeoutError, aiohttp.ClientError, grpc.RpcError, OSError, ssl.SSLError) as e:
             log.debug("warm-up of %s at %s: %s", dep.cluster, endpoint, e)
             return False
 
@@ -205,7 +205,7 @@ class Warmer:
             async with self._session.get(f"{scheme}://{endpoint}{hc.http_path}", ssl=_ssl_context(dep),
                                          timeout=aiohttp.ClientTimeout(total=hc.timeout_s)) as resp:
                 return 200 <= resp.status < 300
-        except (aiohttp.ClientError, asyncio.TimeoutError, grpc.RpcError, OSError, ssl.SSLError):
+        except (TimeoutError, aiohttp.ClientError, grpc.RpcError, OSError, ssl.SSLError):
             return False
 
     async def _watch_cooldowns(self) -> None:

@@ -15,9 +15,8 @@ def metric(metrics_address: str, name: str, **labels: str) -> float:
     want = [f'{k}="{v}"' for k, v in labels.items()]
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(w in line for w in want):
-                total += float(line.rsplit(" ", 1)[1])
+        if (line.startswith(name + "{") or line.startswith(name + " ")) and all(w in line for w in want):
+            total += float(line.rsplit(" ", 1)[1])
     return total
 
 

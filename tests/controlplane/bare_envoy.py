@@ -27,7 +27,7 @@ class BareEnvoy:
         self.log = workdir / "envoy.log"
         self.admin_path = workdir / "admin.txt"
 
-    def __enter__(self) -> "BareEnvoy":
+    def __enter__(self) -> BareEnvoy:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([envoy_binary(), "-c", str(self.config), "--concurrency", "1",
                                           "--disable-hot-restart", "--log-level", "warn",

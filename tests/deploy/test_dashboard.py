@@ -17,7 +17,7 @@ def test_panels_have_unique_ids_and_do_not_overlap() -> None:
     cells: set[tuple[int, int]] = set()
     for p in panels:
         g = p["gridPos"]
-        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
         mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not mine & cells, f"{p['title']} overlaps another panel"
         cells |= mine

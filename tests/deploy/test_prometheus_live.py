@@ -81,7 +81,7 @@ class Prometheus:
         self.argv = [tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
                      f"--web.listen-address=127.0.0.1:{self.port}"]
 
-    def __enter__(self) -> "Prometheus":
+    def __enter__(self) -> Prometheus:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30

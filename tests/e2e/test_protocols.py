@@ -224,10 +224,9 @@ def test_cut_stream_ends_with_an_error_not_a_hang(demo_stack, model: str) -> Non
 
 
 def test_cut_stream_anthropic_client_gets_error_event(claude: anthropic.Anthropic) -> None:
-    with pytest.raises(anthropic.APIError):
-        with claude.messages.stream(model="demo-gpt", max_tokens=50,
-                                    messages=[{"role": "user", "content": "x demo-cut-stream y"}]) as s:
-            list(s.text_stream)
+    with pytest.raises(anthropic.APIError), claude.messages.stream(model="demo-gpt", max_tokens=50,
+                                messages=[{"role": "user", "content": "x demo-cut-stream y"}]) as s:
+        list(s.text_stream)
 
 
 def test_cut_passthrough_stream_with_usage_gets_error_event(demo_stack) -> None:

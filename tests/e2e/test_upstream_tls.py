@@ -37,7 +37,7 @@ class TlsUpstream:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
-    def __enter__(self) -> "TlsUpstream":
+    def __enter__(self) -> TlsUpstream:
         self.thread.start()
         self.runner = web.AppRunner(openai_server.make_app(name=f"tls-{self.port}"))
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)

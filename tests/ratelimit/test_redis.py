@@ -137,7 +137,7 @@ async def test_kill_under_concurrent_load_never_raises(redis_server):
     killed = asyncio.Event()
 
     async def worker():
-        for i in range(200):
+        for _i in range(200):
             d = await lim.acquire(CTX)
             stores.add(d.store)
             if d.store == "local":

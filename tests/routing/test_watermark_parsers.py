@@ -1,5 +1,6 @@
 """Pure parsers of agent JSON and DCGM exporter text, with hypothesis fuzzing."""
 
+import contextlib
 import math
 
 import orjson
@@ -87,10 +88,8 @@ def _check(r):
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_fuzz_agent_bytes(body):
-    try:
+    with contextlib.suppress(WatermarkParseError):
         _check(parse_agent_json(body))
-    except WatermarkParseError:
-        pass
 
 
 _json = st.recursive(
@@ -108,14 +107,10 @@ def test_fuzz_agent_structures(doc):
         body = orjson.dumps(doc)
     except (orjson.JSONEncodeError, TypeError):
         return
-    try:
+    with contextlib.suppress(WatermarkParseError):
         _check(parse_agent_json(body))
-    except WatermarkParseError:
-        pass
-    try:
+    with contextlib.suppress(WatermarkParseError):
         parse_fake_spec(doc)
-    except WatermarkParseError:
-        pass
 
 
 _line = st.one_of(
@@ -132,7 +127,5 @@ _line = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_line, max_size=8))
 def test_fuzz_dcgm(lines):
-    try:
+    with contextlib.suppress(WatermarkParseError):
         _check(parse_dcgm_metrics("\n".join(lines)))
-    except WatermarkParseError:
-        pass

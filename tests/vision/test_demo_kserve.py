@@ -95,9 +95,8 @@ async def test_stats_count_calls_and_images(server, stub):
     x = preprocess(_squares(["red", "green", "blue"]), PreprocessSpec(width=8, height=8))
     for _ in range(2):
         await stub.ModelInfer(kserve.build_classify_request("demo-colors", x, TensorInput()))
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{server.stats_port}/stats") as r:
-            assert await r.json() == {"calls": 2, "images": 6, "failures": 0}
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{server.stats_port}/stats") as r:
+        assert await r.json() == {"calls": 2, "images": 6, "failures": 0}
 
 
 async def test_fail_next_then_recovers():
@@ -170,9 +169,8 @@ async def test_cli_process_serves_and_stops_on_sigterm():
             x = preprocess(_squares(["green"]), PreprocessSpec(width=8, height=8))
             resp = await stub.ModelInfer(kserve.build_classify_request("demo-colors", x, TensorInput()))
             assert np.frombuffer(resp.raw_output_contents[0], "<f4").argmax() == 1
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{stats_port}/stats") as r:
-                assert (await r.json())["calls"] == 1
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{stats_port}/stats") as r:
+            assert (await r.json())["calls"] == 1
     finally:
         proc.terminate()
         rc = await asyncio.wait_for(proc.wait(), 10)

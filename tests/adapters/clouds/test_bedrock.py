@@ -5,7 +5,7 @@ the binary eventstream cut anywhere, corrupted, or ended early."""
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -121,7 +121,7 @@ def test_signature_verifies_as_botocore_computes_it(creds: AwsCredentials) -> No
     assert verify("POST", up.path, up.headers, up.body, region="us-east-1", creds=creds) is not None
     assert verify("POST", up.path, up.headers, up.body, region="eu-west-1",
                   creds=AwsCredentials(creds.access_key, "other", creds.session_token)) is not None
-    later = datetime.now(timezone.utc) + timedelta(minutes=6)
+    later = datetime.now(UTC) + timedelta(minutes=6)
     assert "expired" in (verify("POST", up.path, up.headers, up.body, region="eu-west-1", creds=creds, now=later) or "")
 
 
