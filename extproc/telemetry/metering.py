@@ -104,8 +104,8 @@ _INT64_MAX = 2**63 - 1
 # About a minute of rows at a few thousand requests a second; beyond it the disk is not keeping up.
 QUEUE_LIMIT = 200_000
 _BATCH = 1000
-# After the first row of a batch, wait this long for more (writer_queue.next_batch); a crash
-# loses at most this much of accepted rows.
+# After the first row of a batch, wait this long for more (writer_queue.next_batch); rows a crash
+# catches here are in the journal and replayed at the next start.
 _GATHER_S = 0.02
 _WARN_EVERY_S = 10.0
 
