@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+from extproc.telemetry import journal as journal_module
+from extproc.telemetry.journal import Journal
 from extproc.telemetry.metering import DecisionRecord, MeteringStore, MeterRecord
 from extproc.telemetry.metrics import METERING_DROPPED
 
@@ -153,3 +155,27 @@ def test_a_live_store_keeps_its_journal_from_a_second_one_on_the_same_database(t
     first.close()
     second.close()
     assert set(_rows(db)) == {"a", "b"}
+
+
+def test_a_journal_that_never_catches_up_rotates_and_drops_a_segment_once_it_is_committed(tmp_path: Path,
+                                                                                          monkeypatch) -> None:
+    monkeypatch.setattr(journal_module, "ROTATE_BYTES", 100)
+    j = Journal(tmp_path / "x.sqlite")
+    j.start(b"h{}\n")
+    for i in range(10):  # 10 rows of 20 bytes: past ROTATE_BYTES
+        with j.lock:
+            j.append(b"r[%03d,\"0123456789\"]\n" % i)
+    j.settle(5, lambda: b"h{\"new\":1}\n")  # 5 of 10 committed: not caught up, so rotate
+    old = tmp_path / "x.sqlite.journal.0.old"
+    assert old.exists()
+    with j.lock:
+        j.append(b"r[010,\"after\"]\n")
+    [lines] = j.segments()
+    assert lines[0] == b"h{}" and len([x for x in lines if x[:1] == b"r"]) == 11 and lines[-1] == b'r[010,"after"]'
+    j.settle(5, lambda: b"h{}\n")  # the old segment's rows are all committed; the newest is not
+    assert not old.exists()
+    assert (tmp_path / "x.sqlite.journal.0").read_bytes() == b'h{"new":1}\nr[010,"after"]\n'
+    j.settle(1, lambda: b"h{\"caught\":1}\n")
+    assert (tmp_path / "x.sqlite.journal.0").read_bytes() == b'h{"caught":1}\n'
+    j.close()
+    assert not (tmp_path / "x.sqlite.journal.0").exists()
