@@ -1,11 +1,14 @@
 """The audit log: an append-only, hash-chained SQLite table of every call and security event.
 
-The request path puts an `AuditEvent` on an unbounded queue and moves on; a writer thread
+The request path puts an `AuditEvent` on an unbounded queue, appends its fields to a journal file
+(one `os.write`, no fsync: extproc/telemetry/journal.py) and moves on; a writer thread
 redacts and caps captured bodies, chains each row to the one before (`audit_chain`) and inserts
 in batches. Nothing accepted is dropped: a locked or slow disk is retried, and `close` (SIGTERM)
 writes everything queued (only a row SQLite cannot bind, a bug of ours, is dropped: counted and
 logged). Past `backlog_limit` rows not yet written the gateway refuses new calls (503) rather
-than serve calls it cannot record. Each batch reads the chain's tail inside its write
+than serve calls it cannot record. Rows a SIGKILL caught before their commit are replayed from
+the journal at the next start, chained in the order they were accepted (their captured bodies are
+not journaled: the caller's key is in them before redaction). Each batch reads the chain's tail inside its write
 transaction, so `modelyard audit prune` (another process) can append its anchor row safely.
 """
 
@@ -19,6 +22,7 @@ import re
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,6 +43,7 @@ from extproc.telemetry.audit_chain import (
     row_hash,
     verify_chain,
 )
+from extproc.telemetry.journal import HEADER, Journal, first_header
 from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_DROPPED, AUDIT_ROWS
 from extproc.telemetry.redaction import CAP_MARGIN, Redactor
 from extproc.telemetry.writer_queue import next_batch
@@ -55,6 +60,11 @@ _INDEXES = ("CREATE INDEX IF NOT EXISTS audit_time ON audit (time)",
             "CREATE INDEX IF NOT EXISTS audit_tenant_time ON audit (tenant, time)")
 _INSERT = f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 _TAIL = "SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1"
+# What a journal line holds (then whether the event had bodies), and what replay matches stored rows on.
+_JOURNALED = ("time", "event", "task_id", "tenant", "key_id", "client", "method", "path", "model", "cluster",
+              "status", "input_tokens", "output_tokens")
+_STORED = f"SELECT {', '.join(_JOURNALED)} FROM audit WHERE id > ?"
+_LINE = b"a"
 
 # Calls refused (503) past this many queued rows (extproc.audit_max_queued).
 BACKLOG_LIMIT = 100_000
@@ -121,6 +131,9 @@ class AuditLog:
         conn = _connect(self.path)
         try:
             _ensure_schema(conn)
+            self._journal = Journal(self.path)
+            self._replay(conn)
+            self._journal.start(_header(conn))
         finally:
             conn.close()
         self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
@@ -152,9 +165,56 @@ class AuditLog:
 
     def record(self, ev: AuditEvent) -> None:
         """Queue one row; never refuses and never blocks (the loop must not wait on the disk)."""
-        self._accepted += 1
-        self._queue.put(ev)
+        try:
+            line: bytes | None = _LINE + orjson.dumps(
+                (ev.time, ev.event, ev.task_id, ev.tenant, ev.key_id, ev.client, ev.method, ev.path, ev.model,
+                 ev.cluster, ev.status, ev.input_tokens, ev.output_tokens, ev.detail,
+                 ev.request_body is not None or ev.response_body is not None),
+                option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # not JSON (a detail orjson cannot take): queued, not journaled
+            line = None
+        journal = self._journal
+        with journal.lock:  # queue order is journal order, so replay chains rows as they came
+            self._accepted += 1
+            self._queue.put(ev)
+            if line is None:
+                journal.count()
+            else:
+                journal.append(line)
         AUDIT_BACKLOG.inc()
+
+    def _replay(self, conn: sqlite3.Connection) -> None:
+        """Chain on the journal's rows SQLite does not hold, in journal order: those after the
+        segment's id mark, matched on their fields (a multiset, so two equal rows stay two)."""
+        for lines in self._journal.segments():
+            head = first_header(lines)
+            mark = int(orjson.loads(head).get("audit", 0)) if head is not None else 0
+            events = []
+            for line in lines:
+                if line[:1] == _LINE:
+                    try:
+                        *fields, detail, had_bodies = orjson.loads(line[1:])
+                        ev = AuditEvent(**dict(zip(_JOURNALED, fields, strict=True)), detail=detail)
+                    except (orjson.JSONDecodeError, ValueError):  # a line cut short: the disk filled
+                        continue
+                    if had_bodies and ev.tenant in self._captures:
+                        ev = dataclasses.replace(ev, detail={**(detail or {}), "bodies": "lost in a crash"})
+                    events.append(ev)
+            if not events:
+                continue
+            stored = Counter(tuple(r) for r in conn.execute(_STORED, (mark,)))
+            rows = []
+            for ev in events:
+                row = self._row(ev)
+                key = tuple(row[f] for f in _JOURNALED)
+                if stored[key] > 0:
+                    stored[key] -= 1
+                else:
+                    rows.append(row)
+            if rows:
+                self._append(conn, rows)
+            log.warning("audit: %d rows in the journal of a process that died, %d of them not committed: "
+                        "now chained and stored", len(events), len(rows))
 
     def _row(self, ev: AuditEvent) -> dict[str, object]:
         redactor = self._redactors.get(ev.tenant, self._default_redactor)
@@ -185,8 +245,10 @@ class AuditLog:
             self._append(conn, rows)
             self._settled += len(batch) - stop
             AUDIT_BACKLOG.dec(len(batch) - stop)
+            self._journal.settle(len(batch) - stop, lambda: _header(conn))
             if stop:
                 conn.close()
+                self._journal.close()
                 return
 
     def _append(self, conn: sqlite3.Connection, rows: list[dict[str, object]]) -> None:
@@ -235,6 +297,12 @@ def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
     conn.row_factory = sqlite3.Row
     return conn
+
+
+def _header(conn: sqlite3.Connection) -> bytes:
+    """A journal segment's first line: the highest id before any of its rows."""
+    top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM audit").fetchone()[0]
+    return HEADER + orjson.dumps({"audit": top}, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _ensure_schema(conn: sqlite3.Connection) -> None:

@@ -1,7 +1,9 @@
 """Per-request metering records in SQLite, written by a background thread.
 
-The request path only puts a tuple on a bounded queue; the writer thread batches inserts, so a
-slow disk never stalls the event loop. A full queue refuses the row (counted, logged); a row SQLite
+The request path only puts a tuple on a bounded queue and appends it to a journal file (one
+`os.write`, no fsync: extproc/telemetry/journal.py); the writer thread batches inserts, so a
+slow disk never stalls the event loop. Rows a SIGKILL caught before their commit are replayed
+from the journal at the next start. A full queue refuses the row (counted, logged); a row SQLite
 cannot take is dropped alone (counted, logged), never its batch nor the writer. `close` drains
 everything accepted.
 
@@ -17,10 +19,14 @@ import queue
 import sqlite3
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from pathlib import Path
 
+import orjson
+
+from extproc.telemetry.journal import HEADER, Journal, first_header
 from extproc.telemetry.metrics import METERING_DROPPED
 from extproc.telemetry.writer_queue import next_batch
 
@@ -87,6 +93,10 @@ _INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in fields(MeterRec
 _DECISION = attrgetter(*(f.name for f in fields(DecisionRecord)))
 _INSERT_DECISION = f"INSERT INTO decisions VALUES ({', '.join('?' for _ in fields(DecisionRecord))})"
 _STOP = object()
+# A journal line is its kind, then the row's values as a JSON array.
+_REQUEST_LINE = b"r"
+_DECISION_LINE = b"d"
+_TABLES = (("requests", _REQUEST_LINE, _INSERT), ("decisions", _DECISION_LINE, _INSERT_DECISION))
 
 
 # SQLite integers are signed 64-bit: an upstream's u64 count must not lose the row.
@@ -94,8 +104,8 @@ _INT64_MAX = 2**63 - 1
 # About a minute of rows at a few thousand requests a second; beyond it the disk is not keeping up.
 QUEUE_LIMIT = 200_000
 _BATCH = 1000
-# After the first row of a batch, wait this long for more (writer_queue.next_batch); a crash
-# loses at most this much of accepted rows.
+# After the first row of a batch, wait this long for more (writer_queue.next_batch); rows a crash
+# catches here are in the journal and replayed at the next start.
 _GATHER_S = 0.02
 _WARN_EVERY_S = 10.0
 
@@ -112,38 +122,88 @@ class MeteringStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._queue: queue.Queue[tuple | object] = queue.Queue(maxsize=queue_limit)
         self._warned_at = 0.0
+        # Schema and replay on the caller's thread, before the first row: the start waits for them.
+        conn = _open(self.path)
+        try:
+            self._journal = Journal(self.path)
+            self._replay(conn)
+            self._journal.start(_header(conn))
+        finally:
+            conn.close()
         self._thread = threading.Thread(target=self._run, name="metering-writer", daemon=True)
         self._thread.start()
 
     def record(self, rec: MeterRecord) -> bool:
         """Queue one row; False (counted, logged now and then) when the writer is too far behind."""
-        return self._put(tuple(_clamp(v) for v in _ROW(rec)))
+        row = tuple(_clamp(v) for v in _ROW(rec))
+        return self._put(row, _REQUEST_LINE, row)
 
     def record_decision(self, rec: DecisionRecord) -> bool:
         """Queue one decision row, as `record`."""
-        return self._put(_DecisionRow(_clamp(v) for v in _DECISION(rec)))
+        row = tuple(_clamp(v) for v in _DECISION(rec))
+        return self._put(row, _DECISION_LINE, _DecisionRow(row))
 
-    def _put(self, row: tuple) -> bool:
+    def _put(self, row: tuple, kind: bytes, item: tuple) -> bool:
+        """Queue `item` and journal `row` (its values: orjson takes no tuple subclass)."""
         try:
-            self._queue.put_nowait(row)
+            line: bytes | None = kind + orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # not JSON: SQLite will not take it either (the writer logs it)
+            line = None
+        journal = self._journal
+        with journal.lock:  # queue order is journal order
+            try:
+                self._queue.put_nowait(item)
+            except queue.Full:
+                full = True
+            else:
+                full = False
+                if line is None:
+                    journal.count()
+                else:
+                    journal.append(line)
+        if not full:
             return True
-        except queue.Full:
-            METERING_DROPPED.labels("queue_full").inc()
-            now = time.monotonic()
-            if now - self._warned_at > _WARN_EVERY_S:
-                self._warned_at = now
-                log.error("metering: queue full (%d rows); refusing rows until the writer catches up",
-                          self._queue.maxsize)
-            return False
+        METERING_DROPPED.labels("queue_full").inc()
+        now = time.monotonic()
+        if now - self._warned_at > _WARN_EVERY_S:
+            self._warned_at = now
+            log.error("metering: queue full (%d rows); refusing rows until the writer catches up",
+                      self._queue.maxsize)
+        return False
+
+    def _replay(self, conn: sqlite3.Connection) -> None:
+        """Insert the journal's rows SQLite does not hold: those after each table's rowid mark,
+        matched value for value (a multiset, so two equal rows stay two)."""
+        for lines in self._journal.segments():
+            head = first_header(lines)
+            marks = orjson.loads(head) if head is not None else {}
+            for table, kind, insert in _TABLES:
+                rows = []
+                for line in lines:
+                    if line[:1] == kind:
+                        try:
+                            row = tuple(orjson.loads(line[1:]))
+                        except orjson.JSONDecodeError:  # a line cut short: the disk filled
+                            continue
+                        if not any(isinstance(v, (list, dict)) for v in row):  # SQLite refused it before
+                            rows.append(row)
+                if not rows:
+                    continue
+                stored = Counter(tuple(r) for r in conn.execute(f"SELECT * FROM {table} WHERE rowid > ?",
+                                                                 (int(marks.get(table, 0)),)))
+                missing = []
+                for row in rows:
+                    if stored[row] > 0:
+                        stored[row] -= 1
+                    else:
+                        missing.append(row)
+                if missing:
+                    self._write(conn, insert, missing)
+                log.warning("metering: %d %s rows in the journal of a process that died, %d of them not "
+                            "committed: now stored", len(rows), table, len(missing))
 
     def _run(self) -> None:
-        conn = sqlite3.connect(self.path)
-        conn.execute("PRAGMA journal_mode=WAL")
-        # no fsync per commit: a row survives the process crashing, not a power cut (about a
-        # tenth of the extproc's CPU per request went to this thread's commits under load)
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(_SCHEMA)
-        conn.execute(_DECISIONS_SCHEMA)
+        conn = _open(self.path)
         while True:
             batch = next_batch(self._queue, _STOP, _BATCH, _GATHER_S)
             stop = _STOP in batch
@@ -153,8 +213,10 @@ class MeteringStore:
                 self._write(conn, _INSERT_DECISION, decisions)
             if len(decisions) < len(rows):
                 self._write(conn, _INSERT, [r for r in rows if type(r) is not _DecisionRow])
+            self._journal.settle(len(rows), lambda: _header(conn))
             if stop:
                 conn.close()
+                self._journal.close()
                 return
 
     @staticmethod
@@ -184,3 +246,20 @@ class MeteringStore:
         """Write everything accepted, then stop (SIGTERM: nothing accepted is lost)."""
         self._queue.put(_STOP)
         self._thread.join(timeout)
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # no fsync per commit: a row survives the process crashing, not a power cut (about a
+    # tenth of the extproc's CPU per request went to this thread's commits under load)
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(_SCHEMA)
+    conn.execute(_DECISIONS_SCHEMA)
+    return conn
+
+
+def _header(conn: sqlite3.Connection) -> bytes:
+    """A journal segment's first line: each table's highest rowid before any of its rows."""
+    marks = {t: conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {t}").fetchone()[0] for t, _, _ in _TABLES}
+    return HEADER + orjson.dumps(marks, option=orjson.OPT_APPEND_NEWLINE)

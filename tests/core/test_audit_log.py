@@ -5,6 +5,7 @@ and the session's rows for a call, an auth failure and a fail-closed backlog."""
 from __future__ import annotations
 
 import hashlib
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -377,3 +378,70 @@ def test_the_database_is_readable_by_its_owner_only(tmp_path: Path) -> None:
         assert [f.stat().st_mode & 0o777 for f in files] == [0o600] * 3
     finally:
         log.close()
+
+
+# ---------------------------------------------------------------- the journal: a SIGKILL loses no row
+
+# The child accepts events while its writer gathers for a minute, then SIGKILLs itself: no commit.
+_KILLED_CHILD = """
+import os, signal, sys
+from extproc.telemetry import audit
+audit._GATHER_S = 60.0
+log = audit.AuditLog(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    log.record(audit.AuditEvent(event=audit.CALL, time=2_000.0 + i / 3, task_id=f"lost-{i}", tenant="acme",
+                                status=200, method="POST", path="/v1/chat/completions", model="m", cluster="c",
+                                input_tokens=i, output_tokens=1, detail={"route": "r", "n": i}))
+log.record(audit.AuditEvent(event=audit.CONFIG_RELOAD, time=3_000.0, detail={"ok": True}))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _killed_child(db: Path, n: int) -> None:
+    r = subprocess.run([sys.executable, "-c", _KILLED_CHILD, str(db), str(n)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+
+
+def _journal_files(db: Path) -> list[Path]:
+    return sorted(p for p in db.parent.glob(f"{db.name}.journal.*") if not p.name.endswith(".lock"))
+
+
+def test_rows_accepted_before_a_sigkill_are_chained_on_at_the_next_start(tmp_path: Path) -> None:
+    db = _filled(tmp_path, n=3)
+    _killed_child(db, 200)
+    assert len(_rows(db)) == 3  # the writer never committed
+    AuditLog(db).close()
+    rows = _rows(db)
+    assert [r["task_id"] for r in rows] == [*(f"task-{i}" for i in range(3)), *(f"lost-{i}" for i in range(200)), ""]
+    assert rows[3 + 7]["detail"] == '{"n":7,"route":"r"}' and rows[3 + 7]["time"] == 2_000.0 + 7 / 3
+    assert rows[-1]["event"] == "config_reload"
+    report = verify(db)
+    assert report.intact and report.rows == 204
+    r = _cli("verify", "--db", str(db))
+    assert r.returncode == 0 and "204 rows intact" in r.stdout, r.stdout + r.stderr
+    assert _journal_files(db) == []
+
+
+def test_replaying_the_same_audit_journal_twice_chains_each_row_once(tmp_path: Path) -> None:
+    db = _filled(tmp_path, n=2)
+    _killed_child(db, 40)
+    saved = {p: p.read_bytes() for p in _journal_files(db)}
+    assert saved
+    AuditLog(db).close()
+    for p, data in saved.items():  # as if the replaying process died before it truncated the journal
+        p.write_bytes(data)
+    AuditLog(db).close()
+    rows = _rows(db)
+    assert [r["task_id"] for r in rows] == ["task-0", "task-1", *(f"lost-{i}" for i in range(40)), ""]
+    assert verify(db).intact
+
+
+def test_a_journaled_row_keeps_no_body_and_no_key(tmp_path: Path) -> None:
+    db = tmp_path / "audit.sqlite"
+    log = AuditLog(db, captures={"acme": AuditCapture(capture_bodies=True)})
+    secret = "sk-journal-secret-0123456789"
+    log.record(AuditEvent(event=CALL, time=1.0, task_id="t", tenant="acme", request_body=f'{{"k":"{secret}"}}'.encode(),
+                          request_size=30, secrets=(secret,)))
+    assert all(secret.encode() not in p.read_bytes() for p in _journal_files(db))
+    log.close()

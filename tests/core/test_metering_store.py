@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
-from extproc.telemetry.metering import MeteringStore, MeterRecord
+from extproc.telemetry import journal as journal_module
+from extproc.telemetry.journal import Journal
+from extproc.telemetry.metering import DecisionRecord, MeteringStore, MeterRecord
 from extproc.telemetry.metrics import METERING_DROPPED
 
 
@@ -56,3 +62,120 @@ def test_a_full_queue_refuses_rows_without_blocking_and_close_writes_every_accep
     store.close()
     assert set(_rows(db)) == {f"r{i}" for i in accepted}
 
+
+
+# ---------------------------------------------------------------- the journal: a SIGKILL loses no row
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The child accepts rows while its writer gathers for a minute, then SIGKILLs itself: no commit.
+_KILLED_CHILD = """
+import os, signal, sys
+from extproc.telemetry import metering
+from tests.core.test_metering_store import _decision, _rec
+metering._GATHER_S = 60.0
+store = metering.MeteringStore(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    assert store.record(_rec(f"r{i}", ts=1000.0 + i / 7, cost=i * 0.1))
+    assert store.record_decision(_decision(f"r{i}", allowed=i % 2 == 0))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _decision(task: str, allowed: bool) -> DecisionRecord:
+    return DecisionRecord(ts=1.5, task_id=task, tenant="t", tier="L1", cluster="c", channel="standard", model="m",
+                          allowed=allowed, requests=1, tokens=42, limited_by="" if allowed else "t:tpm",
+                          rule="" if allowed else "tpm", store="memory")
+
+
+def _killed_child(db: Path, n: int) -> None:
+    r = subprocess.run([sys.executable, "-c", _KILLED_CHILD, str(db), str(n)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+
+
+def _count(db: Path, table: str) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def _journal_files(db: Path) -> list[Path]:
+    return sorted(p for p in db.parent.glob(f"{db.name}.journal.*") if not p.name.endswith(".lock"))
+
+
+def test_rows_accepted_before_a_sigkill_are_replayed_at_the_next_start(tmp_path: Path) -> None:
+    db = tmp_path / "m.sqlite"
+    _killed_child(db, 300)
+    assert _count(db, "requests") == 0 and _count(db, "decisions") == 0  # the writer never committed
+    MeteringStore(db).close()
+    rows = _rows(db)
+    assert set(rows) == {f"r{i}" for i in range(300)} and _count(db, "requests") == 300
+    assert rows["r7"][0] == 1000.0 + 7 / 7 and rows["r7"][12] == 7 * 0.1  # values exact through JSON
+    with sqlite3.connect(db) as conn:
+        decisions = conn.execute("SELECT task_id, allowed, limited_by FROM decisions ORDER BY rowid").fetchall()
+    assert decisions == [(f"r{i}", int(i % 2 == 0), "" if i % 2 == 0 else "t:tpm") for i in range(300)]
+    assert [p.read_bytes() for p in _journal_files(db)] == []  # a clean close leaves no journal
+
+
+def test_replaying_the_same_journal_twice_stores_each_row_once(tmp_path: Path) -> None:
+    db = tmp_path / "m.sqlite"
+    store = MeteringStore(db)  # rows committed before the crash are not doubled by the replay either
+    store.record(_rec("before"))
+    store.close()
+    _killed_child(db, 50)
+    saved = {p: p.read_bytes() for p in _journal_files(db)}
+    assert saved
+    MeteringStore(db).close()
+    for p, data in saved.items():  # as if the replaying process died before it truncated the journal
+        p.write_bytes(data)
+    MeteringStore(db).close()
+    assert _count(db, "requests") == 51 and _count(db, "decisions") == 50
+    assert set(_rows(db)) == {"before", *(f"r{i}" for i in range(50))}
+
+
+def test_the_writer_trims_the_journal_once_every_row_is_committed(tmp_path: Path) -> None:
+    db = tmp_path / "m.sqlite"
+    store = MeteringStore(db)
+    for i in range(20):
+        store.record(_rec(f"r{i}"))
+    deadline = time.monotonic() + 10
+    while _count(db, "requests") < 20 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)
+    [journal] = _journal_files(db)
+    assert journal.read_bytes().count(b"\n") == 1 and journal.read_bytes().startswith(b"h")  # its header alone
+    store.close()
+
+
+def test_a_live_store_keeps_its_journal_from_a_second_one_on_the_same_database(tmp_path: Path) -> None:
+    db = tmp_path / "m.sqlite"
+    first, second = MeteringStore(db), MeteringStore(db)  # two workers: one slot each
+    first.record(_rec("a"))
+    second.record(_rec("b"))
+    first.close()
+    second.close()
+    assert set(_rows(db)) == {"a", "b"}
+
+
+def test_a_journal_that_never_catches_up_rotates_and_drops_a_segment_once_it_is_committed(tmp_path: Path,
+                                                                                          monkeypatch) -> None:
+    monkeypatch.setattr(journal_module, "ROTATE_BYTES", 100)
+    j = Journal(tmp_path / "x.sqlite")
+    j.start(b"h{}\n")
+    for i in range(10):  # 10 rows of 20 bytes: past ROTATE_BYTES
+        with j.lock:
+            j.append(b"r[%03d,\"0123456789\"]\n" % i)
+    j.settle(5, lambda: b"h{\"new\":1}\n")  # 5 of 10 committed: not caught up, so rotate
+    old = tmp_path / "x.sqlite.journal.0.old"
+    assert old.exists()
+    with j.lock:
+        j.append(b"r[010,\"after\"]\n")
+    [lines] = j.segments()
+    assert lines[0] == b"h{}" and len([x for x in lines if x[:1] == b"r"]) == 11 and lines[-1] == b'r[010,"after"]'
+    j.settle(5, lambda: b"h{}\n")  # the old segment's rows are all committed; the newest is not
+    assert not old.exists()
+    assert (tmp_path / "x.sqlite.journal.0").read_bytes() == b'h{"new":1}\nr[010,"after"]\n'
+    j.settle(1, lambda: b"h{\"caught\":1}\n")
+    assert (tmp_path / "x.sqlite.journal.0").read_bytes() == b'h{"caught":1}\n'
+    j.close()
+    assert not (tmp_path / "x.sqlite.journal.0").exists()
