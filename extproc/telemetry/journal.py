@@ -18,6 +18,7 @@ of that segment that did get committed has a higher rowid, which bounds replay's
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import logging
@@ -171,7 +172,5 @@ def _drop(path: str) -> None:
 
 
 def _unlink(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
