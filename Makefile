@@ -34,7 +34,9 @@ up: $(STAMP)
 # asserts (collection alone: 22 s of CPU, 13 s cached). Every bench's smoke mode runs here too
 # (tests/bench/test_smoke.py); the full benches stay in `make bench`.
 test: $(STAMP) system-tools
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider
+	# Three test files at a time (pytest-xdist; a file's tests stay on one worker, so module stacks are
+	# shared as before): the suite mostly waits on stacks and timers, not on the two cores.
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 import re
 import socket
 from pathlib import Path
@@ -14,15 +16,41 @@ _ADDR = re.compile(r"(127\.0\.0\.1):(\d+)")
 
 
 _HANDED_OUT: set[int] = set()
+# Under pytest-xdist each worker picks from its own band below the kernel's ephemeral range
+# (32768+), so two workers never hand out one port and no client socket takes one meanwhile.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_BAND_START, _BAND_SIZE = 10_000, 2_500
+
+
+def _band() -> range | None:
+    if not _XDIST_WORKER.startswith("gw"):
+        return None
+    start = _BAND_START + int(_XDIST_WORKER[2:]) * _BAND_SIZE
+    return range(start, start + _BAND_SIZE)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
-    """A port free now and not handed out before in this process: a stack binds its ports only
+    """A port free now and not handed out before in this run: a stack binds its ports only
     when its children start, so two picks must not land on the same one."""
+    band = _band()
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        if band is not None:
+            port = random.choice(band)
+            if port in _HANDED_OUT or not _bindable(port):
+                continue
+        else:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
         if port not in _HANDED_OUT:
             _HANDED_OUT.add(port)
             return port
@@ -38,6 +66,7 @@ def free_ports_run(n: int) -> int:
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", base + i))
+            _HANDED_OUT.update(range(base, base + n))
             return base
         except OSError:
             continue
@@ -83,6 +112,12 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     for db in ("metering_db", "audit_db"):
         if ext.get(db) and not Path(ext[db]).is_absolute():
             ext[db] = str(workdir / Path(ext[db]).name)  # keep test runs out of the repo
+    for m in data["models"]:  # a stack's own cloud credentials: the demos write them on first start
+        for d in m["deployments"]:
+            for cloud in ("bedrock", "vertex"):
+                sect = d.get(cloud)
+                if sect and sect.get("credentials_file") and not Path(sect["credentials_file"]).is_absolute():
+                    d[cloud] = {**sect, "credentials_file": str(workdir / Path(sect["credentials_file"]).name)}
     tasks = ext.get("tasks")
     if tasks and tasks.get("sqlite_path") and not Path(tasks["sqlite_path"]).is_absolute():
         ext["tasks"] = {**tasks, "sqlite_path": str(workdir / Path(tasks["sqlite_path"]).name)}

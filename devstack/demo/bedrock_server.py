@@ -37,7 +37,10 @@ class CredentialSource:
         self._seen: tuple[float, AwsCredentials] | None = None
         if self.path is not None and not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:  # another demo wrote it first: use that one
+                return
             with os.fdopen(fd, "w") as f:
                 f.write(f"[{profile}]\naws_access_key_id = AKIADEMO{secrets.token_hex(6).upper()}\n"
                         f"aws_secret_access_key = {secrets.token_urlsafe(30)}\n")

@@ -48,7 +48,10 @@ class ServiceAccount:
                     "private_key": pem, "client_email": f"modelyard-demo@{project}.iam.gserviceaccount.com",
                     "client_id": str(secrets.randbelow(10**20)), "token_uri": token_uri}
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:  # another demo wrote it first: use that one
+                return
             with os.fdopen(fd, "w") as f:
                 json.dump(info, f)
 
