@@ -41,6 +41,9 @@ def _metered_all(stack, shots) -> None:
     assert len(rows) == len(ok), f"{len(ok) - len(rows)} answered requests have no metering row"
 
 
+IN_FLIGHT_S = 0.25
+
+
 def test_replica_killed_and_restarted_mid_load(replicas) -> None:
     sz = sizes()
     victim = replicas.child("extproc-2")
@@ -56,8 +59,10 @@ def test_replica_killed_and_restarted_mid_load(replicas) -> None:
 
     shots = _load(replicas, kill_and_restart, sz.load_s / 3)
     t = marks["kill"]
-    # Envoy learns the connection died on its next read: a stream opened in that instant was on it too.
-    in_flight = [s for s in shots if s.started <= t + 0.05 and s.ended >= t]
+    # Envoy learns the connection died on its next read: a stream opened before then was on it too
+    # (it had sent the stream's first message: not retried). Under load that read comes up to ~0.15 s
+    # after the kill (tests/chaos/test_extproc_crash.py measures the same lag).
+    in_flight = [s for s in shots if s.started <= t + IN_FLIGHT_S and s.ended >= t]
     lost = [s for s in shots if not s.ok]
     strays = [(s.status, round(s.started - t, 3)) for s in lost if s not in in_flight]
     recovery = recovery_s(shots, t)

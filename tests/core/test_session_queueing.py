@@ -131,9 +131,15 @@ async def test_vision_request_that_goes_alone_queues_too() -> None:
         return s, task
 
     first, sent = await start()
-    assert sent.done() and sent.result().WhichOneof("response") == "request_body"
+    # Bounded waits, not a fixed sleep: under a loaded machine the body step may take longer than 10 ms.
+    assert (await asyncio.wait_for(asyncio.shield(sent), 5)).WhichOneof("response") == "request_body"
     second, waiting = await start()
-    assert not waiting.done()
+    queue = gw.dispatcher.limits.queues["demo-kserve"]
+    for _ in range(500):
+        if queue.waiting():
+            break
+        await asyncio.sleep(0.01)
+    assert queue.waiting() == 1 and not waiting.done()
     first.close()  # the client went away: its slot comes back
     r = await asyncio.wait_for(waiting, 1)
     assert r.WhichOneof("response") == "request_body"
