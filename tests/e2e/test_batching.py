@@ -1,8 +1,9 @@
 """Dynamic batching through a real Envoy: own labels per caller, leader-failure fallback, leaving members.
 
 One stack for the module: Envoy + extproc + the demo KServe server (own process, /stats and
-/control). Three models on it: `colors-batched` (short window), `colors-wide` (a 400 ms window
-and min_size 16, so every request fired together lands in one batch: deterministic), and
+/control). Three models on it: `colors-batched` (short window), `colors-wide` (a 1 s window, wide
+enough on a loaded machine, and min_size 16, so every request fired together lands in one batch:
+deterministic), and
 `colors-single` (batching off).
 """
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.e2e
 AUTH = {"authorization": f"Bearer {DEMO_KEY}"}
 MODELS = {
     "colors-batched": {"enabled": True, "max_delay_ms": 30, "min_size": 4, "max_size": 16},
-    "colors-wide": {"enabled": True, "max_delay_ms": 400, "min_size": 16, "max_size": 16},
+    "colors-wide": {"enabled": True, "max_delay_ms": 1000, "min_size": 16, "max_size": 16},
     "colors-single": None,
     "colors-down": {"enabled": True, "max_delay_ms": 200, "min_size": 16, "max_size": 16},  # nobody listens
 }
