@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
 from contracts.config.queueing import DedicatedPool, QueueSettings
+from contracts.config.keys import Budget, KeysConfig
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.routing import RoutingSettings
 from contracts.config.service_levels import Channel, Tier
@@ -314,6 +315,7 @@ class TenantConfig(_Model):
     audit: AuditCapture = AuditCapture()
     # Env var holding the HMAC-SHA256 key that signs this tenant's task webhooks (none: not sent).
     webhook_secret_env: str | None = None
+    budget: Budget | None = None  # the tenant's spend cap, over all its keys
 
     @field_validator("api_keys")
     @classmethod
@@ -352,6 +354,7 @@ class GatewayConfig(_Model):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     devstack: DevStackConfig = Field(default_factory=DevStackConfig)
+    keys: KeysConfig = Field(default_factory=KeysConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

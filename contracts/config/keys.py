@@ -1,0 +1,28 @@
+"""Keys as data and budgets: where the key store lives, who may call the admin API, and what a
+budget caps. The config model only; the store is `keys/`, enforcement is on the request path."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Period = Literal["day", "week", "month"]
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    usd: float = Field(ge=0)  # spend cap over one period, in the configured model prices' unit
+    period: Period = "month"
+    # A share of `usd` past which a metric and the webhook say the budget is nearly spent.
+    soft_share: float = Field(default=0.8, gt=0, le=1)
+
+
+class KeysConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # sqlite:///path (relative paths under the run dir) or postgresql://user@host:port/db; None: run/keys.db.
+    store: str | None = None
+    # sha256 hex digests of the admin API keys (`modelyard hash-key`); none: the admin API is off.
+    admin_keys: list[str] = Field(default_factory=list)
+    refresh_s: float = Field(default=0.5, gt=0)  # how often every worker re-reads changed keys
+    budget_webhook: str | None = None  # POSTed once per key or tenant and period when the soft share is passed
