@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
-from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.keys import Budget, KeysConfig
+from contracts.config.live import ControlPlaneConfig
+from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.routing import RoutingSettings
 from contracts.config.service_levels import Channel, Tier
@@ -355,6 +356,7 @@ class GatewayConfig(_Model):
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     devstack: DevStackConfig = Field(default_factory=DevStackConfig)
     keys: KeysConfig = Field(default_factory=KeysConfig)
+    controlplane: ControlPlaneConfig = Field(default_factory=ControlPlaneConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
