@@ -57,22 +57,16 @@ def free_port() -> int:
 
 
 def free_ports_run(n: int) -> int:
-    """A port p with p..p+n-1 all free now: the base address of `extproc.workers: n`."""
+    """A port p with p..p+n-1 all free now and none handed out before: the base address of
+    `extproc.workers: n` (a worker on a port another child of the stack binds later cannot start)."""
     while True:
         base = free_port()
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
-            _HANDED_OUT.update(range(base, base + n))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
+        rest = range(base + 1, base + n)
+        band = _band()
+        if any(p in _HANDED_OUT or not _bindable(p) or (band is not None and p not in band) for p in rest):
+            continue  # `base` stays handed out: harmless, and it keeps the next pick off it
+        _HANDED_OUT.update(rest)
+        return base
 
 
 def _remap(value: Any, ports: dict[str, int]) -> Any:
