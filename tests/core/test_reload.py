@@ -1,0 +1,276 @@
+"""The extproc's atomic reload (extproc/reload.py), driven in memory: a session keeps the snapshot it started
+with, bucket levels and queues survive, a removed deployment's waiter gets an error (never a hang), a
+config that fails leaves everything as it was, and the control-plane long-poll applies and acks."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+from aiohttp import web
+
+from contracts.config import hash_api_key, parse_config
+from contracts.live_config import ACK_PATH, CONFIG_PATH, config_version
+from extproc.concurrency import ConcurrencyLimits
+from extproc.config_feed import ConfigFeed
+from extproc.gateway import Gateway, LiveGateway
+from extproc.reload import Reloader
+from extproc.session import Session
+from modelyard.errors import Unavailable, UnknownModel
+from ratelimit import Limiter
+from ratelimit import RequestContext as RateLimitContext
+from tests.core.session_driver import ROOT, ROUTES, body_msg, chat_headers, headers_msg, set_headers
+from tests.stack_config import without_watermarks
+
+NEW_KEY = "sk-reload-new-tenant"
+
+
+def _data() -> dict[str, Any]:
+    return without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+
+
+def _text(data: dict[str, Any]) -> bytes:
+    return yaml.safe_dump(data, sort_keys=False).encode()
+
+
+def _live(data: dict[str, Any]) -> tuple[LiveGateway, Reloader]:
+    config = parse_config(data)
+    gw = Gateway.build(config, limiter=Limiter(config.ratelimit), limits=ConcurrencyLimits(config))
+    live = LiveGateway(gw, config_version(_text(data)))
+    return live, Reloader(live)
+
+
+def _with_new_tenant(data: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    out["tenants"].append({"name": "newcomer", "tier": "L2", "api_keys": [hash_api_key(NEW_KEY)],
+                           "allowed_models": ["demo-gpt"]})
+    return out
+
+
+async def _route(gw: Gateway, key: str, model: str = "demo-gpt") -> Any:
+    """One session run to its body step's reply (a forward upstream or an immediate error)."""
+    s = Session(gw, ROUTES)
+    first = await s.handle(headers_msg(chat_headers(key)))
+    if first.WhichOneof("response") == "immediate_response":
+        s.close()
+        return first
+    r = await s.handle(body_msg(orjson.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})))
+    s.close()
+    return r
+
+
+async def test_new_tenant_answers_after_reload_and_a_session_started_before_keeps_its_snapshot() -> None:
+    data = _data()
+    live, reloader = _live(data)
+    before = live.current
+    assert (await _route(live.current, NEW_KEY)).immediate_response.status.code == 401
+    # A stream that started before the reload: past its headers (authenticated on the old snapshot).
+    old_stream = Session(live.current, ROUTES)
+    await old_stream.handle(headers_msg(chat_headers("sk-modelyard-demo-l2")))
+
+    fresh = _with_new_tenant(data)
+    fresh["tenants"] = [t for t in fresh["tenants"] if t["name"] != "demo-l2"]  # and one tenant leaves
+    out = reloader.apply_text(_text(fresh), source="test", origin="memory")
+    assert out.ok, out.error
+    assert live.current is not before and live.version == config_version(_text(fresh)) == out.version
+    assert out.changes["tenants_added"] == ["newcomer"] and out.changes["tenants_removed"] == ["demo-l2"]
+
+    # The old stream finishes on its own snapshot: its tenant still exists there, its request goes upstream.
+    r = await old_stream.handle(body_msg(orjson.dumps({"model": "demo-gpt", "messages": [
+        {"role": "user", "content": "started before"}]})))
+    old_stream.close()
+    assert set_headers(r.request_body.response.header_mutation)["x-modelyard-cluster"]
+    # New streams see the new snapshot: the new key answers, the removed tenant's key does not.
+    r = await _route(live.current, NEW_KEY)
+    assert set_headers(r.request_body.response.header_mutation)["x-modelyard-cluster"]
+    assert (await _route(live.current, "sk-modelyard-demo-l2")).immediate_response.status.code == 401
+    assert (await _route(live.current, NEW_KEY, "demo-claude")).immediate_response.status.code == 404
+
+
+async def test_bucket_levels_are_kept_and_a_changed_limit_takes_effect() -> None:
+    data = _data()
+    data["ratelimit"]["limits"] = [{"scope": "tenant", "match": "demo", "unit": "requests", "rate": 0.001,
+                                    "burst": 2}]
+    live, reloader = _live(data)
+    ctx = RateLimitContext("demo", "L1", "demo-openai", "standard")
+    limiter = live.current.dispatcher.limiter
+    assert limiter is not None
+    assert [(await limiter.acquire(ctx)).allowed for _ in range(3)] == [True, True, False]
+    # A reload that changes something else: the emptied bucket stays empty (not refilled to its burst).
+    assert reloader.apply_text(_text(_with_new_tenant(data)), source="test", origin="memory").ok
+    assert live.current.dispatcher.limiter is limiter
+    assert not (await limiter.acquire(ctx)).allowed
+    # A faster refill from the next reload on: admitted again.
+    faster = _with_new_tenant(data)
+    faster["ratelimit"]["limits"][0].update(rate=1000, burst=1000)
+    assert reloader.apply_text(_text(faster), source="test", origin="memory").ok
+    await asyncio.sleep(0.01)
+    assert (await limiter.acquire(ctx)).allowed
+
+
+def _slots(max_inflight: int, *, keep_model: bool = True, keep_deployment: bool = True) -> dict[str, Any]:
+    """Model `m` on `c` (max_inflight) and `free`; `m2` on `free`. Options drop `c`, or `m` entirely."""
+    dep = {"cluster": "c", "protocol": "openai", "endpoints": ["127.0.0.1:9"], "max_inflight": max_inflight,
+           "queue": {"max_wait_s": 30}}
+    free = {"cluster": "free", "protocol": "openai", "endpoints": ["127.0.0.1:9"]}
+    models = [{"name": "m2", "deployments": [free]}]
+    if keep_model:
+        models.append({"name": "m", "deployments": [dep, free] if keep_deployment else [free]})
+    return {"models": models, "tenants": [{"name": "t", "api_keys": [hash_api_key("k")]}]}
+
+
+@pytest.mark.parametrize(("keep_model", "error"), [(False, UnknownModel), (True, Unavailable)])
+async def test_a_removed_deployments_waiter_gets_an_error_not_a_hang(keep_model: bool, error: type) -> None:
+    live, reloader = _live(_slots(1))
+    limits = live.current.dispatcher.limits
+    held = await limits.acquire("c", "m", "t", "L3")
+    assert held is not None
+    waiter = asyncio.ensure_future(limits.acquire("c", "m", "t", "L3"))
+    await asyncio.sleep(0.01)
+    assert not waiter.done() and limits.queues["c"].waiting() == 1
+
+    out = reloader.apply_text(_text(_slots(1, keep_model=keep_model, keep_deployment=False)), source="test",
+                              origin="memory")
+    assert out.ok, out.error
+    with pytest.raises(error) as e:
+        await asyncio.wait_for(waiter, 1)  # at once, not after its 30 s max wait
+    assert e.value.status == (404 if not keep_model else 503)
+    assert "c" not in limits.queues and "c" not in limits.occupancy
+    held.release()  # the call that held a slot on the removed deployment ends normally
+    assert not limits._retired
+
+
+async def test_max_inflight_raised_grants_the_waiters_and_the_queue_is_the_same() -> None:
+    live, reloader = _live(_slots(1))
+    limits = live.current.dispatcher.limits
+    queue = limits.queues["c"]
+    held = await limits.acquire("c", "m", "t", "L3")
+    waiters = [asyncio.ensure_future(limits.acquire("c", "m", "t", "L1")) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    assert queue.waiting() == 2
+    assert reloader.apply_text(_text(_slots(2)), source="test", origin="memory").ok
+    await asyncio.sleep(0.01)
+    assert limits.queues["c"] is queue and queue.max_inflight == 2
+    assert sum(w.done() for w in waiters) == 1 and queue.waiting() == 1  # one more slot: one waiter goes
+    assert reloader.apply_text(_text(_slots(3)), source="test", origin="memory").ok
+    slots = await asyncio.wait_for(asyncio.gather(*waiters), 1)
+    assert held is not None and all(s is not None for s in slots) and queue.inflight == 3
+    for s in [held, *slots]:
+        assert s is not None
+        s.release()
+    assert queue.inflight == 0
+
+
+async def test_feedback_of_remaining_clusters_is_kept_and_removed_ones_dropped() -> None:
+    live, reloader = _live(_slots(1))
+    scheduler = live.current.dispatcher.scheduler
+    scheduler.record("c", 0.2, True, now=1.0)
+    scheduler.record("free", 0.3, True, now=1.0)
+    assert reloader.apply_text(_text(_slots(1, keep_deployment=False)), source="test", origin="memory").ok
+    after = live.current.dispatcher.scheduler
+    assert after is not scheduler and after.feedback is scheduler.feedback
+    assert set(after.feedback.stats) == {"free"} and after.feedback.stats["free"].latency_s == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("broken", ["yaml", "reference", "backend"])
+async def test_a_config_that_fails_changes_nothing(broken: str) -> None:
+    data = _data()
+    live, reloader = _live(data)
+    before, version = live.current, live.version
+    limits_before = before.dispatcher.limiter.config if before.dispatcher.limiter else None
+    bad = _with_new_tenant(data)
+    if broken == "yaml":
+        text = _text(bad) + b"\n  - : ][\n"
+    elif broken == "reference":  # parses, but names a strategy nobody defines
+        bad["tenants"][-1]["strategy"] = "nonesuch"
+        text = _text(bad)
+    else:  # validates, but the running limiter cannot change backend without a restart
+        bad["ratelimit"]["backend"] = "redis"
+        text = _text(bad)
+    out = reloader.apply_text(text, source="test", origin="memory")
+    assert not out.ok and out.error and out.version_before == version
+    assert live.current is before and live.version == version
+    assert before.dispatcher.limiter is not None and before.dispatcher.limiter.config is limits_before
+    assert (await _route(live.current, NEW_KEY)).immediate_response.status.code == 401
+
+
+class _ControlPlane:
+    """The control plane's side of contracts/live_config.py, minimal: one version at a time, acks recorded."""
+
+    def __init__(self) -> None:
+        self.text = b""
+        self.acks: list[dict[str, Any]] = []
+        self.changed = asyncio.Event()
+        self.acked = asyncio.Event()
+
+    def offer(self, text: bytes) -> None:
+        self.text = text
+        self.changed.set()
+
+    async def config(self, request: web.Request) -> web.StreamResponse:
+        version = config_version(self.text)
+        if request.query.get("have") == version or not self.text:
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), 2)
+            except TimeoutError:
+                return web.Response(status=304)
+            version = config_version(self.text)
+        return web.json_response({"version": version, "yaml": self.text.decode()})
+
+    async def ack(self, request: web.Request) -> web.Response:
+        self.acks.append(await request.json())
+        self.acked.set()
+        return web.json_response({})
+
+
+async def test_control_plane_feed_applies_and_acks_ok_and_refused() -> None:
+    data = _data()
+    live, reloader = _live(data)
+    cp = _ControlPlane()
+    app = web.Application()
+    app.router.add_get(CONFIG_PATH, cp.config)
+    app.router.add_post(ACK_PATH, cp.ack)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    feed = ConfigFeed(f"127.0.0.1:{port}", reloader, "test-host/1/0")
+    feed.start()
+    try:
+        good = _text(_with_new_tenant(data))
+        cp.offer(good)
+        await asyncio.wait_for(cp.acked.wait(), 5)
+        assert cp.acks[-1] == {"worker": "test-host/1/0", "version": config_version(good), "ok": True, "error": ""}
+        assert live.version == config_version(good)
+        r = await _route(live.current, NEW_KEY)
+        assert set_headers(r.request_body.response.header_mutation)["x-modelyard-cluster"]
+
+        cp.acked.clear()
+        applied = live.current
+        broken = good.replace(b"strategy: balanced", b"strategy: nonesuch", 1)
+        cp.offer(broken)
+        await asyncio.wait_for(cp.acked.wait(), 5)
+        ack = cp.acks[-1]
+        assert ack["ok"] is False and ack["version"] == config_version(broken) and "nonesuch" in ack["error"]
+        assert live.current is applied and live.version == config_version(good)
+        await asyncio.sleep(0.3)
+        assert len(cp.acks) == 2  # a refused version is not offered again and again
+    finally:
+        await feed.close()
+        await runner.cleanup()
+
+
+async def test_control_plane_down_keeps_the_running_config() -> None:
+    live, reloader = _live(_data())
+    before = live.current
+    feed = ConfigFeed("127.0.0.1:9", reloader, "w")  # nothing listens on the discard port
+    feed.start()
+    await asyncio.sleep(0.3)
+    assert live.current is before and feed._task is not None and not feed._task.done()
+    await feed.close()
