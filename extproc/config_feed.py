@@ -85,7 +85,7 @@ class ConfigFeed:
         return str(doc.get("version") or ""), doc["yaml"]
 
     async def _apply(self, http: aiohttp.ClientSession, offered: str, text: str) -> None:
-        out = self.reloader.apply_text(text.encode(), source="controlplane", origin=self.base + CONFIG_PATH)
+        out = await self.reloader.apply_text(text.encode(), source="controlplane", origin=self.base + CONFIG_PATH)
         if offered and out.version != offered:  # the hash is of the same bytes on both sides
             log.warning("control plane said version %s for a text whose hash is %s", offered, out.version)
         self.have = offered or out.version

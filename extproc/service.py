@@ -185,12 +185,7 @@ def build_tracing(config: GatewayConfig) -> Tracing | None:
 
 async def reload_from_file(reloader: Reloader, path: str | None) -> Outcome:
     """SIGHUP: re-read the config file and apply all of it atomically (extproc/reload.py), or none of it."""
-    source = config_path(path)
-    try:
-        text: bytes | None = await asyncio.to_thread(source.read_bytes)
-    except OSError:
-        text = None
-    return reloader.reload_file(source, text)
+    return await reloader.reload_file(config_path(path))
 
 
 def running_version(path: str | None) -> str:

@@ -74,7 +74,7 @@ async def test_new_tenant_answers_after_reload_and_a_session_started_before_keep
 
     fresh = _with_new_tenant(data)
     fresh["tenants"] = [t for t in fresh["tenants"] if t["name"] != "demo-l2"]  # and one tenant leaves
-    out = reloader.apply_text(_text(fresh), source="test", origin="memory")
+    out = await reloader.apply_text(_text(fresh), source="test", origin="memory")
     assert out.ok, out.error
     assert live.current is not before and live.version == config_version(_text(fresh)) == out.version
     assert out.changes["tenants_added"] == ["newcomer"] and out.changes["tenants_removed"] == ["demo-l2"]
@@ -101,13 +101,13 @@ async def test_bucket_levels_are_kept_and_a_changed_limit_takes_effect() -> None
     assert limiter is not None
     assert [(await limiter.acquire(ctx)).allowed for _ in range(3)] == [True, True, False]
     # A reload that changes something else: the emptied bucket stays empty (not refilled to its burst).
-    assert reloader.apply_text(_text(_with_new_tenant(data)), source="test", origin="memory").ok
+    assert (await reloader.apply_text(_text(_with_new_tenant(data)), source="test", origin="memory")).ok
     assert live.current.dispatcher.limiter is limiter
     assert not (await limiter.acquire(ctx)).allowed
     # A faster refill from the next reload on: admitted again.
     faster = _with_new_tenant(data)
     faster["ratelimit"]["limits"][0].update(rate=1000, burst=1000)
-    assert reloader.apply_text(_text(faster), source="test", origin="memory").ok
+    assert (await reloader.apply_text(_text(faster), source="test", origin="memory")).ok
     await asyncio.sleep(0.01)
     assert (await limiter.acquire(ctx)).allowed
 
@@ -133,7 +133,7 @@ async def test_a_removed_deployments_waiter_gets_an_error_not_a_hang(keep_model:
     await asyncio.sleep(0.01)
     assert not waiter.done() and limits.queues["c"].waiting() == 1
 
-    out = reloader.apply_text(_text(_slots(1, keep_model=keep_model, keep_deployment=False)), source="test",
+    out = await reloader.apply_text(_text(_slots(1, keep_model=keep_model, keep_deployment=False)), source="test",
                               origin="memory")
     assert out.ok, out.error
     with pytest.raises(error) as e:
@@ -152,11 +152,11 @@ async def test_max_inflight_raised_grants_the_waiters_and_the_queue_is_the_same(
     waiters = [asyncio.ensure_future(limits.acquire("c", "m", "t", "L1")) for _ in range(2)]
     await asyncio.sleep(0.01)
     assert queue.waiting() == 2
-    assert reloader.apply_text(_text(_slots(2)), source="test", origin="memory").ok
+    assert (await reloader.apply_text(_text(_slots(2)), source="test", origin="memory")).ok
     await asyncio.sleep(0.01)
     assert limits.queues["c"] is queue and queue.max_inflight == 2
     assert sum(w.done() for w in waiters) == 1 and queue.waiting() == 1  # one more slot: one waiter goes
-    assert reloader.apply_text(_text(_slots(3)), source="test", origin="memory").ok
+    assert (await reloader.apply_text(_text(_slots(3)), source="test", origin="memory")).ok
     slots = await asyncio.wait_for(asyncio.gather(*waiters), 1)
     assert held is not None and all(s is not None for s in slots) and queue.inflight == 3
     for s in [held, *slots]:
@@ -170,7 +170,7 @@ async def test_feedback_of_remaining_clusters_is_kept_and_removed_ones_dropped()
     scheduler = live.current.dispatcher.scheduler
     scheduler.record("c", 0.2, True, now=1.0)
     scheduler.record("free", 0.3, True, now=1.0)
-    assert reloader.apply_text(_text(_slots(1, keep_deployment=False)), source="test", origin="memory").ok
+    assert (await reloader.apply_text(_text(_slots(1, keep_deployment=False)), source="test", origin="memory")).ok
     after = live.current.dispatcher.scheduler
     assert after is not scheduler and after.feedback is scheduler.feedback
     assert set(after.feedback.stats) == {"free"} and after.feedback.stats["free"].latency_s == pytest.approx(0.3)
@@ -191,7 +191,7 @@ async def test_a_config_that_fails_changes_nothing(broken: str) -> None:
     else:  # validates, but the running limiter cannot change backend without a restart
         bad["ratelimit"]["backend"] = "redis"
         text = _text(bad)
-    out = reloader.apply_text(text, source="test", origin="memory")
+    out = await reloader.apply_text(text, source="test", origin="memory")
     assert not out.ok and out.error and out.version_before == version
     assert live.current is before and live.version == version
     assert before.dispatcher.limiter is not None and before.dispatcher.limiter.config is limits_before
@@ -274,3 +274,13 @@ async def test_control_plane_down_keeps_the_running_config() -> None:
     await asyncio.sleep(0.3)
     assert live.current is before and feed._task is not None and not feed._task.done()
     await feed.close()
+
+
+async def test_reloads_apply_in_the_order_they_came() -> None:
+    data = _data()
+    live, reloader = _live(data)
+    first, second = _text(_with_new_tenant(data)), _text(data)
+    outs = await asyncio.gather(reloader.apply_text(first, source="test", origin="1"),
+                                reloader.apply_text(second, source="test", origin="2"))
+    assert [o.version for o in outs] == [config_version(first), config_version(second)]
+    assert outs[1].version_before == outs[0].version and live.version == config_version(second)
