@@ -11,10 +11,9 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from aiohttp import web
 
 from contracts.config import hash_api_key, parse_config
-from contracts.live_config import ACK_PATH, CONFIG_PATH, config_version
+from contracts.live_config import config_version
 from extproc.concurrency import ConcurrencyLimits
 from extproc.config_feed import ConfigFeed
 from extproc.gateway import Gateway, LiveGateway
@@ -24,6 +23,7 @@ from modelyard.errors import Unavailable, UnknownModel
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 from tests.core.session_driver import ROOT, ROUTES, body_msg, chat_headers, headers_msg, set_headers
+from tests.live_control_plane import ControlPlane
 from tests.stack_config import without_watermarks
 
 NEW_KEY = "sk-reload-new-tenant"
@@ -198,72 +198,40 @@ async def test_a_config_that_fails_changes_nothing(broken: str) -> None:
     assert (await _route(live.current, NEW_KEY)).immediate_response.status.code == 401
 
 
-class _ControlPlane:
-    """The control plane's side of contracts/live_config.py, minimal: one version at a time, acks recorded."""
-
-    def __init__(self) -> None:
-        self.text = b""
-        self.acks: list[dict[str, Any]] = []
-        self.changed = asyncio.Event()
-        self.acked = asyncio.Event()
-
-    def offer(self, text: bytes) -> None:
-        self.text = text
-        self.changed.set()
-
-    async def config(self, request: web.Request) -> web.StreamResponse:
-        version = config_version(self.text)
-        if request.query.get("have") == version or not self.text:
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), 2)
-            except TimeoutError:
-                return web.Response(status=304)
-            version = config_version(self.text)
-        return web.json_response({"version": version, "yaml": self.text.decode()})
-
-    async def ack(self, request: web.Request) -> web.Response:
-        self.acks.append(await request.json())
-        self.acked.set()
-        return web.json_response({})
+async def _acked(cp: ControlPlane, version: str) -> dict[str, Any]:
+    for _ in range(250):
+        if cp.acks_for(version):
+            return cp.acks_for(version)[-1]
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no ack of {version}: {cp.acks}")
 
 
 async def test_control_plane_feed_applies_and_acks_ok_and_refused() -> None:
     data = _data()
     live, reloader = _live(data)
-    cp = _ControlPlane()
-    app = web.Application()
-    app.router.add_get(CONFIG_PATH, cp.config)
-    app.router.add_post(ACK_PATH, cp.ack)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    feed = ConfigFeed(f"127.0.0.1:{port}", reloader, "test-host/1/0")
+    cp = ControlPlane()
+    await cp.start()
+    feed = ConfigFeed(cp.address, reloader, "test-host/1/0")
     feed.start()
     try:
         good = _text(_with_new_tenant(data))
-        cp.offer(good)
-        await asyncio.wait_for(cp.acked.wait(), 5)
-        assert cp.acks[-1] == {"worker": "test-host/1/0", "version": config_version(good), "ok": True, "error": ""}
-        assert live.version == config_version(good)
+        version = cp.offer(good)
+        assert await _acked(cp, version) == {"worker": "test-host/1/0", "version": version, "ok": True, "error": ""}
+        assert live.version == version
         r = await _route(live.current, NEW_KEY)
         assert set_headers(r.request_body.response.header_mutation)["x-modelyard-cluster"]
 
-        cp.acked.clear()
         applied = live.current
         broken = good.replace(b"strategy: balanced", b"strategy: nonesuch", 1)
-        cp.offer(broken)
-        await asyncio.wait_for(cp.acked.wait(), 5)
-        ack = cp.acks[-1]
-        assert ack["ok"] is False and ack["version"] == config_version(broken) and "nonesuch" in ack["error"]
-        assert live.current is applied and live.version == config_version(good)
+        ack = await _acked(cp, cp.offer(broken))
+        assert ack["ok"] is False and "nonesuch" in ack["error"]
+        assert live.current is applied and live.version == version
         await asyncio.sleep(0.3)
         assert len(cp.acks) == 2  # a refused version is not offered again and again
+        assert cp.polls[-1] == {"have": config_version(broken), "worker": "test-host/1/0"}
     finally:
         await feed.close()
-        await runner.cleanup()
+        await cp.stop()
 
 
 async def test_control_plane_down_keeps_the_running_config() -> None:
