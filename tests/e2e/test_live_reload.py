@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -24,7 +26,8 @@ import yaml
 from contracts.config import hash_api_key
 from contracts.live_config import config_version
 from tests.conftest import DEMO_KEY
-from tests.stack_config import free_ports_run, small_config, start_stack
+from tests.live_control_plane import ControlPlane
+from tests.stack_config import free_port, free_ports_run, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 CLUSTER = "demo-openai"
@@ -149,12 +152,7 @@ def _within(cond, seconds: float = WITHIN_S) -> float:
 
 
 def _versions(stack) -> list[set[str]]:
-    out = []
-    for url in stack.metrics:
-        text = httpx.get(url, timeout=5).text
-        out.append({ln.split('version="', 1)[1].split('"', 1)[0] for ln in text.splitlines()
-                    if ln.startswith("modelyard_config_info{") and ln.rstrip().endswith(" 1.0")})
-    return out
+    return [_versions_at(url) for url in stack.metrics]
 
 
 def _queue_waits(url: str) -> list[float]:
@@ -211,3 +209,52 @@ def test_broken_file_is_refused_and_a_removal_takes_effect_under_load(live) -> N
     assert max(_queue_waits(live.url)) >= 300  # back to one slot
     _load_clean(live)
     assert _pids(live) == live.pids
+
+
+def test_a_serving_extproc_applies_the_control_planes_config_and_acks(tmp_path: Path) -> None:
+    """`controlplane.enabled`: a real `modelyard serve` long-polls a minimal control plane (the contract's
+    paths, tests/live_control_plane.py), applies what it offers and acks it; a broken text is refused, acked
+    with the reason, and the running version stays."""
+    with ControlPlane.thread() as cp:
+        data = small_config()
+        data["extproc"].update(address=f"127.0.0.1:{free_port()}", metrics_address=f"127.0.0.1:{free_port()}",
+                               workers=1, metering_db=None, audit_db=None, tasks=None)
+        data["controlplane"] = {"enabled": True, "api_address": cp.address}
+        path = tmp_path / "modelyard.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        metrics = f"http://{data['extproc']['metrics_address']}/metrics"
+        proc = subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(path)],
+                                stdout=subprocess.DEVNULL, stderr=(tmp_path / "serve.log").open("wb"))
+        try:
+            _within(lambda: _serving(metrics), 60)
+            assert _versions_at(metrics) == {config_version(path.read_bytes())}
+            _within(lambda: any(p.get("have") == config_version(path.read_bytes()) for p in list(cp.polls)), 10)
+
+            offered = copy.deepcopy(data)
+            offered["tenants"].append({"name": "newcomer", "api_keys": [hash_api_key(NEW_KEY)]})
+            version = cp.offer(yaml.safe_dump(offered, sort_keys=False).encode())
+            _within(lambda: bool(cp.acks_for(version)), 10)
+            ack = cp.acks_for(version)[-1]
+            assert ack["ok"] is True and ack["error"] == "" and ack["worker"].split("/")[1:] == [str(proc.pid), "0"]
+            assert _versions_at(metrics) == {version}
+
+            broken = cp.offer(b"models: [this is: not, a config\n")
+            _within(lambda: bool(cp.acks_for(broken)), 10)
+            assert cp.acks_for(broken)[-1]["ok"] is False and "YAML" in cp.acks_for(broken)[-1]["error"]
+            assert _versions_at(metrics) == {version} and proc.poll() is None
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def _serving(metrics: str) -> bool:
+    try:
+        return httpx.get(metrics, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _versions_at(metrics: str) -> set[str]:
+    text = httpx.get(metrics, timeout=5).text
+    return {ln.split('version="', 1)[1].split('"', 1)[0] for ln in text.splitlines()
+            if ln.startswith("modelyard_config_info{") and ln.rstrip().endswith(" 1.0")}
