@@ -114,20 +114,21 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     running = gw.dispatcher.scheduler
     # One of each across snapshots: a request that started before records into the same feedback.
     scheduler.feedback, scheduler.admission, scheduler.warming = running.feedback, running.admission, running.warming
-    limits = gw.dispatcher.limits
-    try:
-        plan = limits.plan(config)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"max_inflight: {e}") from None
     image_backend = gw.image_backend
     if image_backend is None and any(m.vision is not None for m in config.models):
         image_backend = select_backend(config.extproc.image_backend)
+    keyring, catalog = KeyRing(config.tenants), Catalog(config)
+    limits = gw.dispatcher.limits
+    try:  # last: the only step that opens anything (a host slot table), discarded if the commit never comes
+        plan = limits.plan(config)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"max_inflight: {e}") from None
     dispatcher = Dispatcher(scheduler, limiter, gw.dispatcher.watermarks, limits, decisions=gw.dispatcher.decisions)
     dispatcher._failing_open = gw.dispatcher._failing_open  # its gauges stay balanced across the swap
     accountant = Accountant(scheduler, limiter, gw.accountant.metering)
     accountant._background = gw.accountant._background  # the close waits for every snapshot's reconciliations
-    new = dataclasses.replace(gw, config=config, keyring=KeyRing(config.tenants), catalog=Catalog(config),
-                              dispatcher=dispatcher, accountant=accountant, image_backend=image_backend)
+    new = dataclasses.replace(gw, config=config, keyring=keyring, catalog=catalog, dispatcher=dispatcher,
+                              accountant=accountant, image_backend=image_backend)
     return Prepared(new, plan, _changes(old, config), restart)
 
 

@@ -252,3 +252,22 @@ async def test_reloads_apply_in_the_order_they_came() -> None:
                                 reloader.apply_text(second, source="test", origin="2"))
     assert [o.version for o in outs] == [config_version(first), config_version(second)]
     assert outs[1].version_before == outs[0].version and live.version == config_version(second)
+
+
+async def test_host_slot_table_follows_a_changed_set_of_limited_deployments(tmp_path) -> None:
+    """Several workers: another set of limited deployments is another table, and what this worker holds
+    moves with it, so the host's bound still counts the calls in flight."""
+    config = parse_config(_slots(1))
+    limits = ConcurrencyLimits(config, host=(str(tmp_path / "slots"), 0), workers=2)
+    gw = Gateway.build(config, limiter=Limiter(config.ratelimit), limits=limits)
+    reloader = Reloader(LiveGateway(gw))
+    held = await limits.acquire("c", "m", "t", "L1")
+    assert held is not None
+    more = _slots(1)
+    more["models"][0]["deployments"][0]["max_inflight"] = 4  # `free` limited too: a new set
+    assert (await reloader.apply_text(_text(more), source="test", origin="memory")).ok
+    shared = limits.shared
+    assert shared is not None and "free" in shared and shared.held("c") == 1  # carried to the new table
+    held.release()
+    assert shared.held("c") == 0
+    await limits.close()
