@@ -19,6 +19,7 @@ from extproc.config_feed import ConfigFeed
 from extproc.gateway import Gateway, LiveGateway
 from extproc.reload import Reloader
 from extproc.session import Session
+from extproc.telemetry.warmup import Warmer
 from modelyard.errors import Unavailable, UnknownModel
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
@@ -271,3 +272,28 @@ async def test_host_slot_table_follows_a_changed_set_of_limited_deployments(tmp_
     held.release()
     assert shared.held("c") == 0
     await limits.close()
+
+
+async def test_warm_ups_and_health_watches_follow_the_reload() -> None:
+    """A removed deployment's warm-up and health watch stop (it leaves `warming`); a new one is warmed."""
+    def config(*clusters: str) -> dict[str, Any]:
+        deps = [{"cluster": c, "protocol": "openai", "endpoints": ["127.0.0.1:9"],  # nothing answers: stays warming
+                 "warmup": {"timeout_s": 60, "retry_interval_s": 0.1}, "health_check": {"http_path": "/h"}}
+                for c in clusters]
+        return {"models": [{"name": "m", "deployments": deps}], "tenants": [{"name": "t", "api_keys": [
+            hash_api_key("k")]}]}
+
+    live, _ = _live(config("a", "b"))
+    scheduler = live.current.dispatcher.scheduler
+    warmer = Warmer(live.current.config, scheduler)
+    reloader = Reloader(live, warmer)
+    warmer.start()
+    try:
+        assert scheduler.warming == {"a", "b"} and set(warmer._health_by) == {"a", "b"}
+        assert (await reloader.apply_text(_text(config("a", "c")), source="test", origin="memory")).ok
+        await asyncio.sleep(0.05)
+        assert live.current.dispatcher.scheduler.warming == {"a", "c"}
+        assert set(warmer._health_by) == {"a", "c"} and warmer.clusters == ("a", "c")
+        assert "b" not in warmer._tasks and not warmer._tasks["a"].done()  # a's warm-up goes on
+    finally:
+        await warmer.close()
