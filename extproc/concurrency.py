@@ -183,7 +183,8 @@ class ConcurrencyLimits:
         if self._host is not None and self._redis is None and limits and (
                 not isinstance(self.shared, HostSlots) or set(limits) != set(self.queues)):
             # Another set of deployments is another table; what this worker holds moves with it.
-            held = {c: self.queues[c].inflight for c in limits if c in self.queues}
+            known = {**self._retired, **self.queues}  # a retired queue that comes back brings its slots in use
+            held = {c: known[c].inflight for c in limits if c in known}
             host = HostSlots(host_table(self._host[0], limits), limits, index, holding=held)
         return LimitsPlan(limits, frozenset(m.name for m in config.models), host)
 

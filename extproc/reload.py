@@ -41,7 +41,7 @@ from extproc.dispatch import Dispatcher
 from extproc.gateway import Gateway, LiveGateway
 from extproc.routing import Scheduler
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent
-from extproc.telemetry.metrics import CONFIG_INFO, CONFIG_RELOADS
+from extproc.telemetry.metrics import CONFIG_INFO, CONFIG_RELOADS, IMAGE_BACKEND
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
 from kernels import select_backend
@@ -149,6 +149,8 @@ def commit(live: LiveGateway, ready: Prepared, version: str, warmer: Warmer | No
                                   config.routing.watermarks.interval_s)
     if gw.audit is not None:
         gw.audit.set_captures({t.name: t.audit for t in config.tenants})
+    if gw.image_backend is not None and gw.image_backend is not live.current.image_backend:
+        IMAGE_BACKEND.labels(gw.image_backend.name).set(1)  # the first vision model: the path picked now
     live.current = gw  # the swap: every stream from here on gets the new snapshot
     before, live.version = live.version, version
     show_version(before, version)
