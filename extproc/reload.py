@@ -225,7 +225,7 @@ class Reloader:
 
     @staticmethod
     def _row(out: Outcome, origin: str) -> dict[str, object]:
-        # `sha256` kept from the SIGHUP-only rows: the version is its first 16 hex digits.
+        # `version` is the first 16 hex digits of the sha256 the SIGHUP-only rows carried before.
         return {"source": out.source, "path": origin, "version_before": out.version_before, "version": out.version}
 
     def _audit(self, event: str, status: int, detail: dict[str, object]) -> None:
