@@ -67,7 +67,11 @@ class ConfigFeed:
                 if down:
                     log.warning("control plane %s answers again", self.base)
                 delay, down = BACKOFF_S, ""
-                if offered is not None:
+                if offered is not None and offered[0] == self.have:
+                    # Offered what it was told we have: not applied again, and no hot loop on a server that
+                    # does not wait on `have`.
+                    await asyncio.sleep(BACKOFF_S)
+                elif offered is not None:
                     await self._apply(http, *offered)
 
     async def _poll(self, http: aiohttp.ClientSession) -> tuple[str, str] | None:

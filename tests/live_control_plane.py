@@ -16,8 +16,9 @@ from contracts.live_config import ACK_PATH, CONFIG_PATH, config_version
 
 
 class ControlPlane:
-    def __init__(self, wait_s: float = 2.0) -> None:
+    def __init__(self, wait_s: float = 2.0, *, honour_have: bool = True) -> None:
         self.wait_s = wait_s
+        self.honour_have = honour_have  # False: a careless server that answers 200 at once, every time
         self.text = b""
         self.acks: list[dict[str, Any]] = []
         self.polls: list[dict[str, str]] = []
@@ -85,7 +86,7 @@ class ControlPlane:
     async def _config(self, request: web.Request) -> web.StreamResponse:
         assert self._changed is not None
         self.polls.append(dict(request.query))
-        if not self.text or request.query.get("have") == config_version(self.text):
+        if not self.text or self.honour_have and request.query.get("have") == config_version(self.text):
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), self.wait_s)

@@ -297,3 +297,21 @@ async def test_warm_ups_and_health_watches_follow_the_reload() -> None:
         assert "b" not in warmer._tasks and not warmer._tasks["a"].done()  # a's warm-up goes on
     finally:
         await warmer.close()
+
+
+async def test_a_control_plane_that_ignores_have_gets_one_apply_and_no_hot_loop() -> None:
+    data = _data()
+    live, reloader = _live(data)
+    cp = ControlPlane(honour_have=False)
+    await cp.start()
+    feed = ConfigFeed(cp.address, reloader, "w")
+    feed.start()
+    try:
+        version = cp.offer(_text(_with_new_tenant(data)))
+        await _acked(cp, version)
+        await asyncio.sleep(1.0)
+        assert len(cp.acks) == 1 and live.version == version
+        assert len(cp.polls) <= 6  # one a backoff step (0.5 s) apart, not thousands
+    finally:
+        await feed.close()
+        await cp.stop()
