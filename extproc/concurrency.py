@@ -18,8 +18,10 @@ from another process within one `POLL_S`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from prometheus_client import Gauge, Histogram
@@ -31,7 +33,7 @@ from extproc.host_slots import HostSlots
 from extproc.redis_slots import RedisSlots
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
 from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
-from modelyard.errors import ClientError, Unavailable
+from modelyard.errors import ClientError, ModelyardError, Unavailable, UnknownModel
 
 # How often a process with waiters looks for a slot another process handed back.
 POLL_S = 0.005
@@ -55,23 +57,41 @@ class Slot:
         self._limits.release(self.cluster, self.ticket)
 
 
+@dataclass(frozen=True)
+class LimitsPlan:
+    """A config's slots and queues, built and checked before anything changes (`ConcurrencyLimits.apply`)."""
+
+    limits: dict[str, tuple[int, QueueSettings]]  # cluster -> (max_inflight, this worker's queue settings)
+    models: frozenset[str]  # the models the config still has: a removed deployment's waiters learn which error
+    host: HostSlots | None  # a new host slot table, when the set of limited deployments changed
+
+    def discard(self) -> None:
+        """Not applied after all (another part of the config was refused)."""
+        if self.host is not None:
+            self.host.close()
+
+
 class ConcurrencyLimits:
     def __init__(self, config: GatewayConfig, clock: Callable[[], float] = time.monotonic,
                  host: tuple[str, int] | None = None, redis_url: str | None = None, workers: int = 1) -> None:
-        """`host`: (the shared slot table's file, this worker's index) when one of several workers;
+        """`host`: (the shared slot tables' file prefix, this worker's index) when one of several workers;
         `redis_url`: lease the slots in Redis instead, shared by every replica and worker;
         `workers`: the host's worker count, among which each queue bound is divided exactly."""
         self.clock = clock
+        self._host, self._workers = host, workers
         index = host[1] if host is not None else 0
         self.queues: dict[str, DeploymentQueue] = {
             name: DeploymentQueue(d.max_inflight, _share(d.queue, index, workers))
             for name, d in config.clusters().items() if d.max_inflight}
+        # Deployments a reload removed while requests still held their slots: released here, never granted again.
+        self._retired: dict[str, DeploymentQueue] = {}
         self.shared: HostSlots | RedisSlots | None = None
         if redis_url is not None and self.queues:
             rc = config.ratelimit.redis
             self.shared = RedisSlots(redis_url, self.queues, prefix=rc.key_prefix, timeout_ms=rc.timeout_ms)
         elif host is not None and self.queues:
-            self.shared = HostSlots(host[0], self.queues, host[1])
+            self.shared = HostSlots(host_table(host[0], self.queues), self.queues, host[1])
+        self._redis, self._redis_settings = redis_url, config.ratelimit.redis
         self._polls: dict[str, asyncio.Task[None]] = {}
         self._waiters: dict[Ticket, tuple[asyncio.Future[None], str]] = {}  # waiting ticket -> (wake-up, model)
         # (in flight + waiting) / max_inflight per limited deployment, kept current: the scheduler reads it as load.
@@ -134,7 +154,16 @@ class ConcurrencyLimits:
         return Slot(self, cluster, ticket)
 
     def release(self, cluster: str, ticket: Ticket) -> None:
-        q = self.queues[cluster]
+        q = self.queues.get(cluster)
+        if q is None:  # its deployment was removed by a reload: nobody waits there any more
+            gone = self._retired.get(cluster)
+            if gone is not None:
+                if ticket.state == "granted":
+                    gone.release(ticket, self.clock())
+                    self._give(cluster)
+                if not gone.inflight:
+                    del self._retired[cluster]
+            return
         held = ticket.state == "granted"
         nxt = q.release(ticket, self.clock())
         if nxt is not None:  # the slot goes straight to the next waiter here
@@ -142,6 +171,74 @@ class ConcurrencyLimits:
         elif held:
             self._give(cluster)
         self._show(cluster)
+
+    # -- live reload (extproc/reload.py) -----------------------------------------------------
+
+    def plan(self, config: GatewayConfig) -> LimitsPlan:
+        """The new config's slots and queues, checked; nothing here changes until `apply`."""
+        index = self._host[1] if self._host is not None else 0
+        limits = {name: (d.max_inflight, _share(d.queue, index, self._workers))
+                  for name, d in config.clusters().items() if d.max_inflight}
+        host = None
+        if self._host is not None and self._redis is None and limits and (
+                not isinstance(self.shared, HostSlots) or set(limits) != set(self.queues)):
+            # Another set of deployments is another table; what this worker holds moves with it.
+            known = {**self._retired, **self.queues}  # a retired queue that comes back brings its slots in use
+            held = {c: known[c].inflight for c in limits if c in known}
+            host = HostSlots(host_table(self._host[0], limits), limits, index, holding=held)
+        return LimitsPlan(limits, frozenset(m.name for m in config.models), host)
+
+    def apply(self, plan: LimitsPlan) -> None:
+        """Swap in `plan` (synchronous, cannot fail): a deployment that stays keeps its queue, its waiters and
+        its slots, with the new `max_inflight` for the next grants; a new one starts empty; a removed one's
+        waiters get an error at once (never a hang) and its slots in use are handed back where they were."""
+        now = self.clock()
+        for name in [c for c in self.queues if c not in plan.limits]:
+            q = self.queues.pop(name)
+            self.occupancy.pop(name, None)
+            self._inflight[name].set(0)
+            for ticket in q.drain():
+                self._gone(name, ticket, plan.models)
+            if q.inflight:
+                self._retired[name] = q
+        if plan.host is not None:
+            old = self.shared
+            self.shared = plan.host
+            if isinstance(old, HostSlots):
+                old.close()
+        elif isinstance(self.shared, RedisSlots):
+            self.shared.track(plan.limits)
+        elif self._redis is not None and self.shared is None and plan.limits:
+            rc = self._redis_settings
+            self.shared = RedisSlots(self._redis, plan.limits, prefix=rc.key_prefix, timeout_ms=rc.timeout_ms)
+        for name, (max_inflight, settings) in plan.limits.items():
+            found = self.queues.get(name) or self._retired.pop(name, None)
+            if found is None:
+                found = DeploymentQueue(max_inflight, settings)
+                self._inflight[name] = INFLIGHT.labels(name)
+            q = found
+            q.max_inflight, q.settings = max_inflight, settings  # the next grants see them
+            self.queues[name] = q
+            if self.shared is None:  # more slots now: waiters here take them at once
+                while (nxt := q.grant_next(now)) is not None:
+                    self._wake(name, nxt)
+            elif q.waiting() and name not in self._polls:
+                self._polls[name] = asyncio.get_running_loop().create_task(self._poll(name))
+            self._show(name)
+
+    def _gone(self, cluster: str, ticket: Ticket, models: frozenset[str]) -> None:
+        """A waiter whose deployment a reload removed: the error for a model that is gone, or a retry."""
+        woken, model = self._waiters.pop(ticket)
+        _depth_series(model, cluster, ticket.tier).dec()
+        if woken.done():
+            return
+        err: ModelyardError
+        if model not in models:
+            err = UnknownModel(f"The model `{model}` does not exist or you do not have access to it.")
+        else:
+            err = Unavailable(f"{model!r}: the deployment this request waited for was removed; retry",
+                              retry_after_s=1)
+        woken.set_exception(err)
 
     async def close(self) -> None:
         for task in self._polls.values():
@@ -169,7 +266,7 @@ class ConcurrencyLimits:
         return s.take(cluster, limit) if isinstance(s, HostSlots) else await s.take(cluster, limit)
 
     def _give(self, cluster: str) -> None:
-        if self.shared is not None:
+        if self.shared is not None and cluster in self.shared:
             self.shared.give(cluster)
 
     def _grant_or_give(self, cluster: str) -> bool:
@@ -225,6 +322,12 @@ class ConcurrencyLimits:
         if q is None:
             return "ready"
         return "queueing" if q.waiting() else "busy" if q.inflight >= q.max_inflight else "ready"
+
+
+def host_table(prefix: str, clusters: Iterable[str]) -> str:
+    """The host slot table's file for this set of limited deployments (workers with the same set share it)."""
+    names = "\n".join(sorted(clusters)).encode()
+    return f"{prefix}-{hashlib.sha256(names).hexdigest()[:12]}"
 
 
 def _share(settings: QueueSettings, index: int, workers: int) -> QueueSettings:

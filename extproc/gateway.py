@@ -90,3 +90,14 @@ class Gateway:
         await self.kserve_probe.close()
         if self.tracing is not None:  # flushes queued spans to the collector: off the event loop
             await asyncio.to_thread(self.tracing.shutdown)
+
+
+class LiveGateway:
+    """The running snapshot: a new stream reads `current` once and keeps that Gateway to its end, so a
+    reload (extproc/reload.py) is one reference assignment and in-flight requests finish on their config."""
+
+    __slots__ = ("current", "version")
+
+    def __init__(self, gateway: Gateway, version: str = "") -> None:
+        self.current = gateway
+        self.version = version  # contracts.live_config.config_version of the running file's bytes

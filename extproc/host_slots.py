@@ -13,7 +13,7 @@ import fcntl
 import mmap
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 MAGIC = b"MYSLT001"
@@ -38,7 +38,9 @@ def _alive(pid: int) -> bool:
 class HostSlots:
     """This worker's view of the host's slot table: `take` and `give` per deployment."""
 
-    def __init__(self, path: str | os.PathLike[str], clusters: Iterable[str], worker: int) -> None:
+    def __init__(self, path: str | os.PathLike[str], clusters: Iterable[str], worker: int,
+                 holding: Mapping[str, int] | None = None) -> None:
+        """`holding`: slots this worker already holds (a reload moved it to this table with them)."""
         self.path = Path(path)
         self._index = {name: i for i, name in enumerate(sorted(clusters))}
         n = len(self._index)
@@ -58,8 +60,9 @@ class HostSlots:
                 if magic != MAGIC or have != n or per != MAX_WORKERS or os.fstat(self._fd).st_size != size:
                     raise ValueError(f"{self.path}: not a slot table for these {n} deployments")
                 self._mm = mmap.mmap(self._fd, size)
-                for i in range(n):  # this worker holds nothing yet, whatever a predecessor left
-                    _ROW.pack_into(self._mm, self._row(i, worker), self.pid, 0)
+                held = holding or {}
+                for name, i in self._index.items():  # what this worker holds, whatever a predecessor left
+                    _ROW.pack_into(self._mm, self._row(i, worker), self.pid, held.get(name, 0))
             finally:
                 fcntl.lockf(self._fd, fcntl.LOCK_UN)
         except BaseException:

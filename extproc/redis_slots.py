@@ -65,6 +65,12 @@ class RedisSlots:
     def __contains__(self, cluster: str) -> bool:
         return cluster in self._clusters
 
+    def track(self, clusters: Iterable[str]) -> None:
+        """A reload's set of limited deployments: new ones join; removed ones keep their leases until given back."""
+        for c in clusters:
+            self._clusters.add(c)
+            self._held.setdefault(c, [])
+
     def _key(self, cluster: str) -> str:
         return f"{self._prefix}:slots:{cluster}"
 

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from contracts.config import GatewayConfig
 from contracts.envoy_names import XLATE_METADATA
 from extproc.context import Interim
-from extproc.gateway import Gateway
+from extproc.gateway import Gateway, LiveGateway
 from extproc.routes import RouteTable
 from extproc.session import Session
 
@@ -31,15 +31,16 @@ UNREADY_BEFORE_DRAIN_S = 2.5
 
 
 class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
-    def __init__(self, gateway: Gateway, routes: RouteTable):
-        self.gateway = gateway
+    def __init__(self, live: LiveGateway, routes: RouteTable):
+        self.live = live
         self.routes = routes
 
     async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         # Translation hops (Envoy internal listeners) mark their streams in the gRPC metadata.
         xlate = next((v if isinstance(v, str) else v.decode("ascii", "replace")
                       for k, v in context.invocation_metadata() or () if k == XLATE_METADATA), None)
-        session = Session(self.gateway, self.routes, xlate=xlate)
+        # The snapshot running now: this stream keeps it to its end, whatever a reload swaps in meanwhile.
+        session = Session(self.live.current, self.routes, xlate=xlate)
         # read()/write() on the context, not the iterator and a generator: grpc.aio's iterator
         # wrappers cost about a fifth of the extproc's CPU per request under load.
         try:
@@ -57,18 +58,23 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
 class ExtprocServer:
     """Owns the gRPC server's lifecycle; `build_gateway` wires the feature parts from config."""
 
-    def __init__(self, config: GatewayConfig, gateway: Gateway, routes: RouteTable):
+    def __init__(self, config: GatewayConfig, gateway: Gateway | LiveGateway, routes: RouteTable):
         self.config = config
-        self.gateway = gateway
+        self.live = gateway if isinstance(gateway, LiveGateway) else LiveGateway(gateway)
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", config.extproc.max_body_bytes + 1024 * 1024),
             ("grpc.max_send_message_length", config.extproc.max_body_bytes + 1024 * 1024),
         ])
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
-        ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(gateway, routes), self.server)
+        ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(self.live, routes), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = self.server.add_insecure_port(config.extproc.address)
         self._stopping = asyncio.Event()
+
+    @property
+    def gateway(self) -> Gateway:
+        """The running snapshot (its shared parts: tasks, audit, metering, are every snapshot's)."""
+        return self.live.current
 
     async def start(self) -> None:
         await self.server.start()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import os
 import signal
@@ -19,9 +18,11 @@ from urllib.parse import unquote, urlsplit
 from adapters import embeddings, kserve, kserve_grpc
 from adapters.registry import detect_client_protocol
 from contracts.config import GatewayConfig, config_path, load_config
+from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
 from extproc.batching import Batcher
 from extproc.concurrency import ConcurrencyLimits
+from extproc.config_feed import ConfigFeed, worker_id
 from extproc.flows import local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -29,16 +30,16 @@ from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
 from extproc.flows.kserve_grpc import add_to_server as add_kserve_answers
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
-from extproc.gateway import Gateway
+from extproc.gateway import Gateway, LiveGateway
+from extproc.reload import Outcome, Reloader, show_version
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
 from extproc.tasks.board import TaskBoard
-from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent, AuditLog
+from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
 from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
-from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
 from extproc.workers import WORKER_ENV, WorkerPool, shared_dir, worker_index
 from kernels import select_backend
@@ -182,74 +183,53 @@ def build_tracing(config: GatewayConfig) -> Tracing | None:
     return Tracing(settings)
 
 
-def reload(gateway: Gateway, warmer: Warmer, path: str | None) -> None:
-    """SIGHUP: re-read the rate limits, and warm the deployments again (their servers may have
-    been restarted along with the config)."""
-    reload_limits(gateway, path)
-    warmer.warm_all()
+async def reload_from_file(reloader: Reloader, path: str | None) -> Outcome:
+    """SIGHUP: re-read the config file and apply all of it atomically (extproc/reload.py), or none of it."""
+    return await reloader.reload_file(config_path(path))
 
 
-def reload_limits(gateway: Gateway, path: str | None) -> None:
-    """Re-read the config file and apply its rate limits; buckets keep their level. Both the
-    reload (applied or refused) and any change of limits go to the audit log."""
-    limiter = gateway.dispatcher.limiter
-    if limiter is None:
-        return
-    source = config_path(path)
-    before = limiter.config
+def running_version(path: str | None) -> str:
+    """The version of the file this process loaded at start (read once, before serving)."""
     try:
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        return config_version(config_path(path).read_bytes())
     except OSError:
-        digest = ""
-    try:
-        fresh = load_config(path)
-        limiter.reload(fresh.ratelimit)
-        log.info("rate limits reloaded from %s", source)
-    except ValueError as e:  # ConfigError included
-        log.error("reload refused, keeping the running limits: %s", e)
-        # The reason may quote the file (a Redis URL with a password): redacted like a body.
-        _audit(gateway, CONFIG_RELOAD, 400, {"path": str(source), "sha256": digest, "applied": [],
-                                             "error": Redactor().redact(str(e))[:500]})
-        return
-    # Only the rate limits take effect on a reload; the row says so, so nobody reads more into it.
-    _audit(gateway, CONFIG_RELOAD, 200, {"path": str(source), "sha256": digest, "applied": ["ratelimit"]})
-    after = limiter.config
-    if (before.enabled, before.enforce, before.limits) != (after.enabled, after.enforce, after.limits):
-        _audit(gateway, LIMITS_CHANGE, 200, {
-            "before": {"enabled": before.enabled, "enforce": before.enforce,
-                       "limits": [r.model_dump(exclude_none=True) for r in before.limits]},
-            "after": {"enabled": after.enabled, "enforce": after.enforce,
-                      "limits": [r.model_dump(exclude_none=True) for r in after.limits]}})
-
-
-def _audit(gateway: Gateway, event: str, status: int, detail: dict[str, object]) -> None:
-    if gateway.audit is not None:
-        gateway.audit.record(AuditEvent(event=event, time=time.time(), status=status, detail=detail))
+        return ""
 
 
 async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True,
                       pool: WorkerPool | None = None) -> None:
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.partition(".")[0])
     gateway = build_gateway(config)
+    live = LiveGateway(gateway, running_version(path))
+    show_version("", live.version)
     limiter = gateway.dispatcher.limiter
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
-    server = ExtprocServer(config, gateway, build_routes())
-    add_kserve_answers(server.server, gateway)  # gRPC ingress calls answered without an inference
-    if limiter is not None:
+    server = ExtprocServer(config, live, build_routes())
+    add_kserve_answers(server.server, live)  # gRPC ingress calls answered without an inference
+    if limiter is not None:  # the limiter lives across reloads (bucket levels): its rules are swapped
         add_to_server(server.server, limiter, _rls_decisions(gateway))
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
     warmer = Warmer(config, gateway.dispatcher.scheduler)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_all, pool, gateway, warmer, path)
+    reloader = Reloader(live, warmer)
+    reloads: set[asyncio.Task[Outcome]] = set()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_all, pool, reloader, path, reloads)
     # Pollers run in the background; the first readings are in before traffic is accepted.
     if gateway.watermarks is not None:
         await gateway.watermarks.start(first_poll_timeout=2.0)
     if metrics and config.extproc.metrics_address:
-        DEPLOYMENT_STATES.source = gateway.dispatcher.deployment_states
+        DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
         serve_metrics(config.extproc.metrics_address)
     warmer.start()  # before serving: the first requests already see which deployments are warming
+    feed = None
+    if config.controlplane.enabled:  # the control plane's config, long-polled, applied as SIGHUP's is
+        feed = ConfigFeed(config.controlplane.api_address, reloader, worker_id(worker_index()))
+        feed.start()
     try:
         await server.serve_until_signal(on_stop=pool.stop_async if pool is not None else None)
     finally:
+        if feed is not None:
+            await feed.close()
+        await asyncio.gather(*reloads, return_exceptions=True)
         await warmer.close()
 
 
@@ -267,11 +247,14 @@ def _rls_decisions(gateway: Gateway) -> DecisionHook | None:
     return record
 
 
-def _reload_all(pool: WorkerPool | None, gateway: Gateway, warmer: Warmer, path: str | None) -> None:
-    """SIGHUP: every worker reloads its limits, not only the one the signal reached."""
+def _reload_all(pool: WorkerPool | None, reloader: Reloader, path: str | None,
+                reloads: set[asyncio.Task[Outcome]]) -> None:
+    """SIGHUP: every worker reloads the whole config, not only the one the signal reached."""
     if pool is not None:
         pool.signal(signal.SIGHUP)
-    reload(gateway, warmer, path)
+    task = asyncio.get_running_loop().create_task(reload_from_file(reloader, path))
+    reloads.add(task)
+    task.add_done_callback(reloads.discard)
 
 
 def warn_unverified_tls(config: GatewayConfig) -> None:

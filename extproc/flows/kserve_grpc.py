@@ -42,7 +42,7 @@ from extproc.context import RequestContext
 from extproc.flows import local
 from extproc.flows.upstream import upstream_error_status
 from extproc.flows.vision import KServeInferFlow
-from extproc.gateway import Gateway
+from extproc.gateway import Gateway, LiveGateway
 from modelyard.errors import ClientError, ModelyardError, UpstreamError
 
 log = logging.getLogger("modelyard.kserve_grpc")
@@ -185,8 +185,13 @@ def answer_on_extproc(gw: Gateway, ctx: RequestContext) -> msg.ProcessingRespons
 class KServeAnswers(pb_grpc.GRPCInferenceServiceServicer):
     """Health, readiness and metadata for gRPC callers, from the upstream probe (as for REST)."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, gw: Gateway | LiveGateway) -> None:
+        self._live = gw if isinstance(gw, LiveGateway) else LiveGateway(gw)
+
+    @property
+    def gw(self) -> Gateway:
+        """The running snapshot, read per call: a reload swaps it."""
+        return self._live.current
 
     def _ctx(self, context: grpc.aio.ServicerContext, method: str) -> RequestContext:
         headers = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
@@ -239,7 +244,7 @@ async def _echo_slice(request: bytes, context: Any) -> bytes:
     return request
 
 
-def add_to_server(server: grpc.aio.Server, gw: Gateway) -> None:
+def add_to_server(server: grpc.aio.Server, gw: Gateway | LiveGateway) -> None:
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeAnswers(gw), server)
     # Raw bytes both ways (no (de)serializer): the slice is never parsed again.
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(

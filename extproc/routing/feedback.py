@@ -15,6 +15,7 @@ requests do not). Uncontradicted failures count for everyone, as they must when 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,6 +48,13 @@ class Feedback:
         self._half_life = feedback.half_life_s
         self._cooldown = cooldown
         self.stats: dict[str, ClusterStats] = {}
+
+    def retune(self, feedback: FeedbackSettings, cooldown: CooldownSettings, clusters: Iterable[str]) -> None:
+        """A reload: new settings from now on; the stats of clusters that remain are kept, the rest dropped."""
+        self._alpha, self._half_life, self._cooldown = feedback.alpha, feedback.half_life_s, cooldown
+        keep = set(clusters)
+        for gone in [c for c in self.stats if c not in keep]:
+            del self.stats[gone]
 
     def _decay(self, dt: float) -> float:
         """The factor a value keeps over `dt` seconds."""

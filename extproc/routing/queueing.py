@@ -145,6 +145,13 @@ class DeploymentQueue:
             heapq.heapify(tq.heap)
         return True
 
+    def drain(self) -> list[Ticket]:
+        """Withdraw every waiting ticket (the deployment is gone) and return them, in no order."""
+        out = [t for tq in self._tiers.values() for _, _, t in tq.heap if t.state == "waiting"]
+        for t in out:
+            self.withdraw(t)
+        return out
+
     # -- reading the state -------------------------------------------------------------------
 
     def waiting(self, tier: Tier | None = None) -> int:

@@ -149,6 +149,15 @@ class AuditLog:
         except (OSError, sqlite3.Error) as e:  # refuse to start rather than serve unrecorded calls
             raise ConfigError(f"extproc.audit_db: cannot open {config.extproc.audit_db}: {e}") from None
 
+    def set_captures(self, captures: Mapping[str, AuditCapture]) -> None:
+        """A reload's body capture per tenant. The writer thread reads both maps: it never sees a
+        tenant in `_captures` without its redactor (redactors first, a superset meanwhile)."""
+        kept = {t: c for t, c in captures.items() if c.capture_bodies}
+        redactors = {t: Redactor(c.redact) for t, c in kept.items()}
+        self._redactors = {**self._redactors, **redactors}
+        self._captures = kept
+        self._redactors = redactors
+
     def capture_limit(self, tenant: str) -> int:
         """Bytes of each body to keep for this tenant's calls (0: bodies are not captured)."""
         c = self._captures.get(tenant)
@@ -218,7 +227,8 @@ class AuditLog:
 
     def _row(self, ev: AuditEvent) -> dict[str, object]:
         redactor = self._redactors.get(ev.tenant, self._default_redactor)
-        cap = self._captures[ev.tenant].max_body_bytes if ev.tenant in self._captures else 0
+        capture = self._captures.get(ev.tenant)  # one read: a reload may swap the map meanwhile
+        cap = capture.max_body_bytes if capture is not None else 0
 
         def body(raw: bytes | None, size: int) -> str | None:
             return None if raw is None or not cap else redactor.capture(raw, cap, total=size, secrets=ev.secrets)

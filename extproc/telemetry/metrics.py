@@ -141,3 +141,9 @@ class DeploymentStates(Collector):
 
 DEPLOYMENT_STATES = DeploymentStates()
 REGISTRY.register(DEPLOYMENT_STATES)
+
+# Live reload (extproc/reload.py): the running config's version (a content hash), and every reload.
+CONFIG_INFO = Gauge("modelyard_config_info", "1 for the config version (content hash) this process runs",
+                    ["version"])
+CONFIG_RELOADS = Counter("modelyard_config_reloads_total", "Config reloads by source (sighup, controlplane) "
+                         "and outcome (applied, refused)", ["source", "outcome"])

@@ -94,13 +94,33 @@ class WatermarkBoard:
         for cluster in self.pollers:
             WATERMARK_POLL_ERRORS.labels(cluster)  # a zero series from the start, so rate() has a base
         self.readings: dict[str, Reading] = {}
+        self._clock = clock
         self._session: aiohttp.ClientSession | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._running: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
     def from_config(cls, config: GatewayConfig, interval_s: float = 1.0) -> WatermarkBoard:
         sources = {c: d.watermark for c, d in config.clusters().items() if d.watermark is not None}
         return cls(sources, interval_s)
+
+    def reconfigure(self, sources: Mapping[str, WatermarkSource], interval_s: float) -> None:
+        """A reload: a poller whose source is unchanged keeps running (and its last reading); a removed
+        or changed one stops; a new one starts now when the board runs."""
+        for cluster in [c for c, p in self.pollers.items() if sources.get(c) != p.source]:
+            self.pollers.pop(cluster)
+            self.readings.pop(cluster, None)
+            task = self._running.pop(cluster, None)
+            if task is not None:
+                task.cancel()
+        for cluster, source in sources.items():
+            if cluster in self.pollers:
+                self.pollers[cluster].interval_s = interval_s  # read before each wait
+                continue
+            p = self.pollers[cluster] = WatermarkPoller(cluster, source, interval_s, self._clock)
+            WATERMARK_POLL_ERRORS.labels(cluster)
+            if self._session is not None:
+                self._running[cluster] = asyncio.create_task(p.run(self._session, self._store),
+                                                             name=f"watermark:{cluster}")
 
     def _store(self, cluster: str, reading: Reading) -> None:
         self.readings[cluster] = reading
@@ -119,16 +139,17 @@ class WatermarkBoard:
                 for p, r in zip(self.pollers.values(), done):
                     if r is not None:
                         self._store(p.cluster, r)
-        self._tasks = [
-            asyncio.create_task(p.run(self._session, self._store), name=f"watermark:{p.cluster}")
-            for p in self.pollers.values()
-        ]
+        self._running = {
+            c: asyncio.create_task(p.run(self._session, self._store), name=f"watermark:{c}")
+            for c, p in self.pollers.items()
+        }
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        tasks = list(self._running.values())
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._running = {}
         if self._session is not None:
             await self._session.close()
             self._session = None

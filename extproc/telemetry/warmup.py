@@ -85,8 +85,9 @@ class Warmer:
         self._models = {d.cluster: m.name for m in config.models for d in m.deployments}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._watch: asyncio.Task[None] | None = None
-        self._health: list[asyncio.Task[None]] = []
+        self._health_by: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._started = False
 
     @property
     def clusters(self) -> tuple[str, ...]:
@@ -94,13 +95,41 @@ class Warmer:
 
     def start(self) -> None:
         """Warm every deployment that declares it, and watch cooldowns from now on."""
+        self._started = True
         if not self._deployments:
             return
         self._session = aiohttp.ClientSession()
         self.warm_all()
         self._watch = asyncio.create_task(self._watch_cooldowns())
-        self._health = [asyncio.create_task(self._watch_health(c)) for c, d in self._deployments.items()
-                        if d.health_check is not None]
+        self._health_by = {c: asyncio.create_task(self._watch_health(c)) for c, d in self._deployments.items()
+                           if d.health_check is not None}
+
+    def reconfigure(self, config: GatewayConfig, scheduler: Scheduler) -> None:
+        """A reload: the new deployments' warm-ups and health checks; a removed or changed deployment's
+        warm-up and health watch stop (a changed one starts again). Call `warm_all` after, as SIGHUP does."""
+        fresh = {name: dep for name, dep in config.clusters().items() if dep.warmup is not None}
+        self.scheduler = scheduler
+        self._models = {d.cluster: m.name for m in config.models for d in m.deployments}
+        changed = [c for c, d in self._deployments.items() if fresh.get(c) != d]
+        for cluster in changed:
+            task = self._tasks.pop(cluster, None)
+            if task is not None:
+                task.cancel()  # its `finally` takes it out of `warming`
+            watch = self._health_by.pop(cluster, None)
+            if watch is not None:
+                watch.cancel()
+                scheduler.warming.discard(cluster)  # a health watch may have left it marked
+                WARMING.labels(cluster).set(0)
+        self._deployments = fresh
+        if not fresh or self._session is None and not self._started:
+            return
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        if self._watch is None:
+            self._watch = asyncio.create_task(self._watch_cooldowns())
+        for c, d in fresh.items():
+            if d.health_check is not None and c not in self._health_by:
+                self._health_by[c] = asyncio.create_task(self._watch_health(c))
 
     def warm_all(self) -> None:
         for cluster in self._deployments:
@@ -115,7 +144,7 @@ class Warmer:
         self._tasks[cluster] = asyncio.create_task(self._run(cluster, after))
 
     async def close(self) -> None:
-        tasks = [t for t in (self._watch, *self._health, *self._tasks.values()) if t is not None]
+        tasks = [t for t in (self._watch, *self._health_by.values(), *self._tasks.values()) if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -138,3 +138,35 @@ def test_queue_bounds_are_divided_exactly_among_workers(tmp_path: Path) -> None:
     for tier, total in (("L1", 10), ("L2", 3), ("L3", 0)):
         assert sum(p[tier] for p in parts) == total
     assert [p["L1"] for p in parts] == [3, 3, 2, 2]
+
+
+async def test_a_reload_adds_a_limited_deployment_to_the_redis_leases(redis_server) -> None:
+    """extproc/reload.py: a deployment that gains `max_inflight` in a reload is leased in Redis like the
+    others, across replicas; one that loses it keeps its leases until its calls end."""
+    from contracts.config import parse_config
+
+    def config(limited: tuple[str, ...]):
+        deps = [{"cluster": c, "protocol": "openai", "endpoints": ["127.0.0.1:9"],
+                 **({"max_inflight": 1} if c in limited else {})} for c in ("c", "d")]
+        return parse_config({"models": [{"name": "m", "deployments": deps}],
+                             "tenants": [{"name": "t", "api_keys": ["0" * 64]}]})
+
+    url = redis_server.url
+    r0, r1 = ConcurrencyLimits(config(("c",)), redis_url=url), ConcurrencyLimits(config(("c",)), redis_url=url)
+    held_c = await r0.acquire("c", "m", "t", "L3")
+    assert held_c is not None
+    for r in (r0, r1):
+        r.apply(r.plan(config(("d",))))
+    assert "d" in r0 and "c" not in r0
+    a = await r0.acquire("d", "m", "t", "L3")
+    waiting = asyncio.ensure_future(r1.acquire("d", "m", "t", "L3"))
+    await asyncio.sleep(0.1)
+    assert a is not None and not waiting.done()  # one slot across both replicas, through Redis
+    a.release()
+    slot = await asyncio.wait_for(waiting, 5)
+    assert slot is not None
+    slot.release()
+    held_c.release()  # the removed deployment's lease goes back to Redis, without an error
+    assert r0.shared is not None and r0.shared.held("c") == 0
+    await r0.close()
+    await r1.close()

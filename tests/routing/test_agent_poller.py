@@ -245,3 +245,24 @@ async def test_poller_exports_reading_time_and_poll_errors(agent):
     # A failed poll leaves the last good reading's time where it was: its age is what alerts watch.
     assert REGISTRY.get_sample_value("modelyard_watermark_last_reading_timestamp_seconds",
                                      {"cluster": cluster}) == read_at
+
+
+async def test_a_reload_keeps_unchanged_pollers_and_swaps_the_rest(agent):
+    """extproc/reload.py: an unchanged source keeps its poller (and last reading); a removed one stops and
+    its reading goes; a new one polls from now on."""
+    _, base = agent
+    same = WatermarkSource(url=base + "/watermarks")
+    board = WatermarkBoard({"keep": same, "drop": WatermarkSource(url=base + "/watermarks?x=1")},
+                           interval_s=INTERVAL)
+    await board.start(first_poll_timeout=2.0)
+    try:
+        kept = board.pollers["keep"]
+        assert set(board.readings) == {"keep", "drop"}
+        board.reconfigure({"keep": same, "new": WatermarkSource(url=base + "/watermarks?x=2")}, INTERVAL)
+        assert board.pollers["keep"] is kept and "drop" not in board.readings and "drop" not in board.pollers
+        assert await board.pollers["new"].wait_for_update(timeout=4 * INTERVAL) is not None
+        assert "new" in board.readings and "keep" in board.readings
+        await asyncio.sleep(2 * INTERVAL)
+        assert "drop" not in board.readings  # its poller really stopped
+    finally:
+        await board.stop()
