@@ -1,0 +1,94 @@
+"""Spend per (scope, id) and UTC day, as one process sees it: the shared store's last totals, plus
+what this process spent since and has not yet seen come back from the store.
+
+The request path calls `add` and `spent` (dict work under a short lock, no I/O); the sync thread
+calls `take` (the unflushed spend, to write), `restore` (a write failed) and `install` (fresh
+totals read after the write). Spend taken for a write stays counted until the totals that hold it
+are installed, so nothing is counted twice or missed in between.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable
+
+from budgets.decision import Scope
+from budgets.periods import Window, day_of
+
+# (scope, id) -> day -> usd
+Days = dict[int, float]
+Key = tuple[str, str]
+# What a write carries: (scope, id, day) -> usd
+Batch = dict[tuple[str, str, int], float]
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stored: dict[Key, Days] = {}
+        self._unsent: dict[Key, Days] = defaultdict(dict)  # not yet written
+        self._written: dict[Key, Days] = defaultdict(dict)  # written, not yet in `_stored`
+
+    def add(self, tenant: str, key_id: str | None, usd: float, now: float) -> None:
+        """A call's metered cost: the tenant's and (a stored key's) the key's."""
+        if usd <= 0:
+            return
+        day = day_of(now)
+        with self._lock:
+            _bump(self._unsent, ("tenant", tenant), day, usd)
+            if key_id is not None:
+                _bump(self._unsent, ("key", key_id), day, usd)
+
+    def spent(self, scope: Scope, id: str, window: Window) -> float:
+        key = (scope, id)
+        total = 0.0
+        with self._lock:
+            for days in (self._stored.get(key), self._unsent.get(key), self._written.get(key)):
+                if days:
+                    total += sum(usd for day, usd in days.items() if window.first <= day <= window.last)
+        return total
+
+    def take(self) -> Batch:
+        """The unflushed spend, moved to `written` (still counted) for the caller to store."""
+        with self._lock:
+            batch = {(s, i, d): usd for (s, i), days in self._unsent.items() for d, usd in days.items()}
+            for key, days in self._unsent.items():
+                for day, usd in days.items():
+                    _bump(self._written, key, day, usd)
+            self._unsent = defaultdict(dict)
+        return batch
+
+    def restore(self, batch: Batch) -> None:
+        """The write of `batch` failed: it goes back to the unflushed spend for the next try."""
+        with self._lock:
+            for (scope, id, day), usd in batch.items():
+                days = self._written.get((scope, id))
+                if days is not None and day in days:
+                    left = days[day] - usd
+                    if abs(left) < 1e-15:
+                        del days[day]
+                    else:
+                        days[day] = left
+                _bump(self._unsent, (scope, id), day, usd)
+
+    def install(self, rows: Iterable[tuple[str, str, int, float]]) -> None:
+        """Totals read from the store after every write taken so far: they hold all of `written`."""
+        stored: dict[Key, Days] = {}
+        for scope, id, day, usd in rows:
+            stored.setdefault((scope, id), {})[int(day)] = float(usd)
+        with self._lock:
+            self._stored = stored
+            self._written = defaultdict(dict)
+
+    def ids(self, scope: Scope) -> set[str]:
+        """Every id of `scope` with spend on record (stored or not)."""
+        with self._lock:
+            return {i for src in (self._stored, self._unsent, self._written) for s, i in src if s == scope}
+
+
+def _bump(table: dict[Key, Days], key: Key, day: int, usd: float) -> None:
+    days = table.get(key)
+    if days is None:
+        days = table[key] = {}
+    days[day] = days.get(day, 0.0) + usd

@@ -1,0 +1,95 @@
+"""The spend ledger's shared tables, behind one small class: every worker and replica adds its
+spend per (scope, id, UTC day) and reads everyone's totals back.
+
+Plain SQL that SQLite (3.24+) and PostgreSQL both take (`ON CONFLICT ... DO UPDATE`); only `connect`
+knows the database. The DSN is the key store's (`keys.store`): `sqlite:///relative/path` (under the
+run dir), `sqlite:////absolute/path`, or None for `<run dir>/keys.db`. Every method does I/O: call
+them from a thread, never the event loop.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+from modelyard.errors import ConfigError
+
+DEFAULT_FILE = "keys.db"
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS budget_spend (
+        scope TEXT NOT NULL, id TEXT NOT NULL, day INTEGER NOT NULL, usd REAL NOT NULL,
+        PRIMARY KEY (scope, id, day))""",
+    # One row per budget and window whose soft share was announced: whoever inserts it sends the webhook.
+    """CREATE TABLE IF NOT EXISTS budget_alerts (
+        scope TEXT NOT NULL, id TEXT NOT NULL, period TEXT NOT NULL, first_day INTEGER NOT NULL,
+        sent_at REAL NOT NULL, PRIMARY KEY (scope, id, period, first_day))""",
+)
+_ADD = ("INSERT INTO budget_spend (scope, id, day, usd) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (scope, id, day) DO UPDATE SET usd = budget_spend.usd + excluded.usd")
+_CLAIM = ("INSERT INTO budget_alerts (scope, id, period, first_day, sent_at) VALUES (?, ?, ?, ?, ?) "
+          "ON CONFLICT (scope, id, period, first_day) DO NOTHING")
+
+
+def sqlite_path(dsn: str | None, run_dir: str | Path) -> Path:
+    """The SQLite file a `keys.store` DSN names (ConfigError for any other kind of DSN)."""
+    if dsn is None:
+        return Path(run_dir) / DEFAULT_FILE
+    if not dsn.startswith("sqlite:///"):
+        scheme = dsn.partition(":")[0]
+        raise ConfigError(f"keys.store: the spend ledger opens sqlite:///path DSNs here, not {scheme}: "
+                          "(PostgreSQL comes with the key store's connection, keys/db.py)")
+    path = Path(dsn[len("sqlite:///"):])
+    if not str(path):
+        raise ConfigError("keys.store: sqlite:/// needs a file path")
+    return path if path.is_absolute() else Path(run_dir) / path
+
+
+class SpendStore:
+    """One connection, used by one thread at a time (the ledger's sync thread)."""
+
+    def __init__(self, path: str | Path, *, timeout_s: float = 5.0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # check_same_thread off: built on the starting thread, then used by the sync thread alone.
+        self._conn = sqlite3.connect(self.path, timeout=timeout_s, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")  # workers read while another writes
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        for stmt in _SCHEMA:
+            self._conn.execute(stmt)
+        self._conn.commit()
+
+    def add(self, rows: Iterable[tuple[str, str, int, float]]) -> None:
+        """Add (scope, id, day, usd) to the totals, all in one transaction."""
+        try:
+            self._conn.executemany(_ADD, list(rows))
+            self._conn.commit()
+        except BaseException:
+            self._conn.rollback()
+            raise
+
+    def totals(self, since_day: int) -> list[tuple[str, str, int, float]]:
+        """Every (scope, id, day, usd) from `since_day` on: what every worker and replica stored."""
+        cur = self._conn.execute("SELECT scope, id, day, usd FROM budget_spend WHERE day >= ?", (since_day,))
+        rows = cur.fetchall()
+        self._conn.commit()  # end the read transaction: the next read sees newer writes
+        return rows
+
+    def claim_alert(self, scope: str, id: str, period: str, first_day: int, now: float) -> bool:
+        """True for exactly one caller per (scope, id, period, window) across every process."""
+        try:
+            cur = self._conn.execute(_CLAIM, (scope, id, period, first_day, now))
+            self._conn.commit()
+        except BaseException:
+            self._conn.rollback()
+            raise
+        return cur.rowcount == 1
+
+    def prune(self, before_day: int) -> None:
+        """Drop days no budget window can hold any more (reports read the metering store)."""
+        self._conn.execute("DELETE FROM budget_spend WHERE day < ?", (before_day,))
+        self._conn.execute("DELETE FROM budget_alerts WHERE first_day < ?", (before_day,))
+        self._conn.commit()
+
+    def close(self) -> None:
+        self._conn.close()
