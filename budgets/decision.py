@@ -84,6 +84,10 @@ class SoftAlerts:
                 out.append(s)
         return out
 
+    def retry(self, s: Standing) -> None:
+        """Announcing `s` failed: due again next time."""
+        self._done.discard((s.scope, s.id, s.budget.period, s.window.first))
+
     def forget_before(self, day: int) -> None:
-        """Drop marks of windows that ended before `day` (they can never be due again)."""
-        self._done = {m for m in self._done if m[3] >= day - 31}
+        """Drop marks of windows that began before `day` (a caller passes a day past every live window)."""
+        self._done = {m for m in self._done if m[3] >= day}

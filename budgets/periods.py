@@ -62,10 +62,9 @@ def window(period: Period, now: float) -> Window:
         first = day - d.weekday()  # ISO weeks start on Monday (weekday 0)
         return Window("week", first, first + 6)
     if period == "month":
-        d = _EPOCH + timedelta(days=day)
-        first = d.replace(day=1)
-        nxt = date(first.year + first.month // 12, first.month % 12 + 1, 1)
-        return Window("month", _day_number(first), _day_number(nxt) - 1)
+        month = (_EPOCH + timedelta(days=day)).replace(day=1)
+        nxt = date(month.year + month.month // 12, month.month % 12 + 1, 1)
+        return Window("month", _day_number(month), _day_number(nxt) - 1)
     raise ValueError(f"unknown budget period {period!r}")
 
 
