@@ -55,8 +55,8 @@ class Standing:
         return max(1, math.ceil(self.window.seconds_left(now)))
 
     def describe(self) -> str:
-        return (f"{self.scope} {self.id!r} spent ${self.spent:.6g} of its ${self.budget.usd:g} "
-                f"{self.budget.period}ly budget; it resets at {self.window.iso_end()}")
+        return (f"{self.scope} {self.id!r} spent ${self.spent:.6g} of its ${self.budget.usd:g} budget per "
+                f"{self.budget.period}, which resets at {self.window.iso_end()}")
 
 
 def refusal(standings: Iterable[Standing]) -> Standing | None:

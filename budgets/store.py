@@ -39,9 +39,10 @@ def sqlite_path(dsn: str | None, run_dir: str | Path) -> Path:
         scheme = dsn.partition(":")[0]
         raise ConfigError(f"keys.store: the spend ledger opens sqlite:///path DSNs here, not {scheme}: "
                           "(PostgreSQL comes with the key store's connection, keys/db.py)")
-    path = Path(dsn[len("sqlite:///"):])
-    if not str(path):
+    rest = dsn[len("sqlite:///"):]
+    if not rest.strip("/"):
         raise ConfigError("keys.store: sqlite:/// needs a file path")
+    path = Path(rest)
     return path if path.is_absolute() else Path(run_dir) / path
 
 

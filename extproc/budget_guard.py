@@ -159,7 +159,7 @@ class BudgetGuard:
         if not claimed:
             return
         BUDGET_SOFT_CROSSINGS.labels(s.scope).inc()
-        log.warning("budgets: %s passed %.0f%% of its budget", s.describe(), s.budget.soft_share * 100)
+        log.warning("budgets: past the soft share (%g): %s", s.budget.soft_share, s.describe())
         if self.webhook is not None:
             self.webhook.send(payload(s, now))
 

@@ -56,7 +56,7 @@ def test_retry_after_is_the_seconds_until_the_window_resets() -> None:
     s = _standing("key", "k1", 11, "day")
     assert s.retry_after_s(NOW) == 6 * 3600  # 18:00 to midnight UTC
     assert s.retry_after_s(s.window.end - 0.2) == 1  # never 0
-    assert "resets at 2026-12-04T00:00:00Z" in s.describe()
+    assert "which resets at 2026-12-04T00:00:00Z" in s.describe()
 
 
 def test_the_soft_share_is_due_once_per_budget_and_window() -> None:
