@@ -68,3 +68,25 @@ def test_reads_several_stores_and_one_from_before_key_ids(tmp_path: Path) -> Non
     assert "0.500000" in table and "key_a" in table
     with pytest.raises(FileNotFoundError, match="no metering database"):
         list(read_calls([tmp_path / "missing.sqlite"]))
+
+
+def test_the_cli_prints_the_report_and_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from modelyard.cli import main
+
+    db = tmp_path / "m.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE requests (ts REAL, task_id TEXT, tenant TEXT, model TEXT, input_tokens INTEGER, "
+                     "output_tokens INTEGER, cost REAL, key_id TEXT)")
+        conn.executemany("INSERT INTO requests VALUES (?, 't', ?, 'gpt', 1, 2, ?, ?)",
+                         [(1e10, "acme", 0.1, "key_a"), (1e10, "acme", 0.2, "key_a"), (1.0, "acme", 5.0, None)])
+    assert main(["spend", "--by", "key", "--json", "--since", "2001-01-01", "--metering-db", str(db)]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"key_id": "key_a", "tenant": "acme", "model": None,
+                                                    "requests": 2, "tokens": 6, "spend_usd": math.fsum([0.1, 0.2])}]
+    assert main(["spend", "--by", "tenant", "--metering-db", str(db)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["-", "acme", "-", "3", "9", "5.300000"]
+    assert main(["spend", "--since", "last tuesday", "--metering-db", str(db)]) == 2
+    assert "--since 'last tuesday'" in capsys.readouterr().err
+    assert main(["spend", "--metering-db", str(tmp_path / "none.sqlite")]) == 2
+    assert "no metering database" in capsys.readouterr().err
