@@ -11,6 +11,7 @@ what the other workers spent in the last round or two.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from extproc.telemetry.metrics import (
     BUDGET_USD,
     BUDGET_USED,
 )
+from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.budgets")
 
@@ -72,7 +74,11 @@ class BudgetGuard:
         path = sqlite_path(config.keys.store, config.devstack.run_dir)
         hook = config.keys.budget_webhook
         log.info("budgets: spend ledger in %s%s", path, f"; soft-limit webhook to {hook}" if hook else "")
-        return cls(SpendStore(path), tenant_budgets={t.name: t.budget for t in config.tenants if t.budget},
+        try:
+            store = SpendStore(path)
+        except (OSError, sqlite3.Error) as e:
+            raise ConfigError(f"keys.store: cannot open the spend ledger {path}: {e}") from None
+        return cls(store, tenant_budgets={t.name: t.budget for t in config.tenants if t.budget},
                    webhook=WebhookSender(hook) if hook else None)
 
     # ------------------------------------------------------------------ the request path (no I/O)
@@ -92,6 +98,8 @@ class BudgetGuard:
 
     def refusal(self, ctx: RequestContext) -> tuple[Standing, int] | None:
         """The spent budget that refuses this call and the seconds until it resets, or None."""
+        if (ctx.tenant is None or ctx.tenant.budget is None) and (ctx.caller is None or ctx.caller.budget is None):
+            return None  # the common case: nothing to read
         now = self.clock()
         spent = refusal(self.standings(ctx, now))
         return None if spent is None else (spent, spent.retry_after_s(now))

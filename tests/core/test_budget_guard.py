@@ -200,3 +200,17 @@ async def test_the_soft_share_is_announced_once_across_processes(make: Any) -> N
     with sqlite3.connect(first.db) as conn:
         assert conn.execute("SELECT scope, id, period, first_day FROM budget_alerts").fetchall() == [
             ("tenant", "demo", "day", TODAY)]
+
+
+def test_the_ledger_is_off_without_budgets_and_a_bad_store_is_a_config_error(tmp_path: Path) -> None:
+    from modelyard.errors import ConfigError
+
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    assert BudgetGuard.from_config(parse_config(data)) is None  # no budget, no key store, no webhook
+    (tmp_path / "a-file").write_text("")
+    data["keys"] = {"store": f"sqlite:///{tmp_path / 'a-file' / 'keys.db'}"}
+    with pytest.raises(ConfigError, match="keys.store: cannot open the spend ledger"):
+        BudgetGuard.from_config(parse_config(data))
+    data["keys"] = {"store": "postgresql://gw@db/modelyard"}
+    with pytest.raises(ConfigError, match="keys.store"):
+        BudgetGuard.from_config(parse_config(data))
