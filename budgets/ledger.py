@@ -1,17 +1,19 @@
-"""Spend per (scope, id) and UTC day, as one process sees it: the shared store's last totals, plus
-what this process spent since and has not yet seen come back from the store.
+"""Spend per (scope, id) in a window, as one process sees it: the shared store's last totals per
+window, plus what this process spent since (per UTC day) and has not yet seen come back.
 
 The request path calls `add` and `spent` (dict work under a short lock, no I/O); the sync thread
 calls `take` (the unflushed spend, to write), `restore` (a write failed) and `install` (fresh
-totals read after the write). Spend taken for a write stays counted until the totals that hold it
-are installed, so nothing is counted twice or missed in between.
+totals for the current windows, read after the write). Spend taken for a write stays counted until
+the totals that hold it are installed, so nothing is counted twice or missed in between. A window
+the installed totals do not cover (the day just turned) counts the local spend alone until the
+next round.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from budgets.decision import Scope
 from budgets.periods import Window, day_of
@@ -19,6 +21,8 @@ from budgets.periods import Window, day_of
 # (scope, id) -> day -> usd
 Days = dict[int, float]
 Key = tuple[str, str]
+# (period, first day) of a window -> usd
+Windows = dict[tuple[str, int], float]
 # What a write carries: (scope, id, day) -> usd
 Batch = dict[tuple[str, str, int], float]
 
@@ -26,7 +30,7 @@ Batch = dict[tuple[str, str, int], float]
 class Ledger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stored: dict[Key, Days] = {}
+        self._stored: dict[Key, Windows] = {}
         self._unsent: dict[Key, Days] = defaultdict(dict)  # not yet written
         self._written: dict[Key, Days] = defaultdict(dict)  # written, not yet in `_stored`
 
@@ -42,9 +46,10 @@ class Ledger:
 
     def spent(self, scope: Scope, id: str, window: Window) -> float:
         key = (scope, id)
-        total = 0.0
         with self._lock:
-            for days in (self._stored.get(key), self._unsent.get(key), self._written.get(key)):
+            stored = self._stored.get(key)
+            total = stored.get((window.period, window.first), 0.0) if stored else 0.0
+            for days in (self._unsent.get(key), self._written.get(key)):
                 if days:
                     total += sum(usd for day, usd in days.items() if window.first <= day <= window.last)
         return total
@@ -72,11 +77,11 @@ class Ledger:
                         days[day] = left
                 _bump(self._unsent, (scope, id), day, usd)
 
-    def install(self, rows: Iterable[tuple[str, str, int, float]]) -> None:
-        """Totals read from the store after every write taken so far: they hold all of `written`."""
-        stored: dict[Key, Days] = {}
-        for scope, id, day, usd in rows:
-            stored.setdefault((scope, id), {})[int(day)] = float(usd)
+    def install(self, windows: Sequence[Window], rows: Iterable[tuple[str, str, Sequence[float]]]) -> None:
+        """Totals per (scope, id) in each of `windows` (in order), read from the store after every
+        write taken so far: they hold all of `written`."""
+        marks = [(w.period, w.first) for w in windows]
+        stored: dict[Key, Windows] = {(scope, id): dict(zip(marks, usd)) for scope, id, usd in rows}
         with self._lock:
             self._stored = stored
             self._written = defaultdict(dict)

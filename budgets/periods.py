@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime, timedelta
 from contracts.config.keys import Period
 
 DAY_S = 86_400
+PERIODS: tuple[Period, ...] = ("day", "week", "month")
 _EPOCH = date(1970, 1, 1)
 
 
@@ -66,11 +67,6 @@ def window(period: Period, now: float) -> Window:
         nxt = date(month.year + month.month // 12, month.month % 12 + 1, 1)
         return Window("month", _day_number(month), _day_number(nxt) - 1)
     raise ValueError(f"unknown budget period {period!r}")
-
-
-def earliest_day(now: float) -> int:
-    """The first day any period's current window may hold: what a refresh must read."""
-    return min(window("week", now).first, window("month", now).first)
 
 
 def _iso(ts: float) -> str:

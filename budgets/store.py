@@ -10,9 +10,10 @@ them from a thread, never the event loop.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from budgets.periods import Window
 from modelyard.errors import ConfigError
 
 DEFAULT_FILE = "keys.db"
@@ -69,11 +70,24 @@ class SpendStore:
             self._conn.rollback()
             raise
 
-    def totals(self, since_day: int) -> list[tuple[str, str, int, float]]:
-        """Every (scope, id, day, usd) from `since_day` on: what every worker and replica stored."""
-        cur = self._conn.execute("SELECT scope, id, day, usd FROM budget_spend WHERE day >= ?", (since_day,))
-        rows = cur.fetchall()
+    def totals(self, windows: Sequence[Window]) -> list[tuple[str, str, tuple[float, ...]]]:
+        """Per (scope, id), the spend every worker and replica stored in each of `windows`: one row
+        per budget holder, however many days its windows span."""
+        if not windows:
+            return []
+        sums = ", ".join("SUM(CASE WHEN day BETWEEN ? AND ? THEN usd ELSE 0 END)" for _ in windows)
+        args: list[int] = [d for w in windows for d in (w.first, w.last)]
+        cur = self._conn.execute(f"SELECT scope, id, {sums} FROM budget_spend WHERE day >= ? GROUP BY scope, id",
+                                 (*args, min(w.first for w in windows)))
+        rows = [(scope, id, tuple(float(v or 0.0) for v in usd)) for scope, id, *usd in cur.fetchall()]
         self._conn.commit()  # end the read transaction: the next read sees newer writes
+        return rows
+
+    def days(self, since_day: int) -> list[tuple[str, str, int, float]]:
+        """Every stored (scope, id, day, usd) from `since_day` on (tests and inspection)."""
+        rows = self._conn.execute("SELECT scope, id, day, usd FROM budget_spend WHERE day >= ? "
+                                  "ORDER BY scope, id, day", (since_day,)).fetchall()
+        self._conn.commit()
         return rows
 
     def claim_alert(self, scope: str, id: str, period: str, first_day: int, now: float) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from budgets.decision import Scope, SoftAlerts, Standing, refusal
 from budgets.ledger import Ledger
-from budgets.periods import day_of, earliest_day, window
+from budgets.periods import PERIODS, day_of, window
 from budgets.store import SpendStore, sqlite_path
 from budgets.webhook import WebhookSender, payload
 from contracts.config import GatewayConfig
@@ -133,7 +133,8 @@ class BudgetGuard:
                 log.warning("budgets: ledger write failed (%s); retrying next round", e)
                 self.ledger.restore(batch)
         try:  # after the write: the totals hold every write so far, so `install` drops none twice
-            self.ledger.install(self.store.totals(earliest_day(now)))
+            windows = [window(p, now) for p in PERIODS]
+            self.ledger.install(windows, self.store.totals(windows))
         except Exception as e:
             BUDGET_SYNC_ERRORS.labels("read").inc()
             log.warning("budgets: ledger read failed (%s); counting local spend meanwhile", e)

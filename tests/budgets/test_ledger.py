@@ -7,12 +7,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from budgets.ledger import Ledger
-from budgets.periods import day_of, earliest_day, window
+from budgets.periods import PERIODS, day_of, window
 from budgets.store import SpendStore
 
 NOW = datetime(2026, 12, 3, 18, 0, tzinfo=UTC).timestamp()
 DAY = window("day", NOW)
 MONTH = window("month", NOW)
+WINDOWS = [window(p, NOW) for p in PERIODS]
+
+
+def _refresh(led: Ledger, store: SpendStore) -> None:
+    led.install(WINDOWS, store.totals(WINDOWS))
 
 
 def test_local_spend_counts_at_once_for_the_tenant_and_the_key() -> None:
@@ -45,7 +50,7 @@ def test_a_flush_round_counts_everything_once(tmp_path: Path) -> None:
     store.add([(s, i, d, usd) for (s, i, d), usd in batch.items()])
     led.add("acme", "k", 0.5, NOW)  # spent while the round runs
     assert led.spent("tenant", "acme", DAY) == 1.5  # stored, but not yet read back: counted once
-    led.install(store.totals(earliest_day(NOW)))
+    _refresh(led, store)
     assert led.spent("tenant", "acme", DAY) == 1.5 and led.spent("key", "k", DAY) == 1.5
     assert led.take() == {("tenant", "acme", day_of(NOW)): 0.5, ("key", "k", day_of(NOW)): 0.5}
     store.close()
@@ -61,13 +66,29 @@ def test_a_failed_write_is_retried_without_losing_or_doubling_spend(tmp_path: Pa
     second = led.take()
     led.restore(second)  # that write failed
     assert led.spent("tenant", "acme", DAY) == 3.0
-    led.install(store.totals(earliest_day(NOW)))  # holds the first write only
+    _refresh(led, store)  # holds the first write only
     assert led.spent("tenant", "acme", DAY) == 3.0
     third = led.take()
     assert third == second  # the failed spend goes out again
     store.add([(s, i, d, usd) for (s, i, d), usd in third.items()])
-    led.install(store.totals(earliest_day(NOW)))
+    _refresh(led, store)
     assert led.spent("tenant", "acme", DAY) == 3.0
+    store.close()
+
+
+def test_installed_totals_hold_each_window_and_a_new_day_starts_from_local_spend(tmp_path: Path) -> None:
+    store = SpendStore(tmp_path / "keys.db")
+    store.add([("tenant", "acme", day_of(NOW), 1.0), ("tenant", "acme", day_of(NOW) - 1, 2.0),
+               ("tenant", "acme", day_of(NOW) - 40, 4.0), ("key", "k", day_of(NOW), 0.5)])
+    led = Ledger()
+    _refresh(led, store)
+    week = window("week", NOW)
+    assert (led.spent("tenant", "acme", DAY), led.spent("tenant", "acme", week),
+            led.spent("tenant", "acme", MONTH)) == (1.0, 3.0, 3.0)
+    assert led.spent("key", "k", DAY) == 0.5 and led.spent("key", "other", DAY) == 0.0
+    tomorrow = window("day", NOW + 86_400)  # before the next round: nothing stored counts there yet
+    led.add("acme", None, 0.25, NOW + 86_400)
+    assert led.spent("tenant", "acme", tomorrow) == 0.25
     store.close()
 
 
@@ -78,7 +99,7 @@ def test_two_processes_on_one_store_see_each_others_spend(tmp_path: Path) -> Non
     b.add("acme", "k", 2.0, NOW)
     for led, store in ((a, a_store), (b, b_store), (a, a_store)):
         store.add([(s, i, d, usd) for (s, i, d), usd in led.take().items()])
-        led.install(store.totals(earliest_day(NOW)))
+        _refresh(led, store)
     assert a.spent("key", "k", DAY) == 3.0 and b.spent("key", "k", DAY) == 3.0
     a_store.close()
     b_store.close()

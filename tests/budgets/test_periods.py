@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from budgets.periods import DAY_S, day_of, earliest_day, window
+from budgets.periods import DAY_S, PERIODS, day_of, window
 
 
 def _ts(*args: int) -> float:
@@ -49,9 +49,9 @@ def test_days_are_utc_and_a_window_is_whole_days() -> None:
     assert w.last - w.first + 1 == 31 and (w.end - w.start) == 31 * DAY_S
 
 
-def test_a_refresh_reads_from_the_earlier_of_the_week_and_month_starts() -> None:
-    assert earliest_day(_ts(2026, 12, 3)) == _day(2026, 11, 30)  # the week began in November
-    assert earliest_day(_ts(2026, 12, 20)) == _day(2026, 12, 1)
+def test_every_period_window_holds_its_moment() -> None:
+    for now in (_ts(2026, 12, 3), _ts(2027, 1, 1), _ts(2028, 2, 29, 23, 59, 59)):
+        assert all(window(p, now).holds(day_of(now)) for p in PERIODS)
 
 
 def test_an_unknown_period_is_refused() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from budgets.periods import Window
 from budgets.store import SpendStore, sqlite_path
 from modelyard.errors import ConfigError
 
@@ -15,11 +16,13 @@ def test_adds_accumulate_per_scope_id_and_day(tmp_path: Path) -> None:
     store = SpendStore(tmp_path / "keys.db")
     store.add([("tenant", "acme", 100, 0.5), ("key", "k1", 100, 0.5)])
     store.add([("tenant", "acme", 100, 0.25), ("tenant", "acme", 101, 1.0)])
-    assert sorted(store.totals(0)) == [("key", "k1", 100, 0.5), ("tenant", "acme", 100, 0.75),
-                                       ("tenant", "acme", 101, 1.0)]
-    assert store.totals(101) == [("tenant", "acme", 101, 1.0)]
+    assert store.days(0) == [("key", "k1", 100, 0.5), ("tenant", "acme", 100, 0.75), ("tenant", "acme", 101, 1.0)]
+    day_101, days_100_106, day_99 = Window("day", 101, 101), Window("week", 100, 106), Window("day", 99, 99)
+    assert sorted(store.totals([day_101, days_100_106, day_99])) == [
+        ("key", "k1", (0.0, 0.5, 0.0)), ("tenant", "acme", (1.0, 1.75, 0.0))]
+    assert store.totals([]) == []
     store.prune(101)
-    assert store.totals(0) == [("tenant", "acme", 101, 1.0)]
+    assert store.days(0) == [("tenant", "acme", 101, 1.0)]
     store.close()
 
 
@@ -27,7 +30,7 @@ def test_a_write_fails_whole(tmp_path: Path) -> None:
     store = SpendStore(tmp_path / "keys.db")
     with pytest.raises(Exception):  # noqa: B017 (sqlite3's own error type for a bad row)
         store.add([("tenant", "acme", 100, 1.0), ("tenant", None, 100, 1.0)])  # type: ignore[list-item]
-    assert store.totals(0) == []
+    assert store.days(0) == []
     store.close()
 
 

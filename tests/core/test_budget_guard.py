@@ -169,7 +169,7 @@ async def test_a_keys_own_budget_counts_its_calls_and_refuses_until_next_monday(
         refused = conn.execute("SELECT key_id, limited_by FROM decisions WHERE store = 'budget'").fetchall()
     assert metered == [("key_1", 2.0), ("key_1", 2.0)]
     assert refused == [("key_1", "budget:key:key_1")]
-    totals = sorted(SpendStore(st.db).totals(TODAY))
+    totals = SpendStore(st.db).days(TODAY)
     assert totals == [("key", "key_1", TODAY, 4.0), ("tenant", "demo", TODAY, 4.0)]  # flushed at close
 
 
