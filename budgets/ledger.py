@@ -46,12 +46,16 @@ class Ledger:
 
     def spent(self, scope: Scope, id: str, window: Window) -> float:
         key = (scope, id)
+        first, last = window.first, window.last
         with self._lock:
             stored = self._stored.get(key)
-            total = stored.get((window.period, window.first), 0.0) if stored else 0.0
-            for days in (self._unsent.get(key), self._written.get(key)):
+            total = stored.get((window.period, first), 0.0) if stored else 0.0
+            for table in (self._unsent, self._written):
+                days = table.get(key)
                 if days:
-                    total += sum(usd for day, usd in days.items() if window.first <= day <= window.last)
+                    for day, usd in days.items():
+                        if first <= day <= last:
+                            total += usd
         return total
 
     def take(self) -> Batch:

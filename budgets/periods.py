@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache
 
 from contracts.config.keys import Period
 
@@ -55,7 +56,11 @@ class Window:
 
 def window(period: Period, now: float) -> Window:
     """The window of `period` that holds `now`."""
-    day = day_of(now)
+    return _window_of_day(period, day_of(now))
+
+
+@lru_cache(maxsize=64)  # the request path asks per call; the answer changes once a day
+def _window_of_day(period: Period, day: int) -> Window:
     if period == "day":
         return Window("day", day, day)
     if period == "week":

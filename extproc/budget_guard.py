@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from budgets.decision import Scope, SoftAlerts, Standing, refusal
+from budgets.decision import Scope, SoftAlerts, Standing, refusal, verdict
 from budgets.ledger import Ledger
 from budgets.periods import PERIODS, day_of, window
 from budgets.store import SpendStore, sqlite_path
@@ -83,26 +83,30 @@ class BudgetGuard:
 
     # ------------------------------------------------------------------ the request path (no I/O)
 
-    def standings(self, ctx: RequestContext, now: float) -> list[Standing]:
-        """The caller's budgets (its key's, its tenant's) as they stand now."""
-        out = []
-        tenant = ctx.tenant
-        if tenant is not None and tenant.budget is not None:
-            self._budgets[("tenant", tenant.name)] = (tenant.name, tenant.budget)
-            out.append(self._standing("tenant", tenant.name, tenant.name, tenant.budget, now))
-        caller = ctx.caller
-        if caller is not None and caller.key_id is not None and caller.budget is not None:
-            self._budgets[("key", caller.key_id)] = (caller.tenant, caller.budget)
-            out.append(self._standing("key", caller.key_id, caller.tenant, caller.budget, now))
-        return out
-
     def refusal(self, ctx: RequestContext) -> tuple[Standing, int] | None:
-        """The spent budget that refuses this call and the seconds until it resets, or None."""
-        if (ctx.tenant is None or ctx.tenant.budget is None) and (ctx.caller is None or ctx.caller.budget is None):
+        """The spent budget (the key's or the tenant's) that refuses this call and the seconds until
+        it resets, or None. A Standing is built only for a budget that refuses."""
+        tenant, caller = ctx.tenant, ctx.caller
+        tenant_budget = tenant.budget if tenant is not None else None
+        key_budget = caller.budget if caller is not None and caller.key_id is not None else None
+        if tenant_budget is None and key_budget is None:
             return None  # the common case: nothing to read
         now = self.clock()
-        spent = refusal(self.standings(ctx, now))
-        return None if spent is None else (spent, spent.retry_after_s(now))
+        spent: list[Standing] = []
+        if tenant is not None and tenant_budget is not None:
+            self._budgets[("tenant", tenant.name)] = (tenant.name, tenant_budget)
+            self._refuses("tenant", tenant.name, tenant.name, tenant_budget, now, spent)
+        if caller is not None and caller.key_id is not None and key_budget is not None:
+            self._budgets[("key", caller.key_id)] = (caller.tenant, key_budget)
+            self._refuses("key", caller.key_id, caller.tenant, key_budget, now, spent)
+        last = refusal(spent)
+        return None if last is None else (last, last.retry_after_s(now))
+
+    def _refuses(self, scope: Scope, id: str, tenant: str, budget: Budget, now: float, out: list[Standing]) -> None:
+        w = window(budget.period, now)
+        usd = self.ledger.spent(scope, id, w)
+        if verdict(usd, budget) == "refuse":
+            out.append(Standing(scope, id, tenant, budget, usd, w))
 
     def record(self, ctx: RequestContext, usd: float) -> None:
         """A metered call's cost, counted at once here and in the shared ledger within a round."""
