@@ -1,8 +1,10 @@
 """The spend ledger's shared tables, behind one small class: every worker and replica adds its
 spend per (scope, id, UTC day) and reads everyone's totals back.
 
-Plain SQL that SQLite (3.24+) and PostgreSQL both take (`ON CONFLICT ... DO UPDATE`); only `connect`
-knows the database. The DSN is the key store's (`keys.store`): `sqlite:///relative/path` (under the
+Plain SQL that SQLite (3.24+) and PostgreSQL both take (`ON CONFLICT ... DO UPDATE`, DOUBLE
+PRECISION), written with `?` and turned into `%s` for a driver whose paramstyle says so (psycopg):
+give `SpendStore` a path (SQLite, opened here) or any DB-API connection, such as the key store's
+(`keys/db.py`). The DSN is the key store's (`keys.store`): `sqlite:///relative/path` (under the
 run dir), `sqlite:////absolute/path`, or None for `<run dir>/keys.db`. Every method does I/O: call
 them from a thread, never the event loop.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from budgets.periods import Window
 from modelyard.errors import ConfigError
@@ -19,12 +22,12 @@ from modelyard.errors import ConfigError
 DEFAULT_FILE = "keys.db"
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS budget_spend (
-        scope TEXT NOT NULL, id TEXT NOT NULL, day INTEGER NOT NULL, usd REAL NOT NULL,
+        scope TEXT NOT NULL, id TEXT NOT NULL, day INTEGER NOT NULL, usd DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (scope, id, day))""",
     # One row per budget and window whose soft share was announced: whoever inserts it sends the webhook.
     """CREATE TABLE IF NOT EXISTS budget_alerts (
         scope TEXT NOT NULL, id TEXT NOT NULL, period TEXT NOT NULL, first_day INTEGER NOT NULL,
-        sent_at REAL NOT NULL, PRIMARY KEY (scope, id, period, first_day))""",
+        sent_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (scope, id, period, first_day))""",
 )
 _ADD = ("INSERT INTO budget_spend (scope, id, day, usd) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (scope, id, day) DO UPDATE SET usd = budget_spend.usd + excluded.usd")
@@ -50,21 +53,35 @@ def sqlite_path(dsn: str | None, run_dir: str | Path) -> Path:
 class SpendStore:
     """One connection, used by one thread at a time (the ledger's sync thread)."""
 
-    def __init__(self, path: str | Path, *, timeout_s: float = 5.0):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # check_same_thread off: built on the starting thread, then used by the sync thread alone.
-        self._conn = sqlite3.connect(self.path, timeout=timeout_s, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")  # workers read while another writes
-        self._conn.execute("PRAGMA synchronous=NORMAL")
+    def __init__(self, target: str | Path | Any, *, paramstyle: str = "qmark", timeout_s: float = 5.0):
+        if isinstance(target, (str, Path)):
+            path = Path(target)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # check_same_thread off: built on the starting thread, then used by the sync thread alone.
+            conn = sqlite3.connect(path, timeout=timeout_s, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")  # workers read while another writes
+            conn.execute("PRAGMA synchronous=NORMAL")
+            paramstyle = "qmark"
+        else:
+            conn = target
+        self._conn = conn
+        self._format = paramstyle in ("format", "pyformat")
         for stmt in _SCHEMA:
-            self._conn.execute(stmt)
+            self._run(stmt)
         self._conn.commit()
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self._format else sql
+
+    def _run(self, sql: str, args: Sequence[object] = ()) -> Any:
+        cur = self._conn.cursor()
+        cur.execute(self._sql(sql), args)
+        return cur
 
     def add(self, rows: Iterable[tuple[str, str, int, float]]) -> None:
         """Add (scope, id, day, usd) to the totals, all in one transaction."""
         try:
-            self._conn.executemany(_ADD, list(rows))
+            self._conn.cursor().executemany(self._sql(_ADD), list(rows))
             self._conn.commit()
         except BaseException:
             self._conn.rollback()
@@ -77,23 +94,23 @@ class SpendStore:
             return []
         sums = ", ".join("SUM(CASE WHEN day BETWEEN ? AND ? THEN usd ELSE 0 END)" for _ in windows)
         args: list[int] = [d for w in windows for d in (w.first, w.last)]
-        cur = self._conn.execute(f"SELECT scope, id, {sums} FROM budget_spend WHERE day >= ? GROUP BY scope, id",
-                                 (*args, min(w.first for w in windows)))
+        cur = self._run(f"SELECT scope, id, {sums} FROM budget_spend WHERE day >= ? GROUP BY scope, id",
+                        (*args, min(w.first for w in windows)))
         rows = [(scope, id, tuple(float(v or 0.0) for v in usd)) for scope, id, *usd in cur.fetchall()]
         self._conn.commit()  # end the read transaction: the next read sees newer writes
         return rows
 
     def days(self, since_day: int) -> list[tuple[str, str, int, float]]:
         """Every stored (scope, id, day, usd) from `since_day` on (tests and inspection)."""
-        rows = self._conn.execute("SELECT scope, id, day, usd FROM budget_spend WHERE day >= ? "
-                                  "ORDER BY scope, id, day", (since_day,)).fetchall()
+        rows = self._run("SELECT scope, id, day, usd FROM budget_spend WHERE day >= ? ORDER BY scope, id, day",
+                         (since_day,)).fetchall()
         self._conn.commit()
         return rows
 
     def claim_alert(self, scope: str, id: str, period: str, first_day: int, now: float) -> bool:
         """True for exactly one caller per (scope, id, period, window) across every process."""
         try:
-            cur = self._conn.execute(_CLAIM, (scope, id, period, first_day, now))
+            cur = self._run(_CLAIM, (scope, id, period, first_day, now))
             self._conn.commit()
         except BaseException:
             self._conn.rollback()
@@ -102,8 +119,8 @@ class SpendStore:
 
     def prune(self, before_day: int) -> None:
         """Drop days no budget window can hold any more (reports read the metering store)."""
-        self._conn.execute("DELETE FROM budget_spend WHERE day < ?", (before_day,))
-        self._conn.execute("DELETE FROM budget_alerts WHERE first_day < ?", (before_day,))
+        self._run("DELETE FROM budget_spend WHERE day < ?", (before_day,))
+        self._run("DELETE FROM budget_alerts WHERE first_day < ?", (before_day,))
         self._conn.commit()
 
     def close(self) -> None:
