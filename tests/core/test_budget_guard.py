@@ -6,6 +6,7 @@ announced once across processes."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -214,3 +215,20 @@ def test_the_ledger_is_off_without_budgets_and_a_bad_store_is_a_config_error(tmp
     data["keys"] = {"store": "postgresql://gw@db/modelyard"}
     with pytest.raises(ConfigError, match="keys.store"):
         BudgetGuard.from_config(parse_config(data))
+
+
+async def test_spend_on_one_worker_refuses_on_another_within_a_round(make: Any) -> None:
+    first = make({"usd": 3, "period": "day"})
+    second = make({"usd": 3, "period": "day"})  # another worker (or replica) on the same ledger
+    await _answered(first.gw)
+    await _answered(first.gw)  # $4 on the first worker
+    _, r = await _request(first.gw, chat_headers(), OPENAI_BODY)
+    assert r.immediate_response.status.code == 429  # its own spend counts at once
+    deadline = time.monotonic() + 5
+    while True:  # the second sees it once a round has written it and its own round has read it
+        _, r = await _request(second.gw, chat_headers(), OPENAI_BODY)
+        if r.WhichOneof("response") == "immediate_response":
+            break
+        assert time.monotonic() < deadline, "the second worker never saw the first one's spend"
+        await asyncio.sleep(0.01)
+    assert r.immediate_response.status.code == 429
