@@ -6,6 +6,7 @@ import asyncio
 import time
 
 from adapters.internal import Usage
+from extproc.budget_guard import BudgetGuard
 from extproc.choice import Choice
 from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
@@ -16,10 +17,11 @@ from ratelimit import Limiter
 
 class Accountant:
     def __init__(self, scheduler: Scheduler, limiter: Limiter | None = None,
-                 metering: MeteringStore | None = None) -> None:
+                 metering: MeteringStore | None = None, budgets: BudgetGuard | None = None) -> None:
         self.scheduler = scheduler
         self.limiter = limiter
         self.metering = metering
+        self.budgets = budgets
         self._background: set[asyncio.Task[None]] = set()
 
     def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, upstream_ok: bool | None,
@@ -52,11 +54,13 @@ class Accountant:
         cost = tin / 1000 * price.input_per_1k + tout / 1000 * price.output_per_1k
         if cost:
             cost_series(model.name, ctx.tenant_name).inc(cost)
+            if self.budgets is not None:  # a stream that ran past its budget still counts in full
+                self.budgets.record(ctx, cost)
         if self.metering is not None:
             self.metering.record(MeterRecord(
                 time.time(), ctx.task_id, ctx.tenant_name, tier, model.name, choice.deployment.cluster,
                 choice.channel, status, latency_s * 1000, ttft_s * 1000 if ttft_s is not None else None, tin, tout,
-                cost, choice.strategy, choice.arm))
+                cost, choice.strategy, choice.arm, ctx.caller.key_id if ctx.caller is not None else None))
         if choice.reservation is not None and self.limiter is not None:
             # Hand back (or take) the difference between the estimate and the reported usage.
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, tin + tout))

@@ -16,6 +16,7 @@ import orjson
 
 from contracts.config import TenantConfig
 from contracts.envoy_names import TASK_ID_HEADER
+from contracts.keys import Caller
 from extproc import messages as msg
 
 if TYPE_CHECKING:  # only the composition root loads tracing, and only when it is configured
@@ -50,6 +51,7 @@ class RequestContext:
     protocol: ClientProtocol = "openai"
     started: float = field(default_factory=time.monotonic)
     tenant: TenantConfig | None = None
+    caller: Caller | None = None  # who the key says is calling (its id and own budget, for a stored key)
     path_model: str | None = None
     path_version: str | None = None
     stream_hint: bool = False

@@ -10,14 +10,15 @@ from typing import Protocol
 from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
 from contracts.envoy_names import CHANNEL_HEADER, STRATEGY_HEADER
 from contracts.watermarks import Reading
+from extproc.budget_guard import BudgetGuard
 from extproc.choice import Choice
 from extproc.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
 from extproc.telemetry.metering import DecisionRecord
-from extproc.telemetry.metrics import FAIL_OPEN, FAIL_OPEN_ACTIVE
-from modelyard.errors import ClientError, ModelyardError
+from extproc.telemetry.metrics import BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE
+from modelyard.errors import BudgetExhausted, ClientError, ModelyardError
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 
@@ -49,10 +50,11 @@ class DecisionSink(Protocol):
 class Dispatcher:
     def __init__(self, scheduler: Scheduler, limiter: Limiter | None = None,
                  watermarks: ReadingSource | None = None, limits: ConcurrencyLimits | None = None,
-                 decisions: DecisionSink | None = None) -> None:
+                 decisions: DecisionSink | None = None, budgets: BudgetGuard | None = None) -> None:
         self.scheduler = scheduler
         self.limiter = limiter
         self.decisions = decisions
+        self.budgets = budgets
         self.watermarks = watermarks
         self.limits = limits if limits is not None else ConcurrencyLimits(scheduler.config)
         self._failing_open: dict[str, set[FailOpen]] = {}  # by model
@@ -148,7 +150,10 @@ class Dispatcher:
             raise
 
     async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
-        """Charge the tenant's, tier's, cluster's, channel's and global buckets, all or none."""
+        """Refuse a caller whose key's or tenant's budget is spent; then charge the tenant's, tier's,
+        cluster's, channel's and global buckets, all or none."""
+        if self.budgets is not None:
+            self._check_budgets(ctx, choice, est_tokens)
         if self.limiter is None or ctx.tenant is None or self.limiter.config.enforce != "extproc":
             return
         # A task's replay: its acceptance counted the request (and gave its token estimate back).
@@ -173,3 +178,20 @@ class Dispatcher:
                               f"{decision.retry_after_s:.1f}s", status=429, headers=decision.headers())
         choice.reservation = decision.reservation
         choice.ratelimit_headers = decision.headers()
+
+    def _check_budgets(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
+        """Before any bucket is charged: a spent budget refuses (429 `insufficient_quota`, retry-after
+        = until its period resets); the refusal is a `decisions` row like a rate-limit refusal."""
+        assert self.budgets is not None
+        refused = self.budgets.refusal(ctx)
+        if refused is None:
+            return
+        spent, retry_after = refused
+        BUDGET_REFUSED.labels(spent.scope).inc()
+        if self.decisions is not None and ctx.tenant is not None:
+            self.decisions.record_decision(DecisionRecord(
+                time.time(), ctx.task_id, ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster,
+                choice.channel, choice.model.name, False, 0 if ctx.replayed else 1, est_tokens,
+                f"budget:{spent.scope}:{spent.id}", f"{spent.budget.usd:g} usd per {spent.budget.period}", "budget",
+                ctx.caller.key_id if ctx.caller is not None else None))
+        raise BudgetExhausted(f"budget exhausted: {spent.describe()}", retry_after_s=retry_after)

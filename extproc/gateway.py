@@ -16,6 +16,7 @@ from contracts.config import GatewayConfig
 from extproc.accounting import Accountant
 from extproc.auth import KeyRing
 from extproc.batching import Batcher
+from extproc.budget_guard import BudgetGuard
 from extproc.catalog import Catalog
 from extproc.concurrency import ConcurrencyLimits
 from extproc.dispatch import Dispatcher
@@ -47,22 +48,24 @@ class Gateway:
     tracing: Tracing | None = None  # None: tracing is off and no request gets a span
     audit: AuditLog | None = None
     tasks: TaskBoard | None = None  # async tasks (Prefer: respond-async); off unless configured
+    budgets: BudgetGuard | None = None  # spend caps per key and tenant; off unless a budget or key store is set
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
               watermarks: WatermarkBoard | None = None, batcher: Batcher | None = None,
               image_backend: Backend | None = None, metering: MeteringStore | None = None,
               tracing: Tracing | None = None, audit: AuditLog | None = None,
-              tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None) -> Gateway:
+              tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None,
+              budgets: BudgetGuard | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         if image_backend is None and any(m.vision is not None for m in config.models):
             image_backend = select_backend(config.extproc.image_backend)
         return cls(config=config, keyring=KeyRing(config.tenants), catalog=Catalog(config),
-                   dispatcher=Dispatcher(scheduler, limiter, watermarks, limits, decisions=metering),
-                   accountant=Accountant(scheduler, limiter, metering),
+                   dispatcher=Dispatcher(scheduler, limiter, watermarks, limits, decisions=metering, budgets=budgets),
+                   accountant=Accountant(scheduler, limiter, metering, budgets=budgets),
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, tracing=tracing,
-                   audit=audit, tasks=tasks)
+                   audit=audit, tasks=tasks, budgets=budgets)
 
     def start(self) -> None:
         """Background work that needs the server listening: the task worker replays through it."""
@@ -78,6 +81,8 @@ class Gateway:
         if self.tasks is not None:
             await self.tasks.close()
         await self.accountant.close()
+        if self.budgets is not None:  # after the accountant: the last calls' spend is in the ledger
+            await asyncio.to_thread(self.budgets.close)
         if self.audit is not None:  # after the streams closed: their rows are queued by now
             await asyncio.to_thread(self.audit.close)
         if self.watermarks is not None:

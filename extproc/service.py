@@ -21,6 +21,7 @@ from contracts.config import GatewayConfig, config_path, load_config
 from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
 from extproc.batching import Batcher
+from extproc.budget_guard import BudgetGuard
 from extproc.concurrency import ConcurrencyLimits
 from extproc.config_feed import ConfigFeed, worker_id
 from extproc.flows import local, tasks
@@ -165,7 +166,7 @@ def build_gateway(config: GatewayConfig) -> Gateway:
                                workers=1 if shared is None else worker_count(config.extproc.workers))
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
-                         tasks=TaskBoard.from_config(config), limits=limits)
+                         tasks=TaskBoard.from_config(config), limits=limits, budgets=BudgetGuard.from_config(config))
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from contracts.envoy_names import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER, parse_xlate_metadata
+from contracts.keys import Caller
 from extproc import messages as msg
 from extproc.audit_trail import CallTrail
 from extproc.auth import any_client_key, client_key
@@ -176,6 +177,8 @@ class Session:
             else:
                 key = client_key(ctx.protocol, ctx.headers, ctx.query)
             ctx.tenant = self.gw.keyring.tenant_for(key)
+        if ctx.tenant is not None:  # a config-file key (or a replay): the tenant's, with no key id
+            ctx.caller = Caller(tenant=ctx.tenant.name, key_id=None)
         if self.trail is not None:
             ctx.client = msg.client_address(req, headers)
             self.trail.authenticated(ctx, key)

@@ -123,6 +123,38 @@ def _cmd_audit_prune(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_spend(a: argparse.Namespace) -> int:
+    import orjson
+
+    from budgets.report import read_calls, render_table, spend_report
+    from contracts.config import config_path
+    from extproc.telemetry.audit import parse_when
+
+    try:
+        since = parse_when(a.since) if a.since else None
+    except ValueError:
+        print(f"modelyard: spend: --since {a.since!r}: expected 7d, 12h, 30m or an ISO date", file=sys.stderr)
+        return 2
+    dbs = a.metering_db
+    if not dbs:
+        cfg = config_path(a.config)
+        db = load_config(cfg).extproc.metering_db
+        if not db:
+            raise ConfigError("extproc.metering_db is not set; pass --metering-db")
+        dbs = [db if Path(db).is_absolute() else str(cfg.parent / db)]  # relative to the file, as `up` runs it
+    try:
+        rows = spend_report(read_calls(dbs, since), a.by, since)
+    except (FileNotFoundError, sqlite3.Error) as e:
+        print(f"modelyard: spend: {e}", file=sys.stderr)
+        return 2
+    if a.json:
+        sys.stdout.buffer.write(orjson.dumps([r.as_dict() for r in rows], option=orjson.OPT_APPEND_NEWLINE))
+    else:
+        sys.stdout.write(render_table(rows))
+    sys.stdout.flush()
+    return 0
+
+
 def _cmd_hash_key(a: argparse.Namespace) -> int:
     print(f"sha256:{hash_api_key(a.key)}")
     return 0
@@ -194,6 +226,15 @@ def parser() -> argparse.ArgumentParser:
     pr = with_db(audit.add_parser("prune", help="drop rows older than a cutoff; the chain stays verifiable"))
     pr.add_argument("--older-than", required=True, help="90d, 12h or an ISO date/time (UTC)")
     pr.set_defaults(func=_cmd_audit_prune)
+
+    sp = with_config(sub.add_parser("spend", help="spend per key, tenant or model, from the metering store(s)"))
+    sp.add_argument("--by", choices=("key", "tenant", "model"), default="tenant")
+    sp.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC); default: everything")
+    sp.add_argument("--json", action="store_true", help="a JSON array of rows instead of a table")
+    sp.add_argument("--metering-db", action="append", default=[], metavar="PATH",
+                    help="a metering SQLite file; repeat for replicas on other hosts (default: extproc.metering_db; "
+                         "a host's workers share that one file)")
+    sp.set_defaults(func=_cmd_spend)
 
     hk = sub.add_parser("hash-key", help="print the config form of an API key")
     hk.add_argument("key")

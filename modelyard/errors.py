@@ -11,8 +11,10 @@ import math
 from collections.abc import Iterable
 
 __all__ = [
+    "BudgetExhausted",
     "ClientError",
     "ConfigError",
+    "INSUFFICIENT_QUOTA",
     "MODEL_NOT_FOUND",
     "ModelyardError",
     "NotFound",
@@ -40,6 +42,8 @@ DEFAULT_TYPES: dict[int, str] = {
 
 # A 404 about a model, not a URL or an id: OpenAI says `code: model_not_found` for it and only for it.
 MODEL_NOT_FOUND = "model_not_found"
+# A spent budget: OpenAI answers exhausted quota with this type and code; other protocols say 429.
+INSUFFICIENT_QUOTA = "insufficient_quota"
 
 
 def default_type(status: int) -> str:
@@ -83,6 +87,18 @@ class UnknownModel(NotFound):
     """A model the caller named that does not exist or is not theirs (404, `model_not_found`)."""
 
     error_type = MODEL_NOT_FOUND
+
+
+class BudgetExhausted(ClientError):
+    """A key's or tenant's budget is spent for its period (429, `insufficient_quota`); `retry-after`
+    is the seconds until the period resets."""
+
+    default_status = 429
+    error_type = INSUFFICIENT_QUOTA
+
+    def __init__(self, message: str, *, retry_after_s: int, headers: Iterable[tuple[str, str]] = ()) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message, headers=[*headers, ("retry-after", str(max(1, retry_after_s)))])
 
 
 class UpstreamError(ModelyardError):

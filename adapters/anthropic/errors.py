@@ -6,14 +6,15 @@ import orjson
 
 from adapters.anthropic.wire import ErrorBody
 from adapters.fields import error_message
-from modelyard.errors import MODEL_NOT_FOUND, default_type
+from modelyard.errors import INSUFFICIENT_QUOTA, MODEL_NOT_FOUND, default_type
+
+# Anthropic calls an unknown model what it calls anything else not found, and any 429 a rate limit.
+_ANTHROPIC_TYPES = {MODEL_NOT_FOUND: "not_found_error", INSUFFICIENT_QUOTA: "rate_limit_error"}
 
 
 def render_error(status: int, message: str, type: str | None = None) -> bytes:
     t = type or default_type(status)
-    # Anthropic calls an unknown model what it calls anything else not found.
-    body: ErrorBody = {"type": "error", "error": {"type": "not_found_error" if t == MODEL_NOT_FOUND else t,
-                                                  "message": message}}
+    body: ErrorBody = {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(t, t), "message": message}}
     return orjson.dumps(body)
 
 

@@ -35,12 +35,15 @@ log = logging.getLogger("modelyard.metering")
 _SCHEMA = """CREATE TABLE IF NOT EXISTS requests (
     ts REAL NOT NULL, task_id TEXT NOT NULL, tenant TEXT, tier TEXT, model TEXT, cluster TEXT,
     channel TEXT, status INTEGER, latency_ms REAL, ttft_ms REAL, input_tokens INTEGER,
-    output_tokens INTEGER, cost REAL, strategy TEXT, arm TEXT)"""
+    output_tokens INTEGER, cost REAL, strategy TEXT, arm TEXT, key_id TEXT)"""
 # `requests` and `tokens` are the units asked for at the decision (tokens: the estimate).
 _DECISIONS_SCHEMA = """CREATE TABLE IF NOT EXISTS decisions (
     ts REAL NOT NULL, task_id TEXT NOT NULL, tenant TEXT, tier TEXT, cluster TEXT, channel TEXT,
     model TEXT, allowed INTEGER NOT NULL, requests INTEGER NOT NULL, tokens INTEGER NOT NULL,
-    limited_by TEXT, rule TEXT, store TEXT)"""
+    limited_by TEXT, rule TEXT, store TEXT, key_id TEXT)"""
+# Columns added since the first schema, last in their table: (table, column, type). `_open` adds
+# them to an older file, and a journal line written before them is padded with NULLs on replay.
+_ADDED_COLUMNS = (("requests", "key_id", "TEXT"), ("decisions", "key_id", "TEXT"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,7 @@ class MeterRecord:
     cost: float
     strategy: str
     arm: str
+    key_id: str | None = None  # the key store's id of the caller's key; None for a config-file key
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,8 @@ class DecisionRecord:
     tokens: int
     limited_by: str
     rule: str
-    store: str
+    store: str  # the bucket store; "budget" for a refusal by a spent budget
+    key_id: str | None = None
 
 
 class _DecisionRow(tuple):
@@ -97,6 +102,7 @@ _STOP = object()
 _REQUEST_LINE = b"r"
 _DECISION_LINE = b"d"
 _TABLES = (("requests", _REQUEST_LINE, _INSERT), ("decisions", _DECISION_LINE, _INSERT_DECISION))
+_WIDTH = {"requests": len(fields(MeterRecord)), "decisions": len(fields(DecisionRecord))}
 
 
 # SQLite integers are signed 64-bit: an upstream's u64 count must not lose the row.
@@ -186,7 +192,8 @@ class MeteringStore:
                         except orjson.JSONDecodeError:  # a line cut short: the disk filled
                             continue
                         if not any(isinstance(v, (list, dict)) for v in row):  # SQLite refused it before
-                            rows.append(row)
+                            # a line from before a column was added: NULL in it, as in the migrated rows
+                            rows.append(row + (None,) * (_WIDTH[table] - len(row)))
                 if not rows:
                     continue
                 stored = Counter(tuple(r) for r in conn.execute(f"SELECT * FROM {table} WHERE rowid > ?",
@@ -256,7 +263,21 @@ def _open(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(_SCHEMA)
     conn.execute(_DECISIONS_SCHEMA)
+    _migrate(conn)
     return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Add the columns an older file lacks (workers may race to it: a duplicate is no error)."""
+    for table, column, kind in _ADDED_COLUMNS:
+        if column in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
+            continue
+        try:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            conn.commit()
+        except sqlite3.OperationalError as e:
+            if "duplicate column" not in str(e):
+                raise
 
 
 def _header(conn: sqlite3.Connection) -> bytes:

@@ -147,3 +147,15 @@ CONFIG_INFO = Gauge("modelyard_config_info", "1 for the config version (content 
                     ["version"])
 CONFIG_RELOADS = Counter("modelyard_config_reloads_total", "Config reloads by source (sighup, controlplane) "
                          "and outcome (applied, refused)", ["source", "outcome"])
+# Budgets (extproc/budget_guard.py): set by the ledger's sync thread for every budget in use.
+BUDGET_USED = Gauge("modelyard_budget_used_ratio", "Spend this period over the budget (1 = spent; refused from there)",
+                    ["scope", "id", "period"])
+BUDGET_SPENT = Gauge("modelyard_budget_spent_usd", "Spend this budget period, by key or tenant",
+                     ["scope", "id", "period"])
+BUDGET_USD = Gauge("modelyard_budget_usd", "The budget's cap for its period", ["scope", "id", "period"])
+BUDGET_SOFT_CROSSINGS = Counter("modelyard_budget_soft_crossings_total",
+                                "Budgets that passed their soft share in a period (each announced once)", ["scope"])
+BUDGET_REFUSED = Counter("modelyard_budget_refused_total", "Calls refused because a budget was spent (429)",
+                         ["scope"])
+BUDGET_SYNC_ERRORS = Counter("modelyard_budget_sync_errors_total",
+                             "Spend ledger writes or reads that failed (retried on the next round)", ["op"])

@@ -217,10 +217,12 @@ def read_metering(path: Path) -> Trace:
 def _read_decisions(conn: sqlite3.Connection) -> Trace:
     # A call refused after admission (its queue) has no requests row: its estimate stands. An async
     # task is decided twice (accepted, then replayed): the usage belongs to the last decision only.
+    # A spent budget's refusals (store 'budget') never reached the buckets: not their demand.
     q = ("SELECT d.ts, d.tenant, d.tier, d.cluster, d.channel, d.model, d.allowed, d.requests, "
          "CASE WHEN d.allowed AND d.rid = d.last AND r.task_id IS NOT NULL "
          "THEN COALESCE(r.input_tokens, 0) + COALESCE(r.output_tokens, 0) ELSE d.tokens END "
-         "FROM (SELECT *, rowid AS rid, MAX(rowid) OVER (PARTITION BY task_id) AS last FROM decisions) d "
+         "FROM (SELECT *, rowid AS rid, MAX(rowid) OVER (PARTITION BY task_id) AS last FROM decisions "
+         "WHERE store IS NOT 'budget') d "
          "LEFT JOIN (SELECT task_id, MAX(input_tokens) AS input_tokens, MAX(output_tokens) AS output_tokens "
          "FROM requests GROUP BY task_id) r ON r.task_id = d.task_id AND d.task_id != '' "
          "ORDER BY d.ts, d.rid")

@@ -179,3 +179,41 @@ def test_a_journal_that_never_catches_up_rotates_and_drops_a_segment_once_it_is_
     assert (tmp_path / "x.sqlite.journal.0").read_bytes() == b'h{"caught":1}\n'
     j.close()
     assert not (tmp_path / "x.sqlite.journal.0").exists()
+
+
+# ---------------------------------------------------------------- key ids: a column added to older files
+
+_OLD_REQUESTS = """CREATE TABLE requests (
+    ts REAL NOT NULL, task_id TEXT NOT NULL, tenant TEXT, tier TEXT, model TEXT, cluster TEXT,
+    channel TEXT, status INTEGER, latency_ms REAL, ttft_ms REAL, input_tokens INTEGER,
+    output_tokens INTEGER, cost REAL, strategy TEXT, arm TEXT)"""
+_OLD_DECISIONS = """CREATE TABLE decisions (
+    ts REAL NOT NULL, task_id TEXT NOT NULL, tenant TEXT, tier TEXT, cluster TEXT, channel TEXT,
+    model TEXT, allowed INTEGER NOT NULL, requests INTEGER NOT NULL, tokens INTEGER NOT NULL,
+    limited_by TEXT, rule TEXT, store TEXT)"""
+
+
+def test_an_older_store_gains_the_key_id_column_and_its_journal_still_replays(tmp_path: Path) -> None:
+    db = tmp_path / "m.sqlite"
+    with sqlite3.connect(db) as conn:  # a file written before key ids were metered
+        conn.execute(_OLD_REQUESTS)
+        conn.execute(_OLD_DECISIONS)
+        conn.execute("INSERT INTO requests VALUES (1.0, 'old', 't', 'L1', 'm', 'c', 'standard', 200, 1.0, NULL, "
+                     "3, 4, 0.5, '', '')")
+    # ... and a process of that version SIGKILLed with one row only in its journal (15 values, no key id)
+    old_line = b'r[2.0,"journaled","t","L1","m","c","standard",200,1.0,null,5,6,0.25,"",""]\n'
+    old_decision = b'd[2.0,"journaled","t","L1","c","standard","m",1,1,42,"","","memory"]\n'
+    (tmp_path / "m.sqlite.journal.0").write_bytes(b'h{"requests":1,"decisions":0}\n' + old_line + old_decision)
+    store = MeteringStore(db)
+    store.record(_rec("new", key_id="key_123"))
+    store.record_decision(DecisionRecord(ts=3.0, task_id="new", tenant="t", tier="L1", cluster="c",
+                                         channel="standard", model="m", allowed=False, requests=1, tokens=9,
+                                         limited_by="budget:key:key_123", rule="1 usd per day", store="budget",
+                                         key_id="key_123"))
+    store.close()
+    MeteringStore(db).close()  # a second open: the column is there already, nothing replays twice
+    with sqlite3.connect(db) as conn:
+        rows = {r[0]: r[1:] for r in conn.execute("SELECT task_id, key_id, cost FROM requests")}
+        decisions = conn.execute("SELECT task_id, store, key_id FROM decisions ORDER BY rowid").fetchall()
+    assert rows == {"old": (None, 0.5), "journaled": (None, 0.25), "new": ("key_123", 0.0)}
+    assert decisions == [("journaled", "memory", None), ("new", "budget", "key_123")]

@@ -33,5 +33,7 @@ def test_every_query_uses_the_datasource_variable_and_the_series_needed() -> Non
                    "modelyard_cost_total", "modelyard_extproc_open_streams", "modelyard_ratelimit_decisions_total",
                    "modelyard_channel_requests_total", "modelyard:gpu_watermark:max", "modelyard_batch_size_bucket",
                    "modelyard:ratelimit_degraded:max", "modelyard:watermark_age_seconds", "envoy_http_downstream_rq_xx",
-                   "modelyard_queue_depth", "modelyard_queue_wait_seconds_bucket", "modelyard_inflight"):
+                   "modelyard_queue_depth", "modelyard_queue_wait_seconds_bucket", "modelyard_inflight",
+                   "modelyard_budget_spent_usd", "modelyard_budget_used_ratio", "modelyard_budget_refused_total",
+                   "modelyard_budget_soft_crossings_total"):
         assert series in exprs, series

@@ -22,6 +22,7 @@ import openai
 import pytest
 import yaml
 
+from contracts.config import hash_api_key
 from controlplane.environments import EnvironmentConfig
 from tests.conftest import DEMO_KEY
 from tests.deploy.tools import tool
@@ -34,14 +35,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 PROMETHEUS_DIR = ROOT / "deploy/prometheus"
 DASHBOARD = ROOT / "deploy/grafana/dashboards/modelyard.json"
 LIMITED = "sk-modelyard-demo-limited"
+BROKE = "sk-modelyard-demo-broke"  # a tenant whose budget is $0: every call is refused
 # Grafana's $__rate_interval: at a 1 s scrape, a minute holds every sample of the test's traffic.
 WINDOW = "1m"
 _ALERT = re.compile(r"^(?P<signal>.+?)\s*(?P<op>>|<|>=|<=|==|!=)\s*(?P<threshold>-?[0-9.]+)$", re.S)
 
 
-def _stack_config(redis_url: str) -> dict[str, Any]:
+def _stack_config(redis_url: str, workdir: Path) -> dict[str, Any]:
     """The demo config, trimmed to one chat model (standard + fast, each with a GPU agent) and the
-    image model, on Redis buckets."""
+    image model, on Redis buckets; budgets on the demo tenant (roomy) and a broke one."""
     data, _ = demo_config_free_ports()
     data["models"] = [m for m in data["models"] if m["name"] in ("demo-gpt", "demo-colors")]
     for m in data["models"]:
@@ -51,6 +53,10 @@ def _stack_config(redis_url: str) -> dict[str, Any]:
     data["models"][0]["deployments"][0]["max_inflight"] = 16
     data["ratelimit"]["backend"] = "redis"
     data["ratelimit"]["redis"] = {"url": redis_url, "replicas": 1, "failure_policy": "fallback", "timeout_ms": 50}
+    data["tenants"][0]["budget"] = {"usd": 1000, "period": "month"}
+    data["tenants"].append({"name": "demo-broke", "tier": "L3", "api_keys": [f"sha256:{hash_api_key(BROKE)}"],
+                            "budget": {"usd": 0, "period": "day"}})
+    data["keys"] = {"store": f"sqlite:///{workdir / 'keys.db'}"}
     return data
 
 
@@ -173,6 +179,11 @@ def _drive_traffic(url: str) -> None:
         except openai.RateLimitError:
             refused += 1
     assert refused >= 2
+    # A spent budget: 429 insufficient_quota (and, at $0, past its soft share from the start).
+    with pytest.raises(openai.RateLimitError) as broke:
+        openai.OpenAI(base_url=f"{url}/v1", api_key=BROKE, max_retries=0, timeout=20).chat.completions.create(
+            model="demo-gpt", messages=[{"role": "user", "content": "x"}])
+    assert broke.value.code == "insufficient_quota"
     # Image classification through the batcher.
     body, ctype = classify_form("demo-colors", ["red", "green", "blue"])
     r = httpx.post(f"{url}/v1/images/classify", content=body, timeout=30,
@@ -190,7 +201,7 @@ def redis_server() -> Iterator[RedisServer]:
 
 def test_every_dashboard_query_and_alert_signal_has_data(tmp_path: Path, redis_server: RedisServer) -> None:
     started = time.monotonic()
-    data = _stack_config(redis_server.url)
+    data = _stack_config(redis_server.url, tmp_path)
     admin, stats = free_port(), free_port()
     env = EnvironmentConfig.model_validate({"name": "test", "concurrency": 1,
                                             "admin": {"address": "127.0.0.1", "port": admin},

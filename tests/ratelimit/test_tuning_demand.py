@@ -79,3 +79,13 @@ def test_an_async_tasks_usage_counts_once(tmp_path: Path) -> None:
     assert trace.tok_nano == [500 * 10**9, 120 * 10**9, 0]
     assert trace.live_refused == [False, False, True]
     assert trace.cols["tenant"] == ["a", "a", "b"] and trace.cols["cluster"][2] is None
+
+
+def test_budget_refusals_are_not_demand_on_the_buckets(tmp_path: Path) -> None:
+    store = MeteringStore(tmp_path / "m.sqlite")
+    store.record_decision(DecisionRecord(1.0, "t1", "a", "L1", "gpu", "standard", "m", True, 1, 50, "", "", "memory"))
+    store.record_decision(DecisionRecord(2.0, "t2", "a", "L1", "gpu", "standard", "m", False, 1, 50,
+                                         "budget:tenant:a", "1 usd per day", "budget"))
+    store.close()
+    trace = read_metering(tmp_path / "m.sqlite")
+    assert len(trace) == 1 and trace.live_refused == [False]

@@ -1,0 +1,108 @@
+"""Spend reports (`modelyard spend`, and the admin API's): the metering rows summed per key,
+tenant or model. `spend_report` is pure; `read_calls` reads one or more metering stores (each
+host's workers share one file; replicas on other hosts each have their own)."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+By = Literal["key", "tenant", "model"]
+BY: tuple[By, ...] = ("key", "tenant", "model")
+
+
+@dataclass(frozen=True, slots=True)
+class MeteredCall:
+    """The columns of a metering `requests` row a report needs."""
+
+    ts: float
+    key_id: str | None
+    tenant: str | None
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class SpendRow:
+    """One group's totals; the columns not grouped on are None."""
+
+    key_id: str | None
+    tenant: str | None
+    model: str | None
+    requests: int
+    tokens: int
+    spend_usd: float
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _group(call: MeteredCall, by: By) -> tuple[str | None, str | None, str | None]:
+    if by == "key":  # a key belongs to one tenant; config-file keys (no id) group per tenant
+        return call.key_id, call.tenant, None
+    if by == "tenant":
+        return None, call.tenant, None
+    if by == "model":
+        return None, None, call.model
+    raise ValueError(f"--by must be one of {', '.join(BY)}, not {by!r}")
+
+
+def spend_report(rows: Iterable[MeteredCall], by: By, since: float | None = None) -> list[SpendRow]:
+    """Requests, tokens and spend per group, the biggest spender first. Spend is `math.fsum` of
+    the rows' costs: the exactly rounded sum, whatever order the rows come in."""
+    if by not in BY:
+        raise ValueError(f"--by must be one of {', '.join(BY)}, not {by!r}")
+    costs: dict[tuple[str | None, str | None, str | None], list[float]] = {}
+    counts: dict[tuple[str | None, str | None, str | None], list[int]] = {}
+    for call in rows:
+        if since is not None and call.ts < since:
+            continue
+        g = _group(call, by)
+        costs.setdefault(g, []).append(call.cost or 0.0)
+        c = counts.setdefault(g, [0, 0])
+        c[0] += 1
+        c[1] += (call.input_tokens or 0) + (call.output_tokens or 0)
+    out = [SpendRow(*g, counts[g][0], counts[g][1], math.fsum(costs[g])) for g in costs]
+    out.sort(key=lambda r: (-r.spend_usd, r.tenant or "", r.key_id or "", r.model or ""))
+    return out
+
+
+def read_calls(paths: Iterable[str | Path], since: float | None = None) -> Iterator[MeteredCall]:
+    """Every metered call in the given metering stores (from `since` on), read-only. A store from
+    before key ids were metered reads as calls with no key id."""
+    for path in paths:
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"no metering database at {p}")
+        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        try:
+            cols = {r[1] for r in conn.execute("PRAGMA table_info(requests)")}
+            if not cols:
+                continue
+            key = "key_id" if "key_id" in cols else "NULL"
+            q = f"SELECT ts, {key}, tenant, model, input_tokens, output_tokens, cost FROM requests"
+            args: tuple[float, ...] = ()
+            if since is not None:
+                q += " WHERE ts >= ?"
+                args = (since,)
+            for ts, key_id, tenant, model, tin, tout, cost in conn.execute(q, args):
+                yield MeteredCall(ts, key_id, tenant, model, int(tin or 0), int(tout or 0), float(cost or 0.0))
+        finally:
+            conn.close()
+
+
+def render_table(rows: list[SpendRow]) -> str:
+    """A plain text table, one group a line ('-' where a column is not grouped on)."""
+    head = ("key_id", "tenant", "model", "requests", "tokens", "spend_usd")
+    cells = [head] + [(r.key_id or "-", r.tenant or "-", r.model or "-", str(r.requests), str(r.tokens),
+                       f"{r.spend_usd:.6f}") for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    lines = ["  ".join(c[i].ljust(widths[i]) if i < 3 else c[i].rjust(widths[i]) for i in range(len(head)))
+             for c in cells]
+    return "\n".join(lines) + "\n"
