@@ -123,9 +123,10 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
         plan = limits.plan(config)
     except (OSError, ValueError) as e:
         raise ConfigError(f"max_inflight: {e}") from None
-    dispatcher = Dispatcher(scheduler, limiter, gw.dispatcher.watermarks, limits, decisions=gw.dispatcher.decisions)
+    dispatcher = Dispatcher(scheduler, limiter, gw.dispatcher.watermarks, limits, decisions=gw.dispatcher.decisions,
+                            budgets=gw.budgets)  # the ledger spans snapshots: spend is never reset by a reload
     dispatcher._failing_open = gw.dispatcher._failing_open  # its gauges stay balanced across the swap
-    accountant = Accountant(scheduler, limiter, gw.accountant.metering)
+    accountant = Accountant(scheduler, limiter, gw.accountant.metering, budgets=gw.budgets)
     accountant._background = gw.accountant._background  # the close waits for every snapshot's reconciliations
     new = dataclasses.replace(gw, config=config, keyring=keyring, catalog=catalog, dispatcher=dispatcher,
                               accountant=accountant, image_backend=image_backend)
