@@ -136,6 +136,7 @@ _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("route", "explain"): ("extproc.routing.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
     ("ratelimit", "status"): ("ratelimit.status", "main"),
+    ("keys",): ("keys.cli", "main"),
 }
 
 
@@ -205,6 +206,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
     sub.add_parser("route", help="`route explain`: every candidate for a sample request")
     sub.add_parser("ratelimit", help="`ratelimit tune`: limits from recorded traffic; `ratelimit status`: live buckets")
+    sub.add_parser("keys", help="virtual keys: `keys create|list|rotate|revoke` (docs/keys.md)")
     return p
 
 
