@@ -16,6 +16,7 @@ import orjson
 
 from contracts.config import TenantConfig
 from contracts.envoy_names import TASK_ID_HEADER
+from contracts.keys import Caller
 from extproc import messages as msg
 
 if TYPE_CHECKING:  # only the composition root loads tracing, and only when it is configured
@@ -50,6 +51,9 @@ class RequestContext:
     protocol: ClientProtocol = "openai"
     started: float = field(default_factory=time.monotonic)
     tenant: TenantConfig | None = None
+    # Who the key says is calling (a store key's id, narrowing and budget; None before authentication).
+    caller: Caller | None = None
+    admin: str = ""  # an admin API call's key digest (the audit row names its prefix)
     path_model: str | None = None
     path_version: str | None = None
     stream_hint: bool = False

@@ -7,6 +7,7 @@ event loop get one consistent pair of dicts, as a refresh builds new ones and sw
 from __future__ import annotations
 
 import hmac
+import threading
 from collections.abc import Iterable
 
 from keys.record import KeyRecord
@@ -18,6 +19,7 @@ class KeyCache:
         self._by_id: dict[str, KeyRecord] = {}
         self.version = 0  # the highest store version a refresh has read
         self.loaded = False  # a first full read has completed
+        self._writing = threading.Lock()  # a refresh (its thread) and an admin write (the loop) may both apply
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -28,6 +30,10 @@ class KeyCache:
         records = list(records)
         if not records:
             return 0
+        with self._writing:
+            return self._apply(records, advance)
+
+    def _apply(self, records: list[KeyRecord], advance: bool) -> int:
         by_digest, by_id = dict(self._by_digest), dict(self._by_id)
         version = self.version
         for rec in records:

@@ -29,7 +29,7 @@ class KeyRecord:
     def budget(self) -> Budget | None:
         if self.budget_usd is None:
             return None
-        return Budget(usd=self.budget_usd, period=self.budget_period or "month")  # type: ignore[arg-type]
+        return Budget(usd=self.budget_usd, period=self.budget_period or "month")
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and (time.time() if now is None else now) >= self.expires_at

@@ -4,6 +4,7 @@ the last copy (revocations wait for it) and is retried each period."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -43,10 +44,8 @@ class KeyRefresher:
         except StoreError:
             # Drop the connection: the next period opens a fresh one (a restarted PostgreSQL).
             store, self._store = self._store, None
-            try:
+            with contextlib.suppress(Exception):  # best effort: it is already broken
                 store.close()
-            except Exception:  # best effort: it is already broken
-                pass
             raise
         n = self.cache.apply(changed)
         self.cache.loaded = True

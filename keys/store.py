@@ -6,6 +6,7 @@ a reader that asks for rows above the last version it saw misses none (`changed_
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from typing import Any
@@ -82,7 +83,7 @@ class KeyStore:
             raise UnknownKey(f"no key with id {key_id!r}")
         return _record(row)
 
-    def list(self, tenant: str | None = None) -> list[KeyRecord]:
+    def list(self, tenant: str | None = None) -> builtins.list[KeyRecord]:
         if tenant is None:
             rows = self.db.fetchall(f"SELECT {_COLUMNS} FROM keys ORDER BY created_at, id")
         else:
@@ -110,7 +111,7 @@ class KeyStore:
                                 (now, now, self._next_version(), key_id))
         return self.get(key_id)
 
-    def changed_since(self, version: int) -> list[KeyRecord]:
+    def changed_since(self, version: int) -> builtins.list[KeyRecord]:
         """Rows written after `version`, oldest change first."""
         rows = self.db.fetchall(f"SELECT {_COLUMNS} FROM keys WHERE version > ? ORDER BY version", (version,))
         return [_record(r) for r in rows]
