@@ -17,6 +17,7 @@ class KeyCache:
     def __init__(self) -> None:
         self._by_digest: dict[str, KeyRecord] = {}
         self._by_id: dict[str, KeyRecord] = {}
+        self._gone: dict[str, int] = {}  # revoked key id -> the version that revoked it: no stale copy revives it
         self.version = 0  # the highest store version a refresh has read
         self.loaded = False  # a first full read has completed
         self._writing = threading.Lock()  # a refresh (its thread) and an admin write (the loop) may both apply
@@ -37,8 +38,10 @@ class KeyCache:
         by_digest, by_id = dict(self._by_digest), dict(self._by_id)
         version = self.version
         for rec in records:
+            version = max(version, rec.version)
             seen = by_id.get(rec.id)
-            if seen is not None and seen.version > rec.version:
+            newest = seen.version if seen is not None else self._gone.get(rec.id, 0)
+            if newest > rec.version:
                 continue  # an older copy (a refresh racing an admin write): keep the newer
             if seen is not None:
                 del by_id[rec.id]
@@ -46,7 +49,8 @@ class KeyCache:
             if rec.revoked_at is None:
                 by_id[rec.id] = rec
                 by_digest[rec.digest] = rec
-            version = max(version, rec.version)
+            else:
+                self._gone[rec.id] = rec.version
         self._by_digest, self._by_id = by_digest, by_id
         if advance:
             self.version = version
