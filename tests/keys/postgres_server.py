@@ -9,6 +9,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -79,7 +80,7 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()  # smart shutdown is not needed: fast (SIGINT) or terminate both do
+            self.proc.send_signal(signal.SIGINT)  # fast shutdown: SIGTERM's smart one waits for clients to leave
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
