@@ -52,11 +52,12 @@ class PostgresServer:
         if not data.exists():
             subprocess.run([pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
                             "--no-sync"], check=True, capture_output=True, cwd=self.dir, **self._as)
-        self.proc = subprocess.Popen(
-            [pg_bin("postgres"), "-D", str(data), "-p", str(self.port), "-k", str(self.dir),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-             "-c", "full_page_writes=off", "-c", "max_connections=50"],
-            stdout=subprocess.DEVNULL, stderr=open(self.dir / "postgres.log", "ab"), cwd=self.dir, **self._as)
+        with open(self.dir / "postgres.log", "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [pg_bin("postgres"), "-D", str(data), "-p", str(self.port), "-k", str(self.dir),
+                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+                 "-c", "full_page_writes=off", "-c", "max_connections=50"],
+                stdout=subprocess.DEVNULL, stderr=log, cwd=self.dir, **self._as)
         import psycopg
 
         deadline = time.monotonic() + timeout
