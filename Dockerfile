@@ -18,6 +18,7 @@ COPY extproc ./extproc
 COPY adapters ./adapters
 COPY kernels ./kernels
 COPY ratelimit ./ratelimit
+COPY keys ./keys
 COPY controlplane ./controlplane
 COPY devstack ./devstack
 COPY gpuagent ./gpuagent

@@ -190,7 +190,7 @@ def parser() -> argparse.ArgumentParser:
     ex = with_db(audit.add_parser("export", help="rows as JSON lines, oldest first"))
     ex.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC)")
     ex.add_argument("--tenant", default=None)
-    ex.add_argument("--event", default=None, help="call, auth_failure, config_reload, limits_change, prune")
+    ex.add_argument("--event", default=None, help="call, auth_failure, config_reload, limits_change, key_admin, prune")
     ex.set_defaults(func=_cmd_audit_export)
     pr = with_db(audit.add_parser("prune", help="drop rows older than a cutoff; the chain stays verifiable"))
     pr.add_argument("--older-than", required=True, help="90d, 12h or an ISO date/time (UTC)")
