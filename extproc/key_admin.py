@@ -15,6 +15,7 @@ from typing import TypeVar
 from contracts.config import GatewayConfig
 from extproc.context import RequestContext
 from extproc.telemetry.audit import KEY_ADMIN, AuditEvent, AuditLog
+from extproc.telemetry.metrics import STORE_KEYS, STORE_REFRESH_FAILURES, STORE_REFRESHED
 from keys.cache import KeyCache
 from keys.db import connect
 from keys.record import KeyRecord
@@ -31,9 +32,17 @@ class KeyAdmin:
         self.dsn = dsn
         self.cache = cache
         self.audit = audit
-        self.refresher = KeyRefresher(self.open_store, cache, config.keys.refresh_s)
+        self.refresher = KeyRefresher(self.open_store, cache, config.keys.refresh_s, self._refreshed)
         self._store: KeyStore | None = None  # the admin API's own connection, opened at its first call
         self._opening = threading.Lock()
+
+    def _refreshed(self, ok: bool) -> None:
+        """The refresher thread's word after each period, as metrics."""
+        if ok:
+            STORE_KEYS.set(len(self.cache))
+            STORE_REFRESHED.set(time.time())
+        else:
+            STORE_REFRESH_FAILURES.inc()
 
     def open_store(self) -> KeyStore:
         return KeyStore(connect(self.dsn))

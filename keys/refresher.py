@@ -17,8 +17,10 @@ log = logging.getLogger("modelyard.keys")
 
 
 class KeyRefresher:
-    def __init__(self, open_store: Callable[[], KeyStore], cache: KeyCache, interval_s: float) -> None:
+    def __init__(self, open_store: Callable[[], KeyStore], cache: KeyCache, interval_s: float,
+                 on_result: Callable[[bool], None] | None = None) -> None:
         self._open = open_store
+        self._on_result = on_result  # told each period whether the read succeeded (metrics)
         self.cache = cache
         self.interval_s = interval_s
         self._store: KeyStore | None = None
@@ -62,8 +64,10 @@ class KeyRefresher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            ok = False
             try:
                 self.refresh_once()
+                ok = True
                 if self._failing:
                     log.info("key store reachable again; keys are current")
                     self._failing = False
@@ -73,4 +77,6 @@ class KeyRefresher:
                     self._failing = True
             except Exception:
                 log.exception("key store refresh: unexpected error")
+            if self._on_result is not None:
+                self._on_result(ok)
             self._stop.wait(self.interval_s)
