@@ -44,9 +44,10 @@ class KeyRing:
             for digest in t.api_keys:
                 self._by_digest[digest] = t
 
-    def tenant_named(self, name: str) -> TenantConfig | None:
-        """A task replay's tenant, named by its marker (None once the tenant left the config)."""
-        return self._by_name.get(name)
+    def identity_named(self, name: str) -> Identity | None:
+        """A task replay's caller, its tenant named by its marker, as a config-file key would be (the
+        marker names no key); None once the tenant left the config."""
+        return self._config_callers.get(name)
 
     def tenant_for(self, key: str | None) -> TenantConfig | None:
         found = self.identify(key)

@@ -175,7 +175,9 @@ class Session:
         if replay is not None:  # the task worker's replay: its marker, not a stored key, says whose it is
             ctx.task_id, tenant = replay
             ctx.replayed = True
-            ctx.tenant = self.gw.keyring.tenant_named(tenant)
+            named = self.gw.keyring.identity_named(tenant)
+            if named is not None:
+                ctx.tenant, ctx.caller = named.tenant, named.caller
         else:
             if route.any_key:  # task polls: the caller may speak any protocol
                 key = any_client_key(ctx.headers, ctx.query)
