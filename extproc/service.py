@@ -267,7 +267,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
         gateway.key_admin.refresher.start()
         if not await asyncio.to_thread(gateway.key_admin.refresher.wait_loaded, 5.0):
-            log.error("key store not read yet: serving config-file keys; store keys follow once it answers")
+            log.error("key store not read: serving config-file keys; store keys follow once it answers")
     warmer.start()  # before serving: the first requests already see which deployments are warming
     try:
         await server.serve_until_signal(on_stop=pool.stop_async if pool is not None else None)

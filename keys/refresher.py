@@ -26,6 +26,7 @@ class KeyRefresher:
         self._store: KeyStore | None = None
         self._stop = threading.Event()
         self._loaded = threading.Event()
+        self._tried = threading.Event()  # the first read succeeded or failed: a start need not wait longer
         self._thread: threading.Thread | None = None
         self._failing = False
 
@@ -34,8 +35,9 @@ class KeyRefresher:
         self._thread.start()
 
     def wait_loaded(self, timeout: float) -> bool:
-        """Blocks (call it from a thread): True once the first full read is in."""
-        return self._loaded.wait(timeout)
+        """Blocks (call it from a thread) until the first read succeeded (True) or failed (False)."""
+        self._tried.wait(timeout)
+        return self._loaded.is_set()
 
     def refresh_once(self) -> int:
         """Read what changed and apply it; the number of changed rows. Raises StoreError."""
@@ -77,6 +79,7 @@ class KeyRefresher:
                     self._failing = True
             except Exception:
                 log.exception("key store refresh: unexpected error")
+            self._tried.set()
             if self._on_result is not None:
                 self._on_result(ok)
             self._stop.wait(self.interval_s)

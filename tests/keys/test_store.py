@@ -157,6 +157,18 @@ def test_refresher_keeps_the_last_keys_when_the_store_fails(tmp_path: Path) -> N
     assert cache.lookup(digest_of(secret)) is not None  # the last copy still serves
 
 
+def test_a_start_waits_no_longer_once_the_first_read_failed(tmp_path: Path) -> None:
+    (tmp_path / "ro").write_text("a file where the store's directory would be")
+    refresher = KeyRefresher(lambda: _store(f"sqlite:///{tmp_path / 'ro' / 'keys.db'}"), KeyCache(), 60)
+    refresher.start()
+    try:
+        t0 = time.monotonic()
+        assert refresher.wait_loaded(30) is False
+        assert time.monotonic() - t0 < 10
+    finally:
+        refresher.stop()
+
+
 # -- the spec: what the CLI and the admin API accept --------------------------------------------------
 
 
