@@ -238,10 +238,10 @@ class Session:
             ctx.client = msg.client_address(req, ctx.headers)
         if route.answer is not None:
             return await _answer(route, self.gw, ctx)
-        if req.request_headers.end_of_stream:
-            raise ClientError("request body is required")
         assert route.flow is not None
         self.flow = route.flow(self.gw, ctx)
+        if req.request_headers.end_of_stream:  # no body coming: the flow answers (and audits) an empty one
+            return await self.flow.request_body(b"")
         return _STRIP_RESERVED
 
     async def _defer(self, body: bytes) -> msg.ProcessingResponse:

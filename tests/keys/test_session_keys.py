@@ -137,13 +137,16 @@ async def test_admin_api_refuses_other_keys_and_says_why(tmp_path: Path) -> None
         _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), body)
         status, err = _reply(r)
         assert status == code and message in err["error"]["message"], err
+    _, r = await _call(gw, _admin("POST", "/admin/v1/keys"))  # no body at all
+    status, err = _reply(r)
+    assert status == 400 and "must be a JSON object" in err["error"]["message"]
     _, r = await _call(gw, _admin("PUT", "/admin/v1/keys"))
     assert _reply(r)[0] == 405
     await gw.close()
     rows = _audit_rows(tmp_path / "audit.sqlite")
     assert [(orjson.loads(r["detail"])["op"], r["status"]) for r in rows][:3] == [("auth", 401)] * 3
     assert rows[1]["key_id"] == key_id("sk-modelyard-demo") and rows[0]["key_id"] == ""
-    assert [r["status"] for r in rows[3:]] == [400] * 5 + [405]
+    assert [r["status"] for r in rows[3:]] == [400] * 6 + [405]
 
 
 async def test_admin_api_is_off_without_admin_keys(tmp_path: Path) -> None:
