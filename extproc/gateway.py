@@ -3,7 +3,8 @@
 `keyring` (who is calling), `catalog` (what is configured), `dispatcher` (where a request goes
 and whether it may go now), `accountant` (what happened after), `batcher`, `image_backend` and
 `kserve_probe` (vision and KServe work), `audit` (the tamper-evident record of calls and security
-events), `key_admin` (the key store: admin writes and the refresh that keeps `keyring` current). The composition root (`extproc/service.py`) builds it; flows read it and never set a part.
+events), `key_admin` (the key store: admin writes and the refresh that keeps `keyring` current).
+The composition root (`extproc/service.py`) builds it; flows read it and never set a part.
 """
 
 from __future__ import annotations
