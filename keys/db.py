@@ -1,5 +1,6 @@
 """One small DB layer over SQLite and PostgreSQL (psycopg 3): SQL is written once with `?`
-placeholders and portable types; `connect(dsn)` picks the driver from the DSN's scheme.
+placeholders and portable types; `connect(dsn)` picks the driver from the DSN's scheme. Values go
+in parameters only: `?` becomes psycopg's `%s`, so SQL text holds no literal `?` or `%`.
 
 Every call is blocking: callers on an event loop run it in a thread. One connection per
 `Database`, guarded by a lock, so threads may share it; a broken PostgreSQL connection is
@@ -38,6 +39,20 @@ class Database:
         """Run one statement; the number of rows it changed."""
         with self._lock:
             return int(self._run(sql, params, lambda cur: cur.rowcount))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement over many parameter rows (a writer's batch); wrap it in `transaction()`
+        to commit them together."""
+        with self._lock:
+            conn = self._connection()
+            if self.dialect == "sqlite":
+                try:
+                    conn.executemany(sql, [tuple(r) for r in rows])
+                except sqlite3.Error as e:
+                    raise StoreError(f"key store: {e}") from None
+                return
+            with self._guard(), conn.cursor() as cur:
+                cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self._lock:

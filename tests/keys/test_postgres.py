@@ -55,6 +55,22 @@ def test_operations_match_sqlite_and_keep_only_the_digest(dsn: str) -> None:
     store.close()
 
 
+def test_db_layer_runs_the_same_sql_on_postgresql(dsn: str) -> None:
+    db = connect(dsn)
+    db.execute("CREATE TABLE IF NOT EXISTS ledger (key_id TEXT NOT NULL, usd DOUBLE PRECISION NOT NULL)")
+    with db.transaction():
+        db.executemany("INSERT INTO ledger (key_id, usd) VALUES (?, ?)", [("a", 0.5), ("a", 0.25), ("b", 1.0)])
+    with pytest.raises(RuntimeError), db.transaction():
+        db.execute("INSERT INTO ledger (key_id, usd) VALUES (?, ?)", ("a", 100.0))
+        raise RuntimeError("rolled back")
+    assert db.fetchall("SELECT key_id, SUM(usd) FROM ledger GROUP BY key_id ORDER BY key_id") == [
+        ("a", 0.75), ("b", 1.0)]
+    with pytest.raises(StoreError):
+        db.execute("SELECT * FROM no_such_table")
+    assert db.fetchone("SELECT 1") == (1,)  # the connection is still usable after an error
+    db.close()
+
+
 def test_writers_on_several_connections_get_versions_in_commit_order(dsn: str) -> None:
     """Replicas' admin APIs and the CLI write at once: versions never repeat, and a reader that has
     seen version v never later finds a row committed with a version below v."""

@@ -90,6 +90,23 @@ def test_concurrent_writers_get_distinct_versions(sqlite_dsn: str) -> None:
     assert len(versions) == 30 and len(set(versions)) == 30
 
 
+def test_db_layer_runs_one_sql_text_for_a_table_of_its_own(sqlite_dsn: str) -> None:
+    """keys/db.py is for other tables too (a spend ledger): batches, transactions, rollbacks."""
+    db = connect(sqlite_dsn)
+    db.execute("CREATE TABLE IF NOT EXISTS ledger (key_id TEXT NOT NULL, usd DOUBLE PRECISION NOT NULL)")
+    with db.transaction():
+        db.executemany("INSERT INTO ledger (key_id, usd) VALUES (?, ?)", [("a", 0.5), ("a", 0.25), ("b", 1.0)])
+    with pytest.raises(RuntimeError), db.transaction():
+        db.execute("INSERT INTO ledger (key_id, usd) VALUES (?, ?)", ("a", 100.0))
+        raise RuntimeError("rolled back")
+    assert db.fetchall("SELECT key_id, SUM(usd) FROM ledger GROUP BY key_id ORDER BY key_id") == [
+        ("a", 0.75), ("b", 1.0)]
+    assert db.fetchone("SELECT COUNT(*) FROM ledger WHERE key_id = ?", ("zzz",)) == (0,)
+    with pytest.raises(StoreError):
+        db.execute("SELECT * FROM no_such_table")
+    db.close()
+
+
 def test_cache_follows_changes() -> None:
     cache = KeyCache()
     store = KeyStore(connect("sqlite:///:memory:"))
