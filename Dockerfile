@@ -19,6 +19,7 @@ COPY adapters ./adapters
 COPY kernels ./kernels
 COPY ratelimit ./ratelimit
 COPY budgets ./budgets
+COPY keys ./keys
 COPY controlplane ./controlplane
 COPY devstack ./devstack
 COPY gpuagent ./gpuagent

@@ -21,8 +21,11 @@ $(STAMP): pyproject.toml
 # wrk (the benchmark and the chaos suite's abrupt load), openssl (throwaway CAs for upstream TLS),
 # prometheus (prometheus + promtool: tests/deploy checks the rules and queries the dashboard against a live stack).
 APT_TOOLS := redis-server wrk openssl prometheus
+# Packages whose binaries are not on PATH: PostgreSQL (the key store tests start it themselves).
+APT_PACKAGES := postgresql
 system-tools:
 	@missing=""; for t in $(APT_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing $(APT_PACKAGES)"; \
 	  test -z "$$missing" || { (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; }
 
@@ -40,7 +43,7 @@ test: $(STAMP) system-tools
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check modelyard contracts extproc adapters kernels ratelimit budgets controlplane devstack gpuagent tests bench
+	$(VENV)/bin/ruff check modelyard contracts extproc adapters kernels ratelimit budgets keys controlplane devstack gpuagent tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -1,36 +1,117 @@
-"""API keys to tenants: keys are stored as sha256 digests and compared in constant time."""
+"""API keys to callers: config-file keys first, then the key store's (an in-memory copy a
+background thread keeps current). Keys are looked up by sha256 digest and compared in constant time."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
 
 from adapters.registry import PROTOCOLS
 from contracts.config import TenantConfig
+from contracts.keys import Caller
+from keys.cache import KeyCache
+from keys.record import KeyRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a key says is calling: the tenant as the request path sees it (a store key's model list
+    already narrowed into `allowed_models`), and the `Caller` budgets and metering read."""
+
+    tenant: TenantConfig
+    caller: Caller
+
+
+class _Expired:
+    """A store key past its expiry: 401, said as such."""
+
+
+EXPIRED: Final = _Expired()
 
 
 class KeyRing:
-    def __init__(self, tenants: list[TenantConfig]):
+    def __init__(self, tenants: list[TenantConfig], store: KeyCache | None = None):
         self._by_digest: dict[str, TenantConfig] = {}
         self._by_name = {t.name: t for t in tenants}
+        self._config_callers = {t.name: Identity(t, Caller(t.name, None)) for t in tenants}
+        self.store = store
+        # A store key's view of its tenant, made once per key version (the scheduler caches by identity).
+        self._narrowed: dict[str, tuple[KeyRecord, TenantConfig, Identity]] = {}
         for t in tenants:
             for digest in t.api_keys:
                 self._by_digest[digest] = t
 
-    def tenant_named(self, name: str) -> TenantConfig | None:
-        """A task replay's tenant, named by its marker (None once the tenant left the config)."""
-        return self._by_name.get(name)
+    def identity_named(self, name: str) -> Identity | None:
+        """A task replay's caller, its tenant named by its marker, as a config-file key would be (the
+        marker names no key); None once the tenant left the config."""
+        return self._config_callers.get(name)
 
     def tenant_for(self, key: str | None) -> TenantConfig | None:
+        found = self.identify(key)
+        return found.tenant if isinstance(found, Identity) else None
+
+    def identify(self, key: str | None, now: float | None = None) -> Identity | _Expired | None:
+        """The caller behind `key`; EXPIRED for a store key past its expiry; None for no such key."""
         if not key:
             return None
         digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
         tenant = self._by_digest.get(digest)
-        # The dict lookup is on a digest, not the key; the final check is constant-time anyway.
-        if tenant is None or not any(hmac.compare_digest(digest, d) for d in tenant.api_keys):
+        if tenant is not None:
+            # The dict lookup is on a digest, not the key; the final check is constant-time anyway.
+            if any(hmac.compare_digest(digest, d) for d in tenant.api_keys):
+                return self._config_callers[tenant.name]
             return None
-        return tenant
+        if self.store is None:
+            return None
+        rec = self.store.lookup(digest)
+        if rec is None:
+            return None
+        if rec.expired(now):
+            return EXPIRED
+        return self._store_identity(rec)
+
+    def _store_identity(self, rec: KeyRecord) -> Identity | None:
+        tenant = self._by_name.get(rec.tenant)
+        if tenant is None:  # the tenant left the config: its keys stop with it
+            return None
+        memo = self._narrowed.get(rec.id)
+        if memo is not None and memo[0] is rec and memo[1] is tenant:
+            return memo[2]
+        view = tenant
+        if rec.models is not None:
+            allowed = list(rec.models) if "*" in tenant.allowed_models else [
+                m for m in rec.models if m in tenant.allowed_models]
+            # The tenant narrowed: every check downstream (model lists, routing, 404s) sees only these.
+            view = tenant.model_copy(update={"allowed_models": allowed})
+        identity = Identity(view, Caller(tenant=tenant.name, key_id=rec.id, models=None if rec.models is None else frozenset(rec.models),
+                                         expires_at=rec.expires_at, budget=rec.budget))
+        if len(self._narrowed) > 100_000:
+            self._narrowed.clear()
+        self._narrowed[rec.id] = (rec, tenant, identity)
+        return identity
+
+
+class AdminKeys:
+    """The admin API's keys (`keys.admin_keys`, sha256 digests); every digest is compared, in
+    constant time, so timing says nothing about which one nearly matched."""
+
+    def __init__(self, digests: list[str]) -> None:
+        self._digests = [d.removeprefix("sha256:").lower() for d in digests]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._digests)
+
+    def check(self, key: str | None) -> str | None:
+        """The key's digest when it is an admin key, else None."""
+        if not key or not self._digests:
+            return None
+        digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
+        hits = [hmac.compare_digest(digest, d) for d in self._digests]
+        return digest if any(hits) else None
 
 
 def any_client_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:

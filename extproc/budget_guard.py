@@ -31,6 +31,7 @@ from extproc.telemetry.metrics import (
     BUDGET_USD,
     BUDGET_USED,
 )
+from keys.db import sqlite_path as keys_sqlite_path
 from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.budgets")
@@ -45,6 +46,19 @@ def ledger_wanted(config: GatewayConfig) -> bool:
     """A tenant has a budget, or the key store (whose keys may carry budgets) or the webhook is configured."""
     return (any(t.budget is not None for t in config.tenants) or config.keys.store is not None
             or config.keys.budget_webhook is not None)
+
+
+def _open_store(config: GatewayConfig, dsn: str | None) -> SpendStore:
+    if dsn is not None and dsn.startswith(("postgresql://", "postgres://")):
+        import psycopg  # only where replicas share a PostgreSQL key store
+
+        try:
+            return SpendStore(psycopg.connect(dsn, connect_timeout=5), paramstyle="format")
+        except psycopg.Error as e:
+            raise OSError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    if dsn is not None:
+        return SpendStore(keys_sqlite_path(dsn))
+    return SpendStore(sqlite_path(config.keys.store, config.devstack.run_dir))
 
 
 class BudgetGuard:
@@ -68,16 +82,18 @@ class BudgetGuard:
         self._thread.start()
 
     @classmethod
-    def from_config(cls, config: GatewayConfig) -> BudgetGuard | None:
-        if not ledger_wanted(config):
+    def from_config(cls, config: GatewayConfig, dsn: str | None = None) -> BudgetGuard | None:
+        """With the key store's `dsn` (every extproc that has one), always on: any store key may
+        carry a budget. The ledger's tables live in that store: SQLite, or PostgreSQL for replicas."""
+        if dsn is None and not ledger_wanted(config):
             return None
-        path = sqlite_path(config.keys.store, config.devstack.run_dir)
         hook = config.keys.budget_webhook
-        log.info("budgets: spend ledger in %s%s", path, f"; soft-limit webhook to {hook}" if hook else "")
+        where = dsn.rpartition("@")[2] if dsn else str(sqlite_path(config.keys.store, config.devstack.run_dir))
+        log.info("budgets: spend ledger in %s%s", where, f"; soft-limit webhook to {hook}" if hook else "")
         try:
-            store = SpendStore(path)
+            store = _open_store(config, dsn)
         except (OSError, sqlite3.Error) as e:
-            raise ConfigError(f"keys.store: cannot open the spend ledger {path}: {e}") from None
+            raise ConfigError(f"keys.store: cannot open the spend ledger {where}: {e}") from None
         return cls(store, tenant_budgets={t.name: t.budget for t in config.tenants if t.budget},
                    webhook=WebhookSender(hook) if hook else None)
 

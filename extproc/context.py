@@ -51,7 +51,9 @@ class RequestContext:
     protocol: ClientProtocol = "openai"
     started: float = field(default_factory=time.monotonic)
     tenant: TenantConfig | None = None
-    caller: Caller | None = None  # who the key says is calling (its id and own budget, for a stored key)
+    # Who the key says is calling (a store key's id, narrowing and budget; None before authentication).
+    caller: Caller | None = None
+    admin: str = ""  # an admin API call's key digest (the audit row names its prefix)
     path_model: str | None = None
     path_version: str | None = None
     stream_hint: bool = False

@@ -3,7 +3,8 @@
 `keyring` (who is calling), `catalog` (what is configured), `dispatcher` (where a request goes
 and whether it may go now), `accountant` (what happened after), `batcher`, `image_backend` and
 `kserve_probe` (vision and KServe work), `audit` (the tamper-evident record of calls and security
-events). The composition root (`extproc/service.py`) builds it; flows read it and never set a part.
+events), `key_admin` (the key store: admin writes and the refresh that keeps `keyring` current).
+The composition root (`extproc/service.py`) builds it; flows read it and never set a part.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import TYPE_CHECKING
 
 from contracts.config import GatewayConfig
 from extproc.accounting import Accountant
-from extproc.auth import KeyRing
+from extproc.auth import AdminKeys, KeyRing
 from extproc.batching import Batcher
 from extproc.budget_guard import BudgetGuard
 from extproc.catalog import Catalog
 from extproc.concurrency import ConcurrencyLimits
 from extproc.dispatch import Dispatcher
+from extproc.key_admin import KeyAdmin
 from extproc.kserve_probe import KServeProbe
 from extproc.routing import Scheduler
 from extproc.tasks.board import TaskBoard
@@ -49,6 +51,9 @@ class Gateway:
     audit: AuditLog | None = None
     tasks: TaskBoard | None = None  # async tasks (Prefer: respond-async); off unless configured
     budgets: BudgetGuard | None = None  # spend caps per key and tenant; off unless a budget or key store is set
+    # The key store: the admin API's writes and the refresher behind `keyring`'s store keys (off: config keys only).
+    key_admin: KeyAdmin | None = None
+    admin_keys: AdminKeys = field(default_factory=lambda: AdminKeys([]))
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
@@ -56,16 +61,17 @@ class Gateway:
               image_backend: Backend | None = None, metering: MeteringStore | None = None,
               tracing: Tracing | None = None, audit: AuditLog | None = None,
               tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None,
-              budgets: BudgetGuard | None = None) -> Gateway:
+              budgets: BudgetGuard | None = None, key_admin: KeyAdmin | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         if image_backend is None and any(m.vision is not None for m in config.models):
             image_backend = select_backend(config.extproc.image_backend)
-        return cls(config=config, keyring=KeyRing(config.tenants), catalog=Catalog(config),
+        keyring = KeyRing(config.tenants, key_admin.cache if key_admin is not None else None)
+        return cls(config=config, keyring=keyring, catalog=Catalog(config),
                    dispatcher=Dispatcher(scheduler, limiter, watermarks, limits, decisions=metering, budgets=budgets),
                    accountant=Accountant(scheduler, limiter, metering, budgets=budgets),
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, tracing=tracing,
-                   audit=audit, tasks=tasks, budgets=budgets)
+                   audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys))
 
     def start(self) -> None:
         """Background work that needs the server listening: the task worker replays through it."""
@@ -80,6 +86,8 @@ class Gateway:
     async def close(self) -> None:
         if self.tasks is not None:
             await self.tasks.close()
+        if self.key_admin is not None:
+            await self.key_admin.close()
         await self.accountant.close()
         if self.budgets is not None:  # after the accountant: the last calls' spend is in the ledger
             await asyncio.to_thread(self.budgets.close)

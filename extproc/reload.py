@@ -117,7 +117,9 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     image_backend = gw.image_backend
     if image_backend is None and any(m.vision is not None for m in config.models):
         image_backend = select_backend(config.extproc.image_backend)
-    keyring, catalog = KeyRing(config.tenants), Catalog(config)
+    # The store's keys are one cache across snapshots (its refresher keeps filling it).
+    keyring = KeyRing(config.tenants, gw.key_admin.cache if gw.key_admin is not None else None)
+    catalog = Catalog(config)
     limits = gw.dispatcher.limits
     try:  # last: the only step that opens anything (a host slot table), discarded if the commit never comes
         plan = limits.plan(config)
@@ -152,6 +154,8 @@ def commit(live: LiveGateway, ready: Prepared, version: str, warmer: Warmer | No
         gw.audit.set_captures({t.name: t.audit for t in config.tenants})
     if gw.image_backend is not None and gw.image_backend is not live.current.image_backend:
         IMAGE_BACKEND.labels(gw.image_backend.name).set(1)  # the first vision model: the path picked now
+    if gw.key_admin is not None:  # the admin API checks new keys' tenants and models against this config
+        gw.key_admin.config = config
     live.current = gw  # the swap: every stream from here on gets the new snapshot
     before, live.version = live.version, version
     show_version(before, version)

@@ -32,6 +32,7 @@ class Route:
     public: bool = False  # answered without an API key
     translatable: bool = False  # a chat request a translation hop may re-render for a peer
     any_key: bool = False  # the API key may come in any protocol's header (task polls)
+    admin: bool = False  # the admin API: an admin key (`keys.admin_keys`), not a tenant's
     answer: Answer | None = None
     flow: FlowFactory | None = None
     operation: str = "chat"  # gen_ai.operation.name on the request's span (tracing)

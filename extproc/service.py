@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -24,7 +25,7 @@ from extproc.batching import Batcher
 from extproc.budget_guard import BudgetGuard
 from extproc.concurrency import ConcurrencyLimits
 from extproc.config_feed import ConfigFeed, worker_id
-from extproc.flows import local, tasks
+from extproc.flows import keys_admin, local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
@@ -32,6 +33,7 @@ from extproc.flows.kserve_grpc import add_to_server as add_kserve_answers
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.gateway import Gateway, LiveGateway
+from extproc.key_admin import KeyAdmin
 from extproc.reload import Outcome, Reloader, show_version
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
@@ -44,6 +46,8 @@ from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.warmup import Warmer
 from extproc.workers import WORKER_ENV, WorkerPool, shared_dir, worker_index
 from kernels import select_backend
+from keys.cache import KeyCache
+from keys.location import store_dsn
 from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Decision, Limiter
 from ratelimit import RequestContext as RateLimitContext
@@ -131,6 +135,15 @@ def _tasks(method: str, path: str) -> Route | None:
     return None
 
 
+def _keys_admin(method: str, path: str) -> Route | None:
+    found = keys_admin.parse_path(method, path)
+    if found is None:
+        return None
+    if found[0] == "create":
+        return Route("openai", admin=True, flow=keys_admin.CreateKeyFlow, operation="admin")
+    return Route("openai", admin=True, answer=keys_admin.answer, operation="admin")
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -140,11 +153,13 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _chat],
+    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
+                       _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
-def build_gateway(config: GatewayConfig) -> Gateway:
+def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gateway:
+    """The parts from config; with `config_file`, the key store too (its default place is beside it)."""
     try:
         shared = shared_dir()  # one of several workers: the buckets are the host's, not this process's
         limiter = Limiter(config.ratelimit, host_table=None if shared is None else f"{shared}/buckets")
@@ -164,9 +179,14 @@ def build_gateway(config: GatewayConfig) -> Gateway:
     limits = ConcurrencyLimits(config, host=None if shared is None else (f"{shared}/slots", worker_index()),
                                redis_url=rl.redis.url if rl.backend == "redis" else None,
                                workers=1 if shared is None else worker_count(config.extproc.workers))
+    key_admin, dsn = None, None
+    if config_file is not None:
+        dsn = store_dsn(config, config_file)
+        key_admin = KeyAdmin(config, dsn, KeyCache(), audit)
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
-                         tasks=TaskBoard.from_config(config), limits=limits, budgets=BudgetGuard.from_config(config))
+                         tasks=TaskBoard.from_config(config), limits=limits, budgets=BudgetGuard.from_config(config, dsn),
+                         key_admin=key_admin)
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:
@@ -200,7 +220,7 @@ def running_version(path: str | None) -> str:
 async def run_service(config: GatewayConfig, *, path: str | None = None, metrics: bool = True,
                       pool: WorkerPool | None = None) -> None:
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.partition(".")[0])
-    gateway = build_gateway(config)
+    gateway = build_gateway(config, config_path(path))
     live = LiveGateway(gateway, running_version(path))
     show_version("", live.version)
     limiter = gateway.dispatcher.limiter
@@ -220,6 +240,10 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     if metrics and config.extproc.metrics_address:
         DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
         serve_metrics(config.extproc.metrics_address)
+    if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
+        gateway.key_admin.refresher.start()
+        if not await asyncio.to_thread(gateway.key_admin.refresher.wait_loaded, 5.0):
+            log.error("key store not read: serving config-file keys; store keys follow once it answers")
     warmer.start()  # before serving: the first requests already see which deployments are warming
     feed = None
     if config.controlplane.enabled:  # the control plane's config, long-polled, applied as SIGHUP's is

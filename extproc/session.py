@@ -12,16 +12,16 @@ import functools
 import inspect
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qsl
 
 import orjson
 
 from contracts.envoy_names import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER, parse_xlate_metadata
-from contracts.keys import Caller
 from extproc import messages as msg
 from extproc.audit_trail import CallTrail
-from extproc.auth import any_client_key, client_key
+from extproc.auth import EXPIRED, Identity, any_client_key, client_key
 from extproc.context import Flow, Interim, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
@@ -29,8 +29,10 @@ from extproc.public_headers import scrub
 from extproc.routes import Route, RouteTable
 from extproc.tasks import state as task_state
 from extproc.tasks.marker import MARKER_HEADER
+from extproc.telemetry.audit import KEY_ADMIN, AuditEvent
+from extproc.telemetry.audit_chain import key_id
 from extproc.telemetry.metrics import AUDIT_REFUSED, ERRORS, STREAMS
-from modelyard.errors import ClientError, ModelyardError, Unavailable, UpstreamError, default_type
+from modelyard.errors import ClientError, ModelyardError, NotFound, Unavailable, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.session")
 
@@ -163,22 +165,27 @@ class Session:
                                                       hop=self.xlate)
         if self.xlate is not None:
             return self._translation_hop(ctx, route, self.xlate)
+        if route.admin:
+            return await self._admin(req, route, ctx)
         if route.public and route.answer is not None:
             return await _answer(route, self.gw, ctx)
         key: str | None = None  # a replay has none: its marker says whose it is
+        found: object = None
         replay = self.gw.tasks.replay_of(headers) if self.gw.tasks is not None else None
         if replay is not None:  # the task worker's replay: its marker, not a stored key, says whose it is
             ctx.task_id, tenant = replay
             ctx.replayed = True
-            ctx.tenant = self.gw.keyring.tenant_named(tenant)
+            named = self.gw.keyring.identity_named(tenant)
+            if named is not None:
+                ctx.tenant, ctx.caller = named.tenant, named.caller
         else:
             if route.any_key:  # task polls: the caller may speak any protocol
                 key = any_client_key(ctx.headers, ctx.query)
             else:
                 key = client_key(ctx.protocol, ctx.headers, ctx.query)
-            ctx.tenant = self.gw.keyring.tenant_for(key)
-        if ctx.tenant is not None:  # a config-file key (or a replay): the tenant's, with no key id
-            ctx.caller = Caller(tenant=ctx.tenant.name, key_id=None)
+            found = self.gw.keyring.identify(key)
+            if isinstance(found, Identity):
+                ctx.tenant, ctx.caller = found.tenant, found.caller
         if self.trail is not None:
             ctx.client = msg.client_address(req, headers)
             self.trail.authenticated(ctx, key)
@@ -189,7 +196,7 @@ class Session:
                 self.trail = None
                 raise Unavailable("the gateway is behind on its audit log; retry shortly", retry_after_s=1)
         if ctx.tenant is None:
-            raise ClientError("invalid or missing API key", status=401)
+            raise ClientError("API key expired" if found is EXPIRED else "invalid or missing API key", status=401)
         if route.answer is not None:
             return await _answer(route, self.gw, ctx)
         if h.end_of_stream:
@@ -207,6 +214,34 @@ class Session:
             self.callback_url = self.gw.tasks.check_callback(ctx.tenant.name, headers)
         self.flow = route.flow(self.gw, ctx)
         # Strip reserved headers now: the body step sets the real ones.
+        return _STRIP_RESERVED
+
+    async def _admin(self, req: msg.ProcessingRequest, route: Route, ctx: RequestContext
+                     ) -> msg.ProcessingResponse | Interim:
+        """The admin API (`keys.admin_keys`): its own key, its own audit rows (not a tenant's call)."""
+        self.trail = None
+        if not self.gw.admin_keys.enabled or self.gw.key_admin is None:  # off: as any unknown URL
+            raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")
+        key = any_client_key(ctx.headers, ctx.query)
+        digest = self.gw.admin_keys.check(key)
+        if digest is None:
+            if self.gw.audit is not None:
+                ctx.client = msg.client_address(req, ctx.headers)
+                who = key_id(key) if key else ""
+                self.gw.audit.record(AuditEvent(
+                    event=KEY_ADMIN, time=time.time(), task_id=ctx.task_id, key_id=who, client=ctx.client,
+                    method=ctx.method, path=ctx.path, status=401,
+                    detail={"op": "auth", "reason": "not an admin key" if key else "missing admin key"}))
+            raise ClientError("invalid or missing admin key", status=401)
+        ctx.admin = digest
+        if self.gw.audit is not None:
+            ctx.client = msg.client_address(req, ctx.headers)
+        if route.answer is not None:
+            return await _answer(route, self.gw, ctx)
+        assert route.flow is not None
+        self.flow = route.flow(self.gw, ctx)
+        if req.request_headers.end_of_stream:  # no body coming: the flow answers (and audits) an empty one
+            return await self.flow.request_body(b"")
         return _STRIP_RESERVED
 
     async def _defer(self, body: bytes) -> msg.ProcessingResponse:

@@ -168,6 +168,7 @@ _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("route", "explain"): ("extproc.routing.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
     ("ratelimit", "status"): ("ratelimit.status", "main"),
+    ("keys",): ("keys.cli", "main"),
 }
 
 
@@ -221,7 +222,7 @@ def parser() -> argparse.ArgumentParser:
     ex = with_db(audit.add_parser("export", help="rows as JSON lines, oldest first"))
     ex.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC)")
     ex.add_argument("--tenant", default=None)
-    ex.add_argument("--event", default=None, help="call, auth_failure, config_reload, limits_change, prune")
+    ex.add_argument("--event", default=None, help="call, auth_failure, config_reload, limits_change, key_admin, prune")
     ex.set_defaults(func=_cmd_audit_export)
     pr = with_db(audit.add_parser("prune", help="drop rows older than a cutoff; the chain stays verifiable"))
     pr.add_argument("--older-than", required=True, help="90d, 12h or an ISO date/time (UTC)")
@@ -246,6 +247,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
     sub.add_parser("route", help="`route explain`: every candidate for a sample request")
     sub.add_parser("ratelimit", help="`ratelimit tune`: limits from recorded traffic; `ratelimit status`: live buckets")
+    sub.add_parser("keys", help="virtual keys: `keys create|list|rotate|revoke` (docs/keys.md)")
     return p
 
 

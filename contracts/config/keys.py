@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Period = Literal["day", "week", "month"]
 
@@ -26,3 +26,21 @@ class KeysConfig(BaseModel):
     admin_keys: list[str] = Field(default_factory=list)
     refresh_s: float = Field(default=0.5, gt=0)  # how often every worker re-reads changed keys
     budget_webhook: str | None = None  # POSTed once per key or tenant and period when the soft share is passed
+
+    @field_validator("store")
+    @classmethod
+    def _dsn(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("expected sqlite:///PATH or postgresql://user@host:port/db")
+        return v
+
+    @field_validator("admin_keys")
+    @classmethod
+    def _hashed(cls, v: list[str]) -> list[str]:
+        out = []
+        for k in v:
+            digest = k.removeprefix("sha256:")
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError("admin_keys hold sha256 hex digests (use `modelyard hash-key`)")
+            out.append(digest)
+        return out

@@ -82,6 +82,7 @@ CALL = "call"
 AUTH_FAILURE = "auth_failure"
 CONFIG_RELOAD = "config_reload"
 LIMITS_CHANGE = "limits_change"
+KEY_ADMIN = "key_admin"  # an admin API call on the key store (docs/keys.md)
 
 
 @dataclass(frozen=True, slots=True)

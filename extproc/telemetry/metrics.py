@@ -25,6 +25,12 @@ CHANNEL = Counter("modelyard_channel_requests_total", "Requests by serving chann
 STREAMS = Gauge("modelyard_extproc_open_streams", "ext_proc streams open now")
 ERRORS = Counter("modelyard_errors_total", "Requests answered with an error by the gateway",
                  ["protocol", "status"])
+# The key store's copy on this worker: how many live keys, and when a refresh last read the store.
+STORE_KEYS = Gauge("modelyard_key_store_keys", "Live keys from the key store on this worker")
+STORE_REFRESHED = Gauge("modelyard_key_store_refreshed_timestamp_seconds",
+                        "When this worker last read the key store (unix seconds)")
+STORE_REFRESH_FAILURES = Counter("modelyard_key_store_refresh_failures_total",
+                                 "Key store refreshes that failed (the last keys read keep serving)")
 IMAGE_BACKEND = Gauge("modelyard_image_backend_info", "Image preprocessing path in use (1 = active)",
                       ["backend"])
 

@@ -11,7 +11,8 @@ import pytest
 
 from tests.stack_config import ROOT
 
-OURS = ("modelyard", "contracts", "extproc", "adapters", "kernels", "ratelimit", "controlplane", "devstack", "gpuagent")
+OURS = ("modelyard", "contracts", "extproc", "adapters", "kernels", "ratelimit", "keys", "controlplane", "devstack",
+        "gpuagent")
 
 
 def _loaded_after(module: str) -> list[str]:
@@ -37,7 +38,7 @@ def test_the_gpu_agent_loads_only_the_watermark_contract() -> None:
     assert [m for m in loaded if m.startswith("contracts.config")] == []
 
 
-@pytest.mark.parametrize("module", ["contracts.config", "contracts.envoy_names", "contracts.failover",
+@pytest.mark.parametrize("module", ["contracts.config", "contracts.envoy_names", "contracts.failover", "contracts.keys",
                                     "contracts.watermarks", "contracts.workers"])
 def test_contracts_load_nothing_of_ours_but_the_error_tree(module: str) -> None:
     loaded = _loaded_after(module)

@@ -1,0 +1,137 @@
+"""The admin API on the gateway's listener: `/admin/v1/keys...`, the same operations as
+`modelyard keys` (docs/keys.md). The session checks the admin key before any of these run;
+each call, refused or not, leaves one audit row (`key_admin`), never holding a secret.
+
+    GET    /admin/v1/keys[?tenant=T]       list
+    POST   /admin/v1/keys                  create: {"tenant", "name", "models", "budget_usd", "budget_period", "expires"}
+    GET    /admin/v1/keys/{id}             one key
+    POST   /admin/v1/keys/{id}/rotate      a new secret; the old one stops
+    POST   /admin/v1/keys/{id}/revoke      (or DELETE /admin/v1/keys/{id})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from extproc import messages as msg
+from extproc.context import RequestContext, json_response
+from extproc.gateway import Gateway
+from extproc.key_admin import KeyAdmin
+from keys.db import StoreError, redacted
+from keys.spec import KeySpecError, spec_from_json
+from keys.store import RevokedKey, UnknownKey
+from modelyard.errors import ClientError, ModelyardError, NotFound, Unavailable
+
+PREFIX = "/admin/v1/keys"
+
+
+def parse_path(method: str, path: str) -> tuple[str, str] | None:
+    """(operation, key id) for an admin path, or None when the path is not the admin API's."""
+    if path == PREFIX or path == PREFIX + "/":
+        return ("list", "") if method == "GET" else ("create", "") if method == "POST" else ("bad_method", "")
+    if not path.startswith(PREFIX + "/"):
+        return None
+    parts = path[len(PREFIX) + 1:].split("/")
+    if len(parts) == 1 and parts[0]:
+        return ("get", parts[0]) if method == "GET" else ("revoke", parts[0]) if method == "DELETE" \
+            else ("bad_method", parts[0])
+    if len(parts) == 2 and parts[0] and parts[1] in ("rotate", "revoke"):
+        return (parts[1], parts[0]) if method == "POST" else ("bad_method", parts[0])
+    return ("unknown", "")
+
+
+def _admin(gw: Gateway, ctx: RequestContext) -> KeyAdmin:
+    if gw.key_admin is None:
+        raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")
+    return gw.key_admin
+
+
+async def _audited(gw: Gateway, ctx: RequestContext, op: str, key_id: str,
+                   work: Callable[[KeyAdmin], Awaitable[tuple[int, Any, str]]]) -> msg.ProcessingResponse:
+    """Run one operation and audit it, whatever it came to (refusals with their reason)."""
+    admin = _admin(gw, ctx)
+    try:
+        status, payload, tenant = await work(admin)
+    except ModelyardError as e:
+        admin.audited(ctx, op, e.status, key_id=key_id, reason=e.message)
+        raise
+    except KeySpecError as e:
+        admin.audited(ctx, op, 400, key_id=key_id, reason=str(e))
+        raise ClientError(str(e)) from None
+    except UnknownKey as e:
+        admin.audited(ctx, op, 404, key_id=key_id, reason=e.args[0])
+        raise NotFound(e.args[0]) from None
+    except RevokedKey as e:
+        admin.audited(ctx, op, 409, key_id=key_id, reason=str(e))
+        raise ClientError(str(e), status=409) from None
+    except StoreError as e:
+        admin.audited(ctx, op, 503, key_id=key_id, reason=redacted(str(e)))
+        raise Unavailable("the key store cannot be reached; retry shortly", retry_after_s=1) from None
+    admin.audited(ctx, op, status, key_id=payload.get("id", key_id) if isinstance(payload, dict) else key_id,
+                  tenant=tenant)
+    return json_response(status, payload, ctx)
+
+
+async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    """Every admin operation without a body: list, get, rotate, revoke."""
+    found = parse_path(ctx.method, ctx.path) or ("unknown", "")
+    op, key_id = found
+
+    async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
+        if op == "list":
+            recs = await admin.list(ctx.query.get("tenant"))
+            return 200, {"object": "list", "data": [r.view() for r in recs]}, ctx.query.get("tenant", "-")
+        if op == "get":
+            rec = await admin.get(key_id)
+            return 200, rec.view(), rec.tenant
+        if op == "rotate":
+            rec, secret = await admin.rotate(key_id)
+            return 200, {**rec.view(), "key": secret}, rec.tenant
+        if op == "revoke":
+            rec = await admin.revoke(key_id)
+            return 200, rec.view(), rec.tenant
+        if op == "bad_method":
+            raise ClientError(f"{ctx.method} is not allowed on {ctx.path}", status=405)
+        raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")
+
+    return await _audited(gw, ctx, op, key_id, work)
+
+
+class CreateKeyFlow:
+    """`POST /admin/v1/keys`: the one admin call with a body."""
+
+    def __init__(self, gw: Gateway, ctx: RequestContext) -> None:
+        self.gw = gw
+        self.ctx = ctx
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                raise ClientError("the body must be a JSON object: {\"tenant\": ..., ...}") from None
+            if not isinstance(doc, dict):
+                raise ClientError("the body must be a JSON object: {\"tenant\": ..., ...}")
+            spec = spec_from_json(admin.config, doc)
+            rec, secret = await admin.create(spec)
+            return 201, {**rec.view(), "key": secret}, rec.tenant
+
+        return await _audited(self.gw, self.ctx, "create", "", work)
+
+    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
+        return msg.response_headers()
+
+    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
+        return msg.response_body()
+
+    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
+        return msg.response_trailers()
+
+    def defer(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

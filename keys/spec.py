@@ -1,0 +1,116 @@
+"""What a new key asks for, checked against the config: the CLI and the admin API share it.
+
+Pure: parsing and validation only; a bad field raises `KeySpecError` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from contracts.config import GatewayConfig
+
+PERIODS = ("day", "week", "month")
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_FIELDS = {"tenant", "name", "models", "budget_usd", "budget_period", "expires"}
+
+
+class KeySpecError(ValueError):
+    """A create request that cannot be honoured; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpec:
+    tenant: str
+    name: str = ""
+    models: tuple[str, ...] | None = None
+    expires_at: float | None = None
+    budget_usd: float | None = None
+    budget_period: str | None = None
+
+
+def parse_expiry(text: str, now: float | None = None) -> float:
+    """`2027-01-01T00:00:00Z` (no zone: UTC) or a span from now: `30d`, `12h`, `15m`, `90s`."""
+    now = time.time() if now is None else now
+    text = text.strip()
+    m = _RELATIVE.match(text)
+    if m:
+        span = float(m[1]) * _UNIT_S[m[2]]
+        if span <= 0:
+            raise KeySpecError(f"expires: {text!r} is not in the future")
+        return now + span
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise KeySpecError(f"expires: {text!r} is neither an ISO 8601 time (2027-01-01T00:00:00Z) "
+                           "nor a span (30d, 12h, 15m, 90s)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    at = when.timestamp()
+    if at <= now:
+        raise KeySpecError(f"expires: {text!r} is in the past")
+    return at
+
+
+def build_spec(config: GatewayConfig, *, tenant: Any, name: Any = "", models: Any = None, budget_usd: Any = None,
+               budget_period: Any = None, expires: Any = None, now: float | None = None) -> KeySpec:
+    """A checked spec: the tenant exists in the config, the models are configured models, the budget
+    is a finite amount >= 0 with a known period, the expiry is well-formed and in the future."""
+    if not isinstance(tenant, str) or not tenant:
+        raise KeySpecError("tenant: required (a tenant name from the config)")
+    known = [t.name for t in config.tenants]
+    if tenant not in known:
+        raise KeySpecError(f"tenant: unknown tenant {tenant!r} (configured: {', '.join(known)})")
+    if not isinstance(name, str) or len(name) > 200:
+        raise KeySpecError("name: expected a string of at most 200 characters")
+    narrowed: tuple[str, ...] | None = None
+    if models is not None:
+        if isinstance(models, str):
+            models = [m.strip() for m in models.split(",") if m.strip()]
+        if not isinstance(models, list) or not models or not all(isinstance(m, str) and m for m in models):
+            raise KeySpecError("models: expected a non-empty list of model names")
+        names = {m.name for m in config.models} | {g for m in config.models for g in m.groups}
+        unknown = [m for m in models if m not in names]
+        if unknown:
+            raise KeySpecError(f"models: unknown model {unknown[0]!r}")
+        narrowed = tuple(dict.fromkeys(models))
+    usd: float | None = None
+    period: str | None = None
+    if budget_usd is not None:
+        if isinstance(budget_usd, bool):
+            raise KeySpecError("budget_usd: expected a number")
+        try:
+            usd = float(budget_usd)
+        except (TypeError, ValueError):
+            raise KeySpecError(f"budget_usd: {budget_usd!r} is not a number") from None
+        if not math.isfinite(usd) or usd < 0:
+            raise KeySpecError(f"budget_usd: must be a finite amount of 0 or more, got {budget_usd!r}")
+        period = budget_period or "month"
+    if budget_period is not None:
+        if budget_period not in PERIODS:
+            raise KeySpecError(f"budget_period: {budget_period!r} is not one of {', '.join(PERIODS)}")
+        if usd is None:
+            raise KeySpecError("budget_period: needs budget_usd")
+    expires_at: float | None = None
+    if expires is not None:
+        if not isinstance(expires, str):
+            raise KeySpecError("expires: expected a string (2027-01-01T00:00:00Z or 30d)")
+        expires_at = parse_expiry(expires, now)
+    return KeySpec(tenant=tenant, name=name, models=narrowed, expires_at=expires_at, budget_usd=usd,
+                   budget_period=period)
+
+
+def spec_from_json(config: GatewayConfig, body: Mapping[str, Any]) -> KeySpec:
+    """The admin API's create body: the same fields as the CLI's flags."""
+    extra = sorted(set(body) - _FIELDS)
+    if extra:
+        raise KeySpecError(f"{extra[0]}: unknown field (known: {', '.join(sorted(_FIELDS))})")
+    return build_spec(config, tenant=body.get("tenant"), name=body.get("name") or "", models=body.get("models"),
+                      budget_usd=body.get("budget_usd"), budget_period=body.get("budget_period"),
+                      expires=body.get("expires"))

@@ -1,0 +1,201 @@
+"""Virtual keys through a real Envoy, two extproc workers and the SDKs: `modelyard keys` and the
+admin API write the store (SQLite beside the run files); every worker serves a created key within
+1 s and refuses a revoked one within 2 s; a key's model list reads like the unknown model's 404."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from keys.secret import digest_of
+from modelyard.cli import main as cli_main
+from tests.stack_config import free_ports_run, small_config, start_stack
+
+pytestmark = pytest.mark.e2e
+ADMIN_KEY = "adm-e2e-admin-key"
+CREATED_WITHIN_S = 1.0
+REVOKED_WITHIN_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    workdir = tmp_path_factory.mktemp("keys-stack")
+    data = small_config()
+    twin = copy.deepcopy(data["models"][0])  # a second model on the same upstream: the one a key leaves out
+    twin["name"], twin["groups"] = "demo-gpt-b", []
+    data["models"].append(twin)
+    grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
+    data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
+                           workers=2, audit_db="audit.sqlite", tasks=None)
+    data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)]}  # the store: its default, run/keys.db
+    with start_stack(workdir, data) as s:
+        s.test_config = workdir / "modelyard.yaml"
+        s.test_audit = workdir / "audit.sqlite"
+        yield s
+
+
+def _cli(stack: Any, *args: str) -> Any:
+    """`modelyard keys ...` in this process (tests/keys/test_cli.py runs it as a subprocess): the
+    stack's processes see another writer on their store either way, and the clock starts at its commit."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(["keys", *args, "--json", "--config", str(stack.test_config)])
+    assert code == 0, out.getvalue()
+    return json.loads(out.getvalue())
+
+
+def _oai(stack: Any, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=20)
+
+
+def _ant(stack: Any, key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=stack.url, api_key=key, max_retries=0, timeout=20)
+
+
+def _chat(stack: Any, key: str, model: str = "demo-gpt") -> str:
+    reply = _oai(stack, key).chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+    return reply.choices[0].message.content or ""
+
+
+def _until(ok: Callable[[], bool], within: float) -> float:
+    """Seconds until `ok()` first held, each try started within `within` (bounded: then it fails)."""
+    start = time.monotonic()
+    while True:
+        tried_at = time.monotonic() - start
+        if ok():
+            return tried_at
+        assert tried_at < within, f"not within {within} s"
+        time.sleep(0.05)
+
+
+def _works(stack: Any, key: str) -> Callable[[], bool]:
+    def ok() -> bool:
+        try:
+            return bool(_chat(stack, key))
+        except openai.AuthenticationError:
+            return False
+    return ok
+
+
+def _refused(stack: Any, key: str) -> Callable[[], bool]:
+    def ok() -> bool:
+        try:
+            _chat(stack, key)
+        except openai.AuthenticationError:
+            return True
+        return False
+    return ok
+
+
+def test_a_created_key_serves_on_every_worker_within_1s(stack: Any) -> None:
+    created = _cli(stack, "create", "--tenant", "demo", "--name", "e2e")
+    waited = _until(_works(stack, created["key"]), CREATED_WITHIN_S)
+    # Envoy spreads streams over both workers round robin: each of them knows the key by now.
+    for _ in range(6):
+        assert _chat(stack, created["key"])
+    reply = _ant(stack, created["key"]).messages.create(model="demo-gpt", max_tokens=20,
+                                                        messages=[{"role": "user", "content": "hi"}])
+    assert reply.content[0].type == "text"
+    print(f"created key served after {waited:.2f} s")
+
+
+def test_a_keys_model_list_narrows_it_like_an_unknown_model(stack: Any) -> None:
+    created = _cli(stack, "create", "--tenant", "demo", "--models", "demo-gpt")
+    _until(_works(stack, created["key"]), CREATED_WITHIN_S)
+    client = _oai(stack, created["key"])
+    with pytest.raises(openai.NotFoundError) as left_out:
+        client.chat.completions.create(model="demo-gpt-b", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
+    assert left_out.value.code == unknown.value.code == "model_not_found"
+    assert left_out.value.response.text.replace("demo-gpt-b", "X") == unknown.value.response.text.replace(
+        "no-such-model", "X")
+    assert [m.id for m in client.models.list()] == ["demo-gpt"]
+    with pytest.raises(anthropic.NotFoundError) as ant_left_out:
+        _ant(stack, created["key"]).messages.create(model="demo-gpt-b", max_tokens=20,
+                                                    messages=[{"role": "user", "content": "hi"}])
+    assert ant_left_out.value.status_code == 404
+    # The tenant's own key still reaches the model the store key leaves out.
+    assert _chat(stack, "sk-modelyard-demo", model="demo-gpt-b")
+
+
+def test_rotate_then_revoke(stack: Any) -> None:
+    created = _cli(stack, "create", "--tenant", "demo")
+    _until(_works(stack, created["key"]), CREATED_WITHIN_S)
+    rotated = _cli(stack, "rotate", created["id"])
+    assert rotated["id"] == created["id"] and rotated["key"] != created["key"]
+    _until(_works(stack, rotated["key"]), CREATED_WITHIN_S)
+    _until(_refused(stack, created["key"]), REVOKED_WITHIN_S)
+    assert _cli(stack, "revoke", created["id"])["status"] == "revoked"
+    waited = _until(_refused(stack, rotated["key"]), REVOKED_WITHIN_S)
+    for _ in range(4):  # refused by both workers
+        with pytest.raises(openai.AuthenticationError):
+            _chat(stack, rotated["key"])
+    with pytest.raises(anthropic.AuthenticationError) as ant:
+        _ant(stack, rotated["key"]).messages.create(model="demo-gpt", max_tokens=20,
+                                                    messages=[{"role": "user", "content": "hi"}])
+    assert ant.value.body["type"] == "error"  # type: ignore[index]
+    print(f"revoked key refused after {waited:.2f} s")
+
+
+def test_an_expired_key_gets_401(stack: Any) -> None:
+    created = _cli(stack, "create", "--tenant", "demo", "--expires", "3s")
+    t0 = time.monotonic()
+    _until(_works(stack, created["key"]), CREATED_WITHIN_S)
+    time.sleep(max(0.0, 3.0 - (time.monotonic() - t0)))
+    _until(_refused(stack, created["key"]), REVOKED_WITHIN_S)
+    with pytest.raises(openai.AuthenticationError) as e:
+        _chat(stack, created["key"])
+    assert "expired" in e.value.message
+    [view] = [k for k in _cli(stack, "list") if k["id"] == created["id"]]
+    assert view["status"] == "expired"
+
+
+def test_the_admin_api_needs_an_admin_key_and_is_audited(stack: Any) -> None:
+    url = f"{stack.url}/admin/v1/keys"
+    for headers in ({}, {"authorization": "Bearer sk-modelyard-demo"}):
+        r = httpx.get(url, headers=headers, timeout=20)
+        assert r.status_code == 401 and r.json()["error"]["message"] == "invalid or missing admin key"
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    r = httpx.post(url, headers=admin, json={"tenant": "nobody"}, timeout=20)
+    assert r.status_code == 400 and "unknown tenant 'nobody'" in r.json()["error"]["message"]
+    r = httpx.post(url, headers=admin, json={"tenant": "demo", "models": ["demo-gpt"], "budget_usd": 1.5,
+                                             "budget_period": "day"}, timeout=20)
+    assert r.status_code == 201, r.text
+    created = r.json()
+    # Served within 1 s everywhere (at once by the worker that wrote it).
+    _until(_works(stack, created["key"]), CREATED_WITHIN_S)
+    listed = httpx.get(url, headers=admin, timeout=20).json()["data"]
+    assert created["id"] in [k["id"] for k in listed] and created["key"] not in json.dumps(listed)
+    r = httpx.post(f"{url}/{created['id']}/revoke", headers=admin, timeout=20)
+    assert r.status_code == 200 and r.json()["status"] == "revoked"
+    _until(_refused(stack, created["key"]), REVOKED_WITHIN_S)
+
+    def rows() -> list[dict[str, Any]]:
+        conn = sqlite3.connect(stack.test_audit)
+        conn.row_factory = sqlite3.Row
+        try:
+            return [dict(x) for x in conn.execute("SELECT * FROM audit WHERE event = 'key_admin' ORDER BY id")]
+        finally:
+            conn.close()
+
+    _until(lambda: len(rows()) >= 6, 5.0)  # the audit writer commits in its thread
+    got = [(json.loads(x["detail"])["op"], x["status"], x["key_id"]) for x in rows()]
+    admin_id = digest_of(ADMIN_KEY)[:12]
+    assert got == [("auth", 401, ""), ("auth", 401, digest_of("sk-modelyard-demo")[:12]), ("create", 400, admin_id),
+                   ("create", 201, admin_id), ("list", 200, admin_id), ("revoke", 200, admin_id)]
+    assert json.loads(rows()[3]["detail"])["key"] == created["id"]
+    everything = b"".join(p.read_bytes() for p in Path(stack.test_audit).parent.glob("audit.sqlite*"))
+    assert created["key"].encode() not in everything

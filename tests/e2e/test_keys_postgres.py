@@ -1,0 +1,93 @@
+"""Two extproc replicas behind one Envoy on one PostgreSQL key store (started by the test, as the
+Redis tests start redis-server): a key created by the CLI or through either replica's admin API
+serves on both within 1 s; revoked, both refuse it within 2 s."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from controlplane.environments import EnvironmentConfig
+from keys.secret import digest_of
+from modelyard.cli import main as cli_main
+from tests.keys.postgres_server import PostgresServer, available
+from tests.stack_config import add_extproc_replica, small_config, start_stack
+
+pytestmark = pytest.mark.e2e
+ADMIN_KEY = "adm-e2e-postgres"
+
+
+def _requests_total(metrics_address: str) -> float:
+    text = httpx.get(f"http://{metrics_address}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("modelyard_requests_total{"))
+
+
+def _until(ok: Callable[[], bool], within: float) -> None:
+    start = time.monotonic()
+    while not ok():
+        assert time.monotonic() - start < within, f"not within {within} s"
+        time.sleep(0.05)
+
+
+def _status(url: str, key: str) -> int:
+    r = httpx.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"}, timeout=20,
+                   json={"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]})
+    return r.status_code
+
+
+def test_replicas_share_one_postgresql_key_store(tmp_path: Path) -> None:
+    if not available():
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    pg = PostgresServer()
+    pg.start()
+    try:
+        dsn = pg.create_database("modelyard_keys")
+        data = small_config()
+        data["extproc"].update(tasks=None, audit_db=None)
+        data["keys"] = {"store": dsn, "admin_keys": [digest_of(ADMIN_KEY)]}
+        stack = start_stack(tmp_path, data, EnvironmentConfig(name="t", admin=None, concurrency=1))
+        second, second_metrics = add_extproc_replica(stack, data, tmp_path)
+        stack.env = EnvironmentConfig(name="t", admin=None, concurrency=1,
+                                      extproc_endpoints=[data["extproc"]["address"], second])
+        metrics = [data["extproc"]["metrics_address"], second_metrics]
+        config = tmp_path / "modelyard.yaml"
+        with stack:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert cli_main(["keys", "create", "--tenant", "demo", "--json", "--config", str(config)]) == 0
+            created = json.loads(out.getvalue())
+            _until(lambda: _status(stack.url, created["key"]) == 200, 1.0)
+            before = [_requests_total(m) for m in metrics]
+            client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=created["key"], max_retries=0, timeout=20)
+            for i in range(8):  # round robin: both replicas answer with the key
+                assert client.chat.completions.create(
+                    model="demo-gpt", messages=[{"role": "user", "content": f"hi {i}"}]).choices[0].message.content
+            after = [_requests_total(m) for m in metrics]
+            assert all(a - b >= 2 for a, b in zip(after, before, strict=True)), (before, after)
+
+            # Through the admin API: one replica writes, the other reads it from PostgreSQL.
+            r = httpx.post(f"{stack.url}/admin/v1/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                           json={"tenant": "demo-l2", "models": ["demo-gpt"]}, timeout=20)
+            assert r.status_code == 201, r.text
+            via_api = r.json()
+            _until(lambda: all(_status(stack.url, via_api["key"]) == 200 for _ in range(4)), 1.0)
+
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert cli_main(["keys", "revoke", created["id"], "--config", str(config)]) == 0
+            _until(lambda: all(_status(stack.url, created["key"]) == 401 for _ in range(4)), 2.0)
+            r = httpx.post(f"{stack.url}/admin/v1/keys/{via_api['id']}/revoke",
+                           headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=20)
+            assert r.status_code == 200 and r.json()["status"] == "revoked"
+            _until(lambda: all(_status(stack.url, via_api["key"]) == 401 for _ in range(4)), 2.0)
+            assert _status(stack.url, "sk-modelyard-demo") == 200  # config-file keys are untouched
+    finally:
+        pg.remove()

@@ -1,0 +1,193 @@
+"""Store keys and the admin API through a `Session` driven with plain ext_proc messages: the same
+code Envoy's streams run, on a SQLite store and a real audit log, no sockets."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from contracts.config import parse_config
+from extproc.gateway import Gateway
+from extproc.key_admin import KeyAdmin
+from extproc.session import Session
+from extproc.telemetry.audit import AuditLog
+from extproc.telemetry.audit_chain import key_id
+from keys.cache import KeyCache
+from keys.secret import digest_of
+from keys.spec import KeySpec
+from tests.core.session_driver import ROUTES, body_msg, chat_headers, headers_msg
+from tests.stack_config import ROOT, without_watermarks
+
+ADMIN_KEY = "adm-test-key"
+
+
+def _gateway(tmp_path: Path, admin_keys: list[str] | None = None) -> Gateway:
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)] if admin_keys is None else admin_keys}
+    cfg = parse_config(data)
+    audit = AuditLog(tmp_path / "audit.sqlite")
+    admin = KeyAdmin(cfg, f"sqlite:///{tmp_path / 'keys.db'}", KeyCache(), audit)
+    return Gateway.build(cfg, audit=audit, key_admin=admin)
+
+
+async def _call(gw: Gateway, headers: dict[str, str], body: bytes | None = None) -> tuple[Session, Any]:
+    s = Session(gw, ROUTES)
+    r = await s.handle(headers_msg(headers, eos=body is None))
+    if body is not None and r.WhichOneof("response") != "immediate_response":
+        r = await s.handle(body_msg(body))
+    s.close()
+    return s, r
+
+
+def _chat(key: str, model: str = "demo-gpt", protocol: str = "openai") -> tuple[dict[str, str], bytes]:
+    if protocol == "anthropic":
+        h = {":method": "POST", ":path": "/v1/messages", "content-type": "application/json", "x-api-key": key,
+             "anthropic-version": "2023-06-01"}
+        return h, orjson.dumps({"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
+    return chat_headers(key), orjson.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+
+
+def _admin(method: str, path: str, key: str | None = ADMIN_KEY) -> dict[str, str]:
+    h = {":method": method, ":path": path, "content-type": "application/json"}
+    if key:
+        h["authorization"] = f"Bearer {key}"
+    return h
+
+
+def _reply(r: Any) -> tuple[int, Any]:
+    assert r.WhichOneof("response") == "immediate_response", r
+    return r.immediate_response.status.code, orjson.loads(r.immediate_response.body)
+
+
+def _audit_rows(path: Path) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM audit WHERE event = 'key_admin' ORDER BY id")]
+    finally:
+        conn.close()
+
+
+async def test_admin_api_creates_a_key_that_serves_at_once_and_is_audited(tmp_path: Path) -> None:
+    gw = _gateway(tmp_path)
+    _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps(
+        {"tenant": "demo-l3", "models": ["demo-gpt", "demo-claude"], "budget_usd": 2, "budget_period": "day"}))
+    status, created = _reply(r)
+    assert status == 201 and created["key"].startswith("my-") and created["tenant"] == "demo-l3"
+    secret, kid = created["key"], created["id"]
+
+    # The worker that wrote it serves it now; the caller is the key, its tenant narrowed.
+    s, r = await _call(gw, *_chat(secret))
+    assert r.WhichOneof("response") == "request_body"
+    assert s.ctx is not None and s.ctx.caller is not None
+    assert (s.ctx.caller.key_id, s.ctx.caller.tenant) == (kid, "demo-l3")
+    assert s.ctx.caller.budget is not None and s.ctx.caller.budget.usd == 2
+    assert s.ctx.tenant is not None and s.ctx.tenant.allowed_models == ["demo-gpt"]
+
+    _, r = await _call(gw, _admin("GET", "/admin/v1/keys"))
+    status, listed = _reply(r)
+    assert status == 200 and [k["id"] for k in listed["data"]] == [kid]
+    assert secret not in orjson.dumps(listed).decode()
+
+    _, r = await _call(gw, _admin("POST", f"/admin/v1/keys/{kid}/rotate"))
+    status, rotated = _reply(r)
+    assert status == 200 and rotated["id"] == kid and rotated["key"] != secret
+    _, r = await _call(gw, *_chat(secret))
+    assert _reply(r)[0] == 401
+    _, r = await _call(gw, *_chat(rotated["key"]))
+    assert r.WhichOneof("response") == "request_body"
+
+    _, r = await _call(gw, _admin("DELETE", f"/admin/v1/keys/{kid}"))
+    assert _reply(r) == (200, {**_reply(r)[1], "status": "revoked"})
+    _, r = await _call(gw, *_chat(rotated["key"]))
+    assert _reply(r)[0] == 401
+    _, r = await _call(gw, _admin("POST", f"/admin/v1/keys/{kid}/rotate"))
+    assert _reply(r)[0] == 409
+    _, r = await _call(gw, _admin("POST", "/admin/v1/keys/key_nope/revoke"))
+    assert _reply(r)[0] == 404
+    await gw.close()
+
+    rows = _audit_rows(tmp_path / "audit.sqlite")
+    ops = [(orjson.loads(r["detail"])["op"], r["status"]) for r in rows]
+    assert ops == [("create", 201), ("list", 200), ("rotate", 200), ("revoke", 200), ("rotate", 409),
+                   ("revoke", 404)]
+    assert all(r["key_id"] == digest_of(ADMIN_KEY)[:12] for r in rows)
+    assert orjson.loads(rows[0]["detail"])["key"] == kid and rows[0]["tenant"] == "demo-l3"
+    everything = b"".join(p.read_bytes() for p in tmp_path.glob("audit.sqlite*"))
+    assert secret.encode() not in everything and rotated["key"].encode() not in everything
+
+
+async def test_admin_api_refuses_other_keys_and_says_why(tmp_path: Path) -> None:
+    gw = _gateway(tmp_path)
+    for key in (None, "sk-modelyard-demo", "adm-wrong"):  # a tenant's key is not an admin key
+        _, r = await _call(gw, _admin("GET", "/admin/v1/keys", key))
+        status, body = _reply(r)
+        assert status == 401 and body["error"]["message"] == "invalid or missing admin key"
+    bad = [(orjson.dumps({"tenant": "nobody"}), 400, "unknown tenant 'nobody'"),
+           (orjson.dumps({"tenant": "demo", "budget_usd": -1}), 400, "must be a finite amount of 0 or more"),
+           (orjson.dumps({"tenant": "demo", "expires": "soon"}), 400, "is neither an ISO 8601 time"),
+           (b"[1]", 400, "must be a JSON object"), (b"{oops", 400, "must be a JSON object")]
+    for body, code, message in bad:
+        _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), body)
+        status, err = _reply(r)
+        assert status == code and message in err["error"]["message"], err
+    _, r = await _call(gw, _admin("POST", "/admin/v1/keys"))  # no body at all
+    status, err = _reply(r)
+    assert status == 400 and "must be a JSON object" in err["error"]["message"]
+    _, r = await _call(gw, _admin("PUT", "/admin/v1/keys"))
+    assert _reply(r)[0] == 405
+    await gw.close()
+    rows = _audit_rows(tmp_path / "audit.sqlite")
+    assert [(orjson.loads(r["detail"])["op"], r["status"]) for r in rows][:3] == [("auth", 401)] * 3
+    assert rows[1]["key_id"] == key_id("sk-modelyard-demo") and rows[0]["key_id"] == ""
+    assert [r["status"] for r in rows[3:]] == [400] * 6 + [405]
+
+
+async def test_admin_api_is_off_without_admin_keys(tmp_path: Path) -> None:
+    gw = _gateway(tmp_path, admin_keys=[])
+    _, r = await _call(gw, _admin("GET", "/admin/v1/keys"))
+    status, body = _reply(r)
+    assert status == 404 and "Unknown request URL" in body["error"]["message"]
+    await gw.close()
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+async def test_a_model_outside_the_key_reads_as_unknown(tmp_path: Path, protocol: str) -> None:
+    gw = _gateway(tmp_path)
+    assert gw.key_admin is not None
+    _, secret = await gw.key_admin.create(KeySpec(tenant="demo", models=("demo-gpt",)))
+    _, r = await _call(gw, *_chat(secret, "demo-claude", protocol))
+    forbidden = _reply(r)
+    _, r = await _call(gw, *_chat(secret, "demo-nonexistent", protocol))
+    unknown = _reply(r)
+    assert forbidden[0] == unknown[0] == 404
+    assert orjson.dumps(forbidden[1]).replace(b"demo-claude", b"X") == orjson.dumps(unknown[1]).replace(
+        b"demo-nonexistent", b"X")
+    # And /v1/models lists only what the key may use.
+    _, r = await _call(gw, {":method": "GET", ":path": "/v1/models", "authorization": f"Bearer {secret}"})
+    assert [m["id"] for m in _reply(r)[1]["data"]] == ["demo-gpt"]
+    await gw.close()
+
+
+async def test_an_expired_key_is_401_in_the_callers_shape(tmp_path: Path) -> None:
+    gw = _gateway(tmp_path)
+    assert gw.key_admin is not None
+    _, secret = await gw.key_admin.create(KeySpec(tenant="demo", expires_at=time.time() + 0.3))
+    _, r = await _call(gw, *_chat(secret, protocol="anthropic"))
+    assert r.WhichOneof("response") == "request_body"
+    time.sleep(0.35)
+    for protocol in ("openai", "anthropic"):
+        _, r = await _call(gw, *_chat(secret, protocol=protocol))
+        status, body = _reply(r)
+        assert status == 401
+        if protocol == "anthropic":
+            assert body["type"] == "error" and body["error"]["message"] == "API key expired"
+        else:
+            assert body["error"]["message"] == "API key expired"
+    await gw.close()
