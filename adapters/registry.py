@@ -14,7 +14,7 @@ from adapters.stream_usage import StreamUsage
 __all__ = ["PROTOCOLS", "CLIENT_AUTH_HEADERS", "ClientRoute", "StreamTranslator", "translate_stream",
            "detect_client_protocol"]
 
-# `responses` (the OpenAI Responses API) is a client protocol only: no deployment speaks it yet.
+# `responses` (the OpenAI Responses API) is both a client and an upstream protocol (`protocol: responses`).
 # The cloud protocols (azure-openai, ...) are upstream protocols only: no client path speaks them.
 PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini,
                                       "responses": responses, "azure-openai": azure_openai, "bedrock": bedrock,

@@ -122,6 +122,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         body["max_output_tokens"] = req.max_tokens
     if req.top_k is not None:
         raise ClientError("top_k cannot be sent to a Responses API upstream (it has no such control)")
+    if req.stop:
+        raise ClientError("stop sequences cannot be sent to a Responses API upstream (it has no such control)")
     if req.parallel_tool_calls is not None and req.tools:
         body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.response_format is not None:

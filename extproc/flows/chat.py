@@ -183,6 +183,10 @@ class ChatFlow:
             self.response_model = resp.model
         if not self.translating:
             return None
+        if resp.untranslatable is not None:
+            # Valid, but not in the caller's protocol: a clear error, never an answer with parts missing.
+            self.client_status = 502
+            return render_error_body(self.ctx.protocol, 502, resp.untranslatable, "api_error")
         return self.client.render_response(resp, model=model, request=self.request)
 
     def _stream_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:
@@ -206,7 +210,8 @@ class ChatFlow:
                 self.response_model = events[0].model or self.response_model
             for ev in events:
                 if type(ev) is StreamError and end:
-                    # The upstream stopped mid-stream: end the client's stream with an error event.
+                    # The upstream stopped mid-stream: end the client's stream with an error event
+                    # (not a StreamUntranslatable: a same-protocol client reads that answer as sent).
                     tail = self.client.StreamEncoder(model=request.model, request=request).encode([ev])
                     self.client_status = 502
                     self.upstream_failed = True
