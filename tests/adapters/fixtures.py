@@ -158,7 +158,7 @@ def _rs(rid: str, status: str, output: list, usage: tuple[int, int] | None, **ex
             "store": False, "temperature": 1.0, "text": {"format": {"type": "text"}, "verbosity": "medium"},
             "tool_choice": "auto", "tools": [], "top_p": 1.0, "truncation": "disabled",
             "usage": None if usage is None else {
-                "input_tokens": usage[0], "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens": usage[0], "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                 "output_tokens": usage[1], "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": sum(usage)},
             "user": None, "metadata": {}, **extra}
