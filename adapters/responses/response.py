@@ -133,8 +133,10 @@ def reasoning_shown(item: JSONObject) -> bool:
 def item_problem(item: JSONObject) -> str | None:
     """Why an output item cannot be translated, or None when the internal format carries it."""
     t = item.get("type")
+    if type(t) is not str:
+        return "an output item of unknown type"
     if t not in _CARRIED:
-        return f"a {t} output item" if type(t) is str else "an output item of unknown type"
+        return f"a {t} output item"
     if t == "reasoning" and reasoning_shown(item):
         return "a reasoning item with a summary"
     return None
@@ -142,7 +144,9 @@ def item_problem(item: JSONObject) -> str | None:
 
 def part_problem(part: object) -> str | None:
     t = part.get("type") if type(part) is dict else None
-    return None if t in _PARTS else (f"a message part of type {t}" if type(t) is str else "a malformed message part")
+    if type(t) is not str:
+        return "a malformed message part"
+    return None if t in _PARTS else f"a message part of type {t}"
 
 
 def parse_response(body: bytes) -> ChatResponse:
