@@ -22,7 +22,17 @@ from tests.adapters.golden_pairs import (
     scrub,
     translate,
 )
-from tests.adapters.translation_checks import NAMES, UPSTREAMS, canon, client_events, decode, meaning, parse, sdk_check, summary
+from tests.adapters.translation_checks import (
+    NAMES,
+    UPSTREAMS,
+    canon,
+    client_events,
+    decode,
+    meaning,
+    parse,
+    sdk_check,
+    summary,
+)
 
 REQUESTS, RESPONSES, STREAMS = cases("request"), cases("response-"), cases("stream-")
 # A response and a stream of the same kind in one folder (text, tool): they must mean the same.

@@ -180,10 +180,9 @@ def test_untranslatable_stream_ends_in_an_error_for_each_sdk(oai: openai.OpenAI,
         list(oai.chat.completions.create(model=MODEL, stream=True,
                                          messages=[{"role": "user", "content": f"go {CUSTOM_TOOL}"}]))
     assert "custom_tool_call" in e.value.message
-    with pytest.raises(anthropic.APIStatusError) as e2:
-        with claude.messages.stream(model=MODEL, max_tokens=50,
-                                    messages=[{"role": "user", "content": f"go {WEB_SEARCH}"}]) as s:
-            list(s.text_stream)
+    with pytest.raises(anthropic.APIStatusError) as e2, claude.messages.stream(model=MODEL, max_tokens=50,
+                                messages=[{"role": "user", "content": f"go {WEB_SEARCH}"}]) as s:
+        list(s.text_stream)
     assert "web_search_call" in str(e2.value)
 
 
