@@ -13,13 +13,14 @@ import os
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
 from devstack.demo.responses_server import CUSTOM_TOOL, REASONING, REASONING_SUMMARY, WEB_SEARCH
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS
 from tests.e2e.metered import metered_row
-from tests.stack_config import demo_config_free_ports, start_stack
+from tests.stack_config import demo_config_free_ports, free_port, start_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -34,10 +35,24 @@ CLAUDE_TOOL = {"name": "get_weather", "description": "Weather for a city",
                "input_schema": WEATHER["function"]["parameters"]}  # type: ignore[index]
 
 
+PINNED = {"x-modelyard-strategy": "pinned"}
+
+
+def _mixed(name: str, dead: str, live: str) -> dict[str, Any]:
+    """A model whose first deployment (`dead` protocol) has nobody listening and whose peer (`live`)
+    is a demo: a pinned request starts at the dead one and Envoy fails over through a translation hop."""
+    return {"name": name, "capabilities": {"tools": True}, "deployments": [
+        {"cluster": f"dead-{dead}", "protocol": dead, "endpoints": [f"127.0.0.1:{free_port()}"]},
+        {"cluster": f"demo-{name}", "protocol": live, "endpoints": [f"127.0.0.1:{free_port()}"]}]}
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory):
     data, _ = demo_config_free_ports()
     data["models"] = [m for m in data["models"] if m["name"] == MODEL]
+    data["models"] += [_mixed("to-responses", "openai", "responses"), _mixed("from-responses", "responses", "openai")]
+    # A quality-only strategy ties each pair; config order puts the dead one first.
+    data["routing"] = {"strategies": {"pinned": {"quality": 1}}}
     os.environ.setdefault("DEMO_OPENAI_KEY", UPSTREAM_KEYS["DEMO_OPENAI_KEY"])
     with start_stack(tmp_path_factory.mktemp("responses-upstream"), data) as s:
         yield s
@@ -194,3 +209,28 @@ def test_stop_sequences_are_a_clear_400(oai: openai.OpenAI, claude: anthropic.An
         claude.messages.create(model=MODEL, max_tokens=9, stop_sequences=["END"],
                                messages=[{"role": "user", "content": "hi"}])
     assert "stop sequences" in str(e2.value)
+
+
+# ---- failover across protocols: translation hops to and from a Responses deployment ------------
+
+
+def test_a_chat_caller_fails_over_to_a_responses_peer(claude: anthropic.Anthropic, stack: Any) -> None:
+    """Anthropic caller -> dead OpenAI deployment -> hop xlate~openai~demo-to-responses (Responses); the
+    stream after it may go straight to the peer, once the scheduler has learnt the dead one failed."""
+    client = claude.with_options(default_headers=PINNED)
+    msg = client.messages.create(model="to-responses", max_tokens=50, messages=[{"role": "user", "content": "hop"}])
+    assert msg.content[0].text == "[demo-to-responses] echo: hop"  # type: ignore[union-attr]
+    with client.messages.stream(model="to-responses", max_tokens=50,
+                                messages=[{"role": "user", "content": "hop streamed"}]) as s:
+        assert "".join(s.text_stream) == "[demo-to-responses] echo: hop streamed"
+
+
+def test_a_responses_caller_fails_over_from_a_responses_deployment(oai: openai.OpenAI, stack: Any) -> None:
+    """Responses caller -> dead Responses deployment -> hop xlate~responses~demo-from-responses (OpenAI chat)."""
+    client = oai.with_options(default_headers=PINNED)
+    resp = client.responses.create(model="from-responses", input="hop back")
+    assert resp.output_text == "[demo-from-responses] echo: hop back" and resp.status == "completed"
+    stats = httpx.get(f"{stack.admin_url()}/stats?filter=upstream_rq_total").text
+    counts = {ln.split(":")[0]: int(ln.split(":")[1]) for ln in stats.splitlines() if ":" in ln}
+    assert counts["cluster.xlate~openai~demo-to-responses.upstream_rq_total"] >= 1
+    assert counts["cluster.xlate~responses~demo-from-responses.upstream_rq_total"] >= 1
