@@ -220,3 +220,18 @@ def test_an_incomplete_stream_finishes_for_length() -> None:
     got = summary(decode("responses", [_sse([_CREATED, _done("incomplete",
                                                              incomplete_details={"reason": "max_output_tokens"})])]))
     assert got[2:] == ("length", 3, 4, True)
+
+
+def test_a_tool_result_with_an_image_keeps_it_as_input_parts() -> None:
+    from openai.types.responses.response_input_item import FunctionCallOutput
+
+    req = parse("anthropic", orjson.dumps({"model": "m", "max_tokens": 9, "messages": [
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "text", "text": "here"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA="}}]}]}]}))
+    item = _rendered(req)["input"][-1]
+    assert item["output"] == [{"type": "input_text", "text": "here"},
+                              {"type": "input_image", "image_url": "data:image/png;base64,AAA="}]
+    FunctionCallOutput.model_validate(item)
