@@ -196,7 +196,9 @@ class ChatFlow:
             out = self.translator.feed(chunk)
             if end:
                 out += self.translator.finish()
-                self.upstream_failed = self.translator.error is not None
+                # An answer the client's protocol cannot express is no failure of the upstream's.
+                self.upstream_failed = self.translator.error is not None and not (
+                    isinstance(self.translator, StreamTranslator) and self.translator.untranslatable)
                 self.usage = self.translator.meter.reported
                 self._finish()
             return msg.response_body(body=out)

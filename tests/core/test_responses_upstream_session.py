@@ -86,3 +86,14 @@ async def test_a_responses_client_passes_through_and_is_metered(gateway: Gateway
         assert flow is not None and flow.usage is not None  # type: ignore[attr-defined]
         assert (flow.usage.input_tokens, flow.usage.output_tokens) == (11, 2)  # type: ignore[attr-defined]
         s.close()
+
+
+async def test_an_untranslatable_stream_is_no_upstream_failure(gateway: Gateway) -> None:
+    """Routing feedback: the upstream answered well; the caller's protocol is what falls short."""
+    s = Session(gateway, ROUTES)
+    await _sent(s, chat_headers(), {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "x"}]})
+    await s.handle(headers_msg(SSE, response=True))
+    r = await s.handle(body_msg(HOSTED_STREAM, response=True))
+    assert b"web_search_call" in r.response_body.response.body_mutation.body
+    assert s.flow is not None and s.flow.upstream_failed is False  # type: ignore[attr-defined]
+    s.close()
