@@ -137,6 +137,25 @@ def test_hidden_reasoning_is_no_obstacle(oai: openai.OpenAI) -> None:
     assert out.choices[0].message.content == f"{PREFIX} echo: think {REASONING}"
 
 
+def test_gemini_client_plain_stream_and_untranslatable(stack: Any) -> None:
+    """No Gemini SDK here: its REST shape over httpx, key in Gemini's own header."""
+    head = {"x-goog-api-key": DEMO_KEY}
+    body = {"contents": [{"role": "user", "parts": [{"text": "gemini asks responses"}]}]}
+    r = httpx.post(f"{stack.url}/v1beta/models/{MODEL}:generateContent", json=body, headers=head, timeout=10)
+    assert r.status_code == 200, r.text
+    cand = r.json()["candidates"][0]
+    assert cand["content"]["parts"][0]["text"] == f"{PREFIX} echo: gemini asks responses"
+    assert cand["finishReason"] == "STOP" and r.json()["usageMetadata"]["candidatesTokenCount"] == 5
+    with httpx.stream("POST", f"{stack.url}/v1beta/models/{MODEL}:streamGenerateContent", params={"alt": "sse"},
+                      json=body, headers=head, timeout=10) as r:
+        events = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:")]
+    assert "".join(p.get("text", "") for e in events for c in e.get("candidates", [])
+                   for p in c["content"]["parts"]) == f"{PREFIX} echo: gemini asks responses"
+    r = httpx.post(f"{stack.url}/v1beta/models/{MODEL}:generateContent", headers=head, timeout=10,
+                   json={"contents": [{"role": "user", "parts": [{"text": f"go {WEB_SEARCH}"}]}]})
+    assert r.status_code == 502 and "web_search_call" in r.json()["error"]["message"]
+
+
 # ---- Responses clients, passed through ---------------------------------------------------------
 
 
