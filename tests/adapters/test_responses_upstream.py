@@ -235,3 +235,33 @@ def test_a_tool_result_with_an_image_keeps_it_as_input_parts() -> None:
     assert item["output"] == [{"type": "input_text", "text": "here"},
                               {"type": "input_image", "image_url": "data:image/png;base64,AAA="}]
     FunctionCallOutput.model_validate(item)
+
+
+# ---- the demo Responses upstream, driven by the openai SDK -------------------------------------
+
+
+async def test_the_demo_upstream_with_the_sdk() -> None:
+    import openai as openai_sdk
+    from aiohttp.test_utils import TestServer
+
+    from devstack.demo import responses_server
+
+    async with TestServer(responses_server.make_app(require_key="rk-1"), host="127.0.0.1") as srv:
+        url = str(srv.make_url("/v1")).rstrip("/")
+        client = openai_sdk.AsyncOpenAI(api_key="rk-1", base_url=url, max_retries=0)
+        r = await client.responses.create(model="gpt-x", instructions="be brief", input="hello demo")
+        assert r.output_text == "[demo-responses] echo: hello demo" and r.instructions == "be brief"
+        assert r.usage is not None and (r.usage.input_tokens, r.usage.output_tokens) == (4, 4)
+        tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+        async with client.responses.stream(model="gpt-x", input="weather in Oslo", tools=[tool]) as s:
+            final = await s.get_final_response()
+        call = next(o for o in final.output if o.type == "function_call")
+        assert call.name == "get_weather" and orjson.loads(call.arguments) == {"city": "Oslo"}
+        # The SDK's own stream state machine accepts the events with an extra item first.
+        async with client.responses.stream(model="gpt-x", input=f"find {WEB_SEARCH}") as s:
+            final = await s.get_final_response()
+        assert [o.type for o in final.output] == ["web_search_call", "message"]
+        with pytest.raises(openai_sdk.AuthenticationError):
+            await openai_sdk.AsyncOpenAI(api_key="wrong", base_url=url, max_retries=0).responses.create(
+                model="gpt-x", input=f"find {WEB_SEARCH}")
+        await client.close()
