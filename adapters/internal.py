@@ -127,6 +127,9 @@ class ChatRequest:
     include_usage: bool = False  # client asked for a usage chunk (OpenAI stream_options)
     task: str = "chat"
     task_id: str | None = None
+    # What only a deployment speaking the client's own protocol can take (Responses hosted tools,
+    # reasoning options and items): such a request passes through there, and is a 400 elsewhere.
+    native_only: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

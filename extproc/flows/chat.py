@@ -91,6 +91,9 @@ class ChatFlow:
         self.wire = dep.protocol
         self.upstream = PROTOCOLS[dep.protocol]
         upstream_model = dep.upstream_model or choice.model.name
+        if self.translating and req.native_only:
+            raise ClientError(f"{req.native_only}: only a deployment speaking this API can take them, and "
+                              f"{choice.model.name} was routed to {dep.cluster}, which speaks {dep.protocol}")
         with ctx.span("translate request", self._translation_attributes() if ctx.trace is not None else None):
             if self.translating:
                 auth = self.call.auth

@@ -97,3 +97,20 @@ async def test_an_untranslatable_stream_is_no_upstream_failure(gateway: Gateway)
     assert b"web_search_call" in r.response_body.response.body_mutation.body
     assert s.flow is not None and s.flow.upstream_failed is False  # type: ignore[attr-defined]
     s.close()
+
+
+async def test_hosted_tools_pass_through_to_a_responses_deployment_only(gateway: Gateway) -> None:
+    body = {"input": "search the web", "tools": [{"type": "web_search"}], "reasoning": {"effort": "low"}}
+    s = Session(gateway, ROUTES)
+    hs, sent = await _sent(s, _responses_headers(), {"model": MODEL, **body})
+    assert hs[":path"] == "/v1/responses" and sent == b""  # the client's own bytes, tools and all
+    s.close()
+    s = Session(gateway, ROUTES)
+    await s.handle(headers_msg(_responses_headers()))
+    r = await s.handle(body_msg(orjson.dumps({"model": "demo-gpt", **body})))
+    assert r.immediate_response.status.code == 400
+    err = orjson.loads(r.immediate_response.body)["error"]
+    assert err["type"] == "invalid_request_error"
+    assert err["message"].startswith("reasoning options, web_search tools: only a deployment speaking this API")
+    assert "demo-openai, which speaks openai" in err["message"]
+    s.close()
