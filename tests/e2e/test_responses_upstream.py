@@ -182,7 +182,8 @@ def test_responses_create_stream_passes_through(oai: openai.OpenAI, stack: Any) 
 
 
 def test_a_responses_caller_gets_hosted_tool_output_as_sent(oai: openai.OpenAI) -> None:
-    resp = oai.responses.create(model=MODEL, input=f"look it up {WEB_SEARCH}")
+    # A hosted tool in the request, and its call in the answer: both pass through untouched.
+    resp = oai.responses.create(model=MODEL, input=f"look it up {WEB_SEARCH}", tools=[{"type": "web_search"}])
     assert [o.type for o in resp.output] == ["web_search_call", "message"]
     events = list(oai.responses.create(model=MODEL, stream=True, input=f"look it up {WEB_SEARCH}"))
     assert events[-1].type == "response.completed"
