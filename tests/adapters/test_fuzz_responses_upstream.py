@@ -113,3 +113,30 @@ def test_answers(kind: str, path: list, value: object, raw: bytes) -> None:
             continue
         for client in CLIENTS:
             PROTOCOLS[client].render_response(resp, model="m")
+
+
+REQUEST_KEYS = ["model", "input", "instructions", "tools", "tool_choice", "type", "name", "role", "content", "text",
+                "call_id", "arguments", "output", "reasoning", "effort", "summary", "parameters", "stream",
+                "max_output_tokens", "temperature"]
+REQUEST_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.text(max_size=6),
+              st.sampled_from(["user", "assistant", "message", "function", "function_call", "function_call_output",
+                               "reasoning", "web_search", "file_search", "input_text", "auto", "m"])),
+    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.sampled_from(REQUEST_KEYS), c, max_size=5)),
+    max_leaves=25)
+
+
+@FUZZ
+@given(body=st.dictionaries(st.sampled_from(REQUEST_KEYS), REQUEST_JSON, max_size=6))
+def test_requests_parse_and_render_or_refuse(body: dict) -> None:
+    """Whatever parses renders for every upstream unless it holds what only a Responses one takes."""
+    try:
+        req = responses.parse_request(orjson.dumps({"model": "m", **body}))
+    except ModelyardError as e:
+        assert e.status == 400
+        return
+    for up in CLIENTS:
+        try:
+            PROTOCOLS[up].render_request(req, upstream_model="u", credential="k")
+        except ModelyardError as e:
+            assert e.status == 400
