@@ -19,7 +19,7 @@ __all__ = [
     "Role", "FinishReason", "TextPart", "ImagePart", "DocumentPart", "ContentPart", "ToolCall", "ToolDef",
     "ToolChoice", "ResponseFormat", "RenderOptions", "Message", "ChatRequest", "Usage", "ChatResponse", "UpstreamRequest",
     "StreamStart", "TextDelta", "ToolCallStart", "ToolCallDelta", "StreamFinish", "UsageUpdate",
-    "StreamEnd", "StreamError", "StreamEvent", "estimate_prompt_tokens", "message_text",
+    "StreamEnd", "StreamError", "StreamUntranslatable", "StreamEvent", "estimate_prompt_tokens", "message_text",
 ]
 
 Role = Literal["user", "assistant", "tool"]
@@ -127,6 +127,9 @@ class ChatRequest:
     include_usage: bool = False  # client asked for a usage chunk (OpenAI stream_options)
     task: str = "chat"
     task_id: str | None = None
+    # What only a deployment speaking the client's own protocol can take (Responses hosted tools,
+    # reasoning options and items): such a request passes through there, and is a 400 elsewhere.
+    native_only: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,9 @@ class ChatResponse:
     finish_reason: FinishReason = "stop"
     usage: Usage = field(default_factory=Usage)
     refusal: str | None = None  # the model declined (OpenAI message.refusal); content may be empty
+    # What the answer holds that no other protocol can express (a hosted tool's output item): a
+    # translated answer is then an error in the caller's shape; a same-protocol passthrough is not.
+    untranslatable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +214,12 @@ class StreamEnd:
 class StreamError:
     message: str
     type: str = "api_error"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamUntranslatable(StreamError):
+    """The upstream streamed what no other protocol can express (a hosted tool's output item): the
+    end of a translated stream, after the usage; a same-protocol passthrough passes it on as sent."""
 
 
 StreamEvent = (StreamStart | TextDelta | ToolCallStart | ToolCallDelta | StreamFinish | UsageUpdate | StreamEnd

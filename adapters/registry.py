@@ -7,14 +7,14 @@ from typing import Literal
 from urllib.parse import unquote
 
 from adapters import anthropic, azure_openai, bedrock, gemini, openai, responses, vertex
-from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent
+from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent, StreamUntranslatable
 from adapters.protocol import ChatProtocol, StreamDecoder, StreamEncoder
 from adapters.stream_usage import StreamUsage
 
 __all__ = ["PROTOCOLS", "CLIENT_AUTH_HEADERS", "ClientRoute", "StreamTranslator", "translate_stream",
            "detect_client_protocol"]
 
-# `responses` (the OpenAI Responses API) is a client protocol only: no deployment speaks it yet.
+# `responses` (the OpenAI Responses API) is both a client and an upstream protocol (`protocol: responses`).
 # The cloud protocols (azure-openai, ...) are upstream protocols only: no client path speaks them.
 PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini,
                                       "responses": responses, "azure-openai": azure_openai, "bedrock": bedrock,
@@ -65,7 +65,7 @@ def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
 class StreamTranslator:
     """Upstream SSE bytes in, client SSE bytes out; `meter` holds the usage seen so far."""
 
-    __slots__ = ("_decoder", "_encoder", "meter", "finished", "error")
+    __slots__ = ("_decoder", "_encoder", "meter", "finished", "error", "untranslatable")
 
     def __init__(self, decoder: StreamDecoder, encoder: StreamEncoder) -> None:
         self._decoder = decoder
@@ -73,6 +73,8 @@ class StreamTranslator:
         self.meter = StreamUsage()
         self.finished = False  # the upstream stream completed normally
         self.error: str | None = None  # message of an upstream error / cut, if any
+        # The error is the answer's, not a failure: it holds what the client's protocol cannot express.
+        self.untranslatable = False
 
     def _track(self, events: list[StreamEvent]) -> list[StreamEvent]:
         self.meter.observe(events)
@@ -81,6 +83,7 @@ class StreamTranslator:
                 self.finished = True
             elif isinstance(ev, StreamError):
                 self.error = ev.message
+                self.untranslatable = isinstance(ev, StreamUntranslatable)
         return events
 
     def feed(self, chunk: bytes) -> bytes:

@@ -20,7 +20,7 @@ from contracts.config import Deployment, GatewayConfig
 from contracts.envoy_names import parse_xlate, xlate_name
 
 # Protocols the translation hop can re-render (the hub-and-spoke chat adapters).
-TRANSLATABLE = frozenset({"openai", "anthropic", "gemini"})
+TRANSLATABLE = frozenset({"openai", "anthropic", "gemini", "responses"})
 
 
 def _channel_ok(primary: Deployment, peer: Deployment) -> bool:

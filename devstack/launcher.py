@@ -37,6 +37,7 @@ _DEMO_SERVERS = {
     "openai": "devstack.demo.openai_server",
     "anthropic": "devstack.demo.anthropic_server",
     "gemini": "devstack.demo.gemini_server",
+    "responses": "devstack.demo.responses_server",
     "kserve-grpc": "devstack.demo.kserve_server",
     "azure-openai": "devstack.demo.azure_server",
     "bedrock": "devstack.demo.bedrock_server",

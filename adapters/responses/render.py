@@ -9,6 +9,7 @@ import orjson
 from adapters.call_ids import plain_id
 from adapters.internal import (
     ChatRequest,
+    ContentPart,
     DocumentPart,
     RenderOptions,
     ResponseFormat,
@@ -49,25 +50,31 @@ def _input_items(req: ChatRequest) -> list[InputItem]:
     items: list[InputItem] = []
     for m in req.messages:
         if m.role == "tool":
+            # A text result is a string; one with images or files keeps them as input parts.
+            only_text = all(isinstance(p, TextPart) for p in m.content)
             items.append({"type": "function_call_output", "call_id": plain_id(m.tool_call_id or ""),
-                          "output": message_text(m)})
+                          "output": message_text(m) if only_text else _parts(m.content, "input_text")})
             continue
         if m.content:
             kind: Literal["input_text", "output_text"] = "input_text" if m.role == "user" else "output_text"
-            parts: list[InputPart] = []
-            for p in m.content:
-                if isinstance(p, TextPart):
-                    parts.append({"type": kind, "text": p.text})
-                elif isinstance(p, DocumentPart):
-                    parts.append(_file_part(p))
-                else:
-                    url = p.url if p.url is not None else f"data:{p.media_type or 'image/png'};base64,{p.data}"
-                    parts.append({"type": "input_image", "image_url": url})
-            items.append({"type": "message", "role": m.role, "content": parts})
+            items.append({"type": "message", "role": m.role, "content": _parts(m.content, kind)})
         for tc in m.tool_calls:
             items.append({"type": "function_call", "call_id": plain_id(tc.id), "name": tc.name,
                           "arguments": tc.arguments or "{}"})
     return items
+
+
+def _parts(content: tuple[ContentPart, ...], kind: Literal["input_text", "output_text"]) -> list[InputPart]:
+    parts: list[InputPart] = []
+    for p in content:
+        if isinstance(p, TextPart):
+            parts.append({"type": kind, "text": p.text})
+        elif isinstance(p, DocumentPart):
+            parts.append(_file_part(p))
+        else:
+            url = p.url if p.url is not None else f"data:{p.media_type or 'image/png'};base64,{p.data}"
+            parts.append({"type": "input_image", "image_url": url})
+    return parts
 
 
 def _file_part(p: DocumentPart) -> InputFile:
@@ -122,6 +129,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         body["max_output_tokens"] = req.max_tokens
     if req.top_k is not None:
         raise ClientError("top_k cannot be sent to a Responses API upstream (it has no such control)")
+    if req.stop:
+        raise ClientError("stop sequences cannot be sent to a Responses API upstream (it has no such control)")
     if req.parallel_tool_calls is not None and req.tools:
         body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.response_format is not None:

@@ -156,7 +156,7 @@ class _Turns:
         self.msgs.append(Message("tool", (TextPart(text),), tool_call_id=cid, name=self._names.get(cid)))
 
 
-def _input(obj: JSONObject) -> tuple[str | None, tuple[Message, ...]]:
+def _input(obj: JSONObject, native: list[str]) -> tuple[str | None, tuple[Message, ...]]:
     raw = obj.get("input")
     instructions = opt_str(obj, "instructions", "body")
     turns = _Turns()
@@ -176,6 +176,9 @@ def _input(obj: JSONObject) -> tuple[str | None, tuple[Message, ...]]:
                 turns.call(item, where)
             elif t == "function_call_output":
                 turns.output(item, where)
+            elif t == "reasoning":  # a replayed reasoning item (encrypted state): only OpenAI reads it
+                if "reasoning items" not in native:
+                    native.append("reasoning items")
             elif t == "item_reference":
                 raise ClientError(f"{where}: item_reference needs stored items; {_NO_STATE}")
             else:
@@ -188,15 +191,22 @@ def _input(obj: JSONObject) -> tuple[str | None, tuple[Message, ...]]:
     return ("\n\n".join(turns.system) if turns.system else None), tuple(turns.msgs)
 
 
-def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
+def _tools(obj: JSONObject, native: list[str]) -> tuple[ToolDef, ...]:
     raw = opt_list(obj, "tools", "body")
     check_count(raw, MAX_TOOLS, "tools")
     out = []
     for j, t in enumerate(raw):
         tw = f"tools[{j}]"
         t = as_object(t, tw)
-        if t.get("type") != "function":
-            raise ClientError(f"{tw}.type {t.get('type')!r} is not supported: only function tools are")
+        kind = t.get("type")
+        if type(kind) is str and kind and kind != "function":
+            # A hosted tool (web_search, file_search, mcp, ...) or a custom one: a Responses
+            # deployment takes it as sent; no other protocol can carry it.
+            if f"{kind} tools" not in native:
+                native.append(f"{kind} tools")
+            continue
+        if kind != "function":
+            raise ClientError(f"{tw}.type {kind!r} is not supported: only function tools are")
         params = t.get("parameters")
         if params is not None and type(params) is not dict:
             raise ClientError(f"{tw}.parameters must be an object")
@@ -204,7 +214,7 @@ def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
     return tuple(out)
 
 
-def _tool_choice(obj: JSONObject) -> ToolChoice | None:
+def _tool_choice(obj: JSONObject, native: list[str]) -> ToolChoice | None:
     raw = obj.get("tool_choice")
     if raw is None:
         return None
@@ -212,11 +222,15 @@ def _tool_choice(obj: JSONObject) -> ToolChoice | None:
         return ToolChoice(raw)
     if type(raw) is dict and raw.get("type") == "function":
         return ToolChoice("tool", req_str(raw, "name", "tool_choice"))
+    if type(raw) is dict and type(raw.get("type")) is str and f"{raw['type']} tools" in native:
+        native.append(f"a {raw['type']} tool_choice")  # one of the request's hosted tools
+        return None
     raise ClientError("tool_choice must be 'auto', 'none', 'required' or {\"type\": \"function\", \"name\": ...}")
 
 
-def _refuse_unsupported(obj: JSONObject) -> None:
-    """What the internal format cannot carry is a clear 400, never silently dropped."""
+def _refuse_unsupported(obj: JSONObject, native: list[str]) -> None:
+    """What the internal format cannot carry is a clear 400, never silently dropped; `reasoning`
+    options only a Responses deployment takes (noted in `native`)."""
     for key, why in _UNSUPPORTED.items():
         if obj.get(key) is not None:
             raise ClientError(f"{key} is not supported: {why}")
@@ -224,7 +238,7 @@ def _refuse_unsupported(obj: JSONObject) -> None:
         raise ClientError("background is not supported: responses are answered in the request")
     reasoning = obj.get("reasoning")
     if reasoning is not None and (type(reasoning) is not dict or any(v is not None for v in reasoning.values())):
-        raise ClientError("reasoning options are not supported by this gateway")
+        native.append("reasoning options")
 
 
 def _response_format(obj: JSONObject) -> ResponseFormat | None:
@@ -256,20 +270,24 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     model = obj.get("model", path_model)
     if type(model) is not str or not model:
         raise ClientError("model is required and must be a non-empty string")
-    _refuse_unsupported(obj)
-    system, messages = _input(obj)
+    native: list[str] = []  # what only a Responses deployment can take (the request passes through)
+    _refuse_unsupported(obj, native)
+    system, messages = _input(obj, native)
+    tools = _tools(obj, native)
+    tool_choice = _tool_choice(obj, native)
     return ChatRequest(
         model=model,
         messages=messages,
         system=system,
-        tools=_tools(obj),
-        tool_choice=_tool_choice(obj),
+        tools=tools,
+        tool_choice=tool_choice,
         temperature=opt_number(obj, "temperature", "body", 0.0, 2.0),
         top_p=opt_number(obj, "top_p", "body", 0.0, 1.0),
         max_tokens=opt_int(obj, "max_output_tokens", "body"),
         parallel_tool_calls=_parallel_tool_calls(obj),
         response_format=_response_format(obj),
         stream=opt_bool(obj, "stream", "body") or stream_hint,
+        native_only=", ".join(native) or None,
     )
 
 

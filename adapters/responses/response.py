@@ -108,6 +108,47 @@ def _read_usage(raw: object) -> Usage:
     return Usage(token_count(raw.get("input_tokens")), token_count(raw.get("output_tokens")))
 
 
+# -- an upstream's answer ------------------------------------------------------------------------
+# Output items the internal format carries; a reasoning item only while it holds no visible text
+# (hidden reasoning, which Chat Completions does not show either; its tokens are in the usage).
+_CARRIED = frozenset(("message", "function_call", "reasoning"))
+_PARTS = frozenset(("output_text", "refusal"))
+
+
+def untranslatable(what: str) -> str:
+    """The caller's error for an answer its protocol cannot express (never dropped silently)."""
+    return (f"the upstream answered with {what}, which this API cannot express; "
+            "call this model through POST /v1/responses to receive it")
+
+
+def reasoning_shown(item: JSONObject) -> bool:
+    """A reasoning item with visible text (a summary or reasoning content), not just hidden state."""
+    for key in ("summary", "content"):
+        parts = item.get(key)
+        if type(parts) is list and any(type(p) is dict and p.get("text") for p in parts):
+            return True
+    return False
+
+
+def item_problem(item: JSONObject) -> str | None:
+    """Why an output item cannot be translated, or None when the internal format carries it."""
+    t = item.get("type")
+    if type(t) is not str:
+        return "an output item of unknown type"
+    if t not in _CARRIED:
+        return f"a {t} output item"
+    if t == "reasoning" and reasoning_shown(item):
+        return "a reasoning item with a summary"
+    return None
+
+
+def part_problem(part: object) -> str | None:
+    t = part.get("type") if type(part) is dict else None
+    if type(t) is not str:
+        return "a malformed message part"
+    return None if t in _PARTS else f"a message part of type {t}"
+
+
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
@@ -119,11 +160,15 @@ def parse_response(body: bytes) -> ChatResponse:
     text: list[str] = []
     refusal: list[str] = []
     calls: list[ToolCall] = []
+    problem: str | None = None
     for j, item in enumerate(output):
         if type(item) is not dict:
             raise bad_upstream(f"output[{j}] is not an object")
+        problem = problem or item_problem(item)
         if item.get("type") == "message":
-            for c in item.get("content") or ():
+            content = item.get("content")
+            for c in content if type(content) is list else ():
+                problem = problem or part_problem(c)
                 if type(c) is dict and c.get("type") == "output_text" and type(c.get("text")) is str:
                     text.append(c["text"])
                 elif type(c) is dict and c.get("type") == "refusal" and type(c.get("refusal")) is str:
@@ -138,4 +183,5 @@ def parse_response(body: bytes) -> ChatResponse:
     if refusal and reason == "stop":
         reason = "content_filter"  # a refusal ends the turn as a refusal, as the OpenAI adapter reads it
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(text),
-                        tuple(calls), reason, _read_usage(obj.get("usage")), "".join(refusal) or None)
+                        tuple(calls), reason, _read_usage(obj.get("usage")), "".join(refusal) or None,
+                        untranslatable(problem) if problem else None)

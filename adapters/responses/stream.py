@@ -16,6 +16,7 @@ from adapters.internal import (
     StreamEvent,
     StreamFinish,
     StreamStart,
+    StreamUntranslatable,
     TextDelta,
     ToolCall,
     ToolCallDelta,
@@ -32,20 +33,33 @@ from adapters.responses.response import (
     _reason_of,
     _response_object,
     _status,
+    item_problem,
+    part_problem,
+    untranslatable,
 )
 from adapters.responses.wire import OutputItem, OutputPart, ResponseObject
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 
 
 class StreamDecoder(SSEDecoder):
-    """Upstream Responses SSE (typed events) -> internal stream events."""
+    """Upstream Responses SSE (typed events) -> internal stream events.
 
-    __slots__ = ("_started", "_calls")
+    Text and function-call arguments come as deltas; a `.done` event whose deltas never came
+    supplies them whole. An output item the internal format cannot carry (a hosted tool's call, a
+    custom tool call, a reasoning summary) ends the stream with `StreamUntranslatable` once the
+    upstream completes, after its usage, so a translated stream says why it stopped and a
+    passthrough one is still metered.
+    """
+
+    __slots__ = ("_started", "_calls", "_argued", "_texted", "_problem")
 
     def __init__(self) -> None:
         super().__init__()
         self._started = False
         self._calls: dict[str, int] = {}  # function_call item id -> tool ordinal
+        self._argued: set[str] = set()  # function_call item ids whose arguments have streamed
+        self._texted: set[tuple[str, int]] = set()  # (item id, content index) whose text has streamed
+        self._problem: str | None = None  # the first output the internal format cannot carry
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
         try:
@@ -66,34 +80,72 @@ class StreamDecoder(SSEDecoder):
             self._started = True
             rid, model = resp.get("id"), resp.get("model")
             out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
-        elif t == "response.output_text.delta" and type(obj.get("delta")) is str and obj["delta"]:
-            out.append(TextDelta(obj["delta"]))
-        elif t == "response.refusal.delta" and type(obj.get("delta")) is str and obj["delta"]:
-            out.append(TextDelta(obj["delta"], refusal=True))
-        elif t == "response.output_item.added":
-            item = obj.get("item")
-            if type(item) is dict and item.get("type") == "function_call":
-                n = len(self._calls)
-                self._calls[str(item.get("id"))] = n
-                cid, name = item.get("call_id"), item.get("name")
-                out.append(ToolCallStart(n, cid if type(cid) is str else f"call_{n}", name if type(name) is str else ""))
-        elif t == "response.function_call_arguments.delta":
-            idx = self._calls.get(str(obj.get("item_id")))
-            if idx is not None and type(obj.get("delta")) is str and obj["delta"]:
-                out.append(ToolCallDelta(idx, obj["delta"]))
         elif t in ("response.completed", "response.incomplete", "response.failed") and type(resp) is dict:
-            self._done = True
-            if t == "response.failed":
-                err = resp.get("error")
-                msg = err.get("message") if type(err) is dict else None
-                out.append(StreamError(msg if type(msg) is str else "upstream response failed", "api_error"))
+            self._end(t, resp, out)
+        elif self._problem is None:  # past an untranslatable item, only the end matters
+            self._content(t, obj, out)
+
+    def _content(self, t: object, obj: JSONObject, out: list[StreamEvent]) -> None:
+        delta = obj.get("delta")
+        if t == "response.output_text.delta" and type(delta) is str:
+            self._texted.add((str(obj.get("item_id")), _index(obj.get("content_index"))))
+            if delta:
+                out.append(TextDelta(delta))
+        elif t == "response.output_text.done" and type(obj.get("text")) is str:
+            if (str(obj.get("item_id")), _index(obj.get("content_index"))) not in self._texted and obj["text"]:
+                out.append(TextDelta(obj["text"]))
+        elif t == "response.refusal.delta" and type(delta) is str and delta:
+            out.append(TextDelta(delta, refusal=True))
+        elif t == "response.reasoning_summary_text.delta" and type(delta) is str and delta:
+            self._problem = "a reasoning item with a summary"
+        elif t == "response.content_part.added":
+            self._problem = part_problem(obj.get("part"))
+        elif t in ("response.output_item.added", "response.output_item.done"):
+            item = obj.get("item")
+            if type(item) is not dict:
                 return
-            u = _read_usage(resp.get("usage"))
-            out += [StreamFinish(_reason_of(resp, bool(self._calls))), UsageUpdate(u.input_tokens, u.output_tokens),
-                    StreamEnd()]
+            self._problem = item_problem(item)
+            if self._problem is None and item.get("type") == "function_call":
+                self._call(item, t == "response.output_item.done", out)
+        elif t == "response.function_call_arguments.delta":
+            iid = str(obj.get("item_id"))
+            idx = self._calls.get(iid)
+            if idx is not None and type(delta) is str and delta:
+                self._argued.add(iid)
+                out.append(ToolCallDelta(idx, delta))
+
+    def _call(self, item: JSONObject, done: bool, out: list[StreamEvent]) -> None:
+        iid = str(item.get("id"))
+        if iid not in self._calls:
+            n = self._calls[iid] = len(self._calls)
+            cid, name = item.get("call_id"), item.get("name")
+            out.append(ToolCallStart(n, cid if type(cid) is str else f"call_{n}", name if type(name) is str else ""))
+        args = item.get("arguments")
+        if done and iid not in self._argued and type(args) is str and args:
+            self._argued.add(iid)  # arguments that came whole, with no deltas before them
+            out.append(ToolCallDelta(self._calls[iid], args))
+
+    def _end(self, t: str, resp: JSONObject, out: list[StreamEvent]) -> None:
+        self._done = True
+        if t == "response.failed":
+            err = resp.get("error")
+            msg = err.get("message") if type(err) is dict else None
+            out.append(StreamError(msg if type(msg) is str else "upstream response failed", "api_error"))
+            return
+        u = _read_usage(resp.get("usage"))
+        if self._problem is not None:
+            out += [UsageUpdate(u.input_tokens, u.output_tokens),
+                    StreamUntranslatable(untranslatable(self._problem), "api_error")]
+            return
+        out += [StreamFinish(_reason_of(resp, bool(self._calls))), UsageUpdate(u.input_tokens, u.output_tokens),
+                StreamEnd()]
 
     def _cut(self) -> StreamEvent:
         return StreamError("upstream stream ended before response.completed", "api_error")
+
+
+def _index(raw: object) -> int:
+    return raw if type(raw) is int else 0
 
 
 class _OpenCall:

@@ -46,7 +46,7 @@ class FunctionCallItem(TypedDict):
 class FunctionCallOutputItem(TypedDict):
     type: Literal["function_call_output"]
     call_id: str
-    output: str
+    output: str | list[InputPart]  # parts when the result holds images or files
 
 
 InputItem: TypeAlias = "MessageItem | FunctionCallItem | FunctionCallOutputItem"

@@ -29,7 +29,8 @@ from modelyard.errors import ConfigError
 CONFIG_ENV = "MODELYARD_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
 
-Protocol = Literal["openai", "anthropic", "gemini", "kserve-grpc", "kserve-rest", "azure-openai", "bedrock", "vertex"]
+Protocol = Literal["openai", "anthropic", "gemini", "responses", "kserve-grpc", "kserve-rest", "azure-openai", "bedrock",
+                   "vertex"]
 # Each cloud protocol and the settings section it requires (extproc/config/clouds.py).
 CLOUD_SECTIONS = {"azure-openai": "azure", "bedrock": "bedrock", "vertex": "vertex"}
 KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")

@@ -79,7 +79,8 @@ class AdapterDemo:
             return web.Response(body=GARBAGE_BODY, content_type="application/json")
         resp = demo_reply(req, self.prefix, response_id=f"{self.prefix.strip('[]')}-{self.requests}")
         if not req.stream:
-            return web.Response(body=self.adapter.render_response(resp, model=req.model),
+            # With the request: an answer that echoes its settings (Responses) echoes them, as upstream.
+            return web.Response(body=self.adapter.render_response(resp, model=req.model, request=req),
                                 content_type="application/json")
         ctype = getattr(self.adapter, "STREAM_CONTENT_TYPE", "text/event-stream")  # Bedrock's is binary
         out = web.StreamResponse(headers={"content-type": ctype, "cache-control": "no-cache"})

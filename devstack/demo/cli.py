@@ -8,6 +8,7 @@ _SERVERS = {
     "openai": "devstack.demo.openai_server",
     "anthropic": "devstack.demo.anthropic_server",
     "gemini": "devstack.demo.gemini_server",
+    "responses": "devstack.demo.responses_server",
     "kserve": "devstack.demo.kserve_server",
     "azure": "devstack.demo.azure_server",
     "bedrock": "devstack.demo.bedrock_server",

@@ -91,6 +91,9 @@ class ChatFlow:
         self.wire = dep.protocol
         self.upstream = PROTOCOLS[dep.protocol]
         upstream_model = dep.upstream_model or choice.model.name
+        if self.translating and req.native_only:
+            raise ClientError(f"{req.native_only}: only a deployment speaking this API can take them, and "
+                              f"{choice.model.name} was routed to {dep.cluster}, which speaks {dep.protocol}")
         with ctx.span("translate request", self._translation_attributes() if ctx.trace is not None else None):
             if self.translating:
                 auth = self.call.auth
@@ -183,6 +186,10 @@ class ChatFlow:
             self.response_model = resp.model
         if not self.translating:
             return None
+        if resp.untranslatable is not None:
+            # Valid, but not in the caller's protocol: a clear error, never an answer with parts missing.
+            self.client_status = 502
+            return render_error_body(self.ctx.protocol, 502, resp.untranslatable, "api_error")
         return self.client.render_response(resp, model=model, request=self.request)
 
     def _stream_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:
@@ -192,7 +199,9 @@ class ChatFlow:
             out = self.translator.feed(chunk)
             if end:
                 out += self.translator.finish()
-                self.upstream_failed = self.translator.error is not None
+                # An answer the client's protocol cannot express is no failure of the upstream's.
+                self.upstream_failed = self.translator.error is not None and not (
+                    isinstance(self.translator, StreamTranslator) and self.translator.untranslatable)
                 self.usage = self.translator.meter.reported
                 self._finish()
             return msg.response_body(body=out)
@@ -206,7 +215,8 @@ class ChatFlow:
                 self.response_model = events[0].model or self.response_model
             for ev in events:
                 if type(ev) is StreamError and end:
-                    # The upstream stopped mid-stream: end the client's stream with an error event.
+                    # The upstream stopped mid-stream: end the client's stream with an error event
+                    # (not a StreamUntranslatable: a same-protocol client reads that answer as sent).
                     tail = self.client.StreamEncoder(model=request.model, request=request).encode([ev])
                     self.client_status = 502
                     self.upstream_failed = True

@@ -28,7 +28,7 @@ from modelyard.errors import ModelyardError
 
 # gen_ai.provider.name (and the older gen_ai.system) for each upstream protocol: the semconv's
 # well-known values where there is one.
-PROVIDER_NAMES = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini",
+PROVIDER_NAMES = {"openai": "openai", "responses": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini",
                   "kserve-grpc": "kserve", "kserve-rest": "kserve"}
 TRACE_HEADERS = ("traceparent", "tracestate")
 

@@ -46,6 +46,9 @@ class WarmupCall:
     model: str
 
 
+RESPONSES_MIN_OUTPUT_TOKENS = 16
+
+
 def warmup_call(dep: Deployment, model: str) -> WarmupCall:
     """The deployment's warm-up request: a short completion for chat protocols, model readiness
     for KServe (REST GET .../ready, gRPC ModelReady)."""
@@ -56,8 +59,10 @@ def warmup_call(dep: Deployment, model: str) -> WarmupCall:
     if dep.protocol == "kserve-rest":
         path = kserve.rest_infer_path(upstream_model).removesuffix("/infer") + "/ready"
         return WarmupCall("http", "GET", path, {}, b"", upstream_model)
+    # OpenAI's Responses API refuses max_output_tokens below 16 (a 400 would leave it warming).
+    floor = RESPONSES_MIN_OUTPUT_TOKENS if dep.protocol == "responses" else 1
     req = ChatRequest(model=model, messages=(Message("user", (TextPart(dep.warmup.prompt),)),),
-                      max_tokens=dep.warmup.max_tokens)
+                      max_tokens=max(dep.warmup.max_tokens, floor))
     up = PROTOCOLS[dep.protocol].render_request(req, upstream_model=upstream_model, credential=dep.credential())
     return WarmupCall("http", "POST", up.path, {**up.headers, "content-type": "application/json"}, up.body,
                       upstream_model)

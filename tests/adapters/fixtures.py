@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 
 from adapters.internal import ChatRequest, ImagePart, Message, TextPart, ToolCall, ToolChoice, ToolDef
@@ -143,6 +145,40 @@ RESPONSES = {
     },
 }
 
+
+# The Responses API as an upstream, shaped as OpenAI answers (a hidden reasoning item before the call,
+# as its reasoning models send one; it carries no text, so it translates to nothing). No recorded
+# Responses exchange is in /work/shared/fixtures/recorded-streams (its SOURCES.md lists chat streams
+# only): these follow OpenAI's API reference for the `response` object and its streaming events.
+def _rs(rid: str, status: str, output: list, usage: tuple[int, int] | None, **extra: object) -> dict:
+    return {"id": rid, "object": "response", "created_at": 1741476542, "status": status, "background": False,
+            "error": None, "incomplete_details": None, "instructions": None, "max_output_tokens": None,
+            "model": "gpt-up-2025-04-14", "output": output, "parallel_tool_calls": True,
+            "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "service_tier": "default",
+            "store": False, "temperature": 1.0, "text": {"format": {"type": "text"}, "verbosity": "medium"},
+            "tool_choice": "auto", "tools": [], "top_p": 1.0, "truncation": "disabled",
+            "usage": None if usage is None else {
+                "input_tokens": usage[0], "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": usage[1], "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": sum(usage)},
+            "user": None, "metadata": {}, **extra}
+
+
+def _rs_msg(iid: str, text: str, status: str = "completed") -> dict:
+    return {"id": iid, "type": "message", "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}]}
+
+
+_RS_REASONING = {"id": "rs_68af0001", "type": "reasoning", "summary": []}
+_RS_CALL = {"id": "fc_68af0002", "type": "function_call", "status": "completed", "arguments": '{"city":"Paris"}',
+            "call_id": "call_0", "name": "get_weather"}
+RESPONSES["responses"] = {
+    "text": _rs("resp_1", "completed", [_rs_msg("msg_1", "Hello there")], (11, 2)),
+    "tool": _rs("resp_2", "completed", [_RS_REASONING, _RS_CALL], (20, 7)),
+    "length": _rs("resp_3", "incomplete", [_rs_msg("msg_3", "Hel", "incomplete")], (5, 1),
+                  incomplete_details={"reason": "max_output_tokens"}),
+}
+
 # (content, [(name, args)], finish, input, output) every protocol's response above means
 RESPONSE_MEANING = {
     "text": ("Hello there", [], "stop", 11, 2),
@@ -234,6 +270,47 @@ GEMINI_STREAM_TEXT = _sse([_gm([{"text": "Hello"}], usage=(11, 1)), _gm([{"text"
 GEMINI_STREAM_TOOL = _sse([_gm([{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}], "STOP", (20, 7))],
                           sep=b"\r\n\r\n")
 
+
+def _rs_events(events: list[dict]) -> bytes:
+    """Responses SSE as OpenAI sends it: `event:` named after the type, sequence numbers from 0."""
+    return _sse([{"type": e["type"], "sequence_number": n, **{k: v for k, v in e.items() if k != "type"}}
+                 for n, e in enumerate(events)], [e["type"] for e in events])
+
+
+def _rs_open(rid: str) -> list[dict]:
+    snap = _rs(rid, "in_progress", [], None)
+    return [{"type": "response.created", "response": snap}, {"type": "response.in_progress", "response": snap}]
+
+
+_RS_PART = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+_RS_AT = {"item_id": "msg_s", "output_index": 0, "content_index": 0}
+RESPONSES_STREAM_TEXT = _rs_events([
+    *_rs_open("resp_s"),
+    {"type": "response.output_item.added", "output_index": 0,
+     "item": {"id": "msg_s", "type": "message", "status": "in_progress", "content": [], "role": "assistant"}},
+    {"type": "response.content_part.added", **_RS_AT, "part": _RS_PART},
+    {"type": "response.output_text.delta", **_RS_AT, "delta": "Hello", "logprobs": [], "obfuscation": "q1Xz0"},
+    {"type": "response.output_text.delta", **_RS_AT, "delta": " there", "logprobs": [], "obfuscation": "a9"},
+    {"type": "response.output_text.done", **_RS_AT, "text": "Hello there", "logprobs": []},
+    {"type": "response.content_part.done", **_RS_AT, "part": {**_RS_PART, "text": "Hello there"}},
+    {"type": "response.output_item.done", "output_index": 0, "item": _rs_msg("msg_s", "Hello there")},
+    {"type": "response.completed", "response": _rs("resp_s", "completed", [_rs_msg("msg_s", "Hello there")],
+                                                   (11, 2))},
+])
+_RS_FC = {"item_id": "fc_68af0002", "output_index": 1}
+RESPONSES_STREAM_TOOL = _rs_events([
+    *_rs_open("resp_t"),
+    {"type": "response.output_item.added", "output_index": 0, "item": _RS_REASONING},
+    {"type": "response.output_item.done", "output_index": 0, "item": _RS_REASONING},
+    {"type": "response.output_item.added", "output_index": 1,
+     "item": {**_RS_CALL, "status": "in_progress", "arguments": ""}},
+    {"type": "response.function_call_arguments.delta", **_RS_FC, "delta": '{"city":', "obfuscation": "x"},
+    {"type": "response.function_call_arguments.delta", **_RS_FC, "delta": '"Paris"}', "obfuscation": "y"},
+    {"type": "response.function_call_arguments.done", **_RS_FC, "arguments": '{"city":"Paris"}'},
+    {"type": "response.output_item.done", "output_index": 1, "item": _RS_CALL},
+    {"type": "response.completed", "response": _rs("resp_t", "completed", [_RS_REASONING, _RS_CALL], (20, 7))},
+])
+
 # (text, [(name, args)], finish, input, output, ended_cleanly) every protocol's stream above means
 STREAM_MEANING = {
     "text": ("Hello there", [], "stop", 11, 2, True),
@@ -244,4 +321,25 @@ STREAMS = {
     "openai": {"text": OPENAI_STREAM_TEXT, "tool": OPENAI_STREAM_TOOL},
     "anthropic": {"text": ANTHROPIC_STREAM_TEXT, "tool": ANTHROPIC_STREAM_TOOL},
     "gemini": {"text": GEMINI_STREAM_TEXT, "tool": GEMINI_STREAM_TOOL},
+    "responses": {"text": RESPONSES_STREAM_TEXT, "tool": RESPONSES_STREAM_TOOL},
 }
+
+# The Responses API has no stop sequences: a request with them is refused for a Responses upstream
+# (tests/adapters/test_responses_upstream.py), so its golden requests are the conversation without.
+_STOP_FIELDS = {"openai": ("stop",), "anthropic": ("stop_sequences",), "gemini": ("generationConfig", "stopSequences")}
+
+
+def request_for(client: str, upstream: str) -> dict:
+    """The client's golden request for this upstream: the canonical one, less what the upstream lacks."""
+    req = orjson.loads(orjson.dumps(REQUESTS[client]))
+    if upstream == "responses":
+        *outer, key = _STOP_FIELDS[client]
+        node = req
+        for k in outer:
+            node = node[k]
+        del node[key]
+    return req
+
+
+def canonical_for(upstream: str) -> ChatRequest:
+    return dataclasses.replace(CANONICAL, stop=()) if upstream == "responses" else CANONICAL

@@ -21,7 +21,7 @@ import orjson
 
 from adapters.internal import ChatRequest, Message, TextPart
 from adapters.registry import PROTOCOLS, translate_stream
-from tests.adapters.translation_checks import NAMES, client_events, parse
+from tests.adapters.translation_checks import NAMES, UPSTREAMS, client_events, parse
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 # Rendered upstream requests: the model and credential every golden request case uses.
@@ -102,14 +102,15 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 
 def write_all() -> None:
-    from tests.adapters.fixtures import REQUESTS, RESPONSE_MEANING, RESPONSES, STREAM_MEANING, STREAMS
+    from tests.adapters.fixtures import RESPONSE_MEANING, RESPONSES, STREAM_MEANING, STREAMS, request_for
 
     for client in NAMES:
-        for upstream in NAMES:
+        for upstream in UPSTREAMS:
             d = GOLDEN / f"{client}-to-{upstream}"
             d.mkdir(parents=True, exist_ok=True)
-            _write(d / "request.json", {"client": REQUESTS[client],
-                                        "upstream": render_request(client, upstream, REQUESTS[client])})
+            client_req = request_for(client, upstream)
+            _write(d / "request.json", {"client": client_req,
+                                        "upstream": render_request(client, upstream, client_req)})
             for kind, body in RESPONSES[upstream].items():
                 raw = render_response(client, upstream, body)
                 _write(d / f"response-{kind}.json", {

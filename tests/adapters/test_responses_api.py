@@ -128,12 +128,10 @@ REJECT_CASES = [
     ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id is not supported"),
     ({"input": "hi", "conversation": "conv_1"}, "conversation is not supported"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference needs stored items"),
-    ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "'reasoning' is not supported"),
-    ({"input": "hi", "tools": [{"type": "web_search"}]}, "only function tools"),
+    ({"input": "hi", "tools": [{"type": 3}]}, "only function tools"),
     ({"input": "hi", "text": {"format": {"type": "xml"}}}, "text.format.type"),
     ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
     ({"input": "hi", "parallel_tool_calls": "no"}, "parallel_tool_calls must be a boolean"),
-    ({"input": "hi", "reasoning": {"effort": "high"}}, "reasoning options"),
     ({"input": "hi", "background": True}, "background"),
     ({}, "input is required"),
     ({"input": []}, "input is required"),
@@ -157,6 +155,26 @@ def test_parse_request_rejects_with_a_clear_400(fields: dict, message: str) -> N
     with pytest.raises(ClientError) as e:
         _req(**fields)
     assert e.value.status == 400 and message in e.value.message
+
+
+# What only a Responses deployment can take: parsed, noted, passed through there (a 400 elsewhere:
+# tests/core/test_responses_upstream_session.py).
+NATIVE_CASES = [
+    ({"input": [{"role": "user", "content": "hi"}, {"type": "reasoning", "id": "rs_1", "summary": [],
+                                                   "encrypted_content": "gAAA"}]}, "reasoning items"),
+    ({"input": "hi", "tools": [{"type": "web_search"}, TOOL]}, "web_search tools"),
+    ({"input": "hi", "tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}],
+      "tool_choice": {"type": "file_search"}}, "file_search tools, a file_search tool_choice"),
+    ({"input": "hi", "reasoning": {"effort": "high"}}, "reasoning options"),
+]
+
+
+@pytest.mark.parametrize(("fields", "native"), NATIVE_CASES, ids=[c[1] for c in NATIVE_CASES])
+def test_what_only_a_responses_deployment_takes_is_noted(fields: dict, native: str) -> None:
+    req = _req(**fields)
+    assert req.native_only == native and req.messages == (U,)
+    assert [t.name for t in req.tools] == (["get_weather"] if TOOL in fields.get("tools", ()) else [])
+    assert _req(input="hi").native_only is None
 
 
 def test_model_is_required_and_the_route_is_detected() -> None:

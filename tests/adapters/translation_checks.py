@@ -27,6 +27,8 @@ from adapters.registry import PROTOCOLS
 from adapters.sse import SSEFramer
 
 NAMES = ["openai", "anthropic", "gemini"]
+# Upstream protocols the golden pairs cover: the chat clients' protocols, and the Responses API.
+UPSTREAMS = [*NAMES, "responses"]
 
 
 def canon(req: ChatRequest) -> ChatRequest:

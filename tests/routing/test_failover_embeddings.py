@@ -28,3 +28,11 @@ def test_chat_models_keep_their_peers() -> None:
          "deployments": [_dep("oa", "openai", 1), _dep("gm", "gemini", 2)]},
     ], "tenants": TENANTS})
     assert failover_groups(cfg) == {"oa": ["oa", "xlate~openai~gm"], "gm": ["gm", "xlate~gemini~oa"]}
+
+
+def test_responses_deployments_are_translation_hop_peers() -> None:
+    cfg = parse_config({"models": [
+        {"name": "chat", "deployments": [_dep("rs", "responses", 1), _dep("an", "anthropic", 2)]},
+    ], "tenants": TENANTS})
+    assert failover_groups(cfg) == {"rs": ["rs", "xlate~responses~an"], "an": ["an", "xlate~anthropic~rs"]}
+    assert translation_hops(cfg) == [("anthropic", "rs"), ("responses", "an")]

@@ -28,6 +28,8 @@ def _config(*deps: dict, routing: dict | None = None):
     ("openai", "/v1/chat/completions", b'"max_completion_tokens":1'),
     ("anthropic", "/v1/messages", b'"max_tokens":1'),
     ("gemini", "/v1beta/models/up:generateContent", b'"maxOutputTokens":1'),
+    # OpenAI's Responses API refuses fewer than 16 output tokens.
+    ("responses", "/v1/responses", b'"max_output_tokens":16'),
 ])
 def test_chat_warmup_is_a_one_token_completion_in_the_deployment_protocol(protocol: str, path: str,
                                                                           needle: bytes) -> None:
