@@ -10,20 +10,27 @@ import functools
 import logging
 import time
 
-from adapters import upstream_errors
+from adapters import controls, upstream_errors
 from adapters.injected_usage import InjectedUsageFilter
 from adapters.internal import ChatRequest, RenderOptions, StreamError, StreamStart, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
 from adapters.upstream_errors import log_excerpt
-from contracts.envoy_names import CLUSTER_HEADER, UPSTREAM_ATTEMPTS_HEADER, UPSTREAM_HOST_HEADER
+from contracts.config.params import effective_drop_params
+from contracts.envoy_names import (
+    CLUSTER_HEADER,
+    DROPPED_PARAMS_HEADER,
+    UPSTREAM_ATTEMPTS_HEADER,
+    UPSTREAM_HOST_HEADER,
+)
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows.offload import sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
+from extproc.telemetry.metrics import DROPPED_PARAMS
 from modelyard.errors import ClientError, ModelyardError
 
 log = logging.getLogger("modelyard.chat")
@@ -95,6 +102,7 @@ class ChatFlow:
             if self.translating:
                 auth = self.call.auth
                 options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens", cloud=auth.cloud)
+                req = self._drop_params(req, options)
                 up = self.upstream.render_request(req, upstream_model=upstream_model, credential=auth.credential,
                                                   options=options)
                 path, up_headers, out = up.path, up.headers, up.body
@@ -106,6 +114,23 @@ class ChatFlow:
             self.response_model = upstream_model  # until the upstream reports its own
         ctx.response_headers += choice.response_headers()
         return self.call.request(path, out, up_headers, replace_body=out is not body)
+
+    def _drop_params(self, req: ChatRequest, options: RenderOptions) -> ChatRequest:
+        """`req` less the controls the deployment's protocol cannot express, where its drop_params
+        allows; any other such control is refused (400) by `controls.decide`."""
+        unsupported = self.upstream.unsupported_controls(req, options)
+        if not unsupported:
+            return req
+        choice = self.call.choice
+        assert choice is not None and self.wire is not None
+        dep = choice.deployment
+        dropped = controls.decide(unsupported, effective_drop_params(dep.drop_params, choice.model.drop_params),
+                                  target=self.wire, client=self.ctx.protocol)
+        if not self.ctx.deferred:  # a deferred request is counted when its replay runs
+            for name in dropped:
+                DROPPED_PARAMS.labels(choice.model.name, dep.cluster, name).inc()
+        self.ctx.response_headers.append((DROPPED_PARAMS_HEADER, ",".join(dropped)))
+        return controls.without(req, dropped)
 
     def _translation_attributes(self) -> dict[str, str | bool]:
         return {"modelyard.translation.from": self.ctx.protocol, "modelyard.translation.to": self.wire or "",

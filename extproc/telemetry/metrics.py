@@ -25,6 +25,14 @@ CHANNEL = Counter("modelyard_channel_requests_total", "Requests by serving chann
 STREAMS = Gauge("modelyard_extproc_open_streams", "ext_proc streams open now")
 ERRORS = Counter("modelyard_errors_total", "Requests answered with an error by the gateway",
                  ["protocol", "status"])
+# drop_params (contracts/config/params.py): controls a deployment's protocol cannot express, dropped.
+DROPPED_PARAMS = Counter("modelyard_dropped_params_total",
+                         "Request parameters dropped because the deployment's protocol cannot express them",
+                         ["model", "deployment", "param"])
+# Answers past extproc.max_body_bytes: passed through untranslated, or refused (502) where they needed translating.
+ANSWERS_OVER_LIMIT = Counter("modelyard_answers_over_limit_total",
+                             "Upstream answers larger than extproc.max_body_bytes, by what became of them",
+                             ["model", "deployment", "outcome"])
 IMAGE_BACKEND = Gauge("modelyard_image_backend_info", "Image preprocessing path in use (1 = active)",
                       ["backend"])
 
