@@ -6,9 +6,11 @@ provider-specific fields survive; cross-protocol requests go through the interna
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
+from collections.abc import Awaitable
 
 from adapters import controls, upstream_errors
 from adapters.injected_usage import InjectedUsageFilter
@@ -27,7 +29,8 @@ from contracts.envoy_names import (
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
-from extproc.flows.offload import sized
+from extproc.flows import answer_limit
+from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.telemetry.metrics import DROPPED_PARAMS
@@ -156,6 +159,9 @@ class ChatFlow:
             else:
                 self.decoder = self.upstream.StreamDecoder()
             return msg.response_headers(set_h, remove, stream_body=True)
+        limit = self.gw.config.extproc.max_body_bytes
+        if (nbytes := answer_limit.oversized(headers, limit)) is not None:
+            return self._oversized(status, nbytes, limit, set_h, remove)
         if status >= 400:
             self.upstream_failed = status >= 500
             self.client_status = upstream_error_status(status)
@@ -164,6 +170,23 @@ class ChatFlow:
             remove.append("content-length")
             set_h.append(("content-type", "application/json"))
         return msg.response_headers(set_h, remove)
+
+    def _oversized(self, status: int, nbytes: int, limit: int, set_h: list[tuple[str, str]],
+                   remove: list[str]) -> msg.ProcessingResponse:
+        """An answer past max_body_bytes: the caller's own protocol takes it as sent; one that would
+        need translating (or rewriting, an error's) is a 502 naming the limit."""
+        choice = self.call.choice
+        assert choice is not None  # routed before anything went upstream
+        model, cluster = choice.model.name, choice.deployment.cluster
+        if status < 400 and not self.translating:
+            answer_limit.count(model, cluster, "passthrough")
+            self._finish()  # the body never reaches us: metered now, without the usage it carries
+            return msg.response_headers(set_h, remove, skip_body=True)
+        answer_limit.count(model, cluster, "refused")
+        self.upstream_failed = status >= 500
+        self.client_status = 502
+        self._finish()
+        return answer_limit.refusal(self.ctx, nbytes, limit, self.wire or "")
 
     def _note_failover(self, headers: dict[str, str]) -> None:
         """Envoy retried onto a peer deployment: report and meter the one that answered."""
@@ -178,12 +201,25 @@ class ChatFlow:
             self.ctx.response_headers = [h for h in self.ctx.response_headers if h[0] != CLUSTER_HEADER]
             self.ctx.response_headers.append((CLUSTER_HEADER, peer.cluster))
 
-    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
+    def response_body(self, chunk: bytes,
+                      end_of_stream: bool) -> msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]:
         if self.streaming:
             return self._stream_chunk(chunk, end_of_stream)
+        if not inline(len(chunk)):
+            return self._large_body(chunk)
         with self.ctx.span("translate response",
                            self._translation_attributes() if self.ctx.trace is not None else None):
             body = self._whole_body(chunk)
+        return self._replaced(body)
+
+    async def _large_body(self, chunk: bytes) -> msg.ProcessingResponse:
+        """A large answer is decoded, translated and encoded in a worker thread (offload.py)."""
+        with self.ctx.span("translate response",
+                           self._translation_attributes() if self.ctx.trace is not None else None):
+            body = await asyncio.to_thread(self._whole_body, chunk)
+        return self._replaced(body)
+
+    def _replaced(self, body: bytes | None) -> msg.ProcessingResponse:
         self._finish()
         return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
 

@@ -1,0 +1,41 @@
+"""Upstream answers larger than `extproc.max_body_bytes`: decided on their response headers, before
+Envoy buffers a byte of the body.
+
+An answer the caller takes as it is (same protocol) is passed through untranslated: Envoy streams
+it on and the extproc never sees the body (ext_proc body mode NONE for this response). One that
+would need translating cannot be, and gets a 502 in the caller's shape that names the limit. An
+answer without a content-length is buffered as usual: past Envoy's buffer_limit_bytes, Envoy itself
+fails it (docs/performance.md, "Large bodies").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from extproc import messages as msg
+from extproc.context import RequestContext
+from extproc.errors import render_error_body
+from extproc.telemetry.metrics import ANSWERS_OVER_LIMIT
+
+
+def oversized(headers: Mapping[str, str], limit: int) -> int | None:
+    """The answer's declared length when it is past `limit`, else None."""
+    raw = headers.get("content-length", "")
+    if not raw.isdigit():
+        return None
+    n = int(raw)
+    return n if n > limit else None
+
+
+def count(model: str, deployment: str, outcome: str) -> None:
+    ANSWERS_OVER_LIMIT.labels(model, deployment, outcome).inc()
+
+
+def refusal(ctx: RequestContext, nbytes: int, limit: int, upstream: str) -> msg.ProcessingResponse:
+    """The 502 for an answer too large to translate, in the caller's protocol."""
+    text = (f"the upstream's answer ({nbytes} bytes) is larger than this gateway translates "
+            f"(extproc.max_body_bytes = {limit}); it would need translating from {upstream} "
+            f"to {ctx.protocol}: ask for less (fewer inputs, fewer dimensions, fewer tokens)")
+    body = render_error_body(ctx.protocol, 502, text, "api_error")
+    return msg.immediate(502, body, [("content-type", "application/json"), *ctx.task_headers()],
+                         details="modelyard_answer_over_max_body_bytes")
