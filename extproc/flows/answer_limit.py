@@ -3,9 +3,10 @@ Envoy buffers a byte of the body.
 
 An answer the caller takes as it is (same protocol) is passed through untranslated: Envoy streams
 it on and the extproc never sees the body (ext_proc body mode NONE for this response). One that
-would need translating cannot be, and gets a 502 in the caller's shape that names the limit. An
-answer without a content-length is buffered as usual: past Envoy's buffer_limit_bytes, Envoy itself
-fails it (docs/performance.md, "Large bodies").
+would need translating cannot be, and gets a 502 in the caller's shape that names the limit; so
+does a translation that comes out past the limit (OpenAI's base64 vectors become Gemini's JSON
+floats, about 1.8 times the bytes). An answer without a content-length is buffered as usual: past
+Envoy's buffer_limit_bytes, Envoy itself fails it (docs/performance.md, "Large bodies").
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ def count(model: str, deployment: str, outcome: str) -> None:
     ANSWERS_OVER_LIMIT.labels(model, deployment, outcome).inc()
 
 
+def refusal_text(nbytes: int, limit: int, upstream: str, client: str, *, translated: bool = False) -> str:
+    what = f"the answer translated to {client}" if translated else "the upstream's answer"
+    return (f"{what} ({nbytes} bytes) is larger than this gateway translates (extproc.max_body_bytes = "
+            f"{limit}) from {upstream} to {client}: ask for less (fewer inputs, dimensions or tokens)")
+
+
 def refusal(ctx: RequestContext, nbytes: int, limit: int, upstream: str) -> msg.ProcessingResponse:
     """The 502 for an answer too large to translate, in the caller's protocol."""
-    text = (f"the upstream's answer ({nbytes} bytes) is larger than this gateway translates "
-            f"(extproc.max_body_bytes = {limit}); it would need translating from {upstream} "
-            f"to {ctx.protocol}: ask for less (fewer inputs, fewer dimensions, fewer tokens)")
-    body = render_error_body(ctx.protocol, 502, text, "api_error")
+    body = render_error_body(ctx.protocol, 502, refusal_text(nbytes, limit, upstream, ctx.protocol), "api_error")
     return msg.immediate(502, body, [("content-type", "application/json"), *ctx.task_headers()],
                          details="modelyard_answer_over_max_body_bytes")

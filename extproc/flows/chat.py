@@ -244,7 +244,15 @@ class ChatFlow:
             self.response_model = resp.model
         if not self.translating:
             return None
-        return self.client.render_response(resp, model=model, request=self.request)
+        out = self.client.render_response(resp, model=model, request=self.request)
+        limit = self.gw.config.extproc.max_body_bytes
+        if len(out) > limit:  # a translation may outgrow its source: past the limit, nothing sends it on
+            assert choice is not None
+            answer_limit.count(model, choice.deployment.cluster, "refused")
+            self.client_status = 502
+            return render_error_body(self.ctx.protocol, 502, answer_limit.refusal_text(
+                len(out), limit, self.wire or "", self.ctx.protocol, translated=True), "api_error")
+        return out
 
     def _stream_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:
         if self.first_chunk_at is None and chunk:

@@ -151,6 +151,12 @@ class EmbeddingFlow:
         # Gemini reports no usage for embeddings: meter the estimate charged on arrival.
         tokens = resp.input_tokens if resp.input_tokens is not None else embeddings.estimate_tokens(req)
         self.usage = Usage(tokens, 0)
+        limit = self.gw.config.extproc.max_body_bytes
+        if len(out) > limit:  # base64 vectors grow into JSON floats: past the limit, nothing sends it on
+            answer_limit.count(choice.model.name, choice.deployment.cluster, "refused")
+            self.client_status = 502
+            return render_error_body(self.ctx.protocol, 502, answer_limit.refusal_text(
+                len(out), limit, self.upstream, self.ctx.protocol, translated=True), "api_error")
         return out
 
     def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
