@@ -7,7 +7,7 @@ from urllib.parse import quote
 import numpy as np
 import orjson
 
-from adapters.embeddings.piecewise import join_array, split_vectors
+from adapters.embeddings.piecewise import json_with_array, split_vectors
 from adapters.embeddings.wire import MAX_EMBED_JSON_VALUES, MAX_INPUTS, EmbeddingRequest, EmbeddingResponse, _matrix
 from adapters.fields import as_object, bad_upstream, load_object, opt_list, token_count
 from adapters.internal import UpstreamRequest
@@ -156,5 +156,5 @@ def render_gemini_response(resp: EmbeddingResponse, *, batch: bool) -> bytes:
             raise bad_upstream(f"{len(vecs)} embeddings for one content")
         return orjson.dumps({"embedding": {"values": vecs[0]}}, option=orjson.OPT_SERIALIZE_NUMPY)
     # One dumps per vector (piecewise.py): what one call over them all writes, without its GIL hold.
-    return b'{"embeddings":' + join_array(b'{"values":' + orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY) + b"}"
-                                          for v in vecs) + b"}"
+    return json_with_array(b'{"embeddings":', (b'{"values":' + orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY)
+                                               + b"}" for v in vecs), b"}")

@@ -8,7 +8,7 @@ import binascii
 import numpy as np
 import orjson
 
-from adapters.embeddings.piecewise import join_array
+from adapters.embeddings.piecewise import json_with_array
 from adapters.embeddings.wire import (
     MAX_EMBED_JSON_VALUES,
     MAX_INPUTS,
@@ -134,12 +134,13 @@ def render_openai_response(resp: EmbeddingResponse, *, model: str, req: Embeddin
     vecs = np.ascontiguousarray(resp.vectors, dtype="<f4")
     b64 = req.encoding_format == "base64"
     # One small write per vector (piecewise.py): the bytes one orjson call writes, without its GIL hold.
-    data = join_array(b'{"object":"embedding","index":' + str(i).encode() + b',"embedding":'
-                      + (b'"' + base64.b64encode(v.tobytes()) + b'"' if b64
-                         else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY)) + b"}"
-                      for i, v in enumerate(vecs))
-    return (b'{"object":"list","data":' + data + b',"model":' + orjson.dumps(model) + b',"usage":'
-            + orjson.dumps({"prompt_tokens": tokens, "total_tokens": tokens}) + b"}")
+    rows = (b'{"object":"embedding","index":' + str(i).encode() + b',"embedding":'
+            + (b'"' + base64.b64encode(v.tobytes()) + b'"' if b64
+               else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY)) + b"}"
+            for i, v in enumerate(vecs))
+    tail = b',"model":' + orjson.dumps(model) + b',"usage":' + orjson.dumps({"prompt_tokens": tokens,
+                                                                             "total_tokens": tokens}) + b"}"
+    return json_with_array(b'{"object":"list","data":', rows, tail)
 
 
 # -- same protocol both ways -----------------------------------------------------------------------

@@ -17,7 +17,7 @@ import orjson
 
 from adapters.json_types import JSONObject
 
-__all__ = ["PIECEWISE_BYTES", "split_vectors", "join_array"]
+__all__ = ["PIECEWISE_BYTES", "split_vectors", "json_with_array"]
 
 # Below this a body is parsed whole: one call is short anyway.
 PIECEWISE_BYTES = 256 * 1024
@@ -82,6 +82,12 @@ def split_vectors(body: bytes, key: str) -> tuple[JSONObject, np.ndarray] | None
     return skeleton, rows
 
 
-def join_array(items: Iterable[bytes]) -> bytes:
-    """A JSON array of already-encoded items."""
-    return b"[" + b",".join(items) + b"]"
+def json_with_array(head: bytes, items: Iterable[bytes], tail: bytes) -> bytes:
+    """`head`, a JSON array of already-encoded items, `tail`: one copy of the bytes, not one per `+`."""
+    pieces = [head, b"["]
+    for item in items:
+        pieces += (item, b",")
+    if len(pieces) > 2:
+        pieces.pop()
+    pieces += (b"]", tail)
+    return b"".join(pieces)
