@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
+from extproc.flows.upstream import ROUTE_ANSWER_HEADERS
 from extproc.telemetry.metrics import ANSWERS_OVER_LIMIT
 
 
@@ -40,17 +41,21 @@ def refusal_text(nbytes: int, limit: int, upstream: str, client: str, *, transla
             f"{limit}) from {upstream} to {client}: ask for less (fewer inputs, dimensions or tokens)")
 
 
+def _reply(ctx: RequestContext, text: str, details: str) -> msg.ProcessingResponse:
+    """A 502 in place of the upstream's answer, less the headers the route stamped on it for us."""
+    r = msg.immediate(502, render_error_body(ctx.protocol, 502, text, "api_error"),
+                      [("content-type", "application/json"), *ctx.task_headers()], details=details)
+    r.immediate_response.headers.remove_headers.extend(ROUTE_ANSWER_HEADERS)
+    return r
+
+
 def cut_short(ctx: RequestContext, nbytes: int) -> msg.ProcessingResponse:
     """The 502 for a chunked answer that outgrew Envoy's buffer (it came to us cut at `nbytes`)."""
     text = (f"the upstream's answer came without a content-length and outgrew the gateway's buffer "
             f"(cut at {nbytes} bytes: the environment's buffer_limit_bytes): ask for less")
-    body = render_error_body(ctx.protocol, 502, text, "api_error")
-    return msg.immediate(502, body, [("content-type", "application/json"), *ctx.task_headers()],
-                         details="modelyard_answer_over_buffer_limit")
+    return _reply(ctx, text, "modelyard_answer_over_buffer_limit")
 
 
 def refusal(ctx: RequestContext, nbytes: int, limit: int, upstream: str) -> msg.ProcessingResponse:
     """The 502 for an answer too large to translate, in the caller's protocol."""
-    body = render_error_body(ctx.protocol, 502, refusal_text(nbytes, limit, upstream, ctx.protocol), "api_error")
-    return msg.immediate(502, body, [("content-type", "application/json"), *ctx.task_headers()],
-                         details="modelyard_answer_over_max_body_bytes")
+    return _reply(ctx, refusal_text(nbytes, limit, upstream, ctx.protocol), "modelyard_answer_over_max_body_bytes")

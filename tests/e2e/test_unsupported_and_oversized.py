@@ -156,6 +156,7 @@ def test_past_max_body_bytes_to_translate_is_a_502_naming_the_limit(stack: Any, 
     assert e.value.status_code == 502
     assert "max_body_bytes" in e.value.message and str(params_stack.MAX_BODY_BYTES) in e.value.message
     assert e.value.response.headers["x-modelyard-task-id"]
+    assert "x-modelyard-upstream-host" not in e.value.response.headers
     assert params_stack.metric(stack, OVER_LIMIT, labels) == before + 1
 
 
