@@ -68,7 +68,8 @@ def split_vectors(body: bytes, key: str) -> tuple[JSONObject, np.ndarray] | None
             rows[i] = row
         except (TypeError, ValueError):
             return None
-    pieces, prev = [], 0
+    pieces: list[bytes] = []
+    prev = 0
     for start, end in spans:
         pieces += (body[prev:start], b"[]")
         prev = end
