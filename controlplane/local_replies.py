@@ -1,7 +1,7 @@
 """Envoy's own answer when no extproc answers: 503 with `retry-after`, in the caller's protocol's
 JSON error shape, never a reset or an empty 500. Likewise Envoy's own failure of an answer that
-outgrew its buffer before the extproc saw it (a chunked answer past buffer_limit_bytes): a 502 that
-names the limit, not a plain-text 500.
+outgrew its buffer before the extproc saw it (a chunked answer past buffer_limit_bytes): a 502 JSON
+error that names the limit, not a plain-text 500.
 
 The ext_proc filter answers a failed stream (no extproc reachable, or one that died mid-request)
 with `status_on_error`; a local reply mapper, matched on the ext_proc error's response code
@@ -11,6 +11,7 @@ replies too, but carry `modelyard_*` details, so the mapper leaves them alone.
 
 from __future__ import annotations
 
+import orjson
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2  # noqa: F401  (Any registry)
 from envoy_data_plane.envoy.config.accesslog.v3 import AccessLogFilter, AndFilter, ExtensionFilter, HeaderFilter
 from envoy_data_plane.envoy.config.core.v3 import (
@@ -80,12 +81,16 @@ def _literal(body: bytes) -> SubstitutionFormatString:
                                     content_type="application/json")
 
 
-def _too_large_mapper(protocol: str, path: str | None, buffer_limit_bytes: int) -> ResponseMapper:
+def _too_large_mapper(buffer_limit_bytes: int) -> ResponseMapper:
+    """By the time Envoy fails the answer the extproc has rewritten :path to the upstream's, so the
+    caller's protocol is not on the request any more: one body every shape's parser reads (OpenAI's
+    and Gemini's `error.message`, Anthropic's `type` and `error.type`, Gemini's `error.code`)."""
     text = (f"the upstream's answer came without a content-length and outgrew the gateway's buffer "
             f"({buffer_limit_bytes} bytes, the environment's buffer_limit_bytes): ask for less")
-    return ResponseMapper(filter=_on_path(_cel(ANSWER_TOO_LARGE), path), status_code=TOO_LARGE_STATUS,
-                          body_format_override=_literal(render_error_body(protocol, TOO_LARGE_STATUS, text,
-                                                                          "api_error")))
+    body = orjson.dumps({"type": "error", "error": {"message": text, "type": "api_error", "code": TOO_LARGE_STATUS,
+                                                    "status": "INTERNAL"}})
+    return ResponseMapper(filter=_cel(ANSWER_TOO_LARGE), status_code=TOO_LARGE_STATUS,
+                          body_format_override=_literal(body))
 
 
 def _mapper(protocol: str, path: str | None) -> ResponseMapper:
@@ -107,6 +112,5 @@ def extproc_down_replies(buffer_limit_bytes: int | None = None) -> LocalReplyCon
     `buffer_limit_bytes`, the too-large answer's too."""
     mappers = [*(_mapper(p, path) for path, p in _SHAPES), _mapper("openai", None)]
     if buffer_limit_bytes is not None:
-        mappers += [*(_too_large_mapper(p, path, buffer_limit_bytes) for path, p in _SHAPES),
-                    _too_large_mapper("openai", None, buffer_limit_bytes)]
+        mappers.append(_too_large_mapper(buffer_limit_bytes))
     return LocalReplyConfig(mappers=mappers)

@@ -88,8 +88,7 @@ def request_body(set_headers: HeaderPairs = (), remove: Iterable[str] = (), body
 
 
 def response_headers(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
-                     stream_body: bool = False, skip_body: bool = False,
-                     partial_body: bool = False) -> pb.ProcessingResponse:
+                     stream_body: bool = False, skip_body: bool = False) -> pb.ProcessingResponse:
     r, part = _reply("response_headers")
     fill_common(part.response, set_headers, remove)
     if stream_body:
@@ -98,10 +97,6 @@ def response_headers(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
     elif skip_body:
         # The body goes to the caller as the upstream sent it, never buffered nor shown to us.
         r.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.NONE
-    elif partial_body:
-        # Buffered as usual, but a body past Envoy's buffer comes to us cut (end_of_stream false)
-        # instead of Envoy failing it with a plain 500: we answer in the caller's shape.
-        r.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.BUFFERED_PARTIAL
     return r
 
 

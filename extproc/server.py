@@ -61,9 +61,7 @@ class ExtprocServer:
         self.config = config
         self.gateway = gateway
         self.server = grpc.aio.server(options=[
-            # Headroom past the limit: an answer that outgrew Envoy's buffer comes cut, a read past
-            # that buffer, and is answered 502 in the caller's shape (flows/answer_limit.py).
-            ("grpc.max_receive_message_length", config.extproc.max_body_bytes * 3 // 2 + 1024 * 1024),
+            ("grpc.max_receive_message_length", config.extproc.max_body_bytes + 1024 * 1024),
             ("grpc.max_send_message_length", config.extproc.max_body_bytes + 1024 * 1024),
         ])
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()

@@ -5,10 +5,9 @@ An answer the caller takes as it is (same protocol) is passed through untranslat
 it on and the extproc never sees the body (ext_proc body mode NONE for this response). One that
 would need translating cannot be, and gets a 502 in the caller's shape that names the limit; so
 does a translation that comes out past the limit (OpenAI's base64 vectors become Gemini's JSON
-floats, about 1.8 times the bytes). An answer without a content-length (chunked) is buffered in Envoy's BUFFERED_PARTIAL mode: the
-same as BUFFERED until it outgrows Envoy's buffer (buffer_limit_bytes), when it reaches us cut
-(end_of_stream false) and is answered 502 in the caller's shape rather than Envoy's plain-text 500
-(docs/performance.md, "Large bodies").
+floats, about 1.8 times the bytes). An answer without a content-length (chunked) is buffered as usual: past Envoy's buffer_limit_bytes
+Envoy fails it itself, before the extproc sees its body; the listener's local-reply mapper makes
+that a 502 naming the limit (controlplane/local_replies.py; docs/performance.md, "Large bodies").
 """
 
 from __future__ import annotations
@@ -47,13 +46,6 @@ def _reply(ctx: RequestContext, text: str, details: str) -> msg.ProcessingRespon
                       [("content-type", "application/json"), *ctx.task_headers()], details=details)
     r.immediate_response.headers.remove_headers.extend(ROUTE_ANSWER_HEADERS)
     return r
-
-
-def cut_short(ctx: RequestContext, nbytes: int) -> msg.ProcessingResponse:
-    """The 502 for a chunked answer that outgrew Envoy's buffer (it came to us cut at `nbytes`)."""
-    text = (f"the upstream's answer came without a content-length and outgrew the gateway's buffer "
-            f"(cut at {nbytes} bytes: the environment's buffer_limit_bytes): ask for less")
-    return _reply(ctx, text, "modelyard_answer_over_buffer_limit")
 
 
 def refusal(ctx: RequestContext, nbytes: int, limit: int, upstream: str) -> msg.ProcessingResponse:

@@ -169,7 +169,7 @@ class ChatFlow:
         if status >= 400 or self.translating:
             remove.append("content-length")
             set_h.append(("content-type", "application/json"))
-        return msg.response_headers(set_h, remove, partial_body="content-length" not in headers)
+        return msg.response_headers(set_h, remove)
 
     def _oversized(self, status: int, nbytes: int, limit: int, set_h: list[tuple[str, str]],
                    remove: list[str]) -> msg.ProcessingResponse:
@@ -205,22 +205,12 @@ class ChatFlow:
                       end_of_stream: bool) -> msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]:
         if self.streaming:
             return self._stream_chunk(chunk, end_of_stream)
-        if not end_of_stream:  # BUFFERED_PARTIAL: the answer outgrew Envoy's buffer
-            return self._cut_short(len(chunk))
         if not inline(len(chunk)):
             return self._large_body(chunk)
         with self.ctx.span("translate response",
                            self._translation_attributes() if self.ctx.trace is not None else None):
             body = self._whole_body(chunk)
         return self._replaced(body)
-
-    def _cut_short(self, nbytes: int) -> msg.ProcessingResponse:
-        choice = self.call.choice
-        assert choice is not None
-        answer_limit.count(choice.model.name, choice.deployment.cluster, "refused")
-        self.client_status = 502
-        self._finish()
-        return answer_limit.cut_short(self.ctx, nbytes)
 
     async def _large_body(self, chunk: bytes) -> msg.ProcessingResponse:
         """A large answer is decoded, translated and encoded in a worker thread (offload.py)."""

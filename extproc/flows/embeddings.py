@@ -87,7 +87,7 @@ class EmbeddingFlow:
         if status >= 400 or not self.passthrough:
             remove.append("content-length")
             set_h.append(("content-type", "application/json"))
-        return msg.response_headers(set_h, remove, partial_body="content-length" not in headers)
+        return msg.response_headers(set_h, remove)
 
     def _oversized(self, status: int, nbytes: int, limit: int, set_h: list[tuple[str, str]],
                    remove: list[str]) -> msg.ProcessingResponse:
@@ -111,13 +111,6 @@ class EmbeddingFlow:
 
     def response_body(self, chunk: bytes,
                       end_of_stream: bool) -> msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]:
-        if not end_of_stream:  # BUFFERED_PARTIAL: a chunked answer outgrew Envoy's buffer
-            choice = self.call.choice
-            assert choice is not None
-            answer_limit.count(choice.model.name, choice.deployment.cluster, "refused")
-            self.client_status = 502
-            self._finish()
-            return answer_limit.cut_short(self.ctx, len(chunk))
         if not inline(len(chunk)):
             return self._large_body(chunk)
         return self._replaced(self._whole_body(chunk))

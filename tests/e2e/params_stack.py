@@ -29,18 +29,21 @@ def chunked_upstream() -> ThreadedApp:
     text = "x" * (ENVOY_BUFFER_BYTES + 2 * 1024 * 1024)
 
     async def answer(request: web.Request) -> web.StreamResponse:
+        # "small" in the request: a short chunked answer, "[chunked] small" (one that fits every buffer)
+        says = "[chunked] small" if b"small" in await request.read() else text
         if request.path.endswith(":generateContent"):
-            body = orjson.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
+            body = orjson.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": says}]},
                                                  "finishReason": "STOP"}]})
         else:
             body = orjson.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
                                  "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": text}}]})
+                                              "message": {"role": "assistant", "content": says}}]})
         resp = web.StreamResponse(headers={"content-type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        for i in range(0, len(body), 1 << 20):
-            await resp.write(body[i:i + (1 << 20)])
+        step = 1 << 20 if len(body) > 1 << 20 else 16  # a small one in several pieces too
+        for i in range(0, len(body), step):
+            await resp.write(body[i:i + step])
         await resp.write_eof()
         return resp
 
