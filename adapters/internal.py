@@ -121,6 +121,7 @@ class ChatRequest:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     top_k: int | None = None
+    seed: int | None = None  # best-effort determinism (OpenAI `seed`, Gemini generationConfig.seed)
     parallel_tool_calls: bool | None = None  # False: at most one tool call per turn
     response_format: ResponseFormat | None = None
     stream: bool = False

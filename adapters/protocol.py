@@ -56,6 +56,10 @@ class ChatProtocol(Protocol):
     def render_request(self, req: ChatRequest, *, upstream_model: str, credential: str | None,
                        options: RenderOptions | None = None) -> UpstreamRequest: ...
 
+    # The controls set on `req` this protocol cannot express (adapters/controls.py): render_request
+    # refuses them (400); the flow first drops those the deployment's drop_params allows.
+    def unsupported_controls(self, req: ChatRequest, options: RenderOptions | None = None) -> tuple[str, ...]: ...
+
     def parse_response(self, body: bytes) -> ChatResponse: ...
 
     # `request`: what the client asked, for protocols whose answer echoes its settings (Responses).

@@ -36,6 +36,8 @@ WAIT_MARGIN_S = 2.0
 XLATE_METADATA = "x-modelyard-xlate"
 # On a reply from a deployment with max_inflight: milliseconds the request waited for a slot.
 QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"
+# On a reply whose request lost controls its deployment cannot express (drop_params): their names.
+DROPPED_PARAMS_HEADER = "x-modelyard-dropped-params"
 
 # A deployment with failover peers: Envoy's aggregate cluster `<cluster>~failover` (contracts/failover.py).
 FAILOVER_SUFFIX = "~failover"

@@ -478,7 +478,7 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         use_remote_address=edge.use_remote_address,
         xff_num_trusted_hops=edge.xff_num_trusted_hops,
         access_log=[access_log(env.access_log)] if env.access_log else [],
-        local_reply_config=extproc_down_replies(),
+        local_reply_config=extproc_down_replies(env.buffer_limit_bytes),
     )
     listener = Listener(
         name="modelyard",

@@ -1,5 +1,7 @@
 """Envoy's own answer when no extproc answers: 503 with `retry-after`, in the caller's protocol's
-JSON error shape, never a reset or an empty 500.
+JSON error shape, never a reset or an empty 500. Likewise Envoy's own failure of an answer that
+outgrew its buffer before the extproc saw it (a chunked answer past buffer_limit_bytes): a 502 JSON
+error that names the limit, not a plain-text 500.
 
 The ext_proc filter answers a failed stream (no extproc reachable, or one that died mid-request)
 with `status_on_error`; a local reply mapper, matched on the ext_proc error's response code
@@ -9,6 +11,7 @@ replies too, but carry `modelyard_*` details, so the mapper leaves them alone.
 
 from __future__ import annotations
 
+import orjson
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2  # noqa: F401  (Any registry)
 from envoy_data_plane.envoy.config.accesslog.v3 import AccessLogFilter, AndFilter, ExtensionFilter, HeaderFilter
 from envoy_data_plane.envoy.config.core.v3 import (
@@ -48,23 +51,50 @@ _SHAPES: tuple[tuple[str, str], ...] = (
 )
 
 
+# Envoy's details when a buffered answer outgrows the stream's buffer: its local reply is a plain 500.
+ANSWER_TOO_LARGE = "response.code_details == 'response_payload_too_large'"
+TOO_LARGE_STATUS = 502
+
+
 def status_on_error() -> HttpStatus:
     """The ext_proc filter's status for a failed stream (its default is 500)."""
     return HttpStatus(code=StatusCode(STATUS))
 
 
-def _extproc_failed() -> AccessLogFilter:
+def _cel(expression: str) -> AccessLogFilter:
     return AccessLogFilter(extension_filter=ExtensionFilter(
         name="envoy.access_loggers.extension_filters.cel",
-        typed_config=AnyMsg.pack(ExpressionFilter(expression=EXTPROC_FAILED))))
+        typed_config=AnyMsg.pack(ExpressionFilter(expression=expression))))
+
+
+def _on_path(cond: AccessLogFilter, path: str | None) -> AccessLogFilter:
+    if path is None:
+        return cond
+    on_path = AccessLogFilter(header_filter=HeaderFilter(header=HeaderMatcher(
+        name=":path", string_match=StringMatcher(safe_regex=RegexMatcher(regex=path)))))
+    return AccessLogFilter(and_filter=AndFilter(filters=[cond, on_path]))
+
+
+def _literal(body: bytes) -> SubstitutionFormatString:
+    # A literal body: the JSON holds no `%`, so the formatter passes it through unchanged.
+    return SubstitutionFormatString(text_format_source=DataSource(inline_string=body.decode()),
+                                    content_type="application/json")
+
+
+def _too_large_mapper(buffer_limit_bytes: int) -> ResponseMapper:
+    """By the time Envoy fails the answer the extproc has rewritten :path to the upstream's, so the
+    caller's protocol is not on the request any more: one body every shape's parser reads (OpenAI's
+    and Gemini's `error.message`, Anthropic's `type` and `error.type`, Gemini's `error.code`)."""
+    text = (f"the upstream's answer came without a content-length and outgrew the gateway's buffer "
+            f"({buffer_limit_bytes} bytes, the environment's buffer_limit_bytes): ask for less")
+    body = orjson.dumps({"type": "error", "error": {"message": text, "type": "api_error", "code": TOO_LARGE_STATUS,
+                                                    "status": "INTERNAL"}})
+    return ResponseMapper(filter=_cel(ANSWER_TOO_LARGE), status_code=TOO_LARGE_STATUS,
+                          body_format_override=_literal(body))
 
 
 def _mapper(protocol: str, path: str | None) -> ResponseMapper:
-    failed = _extproc_failed()
-    if path is not None:
-        on_path = AccessLogFilter(header_filter=HeaderFilter(header=HeaderMatcher(
-            name=":path", string_match=StringMatcher(safe_regex=RegexMatcher(regex=path)))))
-        failed = AccessLogFilter(and_filter=AndFilter(filters=[failed, on_path]))
+    failed = _on_path(_cel(EXTPROC_FAILED), path)
     body = render_error_body(protocol, STATUS, MESSAGE, default_type(STATUS)).decode()
     return ResponseMapper(
         filter=failed,
@@ -77,6 +107,10 @@ def _mapper(protocol: str, path: str | None) -> ResponseMapper:
     )
 
 
-def extproc_down_replies() -> LocalReplyConfig:
-    """The listener's local reply config: one mapper per error shape, OpenAI's last."""
-    return LocalReplyConfig(mappers=[*(_mapper(p, path) for path, p in _SHAPES), _mapper("openai", None)])
+def extproc_down_replies(buffer_limit_bytes: int | None = None) -> LocalReplyConfig:
+    """The listener's local reply config: one mapper per error shape, OpenAI's last; with
+    `buffer_limit_bytes`, the too-large answer's too."""
+    mappers = [*(_mapper(p, path) for path, p in _SHAPES), _mapper("openai", None)]
+    if buffer_limit_bytes is not None:
+        mappers.append(_too_large_mapper(buffer_limit_bytes))
+    return LocalReplyConfig(mappers=mappers)

@@ -88,12 +88,15 @@ def request_body(set_headers: HeaderPairs = (), remove: Iterable[str] = (), body
 
 
 def response_headers(set_headers: HeaderPairs = (), remove: Iterable[str] = (),
-                     stream_body: bool = False) -> pb.ProcessingResponse:
+                     stream_body: bool = False, skip_body: bool = False) -> pb.ProcessingResponse:
     r, part = _reply("response_headers")
     fill_common(part.response, set_headers, remove)
     if stream_body:
         # SSE: hand each upstream chunk to us as it arrives instead of buffering the whole reply.
         r.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.STREAMED
+    elif skip_body:
+        # The body goes to the caller as the upstream sent it, never buffered nor shown to us.
+        r.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.NONE
     return r
 
 

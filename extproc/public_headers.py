@@ -14,6 +14,7 @@ from contracts.envoy_names import (
     ARM_HEADER,
     CHANNEL_HEADER,
     CLUSTER_HEADER,
+    DROPPED_PARAMS_HEADER,
     MODEL_HEADER,
     QUEUE_WAIT_HEADER,
     STRATEGY_HEADER,
@@ -23,7 +24,7 @@ from extproc import messages as msg
 
 PREFIX = "x-modelyard-"
 PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADER, CHANNEL_HEADER, STRATEGY_HEADER,
-                                     ARM_HEADER, QUEUE_WAIT_HEADER})
+                                     ARM_HEADER, QUEUE_WAIT_HEADER, DROPPED_PARAMS_HEADER})
 
 
 def is_internal(name: str) -> bool:

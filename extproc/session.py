@@ -108,7 +108,8 @@ class Session:
                 headers = msg.header_map(req.response_headers)
                 return self.flow.response_headers(int(headers.get(":status", "200") or 200), headers)
             if kind == "response_body":
-                return self.flow.response_body(req.response_body.body, req.response_body.end_of_stream)
+                out = self.flow.response_body(req.response_body.body, req.response_body.end_of_stream)
+                return out if isinstance(out, msg.ProcessingResponse) else await out
             if kind == "response_trailers":
                 return self.flow.response_trailers(msg.header_map(req.response_trailers))
             return _passthrough(kind)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from adapters.anthropic.errors import parse_error, render_error
 from adapters.anthropic.render import _TOOL_ID as _TOOL_ID
-from adapters.anthropic.render import passthrough_body, render_request, request_target, tool_id
+from adapters.anthropic.render import passthrough_body, render_request, request_target, tool_id, unsupported_controls
 from adapters.anthropic.request import (
     API_VERSION,
     CLIENT_AUTH_HEADERS,
@@ -22,4 +22,5 @@ __all__ = [
     "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request", "request_target",
     "render_request", "parse_response", "render_response", "StreamDecoder", "StreamEncoder", "render_error",
     "parse_error", "client_api_key", "JSON_TOOL", "tool_id", "check_query", "passthrough_body",
+    "unsupported_controls",
 ]

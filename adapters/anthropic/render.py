@@ -24,6 +24,7 @@ from adapters.anthropic.wire import (
     URLSource,
 )
 from adapters.call_ids import plain_id
+from adapters.controls import lacking, refuse
 from adapters.fields import arguments_object
 from adapters.internal import (
     ChatRequest,
@@ -39,6 +40,7 @@ from adapters.internal import (
 from adapters.passthrough import with_model
 from modelyard.errors import ClientError
 
+SUPPORTED_CONTROLS = frozenset({"top_k"})  # Messages has no seed
 _DOCUMENT_TYPES = frozenset(("application/pdf", "text/plain"))
 # Anthropic's documented tool_use id pattern; other protocols' ids (`functions.f:0`) may not match.
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -77,6 +79,10 @@ def _user_blocks(content: tuple[ContentPart, ...]) -> list[Block]:
             out.append({"type": "image", "source": {"type": "base64", "media_type": p.media_type or "image/png",
                                                      "data": p.data}})
     return out
+
+
+def unsupported_controls(req: ChatRequest, options: RenderOptions | None = None) -> tuple[str, ...]:
+    return lacking(req, SUPPORTED_CONTROLS)
 
 
 def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None) -> tuple[str, dict[str, str]]:
@@ -151,6 +157,7 @@ def _structured_output(req: ChatRequest, body: MessagesRequest) -> None:
 
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
+    refuse(unsupported_controls(req), "anthropic")
     msgs: list[MessageOut] = []
     ids = _ToolIds()
     for m in req.messages:

@@ -16,6 +16,7 @@ from adapters.azure_openai.request import (
     passthrough_body,
     render_request,
     request_target,
+    unsupported_controls,
 )
 from adapters.azure_openai.response import parse_error, parse_response, render_error, render_response
 from adapters.azure_openai.stream import StreamDecoder, StreamEncoder
@@ -23,5 +24,5 @@ from adapters.azure_openai.stream import StreamDecoder, StreamEncoder
 __all__ = [
     "CLIENT_AUTH_HEADERS", "deployment_path", "parse_request", "request_target", "render_request",
     "parse_response", "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error",
-    "client_api_key", "check_query", "passthrough_body",
+    "client_api_key", "check_query", "passthrough_body", "unsupported_controls",
 ]

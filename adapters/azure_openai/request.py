@@ -12,7 +12,8 @@ from adapters.internal import ChatRequest, RenderOptions, UpstreamRequest
 from modelyard.errors import UpstreamError
 
 __all__ = ["CLIENT_AUTH_HEADERS", "deployment_path", "parse_request", "request_target", "render_request",
-           "client_api_key", "check_query", "passthrough_body"]
+           "client_api_key", "check_query", "passthrough_body",
+           "unsupported_controls"]
 
 # Azure's own key header: a client's must never reach an upstream (the flow strips these).
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("api-key",)
@@ -22,6 +23,7 @@ parse_request = openai.parse_request
 # OpenAI's query rules and same-protocol body (stream usage switched on) hold for Azure's callers too.
 check_query = openai.check_query
 passthrough_body = openai.passthrough_body
+unsupported_controls = openai.unsupported_controls
 
 
 def deployment_path(deployment: str, api_version: str) -> str:

@@ -17,6 +17,7 @@ from adapters.bedrock.request import (
     passthrough_body,
     render_request,
     request_target,
+    unsupported_controls,
 )
 from adapters.bedrock.response import parse_error, parse_response, render_error, render_response
 from adapters.bedrock.stream import StreamDecoder, StreamEncoder
@@ -25,6 +26,7 @@ __all__ = [
     "CLIENT_AUTH_HEADERS", "STREAM_CONTENT_TYPE", "converse_path", "parse_request", "request_target",
     "render_request", "parse_response", "render_response", "StreamDecoder", "StreamEncoder", "render_error",
     "parse_error", "client_api_key", "check_query", "passthrough_body",
+    "unsupported_controls",
 ]
 
 # A caller's AWS session token must not travel on to any upstream.

@@ -15,6 +15,7 @@ from adapters.bedrock.wire import ContentBlock, ConverseRequest, InferenceConfig
 from adapters.bedrock.wire import Message as WireMessage
 from adapters.call_ids import plain_id
 from adapters.cloud_targets import BedrockTarget
+from adapters.controls import lacking, refuse
 from adapters.fields import arguments_object, as_object, load_object, opt_list, opt_number, req_str
 from adapters.internal import (
     ChatRequest,
@@ -153,6 +154,14 @@ def _tool_spec(t: ToolDef) -> dict[str, Any]:
     return spec
 
 
+# top_k rides in additionalModelRequestFields; Converse has no seed.
+SUPPORTED_CONTROLS = frozenset({"top_k"})
+
+
+def unsupported_controls(req: ChatRequest, options: RenderOptions | None = None) -> tuple[str, ...]:
+    return lacking(req, SUPPORTED_CONTROLS)
+
+
 def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> tuple[str, dict[str, str]]:
     """Bedrock requests are always rendered (and signed over their body): no passthrough target."""
@@ -162,6 +171,7 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
     """The Converse(Stream) request, SigV4-signed for the deployment's region and Host."""
+    refuse(unsupported_controls(req), "bedrock")
     target = _target(options)
     body = orjson.dumps(_body(req))
     path = converse_path(upstream_model, req.stream)

@@ -7,6 +7,7 @@ from urllib.parse import quote
 import numpy as np
 import orjson
 
+from adapters.embeddings.piecewise import json_with_array, split_vectors
 from adapters.embeddings.wire import MAX_EMBED_JSON_VALUES, MAX_INPUTS, EmbeddingRequest, EmbeddingResponse, _matrix
 from adapters.fields import as_object, bad_upstream, load_object, opt_list, token_count
 from adapters.internal import UpstreamRequest
@@ -113,7 +114,28 @@ def _values(e: object, where: str) -> JSONArray:
     return vals
 
 
+def _usage(obj: JSONObject) -> int | None:
+    usage = obj.get("usageMetadata")
+    return token_count(usage.get("promptTokenCount")) if type(usage) is dict else None
+
+
+def _split_response(body: bytes) -> EmbeddingResponse | None:
+    """A large answer read vector by vector (piecewise.py), when its layout is the usual one."""
+    split = split_vectors(body, "values")
+    if split is None:
+        return None
+    obj, rows = split
+    emb, embs = obj.get("embedding"), obj.get("embeddings")
+    entries = [emb] if emb is not None else embs if type(embs) is list else None
+    if entries is None or len(entries) != len(rows) or any(type(e) is not dict or e.get("values") != []
+                                                           for e in entries):
+        return None
+    return EmbeddingResponse("", rows, _usage(obj))
+
+
 def parse_gemini_response(body: bytes) -> EmbeddingResponse:
+    if (split := _split_response(body)) is not None:
+        return split
     try:
         obj = load_object(body, "upstream response")
     except ClientError as e:
@@ -124,9 +146,7 @@ def parse_gemini_response(body: bytes) -> EmbeddingResponse:
         rows = [_values(e, f"embeddings[{j}]") for j, e in enumerate(obj["embeddings"])]
     else:
         raise bad_upstream("no embedding or embeddings")
-    usage = obj.get("usageMetadata")
-    tokens = token_count(usage.get("promptTokenCount")) if type(usage) is dict else None
-    return EmbeddingResponse("", _matrix(rows, "embeddings"), tokens)
+    return EmbeddingResponse("", _matrix(rows, "embeddings"), _usage(obj))
 
 
 def render_gemini_response(resp: EmbeddingResponse, *, batch: bool) -> bytes:
@@ -135,4 +155,6 @@ def render_gemini_response(resp: EmbeddingResponse, *, batch: bool) -> bytes:
         if len(vecs) != 1:
             raise bad_upstream(f"{len(vecs)} embeddings for one content")
         return orjson.dumps({"embedding": {"values": vecs[0]}}, option=orjson.OPT_SERIALIZE_NUMPY)
-    return orjson.dumps({"embeddings": [{"values": v} for v in vecs]}, option=orjson.OPT_SERIALIZE_NUMPY)
+    # One dumps per vector (piecewise.py): what one call over them all writes, without its GIL hold.
+    return json_with_array(b'{"embeddings":', (b'{"values":' + orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY)
+                                               + b"}" for v in vecs), b"}")

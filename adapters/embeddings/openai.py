@@ -8,6 +8,7 @@ import binascii
 import numpy as np
 import orjson
 
+from adapters.embeddings.piecewise import json_with_array
 from adapters.embeddings.wire import (
     MAX_EMBED_JSON_VALUES,
     MAX_INPUTS,
@@ -131,14 +132,15 @@ def openai_usage(body: bytes) -> int | None:
 def render_openai_response(resp: EmbeddingResponse, *, model: str, req: EmbeddingRequest) -> bytes:
     tokens = resp.input_tokens if resp.input_tokens is not None else estimate_tokens(req)
     vecs = np.ascontiguousarray(resp.vectors, dtype="<f4")
-    if req.encoding_format == "base64":
-        rows: JSONArray = [base64.b64encode(v.tobytes()).decode() for v in vecs]
-    else:
-        rows = list(vecs)
-    data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(rows)]
-    return orjson.dumps({"object": "list", "data": data, "model": model,
-                         "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
-                        option=orjson.OPT_SERIALIZE_NUMPY)
+    b64 = req.encoding_format == "base64"
+    # One small write per vector (piecewise.py): the bytes one orjson call writes, without its GIL hold.
+    rows = (b'{"object":"embedding","index":' + str(i).encode() + b',"embedding":'
+            + (b'"' + base64.b64encode(v.tobytes()) + b'"' if b64
+               else orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY)) + b"}"
+            for i, v in enumerate(vecs))
+    tail = b',"model":' + orjson.dumps(model) + b',"usage":' + orjson.dumps({"prompt_tokens": tokens,
+                                                                             "total_tokens": tokens}) + b"}"
+    return json_with_array(b'{"object":"list","data":', rows, tail)
 
 
 # -- same protocol both ways -----------------------------------------------------------------------

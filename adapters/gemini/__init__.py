@@ -9,7 +9,14 @@ a response's calls get ids unique across conversations (`call_ids.new_call_id`).
 from __future__ import annotations
 
 from adapters.gemini.errors import parse_error, render_error
-from adapters.gemini.render import SKIP_SIGNATURE, passthrough_body, render_request, request_path, request_target
+from adapters.gemini.render import (
+    SKIP_SIGNATURE,
+    passthrough_body,
+    render_request,
+    request_path,
+    request_target,
+    unsupported_controls,
+)
 from adapters.gemini.request import CLIENT_AUTH_HEADERS, check_query, client_api_key, parse_request
 from adapters.gemini.response import parse_response, render_response
 from adapters.gemini.schema import gemini_schema, json_schema
@@ -19,4 +26,5 @@ __all__ = [
     "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response", "render_response",
     "StreamDecoder", "StreamEncoder", "render_error", "parse_error", "client_api_key", "request_path",
     "SKIP_SIGNATURE", "gemini_schema", "json_schema", "check_query", "passthrough_body",
+    "unsupported_controls",
 ]

@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 import orjson
 
+from adapters.controls import lacking
 from adapters.fields import arguments_object
 from adapters.gemini.schema import gemini_schema
 from adapters.gemini.wire import (
@@ -36,6 +37,13 @@ from modelyard.errors import ClientError
 # Google's documented stand-in for a function call whose thought signature was lost on the way
 # (history from another protocol): Gemini 3 refuses a replayed call without one.
 SKIP_SIGNATURE = "skip_thought_signature_validator"
+
+
+SUPPORTED_CONTROLS = frozenset({"top_k", "seed"})
+
+
+def unsupported_controls(req: ChatRequest, options: RenderOptions | None = None) -> tuple[str, ...]:
+    return lacking(req, SUPPORTED_CONTROLS)
 
 
 def request_path(model: str, stream: bool) -> str:
@@ -155,6 +163,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         gc["topP"] = req.top_p
     if req.top_k is not None:
         gc["topK"] = req.top_k
+    if req.seed is not None:
+        gc["seed"] = req.seed
     if req.max_tokens is not None:
         gc["maxOutputTokens"] = req.max_tokens
     if req.stop:

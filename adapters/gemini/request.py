@@ -250,6 +250,7 @@ class _Sampling:
     temperature: float | None
     top_p: float | None
     top_k: int | None
+    seed: int | None
     max_tokens: int | None
     stop: tuple[str, ...]
     response_format: ResponseFormat | None
@@ -257,7 +258,7 @@ class _Sampling:
 
 # generationConfig fields as Google's REST examples also spell them (snake_case).
 _SNAKE = {"candidateCount": "candidate_count", "stopSequences": "stop_sequences", "temperature": "temperature",
-          "topP": "top_p", "topK": "top_k", "maxOutputTokens": "max_output_tokens",
+          "topP": "top_p", "topK": "top_k", "seed": "seed", "maxOutputTokens": "max_output_tokens",
           "responseMimeType": "response_mime_type", "responseSchema": "response_schema",
           "responseJsonSchema": "response_json_schema"}
 
@@ -295,6 +296,7 @@ def _sampling(obj: JSONObject) -> _Sampling:
         temperature=opt_number(gc, "temperature", w, 0.0, 2.0),
         top_p=opt_number(gc, "topP", w, 0.0, 1.0),
         top_k=opt_int(gc, "topK", w),
+        seed=opt_int(gc, "seed", w),
         max_tokens=opt_int(gc, "maxOutputTokens", w),
         stop=tuple(stop),
         response_format=_response_format(gc),
@@ -320,6 +322,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         max_tokens=sampling.max_tokens,
         stop=sampling.stop,
         top_k=sampling.top_k,
+        seed=sampling.seed,
         response_format=sampling.response_format,
         stream=stream_hint,
         include_usage=True,  # Gemini chunks always carry usageMetadata

@@ -103,6 +103,7 @@ class GenerationConfig(TypedDict, total=False):
     temperature: float
     topP: float
     topK: int
+    seed: int
     maxOutputTokens: int
     stopSequences: list[str]
     responseMimeType: str

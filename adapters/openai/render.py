@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 
 from adapters.call_ids import plain_id
+from adapters.controls import lacking, refuse
 from adapters.internal import (
     ChatRequest,
     ContentPart,
@@ -32,6 +33,13 @@ from adapters.openai.wire import (
 )
 from adapters.passthrough import with_model
 from modelyard.errors import ClientError
+
+# top_k is not OpenAI's (only OpenAI-compatible servers take it, on the passthrough path).
+SUPPORTED_CONTROLS = frozenset({"seed"})
+
+
+def unsupported_controls(req: ChatRequest, options: RenderOptions | None = None) -> tuple[str, ...]:
+    return lacking(req, SUPPORTED_CONTROLS)
 
 
 def _render_content(content: tuple[ContentPart, ...]) -> str | list[ContentPartOut]:
@@ -89,8 +97,7 @@ def _render_response_format(rf: ResponseFormat) -> ResponseFormatOut:
 
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
-    if req.top_k is not None:
-        raise ClientError("top_k is not supported by this model's OpenAI deployment")
+    refuse(unsupported_controls(req), "openai")
     msgs: list[MessageOut] = []
     if req.system is not None:
         msgs.append({"role": "system", "content": req.system})
@@ -128,6 +135,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
             body["max_completion_tokens"] = req.max_tokens
     if req.stop:
         body["stop"] = list(req.stop)
+    if req.seed is not None:
+        body["seed"] = req.seed
     if req.stream:
         # Always ask for usage: the gateway meters it even when the client did not ask for it.
         body["stream"] = True

@@ -238,6 +238,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         stop=stop,
         # Not OpenAI's, but OpenAI-compatible servers (vLLM, llama.cpp) take it.
         top_k=opt_int(obj, "top_k", "body"),
+        seed=opt_int(obj, "seed", "body"),
         parallel_tool_calls=ptc,
         response_format=_response_format(obj),
         stream=opt_bool(obj, "stream", "body") or stream_hint,

@@ -132,6 +132,7 @@ class ChatCompletionRequest(TypedDict):
     max_tokens: NotRequired[int]
     max_completion_tokens: NotRequired[int]
     stop: NotRequired[list[str]]
+    seed: NotRequired[int]
     stream: NotRequired[bool]
     stream_options: NotRequired[StreamOptions]
 

@@ -10,7 +10,7 @@ The gateway stores nothing, so what needs stored state (`previous_response_id`, 
 
 from __future__ import annotations
 
-from adapters.responses.render import passthrough_body, render_request, request_target
+from adapters.responses.render import passthrough_body, render_request, request_target, unsupported_controls
 from adapters.responses.request import (
     CLIENT_AUTH_HEADERS,
     PATH,
@@ -26,5 +26,5 @@ from adapters.responses.stream import StreamDecoder, StreamEncoder
 __all__ = [
     "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
     "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error", "client_api_key",
-    "check_query", "passthrough_body",
+    "check_query", "passthrough_body", "unsupported_controls",
 ]

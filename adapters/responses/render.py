@@ -7,6 +7,7 @@ from typing import Literal
 import orjson
 
 from adapters.call_ids import plain_id
+from adapters.controls import lacking, refuse
 from adapters.internal import (
     ChatRequest,
     ContentPart,
@@ -105,6 +106,11 @@ def _tool_choice_out(tc: ToolChoice | None) -> str | NamedFunctionChoice:
     return {"type": "function", "name": tc.name} if tc.mode == "tool" else tc.mode
 
 
+def unsupported_controls(req: ChatRequest, options: RenderOptions | None = None) -> tuple[str, ...]:
+    """The Responses API has neither top_k nor seed."""
+    return lacking(req, frozenset())
+
+
 def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None) -> tuple[str, dict[str, str]]:
     headers = {"content-type": "application/json"}
     if credential:
@@ -114,6 +120,7 @@ def request_target(req: ChatRequest, *, upstream_model: str, credential: str | N
 
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
+    refuse(unsupported_controls(req), "responses")
     body: ResponsesRequest = {"model": upstream_model, "input": _input_items(req), "store": False}
     if req.system is not None:
         body["instructions"] = req.system
@@ -127,8 +134,6 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         body["top_p"] = req.top_p
     if req.max_tokens is not None:
         body["max_output_tokens"] = req.max_tokens
-    if req.top_k is not None:
-        raise ClientError("top_k cannot be sent to a Responses API upstream (it has no such control)")
     if req.stop:
         raise ClientError("stop sequences cannot be sent to a Responses API upstream (it has no such control)")
     if req.parallel_tool_calls is not None and req.tools:

@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from adapters import gemini
-from adapters.vertex.request import ANTHROPIC_VERSION, model_path, render_request, request_target
+from adapters.vertex.request import ANTHROPIC_VERSION, model_path, render_request, request_target, unsupported_controls
 from adapters.vertex.response import is_gemini, parse_error, parse_response, render_error, render_response
 from adapters.vertex.stream import StreamDecoder, StreamEncoder
 
 __all__ = [
     "ANTHROPIC_VERSION", "CLIENT_AUTH_HEADERS", "model_path", "parse_request", "request_target", "render_request",
     "parse_response", "render_response", "is_gemini", "StreamDecoder", "StreamEncoder", "render_error",
-    "parse_error", "client_api_key", "check_query", "passthrough_body",
+    "parse_error", "client_api_key", "check_query", "passthrough_body", "unsupported_controls",
 ]
 
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ()  # bearer tokens ride in `authorization`, stripped for every upstream

@@ -16,7 +16,7 @@ from adapters.cloud_targets import VertexTarget
 from adapters.internal import ChatRequest, RenderOptions, UpstreamRequest
 from modelyard.errors import UpstreamError
 
-__all__ = ["ANTHROPIC_VERSION", "model_path", "request_target", "render_request"]
+__all__ = ["ANTHROPIC_VERSION", "model_path", "request_target", "render_request", "unsupported_controls"]
 
 ANTHROPIC_VERSION = "vertex-2023-10-16"
 
@@ -46,6 +46,13 @@ def _headers(credential: str | None) -> dict[str, str]:
 def request_target(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> tuple[str, dict[str, str]]:
     return model_path(_target(options), upstream_model, req.stream), _headers(credential)
+
+
+def unsupported_controls(req: ChatRequest, options: RenderOptions | None = None) -> tuple[str, ...]:
+    """The publisher's body decides: Claude's Messages or Gemini's generateContent."""
+    if _target(options).publisher == "anthropic":
+        return anthropic.unsupported_controls(req)
+    return gemini.unsupported_controls(req)
 
 
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,

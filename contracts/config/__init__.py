@@ -20,6 +20,7 @@ from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupC
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
 from contracts.config.keys import Budget, KeysConfig
 from contracts.config.live import ControlPlaneConfig
+from contracts.config.params import DropParams, check_drop_params
 from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.routing import RoutingSettings
@@ -171,6 +172,9 @@ class Deployment(_Model):
     # max_completion_tokens (its reasoning models refuse max_tokens); older OpenAI-compatible
     # servers know only max_tokens.
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
+    # A control this protocol cannot express (top_k to OpenAI): 400 (unset/false), or drop it:
+    # true for all, a list for those named (contracts/config/params.py); wins over the model's.
+    drop_params: DropParams = None
     api_key_env: str | None = None
     api_key_file: str | None = None
     timeout_ms: int = Field(60_000, ge=1)
@@ -198,6 +202,8 @@ class Deployment(_Model):
     azure: AzureSettings | None = None
     bedrock: BedrockSettings | None = None
     vertex: VertexSettings | None = None
+
+    _drop_params = field_validator("drop_params")(check_drop_params)
 
     @field_validator("endpoints")
     @classmethod
@@ -257,7 +263,11 @@ class ModelConfig(_Model):
     owned_by: str = "modelyard"
     vision: VisionConfig | None = None
     batching: BatchingConfig | None = None
+    # The default for this model's deployments (each may set its own): contracts/config/params.py.
+    drop_params: DropParams = None
     deployments: list[Deployment] = Field(min_length=1)
+
+    _drop_params = field_validator("drop_params")(check_drop_params)
 
     @model_validator(mode="after")
     def _embedding_protocols(self) -> ModelConfig:

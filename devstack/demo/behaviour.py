@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import orjson
 
 from adapters.internal import (
@@ -85,9 +86,7 @@ def demo_embedding(text: str, dims: int | None = None) -> list[float]:
     """A deterministic vector for `text`: sha256 bytes scaled to [-1, 1) in steps of 1/128, so every
     value is exact in float32 and survives base64 and JSON alike."""
     n = dims or DEMO_EMBED_DIMS
-    out: list[float] = []
-    block = 0
-    while len(out) < n:
-        out += [(b - 128) / 128 for b in hashlib.sha256(f"{block}:{text}".encode()).digest()]
-        block += 1
-    return out[:n]
+    # 32 bytes per sha256 block; NumPy does the scaling (a 2048 x 1536 answer in well under a second).
+    raw = b"".join(hashlib.sha256(f"{block}:{text}".encode()).digest() for block in range(-(-n // 32)))
+    out: list[float] = ((np.frombuffer(raw, np.uint8)[:n].astype(np.float64) - 128) / 128).tolist()
+    return out

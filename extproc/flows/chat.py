@@ -6,24 +6,34 @@ provider-specific fields survive; cross-protocol requests go through the interna
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
+from collections.abc import Awaitable
 
-from adapters import upstream_errors
+from adapters import controls, upstream_errors
 from adapters.injected_usage import InjectedUsageFilter
 from adapters.internal import ChatRequest, RenderOptions, StreamError, StreamStart, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
 from adapters.upstream_errors import log_excerpt
-from contracts.envoy_names import CLUSTER_HEADER, UPSTREAM_ATTEMPTS_HEADER, UPSTREAM_HOST_HEADER
+from contracts.config.params import effective_drop_params
+from contracts.envoy_names import (
+    CLUSTER_HEADER,
+    DROPPED_PARAMS_HEADER,
+    UPSTREAM_ATTEMPTS_HEADER,
+    UPSTREAM_HOST_HEADER,
+)
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
-from extproc.flows.offload import sized
+from extproc.flows import answer_limit
+from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
+from extproc.telemetry.metrics import DROPPED_PARAMS
 from modelyard.errors import ClientError, ModelyardError
 
 log = logging.getLogger("modelyard.chat")
@@ -98,6 +108,7 @@ class ChatFlow:
             if self.translating:
                 auth = self.call.auth
                 options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens", cloud=auth.cloud)
+                req = self._drop_params(req, options)
                 up = self.upstream.render_request(req, upstream_model=upstream_model, credential=auth.credential,
                                                   options=options)
                 path, up_headers, out = up.path, up.headers, up.body
@@ -109,6 +120,23 @@ class ChatFlow:
             self.response_model = upstream_model  # until the upstream reports its own
         ctx.response_headers += choice.response_headers()
         return self.call.request(path, out, up_headers, replace_body=out is not body)
+
+    def _drop_params(self, req: ChatRequest, options: RenderOptions) -> ChatRequest:
+        """`req` less the controls the deployment's protocol cannot express, where its drop_params
+        allows; any other such control is refused (400) by `controls.decide`."""
+        unsupported = self.upstream.unsupported_controls(req, options)
+        if not unsupported:
+            return req
+        choice = self.call.choice
+        assert choice is not None and self.wire is not None
+        dep = choice.deployment
+        dropped = controls.decide(unsupported, effective_drop_params(dep.drop_params, choice.model.drop_params),
+                                  target=self.wire, client=self.ctx.protocol)
+        if not self.ctx.deferred:  # a deferred request is counted when its replay runs
+            for name in dropped:
+                DROPPED_PARAMS.labels(choice.model.name, dep.cluster, name).inc()
+        self.ctx.response_headers.append((DROPPED_PARAMS_HEADER, ",".join(dropped)))
+        return controls.without(req, dropped)
 
     def _translation_attributes(self) -> dict[str, str | bool]:
         return {"modelyard.translation.from": self.ctx.protocol, "modelyard.translation.to": self.wire or "",
@@ -134,6 +162,9 @@ class ChatFlow:
             else:
                 self.decoder = self.upstream.StreamDecoder()
             return msg.response_headers(set_h, remove, stream_body=True)
+        limit = self.gw.config.extproc.max_body_bytes
+        if (nbytes := answer_limit.oversized(headers, limit)) is not None:
+            return self._oversized(status, nbytes, limit, set_h, remove)
         if status >= 400:
             self.upstream_failed = status >= 500
             self.client_status = upstream_error_status(status)
@@ -142,6 +173,23 @@ class ChatFlow:
             remove.append("content-length")
             set_h.append(("content-type", "application/json"))
         return msg.response_headers(set_h, remove)
+
+    def _oversized(self, status: int, nbytes: int, limit: int, set_h: list[tuple[str, str]],
+                   remove: list[str]) -> msg.ProcessingResponse:
+        """An answer past max_body_bytes: the caller's own protocol takes it as sent; one that would
+        need translating (or rewriting, an error's) is a 502 naming the limit."""
+        choice = self.call.choice
+        assert choice is not None  # routed before anything went upstream
+        model, cluster = choice.model.name, choice.deployment.cluster
+        if status < 400 and not self.translating:
+            answer_limit.count(model, cluster, "passthrough")
+            self._finish()  # the body never reaches us: metered now, without the usage it carries
+            return msg.response_headers(set_h, remove, skip_body=True)
+        answer_limit.count(model, cluster, "refused")
+        self.upstream_failed = status >= 500
+        self.client_status = 502
+        self._finish()
+        return answer_limit.refusal(self.ctx, nbytes, limit, self.wire or "")
 
     def _note_failover(self, headers: dict[str, str]) -> None:
         """Envoy retried onto a peer deployment: report and meter the one that answered."""
@@ -156,12 +204,25 @@ class ChatFlow:
             self.ctx.response_headers = [h for h in self.ctx.response_headers if h[0] != CLUSTER_HEADER]
             self.ctx.response_headers.append((CLUSTER_HEADER, peer.cluster))
 
-    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
+    def response_body(self, chunk: bytes,
+                      end_of_stream: bool) -> msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]:
         if self.streaming:
             return self._stream_chunk(chunk, end_of_stream)
+        if not inline(len(chunk)):
+            return self._large_body(chunk)
         with self.ctx.span("translate response",
                            self._translation_attributes() if self.ctx.trace is not None else None):
             body = self._whole_body(chunk)
+        return self._replaced(body)
+
+    async def _large_body(self, chunk: bytes) -> msg.ProcessingResponse:
+        """A large answer is decoded, translated and encoded in a worker thread (offload.py)."""
+        with self.ctx.span("translate response",
+                           self._translation_attributes() if self.ctx.trace is not None else None):
+            body = await asyncio.to_thread(self._whole_body, chunk)
+        return self._replaced(body)
+
+    def _replaced(self, body: bytes | None) -> msg.ProcessingResponse:
         self._finish()
         return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
 
@@ -190,7 +251,15 @@ class ChatFlow:
             # Valid, but not in the caller's protocol: a clear error, never an answer with parts missing.
             self.client_status = 502
             return render_error_body(self.ctx.protocol, 502, resp.untranslatable, "api_error")
-        return self.client.render_response(resp, model=model, request=self.request)
+        out = self.client.render_response(resp, model=model, request=self.request)
+        limit = self.gw.config.extproc.max_body_bytes
+        if len(out) > limit:  # a translation may outgrow its source: past the limit, nothing sends it on
+            assert choice is not None
+            answer_limit.count(model, choice.deployment.cluster, "refused")
+            self.client_status = 502
+            return render_error_body(self.ctx.protocol, 502, answer_limit.refusal_text(
+                len(out), limit, self.wire or "", self.ctx.protocol, translated=True), "api_error")
+        return out
 
     def _stream_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:
         if self.first_chunk_at is None and chunk:

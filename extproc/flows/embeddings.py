@@ -8,8 +8,10 @@ cluster, not its failover aggregate: a translation hop re-renders chat, not embe
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+from collections.abc import Awaitable
 
 from adapters import embeddings, upstream_errors
 from adapters.embeddings import EmbeddingRequest, EmbeddingRoute, Shape
@@ -19,7 +21,8 @@ from extproc import messages as msg
 from extproc.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
-from extproc.flows.offload import sized
+from extproc.flows import answer_limit
+from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from modelyard.errors import ModelyardError, default_type
@@ -74,6 +77,9 @@ class EmbeddingFlow:
         self.status = self.client_status = status
         set_h = self.ctx.task_headers()
         remove = list(ROUTE_ANSWER_HEADERS)
+        limit = self.gw.config.extproc.max_body_bytes
+        if (nbytes := answer_limit.oversized(headers, limit)) is not None:
+            return self._oversized(status, nbytes, limit, set_h, remove)
         if status >= 400:
             self.upstream_failed = status >= 500
             self.client_status = upstream_error_status(status)
@@ -83,8 +89,37 @@ class EmbeddingFlow:
             set_h.append(("content-type", "application/json"))
         return msg.response_headers(set_h, remove)
 
-    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
-        body = self._whole_body(chunk)
+    def _oversized(self, status: int, nbytes: int, limit: int, set_h: list[tuple[str, str]],
+                   remove: list[str]) -> msg.ProcessingResponse:
+        """Past max_body_bytes: an OpenAI caller of an OpenAI upstream takes the answer as sent;
+        anything to translate (or an error to rewrite) is a 502 naming the limit."""
+        choice = self.call.choice
+        assert choice is not None  # routed before anything went upstream
+        model, cluster = choice.model.name, choice.deployment.cluster
+        if status < 400 and self.passthrough:
+            answer_limit.count(model, cluster, "passthrough")
+            req = self.request
+            assert req is not None
+            self.usage = Usage(embeddings.estimate_tokens(req), 0)  # the body, and its usage, pass us by
+            self._finish()
+            return msg.response_headers(set_h, remove, skip_body=True)
+        answer_limit.count(model, cluster, "refused")
+        self.upstream_failed = status >= 500
+        self.client_status = 502
+        self._finish()
+        return answer_limit.refusal(self.ctx, nbytes, limit, self.upstream)
+
+    def response_body(self, chunk: bytes,
+                      end_of_stream: bool) -> msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]:
+        if not inline(len(chunk)):
+            return self._large_body(chunk)
+        return self._replaced(self._whole_body(chunk))
+
+    async def _large_body(self, chunk: bytes) -> msg.ProcessingResponse:
+        """A large answer (2048 x 1536 floats) is decoded, translated and encoded in a worker thread."""
+        return self._replaced(await asyncio.to_thread(self._whole_body, chunk))
+
+    def _replaced(self, body: bytes | None) -> msg.ProcessingResponse:
         self._finish()
         return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
 
@@ -116,6 +151,12 @@ class EmbeddingFlow:
         # Gemini reports no usage for embeddings: meter the estimate charged on arrival.
         tokens = resp.input_tokens if resp.input_tokens is not None else embeddings.estimate_tokens(req)
         self.usage = Usage(tokens, 0)
+        limit = self.gw.config.extproc.max_body_bytes
+        if len(out) > limit:  # base64 vectors grow into JSON floats: past the limit, nothing sends it on
+            answer_limit.count(choice.model.name, choice.deployment.cluster, "refused")
+            self.client_status = 502
+            return render_error_body(self.ctx.protocol, 502, answer_limit.refusal_text(
+                len(out), limit, self.upstream, self.ctx.protocol, translated=True), "api_error")
         return out
 
     def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:

@@ -31,6 +31,14 @@ STORE_REFRESHED = Gauge("modelyard_key_store_refreshed_timestamp_seconds",
                         "When this worker last read the key store (unix seconds)")
 STORE_REFRESH_FAILURES = Counter("modelyard_key_store_refresh_failures_total",
                                  "Key store refreshes that failed (the last keys read keep serving)")
+# drop_params (contracts/config/params.py): controls a deployment's protocol cannot express, dropped.
+DROPPED_PARAMS = Counter("modelyard_dropped_params_total",
+                         "Request parameters dropped because the deployment's protocol cannot express them",
+                         ["model", "deployment", "param"])
+# Answers past extproc.max_body_bytes: passed through untranslated, or refused (502) where they needed translating.
+ANSWERS_OVER_LIMIT = Counter("modelyard_answers_over_limit_total",
+                             "Upstream answers larger than extproc.max_body_bytes, by what became of them",
+                             ["model", "deployment", "outcome"])
 IMAGE_BACKEND = Gauge("modelyard_image_backend_info", "Image preprocessing path in use (1 = active)",
                       ["backend"])
 
