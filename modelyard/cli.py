@@ -148,7 +148,7 @@ def _cmd_spend(a: argparse.Namespace) -> int:
         print(f"modelyard: spend: {e}", file=sys.stderr)
         return 2
     if a.json:
-        sys.stdout.buffer.write(orjson.dumps([r.as_dict() for r in rows], option=orjson.OPT_APPEND_NEWLINE))
+        sys.stdout.write(orjson.dumps([r.as_dict() for r in rows], option=orjson.OPT_APPEND_NEWLINE).decode())
     else:
         sys.stdout.write(render_table(rows))
     sys.stdout.flush()

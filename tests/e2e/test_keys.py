@@ -9,6 +9,8 @@ import copy
 import io
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,6 +45,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with start_stack(workdir, data) as s:
         s.test_config = workdir / "modelyard.yaml"
         s.test_audit = workdir / "audit.sqlite"
+        s.test_metering = workdir / "metering.sqlite"
         yield s
 
 
@@ -199,3 +202,34 @@ def test_the_admin_api_needs_an_admin_key_and_is_audited(stack: Any) -> None:
     assert json.loads(rows()[3]["detail"])["key"] == created["id"]
     everything = b"".join(p.read_bytes() for p in Path(stack.test_audit).parent.glob("audit.sqlite*"))
     assert created["key"].encode() not in everything
+
+
+def test_a_keys_own_budget_refuses_it_alone_and_the_spend_report_matches_metering(stack: Any) -> None:
+    """A store key with a day budget: once its metered cost passes it, that key gets OpenAI's
+    `insufficient_quota` 429 on every worker; the tenant's other key is untouched (the tenant has no
+    budget); `modelyard spend --by key` equals the key's metering rows."""
+    created = _cli(stack, "create", "--tenant", "demo", "--budget-usd", "0.1", "--budget-period", "day")
+    _until(_works(stack, created["key"]), CREATED_WITHIN_S)
+    refused = None
+    for _ in range(10):  # about $0.045 a call at demo-gpt's prices: the budget goes in three calls
+        try:
+            _chat(stack, created["key"])
+        except openai.RateLimitError as e:
+            refused = e
+            break
+        time.sleep(0.6)  # a ledger round: the other worker has heard of the spend
+    assert refused is not None, "the key's budget never refused it"
+    assert refused.status_code == 429 and refused.code == "insufficient_quota"
+    assert f"key '{created['id']}'" in refused.message
+    assert 0 < int(refused.response.headers["retry-after"]) <= 86400
+    for _ in range(4):  # both workers refuse it now
+        with pytest.raises(openai.RateLimitError):
+            _chat(stack, created["key"])
+    assert _chat(stack, "sk-modelyard-demo")  # the tenant's own key has no budget
+    spent = subprocess.run([sys.executable, "-m", "modelyard.cli", "spend", "--by", "key", "--json", "--config",
+                            str(stack.test_config)], capture_output=True, text=True, timeout=60, check=True)
+    [row] = [r for r in json.loads(spent.stdout) if r["key_id"] == created["id"]]
+    with sqlite3.connect(stack.test_metering) as conn:
+        n, usd = conn.execute("SELECT COUNT(*), SUM(cost) FROM requests WHERE key_id = ?",
+                              (created["id"],)).fetchone()
+    assert row["requests"] == n >= 2 and row["spend_usd"] == pytest.approx(usd, abs=1e-9) and usd >= 0.1
