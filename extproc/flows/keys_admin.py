@@ -7,29 +7,36 @@ each call, refused or not, leaves one audit row (`key_admin`), never holding a s
     GET    /admin/v1/keys/{id}             one key
     POST   /admin/v1/keys/{id}/rotate      a new secret; the old one stops
     POST   /admin/v1/keys/{id}/revoke      (or DELETE /admin/v1/keys/{id})
+    GET    /admin/v1/spend?by=key|tenant|model[&since=7d]   `modelyard spend` over this host's metering store
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
+from budgets.report import BY, read_calls, spend_report
 from extproc import messages as msg
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
+from extproc.telemetry.audit import parse_when
 from keys.db import StoreError, redacted
 from keys.spec import KeySpecError, spec_from_json
 from keys.store import RevokedKey, UnknownKey
 from modelyard.errors import ClientError, ModelyardError, NotFound, Unavailable
 
 PREFIX = "/admin/v1/keys"
+SPEND = "/admin/v1/spend"
 
 
 def parse_path(method: str, path: str) -> tuple[str, str] | None:
     """(operation, key id) for an admin path, or None when the path is not the admin API's."""
+    if path == SPEND:
+        return ("spend", "") if method == "GET" else ("bad_method", "")
     if path == PREFIX or path == PREFIX + "/":
         return ("list", "") if method == "GET" else ("create", "") if method == "POST" else ("bad_method", "")
     if not path.startswith(PREFIX + "/"):
@@ -93,11 +100,29 @@ async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
         if op == "revoke":
             rec = await admin.revoke(key_id)
             return 200, rec.view(), rec.tenant
+        if op == "spend":
+            return 200, {"object": "list", "data": await _spend(gw, ctx)}, "-"
         if op == "bad_method":
             raise ClientError(f"{ctx.method} is not allowed on {ctx.path}", status=405)
         raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")
 
     return await _audited(gw, ctx, op, key_id, work)
+
+
+async def _spend(gw: Gateway, ctx: RequestContext) -> list[dict[str, object]]:
+    by = ctx.query.get("by", "tenant")
+    if by not in BY:
+        raise ClientError(f"by must be one of {', '.join(BY)}, not {by!r}")
+    try:
+        since = parse_when(ctx.query["since"]) if ctx.query.get("since") else None
+    except ValueError:
+        raise ClientError(f"since {ctx.query['since']!r}: expected 7d, 12h, 30m or an ISO date") from None
+    db = gw.config.extproc.metering_db
+    if not db:
+        raise NotFound("spend needs extproc.metering_db: this gateway meters nothing")
+    # A read of the whole period's rows: in a thread, never on the event loop.
+    rows = await asyncio.to_thread(lambda: spend_report(read_calls([db], since), by, since))
+    return [r.as_dict() for r in rows]
 
 
 class CreateKeyFlow:

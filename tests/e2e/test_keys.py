@@ -233,3 +233,11 @@ def test_a_keys_own_budget_refuses_it_alone_and_the_spend_report_matches_meterin
         n, usd = conn.execute("SELECT COUNT(*), SUM(cost) FROM requests WHERE key_id = ?",
                               (created["id"],)).fetchone()
     assert row["requests"] == n >= 2 and row["spend_usd"] == pytest.approx(usd, abs=1e-9) and usd >= 0.1
+    # The same report over the admin API (admin key only; a bad `by` is a 400).
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    r = httpx.get(f"{stack.url}/admin/v1/spend", params={"by": "key", "since": "1d"}, headers=admin, timeout=20)
+    assert r.status_code == 200, r.text
+    assert [x for x in r.json()["data"] if x["key_id"] == created["id"]] == [row]
+    assert httpx.get(f"{stack.url}/admin/v1/spend", params={"by": "nope"}, headers=admin, timeout=20).status_code == 400
+    assert httpx.get(f"{stack.url}/admin/v1/spend", headers={"authorization": "Bearer sk-modelyard-demo"},
+                     timeout=20).status_code == 401
