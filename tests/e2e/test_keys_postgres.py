@@ -89,5 +89,24 @@ def test_replicas_share_one_postgresql_key_store(tmp_path: Path) -> None:
             assert r.status_code == 200 and r.json()["status"] == "revoked"
             _until(lambda: all(_status(stack.url, via_api["key"]) == 401 for _ in range(4)), 2.0)
             assert _status(stack.url, "sk-modelyard-demo") == 200  # config-file keys are untouched
+            # A key's budget is one across replicas: both write its spend to PostgreSQL's ledger.
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert cli_main(["keys", "create", "--tenant", "demo", "--budget-usd", "0.1", "--budget-period",
+                                 "day", "--json", "--config", str(config)]) == 0
+            budgeted = json.loads(out.getvalue())
+            _until(lambda: _status(stack.url, budgeted["key"]) == 200, 1.0)
+            codes = [200]
+            while codes[-1] == 200 and len(codes) < 12:  # about $0.045 a call: spent within three
+                time.sleep(0.6)  # a ledger round on each replica
+                codes.append(_status(stack.url, budgeted["key"]))
+            assert codes[-1] == 429, codes
+            assert [_status(stack.url, budgeted["key"]) for _ in range(4)] == [429] * 4  # both replicas
+            import psycopg
+
+            with psycopg.connect(dsn) as conn:
+                usd = conn.execute("SELECT SUM(usd) FROM budget_spend WHERE scope = 'key' AND id = %s",
+                                   (budgeted["id"],)).fetchone()[0]
+            assert usd >= 0.1
     finally:
         pg.remove()
