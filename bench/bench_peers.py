@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                     except RuntimeError as e:
                         if gw.name == "modelyard":
                             raise
-                        # Portkey 1.15.2 answers 500 ("immutable" headers) to the demo upstream's SSE here.
+                        # Portkey 1.15.2 on @hono/node-server >= 1.14.2 answers every stream 500 ("immutable"
+                        # headers); the Makefile pins 1.14.1 (docs/performance.md, "Portkey's streams").
                         print(f"{e}: its stream shape is left out (see {work / 'peers.log'})", flush=True)
                         gw.shapes = tuple(s for s in gw.shapes if s != "stream")
                 for shape in gw.shapes:
