@@ -23,14 +23,22 @@ class KeyRing:
         return self._by_name.get(name)
 
     def tenant_for(self, key: str | None) -> TenantConfig | None:
-        if not key:
+        return self.tenant_for_digest(key_digest(key) if key else None)
+
+    def tenant_for_digest(self, digest: str | None) -> TenantConfig | None:
+        """`tenant_for` of the key whose `key_digest` this is (the audit row names the key by it too)."""
+        if not digest:
             return None
-        digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
         tenant = self._by_digest.get(digest)
         # The dict lookup is on a digest, not the key; the final check is constant-time anyway.
         if tenant is None or not any(hmac.compare_digest(digest, d) for d in tenant.api_keys):
             return None
         return tenant
+
+
+def key_digest(key: str) -> str:
+    """The sha256 hex digest the config holds for `key` (`sha256:<digest>`)."""
+    return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
 
 
 def any_client_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
