@@ -18,7 +18,6 @@ of that segment that did get committed has a higher rowid, which bounds replay's
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import itertools
@@ -49,7 +48,6 @@ class Journal:
         self._old_until: int | None = None  # rows in the `.old` segment end at this count
         self._warned_at = 0.0
         self._fd = -1
-        self._buffer: list[bytes] = []  # lines of this loop turn, not yet written (under `lock`)
         base = f"{db}.journal"
         self._lock_fd, slot, self._orphans = _claim(base)
         self._path = f"{base}.{slot}"
@@ -82,33 +80,10 @@ class Journal:
         os.write(self._fd, header)
 
     def append(self, line: bytes) -> None:
-        """Call with `lock` held, after the row went on the queue. On an event loop the line waits
-        for the end of the loop's turn, where one write takes every line of the turn (a write per
-        row cost about a tenth of the extproc's request path under load); a SIGKILL inside that turn
-        loses the turn's lines. Off a loop it is written at once."""
+        """Call with `lock` held, after the row went on the queue."""
         self._appended += 1
-        loop = asyncio._get_running_loop()
-        if loop is None:
-            self._write(line)
-            return
-        self._buffer.append(line)
-        if len(self._buffer) == 1:
-            loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        with self.lock:
-            self._write_buffered()
-
-    def _write_buffered(self) -> None:
-        """Call with `lock` held: the lines still waiting, in one write."""
-        if self._buffer:
-            data = b"".join(self._buffer)
-            self._buffer.clear()
-            self._write(data)
-
-    def _write(self, data: bytes) -> None:
         try:
-            os.write(self._fd, data)
+            os.write(self._fd, line)
         except OSError as e:  # a full disk must not fail the request; the row is still queued
             now = time.monotonic()
             if now - self._warned_at > _WARN_EVERY_S:
@@ -127,7 +102,6 @@ class Journal:
             line = header()  # outside the lock: a query must not hold up the request path
             with self.lock:
                 if self._appended == self._settled:
-                    self._buffer.clear()  # their rows are committed: a line written after the header would replay twice
                     os.ftruncate(self._fd, 0)
                     os.write(self._fd, line)
                     if self._old_until is not None:
@@ -143,7 +117,6 @@ class Journal:
             fd = os.open(f"{self._path}.new", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
             os.write(fd, line)
             with self.lock:
-                self._write_buffered()  # the rows counted into the old segment have their lines there
                 os.rename(self._path, f"{self._path}.old")
                 os.rename(f"{self._path}.new", self._path)
                 old, self._fd = self._fd, fd
@@ -153,7 +126,6 @@ class Journal:
     def close(self) -> None:
         """After the writer drained everything (SIGTERM): nothing is pending, leave no file."""
         with self.lock:
-            self._write_buffered()
             if self._appended == self._settled:
                 _drop(self._path)
             if self._fd >= 0:
