@@ -55,12 +55,17 @@ bench: $(STAMP) system-tools
 PEERS_VENV := .venv-peers
 PORTKEY_DIR := .peers/portkey
 PORTKEY_VERSION := 1.15.2
-bench-peers: $(STAMP) system-tools $(PORTKEY_DIR)/.installed-stamp $(PEERS_VENV)/.installed-stamp
+# Portkey asks for @hono/node-server ^1.3.3; from 1.14.2 on, that server's Response hands back the
+# upstream fetch's immutable Headers and Portkey's header append fails every stream with a 500
+# (docs/performance.md, "Portkey's streams"). 1.14.1 is the newest that streams; Portkey is unchanged.
+HONO_NODE_VERSION := 1.14.1
+PORTKEY_STAMP := $(PORTKEY_DIR)/.installed-$(PORTKEY_VERSION)-hono-$(HONO_NODE_VERSION)
+bench-peers: $(STAMP) system-tools $(PORTKEY_STAMP) $(PEERS_VENV)/.installed-stamp
 	$(PY) bench/run_all.py peers
-$(PORTKEY_DIR)/.installed-stamp:
+$(PORTKEY_STAMP):
 	mkdir -p $(PORTKEY_DIR)
-	test -f $(PORTKEY_DIR)/package.json || echo '{"private": true}' > $(PORTKEY_DIR)/package.json
-	cd $(PORTKEY_DIR) && npm install --no-audit --no-fund @portkey-ai/gateway@$(PORTKEY_VERSION)
+	echo '{"private": true, "overrides": {"@hono/node-server": "$(HONO_NODE_VERSION)"}}' > $(PORTKEY_DIR)/package.json
+	cd $(PORTKEY_DIR) && npm install --no-audit --no-fund --save-exact @portkey-ai/gateway@$(PORTKEY_VERSION)
 	touch $@
 $(PEERS_VENV)/.installed-stamp:
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)

@@ -17,6 +17,7 @@ summary (so `make bench` passes by). Any non-200 (or a socket error) fails the b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -35,9 +36,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_gateway import _pid  # noqa: E402
+from bench.bench_gateway import _floor_stack, _pid  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
+from controlplane.environments import EnvironmentConfig  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, free_port, start_stack  # noqa: E402
 
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--floor", action="store_true",
+                   help="also the floor: Modelyard's Envoy with a do-nothing ext_proc (bench/floor_extproc.py)")
     a = p.parse_args(argv)
     have_portkey = PORTKEY.exists() and shutil.which("node") is not None
     have_litellm = LITELLM.exists()
@@ -153,6 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     gateways = [Gateway("modelyard", f"{stack.url}/v1/chat/completions",
                         {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
                         lambda: [_pid(stack, c) for c in ("envoy", "extproc")])]
+    # The floor of the 4-message design beside the peers: what no gateway logic at all costs here.
+    floor = _floor_stack(work / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor \
+        else None
+    if floor is not None:
+        gateways.append(Gateway("floor", f"{floor.url}/v1/chat/completions",
+                                {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
+                                lambda: [_pid(floor, c) for c in ("envoy", "extproc")]))
     procs: list[subprocess.Popen] = []
     tallies: list[Tally] = []
     results: dict[tuple[str, str, int], list[WrkResult]] = {}
@@ -160,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     chunks: dict[str, int] = {}
     logs = open(work / "peers.log", "wb")  # noqa: SIM115  (closed below, after the peers stopped)
     try:
-        with stack:
+        with stack, floor if floor is not None else contextlib.nullcontext():
             if have_portkey:
                 port = free_port()
                 proc = subprocess.Popen(["node", str(PORTKEY), f"--port={port}", "--headless"], cwd=PORTKEY.parent,
@@ -191,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                     except RuntimeError as e:
                         if gw.name == "modelyard":
                             raise
-                        # Portkey 1.15.2 answers 500 ("immutable" headers) to the demo upstream's SSE here.
+                        # Portkey 1.15.2 on @hono/node-server >= 1.14.2 answers every stream 500 ("immutable"
+                        # headers); the Makefile pins 1.14.1 (docs/performance.md, "Portkey's streams").
                         print(f"{e}: its stream shape is left out (see {work / 'peers.log'})", flush=True)
                         gw.shapes = tuple(s for s in gw.shapes if s != "stream")
                 for shape in gw.shapes:
@@ -270,6 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {what:<34}{ratio:>7.2f}  goal {sense} {goal:g}: {'met' if met else 'NOT met'}")
         rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(ratio, 3), "unit": "x",
                      "baseline": goal, "ratio": round(ratio / goal, 3)})
+    # Not goals: how far the do-nothing floor of Modelyard's design sits from Portkey in this run.
+    for what, fshape, fconns, metric in (("floor unary c=16 cpu/req vs portkey", "unary", 16, "cpu_us"),
+                                         ("floor unary c=1 p50 vs portkey", "unary", 1, "p50_ms"),
+                                         ("floor stream c=16 cpu/req vs portkey", "stream", 16, "cpu_us")):
+        n, d = med.get(("floor", fshape, fconns)), med.get(("portkey", fshape, fconns))
+        if n and d and d[metric]:
+            print(f"  {what:<34}{n[metric] / d[metric]:>7.2f}  (the floor, for reference)")
     print("SUMMARY " + json.dumps(rows))
     return report(tallies)
 

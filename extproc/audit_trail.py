@@ -17,7 +17,7 @@ class CallTrail:
 
     Cheap when the tenant captures no bodies: a status read per exchange, nothing copied."""
 
-    __slots__ = ("log", "checked", "status", "auth_failed", "key", "capture", "request_body", "request_size",
+    __slots__ = ("log", "checked", "status", "auth_failed", "key", "key_id", "capture", "request_body", "request_size",
                  "response_body", "response_size")
 
     def __init__(self, log: AuditLog):
@@ -26,22 +26,27 @@ class CallTrail:
         self.status = 0
         self.auth_failed = False
         self.key: str | None = None
+        self.key_id = ""
         self.capture = 0
         self.request_body: bytes | None = None
         self.request_size = 0
         self.response_body: bytearray | None = None
         self.response_size = 0
 
-    def authenticated(self, ctx: RequestContext, key: str | None) -> None:
-        """Called once the key was looked up (a tenant, or None for a failure)."""
+    def authenticated(self, ctx: RequestContext, key: str | None, digest: str | None = None) -> None:
+        """Called once the key was looked up (a tenant, or None for a failure); `digest`: the key's
+        sha256 hex digest when the caller has it (the key's id is its first 12 digits)."""
         self.checked = True
         self.key = key
+        self.key_id = "" if not key else digest[:12] if digest else key_id(key)
         self.auth_failed = ctx.tenant is None
         if ctx.tenant is not None:
             self.capture = self.log.capture_limit(ctx.tenant.name)
 
-    def saw(self, req: msg.ProcessingRequest, resp: msg.ProcessingResponse) -> None:
-        status = msg.reply_status(req, resp)
+    def saw(self, req: msg.ProcessingRequest, resp: msg.ProcessingResponse, status: int | None = None) -> None:
+        """`status`: the upstream's :status when the caller already read it from these response headers."""
+        if status is None:
+            status = msg.reply_status(req, resp)
         if status:
             self.status = status
         if not self.capture:
@@ -62,7 +67,7 @@ class CallTrail:
         out = ctx.outcome
         self.log.record(AuditEvent(
             event=AUTH_FAILURE if self.auth_failed else CALL, time=time.time(), task_id=ctx.task_id,
-            tenant=ctx.tenant_name, key_id=key_id(self.key) if self.key else "", client=ctx.client,
+            tenant=ctx.tenant_name, key_id=self.key_id, client=ctx.client,
             method=ctx.method, path=ctx.path, model=out.model if out else (ctx.requested_model or ctx.path_model or ""),
             cluster=out.cluster if out else "", status=out.status if out else self.status,
             input_tokens=out.input_tokens if out else 0, output_tokens=out.output_tokens if out else 0,

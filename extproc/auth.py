@@ -55,9 +55,12 @@ class KeyRing:
 
     def identify(self, key: str | None, now: float | None = None) -> Identity | _Expired | None:
         """The caller behind `key`; EXPIRED for a store key past its expiry; None for no such key."""
-        if not key:
+        return self.identify_digest(key_digest(key) if key else None, now)
+
+    def identify_digest(self, digest: str | None, now: float | None = None) -> Identity | _Expired | None:
+        """`identify` of the key whose `key_digest` this is (the audit row names the key by it too)."""
+        if not digest:
             return None
-        digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
         tenant = self._by_digest.get(digest)
         if tenant is not None:
             # The dict lookup is on a digest, not the key; the final check is constant-time anyway.
@@ -112,6 +115,11 @@ class AdminKeys:
         digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
         hits = [hmac.compare_digest(digest, d) for d in self._digests]
         return digest if any(hits) else None
+
+
+def key_digest(key: str) -> str:
+    """The sha256 hex digest the config holds for `key` (`sha256:<digest>`)."""
+    return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
 
 
 def any_client_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:

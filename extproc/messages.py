@@ -31,7 +31,8 @@ def header_map(headers: pb.HttpHeaders | pb.HttpTrailers) -> dict[str, str]:
     hm = headers.headers if isinstance(headers, pb.HttpHeaders) else headers.trailers
     out: dict[str, str] = {}
     for h in hm.headers:
-        out[h.key] = h.raw_value.decode("utf-8", "replace") if h.raw_value else h.value
+        raw = h.raw_value  # one read: each field access on a upb message builds a new object
+        out[h.key] = raw.decode("utf-8", "replace") if raw else h.value
     return out
 
 

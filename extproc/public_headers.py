@@ -8,6 +8,7 @@ error path produced it, so a new path cannot forget to.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from contracts.envoy_names import (
@@ -27,17 +28,21 @@ PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADE
                                      ARM_HEADER, QUEUE_WAIT_HEADER, DROPPED_PARAMS_HEADER})
 
 
+# Any case: header names are case-insensitive, and one matched here is lowered before the check.
+_PREFIXED = re.compile(re.escape(PREFIX), re.IGNORECASE).match
+
+
 def is_internal(name: str) -> bool:
-    n = name.lower()
-    return n.startswith(PREFIX) and n not in PUBLIC_RESPONSE_HEADERS
+    return _PREFIXED(name) is not None and name.lower() not in PUBLIC_RESPONSE_HEADERS
 
 
 def _drop_internal(m: msg.pb.HeaderMutation, seen: Iterable[str]) -> None:
     """Remove what we were about to set and what arrived (`seen`) under internal names."""
-    if any(is_internal(h.header.key) for h in m.set_headers):
-        keep = [h for h in m.set_headers if not is_internal(h.header.key)]
-        del m.set_headers[:]
-        m.set_headers.extend(keep)
+    set_headers = m.set_headers
+    if set_headers and any(is_internal(h.header.key) for h in set_headers):
+        keep = [h for h in set_headers if not is_internal(h.header.key)]
+        del set_headers[:]
+        set_headers.extend(keep)
     arrived = {n.lower() for n in seen if is_internal(n)}
     if arrived:
         m.remove_headers.extend(sorted(arrived - set(m.remove_headers)))

@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import parse_qsl
 
 import orjson
@@ -21,7 +21,7 @@ import orjson
 from contracts.envoy_names import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER, parse_xlate_metadata
 from extproc import messages as msg
 from extproc.audit_trail import CallTrail
-from extproc.auth import EXPIRED, Identity, any_client_key, client_key
+from extproc.auth import EXPIRED, Identity, any_client_key, client_key, key_digest
 from extproc.context import Flow, Interim, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
@@ -53,12 +53,15 @@ class Session:
         # Translation hops are part of a call the outer stream already records.
         self.trail = CallTrail(gateway.audit) if gateway.audit is not None and xlate is None else None
         self.callback_url: str | None = None  # a deferred request's webhook
+        self._seen_headers: Iterable[str] | None = None  # the response headers' names, once read
+        self._upstream_status = 0  # the response headers' :status, once read (the audit row's)
         STREAMS.inc()
 
     async def handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | Interim | None:
         """The reply to `req`; an `Interim` when the step waits on purpose (the server sends its
         message, then awaits the rest)."""
-        return self._outgoing(req, await self._handle(req))
+        kind = req.WhichOneof("request")
+        return self._outgoing(req, kind, await self._handle(req, kind))
 
     async def _resume(self, req: msg.ProcessingRequest, then: Callable[[], Awaitable[msg.ProcessingResponse | Interim]]
                       ) -> msg.ProcessingResponse | Interim:
@@ -69,28 +72,37 @@ class Session:
         except Exception:  # as in _handle: our bug, answered 502 with the traceback in our log
             log.exception("task %s: unexpected error resuming a step", self.ctx.task_id if self.ctx else "-")
             resp = self._error(ModelyardError("the gateway could not process this request", status=502))
-        out = self._outgoing(req, resp)
+        out = self._outgoing(req, req.WhichOneof("request"), resp)
         assert out is not None
         return out
 
-    def _outgoing(self, req: msg.ProcessingRequest,
+    def _outgoing(self, req: msg.ProcessingRequest, kind: str | None,
                   resp: msg.ProcessingResponse | Interim | None) -> msg.ProcessingResponse | Interim | None:
         if resp is None:
             return None
         if isinstance(resp, Interim):
             return Interim(resp.message, functools.partial(self._resume, req, resp.then))
+        immediate = resp.HasField("immediate_response")
+        if (kind == "request_headers" or kind == "request_body") and not immediate:
+            # A request-side reply carries no status and no response header: nothing to see or scrub.
+            if self.trail is not None and self.trail.capture:
+                self.trail.saw(req, resp)
+            return resp
         if self.trail is not None:
-            self.trail.saw(req, resp)
-        kind = req.WhichOneof("request")
-        seen: list[str] = []
+            # The response headers' :status as the step read it (the audit row's), not scanned again.
+            hint = self._upstream_status if kind == "response_headers" and self._upstream_status and not immediate \
+                else None
+            self.trail.saw(req, resp, hint)
+        seen: Iterable[str] = ()
         if kind == "response_headers":
-            seen = [h.key for h in req.response_headers.headers.headers]
+            seen = self._seen_headers if self._seen_headers is not None else [
+                h.key for h in req.response_headers.headers.headers]
+            self._seen_headers = None
         elif kind == "response_trailers":
             seen = [h.key for h in req.response_trailers.trailers.headers]
         return scrub(resp, seen)
 
-    async def _handle(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse | Interim | None:
-        kind = req.WhichOneof("request")
+    async def _handle(self, req: msg.ProcessingRequest, kind: str | None) -> msg.ProcessingResponse | Interim | None:
         try:
             if kind == "request_headers":
                 return await self._request_headers(req)
@@ -106,7 +118,9 @@ class Session:
                 return self._local_reply(req)
             if kind == "response_headers":
                 headers = msg.header_map(req.response_headers)
-                return self.flow.response_headers(int(headers.get(":status", "200") or 200), headers)
+                self._seen_headers = headers.keys()  # scrub reads the names; no second scan
+                status = self._upstream_status = int(headers.get(":status", "200") or 200)
+                return self.flow.response_headers(status, headers)
             if kind == "response_body":
                 out = self.flow.response_body(req.response_body.body, req.response_body.end_of_stream)
                 return out if isinstance(out, msg.ProcessingResponse) else await out
@@ -172,6 +186,7 @@ class Session:
             return await _answer(route, self.gw, ctx)
         key: str | None = None  # a replay has none: its marker says whose it is
         found: object = None
+        digest: str | None = None
         replay = self.gw.tasks.replay_of(headers) if self.gw.tasks is not None else None
         if replay is not None:  # the task worker's replay: its marker, not a stored key, says whose it is
             ctx.task_id, tenant = replay
@@ -184,12 +199,13 @@ class Session:
                 key = any_client_key(ctx.headers, ctx.query)
             else:
                 key = client_key(ctx.protocol, ctx.headers, ctx.query)
-            found = self.gw.keyring.identify(key)
+            digest = key_digest(key) if key else None  # once: the key lookup's and the audit row's
+            found = self.gw.keyring.identify_digest(digest)
             if isinstance(found, Identity):
                 ctx.tenant, ctx.caller = found.tenant, found.caller
         if self.trail is not None:
             ctx.client = msg.client_address(req, headers)
-            self.trail.authenticated(ctx, key)
+            self.trail.authenticated(ctx, key, digest)
             if self.trail.log.backlogged:
                 # Fail closed: a call the audit log cannot keep up with is not served (nor queued:
                 # the backlog must shrink); the metric counts them.

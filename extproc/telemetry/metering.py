@@ -122,11 +122,22 @@ def _clamp(v: object) -> object:
     return v
 
 
+def _clamped(row: tuple) -> tuple:
+    """`row` itself when no value needs clamping (every row but a hostile one): a plain loop, no
+    new tuple."""
+    for v in row:
+        if type(v) is int and not -_INT64_MAX <= v <= _INT64_MAX:
+            return tuple(map(_clamp, row))
+    return row
+
+
 class MeteringStore:
     def __init__(self, path: str | Path, *, queue_limit: int = QUEUE_LIMIT):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._queue: queue.Queue[tuple | object] = queue.Queue(maxsize=queue_limit)
+        # SimpleQueue (C, no Condition to notify) bounded by hand: puts are serialized by the journal lock.
+        self._queue: queue.SimpleQueue[tuple | object] = queue.SimpleQueue()
+        self._limit = queue_limit
         self._warned_at = 0.0
         # Schema and replay on the caller's thread, before the first row: the start waits for them.
         conn = _open(self.path)
@@ -141,12 +152,12 @@ class MeteringStore:
 
     def record(self, rec: MeterRecord) -> bool:
         """Queue one row; False (counted, logged now and then) when the writer is too far behind."""
-        row = tuple(_clamp(v) for v in _ROW(rec))
+        row = _clamped(_ROW(rec))
         return self._put(row, _REQUEST_LINE, row)
 
     def record_decision(self, rec: DecisionRecord) -> bool:
         """Queue one decision row, as `record`."""
-        row = tuple(_clamp(v) for v in _DECISION(rec))
+        row = _clamped(_DECISION(rec))
         return self._put(row, _DECISION_LINE, _DecisionRow(row))
 
     def _put(self, row: tuple, kind: bytes, item: tuple) -> bool:
@@ -157,12 +168,9 @@ class MeteringStore:
             line = None
         journal = self._journal
         with journal.lock:  # queue order is journal order
-            try:
-                self._queue.put_nowait(item)
-            except queue.Full:
-                full = True
-            else:
-                full = False
+            full = self._queue.qsize() >= self._limit
+            if not full:
+                self._queue.put(item)
                 if line is None:
                     journal.count()
                 else:
@@ -174,7 +182,7 @@ class MeteringStore:
         if now - self._warned_at > _WARN_EVERY_S:
             self._warned_at = now
             log.error("metering: queue full (%d rows); refusing rows until the writer catches up",
-                      self._queue.maxsize)
+                      self._limit)
         return False
 
     def _replay(self, conn: sqlite3.Connection) -> None:
