@@ -226,12 +226,22 @@ def test_a_keys_own_budget_refuses_it_alone_and_the_spend_report_matches_meterin
         with pytest.raises(openai.RateLimitError):
             _chat(stack, created["key"])
     assert _chat(stack, "sk-modelyard-demo")  # the tenant's own key has no budget
+
+    def metered() -> tuple[int, float]:
+        with sqlite3.connect(stack.test_metering) as conn:
+            return conn.execute("SELECT COUNT(*), SUM(cost) FROM requests WHERE key_id = ?",
+                                (created["id"],)).fetchone()
+
+    settled = metered()  # the writer threads commit in batches: wait until the key's rows stop changing
+    for _ in range(20):
+        time.sleep(0.5)
+        settled, before = metered(), settled
+        if settled == before:
+            break
     spent = subprocess.run([sys.executable, "-m", "modelyard.cli", "spend", "--by", "key", "--json", "--config",
                             str(stack.test_config)], capture_output=True, text=True, timeout=60, check=True)
     [row] = [r for r in json.loads(spent.stdout) if r["key_id"] == created["id"]]
-    with sqlite3.connect(stack.test_metering) as conn:
-        n, usd = conn.execute("SELECT COUNT(*), SUM(cost) FROM requests WHERE key_id = ?",
-                              (created["id"],)).fetchone()
+    n, usd = metered()
     assert row["requests"] == n >= 2 and row["spend_usd"] == pytest.approx(usd, abs=1e-9) and usd >= 0.1
     # The same report over the admin API (admin key only; a bad `by` is a 400).
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}
