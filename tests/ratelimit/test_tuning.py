@@ -274,16 +274,15 @@ def test_cli_metering_db_input(tmp_path, capsys):
     assert "model m: 50 requests, 750 tokens" in out
 
 
-def test_cli_bad_input_is_an_error_not_a_traceback(tmp_path, capsys, monkeypatch):
+def test_cli_bad_input_is_an_error_not_a_traceback(tmp_path, capsys):
     bad = tmp_path / "t.csv"
     bad.write_text("timestamp,key,cost\nyesterday,a,1\n")
     assert main(["--trace", str(bad), "--rate", "1"]) == 2
     assert "line 2" in capsys.readouterr().err
     assert main(["--trace", str(tmp_path / "missing.csv"), "--rate", "1"]) == 2
     assert main(["--trace", str(bad), "--rate", "0"]) == 2
-    monkeypatch.chdir(tmp_path)  # no config and no metering store here (the repo's run/ may hold one)
-    monkeypatch.delenv("MODELYARD_CONFIG", raising=False)
-    assert main(["--rate", "1"]) == 2
+    # No input and no config (the project's own names run/metering.sqlite, which `make up` may have written).
+    assert main(["--rate", "1", "--no-config"]) == 2
     good = tmp_path / "g.csv"
     good.write_text("timestamp,key\n1,a\n")
     assert main(["--trace", str(good), "--unit", "tokens"]) == 2
