@@ -11,7 +11,7 @@ from typing import Any
 
 from contracts.config import config_path
 from contracts.live_config import APPLY_PATH, STATUS_PATH
-from controlplane.live.validation import parse_text
+from controlplane.live.config_text import parse_text
 from modelyard.errors import ConfigError
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import yaml
-
-from contracts.config import GatewayConfig, parse_config
+from contracts.config import GatewayConfig
 from contracts.live_config import config_version
 from controlplane.environments import EnvironmentConfig
+from controlplane.live.config_text import parse_text
 from controlplane.live.snapshot import Snapshot, build_snapshot
 from modelyard.errors import ConfigError
 
@@ -20,17 +19,6 @@ class Candidate:
     version: str
     cfg: GatewayConfig
     snapshot: Snapshot
-
-
-def parse_text(text: bytes, source: str) -> GatewayConfig:
-    """The config in `text`, or ConfigError naming what is wrong (as `load_config` says it)."""
-    try:
-        data = yaml.safe_load(text.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{source}: not UTF-8 text") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML ({e})") from None
-    return parse_config(data, source)
 
 
 def restart_only(old: GatewayConfig, new: GatewayConfig) -> list[str]:
