@@ -71,6 +71,7 @@ class LiveConfig:
         self.ads = AdsService(self.ledger, self._on_envoy)
         self.running = initial  # what the extprocs are offered
         self.applied_at = time.time()
+        self.applied_by = "start"  # who applied the running version (`start`: the file the control plane began with)
         self.counts = Counts()
         self._lock = asyncio.Lock()
         self.ledger.publish(initial.snapshot)
@@ -78,14 +79,14 @@ class LiveConfig:
     def _on_envoy(self) -> None:
         self.changed.fire()
 
-    async def apply(self, text: bytes, source: str = "<apply>") -> ApplyResult:
-        result = await self._apply(text, source)
+    async def apply(self, text: bytes, source: str = "<apply>", applied_by: str = "unknown") -> ApplyResult:
+        result = await self._apply(text, source, applied_by)
         self.counts.count({200: "ok", 400: "invalid", 422: "refused", 504: "timeout"}.get(result.status, "error"))
         level = logging.INFO if result.status == 200 else logging.WARNING
-        log.log(level, "apply from %s: %d %s", source, result.status, result.body)
+        log.log(level, "apply by %s (%s): %d %s", applied_by, source, result.status, result.body)
         return result
 
-    async def _apply(self, text: bytes, source: str) -> ApplyResult:
+    async def _apply(self, text: bytes, source: str, applied_by: str) -> ApplyResult:
         try:
             cand = await asyncio.to_thread(candidate, text, self.env, self.running.cfg, source)
         except ConfigError as e:
@@ -101,7 +102,7 @@ class LiveConfig:
             step = bridge(cand.snapshot, self.ledger.current.snapshot)
             if (failed := await self._to_envoy(step, deadline)) is not None:
                 return failed
-            self.running, self.applied_at = cand, time.time()
+            self.running, self.applied_at, self.applied_by = cand, time.time(), applied_by
             self.published.fire()
             if (failed := await self._to_workers(cand.version, deadline)) is not None:
                 return failed  # Envoy stays on the bridge: it serves both the old and the new config
@@ -161,6 +162,7 @@ class LiveConfig:
         return {
             "version": self.running.version,
             "applied_at": self.applied_at,
+            "applied_by": self.applied_by,
             "envoy": {
                 "serving": ledger.current.snapshot.version if ledger.current else None,
                 "last_good": ledger.good.snapshot.version if ledger.good else None,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
+import socket
 import sys
 import urllib.error
 import urllib.request
@@ -12,6 +15,7 @@ from typing import Any
 from contracts.config import config_path
 from contracts.live_config import APPLY_PATH, STATUS_PATH
 from controlplane.live.config_text import parse_text
+from controlplane.live.wire import APPLIED_BY_HEADER, TOKEN_ENV
 from modelyard.errors import ConfigError
 
 
@@ -20,8 +24,12 @@ def _url(api_address: str, path: str) -> str:
 
 
 def _call(url: str, data: bytes | None, timeout: float) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET",
-                                 headers={"content-type": "application/yaml"} if data is not None else {})
+    headers = {}
+    if data is not None:
+        headers = {"content-type": "application/yaml", APPLIED_BY_HEADER: f"{getpass.getuser()}@{socket.gethostname()}"}
+        if token := os.environ.get(TOKEN_ENV):
+            headers["authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read() or b"{}")
@@ -88,7 +96,7 @@ def status(file: str | None, *, url: str | None = None, as_json: bool = False, t
 
 
 def format_status(st: dict[str, Any]) -> str:
-    lines = [f"version {st['version']}"]
+    lines = [f"version {st['version']} (applied by {st.get('applied_by', '?')})"]
     envoy = st["envoy"]
     for s in envoy["streams"]:
         lines.append(f"  envoy {s['node'] or '?'} ({s['peer']}): {s['version'] or 'not yet'}")

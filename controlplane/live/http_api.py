@@ -3,6 +3,8 @@ status, /metrics, and the extprocs' config long poll and ack."""
 
 from __future__ import annotations
 
+import hmac
+import os
 from typing import Any
 
 from aiohttp import web
@@ -11,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from contracts.live_config import ACK_PATH, APPLY_PATH, CONFIG_PATH, STATUS_PATH, VERSION_HEADER, WAIT_S
 from controlplane.live.applier import LiveConfig
 from controlplane.live.metrics import registry
+from controlplane.live.wire import APPLIED_BY_HEADER, TOKEN_ENV
 
 LIVE: web.AppKey[LiveConfig] = web.AppKey("live", LiveConfig)
 REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
@@ -23,10 +26,15 @@ def _error(status: int, message: str) -> web.Response:
 
 async def apply(request: web.Request) -> web.Response:
     live = request.app[LIVE]
+    token = os.environ.get(TOKEN_ENV)
+    if token and not hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {token}"):
+        return _error(401, f"an apply needs the control plane's token (${TOKEN_ENV}) as a bearer token")
     text = await request.read()
     if not text.strip():
         return _error(400, "empty body: POST the config file's text")
-    result = await live.apply(text, source=f"apply from {request.remote}")
+    # Who says they applied it (the CLI sends user@host), for the log, the status and the extprocs' audit.
+    who = request.headers.get(APPLIED_BY_HEADER, "")[:200] or "unknown"
+    result = await live.apply(text, source=f"apply from {request.remote}", applied_by=who)
     return web.json_response(result.body, status=result.status,
                              headers={VERSION_HEADER: live.running.version})
 
@@ -51,7 +59,8 @@ async def config(request: web.Request) -> web.Response:
         if _holds(live, worker, have):
             return web.Response(status=304, headers={VERSION_HEADER: live.running.version})
         run = live.running
-        return web.json_response({"version": run.version, "yaml": run.text.decode("utf-8")},
+        return web.json_response({"version": run.version, "yaml": run.text.decode("utf-8"),
+                                  "applied_by": live.applied_by},
                                  headers={VERSION_HEADER: run.version})
     finally:
         subs.poll_ended(worker)

@@ -32,4 +32,4 @@ async def watch_file(path: Path, live: LiveConfig, interval_s: float = 1.0) -> N
         # Once per content: a file that fails stays failed until it changes again.
         seen = version
         if version != live.running.version:
-            await live.apply(text, source=f"{path} (file watch)")
+            await live.apply(text, source=f"{path} (file watch)", applied_by="file watch")

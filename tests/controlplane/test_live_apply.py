@@ -158,3 +158,19 @@ def test_a_worker_not_heard_from_leaves_the_set() -> None:
     assert subs.progress("v2").missing == ("b",)
     subs.acked("b", "v2", ok=True)
     assert subs.progress("v2").done
+
+
+async def test_apply_needs_the_token_when_one_is_set(client: TestClient, base: dict[str, Any],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from controlplane.live.wire import APPLIED_BY_HEADER, TOKEN_ENV
+
+    monkeypatch.setenv(TOKEN_ENV, "s3cret")
+    new = text_of(with_model(base))
+    assert (await client.post(APPLY_PATH, data=new)).status == 401
+    assert (await client.post(APPLY_PATH, data=new, headers={"authorization": "Bearer nope"})).status == 401
+    r = await client.post(APPLY_PATH, data=new, headers={"authorization": "Bearer s3cret", APPLIED_BY_HEADER: "ops@host"})
+    assert r.status == 200
+    st = await (await client.get(STATUS_PATH)).json()
+    assert st["applied_by"] == "ops@host" and st["version"] == config_version(new)
+    poll = await client.get(CONFIG_PATH, params={"have": "", "worker": "w"})
+    assert (await poll.json())["applied_by"] == "ops@host"
