@@ -174,3 +174,28 @@ async def test_apply_needs_the_token_when_one_is_set(client: TestClient, base: d
     assert st["applied_by"] == "ops@host" and st["version"] == config_version(new)
     poll = await client.get(CONFIG_PATH, params={"have": "", "worker": "w"})
     assert (await poll.json())["applied_by"] == "ops@host"
+
+
+async def test_the_file_watch_applies_each_new_content_once(tmp_path, base: dict[str, Any]) -> None:
+    from controlplane.live.watch import watch_file
+
+    path = tmp_path / "modelyard.yaml"
+    path.write_bytes(text_of(base))
+    live = LiveConfig(ENV, candidate(path.read_bytes(), ENV, None), timeout_s=2.0)
+    task = asyncio.create_task(watch_file(path, live, interval_s=0.05))
+    try:
+        new = text_of(with_model(base))
+        # A ConfigMap update swaps a symlink: the content changes under the same name.
+        (tmp_path / "next.yaml").write_bytes(new)
+        (tmp_path / "next.yaml").replace(path)
+        for _ in range(200):
+            if live.running.version == config_version(new):
+                break
+            await asyncio.sleep(0.05)
+        assert live.running.version == config_version(new) and live.applied_by == "file watch"
+        path.write_bytes(b"models: [")
+        await asyncio.sleep(0.5)  # ten polls of a broken file: one failed apply, nothing changed
+        assert live.running.version == config_version(new)
+        assert live.counts.applies == {"ok": 1, "invalid": 1}
+    finally:
+        task.cancel()
