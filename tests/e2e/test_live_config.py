@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -166,7 +165,9 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
             t0 = time.monotonic()
             r = apply(added)
             assert r.status_code == 200, r.text
+            timings = {"add: apply": time.monotonic() - t0}
             until(new_model_answers, 3 - (time.monotonic() - t0))
+            timings["add: answers"] = time.monotonic() - t0
             assert subscriber.versions[-1] == r.json()["version"] == config_version(dump(added))
 
             # A config Envoy refuses (a CA file that is not there): reported, the last good one stays.
@@ -197,6 +198,7 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
             assert r.status_code == 200, r.text
             assert httpx.get(api + STATUS_PATH).json()["envoy"]["nack"] is None  # a good apply clears it
             until(lambda: "[demo-openai-b]" in load.answered_by[mark:], 3 - (time.monotonic() - t0))
+            timings["move: answered from the new endpoint"] = time.monotonic() - t0
             assert "[demo-openai]" in load.answered_by[:mark]
 
             # The model's cluster goes: within 3 s nothing answers for it.
@@ -217,7 +219,10 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
                 until(gone, 3 - (time.monotonic() - t0))
             except AssertionError:
                 raise AssertionError(f"demo-new still answers: {seen[-3:]}") from None
+            timings["remove: gone"] = time.monotonic() - t0
             until(lambda: len(load.statuses) >= mark + 8, 10)
+        print(f"\nlive config under load: {len(load.statuses)} requests by {CLIENTS} clients, statuses "
+              f"{sorted(set(load.statuses))}; " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
         assert load.statuses, "no load ran"
         assert not load.failures, load.failures[:5]
         assert set(load.statuses) == {200}
