@@ -51,6 +51,8 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                                     self.ledger.current.snapshot.version if self.ledger.current else "?")
                         self.push()
                     self._on_change()
+            except Exception:
+                log.exception("envoy stream %d: dropped; Envoy reconnects and is served afresh", stream.id)
             finally:
                 q.put_nowait(None)
 

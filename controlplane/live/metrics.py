@@ -17,9 +17,10 @@ class _LiveCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         st = self.live.status()
-        info = GaugeMetricFamily("modelyard_config_version_info", "The config version the control plane runs",
-                                 labels=["component", "version"])
-        info.add_metric(["controlplane", st["version"]], 1)
+        # The extprocs export the same series from their /metrics: one name for the running version everywhere.
+        info = GaugeMetricFamily("modelyard_config_info", "The config version the control plane runs",
+                                 labels=["version"])
+        info.add_metric([st["version"]], 1)
         yield info
         envoy = GaugeMetricFamily("modelyard_controlplane_envoy_config_info", "The config version each Envoy accepted",
                                   labels=["node", "stream", "version"])

@@ -31,7 +31,9 @@ async def run(path: Path, env: EnvironmentConfig, *, watch: bool = False, timeou
     first = await asyncio.to_thread(candidate, path.read_bytes(), env, None, str(path))
     live = LiveConfig(env, first, timeout_s=timeout_s)
     cp = first.cfg.controlplane
-    server = grpc.aio.server()
+    # Pings find an Envoy whose host vanished without a FIN: its stream closes, and applies stop waiting for it.
+    server = grpc.aio.server(options=[("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
+                                      ("grpc.keepalive_permit_without_calls", 1)])
     add_to_server(live.ads, server)
     server.add_insecure_port(cp.xds_address)
     await server.start()

@@ -46,9 +46,11 @@ class Subscribers:
         return w
 
     def polled(self, worker: str, have: str) -> None:
-        """A long poll arrived: `have` is the version the worker runs."""
+        """A long poll arrived: `have` is the version the worker runs, or the one it last refused
+        (an extproc asks with the last version it was offered, so a refused one is not sent again)."""
         w = self._get(worker)
-        w.version = have
+        if have != w.refused:
+            w.version = have
         w.polling += 1
 
     def poll_ended(self, worker: str) -> None:

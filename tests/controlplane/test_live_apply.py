@@ -109,7 +109,7 @@ async def test_apply_waits_for_every_subscribed_worker(client: TestClient, base:
     assert st["version"] == config_version(new)
     assert {w["version"] for w in st["workers"]} == {config_version(new)}
     metrics = await (await client.get("/metrics")).text()
-    assert f'modelyard_config_version_info{{component="controlplane",version="{config_version(new)}"}} 1.0' in metrics
+    assert f'modelyard_config_info{{version="{config_version(new)}"}} 1.0' in metrics
     # The same file again: already everywhere, nothing is pushed.
     again = await client.post(APPLY_PATH, data=new)
     assert again.status == 200 and (await again.json())["unchanged"] is True
@@ -199,3 +199,12 @@ async def test_the_file_watch_applies_each_new_content_once(tmp_path, base: dict
         assert live.counts.applies == {"ok": 1, "invalid": 1}
     finally:
         task.cancel()
+
+
+def test_a_poll_with_the_refused_version_does_not_count_as_running_it() -> None:
+    subs = Subscribers()
+    subs.polled("w", "v1")
+    subs.acked("w", "v2", ok=False, error="bad limit")
+    subs.polled("w", "v2")  # the extproc asks with the last version it was offered
+    assert subs.workers["w"].version == "v1"
+    assert subs.progress("v2").refused == {"w": "bad limit"}

@@ -245,4 +245,4 @@ def test_cli_apply_refuses_a_broken_file_and_status_shows_the_version(live: dict
     assert st.stdout.startswith(f"version {running}"), st.stdout + st.stderr
     assert "envoy modelyard-envoy" in st.stdout
     metrics = httpx.get(live["api"] + "/metrics").text
-    assert f'modelyard_config_version_info{{component="controlplane",version="{running}"}} 1.0' in metrics
+    assert f'modelyard_config_info{{version="{running}"}} 1.0' in metrics
