@@ -2,10 +2,13 @@
 4 clients call demo-gpt without pause while configs are applied; none of their calls fails and
 Envoy's process is never replaced.
 
-Until the extproc takes configs from the control plane (the reload side of issue 29), the extproc
-here starts with the added model already in its own config, absent from Envoy's: what an apply
-changes is Envoy's (new cluster, moved endpoint, removed cluster). A minimal subscriber thread
-speaks the extproc's side of contracts/live_config.py, so each apply also waits for a worker's ack.
+The extproc starts with the added model already in its own config, absent from Envoy's, so Envoy's
+part is proven on its own (new cluster, moved endpoint, removed cluster) by an extproc that reads its
+config once. An extproc that subscribes to the control plane (the reload side of issue 29) takes the
+control plane's config at once instead; the test sees it among the subscribers and then also expects
+what only that extproc can do: the new tenant's key answers, and the removed model is a 404. A
+minimal subscriber thread speaks the extproc's side of contracts/live_config.py either way, so every
+apply also waits for a worker's ack.
 """
 
 from __future__ import annotations
@@ -21,18 +24,20 @@ import httpx
 import pytest
 import yaml
 
+from contracts.config import hash_api_key
 from contracts.live_config import ACK_PATH, APPLY_PATH, CONFIG_PATH, STATUS_PATH, config_version
 from devstack.child import Child
 from tests.conftest import DEMO_KEY
 from tests.stack_config import free_port, small_config, start_stack
 
 CLIENTS = 4
+NEW_KEY = "sk-live-tenant"
 MAX_LOAD_S = 60.0  # a bound, not the plan: the scenario takes 10-20 s
 NEW_CLUSTER = "demo-new"
 
 
-def chat(client: httpx.Client, url: str, model: str) -> httpx.Response:
-    return client.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {DEMO_KEY}"},
+def chat(client: httpx.Client, url: str, model: str, key: str = DEMO_KEY) -> httpx.Response:
+    return client.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
                        json={"model": model, "messages": [{"role": "user", "content": "hi"}]}, timeout=10)
 
 
@@ -147,7 +152,9 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
     subscriber = Subscriber(api, config_version(live["path"].read_bytes()))
     subscriber.start()
     probe = httpx.Client()
-    added = {**data, "models": [*data["models"], live["new_model"]]}
+    tenant = {"name": "live-tenant", "tier": "L2", "api_keys": [f"sha256:{hash_api_key(NEW_KEY)}"],
+              "allowed_models": ["*"]}
+    added = {**data, "models": [*data["models"], live["new_model"]], "tenants": [*data["tenants"], tenant]}
 
     def apply(cfg: dict[str, Any] | bytes) -> httpx.Response:
         return httpx.post(api + APPLY_PATH, content=cfg if isinstance(cfg, bytes) else dump(cfg), timeout=30)
@@ -157,7 +164,8 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
 
     try:
         before = chat(probe, stack.url, "demo-new")
-        assert before.status_code == 502, before.text  # Envoy has no such cluster yet (its 503, as a 502)
+        # Envoy has no such cluster yet (its 503, as a 502); a subscribed extproc has no such model (404).
+        assert before.status_code in (404, 502), before.text
         with Load(stack.url) as load:
             until(lambda: len(load.statuses) >= 8, 30)
 
@@ -168,6 +176,10 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
             timings = {"add: apply": time.monotonic() - t0}
             until(new_model_answers, 3 - (time.monotonic() - t0))
             timings["add: answers"] = time.monotonic() - t0
+            workers = {w["worker"] for w in httpx.get(api + STATUS_PATH).json()["workers"]}
+            extproc_subscribes = bool(workers - {"test-subscriber"})
+            if extproc_subscribes:
+                assert chat(probe, stack.url, "demo-gpt", key=NEW_KEY).status_code == 200
             assert subscriber.versions[-1] == r.json()["version"] == config_version(dump(added))
 
             # A config Envoy refuses (a CA file that is not there): reported, the last good one stays.
@@ -202,26 +214,30 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
             assert "[demo-openai]" in load.answered_by[:mark]
 
             # The model's cluster goes: within 3 s nothing answers for it.
-            removed = {**moved, "models": moved["models"][:1]}
+            removed = {**moved, "models": moved["models"][:1], "tenants": moved["tenants"][:-1]}
+            gone_status = 404 if extproc_subscribes else 502
             t0 = time.monotonic()
             r = apply(removed)
             assert r.status_code == 200, r.text
-            # 502 (Envoy: no such cluster) while the extproc still knows the model; 404 once it takes
-            # its config from the control plane too.
+            # 502 (Envoy: no such cluster) from an extproc that still knows the model; 404 from one
+            # that takes its config from the control plane too.
             seen: list[str] = []
 
             def gone() -> bool:
                 reply = chat(probe, stack.url, "demo-new")
                 seen.append(f"{reply.status_code} {reply.text[:160]}")
-                return reply.status_code in (404, 502)
+                return reply.status_code == gone_status
 
             try:
                 until(gone, 3 - (time.monotonic() - t0))
             except AssertionError:
                 raise AssertionError(f"demo-new still answers: {seen[-3:]}") from None
             timings["remove: gone"] = time.monotonic() - t0
+            if extproc_subscribes:
+                assert chat(probe, stack.url, "demo-gpt", key=NEW_KEY).status_code == 401
             until(lambda: len(load.statuses) >= mark + 8, 10)
-        print(f"\nlive config under load: {len(load.statuses)} requests by {CLIENTS} clients, statuses "
+        print(f"\nlive config under load ({'extproc subscribed' if extproc_subscribes else 'Envoy side only'}): "
+              f"{len(load.statuses)} requests by {CLIENTS} clients, statuses "
               f"{sorted(set(load.statuses))}; " + ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))
         assert load.statuses, "no load ran"
         assert not load.failures, load.failures[:5]
