@@ -42,8 +42,9 @@ class AdsService(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                 async for req in request_iterator:
                     responses, rollback = self.ledger.hear(stream, req)
                     if req.HasField("error_detail"):
-                        log.error("envoy %s refused %s version %s: %s", stream.node or stream.peer,
-                                  req.type_url.rsplit(".", 1)[-1], req.response_nonce, req.error_detail.message)
+                        log.error("envoy %s refused its %s update (nonce %s, it keeps %s): %s",
+                                  stream.node or stream.peer, req.type_url.rsplit(".", 1)[-1], req.response_nonce,
+                                  req.version_info or "nothing", req.error_detail.message)
                     for r in responses:
                         q.put_nowait(r)
                     if rollback:
