@@ -132,7 +132,11 @@ def _cmd_controlplane(a: argparse.Namespace) -> int:
     from controlplane.environments import load_environment
     from controlplane.live.service import run
 
-    asyncio.run(run(config_path(a.config), load_environment(a.env), watch=a.watch, timeout_s=a.apply_timeout))
+    try:
+        asyncio.run(run(config_path(a.config), load_environment(a.env), watch=a.watch, timeout_s=a.apply_timeout))
+    except (OSError, RuntimeError) as e:  # an address in use, say
+        print(f"modelyard controlplane: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

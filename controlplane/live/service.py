@@ -17,6 +17,7 @@ from controlplane.live.applier import LiveConfig
 from controlplane.live.http_api import build_app
 from controlplane.live.validation import candidate
 from controlplane.live.watch import watch_file
+from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 
@@ -28,14 +29,19 @@ def _split(address: str) -> tuple[str, int]:
 
 async def run(path: Path, env: EnvironmentConfig, *, watch: bool = False, timeout_s: float = 30.0) -> None:
     """Raises ConfigError when the starting file does not validate."""
-    first = await asyncio.to_thread(candidate, path.read_bytes(), env, None, str(path))
+    try:
+        text = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    first = await asyncio.to_thread(candidate, text, env, None, str(path))
     live = LiveConfig(env, first, timeout_s=timeout_s)
     cp = first.cfg.controlplane
     # Pings find an Envoy whose host vanished without a FIN: its stream closes, and applies stop waiting for it.
     server = grpc.aio.server(options=[("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
                                       ("grpc.keepalive_permit_without_calls", 1)])
     add_to_server(live.ads, server)
-    server.add_insecure_port(cp.xds_address)
+    if server.add_insecure_port(cp.xds_address) == 0:
+        raise OSError(f"controlplane.xds_address {cp.xds_address}: cannot listen there")
     await server.start()
     runner = web.AppRunner(build_app(live), access_log=None)
     await runner.setup()
