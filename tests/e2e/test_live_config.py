@@ -262,3 +262,34 @@ def test_cli_apply_refuses_a_broken_file_and_status_shows_the_version(live: dict
     assert "envoy modelyard-envoy" in st.stdout
     metrics = httpx.get(live["api"] + "/metrics").text
     assert f'modelyard_config_info{{version="{running}"}} 1.0' in metrics
+
+
+def test_serving_rides_out_a_control_plane_restart(live: dict[str, Any]) -> None:
+    """SIGKILL the control plane under load: Envoy and the extproc keep serving what they have; the
+    restarted one serves its file again, Envoy reconnects, and an apply works as before."""
+    stack, api = live["stack"], live["api"]
+    envoy_pid = stack.child("envoy").proc.pid
+    started_with = config_version(live["path"].read_bytes())
+    with Load(stack.url) as load:
+        until(lambda: len(load.statuses) >= 8, 30)
+        cp = stack.child("controlplane")
+        cp.proc.kill()
+        cp.proc.wait()
+        mark = len(load.statuses)
+        until(lambda: len(load.statuses) >= mark + 20, 15)  # served while it is gone
+        stack.restart("controlplane")
+
+        def envoy_back() -> bool:
+            streams = httpx.get(api + STATUS_PATH).json()["envoy"]["streams"]
+            return [s["version"] for s in streams] == [started_with]
+
+        until(envoy_back, 30)  # Envoy's ADS retry finds it
+        moved = yaml.safe_load(live["path"].read_text())
+        moved["models"][0]["deployments"][0]["endpoints"] = [live["other"]]
+        r = httpx.post(api + APPLY_PATH, content=dump(moved), timeout=30)
+        assert r.status_code == 200, r.text
+        mark = len(load.answered_by)
+        until(lambda: "[demo-openai-b]" in load.answered_by[mark:], 3)
+    assert not load.failures, load.failures[:5]
+    assert set(load.statuses) == {200}
+    assert stack.child("envoy").proc.pid == envoy_pid
