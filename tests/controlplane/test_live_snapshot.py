@@ -110,3 +110,18 @@ def test_ads_bootstrap_refuses_what_the_static_one_refuses() -> None:
     data["models"][1]["deployments"][0]["queue"]["max_wait_s"] = {"L1": 600, "L2": 20, "L3": 15}
     with pytest.raises(ConfigError, match="edge.request_timeout_s"):
         build_ads_bootstrap(parse_config(data), load_environment("dev"))
+
+
+def test_envoy_render_writes_the_ads_bootstrap_when_the_config_enables_the_control_plane(tmp_path: Path) -> None:
+    from modelyard import cli
+
+    shipped = load_config(ROOT / "modelyard.yaml")
+    assert shipped.controlplane.enabled  # `make up` runs live configuration
+    out = tmp_path / "envoy.yaml"
+    assert cli.main(["envoy", "render", "--env", "dev", "--config", str(ROOT / "modelyard.yaml"), "-o", str(out)]) == 0
+    boot = yaml.safe_load(out.read_text())
+    assert "dynamic_resources" in boot and "listeners" not in boot["static_resources"]
+    assert cli.main(["envoy", "render", "--env", "dev", "--static", "--config", str(ROOT / "modelyard.yaml"),
+                     "-o", str(out)]) == 0
+    boot = yaml.safe_load(out.read_text())
+    assert "dynamic_resources" not in boot and boot["static_resources"]["listeners"]
