@@ -159,6 +159,10 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
     def apply(cfg: dict[str, Any] | bytes) -> httpx.Response:
         return httpx.post(api + APPLY_PATH, content=cfg if isinstance(cfg, bytes) else dump(cfg), timeout=30)
 
+    def stat(name: str) -> int:
+        found = httpx.get(f"{stack.admin_url()}/stats?filter=^{name}$&format=json", timeout=5).json()["stats"]
+        return int(found[0]["value"])
+
     def new_model_answers() -> bool:
         return chat(probe, stack.url, "demo-new").status_code == 200
 
@@ -211,6 +215,15 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
             assert httpx.get(api + STATUS_PATH).json()["envoy"]["nack"] is None  # a good apply clears it
             until(lambda: "[demo-openai-b]" in load.answered_by[mark:], 3 - (time.monotonic() - t0))
             timings["move: answered from the new endpoint"] = time.monotonic() - t0
+
+            # A cluster's own settings change (its LB policy): Envoy rebuilds it, and the rebuilt one
+            # gets its endpoints (pushed after the clusters) instead of warming forever.
+            updated = stat("cluster_manager.cluster_modified")
+            moved["models"][0]["deployments"][0]["lb"] = {"policy": "least_request"}
+            r = apply(moved)
+            assert r.status_code == 200, r.text
+            until(lambda: stat("cluster_manager.cluster_modified") > updated
+                  and stat("cluster_manager.warming_clusters") == 0, 3)
             assert "[demo-openai]" in load.answered_by[:mark]
 
             # The model's cluster goes: within 3 s nothing answers for it.
