@@ -36,6 +36,8 @@ def apply_balancing(cluster: Cluster, dep: Deployment) -> None:
         cluster.ring_hash_lb_config = ClusterRingHashLbConfig(minimum_ring_size=1024)
     if dep.health_check is not None:
         cluster.health_checks = [health_check(dep.health_check)]
+        # An endpoint dropped from config (a live apply, a DNS answer) leaves at once, healthy or not.
+        cluster.ignore_health_on_host_removal = True
 
 
 def endpoint_weight(dep: Deployment, endpoint: str) -> int | None:

@@ -146,6 +146,8 @@ log = logging.getLogger("modelyard.controlplane")
 
 # Clusters that speak gRPC need HTTP/2 upstream; Envoy defaults to HTTP/1.1.
 H2_PROTOCOLS = {"kserve-grpc"}
+# The client-facing listener; its route config keeps this name too (served over RDS when live).
+MAIN_LISTENER = "modelyard"
 
 
 def _secs(s: float) -> datetime.timedelta:
@@ -396,7 +398,7 @@ def _routes(cfg: GatewayConfig, env: EnvironmentConfig) -> RouteConfiguration:
                                 (UPSTREAM_ATTEMPTS_HEADER, "%UPSTREAM_REQUEST_ATTEMPT_COUNT%"))]
     not_routed = '{"error":{"message":"no upstream was chosen for this request","type":"invalid_request_error","code":"no_route"}}'
     return RouteConfiguration(
-        name="modelyard",
+        name=MAIN_LISTENER,
         virtual_hosts=[VirtualHost(
             name="models",
             domains=["*"],
@@ -450,7 +452,18 @@ def _internal_listener(name: str, cluster: str, filters: list[HttpFilter], cfg: 
                         name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])])
 
 
-def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
+@dataclasses.dataclass
+class EnvoyResources:
+    """Everything Envoy runs for one config and environment: the static bootstrap inlines it, the
+    control plane serves it over ADS (controlplane/live/snapshot.py), so the two cannot drift."""
+
+    listeners: list[Listener]
+    clusters: list[Cluster]  # upstream, internal (hops, bridges), aggregate, the admin cluster
+    extproc: Cluster  # static in both bootstraps: Envoy needs it before any xDS arrives
+    internal_listeners: bool  # some listener is an internal one: the bootstrap extension must be on
+
+
+def build_resources(cfg: GatewayConfig, env: EnvironmentConfig) -> EnvoyResources:
     queue_wait_s = longest_queue_wait_s(cfg)
     if env.edge.request_timeout_s and queue_wait_s >= env.edge.request_timeout_s:
         # Envoy would answer 408 to a request still waiting for its slot, before the queue's own 503.
@@ -481,12 +494,25 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
         local_reply_config=extproc_down_replies(env.buffer_limit_bytes),
     )
     listener = Listener(
-        name="modelyard",
+        name=MAIN_LISTENER,
         address=_socket(env.listener.address or cfg.listener.address, env.listener.port or cfg.listener.port),
         per_connection_buffer_limit_bytes=env.buffer_limit_bytes,
         filter_chains=[FilterChain(filters=[Filter(
             name="envoy.filters.network.http_connection_manager", typed_config=AnyMsg.pack(hcm))])],
     )
+    hops = translation_hops(cfg)
+    bridged = _grpc_bridged(cfg)
+    listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops),
+                 *(_grpc_bridge_listener(c, cfg, env) for c in bridged)]
+    clusters = _upstream_clusters(cfg, env)
+    if env.stats and env.admin:
+        listeners.append(stats_listener(env.stats))
+        clusters.append(admin_cluster(env.admin))
+    return EnvoyResources(listeners=listeners, clusters=clusters, extproc=extproc_cluster(cfg, env),
+                          internal_listeners=bool(hops or bridged))
+
+
+def extproc_cluster(cfg: GatewayConfig, env: EnvironmentConfig) -> Cluster:
     # Listed replicas, else this host's workers (contracts/workers.py: address port + 0..N-1).
     extproc_endpoints = env.extproc_endpoints or worker_addresses(cfg.extproc.address,
                                                                   worker_count(cfg.extproc.workers))
@@ -501,24 +527,31 @@ def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
     extproc.outlier_detection = OutlierDetection(split_external_local_origin_errors=True,
                                                  consecutive_local_origin_failure=1, base_ejection_time=_secs(2),
                                                  max_ejection_percent=50, consecutive_5xx=1000)
-    hops = translation_hops(cfg)
-    bridged = _grpc_bridged(cfg)
-    listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops),
-                 *(_grpc_bridge_listener(c, cfg, env) for c in bridged)]
-    clusters = [extproc, *_upstream_clusters(cfg, env)]
-    if env.stats and env.admin:
-        listeners.append(stats_listener(env.stats))
-        clusters.append(admin_cluster(env.admin))
-    boot = Bootstrap(
-        static_resources=BootstrapStaticResources(listeners=listeners, clusters=clusters),
-        overload_manager=overload_manager(env.overload, env.edge))
-    if hops or bridged:
-        boot.bootstrap_extensions = [TypedExtensionConfig(
-            name="envoy.bootstrap.internal_listener", typed_config=AnyMsg.pack(InternalListener()))]
+    return extproc
+
+
+def admin_of(env: EnvironmentConfig) -> Admin | None:
     if env.admin and env.admin.pipe:
-        boot.admin = Admin(address=Address(pipe=Pipe(path=env.admin.pipe, mode=0o600)))
-    elif env.admin:
-        boot.admin = Admin(address=_socket(env.admin.address, env.admin.port))
+        return Admin(address=Address(pipe=Pipe(path=env.admin.pipe, mode=0o600)))
+    if env.admin:
+        return Admin(address=_socket(env.admin.address, env.admin.port))
+    return None
+
+
+def internal_listener_extension() -> TypedExtensionConfig:
+    return TypedExtensionConfig(name="envoy.bootstrap.internal_listener", typed_config=AnyMsg.pack(InternalListener()))
+
+
+def build_bootstrap(cfg: GatewayConfig, env: EnvironmentConfig) -> Bootstrap:
+    res = build_resources(cfg, env)
+    boot = Bootstrap(
+        static_resources=BootstrapStaticResources(listeners=res.listeners, clusters=[res.extproc, *res.clusters]),
+        overload_manager=overload_manager(env.overload, env.edge))
+    if res.internal_listeners:
+        boot.bootstrap_extensions = [internal_listener_extension()]
+    admin = admin_of(env)
+    if admin is not None:
+        boot.admin = admin
     return boot
 
 
@@ -533,3 +566,8 @@ def bootstrap_dict(boot: Bootstrap) -> dict:
     msg = bootstrap_pb2.Bootstrap.FromString(bytes(boot))
     return json.loads(json_format.MessageToJson(msg, preserving_proto_field_name=True))
 
+
+
+def xds_cluster(name: str, address: str, env: EnvironmentConfig) -> Cluster:
+    """The control plane's ADS endpoint: gRPC, so HTTP/2; no outlier detection (one endpoint)."""
+    return _cluster(name, [address], h2=True, tls=None, env=env, outlier=False)

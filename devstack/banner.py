@@ -49,6 +49,9 @@ def banner(cfg: GatewayConfig, *, url: str, run_dir: str, admin_url: str | None,
         lines.append(f"  Metrics:        http://{cfg.extproc.metrics_address}/metrics")
     if admin_url:
         lines.append(f"  Envoy admin:    {admin_url}")
+    if cfg.controlplane.enabled:
+        lines.append(f"  Live config:    edit the config, then `modelyard apply` (control plane "
+                     f"http://{cfg.controlplane.api_address}; `modelyard status`)")
     lines.append(f"  Logs:           {run_dir}")
     lines.append(f"  Try: {try_command(cfg, url)}")
     lines.append("Ctrl-C stops everything.")

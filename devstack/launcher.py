@@ -23,9 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
+import yaml
 from pydantic import ValidationError
 
 from contracts.config import Deployment, GatewayConfig, config_path, load_config
+from controlplane.ads_bootstrap import render_ads_bootstrap
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import AdminSettings, EnvironmentConfig, load_environment
 from devstack.banner import banner
@@ -119,6 +121,12 @@ class Stack:
         self.children: list[Child] = demo_children(cfg) if demos else []
         self.envoy_config = self.workdir / f"envoy-{env.name}.yaml"
         self.admin_path = self.workdir / "envoy-admin.txt"
+        self.env_file = self.workdir / "environment" / f"{env.name}.yaml"
+        if cfg.controlplane.enabled:
+            # Before Envoy, whose listeners and clusters it serves; an extproc long-polls it for its config.
+            cp = [sys.executable, "-m", "modelyard.cli", "controlplane", "--config", str(config_path),
+                  "--env", str(self.env_file)]
+            self.children.append(Child("controlplane", cp, ("http", f"http://{cfg.controlplane.api_address}/v1/status")))
         serve = [sys.executable, "-m", "modelyard.cli", "serve", "--config", str(config_path)]
         self.children.append(Child("extproc", serve, ("tcp", cfg.extproc.address), role="replica",
                                    standby_argv=[*serve, "--standby"]))
@@ -134,7 +142,13 @@ class Stack:
 
     def start(self, timeout: float = 60.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.envoy_config.write_text(render_bootstrap(self.cfg, self.env))
+        if self.cfg.controlplane.enabled:
+            # The control plane reads the very environment this stack runs (a test's is built in memory).
+            self.env_file.parent.mkdir(parents=True, exist_ok=True)
+            self.env_file.write_text(yaml.safe_dump(self.env.model_dump(mode="json", exclude={"name"}), sort_keys=False))
+            self.envoy_config.write_text(render_ads_bootstrap(self.cfg, self.env))
+        else:
+            self.envoy_config.write_text(render_bootstrap(self.cfg, self.env))
         for child in self.children:
             self._spawn(child)
             self.wait_ready(child, timeout)

@@ -39,6 +39,7 @@ def _cmd_up(a: argparse.Namespace) -> int:
 
 
 def _cmd_envoy_render(a: argparse.Namespace) -> int:
+    from controlplane.ads_bootstrap import render_ads_bootstrap
     from controlplane.bootstrap import render_bootstrap
     from controlplane.environments import load_environment
 
@@ -48,7 +49,8 @@ def _cmd_envoy_render(a: argparse.Namespace) -> int:
         print(f"modelyard: warning: environment {env.name} wires Envoy's ratelimit filter to the RLS while "
               f"ratelimit.enforce is {enforce!r}: requests would be charged twice; set `enforce: envoy`",
               file=sys.stderr)
-    text = render_bootstrap(cfg, env)
+    # With a control plane, Envoy's bootstrap holds only what must be static; the rest comes over ADS.
+    text = render_ads_bootstrap(cfg, env) if cfg.controlplane.enabled and not a.static else render_bootstrap(cfg, env)
     if a.output:
         Path(a.output).write_text(text)
     else:
@@ -155,6 +157,33 @@ def _cmd_spend(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_controlplane(a: argparse.Namespace) -> int:
+    import asyncio
+
+    from contracts.config import config_path
+    from controlplane.environments import load_environment
+    from controlplane.live.service import run
+
+    try:
+        asyncio.run(run(config_path(a.config), load_environment(a.env), watch=a.watch, timeout_s=a.apply_timeout))
+    except (OSError, RuntimeError) as e:  # an address in use, say
+        print(f"modelyard controlplane: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_apply(a: argparse.Namespace) -> int:
+    from controlplane.live.client import apply
+
+    return apply(a.file or a.config, url=a.url, timeout=a.timeout)
+
+
+def _cmd_status(a: argparse.Namespace) -> int:
+    from controlplane.live.client import status
+
+    return status(a.config, url=a.url, as_json=a.json)
+
+
 def _cmd_hash_key(a: argparse.Namespace) -> int:
     print(f"sha256:{hash_api_key(a.key)}")
     return 0
@@ -206,6 +235,8 @@ def parser() -> argparse.ArgumentParser:
     render = with_config(envoy.add_parser("render", help="render the Envoy bootstrap for an environment"))
     render.add_argument("--env", required=True)
     render.add_argument("--output", "-o", default=None)
+    render.add_argument("--static", action="store_true",
+                        help="every resource inline, even with controlplane.enabled (no control plane needed)")
     render.set_defaults(func=_cmd_envoy_render)
 
     audit = sub.add_parser("audit", help="the tamper-evident audit log: verify, export, prune").add_subparsers(
@@ -236,6 +267,23 @@ def parser() -> argparse.ArgumentParser:
                     help="a metering SQLite file; repeat for replicas on other hosts (default: extproc.metering_db; "
                          "a host's workers share that one file)")
     sp.set_defaults(func=_cmd_spend)
+    cp = with_config(sub.add_parser("controlplane", help="serve Envoy over ADS and the extprocs their config; "
+                                                          "`modelyard apply` changes it live"))
+    cp.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")
+    cp.add_argument("--watch", action="store_true",
+                    help="apply the config file whenever its content changes (a Kubernetes ConfigMap)")
+    cp.add_argument("--apply-timeout", type=float, default=30.0,
+                    help="seconds an apply waits for Envoy and every worker to confirm (then 504)")
+    cp.set_defaults(func=_cmd_controlplane)
+    ap = with_config(sub.add_parser("apply", help="validate a config and apply it to the running gateway"))
+    ap.add_argument("file", nargs="?", default=None, help="the config (default: --config, $MODELYARD_CONFIG or ./modelyard.yaml)")
+    ap.add_argument("--url", default=None, help="the control plane's API (default: the file's controlplane.api_address)")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.set_defaults(func=_cmd_apply)
+    st = with_config(sub.add_parser("status", help="the running config version, and which Envoy and worker has it"))
+    st.add_argument("--url", default=None, help="the control plane's API (default: the config's controlplane.api_address)")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_cmd_status)
 
     hk = sub.add_parser("hash-key", help="print the config form of an API key")
     hk.add_argument("key")

@@ -85,8 +85,15 @@ def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, 
     ports: dict[str, int] = {}
     data = _remap(data, ports)
     data["listener"]["port"] = free_port()
+    _static_envoy(data)
     data.update(overrides)
     return data, ports
+
+
+def _static_envoy(data: dict[str, Any]) -> None:
+    """Test stacks run Envoy on the static bootstrap whatever the shipped file says; a test that
+    wants the control plane sets `controlplane.enabled` itself (tests/e2e/test_live_config.py)."""
+    data["controlplane"] = {**data.get("controlplane", {}), "enabled": False}
 
 
 def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: bool = True):
@@ -131,6 +138,7 @@ def small_config(**overrides: Any) -> dict[str, Any]:
     data.pop("ratelimit", None)
     data = _remap(data, {})
     data["listener"]["port"] = free_port()
+    _static_envoy(data)
     data.update(overrides)
     return data
 
