@@ -74,8 +74,8 @@ class ConfigFeed:
                 elif offered is not None:
                     await self._apply(http, *offered)
 
-    async def _poll(self, http: aiohttp.ClientSession) -> tuple[str, str] | None:
-        """(version, yaml) when the control plane has another version; None when it had nothing new."""
+    async def _poll(self, http: aiohttp.ClientSession) -> tuple[str, str, str] | None:
+        """(version, yaml, who applied it) when the control plane has another version; None when it had nothing new."""
         params = {"have": self.have, "worker": self.worker}
         timeout = aiohttp.ClientTimeout(total=WAIT_S + 10, connect=5)
         async with http.get(self.base + CONFIG_PATH, params=params, timeout=timeout) as resp:
@@ -86,10 +86,11 @@ class ConfigFeed:
             doc = await resp.json(content_type=None)
         if not isinstance(doc, dict) or not isinstance(doc.get("yaml"), str):
             raise ValueError(f"{CONFIG_PATH} answered 200 without a yaml text")
-        return str(doc.get("version") or ""), doc["yaml"]
+        return str(doc.get("version") or ""), doc["yaml"], str(doc.get("applied_by") or "")
 
-    async def _apply(self, http: aiohttp.ClientSession, offered: str, text: str) -> None:
-        out = await self.reloader.apply_text(text.encode(), source="controlplane", origin=self.base + CONFIG_PATH)
+    async def _apply(self, http: aiohttp.ClientSession, offered: str, text: str, applied_by: str = "") -> None:
+        out = await self.reloader.apply_text(text.encode(), source="controlplane", origin=self.base + CONFIG_PATH,
+                                             applied_by=applied_by)
         if offered and out.version != offered:  # the hash is of the same bytes on both sides
             log.warning("control plane said version %s for a text whose hash is %s", offered, out.version)
         self.have = offered or out.version

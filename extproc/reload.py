@@ -70,6 +70,7 @@ class Outcome:
     error: str = ""
     changes: dict[str, list[str]] = field(default_factory=dict)
     restart_needed: tuple[str, ...] = ()
+    applied_by: str = ""  # who applied it at the control plane (`modelyard apply` sends a name), for the audit row
 
 
 @dataclass
@@ -181,25 +182,27 @@ class Reloader:
         self.warmer = warmer
         self._one_at_a_time = asyncio.Lock()
 
-    async def apply_text(self, text: bytes, *, source: str, origin: str) -> Outcome:
+    async def apply_text(self, text: bytes, *, source: str, origin: str, applied_by: str = "") -> Outcome:
         """`origin`: where the text came from (a path, the control plane's address), for errors and the audit."""
         version = config_version(text)
         async with self._one_at_a_time:
             try:
                 config = await asyncio.to_thread(parse_text, text, origin)  # YAML and validation: off the loop
             except ConfigError as e:
-                return self._refused(e, version, source, origin)
-            return self.apply(config, version=version, source=source, origin=origin)
+                return self._refused(e, version, source, origin, applied_by)
+            return self.apply(config, version=version, source=source, origin=origin, applied_by=applied_by)
 
-    def apply(self, config: GatewayConfig, *, version: str, source: str, origin: str = "") -> Outcome:
+    def apply(self, config: GatewayConfig, *, version: str, source: str, origin: str = "",
+              applied_by: str = "") -> Outcome:
         before = self.live.version
         old_limits = self.live.current.dispatcher.limiter.config if self.live.current.dispatcher.limiter else None
         try:
             ready = prepare(self.live.current, config)
         except ConfigError as e:
-            return self._refused(e, version, source, origin)
+            return self._refused(e, version, source, origin, applied_by)
         commit(self.live, ready, version, self.warmer)
-        out = Outcome(True, source, before, version, changes=ready.changes, restart_needed=ready.restart_needed)
+        out = Outcome(True, source, before, version, changes=ready.changes, restart_needed=ready.restart_needed,
+                      applied_by=applied_by)
         CONFIG_RELOADS.labels(source, "applied").inc()
         log.info("config %s applied from %s (%s, was %s)%s%s", version, source, origin or "-", before or "-",
                  "".join(f"; {k}: {', '.join(v)}" for k, v in out.changes.items()),
@@ -219,8 +222,8 @@ class Reloader:
             return self._refused(ConfigError(f"{path}: cannot read ({e.strerror})"), "", source, str(path))
         return await self.apply_text(text, source=source, origin=str(path))
 
-    def _refused(self, e: ConfigError, version: str, source: str, origin: str) -> Outcome:
-        out = Outcome(False, source, self.live.version, version, error=str(e))
+    def _refused(self, e: ConfigError, version: str, source: str, origin: str, applied_by: str = "") -> Outcome:
+        out = Outcome(False, source, self.live.version, version, error=str(e), applied_by=applied_by)
         CONFIG_RELOADS.labels(source, "refused").inc()
         log.error("config %s from %s refused, keeping %s: %s", version or "-", source, self.live.version or "-", e)
         # The reason may quote the file (a Redis URL with a password): redacted like a body.
@@ -231,7 +234,11 @@ class Reloader:
     @staticmethod
     def _row(out: Outcome, origin: str) -> dict[str, object]:
         # `version` is the first 16 hex digits of the sha256 the SIGHUP-only rows carried before.
-        return {"source": out.source, "path": origin, "version_before": out.version_before, "version": out.version}
+        row: dict[str, object] = {"source": out.source, "path": origin, "version_before": out.version_before,
+                                  "version": out.version}
+        if out.applied_by:
+            row["applied_by"] = out.applied_by
+        return row
 
     def _audit(self, event: str, status: int, detail: dict[str, object]) -> None:
         audit = self.live.current.audit

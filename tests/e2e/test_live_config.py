@@ -13,11 +13,15 @@ apply also waits for a worker's ack.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -123,7 +127,7 @@ def until(check: Callable[[], bool], within: float) -> float:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     workdir = tmp_path_factory.mktemp("live")
     data = small_config()
-    data["extproc"].update(audit_db=None, metering_db=None, tasks=None)
+    data["extproc"].update(audit_db="audit.sqlite", metering_db=None, tasks=None)
     data["models"][0]["deployments"][0].pop("warmup", None)
     api = f"127.0.0.1:{free_port()}"
     data["controlplane"] = {"enabled": True, "xds_address": f"127.0.0.1:{free_port()}", "api_address": api}
@@ -146,6 +150,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                "path": workdir / "modelyard.yaml", "workdir": workdir}
 
 
+def audit_details(db: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [d for (d,) in conn.execute("SELECT detail FROM audit WHERE event = 'config_reload'")]
+
+
 def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
     stack, data, api = live["stack"], live["data"], live["api"]
     envoy_pid = stack.child("envoy").proc.pid
@@ -157,7 +166,8 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
     added = {**data, "models": [*data["models"], live["new_model"]], "tenants": [*data["tenants"], tenant]}
 
     def apply(cfg: dict[str, Any] | bytes) -> httpx.Response:
-        return httpx.post(api + APPLY_PATH, content=cfg if isinstance(cfg, bytes) else dump(cfg), timeout=30)
+        return httpx.post(api + APPLY_PATH, content=cfg if isinstance(cfg, bytes) else dump(cfg), timeout=30,
+                          headers={"x-modelyard-applied-by": "ops@e2e"})
 
     def stat(name: str) -> int:
         found = httpx.get(f"{stack.admin_url()}/stats?filter=^{name}$&format=json", timeout=5).json()["stats"]
@@ -184,6 +194,9 @@ def test_apply_under_load_loses_no_request(live: dict[str, Any]) -> None:
             extproc_subscribes = bool(workers - {"test-subscriber"})
             assert extproc_subscribes, workers  # the stack's own extproc takes its config from the control plane
             assert chat(probe, stack.url, "demo-gpt", key=NEW_KEY).status_code == 200
+            # The extproc's audit log says who applied which version.
+            until(lambda: any(json.loads(d).get("applied_by") == "ops@e2e" and json.loads(d)["version"]
+                              == r.json()["version"] for d in audit_details(live["workdir"] / "audit.sqlite")), 5)
             assert subscriber.versions[-1] == r.json()["version"] == config_version(dump(added))
 
             # A config Envoy refuses (a CA file that is not there): reported, the last good one stays.
