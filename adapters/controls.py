@@ -1,5 +1,5 @@
 """Request controls a target protocol may be unable to express, and what the operator's
-`drop_params` policy (contracts/config/params.py) makes of them.
+`drop_params` policy (contracts/params.py) makes of them.
 
 Each chat protocol module reports the controls set on a request that it cannot render
 (`unsupported_controls`); `decide` splits them into dropped and refused, refusing with a 400 that
@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from adapters.internal import ChatRequest
-from contracts.config.params import DROPPABLE_PARAMS, DropParams
+from contracts.params import DROPPABLE_PARAMS, DropParams
 from modelyard.errors import ClientError
 
 __all__ = ["DROPPABLE_PARAMS", "set_controls", "lacking", "decide", "without", "refuse", "client_spelling"]

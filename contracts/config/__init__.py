@@ -20,11 +20,11 @@ from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupC
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
 from contracts.config.keys import Budget, KeysConfig
 from contracts.config.live import ControlPlaneConfig
-from contracts.config.params import DropParams, check_drop_params
 from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.routing import RoutingSettings
 from contracts.config.service_levels import Channel, Tier
+from contracts.params import DropParams, check_drop_params
 from modelyard.errors import ConfigError
 
 CONFIG_ENV = "MODELYARD_CONFIG"
@@ -173,7 +173,7 @@ class Deployment(_Model):
     # servers know only max_tokens.
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     # A control this protocol cannot express (top_k to OpenAI): 400 (unset/false), or drop it:
-    # true for all, a list for those named (contracts/config/params.py); wins over the model's.
+    # true for all, a list for those named (contracts/params.py); wins over the model's.
     drop_params: DropParams = None
     api_key_env: str | None = None
     api_key_file: str | None = None
@@ -263,7 +263,7 @@ class ModelConfig(_Model):
     owned_by: str = "modelyard"
     vision: VisionConfig | None = None
     batching: BatchingConfig | None = None
-    # The default for this model's deployments (each may set its own): contracts/config/params.py.
+    # The default for this model's deployments (each may set its own): contracts/params.py.
     drop_params: DropParams = None
     deployments: list[Deployment] = Field(min_length=1)
 

@@ -19,13 +19,13 @@ from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
 from adapters.upstream_errors import log_excerpt
-from contracts.config.params import effective_drop_params
 from contracts.envoy_names import (
     CLUSTER_HEADER,
     DROPPED_PARAMS_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
 )
+from contracts.params import effective_drop_params
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.errors import render_error_body

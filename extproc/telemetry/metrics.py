@@ -31,7 +31,7 @@ STORE_REFRESHED = Gauge("modelyard_key_store_refreshed_timestamp_seconds",
                         "When this worker last read the key store (unix seconds)")
 STORE_REFRESH_FAILURES = Counter("modelyard_key_store_refresh_failures_total",
                                  "Key store refreshes that failed (the last keys read keep serving)")
-# drop_params (contracts/config/params.py): controls a deployment's protocol cannot express, dropped.
+# drop_params (contracts/params.py): controls a deployment's protocol cannot express, dropped.
 DROPPED_PARAMS = Counter("modelyard_dropped_params_total",
                          "Request parameters dropped because the deployment's protocol cannot express them",
                          ["model", "deployment", "param"])

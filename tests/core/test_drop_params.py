@@ -58,7 +58,7 @@ def test_render_still_refuses_what_it_cannot_express() -> None:
 
 
 def test_config_validates_names_and_the_deployment_wins() -> None:
-    from contracts.config.params import effective_drop_params
+    from contracts.params import effective_drop_params
     assert effective_drop_params(["seed"], True) == ["seed"]
     assert effective_drop_params(None, True) is True
     assert effective_drop_params(False, True) is False
