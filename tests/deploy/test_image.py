@@ -107,13 +107,14 @@ def _configmap_swap(folder: Path, generation: str, text: str) -> None:
 
 def test_entrypoint_runs_the_watching_control_plane_and_a_configmap_update_reaches_it(tmp_path: Path) -> None:
     # The Kubernetes Deployment's container, as a process: the entrypoint's controlplane role with the
-    # Deployment's args, on the shipped config with loopback ports, in a ConfigMap-shaped folder.
+    # Deployment's args, on the shipped config (its addresses name the Service, which is no address
+    # here: the role listens on MODELYARD_CONTROLPLANE_BIND at their ports), in a ConfigMap-shaped folder.
     from contracts.live_config import config_version
 
     cfg = yaml.safe_load((ROOT / "deploy/kubernetes/base/modelyard.yaml").read_text())
     xds, api = free_port(), free_port()
-    cfg["controlplane"] = {**cfg["controlplane"], "xds_address": f"127.0.0.1:{xds}",
-                           "api_address": f"127.0.0.1:{api}"}
+    cfg["controlplane"] = {**cfg["controlplane"], "xds_address": f"controlplane:{xds}",
+                           "api_address": f"controlplane:{api}"}
     first = yaml.safe_dump(cfg, sort_keys=False)
     cfg["tenants"].append({**cfg["tenants"][0], "name": "added-live"})
     second = yaml.safe_dump(cfg, sort_keys=False)
