@@ -165,7 +165,8 @@ def _cmd_controlplane(a: argparse.Namespace) -> int:
     from controlplane.live.service import run
 
     try:
-        asyncio.run(run(config_path(a.config), load_environment(a.env), watch=a.watch, timeout_s=a.apply_timeout))
+        asyncio.run(run(config_path(a.config), load_environment(a.env), watch=a.watch, timeout_s=a.apply_timeout,
+                        bind=a.bind))
     except (OSError, RuntimeError) as e:  # an address in use, say
         print(f"modelyard controlplane: {e}", file=sys.stderr)
         return 1
@@ -272,6 +273,9 @@ def parser() -> argparse.ArgumentParser:
     cp.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")
     cp.add_argument("--watch", action="store_true",
                     help="apply the config file whenever its content changes (a Kubernetes ConfigMap)")
+    cp.add_argument("--bind", default=None, metavar="HOST",
+                    help="listen on HOST at the ports of controlplane.xds_address and api_address (in a container: "
+                         "0.0.0.0; the config's addresses stay what Envoy and the extprocs dial)")
     cp.add_argument("--apply-timeout", type=float, default=30.0,
                     help="seconds an apply waits for Envoy and every worker to confirm (then 504)")
     cp.set_defaults(func=_cmd_controlplane)

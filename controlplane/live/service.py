@@ -27,7 +27,17 @@ def _split(address: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-async def run(path: Path, env: EnvironmentConfig, *, watch: bool = False, timeout_s: float = 30.0) -> None:
+def _listen_at(address: str, bind: str | None) -> str:
+    """The address to listen on: the config's, or its port on `bind` (in a container the config names
+    the Service others dial, which is not an address of this pod)."""
+    if bind is None:
+        return address
+    _, port = _split(address)
+    return f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}"
+
+
+async def run(path: Path, env: EnvironmentConfig, *, watch: bool = False, timeout_s: float = 30.0,
+              bind: str | None = None) -> None:
     """Raises ConfigError when the starting file does not validate."""
     try:
         text = path.read_bytes()
@@ -40,14 +50,15 @@ async def run(path: Path, env: EnvironmentConfig, *, watch: bool = False, timeou
     server = grpc.aio.server(options=[("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
                                       ("grpc.keepalive_permit_without_calls", 1)])
     add_to_server(live.ads, server)
-    if server.add_insecure_port(cp.xds_address) == 0:
-        raise OSError(f"controlplane.xds_address {cp.xds_address}: cannot listen there")
+    xds_at, api_at = _listen_at(cp.xds_address, bind), _listen_at(cp.api_address, bind)
+    if server.add_insecure_port(xds_at) == 0:
+        raise OSError(f"controlplane.xds_address {xds_at}: cannot listen there")
     await server.start()
     runner = web.AppRunner(build_app(live), access_log=None)
     await runner.setup()
-    host, port = _split(cp.api_address)
+    host, port = _split(api_at)
     await web.TCPSite(runner, host, port).start()
-    log.info("control plane: ADS on %s, API on %s, config %s version %s%s", cp.xds_address, cp.api_address,
+    log.info("control plane: ADS on %s, API on %s, config %s version %s%s", xds_at, api_at,
              path, first.version, " (watching the file)" if watch else "")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

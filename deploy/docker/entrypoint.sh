@@ -2,6 +2,8 @@
 # The image's entry point: one role per container.
 #   envoy            Envoy with /etc/modelyard/envoy.yaml ($ENVOY_CONFIG), rendered by `modelyard envoy render`
 #   extproc          the ext_proc gRPC service with /etc/modelyard/modelyard.yaml ($MODELYARD_CONFIG)
+#   controlplane [args]  `modelyard controlplane` with /etc/modelyard/modelyard.yaml, listening on
+#                    $MODELYARD_CONTROLPLANE_BIND (0.0.0.0) at the ports of controlplane.xds_address/api_address
 #   agent [args]     the GPU watermark agent on 0.0.0.0:8301 (add --fake where there is no GPU)
 #   demo KIND [args] a demo upstream (openai|anthropic|gemini|kserve)
 #   healthcheck      the HEALTHCHECK: probes the role this container was started with (modelyard.probe)
@@ -17,6 +19,8 @@ if [ "$role" = healthcheck ]; then
   case "$started" in
     envoy) exec python -m modelyard.probe http "http://127.0.0.1:${MODELYARD_LISTENER_PORT:-10000}/v2/health/live" ;;
     extproc) exec python -m modelyard.probe grpc "127.0.0.1:${MODELYARD_EXTPROC_PORT:-50051}" ;;
+    controlplane) exec python -m modelyard.probe http \
+      "http://127.0.0.1:${MODELYARD_CONTROLPLANE_API_PORT:-18001}/v1/status" ;;
     agent) exec python -m modelyard.probe http "http://127.0.0.1:${MODELYARD_AGENT_PORT:-8301}/watermarks" ;;
     demo) exec python -m modelyard.probe tcp "127.0.0.1:${MODELYARD_DEMO_PORT:-8101}" ;;
     *) exit 0 ;;  # a one-off command: nothing to probe
@@ -30,6 +34,8 @@ case "$role" in
     exec envoy -c "${ENVOY_CONFIG:-/etc/modelyard/envoy.yaml}" --concurrency "${ENVOY_CONCURRENCY:-2}" \
       --disable-hot-restart "$@" ;;
   extproc) exec modelyard serve --config "${MODELYARD_CONFIG:-/etc/modelyard/modelyard.yaml}" "$@" ;;
+  controlplane) exec modelyard controlplane --config "${MODELYARD_CONFIG:-/etc/modelyard/modelyard.yaml}" \
+    --bind "${MODELYARD_CONTROLPLANE_BIND:-0.0.0.0}" "$@" ;;
   agent) exec modelyard agent --host 0.0.0.0 "$@" ;;
   demo) exec modelyard demo "$@" ;;
   *) exec "$role" "$@" ;;

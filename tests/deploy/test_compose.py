@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
+from modelyard import cli
 from tests.deploy.tools import tool
 from tests.stack_config import ROOT
 
@@ -47,6 +48,7 @@ def test_services_and_roles(compose: dict[str, Any]) -> None:
     assert {"envoy", "extproc-1", "extproc-2", "redis", "gpu-agent", "prometheus", "grafana"} <= set(services)
     roles = {name: _command(svc)[0] for name, svc in services.items() if svc.get("image") == "modelyard:latest"}
     assert roles["envoy"] == "envoy" and roles["extproc-1"] == roles["extproc-2"] == "extproc"
+    assert roles["controlplane"] == "controlplane" and "--watch" in _command(services["controlplane"])
     assert roles["gpu-agent"] == "agent" and "--fake" in _command(services["gpu-agent"])
     assert {n for n, r in roles.items() if r == "demo"} >= {"demo-openai", "demo-anthropic", "demo-kserve"}
     for name in roles:
@@ -58,15 +60,20 @@ def test_services_and_roles(compose: dict[str, Any]) -> None:
             assert source.exists(), source
 
 
-def test_envoy_mounts_the_rendered_config_and_reaches_every_service(compose: dict[str, Any]) -> None:
+def test_envoy_mounts_the_rendered_config_and_reaches_every_service(compose: dict[str, Any], tmp_path: Path) -> None:
     services = compose["services"]
     mounted = _mounts(services["envoy"])["/etc/modelyard/envoy.yaml"]
     assert mounted == ROOT / "deploy/compose/envoy.yaml"  # tests/deploy/test_rendered_envoy.py renders it
     assert services["envoy"]["ports"][0]["target"] == 10000
     boot = yaml.safe_load(mounted.read_text())
+    # Envoy's listeners and clusters come over ADS; check the hosts of everything it will run.
+    static = tmp_path / "static.yaml"
+    assert cli.main(["envoy", "render", "--static", "--env", "compose", "--config",
+                     str(ROOT / "deploy/compose/modelyard.yaml"), "-o", str(static)]) == 0
     hosts = {
         ep["endpoint"]["address"]["socket_address"]["address"]
-        for c in boot["static_resources"]["clusters"] if "load_assignment" in c
+        for b in (boot, yaml.safe_load(static.read_text()))
+        for c in b["static_resources"]["clusters"] if "load_assignment" in c
         for group in c["load_assignment"]["endpoints"] for ep in group["lb_endpoints"]
         if "socket_address" in ep["endpoint"]["address"]
     }
@@ -107,3 +114,33 @@ def test_prometheus_scrapes_compose_services_and_grafana_reads_it(compose: dict[
     dash_dir = _mounts(services["grafana"])[dashboards["options"]["path"]]
     dash = json.loads((dash_dir / "modelyard.json").read_text())
     assert dash["uid"] == "modelyard" and dash["templating"]["list"][0]["current"]["value"] == datasource["uid"]
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def test_control_plane_watches_the_gateway_config_and_envoy_and_extprocs_dial_it(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    cp = services["controlplane"]
+    assert _command(cp)[_command(cp).index("--env") + 1] == "compose"
+    # It watches the very file the extprocs start on, through a folder mount (an editor's rename-save
+    # leaves a file bind mount on the old file).
+    folder = _mounts(cp)["/etc/modelyard"]
+    assert folder.is_dir()
+    config_file = _mounts(services["extproc-1"])["/etc/modelyard/modelyard.yaml"]
+    assert folder / "modelyard.yaml" == config_file
+    cfg = yaml.safe_load(config_file.read_text())["controlplane"]
+    assert cfg["enabled"] is True
+    assert cfg["xds_address"] == f"controlplane:{_port(cfg['xds_address'])}"
+    assert cfg["api_address"] == f"controlplane:{_port(cfg['api_address'])}"
+    # The image's healthcheck probes the API port the config names.
+    assert cp["environment"]["MODELYARD_CONTROLPLANE_API_PORT"] == str(_port(cfg["api_address"]))
+    # Envoy's bootstrap takes ADS from it, and Envoy and the extprocs start once it is healthy.
+    boot = yaml.safe_load(_mounts(services["envoy"])["/etc/modelyard/envoy.yaml"].read_text())
+    xds_name = boot["dynamic_resources"]["ads_config"]["grpc_services"][0]["envoy_grpc"]["cluster_name"]
+    xds = next(c for c in boot["static_resources"]["clusters"] if c["name"] == xds_name)
+    assert xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"] == {
+        "address": "controlplane", "port_value": _port(cfg["xds_address"])}
+    for name in ("envoy", "extproc-1", "extproc-2"):
+        assert services[name]["depends_on"]["controlplane"]["condition"] == "service_healthy", name

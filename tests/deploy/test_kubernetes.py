@@ -12,6 +12,8 @@ import pytest
 import yaml
 
 from contracts.config import parse_config
+from controlplane.bootstrap import render_bootstrap
+from controlplane.environments import load_environment
 from tests.deploy.tools import tool
 from tests.stack_config import ROOT
 
@@ -71,7 +73,7 @@ def test_base_wires_probes_scaling_config_and_gpu_nodes() -> None:
     assert res[("Service", "extproc")]["spec"]["clusterIP"] == "None"
 
     # The ConfigMaps hold the files kustomize generated them from, and the pods mount those ConfigMaps.
-    config = _kind(res, "ConfigMap", "modelyard-config-")
+    config = res[("ConfigMap", "modelyard-config")]  # no name hash: the control plane applies changes live
     envoy_config = _kind(res, "ConfigMap", "envoy-config-")
     assert config["data"]["modelyard.yaml"] == (K8S / "base/modelyard.yaml").read_text()
     assert envoy_config["data"]["envoy.yaml"] == (K8S / "base/envoy.yaml").read_text()
@@ -80,15 +82,87 @@ def test_base_wires_probes_scaling_config_and_gpu_nodes() -> None:
     assert envoy["volumes"][0]["configMap"]["name"] == envoy_config["metadata"]["name"]
     cfg = parse_config(yaml.safe_load(config["data"]["modelyard.yaml"]))
     assert cfg.extproc.address == "0.0.0.0:50051" and cfg.ratelimit.backend == "redis"
-    # Envoy's ext_proc cluster is the headless Service; ports match the containers'.
+    # Envoy's ext_proc cluster (static in the ADS bootstrap too) is the headless Service.
     boot = yaml.safe_load(envoy_config["data"]["envoy.yaml"])
     extproc_cluster = next(c for c in boot["static_resources"]["clusters"] if c["name"] == "modelyard-extproc")
     address = extproc_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
     assert address["socket_address"] == {"address": "extproc", "port_value": 50051}
+    # The listeners come over ADS: the control plane serves those of the static render
+    # (tests/controlplane/test_live_snapshot.py); their ports match the containers'.
+    static = yaml.safe_load(render_bootstrap(cfg, load_environment("kubernetes")))
     ports = {p["name"]: p["containerPort"] for p in envoy["containers"][0]["ports"]}
     listeners = {ln["name"]: ln["address"]["socket_address"]["port_value"]
-                 for ln in boot["static_resources"]["listeners"] if "address" in ln}
+                 for ln in static["static_resources"]["listeners"] if "address" in ln}
     assert ports == {"http": listeners["modelyard"], "stats": listeners["stats"]}
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def test_control_plane_runs_watches_the_configmap_and_is_what_envoy_and_the_extprocs_dial() -> None:
+    res = _resources("base")
+    config = res[("ConfigMap", "modelyard-config")]
+    cfg = parse_config(yaml.safe_load(config["data"]["modelyard.yaml"]))
+    assert cfg.controlplane.enabled
+    deployment = res[("Deployment", "controlplane")]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["automountServiceAccountToken"] is False
+    [container] = pod["containers"]
+    assert container["args"][:2] == ["controlplane", "--watch"]
+    assert container["args"][container["args"].index("--env") + 1] == "kubernetes"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    # The ConfigMap is mounted as a directory: a subPath mount never sees the kubelet's updates.
+    volume = next(v for v in pod["volumes"] if v.get("configMap", {}).get("name") == "modelyard-config")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
+    assert "subPath" not in mount and "subPathExpr" not in mount
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MODELYARD_CONFIG"] == f"{mount['mountPath']}/modelyard.yaml"
+    # Every pod that reads the file mounts it the same way (the extprocs start on the same text).
+    for name in ("extproc", "controlplane"):
+        spec = res[("Deployment", name)]["spec"]["template"]["spec"]
+        for c in spec["containers"]:
+            assert all("subPath" not in m for m in c["volumeMounts"]), name
+    # The ports the config names are the container's, the Service's, and what the probes ask.
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"xds": _port(cfg.controlplane.xds_address), "api": _port(cfg.controlplane.api_address)}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v1/status", "port": "api"}
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "xds"}
+    service = res[("Service", "controlplane")]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    svc_ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert svc_ports == {"xds": (ports["xds"], "xds"), "api": (ports["api"], "api")}
+    # The extprocs long-poll the Service; Envoy's bootstrap takes ADS from it.
+    name = service["metadata"]["name"]
+    assert cfg.controlplane.api_address == f"{name}:{ports['api']}"
+    assert cfg.controlplane.xds_address == f"{name}:{ports['xds']}"
+    boot = yaml.safe_load(_kind(res, "ConfigMap", "envoy-config-")["data"]["envoy.yaml"])
+    assert "listeners" not in boot["static_resources"]
+    ads = boot["dynamic_resources"]["ads_config"]
+    xds_name = ads["grpc_services"][0]["envoy_grpc"]["cluster_name"]
+    xds = next(c for c in boot["static_resources"]["clusters"] if c["name"] == xds_name)
+    assert xds["type"] == "STRICT_DNS"
+    assert xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"] == {
+        "address": name, "port_value": ports["xds"]}
+    assert boot["dynamic_resources"]["lds_config"] == boot["dynamic_resources"]["cds_config"] == {
+        "ads": {}, "resource_api_version": "V3"}
+    # Only Envoy reaches ADS, only the extprocs the long poll.
+    policy = res[("NetworkPolicy", "controlplane")]["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "controlplane"}
+    admitted = {(rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"], rule["ports"][0]["port"])
+                for rule in policy["ingress"]}
+    assert admitted == {("envoy", ports["xds"]), ("extproc", ports["api"])}
+
+
+def test_overlays_keep_the_configmap_name_the_control_plane_mounts() -> None:
+    for overlay in OVERLAYS:
+        res = _resources(overlay)
+        assert ("ConfigMap", "modelyard-config") in res, overlay
+        pod = res[("Deployment", "controlplane")]["spec"]["template"]["spec"]
+        assert {v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v} == {"modelyard-config"}
 
 
 def test_overlays_change_what_they_say() -> None:

@@ -43,12 +43,30 @@ def test_envoy_validates_the_rendered_config(env: str) -> None:
     assert "OK" in out.stdout + out.stderr
 
 
-def test_compose_envoy_listens_where_compose_publishes() -> None:
-    boot = yaml.safe_load(RENDERED["compose"][1].read_text())
-    ports = {ln["name"]: ln["address"]["socket_address"] for ln in boot["static_resources"]["listeners"]
+@pytest.mark.parametrize("env", sorted(RENDERED))
+def test_static_render_still_works_and_envoy_accepts_it(env: str, tmp_path: Path) -> None:
+    # --static inlines what the control plane would serve: a gateway without one still has a bootstrap.
+    config, _ = RENDERED[env]
+    out = tmp_path / "envoy.yaml"
+    assert cli.main(["envoy", "render", "--static", "--env", env, "--config", str(config), "-o", str(out)]) == 0
+    boot = yaml.safe_load(out.read_text())
+    assert "dynamic_resources" not in boot and boot["static_resources"]["listeners"]
+    checked = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(out)], capture_output=True, text=True,
+                             timeout=120)
+    assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
+
+
+def test_compose_envoy_listens_where_compose_publishes(tmp_path: Path) -> None:
+    # The listeners come over ADS; the control plane serves those of the static render.
+    config, checked_in = RENDERED["compose"]
+    out = tmp_path / "static.yaml"
+    assert cli.main(["envoy", "render", "--static", "--env", "compose", "--config", str(config), "-o", str(out)]) == 0
+    static = yaml.safe_load(out.read_text())
+    ports = {ln["name"]: ln["address"]["socket_address"] for ln in static["static_resources"]["listeners"]
              if "address" in ln}
     assert ports["modelyard"] == {"address": "0.0.0.0", "port_value": 10000}
     assert ports["stats"] == {"address": "0.0.0.0", "port_value": 9902}
+    boot = yaml.safe_load(checked_in.read_text())
     # Admin stays on the container's loopback; only the stats listener faces the network.
     assert boot["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
     extproc = next(c for c in boot["static_resources"]["clusters"] if c["name"] == "modelyard-extproc")
