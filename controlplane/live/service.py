@@ -54,7 +54,8 @@ async def run(path: Path, env: EnvironmentConfig, *, watch: bool = False, timeou
     if server.add_insecure_port(xds_at) == 0:
         raise OSError(f"controlplane.xds_address {xds_at}: cannot listen there")
     await server.start()
-    runner = web.AppRunner(build_app(live), access_log=None)
+    # Extprocs hold long polls open (up to WAIT_S): a stop answers them by closing, not by waiting them out.
+    runner = web.AppRunner(build_app(live), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     host, port = _split(api_at)
     await web.TCPSite(runner, host, port).start()
