@@ -29,9 +29,11 @@ from tests.stack_config import ROOT, without_watermarks
 ADMIN_KEY = "adm-test-key"
 
 
-def _gateway(tmp_path: Path, admin_keys: list[str] | None = None, limited: bool = False) -> Gateway:
+def _gateway(tmp_path: Path, admin_keys: list[str] | None = None, limited: bool = False,
+             enforce: str = "extproc") -> Gateway:
     """`limited`: with the rate limiter (the demo config's rules) and a metering store for its decisions."""
     data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data.setdefault("ratelimit", {})["enforce"] = enforce
     data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)] if admin_keys is None else admin_keys}
     cfg = parse_config(data)
     audit = AuditLog(tmp_path / "audit.sqlite")
@@ -199,11 +201,13 @@ async def test_an_expired_key_is_401_in_the_callers_shape(tmp_path: Path) -> Non
     await gw.close()
 
 
-async def test_a_keys_rpm_refuses_it_alone_in_the_callers_shape(tmp_path: Path) -> None:
+@pytest.mark.parametrize("enforce", ["extproc", "envoy"])
+async def test_a_keys_rpm_refuses_it_alone_in_the_callers_shape(tmp_path: Path, enforce: str) -> None:
     """A key created with `rpm: 2` over the admin API: its third call is a 429 in its protocol with
     `retry-after`, recorded as a decision limited by the key's bucket; the tenant's other key and
-    another key of the tenant are still admitted."""
-    gw = _gateway(tmp_path, limited=True)
+    another key of the tenant are still admitted. With `enforce: envoy` (Envoy charges the config's
+    rules) the extproc still charges the key's own bucket: only it knows the key."""
+    gw = _gateway(tmp_path, limited=True, enforce=enforce)
     _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps({"tenant": "demo", "rpm": 2, "tpm": 100000}))
     status, created = _reply(r)
     assert status == 201 and (created["rpm"], created["tpm"]) == (2, 100000)
