@@ -81,6 +81,8 @@ class RuleSet:
         # Per (context, units): the buckets that apply, each (key, scope, unit, params). The rules
         # are fixed for this object's life (a reload builds a new RuleSet), so only costs vary.
         self._plans: dict[tuple[RequestContext, tuple[Unit, ...]], tuple[tuple[str, BucketScope, Unit, BucketParams], ...]] = {}
+        # Per key (id, rpm, tpm): its own buckets, each (key, unit, params).
+        self._key_plans: dict[tuple[str, int | None, int | None], tuple[tuple[str, Unit, BucketParams], ...]] = {}
 
     def rule_for(self, scope: Scope, value: str, unit: Unit, tier: str | None = None) -> LimitRule | None:
         r = self._exact.get((scope, value, unit))
@@ -119,19 +121,19 @@ class RuleSet:
             self._plans[key] = plan
         return [Charge(k, scope, unit, params, costs[unit] * NANO) for k, scope, unit, params in plan]
 
-    @staticmethod
-    def key_charges(key: KeyLimits | None, costs: dict[Unit, int]) -> list[Charge]:
+    def key_charges(self, key: KeyLimits | None, costs: dict[Unit, int]) -> list[Charge]:
         """A key's own buckets (capacity the per-minute figure, refilled over a minute); none when
-        the key sets no limits. Independent of the rules: a reload does not touch them."""
+        the key sets no limits. They do not depend on the rules: only the key's figures."""
         if key is None or key.key_id is None:
             return []
-        out = []
-        limits: tuple[tuple[Unit, int | None], ...] = (("requests", key.rpm), ("tokens", key.tpm))
-        for unit, per_minute in limits:
-            if per_minute is not None and unit in costs:
-                params = BucketParams.of(per_minute / SECONDS_PER_MINUTE, per_minute)
-                out.append(Charge(bucket_key("key", key.key_id, unit), "key", unit, params, costs[unit] * NANO))
-        return out
+        ident = (key.key_id, key.rpm, key.tpm)
+        plan = self._key_plans.get(ident)
+        if plan is None:
+            plan = _key_plan(*ident)
+            if len(self._key_plans) >= _PLANS_MAX:
+                self._key_plans.clear()
+            self._key_plans[ident] = plan
+        return [Charge(k, "key", unit, params, costs[unit] * NANO) for k, unit, params in plan if unit in costs]
 
     def _plan(self, ctx: RequestContext, units: tuple[Unit, ...]) -> tuple[tuple[str, BucketScope, Unit, BucketParams], ...]:
         out = []
@@ -143,3 +145,9 @@ class RuleSet:
                 if c is not None:
                     out.append((c.key, c.scope, c.unit, c.params))
         return tuple(out)
+
+
+def _key_plan(key_id: str, rpm: int | None, tpm: int | None) -> tuple[tuple[str, Unit, BucketParams], ...]:
+    limits: tuple[tuple[Unit, int | None], ...] = (("requests", rpm), ("tokens", tpm))
+    return tuple((bucket_key("key", key_id, unit), unit, BucketParams.of(n / SECONDS_PER_MINUTE, n))
+                 for unit, n in limits if n is not None)
