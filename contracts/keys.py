@@ -14,3 +14,5 @@ class Caller:
     models: frozenset[str] | None = None  # None: the tenant's own allowed models
     expires_at: float | None = None  # unix seconds; None: never
     budget: Budget | None = None  # the key's own budget (the tenant's is on TenantConfig)
+    rpm: int | None = None  # the key's own requests per minute (a bucket beside its tenant's); None: none
+    tpm: int | None = None  # the key's own tokens per minute, charged as the tenant's token buckets are

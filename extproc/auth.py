@@ -90,7 +90,7 @@ class KeyRing:
             # The tenant narrowed: every check downstream (model lists, routing, 404s) sees only these.
             view = tenant.model_copy(update={"allowed_models": allowed})
         identity = Identity(view, Caller(tenant=tenant.name, key_id=rec.id, models=None if rec.models is None else frozenset(rec.models),
-                                         expires_at=rec.expires_at, budget=rec.budget))
+                                         expires_at=rec.expires_at, budget=rec.budget, rpm=rec.rpm, tpm=rec.tpm))
         if len(self._narrowed) > 100_000:
             self._narrowed.clear()
         self._narrowed[rec.id] = (rec, tenant, identity)

@@ -150,17 +150,23 @@ class Dispatcher:
             raise
 
     async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
-        """Refuse a caller whose key's or tenant's budget is spent; then charge the tenant's, tier's,
-        cluster's, channel's and global buckets, all or none."""
+        """Refuse a caller whose key's or tenant's budget is spent; then charge the key's own, tenant's,
+        tier's, cluster's, channel's and global buckets, all or none."""
         if self.budgets is not None:
             self._check_budgets(ctx, choice, est_tokens)
-        if self.limiter is None or ctx.tenant is None or self.limiter.config.enforce != "extproc":
+        if self.limiter is None or ctx.tenant is None:
+            return
+        caller = ctx.caller
+        key = caller if caller is not None and (caller.rpm is not None or caller.tpm is not None) else None
+        # enforce: envoy charges the rules' buckets in Envoy; a key's own ones only the extproc knows.
+        rules = self.limiter.config.enforce == "extproc"
+        if not rules and key is None:
             return
         # A task's replay: its acceptance counted the request (and gave its token estimate back).
         rl_ctx = RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel)
         requests = 0 if ctx.replayed else 1
         with ctx.span("admission") as span:
-            decision = await self.limiter.acquire(rl_ctx, est_tokens, requests=requests)
+            decision = await self.limiter.acquire(rl_ctx, est_tokens, requests=requests, key=key, rules=rules)
             if span is not None:
                 span.set_attributes({"modelyard.ratelimit.allowed": decision.allowed,
                                      "modelyard.ratelimit.estimated_tokens": est_tokens})
@@ -169,7 +175,7 @@ class Dispatcher:
             self.decisions.record_decision(DecisionRecord(
                 time.time(), ctx.task_id, ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster,
                 choice.channel, choice.model.name, decision.allowed, requests, est_tokens, decision.limited_by,
-                self.limiter.bound_rule(rl_ctx, decision), decision.store))
+                self.limiter.bound_rule(rl_ctx, decision), decision.store, caller.key_id if caller is not None else None))
         if not decision.allowed:
             if decision.too_large:
                 raise ClientError(f"request needs about {est_tokens} tokens, more than the limit allows "

@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--budget-usd", default=None, help="the key's spend cap per period")
     c.add_argument("--budget-period", default=None, help=f"one of {', '.join(PERIODS)} (default month)")
     c.add_argument("--expires", default=None, help="2027-01-01T00:00:00Z (UTC when no zone) or a span: 30d, 12h, 15m")
+    c.add_argument("--rpm", default=None, help="the key's own requests per minute (beside its tenant's limits)")
+    c.add_argument("--tpm", default=None, help="the key's own tokens per minute (estimated, then reconciled with usage)")
     ls = common(sub.add_parser("list", help="every key (no secrets)"))
     ls.add_argument("--tenant", default=None)
     for name, what in (("rotate", "a new secret for the key; the old one stops working"),
@@ -51,8 +53,9 @@ def _row(rec: KeyRecord) -> str:
     v = rec.view()
     models = ",".join(v["models"]) if v["models"] is not None else "*"
     budget = f"{v['budget_usd']:g}/{v['budget_period']}" if v["budget_usd"] is not None else "-"
+    limits = " ".join(f"{v[u]}{u}" for u in ("rpm", "tpm") if v[u] is not None) or "-"
     return (f"{v['id']:<22} {v['tenant']:<16} {v['status']:<8} {models:<28} {v['expires_at'] or '-':<21} "
-            f"{budget:<14} {v['hash_prefix']}  {v['name']}")
+            f"{budget:<14} {limits:<20} {v['hash_prefix']}  {v['name']}")
 
 
 def _print_secret(rec: KeyRecord, secret: str, as_json: bool) -> None:
@@ -68,7 +71,7 @@ def run(a: argparse.Namespace) -> int:
     dsn = a.store or store_dsn(config, config_path(a.config))
     if a.cmd == "create":
         spec = build_spec(config, tenant=a.tenant, name=a.name, models=a.models, budget_usd=a.budget_usd,
-                          budget_period=a.budget_period, expires=a.expires)
+                          budget_period=a.budget_period, expires=a.expires, rpm=a.rpm, tpm=a.tpm)
     store = KeyStore(connect(dsn))
     try:
         out: Any
@@ -88,7 +91,7 @@ def run(a: argparse.Namespace) -> int:
                 print(json.dumps(out))
             else:
                 print(f"{'ID':<22} {'TENANT':<16} {'STATUS':<8} {'MODELS':<28} {'EXPIRES':<21} {'BUDGET':<14} "
-                      f"HASH          NAME")
+                      f"{'LIMITS':<20} HASH          NAME")
                 for r in recs:
                     print(_row(r))
         return 0

@@ -24,6 +24,8 @@ class KeyRecord:
     revoked_at: float | None
     updated_at: float
     version: int  # store-wide change counter: a refresh reads rows above the last it saw
+    rpm: int | None = None  # the key's own requests per minute (None: only its tenant's limits)
+    tpm: int | None = None  # the key's own tokens per minute
 
     @property
     def budget(self) -> Budget | None:
@@ -47,7 +49,8 @@ class KeyRecord:
                 "expires_at": iso(self.expires_at), "budget_usd": self.budget_usd,
                 "budget_period": self.budget_period if self.budget_usd is not None else None,
                 "created_at": iso(self.created_at), "revoked_at": iso(self.revoked_at),
-                "updated_at": iso(self.updated_at), "hash_prefix": self.digest[:12]}
+                "updated_at": iso(self.updated_at), "hash_prefix": self.digest[:12], "rpm": self.rpm,
+                "tpm": self.tpm}
 
 
 def iso(t: float | None) -> str | None:

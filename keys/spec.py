@@ -14,11 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contracts.config import GatewayConfig
+from contracts.config.ratelimit import MAX_BURST
 
 PERIODS = ("day", "week", "month")
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_FIELDS = {"tenant", "name", "models", "budget_usd", "budget_period", "expires"}
+_FIELDS = {"tenant", "name", "models", "budget_usd", "budget_period", "expires", "rpm", "tpm"}
 
 
 class KeySpecError(ValueError):
@@ -33,6 +34,8 @@ class KeySpec:
     expires_at: float | None = None
     budget_usd: float | None = None
     budget_period: str | None = None
+    rpm: int | None = None  # the key's own requests per minute
+    tpm: int | None = None  # the key's own tokens per minute
 
 
 def parse_expiry(text: str, now: float | None = None) -> float:
@@ -58,10 +61,25 @@ def parse_expiry(text: str, now: float | None = None) -> float:
     return at
 
 
+def per_minute(field: str, value: Any) -> int | None:
+    """A per-minute limit: a whole number from 1 to the largest bucket (a JSON integer or its digits)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KeySpecError(f"{field}: expected a whole number per minute, got {value!r}")
+    if not 1 <= value <= MAX_BURST:
+        raise KeySpecError(f"{field}: must be from 1 to {MAX_BURST} per minute, got {value}")
+    return value
+
+
 def build_spec(config: GatewayConfig, *, tenant: Any, name: Any = "", models: Any = None, budget_usd: Any = None,
-               budget_period: Any = None, expires: Any = None, now: float | None = None) -> KeySpec:
+               budget_period: Any = None, expires: Any = None, rpm: Any = None, tpm: Any = None,
+               now: float | None = None) -> KeySpec:
     """A checked spec: the tenant exists in the config, the models are configured models, the budget
-    is a finite amount >= 0 with a known period, the expiry is well-formed and in the future."""
+    is a finite amount >= 0 with a known period, the expiry is well-formed and in the future, the
+    per-minute limits are whole numbers from 1 to the largest bucket (4,500,000)."""
     if not isinstance(tenant, str) or not tenant:
         raise KeySpecError("tenant: required (a tenant name from the config)")
     known = [t.name for t in config.tenants]
@@ -103,7 +121,7 @@ def build_spec(config: GatewayConfig, *, tenant: Any, name: Any = "", models: An
             raise KeySpecError("expires: expected a string (2027-01-01T00:00:00Z or 30d)")
         expires_at = parse_expiry(expires, now)
     return KeySpec(tenant=tenant, name=name, models=narrowed, expires_at=expires_at, budget_usd=usd,
-                   budget_period=period)
+                   budget_period=period, rpm=per_minute("rpm", rpm), tpm=per_minute("tpm", tpm))
 
 
 def spec_from_json(config: GatewayConfig, body: Mapping[str, Any]) -> KeySpec:
@@ -113,4 +131,4 @@ def spec_from_json(config: GatewayConfig, body: Mapping[str, Any]) -> KeySpec:
         raise KeySpecError(f"{extra[0]}: unknown field (known: {', '.join(sorted(_FIELDS))})")
     return build_spec(config, tenant=body.get("tenant"), name=body.get("name") or "", models=body.get("models"),
                       budget_usd=body.get("budget_usd"), budget_period=body.get("budget_period"),
-                      expires=body.get("expires"))
+                      expires=body.get("expires"), rpm=body.get("rpm"), tpm=body.get("tpm"))

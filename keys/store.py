@@ -29,12 +29,17 @@ SCHEMA = (
         created_at DOUBLE PRECISION NOT NULL,
         revoked_at DOUBLE PRECISION,
         updated_at DOUBLE PRECISION NOT NULL,
-        version BIGINT NOT NULL)""",
+        version BIGINT NOT NULL,
+        rpm BIGINT,
+        tpm BIGINT)""",
     "CREATE INDEX IF NOT EXISTS keys_version ON keys (version)",
     "CREATE INDEX IF NOT EXISTS keys_tenant ON keys (tenant)",
 )
+# Columns added since the first schema, last in the table: (name, type). A store made before them
+# gets them at open (old rows read NULL: no such limit).
+ADDED_COLUMNS = (("rpm", "BIGINT"), ("tpm", "BIGINT"))
 _COLUMNS = ("id, tenant, digest, name, models, expires_at, budget_usd, budget_period, created_at, revoked_at, "
-            "updated_at, version")
+            "updated_at, version, rpm, tpm")
 _SCHEMA_LOCK = 7_306_321  # PostgreSQL advisory lock: replicas starting together create the table once
 
 
@@ -51,7 +56,7 @@ def _record(row: tuple[Any, ...]) -> KeyRecord:
     return KeyRecord(id=row[0], tenant=row[1], digest=row[2], name=row[3],
                      models=tuple(models) if models is not None else None, expires_at=row[5], budget_usd=row[6],
                      budget_period=row[7], created_at=row[8], revoked_at=row[9], updated_at=row[10],
-                     version=int(row[11]))
+                     version=int(row[11]), rpm=row[12], tpm=row[13])
 
 
 class KeyStore:
@@ -62,6 +67,7 @@ class KeyStore:
                 db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
             for stmt in SCHEMA:
                 db.execute(stmt)
+            self._add_columns()
 
     def create(self, spec: KeySpec, now: float | None = None) -> tuple[KeyRecord, str]:
         """A new key and its secret (the only time the secret exists outside the caller's hands)."""
@@ -72,9 +78,9 @@ class KeyStore:
         with self.db.transaction(lock="keys"):
             version = self._next_version()
             self.db.execute(
-                f"INSERT INTO keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (key_id, spec.tenant, digest_of(secret), spec.name, models, spec.expires_at, spec.budget_usd,
-                 spec.budget_period, now, None, now, version))
+                 spec.budget_period, now, None, now, version, spec.rpm, spec.tpm))
         return self.get(key_id), secret
 
     def get(self, key_id: str) -> KeyRecord:
@@ -120,6 +126,20 @@ class KeyStore:
         self.db.close()
 
     # -- private -------------------------------------------------------------------------------
+
+    def _add_columns(self) -> None:
+        """Inside the schema transaction (SQLite's write lock or PostgreSQL's advisory lock): two
+        processes opening an older store together add each column once."""
+        if self.db.dialect == "postgresql":
+            # Looked up first: ALTER TABLE locks the table out of every replica's refresh, even as a no-op.
+            have = {row[0] for row in self.db.fetchall(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND table_name = 'keys'")}
+        else:
+            have = {row[1] for row in self.db.fetchall("PRAGMA table_info(keys)")}
+        for name, kind in ADDED_COLUMNS:
+            if name not in have:
+                self.db.execute(f"ALTER TABLE keys ADD COLUMN {name} {kind}")
 
     def _next_version(self) -> int:
         row = self.db.fetchone("SELECT COALESCE(MAX(version), 0) FROM keys")

@@ -5,6 +5,6 @@ The `ratelimit:` section of the config is a contract: `contracts.config.ratelimi
 
 from .decision import Decision, Reservation
 from .limiter import Limiter
-from .rules import RequestContext
+from .rules import KeyLimits, RequestContext
 
-__all__ = ["Decision", "Limiter", "RequestContext", "Reservation"]
+__all__ = ["Decision", "KeyLimits", "Limiter", "RequestContext", "Reservation"]

@@ -14,9 +14,9 @@ from .rules import Charge
 # fail-closed policy refusing everything while it is down.
 Store = Literal["memory", "redis", "local", "fail_closed"]
 
-# Buckets that belong to the caller. Cluster, channel and global buckets are shared by every
-# tenant: reporting them would show one tenant the others' traffic.
-CALLER_SCOPES = frozenset({"tenant", "tier"})
+# Buckets that belong to the caller (its key's own, its tenant's, its tier's). Cluster, channel and
+# global buckets are shared by every tenant: reporting them would show one tenant the others' traffic.
+CALLER_SCOPES = frozenset({"key", "tenant", "tier"})
 
 
 @dataclass(slots=True)
@@ -43,7 +43,7 @@ class Decision:
 
     def headers(self) -> list[tuple[str, str]]:
         """x-ratelimit-{limit,remaining,reset}-{requests,tokens} of the caller's tightest bucket per
-        unit (its tenant's or tier's; none when it has neither), and retry-after on a refusal."""
+        unit (its key's, tenant's or tier's; none when it has none), and retry-after on a refusal."""
         out: list[tuple[str, str]] = []
         own = tuple(v for v in self.views if v.charge.scope in CALLER_SCOPES)
         for unit in ("requests", "tokens"):

@@ -7,14 +7,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from contracts.config.ratelimit import RateLimitConfig, RedisConfig
+from contracts.config.ratelimit import RateLimitConfig, RedisConfig, Unit
 
 from . import bucket, metrics
 from .backend import BucketView, MemoryBuckets, TakeResult, monotonic_us
 from .bucket import NANO, BucketParams
 from .decision import Decision, Reservation, Store, decide
 from .host_buckets import HostBuckets
-from .rules import Charge, RequestContext, RuleSet
+from .rules import Charge, KeyLimits, RequestContext, RuleSet
 
 log = logging.getLogger("modelyard.ratelimit")
 
@@ -69,14 +69,22 @@ class Limiter:
     def degraded(self) -> bool:
         return self._down
 
-    def charges(self, ctx: RequestContext, est_tokens: int, requests: int = 1) -> list[Charge]:
-        return self._rules.charges(ctx, {"requests": requests, "tokens": max(0, est_tokens)})
+    def charges(self, ctx: RequestContext, est_tokens: int, requests: int = 1, *, key: KeyLimits | None = None,
+                rules: bool = True) -> list[Charge]:
+        """The buckets of one request: the config rules' (unless `rules` is False) and the key's own."""
+        costs: dict[Unit, int] = {"requests": requests, "tokens": max(0, est_tokens)}
+        out = self._rules.charges(ctx, costs) if rules else []
+        if key is not None and (key.rpm is not None or key.tpm is not None):
+            out += self._rules.key_charges(key, costs)
+        return out
 
-    async def acquire(self, ctx: RequestContext, est_tokens: int = 0, *, requests: int = 1) -> Decision:
-        """Admit or refuse one request against all its buckets, all or nothing."""
+    async def acquire(self, ctx: RequestContext, est_tokens: int = 0, *, requests: int = 1,
+                      key: KeyLimits | None = None, rules: bool = True) -> Decision:
+        """Admit or refuse one request against all its buckets, all or nothing: the config rules'
+        for `ctx` (unless `rules` is False: Envoy charges them) and the caller's key's own."""
         if not self._cfg.enabled:
             return _ALLOW_ALL
-        return await self.acquire_charges(self.charges(ctx, est_tokens, requests), est_tokens)
+        return await self.acquire_charges(self.charges(ctx, est_tokens, requests, key=key, rules=rules), est_tokens)
 
     async def acquire_charges(self, charges: Sequence[Charge], est_tokens: int = 0) -> Decision:
         if not charges:
@@ -193,4 +201,4 @@ class Limiter:
         return TakeResult(False, tuple(BucketView(c, 0, wait) for c in charges)), "fail_closed"
 
 
-__all__ = ["Decision", "Limiter", "RequestContext", "Reservation"]
+__all__ = ["Decision", "KeyLimits", "Limiter", "RequestContext", "Reservation"]

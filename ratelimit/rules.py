@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from contracts.config.ratelimit import SCOPES, LimitRule, RateLimitConfig, Scope, Unit
 
 from .bucket import NANO, BucketParams
 
 _PLANS_MAX = 4096
+# A bucket's scope: a config rule's, or `key` (a store key's own limits, set on the key, not in config).
+BucketScope = Scope | Literal["key"]
+SECONDS_PER_MINUTE = 60
+
+
+class KeyLimits(Protocol):
+    """A key's own per-minute limits (`contracts.keys.Caller` is one): a bucket per key id and unit."""
+
+    @property
+    def key_id(self) -> str | None: ...
+    @property
+    def rpm(self) -> int | None: ...
+    @property
+    def tpm(self) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +44,7 @@ class Charge:
     """One bucket of one decision: its key, its parameters, what this request costs it."""
 
     key: str
-    scope: Scope
+    scope: BucketScope
     unit: Unit
     params: BucketParams
     cost_nano: int
@@ -41,7 +56,7 @@ def rule_label(r: LimitRule) -> str:
     return f"{r.scope}:{r.match}{tier}:{r.unit}"
 
 
-def bucket_key(scope: Scope, value: str, unit: Unit) -> str:
+def bucket_key(scope: BucketScope, value: str, unit: Unit) -> str:
     # ':' separates fields; values keep their text, so escape the separator and brace (hash tags).
     safe = value.replace("%", "%25").replace(":", "%3A").replace("{", "%7B").replace("}", "%7D")
     return f"{scope}:{safe}:{unit}"
@@ -65,7 +80,9 @@ class RuleSet:
         self.units: frozenset[str] = frozenset(r.unit for r in cfg.limits)
         # Per (context, units): the buckets that apply, each (key, scope, unit, params). The rules
         # are fixed for this object's life (a reload builds a new RuleSet), so only costs vary.
-        self._plans: dict[tuple[RequestContext, tuple[Unit, ...]], tuple[tuple[str, Scope, Unit, BucketParams], ...]] = {}
+        self._plans: dict[tuple[RequestContext, tuple[Unit, ...]], tuple[tuple[str, BucketScope, Unit, BucketParams], ...]] = {}
+        # Per key (id, rpm, tpm): its own buckets, each (key, unit, params).
+        self._key_plans: dict[tuple[str, int | None, int | None], tuple[tuple[str, Unit, BucketParams], ...]] = {}
 
     def rule_for(self, scope: Scope, value: str, unit: Unit, tier: str | None = None) -> LimitRule | None:
         r = self._exact.get((scope, value, unit))
@@ -86,7 +103,10 @@ class RuleSet:
         )
 
     def label_of(self, charge: Charge, ctx: RequestContext) -> str:
-        """The label of the rule behind one of `ctx`'s charges ("" when none applies)."""
+        """The label of the rule behind one of `ctx`'s charges ("" when none applies); a key's
+        own bucket is its own rule, labelled as its bucket key (`key:<id>:<unit>`)."""
+        if charge.scope == "key":
+            return charge.key
         value = ctx.value(charge.scope)
         rule = None if value is None else self.rule_for(charge.scope, value, charge.unit, ctx.tier)
         return "" if rule is None else rule_label(rule)
@@ -101,7 +121,21 @@ class RuleSet:
             self._plans[key] = plan
         return [Charge(k, scope, unit, params, costs[unit] * NANO) for k, scope, unit, params in plan]
 
-    def _plan(self, ctx: RequestContext, units: tuple[Unit, ...]) -> tuple[tuple[str, Scope, Unit, BucketParams], ...]:
+    def key_charges(self, key: KeyLimits | None, costs: dict[Unit, int]) -> list[Charge]:
+        """A key's own buckets (capacity the per-minute figure, refilled over a minute); none when
+        the key sets no limits. They do not depend on the rules: only the key's figures."""
+        if key is None or key.key_id is None:
+            return []
+        ident = (key.key_id, key.rpm, key.tpm)
+        plan = self._key_plans.get(ident)
+        if plan is None:
+            plan = _key_plan(*ident)
+            if len(self._key_plans) >= _PLANS_MAX:
+                self._key_plans.clear()
+            self._key_plans[ident] = plan
+        return [Charge(k, "key", unit, params, costs[unit] * NANO) for k, unit, params in plan if unit in costs]
+
+    def _plan(self, ctx: RequestContext, units: tuple[Unit, ...]) -> tuple[tuple[str, BucketScope, Unit, BucketParams], ...]:
         out = []
         for unit in units:
             if unit not in self.units:
@@ -111,3 +145,9 @@ class RuleSet:
                 if c is not None:
                     out.append((c.key, c.scope, c.unit, c.params))
         return tuple(out)
+
+
+def _key_plan(key_id: str, rpm: int | None, tpm: int | None) -> tuple[tuple[str, Unit, BucketParams], ...]:
+    limits: tuple[tuple[Unit, int | None], ...] = (("requests", rpm), ("tokens", tpm))
+    return tuple((bucket_key("key", key_id, unit), unit, BucketParams.of(n / SECONDS_PER_MINUTE, n))
+                 for unit, n in limits if n is not None)

@@ -3,7 +3,7 @@
 each call, refused or not, leaves one audit row (`key_admin`), never holding a secret.
 
     GET    /admin/v1/keys[?tenant=T]       list
-    POST   /admin/v1/keys                  create: {"tenant", "name", "models", "budget_usd", "budget_period", "expires"}
+    POST   /admin/v1/keys                  create: {"tenant", "name", "models", "budget_usd", "budget_period", "expires", "rpm", "tpm"}
     GET    /admin/v1/keys/{id}             one key
     POST   /admin/v1/keys/{id}/rotate      a new secret; the old one stops
     POST   /admin/v1/keys/{id}/revoke      (or DELETE /admin/v1/keys/{id})

@@ -43,6 +43,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                            workers=2, audit_db="audit.sqlite", tasks=None)
     data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)]}  # the store: its default, run/keys.db
     with start_stack(workdir, data) as s:
+        s.test_metrics = [f"127.0.0.1:{metrics_port + i}" for i in range(2)]  # worker i's
         s.test_config = workdir / "modelyard.yaml"
         s.test_audit = workdir / "audit.sqlite"
         s.test_metering = workdir / "metering.sqlite"
@@ -251,3 +252,50 @@ def test_a_keys_own_budget_refuses_it_alone_and_the_spend_report_matches_meterin
     assert httpx.get(f"{stack.url}/admin/v1/spend", params={"by": "nope"}, headers=admin, timeout=20).status_code == 400
     assert httpx.get(f"{stack.url}/admin/v1/spend", headers={"authorization": "Bearer sk-modelyard-demo"},
                      timeout=20).status_code == 401
+
+
+def _decisions(metrics_address: str) -> float:
+    """The rate-limit decisions one worker made (a call with no bucket to charge makes none)."""
+    text = httpx.get(f"http://{metrics_address}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("modelyard_ratelimit_decisions_total{"))
+
+
+def test_a_keys_own_rpm_is_one_limit_across_workers_and_spares_its_tenant(stack: Any) -> None:
+    """`keys create --rpm 3`: three quick calls answer, the next ones get OpenAI's 429 with retry-after
+    from whichever worker takes them (one bucket for the host: 3, not 3 per worker), each refusal a
+    `decisions` row limited by the key's bucket; another key of the tenant still answers."""
+    limited = _cli(stack, "create", "--tenant", "demo", "--rpm", "3")
+    other = _cli(stack, "create", "--tenant", "demo")  # written after: a worker that knows it knows both
+    _until(_works(stack, other["key"]), CREATED_WITHIN_S)
+    for _ in range(4):  # both workers (round robin) have read the store past the limited key
+        assert _chat(stack, other["key"])
+    before = [_decisions(m) for m in stack.test_metrics]
+    client = _oai(stack, limited["key"])
+    answered, refused = [], []
+    for _ in range(6):  # well inside the 20 s one request takes to come back at 3 a minute
+        try:
+            raw = client.chat.completions.with_raw_response.create(
+                model="demo-gpt", messages=[{"role": "user", "content": "hi"}])
+            answered.append(raw.headers)
+        except openai.RateLimitError as e:
+            refused.append(e)
+    decided = [_decisions(m) - b for m, b in zip(stack.test_metrics, before)]
+    assert len(answered) == 3 and len(refused) == 3
+    # Only this key's calls have a bucket here: both workers decided some of them, on one bucket.
+    assert sum(decided) == 6 and min(decided) >= 1, decided
+    assert [h["x-ratelimit-remaining-requests"] for h in answered] == ["2", "1", "0"]
+    assert all(h["x-ratelimit-limit-requests"] == "3" for h in answered)
+    for e in refused:
+        assert e.status_code == 429 and e.code == "rate_limit_exceeded"
+        assert f"key:{limited['id']}:requests" in e.message
+        assert 1 <= int(e.response.headers["retry-after"]) <= 20
+    assert _chat(stack, other["key"]) and _chat(stack, "sk-modelyard-demo")
+
+    def rows() -> list[tuple[int, str]]:
+        with sqlite3.connect(stack.test_metering) as conn:
+            return conn.execute("SELECT allowed, limited_by FROM decisions WHERE key_id = ? ORDER BY ts",
+                                (limited["id"],)).fetchall()
+
+    _until(lambda: len(rows()) >= 6, 5.0)  # the metering writers commit in their threads
+    assert sorted(rows()) == [(0, f"key:{limited['id']}:requests")] * 3 + [(1, "")] * 3

@@ -64,10 +64,22 @@ def test_create_list_rotate_revoke(config_file: Path) -> None:
     assert again.returncode == 1 and "is revoked" in again.stderr and "Traceback" not in again.stderr
 
 
+def test_create_with_its_own_rate_limits(config_file: Path) -> None:
+    out = keys(config_file, "create", "--tenant", "demo", "--rpm", "3", "--tpm", "20000", "--json")
+    assert out.returncode == 0, out.stderr
+    created = json.loads(out.stdout)
+    [view] = [k for k in json.loads(keys(config_file, "list", "--json").stdout) if k["id"] == created["id"]]
+    assert (view["rpm"], view["tpm"]) == (3, 20000)
+    [row] = [line for line in keys(config_file, "list").stdout.splitlines() if created["id"] in line]
+    assert "3rpm 20000tpm" in row
+
+
 @pytest.mark.parametrize("args,code,message", [
     (("create", "--tenant", "nobody"), 2, "tenant: unknown tenant 'nobody'"),
     (("create", "--tenant", "demo", "--budget-usd", "-3"), 2, "budget_usd: must be a finite amount of 0 or more"),
     (("create", "--tenant", "demo", "--expires", "2027-13-45"), 2, "expires: '2027-13-45' is neither"),
+    (("create", "--tenant", "demo", "--rpm", "0"), 2, "rpm: must be from 1 to 4500000 per minute, got 0"),
+    (("create", "--tenant", "demo", "--tpm", "ten"), 2, "tpm: expected a whole number per minute, got 'ten'"),
     (("revoke", "key_0000000000000000"), 1, "no key with id 'key_0000000000000000'"),
 ])  # every other field's refusal: tests/keys/test_store.py::test_spec_checks_every_field
 def test_bad_input_is_one_clear_line(config_file: Path, args: tuple[str, ...], code: int, message: str) -> None:

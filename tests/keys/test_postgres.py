@@ -127,3 +127,31 @@ def test_refresher_survives_a_server_restart(pg: PostgresServer, dsn: str) -> No
     finally:
         refresher.stop()
         writer.close()
+
+
+def test_an_older_store_gains_the_limit_columns_once(dsn: str) -> None:
+    """A store made before per-key limits: the replicas that open it add `rpm` and `tpm` (once, under
+    the schema lock); its keys read no limits; new keys keep theirs."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""CREATE TABLE keys (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, digest TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL, models TEXT, expires_at DOUBLE PRECISION, budget_usd DOUBLE PRECISION,
+            budget_period TEXT, created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION,
+            updated_at DOUBLE PRECISION NOT NULL, version BIGINT NOT NULL)""")
+        conn.execute("INSERT INTO keys VALUES ('key_old', 'demo', 'ab', 'old', NULL, NULL, NULL, NULL, 1, NULL, 1, 1)")
+    stores: list[KeyStore] = []
+    threads = [threading.Thread(target=lambda: stores.append(KeyStore(connect(dsn)))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(stores) == 3
+    old = stores[0].get("key_old")
+    assert (old.rpm, old.tpm) == (None, None)
+    rec, _ = stores[1].create(KeySpec(tenant="demo", rpm=7, tpm=5000))
+    assert (stores[2].get(rec.id).rpm, stores[2].get(rec.id).tpm) == (7, 5000)
+    with psycopg.connect(dsn) as conn:
+        cols = [r[0] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'keys' ORDER BY ordinal_position")]
+    assert cols[-2:] == ["rpm", "tpm"]
+    for s in stores:
+        s.close()

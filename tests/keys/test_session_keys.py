@@ -18,22 +18,30 @@ from extproc.key_admin import KeyAdmin
 from extproc.session import Session
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.audit_chain import key_id
+from extproc.telemetry.metering import MeteringStore
 from keys.cache import KeyCache
 from keys.secret import digest_of
 from keys.spec import KeySpec
+from ratelimit import Limiter
 from tests.core.session_driver import ROUTES, body_msg, chat_headers, headers_msg
 from tests.stack_config import ROOT, without_watermarks
 
 ADMIN_KEY = "adm-test-key"
 
 
-def _gateway(tmp_path: Path, admin_keys: list[str] | None = None) -> Gateway:
+def _gateway(tmp_path: Path, admin_keys: list[str] | None = None, limited: bool = False,
+             enforce: str = "extproc") -> Gateway:
+    """`limited`: with the rate limiter (the demo config's rules) and a metering store for its decisions."""
     data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data.setdefault("ratelimit", {})["enforce"] = enforce
     data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)] if admin_keys is None else admin_keys}
     cfg = parse_config(data)
     audit = AuditLog(tmp_path / "audit.sqlite")
     admin = KeyAdmin(cfg, f"sqlite:///{tmp_path / 'keys.db'}", KeyCache(), audit)
-    return Gateway.build(cfg, audit=audit, key_admin=admin)
+    if not limited:
+        return Gateway.build(cfg, audit=audit, key_admin=admin)
+    return Gateway.build(cfg, audit=audit, key_admin=admin, limiter=Limiter(cfg.ratelimit),
+                         metering=MeteringStore(tmp_path / "metering.sqlite"))
 
 
 async def _call(gw: Gateway, headers: dict[str, str], body: bytes | None = None) -> tuple[Session, Any]:
@@ -190,4 +198,56 @@ async def test_an_expired_key_is_401_in_the_callers_shape(tmp_path: Path) -> Non
             assert body["type"] == "error" and body["error"]["message"] == "API key expired"
         else:
             assert body["error"]["message"] == "API key expired"
+    await gw.close()
+
+
+@pytest.mark.parametrize("enforce", ["extproc", "envoy"])
+async def test_a_keys_rpm_refuses_it_alone_in_the_callers_shape(tmp_path: Path, enforce: str) -> None:
+    """A key created with `rpm: 2` over the admin API: its third call is a 429 in its protocol with
+    `retry-after`, recorded as a decision limited by the key's bucket; the tenant's other key and
+    another key of the tenant are still admitted. With `enforce: envoy` (Envoy charges the config's
+    rules) the extproc still charges the key's own bucket: only it knows the key."""
+    gw = _gateway(tmp_path, limited=True, enforce=enforce)
+    _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps({"tenant": "demo", "rpm": 2, "tpm": 100000}))
+    status, created = _reply(r)
+    assert status == 201 and (created["rpm"], created["tpm"]) == (2, 100000)
+    secret, kid = created["key"], created["id"]
+    for protocol in ("openai", "anthropic"):
+        _, r = await _call(gw, *_chat(secret, protocol=protocol))
+        assert r.WhichOneof("response") == "request_body"
+    s, r = await _call(gw, *_chat(secret))
+    status, body = _reply(r)
+    assert status == 429 and f"key:{kid}:requests" in body["error"]["message"]
+    assert (body["error"]["type"], body["error"]["code"]) == ("rate_limit_error", "rate_limit_exceeded")
+    headers = {h.header.key: h.header.raw_value.decode() for h in r.immediate_response.headers.set_headers}
+    # One request back per 30 s (2 a minute, at the buckets' rate resolution of 0.001/s: 0.033/s).
+    assert 30 <= int(headers["retry-after"]) <= 31 and headers["x-ratelimit-limit-requests"] == "2"
+    _, r = await _call(gw, *_chat(secret, protocol="anthropic"))
+    status, body = _reply(r)
+    assert status == 429 and body["type"] == "error" and body["error"]["type"] == "rate_limit_error"
+    # Its tenant's config key and a second store key of the tenant are not limited by it.
+    _, r = await _call(gw, *_chat("sk-modelyard-demo"))
+    assert r.WhichOneof("response") == "request_body"
+    assert gw.key_admin is not None
+    _, other = await gw.key_admin.create(KeySpec(tenant="demo", rpm=2))
+    _, r = await _call(gw, *_chat(other))
+    assert r.WhichOneof("response") == "request_body"
+    await gw.close()
+    conn = sqlite3.connect(tmp_path / "metering.sqlite")
+    rows = conn.execute("SELECT allowed, limited_by, rule, key_id FROM decisions WHERE key_id = ? ORDER BY ts",
+                        (kid,)).fetchall()
+    conn.close()
+    assert rows == [(1, "", "", kid), (1, "", "", kid), (0, f"key:{kid}:requests", f"key:{kid}:requests", kid),
+                    (0, f"key:{kid}:requests", f"key:{kid}:requests", kid)]
+
+
+async def test_the_admin_api_refuses_a_bad_limit(tmp_path: Path) -> None:
+    gw = _gateway(tmp_path)
+    for body, message in (({"tenant": "demo", "rpm": 0}, "rpm: must be from 1 to 4500000"),
+                          ({"tenant": "demo", "tpm": -5}, "tpm: must be from 1"),
+                          ({"tenant": "demo", "rpm": 2.5}, "rpm: expected a whole number"),
+                          ({"tenant": "demo", "tpm": "lots"}, "tpm: expected a whole number")):
+        _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps(body))
+        status, reply = _reply(r)
+        assert status == 400 and message in reply["error"]["message"], reply
     await gw.close()

@@ -213,6 +213,15 @@ def test_spec_checks_every_field(demo_config: GatewayConfig) -> None:
     for fields, message in bad:
         with pytest.raises(KeySpecError, match=message):
             build_spec(demo_config, now=now, **fields)
+    limited = build_spec(demo_config, tenant="demo", rpm="60", tpm=90000)
+    assert (limited.rpm, limited.tpm) == (60, 90000)
+    assert spec_from_json(demo_config, {"tenant": "demo", "rpm": 3}).rpm == 3
+    for fields_, message in (({"rpm": "0"}, "rpm: must be from 1 to 4500000 per minute, got 0"),
+                             ({"rpm": -2}, "rpm: must be from 1"), ({"tpm": 4_500_001}, "tpm: must be from 1"),
+                             ({"rpm": "3.5"}, "rpm: expected a whole number per minute, got '3.5'"),
+                             ({"tpm": 1.0}, "tpm: expected a whole number"), ({"rpm": True}, "rpm: expected")):
+        with pytest.raises(KeySpecError, match=message):
+            build_spec(demo_config, tenant="demo", **fields_)
     with pytest.raises(KeySpecError, match="colour: unknown field"):
         spec_from_json(demo_config, {"tenant": "demo", "colour": "red"})
     assert parse_expiry("30d", now) == now + 30 * 86400
@@ -293,3 +302,42 @@ def test_admin_keys_match_digests_only() -> None:
     assert admin.check("adm-1") == digest_of("adm-1") and admin.check("adm-2") == digest_of("adm-2")
     assert admin.check("adm-3") is None and admin.check(None) is None
     assert not AdminKeys([]).enabled and AdminKeys([]).check("adm-1") is None
+
+
+# -- per-key rate limits: stored, migrated into an older store, carried to the caller -------------------
+
+
+def test_a_keys_limits_round_trip_and_reach_its_caller(demo_config: GatewayConfig) -> None:
+    ring, cache, store = _ring(demo_config)
+    rec, secret = store.create(KeySpec(tenant="demo", rpm=3, tpm=1200))
+    plain, plain_secret = store.create(KeySpec(tenant="demo"))
+    assert (store.get(rec.id).rpm, store.get(rec.id).tpm) == (3, 1200) and (plain.rpm, plain.tpm) == (None, None)
+    assert rec.view()["rpm"] == 3 and rec.view()["tpm"] == 1200 and plain.view()["rpm"] is None
+    rotated, new_secret = store.rotate(rec.id)
+    assert (rotated.rpm, rotated.tpm) == (3, 1200)  # a new secret, the same limits
+    cache.apply(store.changed_since(0))
+    found, other = ring.identify(new_secret), ring.identify(plain_secret)
+    assert isinstance(found, Identity) and (found.caller.rpm, found.caller.tpm) == (3, 1200)
+    assert isinstance(other, Identity) and (other.caller.rpm, other.caller.tpm) == (None, None)
+    config_key = ring.identify("sk-modelyard-demo")
+    assert isinstance(config_key, Identity) and config_key.caller.rpm is None
+
+
+def test_an_older_sqlite_store_gains_the_limit_columns(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path)  # the schema as it was before per-key limits, with one key in it
+    old.execute("""CREATE TABLE keys (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, digest TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL, models TEXT, expires_at DOUBLE PRECISION, budget_usd DOUBLE PRECISION,
+        budget_period TEXT, created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION,
+        updated_at DOUBLE PRECISION NOT NULL, version BIGINT NOT NULL)""")
+    old.execute("INSERT INTO keys VALUES ('key_old', 'demo', 'ab', 'old', NULL, NULL, NULL, NULL, 1, NULL, 1, 1)")
+    old.commit()
+    old.close()
+    store, again = _store(f"sqlite:///{path}"), _store(f"sqlite:///{path}")  # a second opener adds nothing twice
+    assert (store.get("key_old").rpm, store.get("key_old").tpm) == (None, None)
+    rec, _ = store.create(KeySpec(tenant="demo", rpm=10))
+    assert again.get(rec.id).rpm == 10
+    columns = [r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(keys)")]
+    assert columns[-2:] == ["rpm", "tpm"] and columns.count("rpm") == 1
+    store.close()
+    again.close()
