@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
-from contracts.config.keys import Budget, KeysConfig
+from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
 from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
@@ -332,13 +332,7 @@ class TenantConfig(_Model):
     @field_validator("api_keys")
     @classmethod
     def _hashed(cls, v: list[str]) -> list[str]:
-        out = []
-        for k in v:
-            digest = k.removeprefix("sha256:")
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-                raise ValueError("api_keys hold sha256 hex digests (use `modelyard hash-key`)")
-            out.append(digest)
-        return out
+        return sha256_digests(v, "api_keys")
 
     def may_use(self, model: str) -> bool:
         return "*" in self.allowed_models or model in self.allowed_models

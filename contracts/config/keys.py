@@ -37,10 +37,15 @@ class KeysConfig(BaseModel):
     @field_validator("admin_keys")
     @classmethod
     def _hashed(cls, v: list[str]) -> list[str]:
-        out = []
-        for k in v:
-            digest = k.removeprefix("sha256:")
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-                raise ValueError("admin_keys hold sha256 hex digests (use `modelyard hash-key`)")
-            out.append(digest)
-        return out
+        return sha256_digests(v, "admin_keys")
+
+
+def sha256_digests(keys: list[str], field: str) -> list[str]:
+    """Config keys as bare sha256 hex digests (`sha256:` prefix dropped); plaintext is refused."""
+    out = []
+    for k in keys:
+        digest = k.removeprefix("sha256:")
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ValueError(f"{field} hold sha256 hex digests (use `modelyard hash-key`)")
+        out.append(digest)
+    return out
