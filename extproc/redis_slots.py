@@ -17,8 +17,6 @@ import os
 import uuid
 from collections.abc import Iterable
 
-import redis.asyncio as aioredis
-
 log = logging.getLogger("modelyard.slots")
 
 # KEYS[1]: the deployment's set. ARGV: limit, lease ms, member.
@@ -49,6 +47,8 @@ class RedisSlots:
     def __init__(self, url: str, clusters: Iterable[str], *, prefix: str = "{my}", lease_s: float = 15.0,
                  timeout_ms: int = 200) -> None:
         t = timeout_ms / 1000
+        import redis.asyncio as aioredis  # only with the Redis backend: every extproc start would pay its import
+
         self._r = aioredis.from_url(url, socket_timeout=t, socket_connect_timeout=t)
         self._prefix = prefix
         self._clusters = set(clusters)
