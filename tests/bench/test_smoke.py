@@ -4,13 +4,10 @@ A benchmark that breaks fails here, not months later in a `make bench` nobody ra
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from bench import run_all
-
-BENCHES = run_all.scripts(smoke=True)
+from tests.bench.smoke_check import BENCHES, HALVES, bench_id, check_smoke
 
 
 def test_every_bench_but_the_peers_one_is_smoked() -> None:
@@ -21,13 +18,6 @@ def test_every_bench_but_the_peers_one_is_smoked() -> None:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(run_all.SMOKE_TIMEOUT_S + 30)
-@pytest.mark.parametrize("script", BENCHES, ids=[p.stem.removeprefix("bench_") for p in BENCHES])
+@pytest.mark.parametrize("script", HALVES[0], ids=bench_id)
 def test_bench_smoke(script) -> None:
-    run = run_all.run_one(script, smoke=True)
-    assert run.failure is None, f"{run.failure}\n{run.out[-3000:]}\n{run.err[-3000:]}"
-    assert run.rows, run.out[-3000:]
-    bench = script.stem.removeprefix("bench_")
-    for row in run.rows:
-        assert {"bench", "case", "metric", "value", "unit"} <= set(row), row
-        assert isinstance(row["value"], (int, float)) and math.isfinite(row["value"]), row
-    assert {row["bench"] for row in run.rows} == {bench.split("_")[0]}, run.rows
+    check_smoke(script)
