@@ -73,9 +73,10 @@ def test_parse_request_mutated_fixture(proto: str, path: list, value: object) ->
         req = PROTOCOLS[proto].parse_request(raw, path_model="m")
     except ModelyardError:
         return
-    # Whatever parses must render to every upstream without crashing.
+    # Whatever parses renders to every upstream, or is refused with a clear error (a document or
+    # control the target cannot express), never a crash.
     for up in NAMES:
-        PROTOCOLS[up].render_request(req, upstream_model="u", credential="k")
+        _raises_only_modelyard_error(PROTOCOLS[up].render_request, req, upstream_model="u", credential="k")
 
 
 @pytest.mark.parametrize("proto", NAMES)
