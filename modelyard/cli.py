@@ -85,14 +85,23 @@ def _cmd_audit_verify(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_audit_export(a: argparse.Namespace) -> int:
-    from extproc.telemetry.audit import export, parse_when
+def _since(a: argparse.Namespace, command: str) -> float | None | int:
+    """`--since` as unix seconds (None: everything), or exit code 2 after saying what was expected."""
+    from extproc.telemetry.audit import parse_when
 
     try:
-        since = parse_when(a.since) if a.since else None
+        return float(parse_when(a.since)) if a.since else None
     except ValueError:
-        print(f"modelyard: audit export: --since {a.since!r}: expected 7d, 12h, 30m or an ISO date", file=sys.stderr)
+        print(f"modelyard: {command}: --since {a.since!r}: expected 7d, 12h, 30m or an ISO date", file=sys.stderr)
         return 2
+
+
+def _cmd_audit_export(a: argparse.Namespace) -> int:
+    from extproc.telemetry.audit import export
+
+    since = _since(a, "audit export")
+    if isinstance(since, int):
+        return since
     try:
         for line in export(_audit_db(a), since=since, tenant=a.tenant, event=a.event):
             sys.stdout.buffer.write(line)
@@ -130,13 +139,10 @@ def _cmd_spend(a: argparse.Namespace) -> int:
 
     from budgets.report import read_calls, render_table, spend_report
     from contracts.config import config_path
-    from extproc.telemetry.audit import parse_when
 
-    try:
-        since = parse_when(a.since) if a.since else None
-    except ValueError:
-        print(f"modelyard: spend: --since {a.since!r}: expected 7d, 12h, 30m or an ISO date", file=sys.stderr)
-        return 2
+    since = _since(a, "spend")
+    if isinstance(since, int):
+        return since
     dbs = a.metering_db
     if not dbs:
         cfg = config_path(a.config)
