@@ -65,7 +65,8 @@ def test_replicas_share_one_postgresql_key_store(tmp_path: Path) -> None:
             with contextlib.redirect_stdout(out):
                 assert cli_main(["keys", "create", "--tenant", "demo", "--json", "--config", str(config)]) == 0
             created = json.loads(out.getvalue())
-            _until(lambda: _status(stack.url, created["key"]) == 200, 1.0)
+            # Four answers in a row: both replicas (round robin) know the key.
+            _until(lambda: all(_status(stack.url, created["key"]) == 200 for _ in range(4)), 1.0)
             before = [_requests_total(m) for m in metrics]
             client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=created["key"], max_retries=0, timeout=20)
             for i in range(8):  # round robin: both replicas answer with the key
