@@ -29,7 +29,6 @@ class Child:
     proc: subprocess.Popen | None = None
     env: dict[str, str] = field(default_factory=dict)
     role: Role = "auxiliary"
-    started_at: float = 0.0  # time.monotonic() of the last spawn
     cwd: Path | None = None  # None: the parent's working directory
     # A warm spare: started ahead with these arguments, it imports what a start needs and waits for
     # a line on stdin to take over; a restart then costs a config load and a bind, not the imports.
@@ -50,7 +49,6 @@ class Child:
             with open(self.log_path(log_dir), "ab") as log:
                 self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
                                              env=self._environ())
-        self.started_at = time.monotonic()
 
     def spawn_standby(self, log_dir: Path) -> None:
         """Start the warm spare, unless there is no such thing for this child or one is waiting;

@@ -35,6 +35,7 @@ class _Watch:
     restart_at: float | None = None  # set while the child is dead and waiting for its restart
     starting: bool = False  # respawned, not yet ready
     failed_starts: int = 0  # exits before ready, in a row
+    up_since: float = 0.0  # the supervisor's clock at the last spawn (or when first watched)
 
 
 class Supervisor:
@@ -50,7 +51,10 @@ class Supervisor:
         self._watch: dict[str, _Watch] = {}
 
     def _w(self, child: Child) -> _Watch:
-        return self._watch.setdefault(child.name, _Watch(self.backoff.initial))
+        w = self._watch.get(child.name)
+        if w is None:  # started before the supervisor: up since it first looked
+            w = self._watch[child.name] = _Watch(self.backoff.initial, up_since=self._clock())
+        return w
 
     def tick(self) -> str | None:
         """Handle deaths, due restarts and restarted children becoming ready; why the stack must stop, or None."""
@@ -61,6 +65,7 @@ class Supervisor:
                 if now >= w.restart_at:
                     w.restart_at = None
                     w.starting = True
+                    w.up_since = now
                     warm = child.standby is not None and child.standby.poll() is None
                     child.spawn(self.log_dir)
                     if warm and child.proc is not None:
@@ -84,7 +89,8 @@ class Supervisor:
                 if child.role == "replica" and w.failed_starts >= self.backoff.failed_starts:
                     return self._stop(f"{where}; it cannot start: {w.failed_starts} starts in a row exited "
                                       "before it was ready", child.log_tail(self.log_dir))
-            if now - child.started_at >= self.backoff.stable_s:
+            # The supervisor's own clock: a child's spawn time is another clock's (tests drive this one).
+            if now - w.up_since >= self.backoff.stable_s:
                 w.next_delay = self.backoff.initial  # it had been fine for a while: not a crash loop
             delay = w.next_delay
             w.next_delay = min(self.backoff.cap, delay * 2)
