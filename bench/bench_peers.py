@@ -11,7 +11,10 @@ issue 26's goals name. LiteLLM runs the unary shape only (its streams are not a 
     make bench-peers      # installs Portkey into .peers/portkey and LiteLLM into .venv-peers, then runs this
 
 A gateway that is not installed is left out and said so; with neither peer it prints an empty
-summary (so `make bench` passes by). Any non-200 (or a socket error) fails the bench.
+summary (so `make bench` passes by). Any non-200 (or a socket error) fails the bench. Smoke mode
+(bench.smoke, run by `make test`) runs Modelyard and the floor only, peers installed or not (their
+start-up is most of a smoke's cost, and CI has none): the same rounds, CPU sums and summary, half a
+second per case.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_gateway import _floor_stack, _pid  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
@@ -131,14 +135,15 @@ def check_stream(gw: Gateway) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--seconds", type=float, default=4.0)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=scaled(4.0, 0.5))
+    p.add_argument("--rounds", type=int, default=scaled(3, 1))
     p.add_argument("--floor", action="store_true",
                    help="also the floor: Modelyard's Envoy with a do-nothing ext_proc (bench/floor_extproc.py)")
     a = p.parse_args(argv)
-    have_portkey = PORTKEY.exists() and shutil.which("node") is not None
-    have_litellm = LITELLM.exists()
-    if not shutil.which("wrk") or not (have_portkey or have_litellm):
+    have_portkey = not SMOKE and PORTKEY.exists() and shutil.which("node") is not None
+    have_litellm = not SMOKE and LITELLM.exists()
+    a.floor = a.floor or SMOKE  # a smoke run has no peer to stand beside: the floor takes its place
+    if not shutil.which("wrk") or not (have_portkey or have_litellm or SMOKE):
         print("bench_peers: needs wrk and a peer (make bench-peers installs Portkey into .peers/portkey and "
               "LiteLLM into .venv-peers); skipped")
         print("SUMMARY []")
@@ -150,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     (work / "modelyard").mkdir()
     stack = start_stack(work / "modelyard", data)
     stack.quiet = True
+    if SMOKE:  # the shipped config as it is, with only demo-gpt's upstreams up: nothing else is called
+        keep = {d["cluster"] for m in data["models"] if m["name"] == "demo-gpt" for d in m["deployments"]}
+        stack.children = [c for c in stack.children if not c.name.startswith("demo-") or c.name.partition("@")[0] in keep]
     upstream = next(d for m in data["models"] if m["name"] == "demo-gpt" for d in m["deployments"]
                     if d["cluster"] == "demo-openai")
     (work / "litellm.yaml").write_text(yaml.safe_dump(litellm_config(data)))
@@ -209,8 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                 for shape in gw.shapes:
                     scripts[(gw.name, shape)] = work / f"{gw.name}-{shape}.lua"
                     scripts[(gw.name, shape)].write_text(post_script(SHAPES[shape], gw.headers))
-                    tallies.append(Tally("peers", f"{gw.name} {shape} warm-up"))
-                    run_wrk(gw.url, 4, 2.0, scripts[(gw.name, shape)], tallies[-1])
+                    if not SMOKE:  # the smoke's one round runs the same path
+                        tallies.append(Tally("peers", f"{gw.name} {shape} warm-up"))
+                        run_wrk(gw.url, 4, 2.0, scripts[(gw.name, shape)], tallies[-1])
             print("stream data events per call: " + ", ".join(f"{k} {v}" for k, v in chunks.items()), flush=True)
             for i in range(a.rounds):
                 for shape in SHAPES:

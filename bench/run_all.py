@@ -5,7 +5,8 @@ or transport error, printing `FAILED:` lines), prints no SUMMARY line, or runs p
 Every bench still runs; the exit status is 1 if any failed, and the failures are listed by name.
 
 `--smoke` runs each bench's smoke mode (bench.smoke: the same code path, a second or two per
-case; `make test` runs it through tests/bench/test_smoke.py); bench_peers stays out of it.
+case; `make test` runs it through tests/bench/test_smoke.py); bench_peers smokes Modelyard and the
+floor only (its peers are make bench-peers' installs).
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from bench.smoke import ENV as SMOKE_ENV  # noqa: E402
 
 TIMEOUT_S = 900
 SMOKE_TIMEOUT_S = 300
-# Needs its own venv (make bench-peers) and compares against other products: not a smoke case.
-NOT_SMOKED = {"bench_peers"}
 
 
 @dataclass
@@ -53,10 +52,9 @@ class BenchRun:
         return f"{self.script.name} ({why})" + "".join(f"\n    {r}" for r in reasons)
 
 
-def scripts(smoke: bool = False) -> list[Path]:
+def scripts() -> list[Path]:
     """The benches in run order: the gateway overhead first, the figure every other one sits on."""
-    found = sorted(HERE.glob("bench_*.py"), key=lambda p: (p.stem != "bench_gateway", p.stem))
-    return [p for p in found if not (smoke and p.stem in NOT_SMOKED)]
+    return sorted(HERE.glob("bench_*.py"), key=lambda p: (p.stem != "bench_gateway", p.stem))
 
 
 def run_one(script: Path, smoke: bool = False) -> BenchRun:
@@ -86,7 +84,7 @@ def main(argv: list[str]) -> int:
     rows: list[dict] = []
     failed: list[str] = []
     t0 = time.monotonic()
-    for script in scripts(smoke):
+    for script in scripts():
         if only and script.stem.removeprefix("bench_") not in only:
             continue
         print(f"== {script.name}", flush=True)

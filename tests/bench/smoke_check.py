@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench import run_all
 
-BENCHES = run_all.scripts(smoke=True)
+BENCHES = run_all.scripts()
 # Alternate halves by name: the heavy stack benches land on both sides.
 HALVES = (BENCHES[0::2], BENCHES[1::2])
 
