@@ -12,6 +12,7 @@ from adapters.registry import PROTOCOLS, translate_stream
 from adapters.sse import SSEFramer
 from modelyard.errors import ModelyardError
 from tests.adapters.fixtures import CANONICAL, REQUESTS, RESPONSES, STREAMS
+from tests.adapters.mutation import mutate
 
 NAMES = ["openai", "anthropic", "gemini"]
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,17 +40,6 @@ JSON = st.recursive(SCALARS, lambda c: st.one_of(st.lists(c, max_size=4),
                     max_leaves=30)
 
 
-def _mutate(obj: object, path: list, value: object) -> object:
-    """Replace the node at `path` (indices folded modulo container size) with `value`."""
-    if not path or not isinstance(obj, (dict, list)) or not obj:
-        return value
-    if isinstance(obj, dict):
-        k = sorted(obj)[path[0] % len(obj)]
-        return {**obj, k: _mutate(obj[k], path[1:], value)}
-    i = path[0] % len(obj)
-    return [*obj[:i], _mutate(obj[i], path[1:], value), *obj[i + 1:]]
-
-
 def _raises_only_modelyard_error(fn, *args, **kw) -> None:
     try:
         fn(*args, **kw)
@@ -68,7 +58,7 @@ def test_parse_request_random(proto: str, data: bytes) -> None:
 @FUZZ
 @given(path=st.lists(st.integers(0, 50), max_size=6), value=JSON)
 def test_parse_request_mutated_fixture(proto: str, path: list, value: object) -> None:
-    raw = orjson.dumps(_mutate(REQUESTS[proto], path, value))
+    raw = orjson.dumps(mutate(REQUESTS[proto], path, value))
     try:
         req = PROTOCOLS[proto].parse_request(raw, path_model="m")
     except ModelyardError:
@@ -85,7 +75,7 @@ def test_parse_request_mutated_fixture(proto: str, path: list, value: object) ->
        value=JSON, raw=st.binary(max_size=100))
 def test_parse_response_fuzz(proto: str, kind: str, path: list, value: object, raw: bytes) -> None:
     _raises_only_modelyard_error(PROTOCOLS[proto].parse_response, raw)
-    mutated = orjson.dumps(_mutate(RESPONSES[proto][kind], path, value))
+    mutated = orjson.dumps(mutate(RESPONSES[proto][kind], path, value))
     try:
         resp = PROTOCOLS[proto].parse_response(mutated)
     except ModelyardError:
@@ -162,7 +152,7 @@ def test_stream_with_mutated_event_json(proto: str, kind: str, which: int, path:
     for j, ev in enumerate(evs):
         data = ev.data
         if j == i and data != b"[DONE]":
-            data = orjson.dumps(_mutate(orjson.loads(data), path, value))
+            data = orjson.dumps(mutate(orjson.loads(data), path, value))
         raw += (b"event: " + ev.event.encode() + b"\n" if ev.event else b"") + b"data: " + data + b"\n\n"
     tr = translate_stream(proto, client, CANONICAL)
     out = tr.feed(raw) + tr.finish()

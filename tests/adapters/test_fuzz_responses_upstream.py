@@ -16,7 +16,7 @@ from adapters.sse import SSEFramer
 from devstack.demo.responses_server import EXTRA_ITEMS, _stream_with_item_first
 from modelyard.errors import ModelyardError
 from tests.adapters.fixtures import CANONICAL, RESPONSES, STREAMS
-from tests.adapters.test_fuzz import _mutate
+from tests.adapters.mutation import mutate
 from tests.adapters.translation_checks import NAMES
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -89,7 +89,7 @@ def test_streams_with_a_mutated_event(which_stream: int, which: int, path: list,
     evs = f.feed(streams[which_stream % len(streams)]) + f.close()
     i = which % len(evs)
     objs = [orjson.loads(e.data) for e in evs]
-    objs[i] = _mutate(objs[i], path, value)
+    objs[i] = mutate(objs[i], path, value)
     _run(_sse(objs), cuts, client)
 
 
@@ -105,7 +105,7 @@ def test_corrupted_bytes(pos: int, junk: bytes, client: str) -> None:
 @FUZZ
 @given(path=st.lists(st.integers(0, 50), max_size=6), value=JSON, raw=st.binary(max_size=100))
 def test_answers(kind: str, path: list, value: object, raw: bytes) -> None:
-    for body in (raw, orjson.dumps(_mutate(RESPONSES["responses"][kind], path, value))):
+    for body in (raw, orjson.dumps(mutate(RESPONSES["responses"][kind], path, value))):
         try:
             resp = responses.parse_response(body)
         except ModelyardError as e:

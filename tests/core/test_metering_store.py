@@ -12,16 +12,9 @@ from pathlib import Path
 
 from extproc.telemetry import journal as journal_module
 from extproc.telemetry.journal import Journal
-from extproc.telemetry.metering import DecisionRecord, MeteringStore, MeterRecord
+from extproc.telemetry.metering import DecisionRecord, MeteringStore
 from extproc.telemetry.metrics import METERING_DROPPED
-
-
-def _rec(task: str, tokens: int = 10, **kw: object) -> MeterRecord:
-    base = dict(ts=1.0, task_id=task, tenant="t", tier="L1", model="m", cluster="c", channel="standard",
-                status=200, latency_ms=1.0, ttft_ms=None, input_tokens=tokens, output_tokens=tokens, cost=0.0,
-                strategy="", arm="")
-    base.update(kw)
-    return MeterRecord(**base)  # type: ignore[arg-type]
+from tests.core.metering_rows import record as _rec
 
 
 def _rows(path: Path) -> dict[str, tuple]:
@@ -72,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _KILLED_CHILD = """
 import os, signal, sys
 from extproc.telemetry import metering
-from tests.core.test_metering_store import _decision, _rec
+from tests.core.metering_rows import decision as _decision, record as _rec
 metering._GATHER_S = 60.0
 store = metering.MeteringStore(sys.argv[1])
 for i in range(int(sys.argv[2])):
@@ -80,12 +73,6 @@ for i in range(int(sys.argv[2])):
     assert store.record_decision(_decision(f"r{i}", allowed=i % 2 == 0))
 os.kill(os.getpid(), signal.SIGKILL)
 """
-
-
-def _decision(task: str, allowed: bool) -> DecisionRecord:
-    return DecisionRecord(ts=1.5, task_id=task, tenant="t", tier="L1", cluster="c", channel="standard", model="m",
-                          allowed=allowed, requests=1, tokens=42, limited_by="" if allowed else "t:tpm",
-                          rule="" if allowed else "tpm", store="memory")
 
 
 def _killed_child(db: Path, n: int) -> None:
