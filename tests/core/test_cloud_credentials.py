@@ -153,7 +153,7 @@ def _config(dep: dict) -> dict:
     (_dep("openai", azure={"api_version": "2024-10-21"}), "`azure:` is for protocol azure-openai"),
     (_dep("vertex", vertex={"project": "p", "location": "us-central1"}, warmup={}), "warmup: not available"),
     (_dep("azure-openai", azure={"api_version": "2024-10-21", "auth": "password"}), "auth"),
-])
+], ids=["bedrock-without-section", "azure-section-on-openai", "warmup-on-vertex", "azure-unknown-auth"])
 def test_config_refuses_mismatched_cloud_sections(dep: dict, error: str) -> None:
     with pytest.raises(Exception) as e:
         parse_config(_config(dep))

@@ -81,7 +81,7 @@ def test_create_with_its_own_rate_limits(config_file: Path) -> None:
     (("create", "--tenant", "demo", "--rpm", "0"), 2, "rpm: must be from 1 to 4500000 per minute, got 0"),
     (("create", "--tenant", "demo", "--tpm", "ten"), 2, "tpm: expected a whole number per minute, got 'ten'"),
     (("revoke", "key_0000000000000000"), 1, "no key with id 'key_0000000000000000'"),
-])  # every other field's refusal: tests/keys/test_store.py::test_spec_checks_every_field
+], ids=["unknown-tenant", "negative-budget", "bad-expiry", "zero-rpm", "tpm-not-a-number", "revoke-unknown-id"])  # every other field's refusal: tests/keys/test_store.py::test_spec_checks_every_field
 def test_bad_input_is_one_clear_line(config_file: Path, args: tuple[str, ...], code: int, message: str) -> None:
     out = keys(config_file, *args)
     assert out.returncode == code, (out.stdout, out.stderr)

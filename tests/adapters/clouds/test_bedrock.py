@@ -90,7 +90,7 @@ def test_streamed_anthropic_request_with_an_image_goes_to_converse_stream() -> N
     ({"tools": [{"type": "function", "function": {"name": "f"}}], "parallel_tool_calls": False}, "parallel"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]},
      "not URLs"),
-])
+], ids=["response_format", "tool_choice-none", "parallel_tool_calls-false", "image-url"])
 def test_what_bedrock_cannot_take_is_refused(body: dict, words: str) -> None:
     with pytest.raises(ClientError) as e:
         _render({"model": "m", "messages": [{"role": "user", "content": "hi"}], **body})
@@ -106,7 +106,7 @@ def test_gemini_client_request_round_trips_through_the_demo_parser() -> None:
 
 # ---- SigV4 -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("creds", [CREDS, TEMP])
+@pytest.mark.parametrize("creds", [CREDS, TEMP], ids=["static", "temporary"])
 def test_signature_verifies_as_botocore_computes_it(creds: AwsCredentials) -> None:
     opts = RenderOptions(cloud=BedrockTarget("eu-west-1", "127.0.0.1:8107", creds))
     up = _render({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, options=opts)

@@ -26,7 +26,7 @@ CHAT = b'{"model":"m","max_tokens":20,"messages":[{"role":"system","content":"sy
      "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/models/claude-3-5-sonnet-v2@20241022:rawPredict"),
     (CLAUDE, "claude-3-5-sonnet-v2@20241022", True, "/v1/projects/my-proj/locations/us-east5/publishers/anthropic/"
                                                     "models/claude-3-5-sonnet-v2@20241022:streamRawPredict"),
-])
+], ids=["gemini", "gemini-stream", "claude", "claude-stream"])
 def test_paths_and_bearer(options: RenderOptions, model: str, stream: bool, path: str) -> None:
     req = openai.parse_request(CHAT, stream_hint=stream)
     up = vertex.render_request(req, upstream_model=model, credential="ya29.token", options=options)
