@@ -97,7 +97,8 @@ def test_attack_body_does_not_stall_other_requests(demo_stack, attack: str) -> N
           f"median {sorted(latencies)[len(latencies) // 2] * 1000:.0f} ms")
     assert r.status_code == status, r.text[:300]
     assert r.json()["error"]["type"] == error_type  # OpenAI's shape, both routes speak it
-    assert max(latencies) < PROBE_BOUND_S
+    # A stalled loop holds a probe for most of the attack's own time; a busy box only slows both alike.
+    assert max(latencies) < max(PROBE_BOUND_S, total / 2)
     assert _error_lines(demo_stack) == before
 
 
