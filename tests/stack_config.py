@@ -96,10 +96,13 @@ def _static_envoy(data: dict[str, Any]) -> None:
     data["controlplane"] = {**data.get("controlplane", {}), "enabled": False}
 
 
-def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: bool = True):
+def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: bool = True,
+                shared_demos: bool = False):
     """A `Stack` (not yet started) for a test's own config; use it as a context manager. With
     `demos`, every cluster the test named demo-* is declared a demo upstream (a test convention:
-    `modelyard up` itself launches only what `devstack.demo_upstreams` lists)."""
+    `modelyard up` itself launches only what `devstack.demo_upstreams` lists). With `shared_demos`,
+    the HTTP demos run in one process (devstack.demo.host): for stacks of many demos whose tests
+    neither stop nor re-argue one of them."""
     clusters = [d["cluster"] for m in data["models"] for d in m["deployments"]]
     data.setdefault("devstack", {})["demo_upstreams"] = [c for c in dict.fromkeys(clusters)
                                                          if demos and c.startswith("demo-")]
@@ -125,7 +128,8 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     path = workdir / "modelyard.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     env = env or EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
-    return Stack(parse_config(data), env, config_path=path, workdir=workdir, demos=demos)
+    return Stack(parse_config(data), env, config_path=path, workdir=workdir, demos=demos,
+                 shared_demos=shared_demos)
 
 
 def small_config(**overrides: Any) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-import numpy as np
 import orjson
 
 from adapters.embeddings.piecewise import json_with_array, split_vectors
@@ -150,6 +149,8 @@ def parse_gemini_response(body: bytes) -> EmbeddingResponse:
 
 
 def render_gemini_response(resp: EmbeddingResponse, *, batch: bool) -> bytes:
+    import numpy as np
+
     vecs = np.ascontiguousarray(resp.vectors, dtype=np.float32)
     if not batch:
         if len(vecs) != 1:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import TYPE_CHECKING
 
-import numpy as np
 import orjson
 
 from adapters.embeddings.piecewise import json_with_array
@@ -23,6 +23,9 @@ from adapters.internal import UpstreamRequest
 from adapters.json_types import JSONArray, JSONObject
 from adapters.limits import check_count
 from modelyard.errors import ClientError
+
+if TYPE_CHECKING:  # NumPy loads on first use (wire.py says why)
+    import numpy as np
 
 
 def parse_openai_request(body: bytes) -> EmbeddingRequest:
@@ -67,6 +70,8 @@ def render_openai_request(req: EmbeddingRequest, *, upstream_model: str, credent
 
 
 def _decode_b64(text: str, where: str) -> np.ndarray:
+    import numpy as np
+
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
@@ -130,6 +135,8 @@ def openai_usage(body: bytes) -> int | None:
 
 
 def render_openai_response(resp: EmbeddingResponse, *, model: str, req: EmbeddingRequest) -> bytes:
+    import numpy as np
+
     tokens = resp.input_tokens if resp.input_tokens is not None else estimate_tokens(req)
     vecs = np.ascontiguousarray(resp.vectors, dtype="<f4")
     b64 = req.encoding_format == "base64"

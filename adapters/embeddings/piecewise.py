@@ -11,11 +11,14 @@ byte-for-byte what one `orjson` call writes, and a body whose layout the split d
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import numpy as np
 import orjson
 
 from adapters.json_types import JSONObject
+
+if TYPE_CHECKING:  # NumPy loads on first use (wire.py says why)
+    import numpy as np
 
 __all__ = ["PIECEWISE_BYTES", "split_vectors", "json_with_array"]
 
@@ -54,6 +57,8 @@ def split_vectors(body: bytes, key: str) -> tuple[JSONObject, np.ndarray] | None
             at = body.find(token, at + len(token))
     if not spans:
         return None
+    import numpy as np
+
     rows: np.ndarray | None = None
     for i, (start, end) in enumerate(spans):
         try:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote
-
-import numpy as np
 
 from adapters.fields import bad_upstream
 from adapters.json_types import JSONArray, JSONObject
+
+if TYPE_CHECKING:  # NumPy loads on first use: a demo upstream that never embeds never pays its import
+    import numpy as np
 
 OPENAI_PATH = "/v1/embeddings"
 MAX_INPUTS = 2048  # OpenAI's own limit per request; Gemini batches take 100, checked by Gemini itself
@@ -76,6 +77,8 @@ def longest_input_tokens(req: EmbeddingRequest) -> int:
 
 
 def _matrix(rows: JSONArray, where: str) -> np.ndarray:
+    import numpy as np
+
     if not rows:
         return np.zeros((0, 0), np.float32)
     width = len(rows[0])

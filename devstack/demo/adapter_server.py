@@ -8,9 +8,9 @@ import asyncio
 import hmac
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 
-import numpy as np
 from aiohttp import web
 
 from adapters import embeddings
@@ -112,6 +112,8 @@ class AdapterDemo:
             return self._error(500, "demo upstream failed on purpose", "api_error")
         if req.dimensions is not None and req.dimensions > MAX_DEMO_EMBED_DIMS:
             return self._error(400, f"dimensions must be at most {MAX_DEMO_EMBED_DIMS}", "invalid_request_error")
+        import numpy as np  # on the first embedding (behaviour.demo_embedding says why)
+
         vectors = np.array([demo_embedding(t, req.dimensions) for t in req.inputs], np.float32)
         words = sum(len(t.split()) for t in req.inputs)
         resp = EmbeddingResponse(req.model, vectors, words if route.shape == "openai" else None)
@@ -146,8 +148,23 @@ class AdapterDemo:
         return app
 
 
-def run(argv: list[str] | None, *, description: str, default_port: int, default_name: str,
-        make_app: Callable[..., web.Application]) -> int:
+@dataclass(frozen=True)
+class DemoSite:
+    """One demo upstream, built from its command line and not yet listening."""
+
+    app: web.Application
+    host: str
+    port: int
+
+
+def serve(site: DemoSite) -> int:
+    """Run one demo upstream in this process until SIGTERM or SIGINT (devstack.demo.host runs several)."""
+    web.run_app(site.app, host=site.host, port=site.port, print=None, access_log=None)
+    return 0
+
+
+def parse(argv: list[str] | None, *, description: str, default_port: int, default_name: str,
+          make_app: Callable[..., web.Application]) -> DemoSite:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=default_port)
@@ -162,6 +179,4 @@ def run(argv: list[str] | None, *, description: str, default_port: int, default_
         require_key = os.environ.get(a.require_key_env)
         if not require_key:
             p.error(f"--require-key-env {a.require_key_env}: the variable is not set")
-    web.run_app(make_app(name=a.name, require_key=require_key, chunk_delay=a.chunk_delay),
-                host=a.host, port=a.port, print=None, access_log=None)
-    return 0
+    return DemoSite(make_app(name=a.name, require_key=require_key, chunk_delay=a.chunk_delay), a.host, a.port)

@@ -14,7 +14,7 @@ import re
 from aiohttp import web
 
 from adapters import azure_openai
-from devstack.demo.adapter_server import AdapterDemo, run
+from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
 
 # The versions this demo serves, as a real resource serves a known list (a preview suffix allowed).
 _API_VERSION = re.compile(r"^20\d\d-\d\d-\d\d(-preview)?$")
@@ -33,9 +33,13 @@ def make_app(name: str = "demo-azure", require_key: str | None = None, chunk_del
     return demo.app(PATH, _path_info)
 
 
+def build(argv: list[str] | None = None) -> DemoSite:
+    return parse(argv, description="demo Azure OpenAI model server", default_port=8106, default_name="demo-azure",
+                 make_app=make_app)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run(argv, description="demo Azure OpenAI model server", default_port=8106, default_name="demo-azure",
-               make_app=make_app)
+    return serve(build(argv))
 
 
 if __name__ == "__main__":

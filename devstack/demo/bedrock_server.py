@@ -25,7 +25,7 @@ from aiohttp import web
 from adapters import bedrock
 from adapters.bedrock.signing import verify
 from adapters.cloud_targets import AwsCredentials
-from devstack.demo.adapter_server import AdapterDemo
+from devstack.demo.adapter_server import AdapterDemo, DemoSite, serve
 
 
 class CredentialSource:
@@ -93,7 +93,7 @@ def make_app(name: str = "demo-bedrock", region: str = "us-east-1", credentials:
     return app
 
 
-def main(argv: list[str] | None = None) -> int:
+def build(argv: list[str] | None = None) -> DemoSite:
     p = argparse.ArgumentParser(description="demo AWS Bedrock (Converse) model server")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8107)
@@ -103,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="default")
     p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream events")
     a = p.parse_args(argv)
-    app = make_app(a.name, a.region, CredentialSource(a.credentials_file, a.profile), a.chunk_delay)
-    web.run_app(app, host=a.host, port=a.port, print=None, access_log=None)
-    return 0
+    return DemoSite(make_app(a.name, a.region, CredentialSource(a.credentials_file, a.profile), a.chunk_delay),
+                    a.host, a.port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(build(argv))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import orjson
 
 from adapters.internal import (
@@ -85,6 +84,8 @@ MAX_DEMO_EMBED_DIMS = 4096
 def demo_embedding(text: str, dims: int | None = None) -> list[float]:
     """A deterministic vector for `text`: sha256 bytes scaled to [-1, 1) in steps of 1/128, so every
     value is exact in float32 and survives base64 and JSON alike."""
+    import numpy as np  # on the first embedding, not at start: most demo upstreams never embed
+
     n = dims or DEMO_EMBED_DIMS
     # 32 bytes per sha256 block; NumPy does the scaling (a 2048 x 1536 answer in well under a second).
     raw = b"".join(hashlib.sha256(f"{block}:{text}".encode()).digest() for block in range(-(-n // 32)))

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from adapters import gemini
 from adapters.registry import detect_client_protocol
-from devstack.demo.adapter_server import AdapterDemo, run
+from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
 
 
 def _path_info(request: web.Request) -> tuple[str | None, bool] | None:
@@ -27,9 +27,13 @@ def make_app(name: str = "demo-gemini", require_key: str | None = None, chunk_de
     return demo.app("/v1beta/models/{tail}", _path_info, embeddings_path="/v1beta/models/{tail}")
 
 
+def build(argv: list[str] | None = None) -> DemoSite:
+    return parse(argv, description="demo Gemini model server", default_port=8103, default_name="demo-gemini",
+                 make_app=make_app)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run(argv, description="demo Gemini model server", default_port=8103, default_name="demo-gemini",
-               make_app=make_app)
+    return serve(build(argv))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from adapters import embeddings, openai
-from devstack.demo.adapter_server import AdapterDemo, run
+from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
 
 
 def make_app(name: str = "demo-openai", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:
@@ -18,9 +18,13 @@ def make_app(name: str = "demo-openai", require_key: str | None = None, chunk_de
     return demo.app(openai.PATH, embeddings_path=embeddings.OPENAI_PATH)
 
 
+def build(argv: list[str] | None = None) -> DemoSite:
+    return parse(argv, description="demo OpenAI-compatible model server", default_port=8101,
+                 default_name="demo-openai", make_app=make_app)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run(argv, description="demo OpenAI-compatible model server", default_port=8101,
-               default_name="demo-openai", make_app=make_app)
+    return serve(build(argv))
 
 
 if __name__ == "__main__":

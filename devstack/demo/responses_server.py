@@ -20,7 +20,7 @@ from aiohttp import web
 
 from adapters import responses
 from adapters.sse import SSEFramer, encode_event
-from devstack.demo.adapter_server import AdapterDemo, run
+from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
 from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
 from modelyard.errors import ModelyardError
 
@@ -105,9 +105,13 @@ def make_app(name: str = "demo-responses", require_key: str | None = None, chunk
     return demo.app(responses.PATH)
 
 
+def build(argv: list[str] | None = None) -> DemoSite:
+    return parse(argv, description="demo OpenAI Responses API model server", default_port=8110,
+                 default_name="demo-responses", make_app=make_app)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run(argv, description="demo OpenAI Responses API model server", default_port=8110,
-               default_name="demo-responses", make_app=make_app)
+    return serve(build(argv))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from google.auth import exceptions as google_exceptions
 from google.auth import jwt
 
 from adapters import anthropic, gemini
-from devstack.demo.adapter_server import AdapterDemo
+from devstack.demo.adapter_server import AdapterDemo, DemoSite, serve
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # google-auth signs its assertion for Google's token endpoint whatever the file's token_uri says.
@@ -141,7 +141,7 @@ def make_app(account: ServiceAccount, *, project: str, location: str, name: str 
     return app
 
 
-def main(argv: list[str] | None = None) -> int:
+def build(argv: list[str] | None = None) -> DemoSite:
     p = argparse.ArgumentParser(description="demo Vertex AI model server (Gemini and Claude) with a token endpoint")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8108)
@@ -153,9 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream events")
     a = p.parse_args(argv)
     account = ServiceAccount(a.service_account_file, f"http://{a.host}:{a.port}/token", a.project)
-    web.run_app(make_app(account, project=a.project, location=a.location, name=a.name, token_ttl=a.token_ttl,
-                         chunk_delay=a.chunk_delay), host=a.host, port=a.port, print=None, access_log=None)
-    return 0
+    return DemoSite(make_app(account, project=a.project, location=a.location, name=a.name, token_ttl=a.token_ttl,
+                             chunk_delay=a.chunk_delay), a.host, a.port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(build(argv))
 
 
 if __name__ == "__main__":

@@ -206,7 +206,7 @@ def test_every_dashboard_query_and_alert_signal_has_data(tmp_path: Path, redis_s
     env = EnvironmentConfig.model_validate({"name": "test", "concurrency": 1,
                                             "admin": {"address": "127.0.0.1", "port": admin},
                                             "stats": {"address": "127.0.0.1", "port": stats}})
-    with start_stack(tmp_path, data, env) as stack:
+    with start_stack(tmp_path, data, env, shared_demos=True) as stack:
         agents = _agents(data)
         targets = {"envoy": [f"127.0.0.1:{stats}"], "modelyard-extproc": [data["extproc"]["metrics_address"]],
                    "gpu-agent": agents}

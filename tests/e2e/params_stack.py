@@ -86,7 +86,7 @@ def params_config(chunked_port: int | None = None) -> dict[str, Any]:
 def start(workdir: Path, chunked_port: int | None = None):
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
-    return start_stack(workdir, params_config(chunked_port))
+    return start_stack(workdir, params_config(chunked_port), shared_demos=True)
 
 
 def metric(stack: Any, name: str, labels: dict[str, str]) -> float:

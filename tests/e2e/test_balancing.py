@@ -135,7 +135,7 @@ def test_demo_config_checks_every_deployment(tmp_path: Path) -> None:
 
     data, _ = demo_config_free_ports()
     data = without_watermarks(data)
-    with start_stack(tmp_path, data) as stack:
+    with start_stack(tmp_path, data, shared_demos=True) as stack:
         deadline = time.monotonic() + 20
         while True:
             flags = {c: _host_health(stack, c) for m in data["models"] for c in (d["cluster"] for d in m["deployments"])}

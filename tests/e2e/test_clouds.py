@@ -48,7 +48,7 @@ def cloud_config(workdir: Path) -> dict[str, Any]:
 def cloud_stack(tmp_path_factory: pytest.TempPathFactory):
     workdir = tmp_path_factory.mktemp("clouds")
     os.environ["DEMO_AZURE_KEY"] = AZURE_KEY
-    with start_stack(workdir, cloud_config(workdir)) as stack:
+    with start_stack(workdir, cloud_config(workdir), shared_demos=True) as stack:
         yield stack
 
 

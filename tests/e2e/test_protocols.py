@@ -243,9 +243,8 @@ def test_cut_passthrough_stream_with_usage_gets_error_event(demo_stack) -> None:
 def test_upstreams_demand_provider_keys_the_gateway_injects(demo_stack) -> None:
     from tests.conftest import UPSTREAM_KEYS
 
-    anth = next(c for c in demo_stack.children if c.name.startswith("demo-anthropic"))
-    port = anth.argv[anth.argv.index("--port") + 1]
-    direct = httpx.post(f"http://127.0.0.1:{port}/v1/messages", headers={"x-api-key": DEMO_KEY},
+    anthropic = demo_stack.cfg.clusters()["demo-anthropic"].endpoints[0]
+    direct = httpx.post(f"http://{anthropic}/v1/messages", headers={"x-api-key": DEMO_KEY},
                         json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})
     assert direct.status_code == 401  # the client's own key is useless upstream...
     via = httpx.post(f"{demo_stack.url}/v1/messages", headers={"x-api-key": DEMO_KEY},

@@ -54,7 +54,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     # A quality-only strategy ties each pair; config order puts the dead one first.
     data["routing"] = {"strategies": {"pinned": {"quality": 1}}}
     os.environ.setdefault("DEMO_OPENAI_KEY", UPSTREAM_KEYS["DEMO_OPENAI_KEY"])
-    with start_stack(tmp_path_factory.mktemp("responses-upstream"), data) as s:
+    with start_stack(tmp_path_factory.mktemp("responses-upstream"), data, shared_demos=True) as s:
         yield s
 
 

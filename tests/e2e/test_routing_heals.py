@@ -34,7 +34,7 @@ def _config() -> dict:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory):
-    with start_stack(tmp_path_factory.mktemp("heals"), _config()) as s:
+    with start_stack(tmp_path_factory.mktemp("heals"), _config(), shared_demos=True) as s:
         yield s
 
 

@@ -58,7 +58,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     os.environ[SECRET_ENV] = SECRET
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
-    with start_stack(workdir, data) as s:
+    with start_stack(workdir, data, shared_demos=True) as s:
         s.data = data  # type: ignore[attr-defined]
         yield s
 

@@ -30,7 +30,7 @@ def warm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, 
         {"name": "warm-model", "deployments": [_dep("demo-wa", STUCK), _dep("demo-wb", {"prompt": "ping"})]},
         {"name": "warm-only", "deployments": [_dep("demo-wc", STUCK)]},
     ]
-    with start_stack(tmp_path_factory.mktemp("warm"), data) as stack:
+    with start_stack(tmp_path_factory.mktemp("warm"), data, shared_demos=True) as stack:
         yield stack, data["extproc"]["metrics_address"]
 
 
