@@ -1,6 +1,6 @@
 """A writer thread's crash journal: every accepted row, appended to a file before SQLite has it.
 
-The request path appends one line with one write(2) on an O_APPEND fd (no fsync): the bytes sit
+The request path appends one line with one `os.write` on an O_APPEND fd (no fsync): the bytes sit
 in the kernel's page cache, so they outlive the process being SIGKILLed, though not a power cut
 (which the SQLite files, written without fsync, do not survive either). The writer thread truncates
 the journal once every row appended so far is committed, and when that does not happen for
@@ -19,7 +19,6 @@ of that segment that did get committed has a higher rowid, which bounds replay's
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import itertools
 import logging
@@ -31,32 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("modelyard.journal")
-
-
-def _gil_holding_write() -> Callable[[int, bytes], int]:
-    """write(2) called with the GIL held (ctypes.PyDLL), os.write where libc cannot be loaded so.
-
-    os.write lets go of the GIL for the syscall; the writer threads take it then, and the event
-    loop waits to get it back: a thread hand-off per row (about a tenth of the request path's CPU
-    in bench/bench_session.py). A page-cache append of a line is shorter than that hand-off."""
-    try:
-        libc_write = ctypes.PyDLL(None, use_errno=True).write
-    except (OSError, AttributeError):  # no libc symbols in this process (not Linux or macOS)
-        return os.write
-    libc_write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
-    libc_write.restype = ctypes.c_ssize_t
-
-    def write(fd: int, data: bytes) -> int:
-        n = libc_write(fd, data, len(data))
-        if n < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-        return int(n)
-
-    return write
-
-
-_write = _gil_holding_write()
 
 HEADER = b"h"
 # A segment past this size while rows stay pending is set aside and a new one started.
@@ -110,7 +83,7 @@ class Journal:
         """Call with `lock` held, after the row went on the queue."""
         self._appended += 1
         try:
-            _write(self._fd, line)
+            os.write(self._fd, line)
         except OSError as e:  # a full disk must not fail the request; the row is still queued
             now = time.monotonic()
             if now - self._warned_at > _WARN_EVERY_S:
