@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -109,8 +110,10 @@ def _child(requests: int, concurrency: int, warmup: int) -> dict[str, Any]:
         return time.process_time() - p0, loop_s
 
     process_s, loop_s = asyncio.run(main())
+    shutil.rmtree(run, ignore_errors=True)
     n = requests // concurrency * concurrency
-    return {"process": process_s / n * 1e6, "loop": loop_s / n * 1e6, **{k: v / n / 1e3 for k, v in steps.items()}}
+    import extproc
+    return {"tree": str(Path(extproc.__file__).resolve().parent.parent), "process": process_s / n * 1e6, "loop": loop_s / n * 1e6, **{k: v / n / 1e3 for k, v in steps.items()}}
 
 
 def _run_child(tree: Path, a: argparse.Namespace) -> dict[str, float]:
@@ -118,19 +121,27 @@ def _run_child(tree: Path, a: argparse.Namespace) -> dict[str, float]:
     out = subprocess.run([sys.executable, __file__, "--child", "--requests", str(a.requests), "--concurrency",
                           str(a.concurrency), "--warmup", str(a.warmup)], env=env, cwd=tree, check=True,
                          capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if got.pop("tree") != str(tree):  # the child must have measured the tree it was given
+        raise SystemExit(f"FAILED: the child for {tree} imported another tree's code")
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Not at import: a child must import its tree's modules (PYTHONPATH), not this one's.
+    sys.path.insert(0, str(ROOT))
+    from bench.smoke import scaled
+
     p = argparse.ArgumentParser()
     p.add_argument("base", type=Path, nargs="?", help="another checkout (a git worktree)")
-    p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=scaled(8, 1))
+    p.add_argument("--requests", type=int, default=scaled(2000, 64))
     p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--warmup", type=int, default=400)
+    p.add_argument("--warmup", type=int, default=scaled(400, 16))
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
+        sys.path.remove(str(ROOT))  # PYTHONPATH's tree first
         print(json.dumps(_child(a.requests, a.concurrency, a.warmup)))
         return 0
     trees = {"this": ROOT} if a.base is None else {"base": a.base.resolve(), "this": ROOT}
