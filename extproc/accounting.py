@@ -10,7 +10,7 @@ from extproc.budget_guard import BudgetGuard
 from extproc.choice import Choice
 from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
-from extproc.telemetry.metering import MeteringStore, MeterRecord
+from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import channel_series, cost_series, model_series, requests_series, tenant_token_series
 from ratelimit import Limiter
 
@@ -57,7 +57,8 @@ class Accountant:
             if self.budgets is not None:  # a stream that ran past its budget still counts in full
                 self.budgets.record(ctx, cost)
         if self.metering is not None:
-            self.metering.record(MeterRecord(
+            # A MeterRecord's values as a plain tuple: the row the writer inserts, nothing built per field.
+            self.metering.record((
                 time.time(), ctx.task_id, ctx.tenant_name, tier, model.name, choice.deployment.cluster,
                 choice.channel, status, latency_s * 1000, ttft_s * 1000 if ttft_s is not None else None, tin, tout,
                 cost, choice.strategy, choice.arm, ctx.caller.key_id if ctx.caller is not None else None))

@@ -44,7 +44,7 @@ class ReadingSource(Protocol):
 class DecisionSink(Protocol):
     """Where every rate-limit decision goes (the metering store's `decisions` table)."""
 
-    def record_decision(self, rec: DecisionRecord) -> bool: ...
+    def record_decision(self, rec: DecisionRecord | tuple) -> bool: ...  # a record, or its values in order
 
 
 class Dispatcher:
@@ -172,7 +172,8 @@ class Dispatcher:
                                      "modelyard.ratelimit.estimated_tokens": est_tokens})
         if self.decisions is not None:
             # The whole demand, refusals included: the tuner replays this, not only what was served.
-            self.decisions.record_decision(DecisionRecord(
+            # A DecisionRecord's values as a plain tuple: the row itself, nothing built per field.
+            self.decisions.record_decision((
                 time.time(), ctx.task_id, ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster,
                 choice.channel, choice.model.name, decision.allowed, requests, est_tokens, decision.limited_by,
                 self.limiter.bound_rule(rl_ctx, decision), decision.store, caller.key_id if caller is not None else None))

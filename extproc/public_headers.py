@@ -8,6 +8,7 @@ error path produced it, so a new path cannot forget to.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -32,6 +33,7 @@ PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADE
 _PREFIXED = re.compile(re.escape(PREFIX), re.IGNORECASE).match
 
 
+@functools.lru_cache(maxsize=4096)  # a dozen names per request, from a small set: one lookup each
 def is_internal(name: str) -> bool:
     return _PREFIXED(name) is not None and name.lower() not in PUBLIC_RESPONSE_HEADERS
 

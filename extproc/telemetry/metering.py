@@ -20,9 +20,8 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, fields
-from operator import attrgetter
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -46,8 +45,9 @@ _DECISIONS_SCHEMA = """CREATE TABLE IF NOT EXISTS decisions (
 _ADDED_COLUMNS = (("requests", "key_id", "TEXT"), ("decisions", "key_id", "TEXT"))
 
 
-@dataclass(frozen=True, slots=True)
-class MeterRecord:
+class MeterRecord(NamedTuple):
+    """One `requests` row, its values in column order (a tuple: the row itself, no copy per row)."""
+
     ts: float
     task_id: str
     tenant: str
@@ -66,8 +66,7 @@ class MeterRecord:
     key_id: str | None = None  # the key store's id of the caller's key; None for a config-file key
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionRecord:
+class DecisionRecord(NamedTuple):
     """One rate-limit decision; `limited_by` (bucket key) and `rule` are empty when admitted."""
 
     ts: float
@@ -92,17 +91,14 @@ class _DecisionRow(tuple):
     __slots__ = ()
 
 
-# Field values in column order, shallow: dataclasses.astuple deep-copies every value per row.
-_ROW = attrgetter(*(f.name for f in fields(MeterRecord)))
-_INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in fields(MeterRecord))})"
-_DECISION = attrgetter(*(f.name for f in fields(DecisionRecord)))
-_INSERT_DECISION = f"INSERT INTO decisions VALUES ({', '.join('?' for _ in fields(DecisionRecord))})"
+_INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in MeterRecord._fields)})"
+_INSERT_DECISION = f"INSERT INTO decisions VALUES ({', '.join('?' for _ in DecisionRecord._fields)})"
 _STOP = object()
 # A journal line is its kind, then the row's values as a JSON array.
 _REQUEST_LINE = b"r"
 _DECISION_LINE = b"d"
 _TABLES = (("requests", _REQUEST_LINE, _INSERT), ("decisions", _DECISION_LINE, _INSERT_DECISION))
-_WIDTH = {"requests": len(fields(MeterRecord)), "decisions": len(fields(DecisionRecord))}
+_WIDTH = {"requests": len(MeterRecord._fields), "decisions": len(DecisionRecord._fields)}
 
 
 # SQLite integers are signed 64-bit: an upstream's u64 count must not lose the row.
@@ -150,14 +146,15 @@ class MeteringStore:
         self._thread = threading.Thread(target=self._run, name="metering-writer", daemon=True)
         self._thread.start()
 
-    def record(self, rec: MeterRecord) -> bool:
-        """Queue one row; False (counted, logged now and then) when the writer is too far behind."""
-        row = _clamped(_ROW(rec))
+    def record(self, rec: MeterRecord | tuple) -> bool:
+        """Queue one row (a `MeterRecord`, or a plain tuple of its values in column order: the
+        request path's); False (counted, logged now and then) when the writer is too far behind."""
+        row = _clamped(rec if type(rec) is tuple else tuple(rec))  # orjson takes no tuple subclass
         return self._put(row, _REQUEST_LINE, row)
 
-    def record_decision(self, rec: DecisionRecord) -> bool:
-        """Queue one decision row, as `record`."""
-        row = _clamped(_DECISION(rec))
+    def record_decision(self, rec: DecisionRecord | tuple) -> bool:
+        """Queue one decision row (a `DecisionRecord` or its values), as `record`."""
+        row = _clamped(rec if type(rec) is tuple else tuple(rec))
         return self._put(row, _DECISION_LINE, _DecisionRow(row))
 
     def _put(self, row: tuple, kind: bytes, item: tuple) -> bool:
