@@ -29,8 +29,42 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from contracts.envoy_names import CLUSTER_HEADER  # noqa: E402
 from extproc.service import loop_factory  # noqa: E402
 
+# Header mutations Modelyard's replies carry for a unary OpenAI call under the shipped config
+# (bench/floor_replies.py: what carrying them costs Envoy and grpc, apart from building them).
+_REQUEST_HEADERS_REMOVED = ["x-modelyard-cluster", "x-modelyard-tenant", "x-modelyard-task-replay",
+                            "x-modelyard-callback-url"]
+_REQUEST_BODY_REMOVED = ["api-key", "authorization", "x-amz-security-token", "x-api-key", "x-goog-api-key",
+                         "accept-encoding", "x-modelyard-strategy", "x-modelyard-channel"]
+_TASK_ID = "cd1a6eae0f1224fad91624436f9d01fa"
+_RESPONSE_SET = [("x-modelyard-task-id", _TASK_ID), ("x-modelyard-model", "demo-gpt"),
+                 ("x-modelyard-channel", "standard"), ("x-modelyard-strategy", "balanced"), ("x-modelyard-arm", "A")]
+_RESPONSE_REMOVED = ["x-modelyard-upstream-host", "x-modelyard-upstream-attempts"]
 
-def replies(cluster: str) -> dict[str | None, pb.ProcessingResponse]:
+
+def _set(mutation: pb.HeaderMutation, key: str, value: str) -> None:
+    mutation.set_headers.add(
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)
+
+
+def modelyard_shaped(out: dict[str | None, pb.ProcessingResponse], cluster: str, body_length: int,
+                     response_side: bool) -> None:
+    """Add Modelyard's own mutations to the floor's replies (request side, and the response headers')."""
+    out["request_headers"].request_headers.response.header_mutation.remove_headers.extend(_REQUEST_HEADERS_REMOVED)
+    body = out["request_body"].request_body.response.header_mutation
+    for key, value in (("content-type", "application/json"), (":path", "/v1/chat/completions"),
+                       ("content-length", str(body_length)), ("x-modelyard-task-id", _TASK_ID),
+                       ("x-modelyard-tenant", "demo"), ("x-envoy-upstream-rq-timeout-ms", "60000")):
+        _set(body, key, value)
+    body.remove_headers.extend(_REQUEST_BODY_REMOVED)
+    if response_side:
+        headers = out["response_headers"].response_headers.response.header_mutation
+        for key, value in [*_RESPONSE_SET, ("x-modelyard-cluster", cluster)]:
+            _set(headers, key, value)
+        headers.remove_headers.extend(_RESPONSE_REMOVED)
+
+
+def replies(cluster: str, shape: str = "floor", body_length: int = 0) -> dict[str | None, pb.ProcessingResponse]:
     """One prebuilt reply per message kind: the floor spends nothing on building them."""
     body = pb.ProcessingResponse()
     common = body.request_body.response
@@ -47,6 +81,8 @@ def replies(cluster: str) -> dict[str | None, pb.ProcessingResponse]:
     stream.response_headers.SetInParent()
     stream.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.STREAMED
     out["sse"] = stream
+    if shape != "floor":
+        modelyard_shaped(out, cluster, body_length, response_side=shape == "modelyard")
     return out
 
 
@@ -57,8 +93,8 @@ def is_sse(req: pb.ProcessingRequest) -> bool:
 
 
 class FloorProcessor(ext_grpc.ExternalProcessorServicer):
-    def __init__(self, cluster: str) -> None:
-        self.replies = replies(cluster)
+    def __init__(self, cluster: str, shape: str = "floor", body_length: int = 0) -> None:
+        self.replies = replies(cluster, shape, body_length)
 
     async def Process(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         # read()/write(), as extproc/server.py does: the cheapest way grpc.aio offers.
@@ -69,9 +105,9 @@ class FloorProcessor(ext_grpc.ExternalProcessorServicer):
             await context.write(self.replies[kind])
 
 
-async def serve(address: str, cluster: str) -> None:
+async def serve(address: str, cluster: str, shape: str = "floor", body_length: int = 0) -> None:
     server = grpc.aio.server()
-    ext_grpc.add_ExternalProcessorServicer_to_server(FloorProcessor(cluster), server)
+    ext_grpc.add_ExternalProcessorServicer_to_server(FloorProcessor(cluster, shape, body_length), server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     server.add_insecure_port(address)
@@ -86,9 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("address")
     p.add_argument("cluster")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--replies", choices=("floor", "request-side", "modelyard"), default="floor",
+                   help="bare replies, or Modelyard's own header mutations in them (bench/floor_replies.py)")
+    p.add_argument("--body-length", type=int, default=0, help="the request body's length, for content-length")
     a = p.parse_args(argv)
     with asyncio.Runner(loop_factory=loop_factory(a.loop)) as runner:
-        runner.run(serve(a.address, a.cluster))
+        runner.run(serve(a.address, a.cluster, a.replies, a.body_length))
     return 0
 
 

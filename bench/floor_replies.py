@@ -1,0 +1,79 @@
+"""What Modelyard's replies cost Envoy and grpc, apart from the session that builds them, in one run.
+
+The do-nothing ext_proc (bench/floor_extproc.py) three times behind the same Envoy config: with its
+own bare replies; with the header mutations Modelyard's request-side replies carry for a unary
+OpenAI call under the shipped config (request headers: 4 removals; request body: 6 sets and 8
+removals besides the cluster header); and with those plus the response-headers reply's 6 public
+headers and 2 removals. All prebuilt, so the extproc's work stays the floor's: the difference is
+what carrying and applying Modelyard-shaped replies costs. Interleaved rounds at c=16, medians of
+Envoy's and the extproc's CPU per request. docs/performance.md has the figures.
+
+    .venv/bin/python bench/floor_replies.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid, cpu_s  # noqa: E402
+from bench.outcomes import Tally, report  # noqa: E402
+from bench.wrk_load import post_script, run_wrk  # noqa: E402
+from controlplane.environments import EnvironmentConfig  # noqa: E402
+from tests.conftest import UPSTREAM_KEYS  # noqa: E402
+
+SHAPES = ("floor", "request-side", "modelyard")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=5)
+    a = p.parse_args(argv)
+    for k, v in UPSTREAM_KEYS.items():
+        os.environ.setdefault(k, v)
+    work = Path(tempfile.mkdtemp(prefix="floor-replies-"))
+    env = EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
+    stacks = {}
+    for shape in SHAPES:
+        s = _floor_stack(work / shape, env)
+        s.child("extproc").argv += ["--replies", shape, "--body-length", str(len(BODY))]
+        stacks[shape] = s
+    script = work / "post.lua"
+    script.write_text(post_script(BODY, HEADERS))
+    tallies: list[Tally] = []
+    envoy: dict[str, list[float]] = {s: [] for s in SHAPES}
+    extproc: dict[str, list[float]] = {s: [] for s in SHAPES}
+    for s in stacks.values():
+        s.start()
+    try:
+        for shape, s in stacks.items():
+            tallies.append(Tally("floor-replies", f"{shape} warm-up"))
+            run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, tallies[-1])
+        for i in range(a.rounds):
+            for shape, s in stacks.items():
+                pe, px = _pid(s, "envoy"), _pid(s, "extproc")
+                before_e, before_x = cpu_s(pe), cpu_s(px)
+                tallies.append(Tally("floor-replies", f"{shape} c=16 round {i + 1}"))
+                run = run_wrk(f"{s.url}/v1/chat/completions", 16, 3, script, tallies[-1])
+                if run.tally.ok:
+                    envoy[shape].append((cpu_s(pe) - before_e) / run.tally.ok * 1e6)
+                    extproc[shape].append((cpu_s(px) - before_x) / run.tally.ok * 1e6)
+    finally:
+        for s in stacks.values():
+            s.stop()
+    base_e, base_x = statistics.median(envoy["floor"]), statistics.median(extproc["floor"])
+    for shape in SHAPES:
+        e, x = statistics.median(envoy[shape]), statistics.median(extproc[shape])
+        print(f"{shape:<13} Envoy {e:6.0f} us/req ({e / base_e:.2f}x)  extproc {x:6.0f} us/req ({x / base_x:.2f}x)  "
+              f"Envoy rounds {', '.join(f'{v:.0f}' for v in envoy[shape])}")
+    return report(tallies)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
