@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,7 @@ from bench.outcomes import Tally, report  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
+from devstack.launcher import Stack  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, free_port, start_stack  # noqa: E402
 
@@ -124,6 +125,23 @@ def wait_http(name: str, url: str, proc: subprocess.Popen, timeout_s: float = 18
     raise RuntimeError(f"{name} not ready after {timeout_s:.0f}s")
 
 
+@contextlib.contextmanager
+def skipping_response_headers(stack: Stack) -> Iterator[None]:
+    """Run `stack` with its Envoy rendered with `response_header_mode: SKIP` (rendered at start)."""
+    from bench.floor_designs import _RENDERED, _skipping_response_headers
+    from controlplane import bootstrap
+
+    bootstrap._ext_proc_filter = _skipping_response_headers
+    try:
+        stack.start()
+    finally:
+        bootstrap._ext_proc_filter = _RENDERED
+    try:
+        yield
+    finally:
+        stack.stop()
+
+
 def check_stream(gw: Gateway) -> int:
     """One streamed call through `gw`: its data events (it must stream, and end with [DONE])."""
     with httpx.stream("POST", gw.url, content=STREAM, headers=gw.headers, timeout=30) as r:
@@ -139,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=scaled(3, 1))
     p.add_argument("--floor", action="store_true",
                    help="also the floor: Modelyard's Envoy with a do-nothing ext_proc (bench/floor_extproc.py)")
+    p.add_argument("--floor3", action="store_true",
+                   help="also the 3-message floor (response headers skipped, bench/floor_designs.py), unary only")
     a = p.parse_args(argv)
     have_portkey = not SMOKE and PORTKEY.exists() and shutil.which("node") is not None
     have_litellm = not SMOKE and LITELLM.exists()
@@ -172,6 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         gateways.append(Gateway("floor", f"{floor.url}/v1/chat/completions",
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
                                 lambda: [_pid(floor, c) for c in ("envoy", "extproc")]))
+    # The cheapest unary design Envoy 1.40 allows, where the stream choice is known from the headers
+    # (it is not, for the call measured: SSE would be buffered, so unary only).
+    floor3 = _floor_stack(work / "floor3", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor3 \
+        else None
+    if floor3 is not None:
+        gateways.append(Gateway("floor3", f"{floor3.url}/v1/chat/completions",
+                                {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
+                                lambda: [_pid(floor3, c) for c in ("envoy", "extproc")], shapes=("unary",)))
     procs: list[subprocess.Popen] = []
     tallies: list[Tally] = []
     results: dict[tuple[str, str, int], list[WrkResult]] = {}
@@ -179,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     chunks: dict[str, int] = {}
     logs = open(work / "peers.log", "wb")  # noqa: SIM115  (closed below, after the peers stopped)
     try:
-        with stack, floor if floor is not None else contextlib.nullcontext():
+        with stack, floor if floor is not None else contextlib.nullcontext(), \
+                skipping_response_headers(floor3) if floor3 is not None else contextlib.nullcontext():
             if have_portkey:
                 port = free_port()
                 proc = subprocess.Popen(["node", str(PORTKEY), f"--port={port}", "--headless"], cwd=PORTKEY.parent,
@@ -292,11 +321,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(ratio, 3), "unit": "x",
                      "baseline": goal, "ratio": round(ratio / goal, 3)})
     # Not goals: how far the do-nothing floor of Modelyard's design sits from Portkey in this run.
-    for what, fshape, fconns, metric in (("floor unary c=16 cpu/req vs portkey", "unary", 16, "cpu_us"),
-                                         ("floor unary c=1 p50 vs portkey", "unary", 1, "p50_ms"),
-                                         ("floor stream c=16 cpu/req vs portkey", "stream", 16, "cpu_us")):
-        n, d = med.get(("floor", fshape, fconns)), med.get(("portkey", fshape, fconns))
+    for name, fshape, fconns, metric in (("floor", "unary", 16, "cpu_us"), ("floor", "unary", 1, "p50_ms"),
+                                         ("floor", "stream", 16, "cpu_us"), ("floor3", "unary", 16, "cpu_us"),
+                                         ("floor3", "unary", 1, "p50_ms")):
+        n, d = med.get((name, fshape, fconns)), med.get(("portkey", fshape, fconns))
         if n and d and d[metric]:
+            what = f"{name} {fshape} c={fconns} {'cpu/req' if metric == 'cpu_us' else 'p50'} vs portkey"
             print(f"  {what:<34}{n[metric] / d[metric]:>7.2f}  (the floor, for reference)")
     print("SUMMARY " + json.dumps(rows))
     return report(tallies)
