@@ -102,6 +102,12 @@ def _floor_stack(workdir: Path, env: EnvironmentConfig) -> Stack:
     return s
 
 
+def only_demo_gpt_upstreams(stack: Stack, data: dict) -> None:
+    """The shipped config as it is, with only demo-gpt's demo upstreams (and the agents) started."""
+    keep = {d["cluster"] for m in data["models"] if m["name"] == "demo-gpt" for d in m["deployments"]}
+    stack.children = [c for c in stack.children if not c.name.startswith("demo-") or c.name.partition("@")[0] in keep]
+
+
 def _pid(stack: Stack, child: str) -> int:
     proc = stack.child(child).proc
     assert proc is not None  # started with the stack
@@ -167,10 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     (work / "demo").mkdir()
     demo_stack = start_stack(work / "demo", demo_data)
     demo_stack.quiet = True
-    if SMOKE:  # the shipped config as it is, with only demo-gpt's upstreams (and agents) up: nothing else is called
-        keep = {d["cluster"] for m in demo_data["models"] if m["name"] == "demo-gpt" for d in m["deployments"]}
-        demo_stack.children = [c for c in demo_stack.children
-                               if not c.name.startswith("demo-") or c.name.partition("@")[0] in keep]
+    if SMOKE:  # nothing but demo-gpt is called
+        only_demo_gpt_upstreams(demo_stack, demo_data)
     # The minimal config again with 2 and the default number of workers (1 is `stack` itself).
     worker_stacks: dict[int, Stack] = {}
     for n in sorted({2, scaled(default_workers(), 2)} - {1}):

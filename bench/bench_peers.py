@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,12 +39,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_gateway import _floor_stack, _pid  # noqa: E402
+from bench.bench_gateway import _floor_stack, _pid, only_demo_gpt_upstreams  # noqa: E402
+from bench.floor_designs import skipping_response_headers  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
-from devstack.launcher import Stack  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, free_port, start_stack  # noqa: E402
 
@@ -125,23 +125,6 @@ def wait_http(name: str, url: str, proc: subprocess.Popen, timeout_s: float = 18
     raise RuntimeError(f"{name} not ready after {timeout_s:.0f}s")
 
 
-@contextlib.contextmanager
-def skipping_response_headers(stack: Stack) -> Iterator[None]:
-    """Run `stack` with its Envoy rendered with `response_header_mode: SKIP` (rendered at start)."""
-    from bench.floor_designs import _RENDERED, _skipping_response_headers
-    from controlplane import bootstrap
-
-    bootstrap._ext_proc_filter = _skipping_response_headers
-    try:
-        stack.start()
-    finally:
-        bootstrap._ext_proc_filter = _RENDERED
-    try:
-        yield
-    finally:
-        stack.stop()
-
-
 def check_stream(gw: Gateway) -> int:
     """One streamed call through `gw`: its data events (it must stream, and end with [DONE])."""
     with httpx.stream("POST", gw.url, content=STREAM, headers=gw.headers, timeout=30) as r:
@@ -175,9 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     (work / "modelyard").mkdir()
     stack = start_stack(work / "modelyard", data)
     stack.quiet = True
-    if SMOKE:  # the shipped config as it is, with only demo-gpt's upstreams up: nothing else is called
-        keep = {d["cluster"] for m in data["models"] if m["name"] == "demo-gpt" for d in m["deployments"]}
-        stack.children = [c for c in stack.children if not c.name.startswith("demo-") or c.name.partition("@")[0] in keep]
+    if SMOKE:  # nothing but demo-gpt is called
+        only_demo_gpt_upstreams(stack, data)
     upstream = next(d for m in data["models"] if m["name"] == "demo-gpt" for d in m["deployments"]
                     if d["cluster"] == "demo-openai")
     (work / "litellm.yaml").write_text(yaml.safe_dump(litellm_config(data)))

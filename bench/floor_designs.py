@@ -12,10 +12,12 @@ request from Envoy's stats, p50 at one connection. docs/performance.md has the f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from bench.outcomes import Tally, report  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from controlplane import bootstrap  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
+from devstack.launcher import Stack  # noqa: E402
 from tests.conftest import UPSTREAM_KEYS  # noqa: E402
 
 _RENDERED = bootstrap._ext_proc_filter
@@ -48,14 +51,33 @@ def _skipping_response_headers(*args: Any, **kwargs: Any) -> Any:
     return f
 
 
-def main(argv: list[str] | None = None) -> int:
+def floor_bench(argv: list[str] | None, prefix: str) -> tuple[argparse.Namespace, Path, EnvironmentConfig]:
+    """The floor scripts' common start: `--rounds`, the demo keys, a work dir and the environment."""
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args(argv)
     for k, v in UPSTREAM_KEYS.items():
         os.environ.setdefault(k, v)
-    work = Path(tempfile.mkdtemp(prefix="floor-designs-"))
-    env = EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    return a, work, EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
+
+
+@contextlib.contextmanager
+def skipping_response_headers(stack: Stack) -> Iterator[None]:
+    """Run `stack` with its Envoy rendered with `response_header_mode: SKIP` (rendered at start)."""
+    bootstrap._ext_proc_filter = _skipping_response_headers
+    try:
+        stack.start()
+    finally:
+        bootstrap._ext_proc_filter = _RENDERED
+    try:
+        yield
+    finally:
+        stack.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    a, work, env = floor_bench(argv, "floor-designs-")
     stacks = {"4 messages": _floor_stack(work / "four", env), "3 messages": _floor_stack(work / "three", env)}
     script = work / "post.lua"
     script.write_text(post_script(BODY, HEADERS))
@@ -63,33 +85,25 @@ def main(argv: list[str] | None = None) -> int:
     cpu: dict[str, list[float]] = {}
     msgs: dict[str, list[float]] = {}
     p50: dict[str, list[float]] = {}
-    with stacks["4 messages"]:
-        bootstrap._ext_proc_filter = _skipping_response_headers  # the Envoy config is rendered at start
-        try:
-            stacks["3 messages"].start()
-        finally:
-            bootstrap._ext_proc_filter = _RENDERED
-        try:
+    with stacks["4 messages"], skipping_response_headers(stacks["3 messages"]):
+        for name, s in stacks.items():
+            tallies.append(Tally("floor-designs", f"{name} warm-up"))
+            run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, tallies[-1])
+        for i in range(a.rounds):
             for name, s in stacks.items():
-                tallies.append(Tally("floor-designs", f"{name} warm-up"))
-                run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, tallies[-1])
-            for i in range(a.rounds):
-                for name, s in stacks.items():
-                    url = f"{s.url}/v1/chat/completions"
-                    tallies.append(Tally("floor-designs", f"{name} c=1 round {i + 1}"))
-                    p50.setdefault(name, []).append(run_wrk(url, 1, 2, script, tallies[-1]).p50_ms)
-                    pids = [_pid(s, "extproc"), _pid(s, "envoy")]
-                    stats, before = extproc_stats(s), sum(cpu_s(pid) for pid in pids)
-                    tallies.append(Tally("floor-designs", f"{name} c=16 round {i + 1}"))
-                    run = run_wrk(url, 16, 3, script, tallies[-1])
-                    used, after = sum(cpu_s(pid) for pid in pids) - before, extproc_stats(s)
-                    if run.tally.ok:
-                        cpu.setdefault(name, []).append(used / run.tally.ok * 1e6)
-                    streams = after["streams_started"] - stats["streams_started"]
-                    if streams:
-                        msgs.setdefault(name, []).append((after["stream_msgs_sent"] - stats["stream_msgs_sent"]) / streams)
-        finally:
-            stacks["3 messages"].stop()
+                url = f"{s.url}/v1/chat/completions"
+                tallies.append(Tally("floor-designs", f"{name} c=1 round {i + 1}"))
+                p50.setdefault(name, []).append(run_wrk(url, 1, 2, script, tallies[-1]).p50_ms)
+                pids = [_pid(s, "extproc"), _pid(s, "envoy")]
+                stats, before = extproc_stats(s), sum(cpu_s(pid) for pid in pids)
+                tallies.append(Tally("floor-designs", f"{name} c=16 round {i + 1}"))
+                run = run_wrk(url, 16, 3, script, tallies[-1])
+                used, after = sum(cpu_s(pid) for pid in pids) - before, extproc_stats(s)
+                if run.tally.ok:
+                    cpu.setdefault(name, []).append(used / run.tally.ok * 1e6)
+                streams = after["streams_started"] - stats["streams_started"]
+                if streams:
+                    msgs.setdefault(name, []).append((after["stream_msgs_sent"] - stats["stream_msgs_sent"]) / streams)
     for name in stacks:
         print(f"{name}: Envoy + extproc CPU {statistics.median(cpu[name]):.0f} us/req (rounds "
               f"{', '.join(f'{x:.0f}' for x in cpu[name])}), {statistics.median(msgs[name]):.2f} ext_proc messages "

@@ -69,9 +69,7 @@ def replies(cluster: str, shape: str = "floor", body_length: int = 0) -> dict[st
     body = pb.ProcessingResponse()
     common = body.request_body.response
     common.clear_route_cache = True
-    common.header_mutation.set_headers.add(
-        header=base_pb2.HeaderValue(key=CLUSTER_HEADER, raw_value=cluster.encode()),
-        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)
+    _set(common.header_mutation, CLUSTER_HEADER, cluster)
     out: dict[str | None, pb.ProcessingResponse] = {"request_body": body}
     for kind in ("request_headers", "response_headers", "response_body", "response_trailers"):
         r = pb.ProcessingResponse()

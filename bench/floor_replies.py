@@ -13,32 +13,22 @@ Envoy's and the extproc's CPU per request. docs/performance.md has the figures.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid, cpu_s  # noqa: E402
+from bench.floor_designs import floor_bench  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
-from controlplane.environments import EnvironmentConfig  # noqa: E402
-from tests.conftest import UPSTREAM_KEYS  # noqa: E402
 
 SHAPES = ("floor", "request-side", "modelyard")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--rounds", type=int, default=5)
-    a = p.parse_args(argv)
-    for k, v in UPSTREAM_KEYS.items():
-        os.environ.setdefault(k, v)
-    work = Path(tempfile.mkdtemp(prefix="floor-replies-"))
-    env = EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
+    a, work, env = floor_bench(argv, "floor-replies-")
     stacks = {}
     for shape in SHAPES:
         s = _floor_stack(work / shape, env)
