@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Iterable
 
 from adapters.internal import ChatRequest
+from contracts.errors import ClientError
 from contracts.params import DROPPABLE_PARAMS, DropParams
-from modelyard.errors import ClientError
 
 __all__ = ["DROPPABLE_PARAMS", "set_controls", "lacking", "decide", "without", "refuse", "client_spelling"]
 

@@ -9,7 +9,7 @@ import orjson
 from adapters.json_shape import check_shape, surely_within
 from adapters.json_types import JSONArray, JSONObject
 from adapters.upstream_errors import provider_message
-from modelyard.errors import ClientError, UpstreamError
+from contracts.errors import ClientError, UpstreamError
 
 # ---- field validation shared by the protocol parsers (each raises ClientError 400) ----------
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 ALLOWED_FORMATS = frozenset({"JPEG", "PNG", "WEBP"})
 DEFAULT_MAX_PIXELS = 40_000_000

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 MAX_JSON_DEPTH = 64  # far past any real request; well under orjson's dumps limit (254)
 _CHUNK = 1 << 20

@@ -13,7 +13,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from adapters import kserve
 from adapters.kserve import KServeError
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 PATH_PREFIX = f"/{kserve.GRPC_SERVICE}/"
 INFER = "ModelInfer"

@@ -1,6 +1,6 @@
 """KServe v2 health, readiness and metadata: the spec's shapes, pure functions.
 
-The gateway answers these from its upstreams (`extproc/kserve_probe.py` does the I/O): an
+The gateway answers these from its upstreams (`extproc/vision/kserve_probe.py` does the I/O): an
 upstream's REST JSON or gRPC message is read here into one dict shape, checked against the
 spec, renamed to the gateway's model name, and rendered back as REST JSON or a gRPC message.
 An upstream answer that does not fit the spec is the upstream's fault (`UpstreamError`, 502).
@@ -15,7 +15,7 @@ import orjson
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 SERVER_NAME = "modelyard"
 # Extensions the gateway itself implements on its front, whatever the upstream behind it does.

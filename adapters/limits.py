@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sized
 
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 MAX_MESSAGES = 4096  # chat turns per request (messages / contents)
 MAX_CONTENT_PARTS = 512  # content parts or blocks per turn

@@ -12,7 +12,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from adapters.images import ImageUpload
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 _TOKEN_PARAM = re.compile(
     r';\s*([!#$%&\'*+.^_`|~0-9A-Za-z-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)\s*'

@@ -22,7 +22,7 @@ import yaml  # noqa: E402
 
 from bench.smoke import scaled  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
-from extproc.auth import Identity, KeyRing  # noqa: E402
+from extproc.admission.auth import Identity, KeyRing  # noqa: E402
 from keys.cache import KeyCache  # noqa: E402
 from keys.db import connect  # noqa: E402
 from keys.refresher import KeyRefresher  # noqa: E402

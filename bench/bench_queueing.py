@@ -35,7 +35,7 @@ from contracts.config import parse_config  # noqa: E402
 from contracts.config.queueing import QueueSettings  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
 from devstack.launcher import Stack  # noqa: E402
-from extproc.concurrency import ConcurrencyLimits  # noqa: E402
+from extproc.admission.concurrency import ConcurrencyLimits  # noqa: E402
 from extproc.routing.queueing import DeploymentQueue, Ticket  # noqa: E402
 from tests.stack_config import free_port  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""A live reload's cost (extproc/reload.py) on the demo config, against parsing the same file in the same run:
+"""A live reload's cost (extproc/live/reload.py) on the demo config, against parsing the same file in the same run:
 the whole apply (parse in a worker thread, then prepare and commit), and the part that runs on the event
 loop (prepare + commit: the only time requests wait on a reload). Alternates two configs so every apply
 changes something (a tenant added, then removed)."""
@@ -21,7 +21,7 @@ from bench.smoke import scaled  # noqa: E402
 from contracts.config import hash_api_key, parse_config  # noqa: E402
 from contracts.live_config import config_version  # noqa: E402
 from extproc.gateway import Gateway, LiveGateway  # noqa: E402
-from extproc.reload import Reloader, commit, parse_text, prepare  # noqa: E402
+from extproc.live.reload import Reloader, commit, parse_text, prepare  # noqa: E402
 from ratelimit import Limiter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

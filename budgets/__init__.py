@@ -4,7 +4,7 @@ Pure core: `periods` (the UTC windows and their reset), `decision` (refuse / sof
 numbers), `ledger` (spend per scope and day: the store's totals plus this process's unflushed
 spend). Shells: `store` (the shared SQL tables, behind one class), `webhook` (the soft-limit POST,
 in its own thread), `report` (`modelyard spend`, from the metering rows). The request path's part
-is `extproc/budget_guard.py`.
+is `extproc/admission/budget_guard.py`.
 """
 
 from .decision import Standing, refusal, verdict

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from budgets.periods import Window
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 DEFAULT_FILE = "keys.db"
 _SCHEMA = (

@@ -3,5 +3,5 @@
 The config model (`contracts.config`), the names Envoy and the extproc share (`envoy_names`),
 which deployments stand in for each other (`failover`), the GPU agent's watermark wire format
 (`watermarks`) and the worker plan (`workers`). Everything may import this package; it imports
-nothing of ours but `modelyard.errors` (an import-linter contract in pyproject.toml says so).
+nothing of ours but `contracts.errors` (an import-linter contract in pyproject.toml says so).
 """

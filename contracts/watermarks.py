@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 
 class WatermarkParseError(UpstreamError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 _MAX_DEFAULT = 8
 

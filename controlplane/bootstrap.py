@@ -130,6 +130,7 @@ from contracts.envoy_names import (
     xlate_metadata,
     xlate_name,
 )
+from contracts.errors import ConfigError
 from contracts.failover import failover_groups, translation_hops
 from contracts.workers import worker_addresses, worker_count
 from controlplane.access_log import access_log
@@ -140,7 +141,6 @@ from controlplane.local_replies import extproc_down_replies, status_on_error
 from controlplane.overload import overload_manager
 from controlplane.stats_listener import admin_cluster, stats_listener
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
-from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 
@@ -294,7 +294,7 @@ def _upstream_clusters(cfg: GatewayConfig, env: EnvironmentConfig) -> list[Clust
 
 
 def longest_queue_wait_s(cfg: GatewayConfig) -> float:
-    """The longest a request may wait in a deployment's queue (extproc.concurrency), 0 without queues."""
+    """The longest a request may wait in a deployment's queue (extproc.admission.concurrency), 0 without queues."""
     return max((max(d.queue.max_wait_s.values()) for d in cfg.clusters().values() if d.max_inflight), default=0.0)
 
 

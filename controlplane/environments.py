@@ -10,7 +10,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "envoy" / "environments"
 

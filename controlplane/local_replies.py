@@ -32,7 +32,7 @@ from envoy_data_plane.envoy.type.v3 import HttpStatus, StatusCode
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 
 from adapters.error_bodies import render_error_body
-from modelyard.errors import default_type
+from contracts.errors import default_type
 
 STATUS = 503
 # The supervisor restarts a dead extproc within about a second (devstack.supervisor).

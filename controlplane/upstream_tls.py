@@ -23,7 +23,7 @@ from envoy_data_plane.envoy.extensions.transport_sockets.tls.v3 import (
 from envoy_data_plane.envoy.type.matcher.v3 import StringMatcher
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 

@@ -27,13 +27,13 @@ import yaml
 from pydantic import ValidationError
 
 from contracts.config import Deployment, GatewayConfig, config_path, load_config
+from contracts.errors import ConfigError
 from controlplane.ads_bootstrap import render_ads_bootstrap
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import AdminSettings, EnvironmentConfig, load_environment
 from devstack.banner import banner
 from devstack.child import Child
 from devstack.supervisor import Backoff, Supervisor
-from modelyard.errors import ConfigError
 
 _DEMO_SERVERS = {
     "openai": "devstack.demo.openai_server",

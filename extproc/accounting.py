@@ -6,8 +6,8 @@ import asyncio
 import time
 
 from adapters.internal import Usage
-from extproc.budget_guard import BudgetGuard
-from extproc.choice import Choice
+from extproc.admission.budget_guard import BudgetGuard
+from extproc.admission.choice import Choice
 from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from contracts.config import Deployment, GatewayConfig, ModelConfig, TenantConfig
 from contracts.envoy_names import aggregate_name, parse_xlate
+from contracts.errors import UnknownModel, UpstreamError
 from contracts.failover import failover_groups
-from modelyard.errors import UnknownModel, UpstreamError
 
 
 class Catalog:

@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 from adapters.cloud_targets import AwsCredentials, AzureTarget, BedrockTarget, CloudTarget, VertexTarget
 from contracts.config import Deployment
 from contracts.config.clouds import BedrockSettings, VertexSettings
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 __all__ = ["UpstreamAuth", "upstream_auth", "TokenCache", "aws_credentials", "google_token", "signed_host"]
 

@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable
 
 from adapters import kserve_grpc
 from adapters.error_bodies import ERROR_RENDERERS, render_error_body
+from contracts.errors import ModelyardError
 from extproc import messages as msg
-from modelyard.errors import ModelyardError
 
 __all__ = ["ERROR_RENDERERS", "GRPC_STATUS", "error_response", "render_error_body"]
 # Callers answered with a gRPC status (Envoy sends a gRPC caller's local reply trailers-only): the

@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING
 
 from contracts.config import GatewayConfig
 from extproc.accounting import Accountant
-from extproc.auth import AdminKeys, KeyRing
-from extproc.batching import Batcher
-from extproc.budget_guard import BudgetGuard
+from extproc.admission.auth import AdminKeys, KeyRing
+from extproc.admission.budget_guard import BudgetGuard
+from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.admission.dispatch import Dispatcher
 from extproc.catalog import Catalog
-from extproc.concurrency import ConcurrencyLimits
-from extproc.dispatch import Dispatcher
 from extproc.key_admin import KeyAdmin
-from extproc.kserve_probe import KServeProbe
 from extproc.routing import Scheduler
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.pollers import WatermarkBoard
+from extproc.vision.batching import Batcher
+from extproc.vision.kserve_probe import KServeProbe
 from kernels import Backend, select_backend
 from ratelimit import Limiter
 
@@ -107,7 +107,7 @@ class Gateway:
 
 class LiveGateway:
     """The running snapshot: a new stream reads `current` once and keeps that Gateway to its end, so a
-    reload (extproc/reload.py) is one reference assignment and in-flight requests finish on their config."""
+    reload (extproc/live/reload.py) is one reference assignment and in-flight requests finish on their config."""
 
     __slots__ = ("current", "version")
 

@@ -19,12 +19,11 @@ from urllib.parse import unquote, urlsplit
 from adapters import embeddings, kserve, kserve_grpc
 from adapters.registry import detect_client_protocol
 from contracts.config import GatewayConfig, config_path, load_config
+from contracts.errors import ConfigError, ModelyardError
 from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
-from extproc.batching import Batcher
-from extproc.budget_guard import BudgetGuard
-from extproc.concurrency import ConcurrencyLimits
-from extproc.config_feed import ConfigFeed, worker_id
+from extproc.admission.budget_guard import BudgetGuard
+from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.flows import keys_admin, local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -34,7 +33,8 @@ from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.gateway import Gateway, LiveGateway
 from extproc.key_admin import KeyAdmin
-from extproc.reload import Outcome, Reloader, show_version
+from extproc.live.config_feed import ConfigFeed, worker_id
+from extproc.live.reload import Outcome, Reloader, show_version
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
@@ -44,11 +44,11 @@ from extproc.telemetry.metering import DecisionRecord, MeteringStore
 from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.warmup import Warmer
+from extproc.vision.batching import Batcher
 from extproc.workers import WORKER_ENV, WorkerPool, shared_dir, worker_index
 from kernels import select_backend
 from keys.cache import KeyCache
 from keys.location import store_dsn
-from modelyard.errors import ConfigError, ModelyardError
 from ratelimit import Decision, Limiter
 from ratelimit import RequestContext as RateLimitContext
 from ratelimit import status as ratelimit_status
@@ -173,8 +173,8 @@ def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gat
     backend = select_backend(config.extproc.image_backend)
     IMAGE_BACKEND.labels(backend.name).set(1)
     log.info("image preprocessing backend: %s (preference %s)", backend.name, config.extproc.image_backend)
-    # max_inflight is the host's when several workers serve it (extproc/host_slots.py)
-    # ... and every replica's with the Redis backend (extproc/redis_slots.py)
+    # max_inflight is the host's when several workers serve it (extproc/admission/host_slots.py)
+    # ... and every replica's with the Redis backend (extproc/admission/redis_slots.py)
     rl = config.ratelimit
     limits = ConcurrencyLimits(config, host=None if shared is None else (f"{shared}/slots", worker_index()),
                                redis_url=rl.redis.url if rl.backend == "redis" else None,
@@ -205,7 +205,7 @@ def build_tracing(config: GatewayConfig) -> Tracing | None:
 
 
 async def reload_from_file(reloader: Reloader, path: str | None) -> Outcome:
-    """SIGHUP: re-read the config file and apply all of it atomically (extproc/reload.py), or none of it."""
+    """SIGHUP: re-read the config file and apply all of it atomically (extproc/live/reload.py), or none of it."""
     return await reloader.reload_file(config_path(path))
 
 

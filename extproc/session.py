@@ -19,9 +19,10 @@ from urllib.parse import parse_qsl
 import orjson
 
 from contracts.envoy_names import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER, parse_xlate_metadata
+from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable, UpstreamError, default_type
 from extproc import messages as msg
+from extproc.admission.auth import EXPIRED, Identity, any_client_key, client_key, key_digest
 from extproc.audit_trail import CallTrail
-from extproc.auth import EXPIRED, Identity, any_client_key, client_key, key_digest
 from extproc.context import Flow, Interim, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
@@ -32,7 +33,6 @@ from extproc.tasks.marker import MARKER_HEADER
 from extproc.telemetry.audit import KEY_ADMIN, AuditEvent
 from extproc.telemetry.audit_chain import key_id
 from extproc.telemetry.metrics import AUDIT_REFUSED, ERRORS, STREAMS
-from modelyard.errors import ClientError, ModelyardError, NotFound, Unavailable, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.session")
 

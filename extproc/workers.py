@@ -11,7 +11,7 @@ streams); one that cannot start at all (exits before it serves `FAILED_STARTS` t
 
 Shared by the workers: the rate-limit buckets of the memory backend and the `max_inflight` slot
 counts (files in one host directory that worker 0 makes and names in $MODELYARD_SHARED_DIR: see
-ratelimit/host_buckets.py and extproc/host_slots.py), SQLite files (metering, audit, tasks), Redis.
+ratelimit/host_buckets.py and extproc/admission/host_slots.py), SQLite files (metering, audit, tasks), Redis.
 Per process: the queue order in front of the slots (each queue bound divided among the workers),
 scheduler feedback, watermark readings, Prometheus series.
 """
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contracts.errors import ConfigError
 from contracts.workers import shifted
-from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.workers")
 

@@ -12,7 +12,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 BackendName = Literal["numpy", "cupy"]
 ChannelOrder = Literal["RGB", "BGR"]

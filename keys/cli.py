@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from contracts.config import config_path, load_config
+from contracts.errors import ConfigError
 from keys.db import StoreError, connect, redacted
 from keys.location import store_dsn
 from keys.record import KeyRecord
 from keys.spec import PERIODS, KeySpecError, build_spec
 from keys.store import KeyStore, RevokedKey, UnknownKey
-from modelyard.errors import ConfigError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from contracts.config import hash_api_key, load_config
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 
 def _logging(level: str) -> None:

@@ -6,7 +6,7 @@ import orjson
 
 from adapters.anthropic.wire import ErrorBody
 from adapters.fields import error_message
-from modelyard.errors import INSUFFICIENT_QUOTA, MODEL_NOT_FOUND, default_type
+from contracts.errors import INSUFFICIENT_QUOTA, MODEL_NOT_FOUND, default_type
 
 # Anthropic calls an unknown model what it calls anything else not found, and any 429 a rate limit.
 _ANTHROPIC_TYPES = {MODEL_NOT_FOUND: "not_found_error", INSUFFICIENT_QUOTA: "rate_limit_error"}

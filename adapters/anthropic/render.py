@@ -38,7 +38,7 @@ from adapters.internal import (
     message_text,
 )
 from adapters.passthrough import with_model
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 SUPPORTED_CONTROLS = frozenset({"top_k"})  # Messages has no seed
 _DOCUMENT_TYPES = frozenset(("application/pdf", "text/plain"))

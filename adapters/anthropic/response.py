@@ -12,7 +12,7 @@ from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
 from adapters.internal import ChatRequest, ChatResponse, ToolCall, Usage
 from adapters.json_types import JSONObject
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 
 def _input_tokens(u: JSONObject) -> int:

@@ -32,7 +32,7 @@ from adapters.internal import (
 )
 from adapters.json_types import JSONObject
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
-from modelyard.errors import ModelyardError
+from contracts.errors import ModelyardError
 
 
 class StreamDecoder(SSEDecoder):

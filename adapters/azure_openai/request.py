@@ -9,7 +9,7 @@ from adapters import openai
 from adapters.cloud_targets import AzureTarget
 from adapters.fields import header
 from adapters.internal import ChatRequest, RenderOptions, UpstreamRequest
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 __all__ = ["CLIENT_AUTH_HEADERS", "deployment_path", "parse_request", "request_target", "render_request",
            "client_api_key", "check_query", "passthrough_body",

@@ -8,7 +8,7 @@ import orjson
 from adapters import openai
 from adapters.internal import ChatRequest, ChatResponse
 from adapters.upstream_errors import provider_message, sanitize
-from modelyard.errors import default_type
+from contracts.errors import default_type
 
 __all__ = ["parse_response", "render_response", "render_error", "parse_error", "filtered_categories"]
 

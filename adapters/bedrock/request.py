@@ -32,7 +32,7 @@ from adapters.internal import (
     message_text,
 )
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
-from modelyard.errors import ClientError, UpstreamError
+from contracts.errors import ClientError, UpstreamError
 
 __all__ = ["STREAM_CONTENT_TYPE", "converse_path", "render_request", "request_target", "parse_request", "check_query",
            "passthrough_body"]

@@ -8,7 +8,7 @@ from adapters.bedrock.wire import ContentBlock, ConverseResponse, StopReason
 from adapters.fields import bad_upstream, load_object, token_count
 from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
 from adapters.upstream_errors import provider_message, sanitize
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 __all__ = ["FINISH_IN", "parse_response", "render_response", "render_error", "parse_error"]
 

@@ -12,7 +12,7 @@ from adapters.fields import as_object, bad_upstream, load_object, opt_list, toke
 from adapters.internal import UpstreamRequest
 from adapters.json_types import JSONArray, JSONObject
 from adapters.limits import check_count
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 
 def _gemini_text(content: object, where: str) -> str:

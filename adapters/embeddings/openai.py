@@ -22,7 +22,7 @@ from adapters.fields import bad_upstream, load_object, opt_int, token_count
 from adapters.internal import UpstreamRequest
 from adapters.json_types import JSONArray, JSONObject
 from adapters.limits import check_count
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 if TYPE_CHECKING:  # NumPy loads on first use (wire.py says why)
     import numpy as np

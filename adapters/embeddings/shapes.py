@@ -17,7 +17,7 @@ from adapters.embeddings.openai import (
 from adapters.embeddings.wire import EmbeddingRequest, EmbeddingResponse, Shape
 from adapters.fields import bad_upstream
 from adapters.internal import UpstreamRequest
-from modelyard.errors import ClientError, UpstreamError
+from contracts.errors import ClientError, UpstreamError
 
 
 def parse_request(shape: Shape, body: bytes, *, path_model: str | None = None) -> EmbeddingRequest:

@@ -32,7 +32,7 @@ from adapters.internal import (
     message_text,
 )
 from adapters.json_types import JSONObject
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 # Google's documented stand-in for a function call whose thought signature was lost on the way
 # (history from another protocol): Gemini 3 refuses a replayed call without one.

@@ -18,7 +18,7 @@ from adapters.gemini.wire import (
 )
 from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
 from adapters.json_types import JSONArray, JSONObject
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 
 def _usage(u: JSONObject) -> Usage:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from adapters.json_types import JSONObject
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 # Keys of Gemini's OpenAPI-subset Schema; anything else in a JSON Schema is dropped on the way up.
 _SCHEMA_KEYS = frozenset((

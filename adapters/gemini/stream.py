@@ -32,7 +32,7 @@ from adapters.internal import (
 )
 from adapters.json_types import JSONArray, JSONObject
 from adapters.sse import SSEDecoder, SSEEvent
-from modelyard.errors import ModelyardError
+from contracts.errors import ModelyardError
 
 
 class StreamDecoder(SSEDecoder):

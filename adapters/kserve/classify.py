@@ -13,7 +13,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from adapters.kserve.response import output_array
 from adapters.kserve.wire import DTYPES
-from modelyard.errors import ModelyardError, UpstreamError
+from contracts.errors import ModelyardError, UpstreamError
 
 
 def build_classify_request(

@@ -18,7 +18,7 @@ from adapters.kserve.response import _decode_bytes
 from adapters.kserve.status import frame
 from adapters.kserve.wire import DATATYPES, DTYPES, MAX_DIMS, KServeError, ParsedInfer
 from adapters.limits import MAX_KSERVE_CONTAINERS, MAX_KSERVE_TENSORS, check_count
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 
 def _set_param(target: Any, key: Any, value: Any, where: str) -> None:

@@ -14,7 +14,7 @@ from tritonclient.grpc import service_pb2 as pb
 from adapters import kserve_binary
 from adapters.kserve.status import unframe
 from adapters.kserve.wire import _CONTENTS_FIELD, DATATYPES, DTYPES, ParsedInfer
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 
 def _param_value(p: pb.InferParameter) -> Any:

@@ -14,7 +14,7 @@ from adapters import kserve_binary
 from adapters.kserve.request import _check_raw, _set_param, _shape, _tensor_raw
 from adapters.kserve.response import _decode_bytes, _param_value
 from adapters.kserve.wire import _CONTENTS_FIELD, DATATYPES, DTYPES, KServeError
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 
 def _json_values(datatype: str, raw: bytes, count: int, where: str) -> list[Any]:

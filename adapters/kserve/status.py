@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import orjson
 
 from adapters.kserve.wire import GRPC_TO_HTTP
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 
 def render_error(status: int, message: str, type: str | None = None) -> bytes:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 GRPC_SERVICE = "inference.GRPCInferenceService"
 GRPC_INFER_PATH = f"/{GRPC_SERVICE}/ModelInfer"

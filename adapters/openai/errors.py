@@ -6,7 +6,7 @@ import orjson
 
 from adapters.fields import error_message
 from adapters.openai.wire import ErrorBody
-from modelyard.errors import INSUFFICIENT_QUOTA, MODEL_NOT_FOUND, default_type
+from contracts.errors import INSUFFICIENT_QUOTA, MODEL_NOT_FOUND, default_type
 
 # OpenAI answers every 4xx as invalid_request_error but auth and limits; model_not_found is a code there.
 _OPENAI_TYPES = {"api_error": "server_error", "overloaded_error": "server_error", "timeout_error": "server_error",

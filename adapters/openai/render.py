@@ -32,7 +32,7 @@ from adapters.openai.wire import (
     ToolCallOut,
 )
 from adapters.passthrough import with_model
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 # top_k is not OpenAI's (only OpenAI-compatible servers take it, on the passthrough path).
 SUPPORTED_CONTROLS = frozenset({"seed"})

@@ -12,7 +12,7 @@ from adapters.fields import bad_upstream, load_object, token_count
 from adapters.internal import ChatRequest, ChatResponse, ToolCall, Usage
 from adapters.openai.render import _call
 from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletion, ResponseMessageOut
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 
 def parse_response(body: bytes) -> ChatResponse:

@@ -32,7 +32,7 @@ from adapters.responses.wire import (
     TextConfig,
     TextFormat,
 )
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 
 def _text_config(rf: ResponseFormat | None) -> TextConfig:

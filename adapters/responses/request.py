@@ -24,7 +24,7 @@ from adapters.internal import (
 )
 from adapters.json_types import JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 PATH = "/v1/responses"
 CLIENT_AUTH_HEADERS: tuple[str, ...] = openai.CLIENT_AUTH_HEADERS

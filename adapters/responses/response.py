@@ -13,7 +13,7 @@ from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall,
 from adapters.json_types import JSONObject
 from adapters.responses.render import _text_config, _tool_choice_out, _tool_defs
 from adapters.responses.wire import OutputCall, OutputItem, OutputMessage, OutputPart, ResponseObject, UsageOut
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 
 def _incomplete_reason(reason: FinishReason) -> str | None:

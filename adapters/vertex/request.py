@@ -14,7 +14,7 @@ import orjson
 from adapters import anthropic, gemini
 from adapters.cloud_targets import VertexTarget
 from adapters.internal import ChatRequest, RenderOptions, UpstreamRequest
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 __all__ = ["ANTHROPIC_VERSION", "model_path", "request_target", "render_request", "unsupported_controls"]
 

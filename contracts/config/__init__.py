@@ -24,8 +24,8 @@ from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.routing import RoutingSettings
 from contracts.config.service_levels import Channel, Tier
+from contracts.errors import ConfigError
 from contracts.params import DropParams, check_drop_params
-from modelyard.errors import ConfigError
 
 CONFIG_ENV = "MODELYARD_CONFIG"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"

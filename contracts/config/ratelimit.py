@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 Scope = Literal["tenant", "tier", "cluster", "channel", "global"]
 Unit = Literal["requests", "tokens"]

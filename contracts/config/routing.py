@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from contracts.config.service_levels import Tier
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 TERMS = ("quality", "latency", "cost", "load")
 

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.errors import ConfigError
 from controlplane.environments import EnvironmentConfig
 from controlplane.live.ads import AdsService
 from controlplane.live.ledger import Ledger
 from controlplane.live.snapshot import Snapshot, bridge
 from controlplane.live.subscribers import Subscribers
 from controlplane.live.validation import Candidate, candidate, restart_only
-from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from contracts.config import config_path
+from contracts.errors import ConfigError
 from contracts.live_config import APPLY_PATH, STATUS_PATH
 from controlplane.live.config_text import parse_text
 from controlplane.live.wire import APPLIED_BY_HEADER, TOKEN_ENV
-from modelyard.errors import ConfigError
 
 
 def _url(api_address: str, path: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from contracts.config import GatewayConfig, parse_config
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 
 def parse_text(text: bytes, source: str) -> GatewayConfig:

@@ -11,13 +11,13 @@ from pathlib import Path
 import grpc
 from aiohttp import web
 
+from contracts.errors import ConfigError
 from controlplane.environments import EnvironmentConfig
 from controlplane.live.ads import add_to_server
 from controlplane.live.applier import LiveConfig
 from controlplane.live.http_api import build_app
 from controlplane.live.validation import candidate
 from controlplane.live.watch import watch_file
-from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.controlplane")
 

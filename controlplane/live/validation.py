@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contracts.config import GatewayConfig
+from contracts.errors import ConfigError
 from contracts.live_config import config_version
 from controlplane.environments import EnvironmentConfig
 from controlplane.live.config_text import parse_text
 from controlplane.live.snapshot import Snapshot, build_snapshot
-from modelyard.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from adapters import embeddings
 from adapters.embeddings import EmbeddingResponse, EmbeddingRoute
+from contracts.errors import ModelyardError
 from devstack.demo.behaviour import (
     MAX_DEMO_EMBED_DIMS,
     demo_embedding,
@@ -34,7 +35,6 @@ from devstack.demo.faults import (
     fault_in,
     hold_seconds,
 )
-from modelyard.errors import ModelyardError
 
 # The request's model and stream flag from its path (Gemini), or (None, False).
 PathInfo = Callable[[web.Request], tuple[str | None, bool] | None]

@@ -20,9 +20,9 @@ from aiohttp import web
 
 from adapters import responses
 from adapters.sse import SSEFramer, encode_event
+from contracts.errors import ModelyardError
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
 from devstack.demo.behaviour import demo_reply, demo_stream_events, last_user_text
-from modelyard.errors import ModelyardError
 
 WEB_SEARCH = "demo-web-search"  # a web_search_call item: a hosted tool's call
 CUSTOM_TOOL = "demo-custom-tool"  # a custom_tool_call item (free-form input, no JSON arguments)

@@ -25,6 +25,7 @@ from contracts.envoy_names import (
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
 )
+from contracts.errors import ClientError, ModelyardError
 from contracts.params import effective_drop_params
 from extproc import messages as msg
 from extproc.context import RequestContext
@@ -34,7 +35,6 @@ from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.telemetry.metrics import DROPPED_PARAMS
-from modelyard.errors import ClientError, ModelyardError
 
 log = logging.getLogger("modelyard.chat")
 

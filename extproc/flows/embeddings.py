@@ -17,15 +17,15 @@ from adapters import embeddings, upstream_errors
 from adapters.embeddings import EmbeddingRequest, EmbeddingRoute, Shape
 from adapters.internal import UpstreamRequest, Usage
 from adapters.upstream_errors import log_excerpt
+from contracts.errors import ModelyardError, default_type
 from extproc import messages as msg
-from extproc.choice import Choice
+from extproc.admission.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows import answer_limit
 from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
-from modelyard.errors import ModelyardError, default_type
 
 log = logging.getLogger("modelyard.embeddings")
 

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from budgets.report import BY, read_calls, spend_report
+from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
 from extproc import messages as msg
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
@@ -27,7 +28,6 @@ from extproc.telemetry.audit import parse_when
 from keys.db import StoreError, redacted
 from keys.spec import KeySpecError, spec_from_json
 from keys.store import RevokedKey, UnknownKey
-from modelyard.errors import ClientError, ModelyardError, NotFound, Unavailable
 
 PREFIX = "/admin/v1/keys"
 SPEND = "/admin/v1/spend"

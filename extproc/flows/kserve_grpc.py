@@ -35,15 +35,15 @@ from adapters import kserve, kserve_binary, kserve_grpc, kserve_meta
 from adapters.kserve import slice_response
 from adapters.upstream_errors import client_text, sanitize
 from contracts.envoy_names import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
+from contracts.errors import ClientError, ModelyardError, UpstreamError
 from extproc import messages as msg
-from extproc.auth import client_key
-from extproc.batching import Batch, BatchPolicy
+from extproc.admission.auth import client_key
 from extproc.context import RequestContext
 from extproc.flows import local
 from extproc.flows.upstream import upstream_error_status
 from extproc.flows.vision import KServeInferFlow
 from extproc.gateway import Gateway, LiveGateway
-from modelyard.errors import ClientError, ModelyardError, UpstreamError
+from extproc.vision.batching import Batch, BatchPolicy
 
 log = logging.getLogger("modelyard.kserve_grpc")
 

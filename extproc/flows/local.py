@@ -11,12 +11,12 @@ import orjson
 
 from adapters import kserve, kserve_meta
 from contracts.config import KSERVE_PROTOCOLS, ModelConfig
+from contracts.errors import ClientError, NotFound, UnknownModel
 from extproc import messages as msg
-from extproc.choice import Choice
+from extproc.admission.choice import Choice
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.routing import RouteRequest
-from modelyard.errors import ClientError, NotFound, UnknownModel
 
 
 def _model_card(m: ModelConfig) -> dict[str, Any]:

@@ -9,12 +9,12 @@ import functools
 import math
 
 from contracts.envoy_names import WAIT_MARGIN_S
+from contracts.errors import ClientError, NotFound
 from extproc import messages as msg
 from extproc.context import Interim, RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.tasks import state
 from extproc.tasks.board import TaskBoard
-from modelyard.errors import ClientError, NotFound
 
 PREFIX = "/v1/tasks/"
 RESULT_SUFFIX = "/result"

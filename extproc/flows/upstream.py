@@ -26,7 +26,7 @@ from contracts.envoy_names import (
     UPSTREAM_TIMEOUT_HEADER,
 )
 from extproc import messages as msg
-from extproc.choice import Choice
+from extproc.admission.choice import Choice
 from extproc.cloud_credentials import UpstreamAuth, upstream_auth
 from extproc.context import RequestContext
 from extproc.gateway import Gateway

@@ -1,7 +1,7 @@
 """Vision requests: KServe v2 REST infer and multipart image classification (docs/vision.md).
 
 Both flows parse and validate in the client's shape, route and admit, then either send their own
-`ModelInfer` call upstream through Envoy or join a batch (`extproc/batching.py`, docs/batching.md):
+`ModelInfer` call upstream through Envoy or join a batch (`extproc/vision/batching.py`, docs/batching.md):
 the batch's leader carries the merged tensor upstream, the other members wait inside their
 request-body step and answer with an immediate response cut from the leader's reply.
 
@@ -26,16 +26,16 @@ from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from adapters.upstream_errors import client_text, log_excerpt, sanitize
 from contracts.config import TensorInput
+from contracts.errors import ClientError, ModelyardError, UpstreamError, default_type
 from extproc import messages as msg
-from extproc.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
-from extproc.choice import Choice
+from extproc.admission.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows.upstream import UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.routing import RouteRequest
+from extproc.vision.batching import Batch, Batcher, BatchKey, BatchPolicy, Member, merge_rows
 from kernels import Backend, PreprocessSpec
-from modelyard.errors import ClientError, ModelyardError, UpstreamError, default_type
 
 log = logging.getLogger("modelyard.vision")
 

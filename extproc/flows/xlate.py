@@ -7,7 +7,7 @@ translate the answer back into that protocol.
 from __future__ import annotations
 
 from extproc import messages as msg
-from extproc.choice import Choice
+from extproc.admission.choice import Choice
 from extproc.context import RequestContext
 from extproc.flows.chat import ChatFlow
 from extproc.gateway import Gateway

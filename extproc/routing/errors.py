@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from contracts.errors import ClientError, ModelyardError, Unavailable, UnknownModel
 from extproc.routing.decision import Rejection
-from modelyard.errors import ClientError, ModelyardError, Unavailable, UnknownModel
 
 
 class NoRoute(ModelyardError):

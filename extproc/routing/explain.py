@@ -17,11 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.config import GatewayConfig, load_config
 from contracts.config.queueing import TIERS
 from contracts.config.service_levels import Tier
+from contracts.errors import ConfigError
 from contracts.watermarks import Reading
 from extproc.routing.decision import Candidate, Rejection, RouteRequest
 from extproc.routing.errors import NoCapacity, NoRoute
 from extproc.routing.scheduler import Scheduler
-from modelyard.errors import ConfigError
 
 
 @dataclass

@@ -7,7 +7,7 @@ costs one slot, and the smallest tag goes first. A tenant that floods only pushe
 so another tenant's request waits behind at most one of the flooder's per round.
 
 A request is refused when its tier's queue is full (`bound`: 503, capacity) or when its tenant
-already holds its share of that bound (`tenant_share`: 429, its own share). The shell (extproc.concurrency)
+already holds its share of that bound (`tenant_share`: 429, its own share). The shell (extproc.admission.concurrency)
 enforces the max wait per tier with a timer and calls `withdraw`; every slot is handed back with
 `release`, which grants the next waiter.
 """

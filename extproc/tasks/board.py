@@ -15,12 +15,12 @@ import aiohttp
 import orjson
 
 from contracts.config import GatewayConfig, TasksConfig
+from contracts.errors import ClientError, ConfigError, NotFound, Unavailable
 from extproc.tasks import state, webhook
 from extproc.tasks.marker import MARKER_HEADER, ReplayMarker
 from extproc.tasks.state import TaskRecord
 from extproc.tasks.store import SqliteTaskStore, TaskStore
 from extproc.tasks.worker import TaskWorker
-from modelyard.errors import ClientError, ConfigError, NotFound, Unavailable
 
 log = logging.getLogger("modelyard.tasks")
 

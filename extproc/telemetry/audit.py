@@ -32,6 +32,7 @@ from typing import NamedTuple
 import orjson
 
 from contracts.config import AuditCapture, GatewayConfig
+from contracts.errors import ConfigError
 from extproc.telemetry.audit_chain import (
     CHAINED_FIELDS,
     COLUMNS,
@@ -48,7 +49,6 @@ from extproc.telemetry.journal import HEADER, Journal, first_header
 from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_DROPPED, AUDIT_ROWS
 from extproc.telemetry.redaction import CAP_MARGIN, Redactor
 from extproc.telemetry.writer_queue import next_batch
-from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.audit")
 

@@ -70,7 +70,7 @@ def channel_series(channel: str, tier: str) -> Counter:
 def cost_series(model: str, tenant: str) -> Counter:
     return COST.labels(model, tenant)
 
-# Dynamic batching of image inference (extproc/batching.py).
+# Dynamic batching of image inference (extproc/vision/batching.py).
 BATCH_SIZE = Histogram("modelyard_batch_size", "Images (tensor rows) per merged upstream call", ["model"],
                        buckets=(1, 2, 4, 8, 12, 16, 24, 32))
 BATCH_MEMBERS = Histogram("modelyard_batch_members", "Requests merged into one upstream call", ["model"],
@@ -120,7 +120,7 @@ AUDIT_ROWS = Counter("modelyard_audit_rows_total", "audit rows written")
 AUDIT_DROPPED = Counter("modelyard_audit_dropped_total", "audit rows SQLite cannot bind (a bug; logged)")
 AUDIT_REFUSED = Counter("modelyard_audit_refused_total", "calls refused because the audit writer is behind")
 
-# Concurrency limits and the per-deployment queues (extproc/concurrency.py).
+# Concurrency limits and the per-deployment queues (extproc/admission/concurrency.py).
 QUEUE_DEPTH = Gauge("modelyard_queue_depth", "Requests waiting for a slot of a deployment, by tier",
                     ["model", "cluster", "tier"])
 QUEUE_WAIT = Histogram("modelyard_queue_wait_seconds",
@@ -156,12 +156,12 @@ class DeploymentStates(Collector):
 DEPLOYMENT_STATES = DeploymentStates()
 REGISTRY.register(DEPLOYMENT_STATES)
 
-# Live reload (extproc/reload.py): the running config's version (a content hash), and every reload.
+# Live reload (extproc/live/reload.py): the running config's version (a content hash), and every reload.
 CONFIG_INFO = Gauge("modelyard_config_info", "1 for the config version (content hash) this process runs",
                     ["version"])
 CONFIG_RELOADS = Counter("modelyard_config_reloads_total", "Config reloads by source (sighup, controlplane) "
                          "and outcome (applied, refused)", ["source", "outcome"])
-# Budgets (extproc/budget_guard.py): set by the ledger's sync thread for every budget in use.
+# Budgets (extproc/admission/budget_guard.py): set by the ledger's sync thread for every budget in use.
 BUDGET_USED = Gauge("modelyard_budget_used_ratio", "Spend this period over the budget (1 = spent; refused from there)",
                     ["scope", "id", "period"])
 BUDGET_SPENT = Gauge("modelyard_budget_spent_usd", "Spend this budget period, by key or tenant",

@@ -24,7 +24,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from contracts.config import TracingConfig
-from modelyard.errors import ModelyardError
+from contracts.errors import ModelyardError
 
 # gen_ai.provider.name (and the older gen_ai.system) for each upstream protocol: the semconv's
 # well-known values where there is one.

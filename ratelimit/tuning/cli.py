@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import yaml
 
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 from . import emit
 from .frontier import Frontier, auto_rates, sweep

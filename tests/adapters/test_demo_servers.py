@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestServer
 from adapters import gemini, openai
 from adapters.internal import StreamEnd, TextDelta, ToolCallDelta, ToolCallStart
 from adapters.registry import PROTOCOLS, translate_stream
+from contracts.errors import ModelyardError
 from devstack.demo import anthropic_server, behaviour, gemini_server
-from modelyard.errors import ModelyardError
 
 WEATHER_TOOL = {"name": "get_weather", "description": "Weather by city",
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

@@ -13,7 +13,7 @@ from openai.types import CreateEmbeddingResponse
 from adapters import embeddings
 from adapters.embeddings import EmbeddingRequest, EmbeddingResponse, EmbeddingRoute
 from contracts.config import parse_config
-from modelyard.errors import ClientError, ConfigError, UpstreamError
+from contracts.errors import ClientError, ConfigError, UpstreamError
 
 VECS = np.array([[0.5, -0.25, 1.0], [0.125, 0.0, -1.0]], np.float32)
 

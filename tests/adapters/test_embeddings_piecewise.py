@@ -13,7 +13,7 @@ import pytest
 from adapters import embeddings
 from adapters.embeddings import EmbeddingRequest, EmbeddingResponse
 from adapters.embeddings.piecewise import PIECEWISE_BYTES, split_vectors
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 N, DIMS = 200, 256  # ~500 KB of JSON floats: past PIECEWISE_BYTES
 VECS = (np.random.default_rng(3).integers(-128, 128, (N, DIMS)) / 128).astype(np.float32)

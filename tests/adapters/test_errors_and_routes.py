@@ -9,7 +9,7 @@ import pytest
 from adapters import anthropic, gemini, openai
 from adapters.registry import PROTOCOLS, ClientRoute, detect_client_protocol, translate_stream
 from adapters.sse import SSEEvent, SSEFramer, encode_event
-from modelyard.errors import ClientError, UpstreamError
+from contracts.errors import ClientError, UpstreamError
 from tests.adapters.fixtures import CANONICAL
 
 NAMES = ["openai", "anthropic", "gemini"]

@@ -30,7 +30,7 @@ from adapters.internal import (
     UsageUpdate,
 )
 from adapters.registry import PROTOCOLS, translate_stream
-from modelyard.errors import ClientError, UpstreamError
+from contracts.errors import ClientError, UpstreamError
 from tests.adapters.conformance.recorded import RECORDED, sse_from_chunks
 from tests.adapters.fixtures import CANONICAL, SCHEMA, body
 from tests.adapters.sdk_streams import anthropic_message, openai_chunks, openai_completion

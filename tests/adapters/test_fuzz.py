@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from adapters.internal import StreamEnd, StreamError
 from adapters.registry import PROTOCOLS, translate_stream
 from adapters.sse import SSEFramer
-from modelyard.errors import ModelyardError
+from contracts.errors import ModelyardError
 from tests.adapters.fixtures import CANONICAL, REQUESTS, RESPONSES, STREAMS
 from tests.adapters.mutation import mutate
 

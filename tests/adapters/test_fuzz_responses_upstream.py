@@ -13,8 +13,8 @@ from adapters import responses
 from adapters.internal import StreamEnd, StreamError
 from adapters.registry import PROTOCOLS, translate_stream
 from adapters.sse import SSEFramer
+from contracts.errors import ModelyardError
 from devstack.demo.responses_server import EXTRA_ITEMS, _stream_with_item_first
-from modelyard.errors import ModelyardError
 from tests.adapters.fixtures import CANONICAL, RESPONSES, STREAMS
 from tests.adapters.mutation import mutate
 from tests.adapters.translation_checks import NAMES

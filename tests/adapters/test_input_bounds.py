@@ -13,7 +13,7 @@ from adapters import anthropic, gemini, kserve, openai
 from adapters.json_shape import MAX_JSON_DEPTH, measure, surely_within
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS
 from adapters.multipart import MultipartLimits, parse_multipart
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 SHAPE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Strings full of the characters the scan must ignore inside strings.

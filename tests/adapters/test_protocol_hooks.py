@@ -7,7 +7,7 @@ import pytest
 
 from adapters.internal import ChatRequest, Message, TextPart
 from adapters.registry import PROTOCOLS
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 HI = (Message("user", (TextPart("hi"),)),)
 

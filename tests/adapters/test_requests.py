@@ -10,7 +10,7 @@ import pytest
 from adapters import anthropic, gemini, openai
 from adapters.internal import ChatRequest, Message, TextPart, ToolChoice, estimate_prompt_tokens
 from adapters.registry import PROTOCOLS
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 from tests.adapters.fixtures import CANONICAL, PNG, REQUESTS, SCHEMA, body
 from tests.adapters.translation_checks import NAMES, canon, parse
 

@@ -10,7 +10,7 @@ import pytest
 from adapters import anthropic, gemini, openai
 from adapters.internal import ChatResponse, ToolCall, Usage
 from adapters.registry import PROTOCOLS
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 from tests.adapters.fixtures import RESPONSE_MEANING, RESPONSES, body
 from tests.adapters.translation_checks import NAMES, meaning
 

@@ -33,7 +33,7 @@ from adapters.internal import (
 )
 from adapters.registry import ClientRoute, detect_client_protocol, translate_stream
 from adapters.sse import SSEFramer
-from modelyard.errors import ClientError, UpstreamError
+from contracts.errors import ClientError, UpstreamError
 from tests.adapters.fixtures import SCHEMA, STREAMS
 
 EVENTS = pydantic.TypeAdapter(ResponseStreamEvent)

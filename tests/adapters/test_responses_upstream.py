@@ -28,6 +28,7 @@ from adapters.internal import (
 )
 from adapters.registry import translate_stream
 from adapters.sse import SSEFramer
+from contracts.errors import ClientError
 from devstack.demo.responses_server import (
     CUSTOM_TOOL,
     EXTRA_ITEMS,
@@ -37,7 +38,6 @@ from devstack.demo.responses_server import (
     _stream_with_item_first,
     _with_item_first,
 )
-from modelyard.errors import ClientError
 from tests.adapters.fixtures import RESPONSES, SCHEMA, STREAMS
 from tests.adapters.translation_checks import NAMES, client_events, decode, parse, summary
 

@@ -9,7 +9,7 @@ import pytest
 
 from budgets.periods import Window
 from budgets.store import SpendStore, sqlite_path
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 
 def test_adds_accumulate_per_scope_id_and_day(tmp_path: Path) -> None:

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from contracts.config import parse_config
+from contracts.errors import ConfigError
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import load_environment
 from devstack.launcher import envoy_binary
-from modelyard.errors import ConfigError
 from tests.stack_config import small_config
 
 

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from contracts.config import load_config
+from contracts.errors import ConfigError
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import ENVIRONMENTS_DIR, load_environment
 from devstack.launcher import envoy_binary
-from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS = sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))

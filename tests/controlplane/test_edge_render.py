@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from contracts.config import load_config
+from contracts.errors import ConfigError
 from controlplane.access_log import JSON_FIELDS, TEXT_FORMAT
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import ENVIRONMENTS_DIR, EnvironmentConfig, load_environment
 from devstack.launcher import envoy_binary
-from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

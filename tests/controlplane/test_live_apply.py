@@ -12,13 +12,13 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
+from contracts.errors import ConfigError
 from contracts.live_config import ACK_PATH, APPLY_PATH, CONFIG_PATH, STATUS_PATH, config_version
 from controlplane.environments import EnvironmentConfig
 from controlplane.live.applier import LiveConfig
 from controlplane.live.http_api import build_app
 from controlplane.live.subscribers import Subscribers
 from controlplane.live.validation import candidate, restart_only
-from modelyard.errors import ConfigError
 from tests.stack_config import small_config
 
 ENV = EnvironmentConfig(name="test", admin=None)

@@ -13,11 +13,11 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from google.protobuf import json_format
 
 from contracts.config import load_config, parse_config
+from contracts.errors import ConfigError
 from controlplane.ads_bootstrap import XDS_CLUSTER, build_ads_bootstrap
 from controlplane.bootstrap import build_bootstrap
 from controlplane.environments import ENVIRONMENTS_DIR, load_environment
 from controlplane.live.snapshot import CLUSTER, ENDPOINT, LISTENER, ROUTE, bridge, build_snapshot
-from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVS = sorted(p.stem for p in ENVIRONMENTS_DIR.glob("*.yaml"))

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from contracts.config import parse_config
+from contracts.errors import ConfigError
 from controlplane import upstream_tls
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import load_environment
-from modelyard.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,13 +18,13 @@ import pytest
 import yaml
 
 from contracts.config import AuditCapture, parse_config
+from contracts.errors import ConfigError
 from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session
 from extproc.telemetry.audit import CALL, AuditEvent, AuditLog, export, parse_when, prune, verify
 from extproc.telemetry.audit_chain import GENESIS, key_id
 from extproc.telemetry.redaction import REDACTED, Redactor
-from modelyard.errors import ConfigError
 from tests.core.session_driver import KEY, body_msg, chat_headers, headers_msg
 from tests.stack_config import without_watermarks
 

@@ -9,8 +9,8 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from contracts.config import BatchingConfig, TensorInput
-from extproc.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy
 from extproc.flows.vision import Job, merge_batch
+from extproc.vision.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy
 from kernels import PreprocessSpec, preprocess
 
 KEY = BatchKey("m", "c", (3, 4, 4), "FP32")

@@ -23,7 +23,7 @@ from budgets.store import SpendStore
 from contracts.config import parse_config
 from contracts.config.keys import Budget
 from contracts.keys import Caller
-from extproc.budget_guard import BudgetGuard
+from extproc.admission.budget_guard import BudgetGuard
 from extproc.gateway import Gateway
 from extproc.session import Session
 from extproc.telemetry.metering import MeteringStore
@@ -204,7 +204,7 @@ async def test_the_soft_share_is_announced_once_across_processes(make: Any) -> N
 
 
 def test_the_ledger_is_off_without_budgets_and_a_bad_store_is_a_config_error(tmp_path: Path) -> None:
-    from modelyard.errors import ConfigError
+    from contracts.errors import ConfigError
 
     data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
     assert BudgetGuard.from_config(parse_config(data)) is None  # no budget, no key store, no webhook

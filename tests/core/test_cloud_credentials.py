@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestServer
 
 from contracts.config import parse_config
 from contracts.config.clouds import BedrockSettings, VertexSettings
+from contracts.errors import UpstreamError
 from extproc.cloud_credentials import TokenCache, aws_credentials, google_token, upstream_auth
-from modelyard.errors import UpstreamError
 
 
 class Fetches:

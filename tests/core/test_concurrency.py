@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from contracts.config import parse_config
-from extproc.concurrency import ConcurrencyLimits
-from modelyard.errors import ClientError, Unavailable
+from contracts.errors import ClientError, Unavailable
+from extproc.admission.concurrency import ConcurrencyLimits
 from tests.core.concurrency_config import KEY
 from tests.core.concurrency_config import slot_config as _config
 
@@ -87,7 +87,7 @@ async def test_slot_granted_as_the_caller_leaves_is_passed_on() -> None:
 async def test_deployment_states_cover_every_deployment_and_cooldown() -> None:
     import time
 
-    from extproc.dispatch import Dispatcher
+    from extproc.admission.dispatch import Dispatcher
     from extproc.routing import Scheduler
     from extproc.telemetry.metrics import DEPLOYMENT_STATES
 
@@ -119,7 +119,7 @@ async def test_a_deployment_with_its_own_price_is_billed_at_it() -> None:
 
     from adapters.internal import Usage
     from extproc.accounting import Accountant
-    from extproc.choice import Choice
+    from extproc.admission.choice import Choice
     from extproc.context import RequestContext
     from extproc.routing import Scheduler
 

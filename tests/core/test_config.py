@@ -12,7 +12,7 @@ import yaml
 from contracts.config import load_config, parse_config
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.routing import RoutingSettings
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,9 @@ from prometheus_client import REGISTRY
 from adapters import anthropic, bedrock, controls, gemini, openai, responses
 from adapters.internal import ChatRequest, Message, TextPart
 from contracts.config import parse_config
+from contracts.errors import ClientError
 from extproc.gateway import Gateway
 from extproc.session import Session
-from modelyard.errors import ClientError
 from tests.core.session_driver import KEY, ROUTES, body_msg, headers_msg, set_headers
 from tests.stack_config import ROOT, without_watermarks
 

@@ -6,8 +6,8 @@ import orjson
 import pytest
 
 from adapters.registry import PROTOCOLS
+from contracts.errors import ClientError
 from extproc.errors import ERROR_RENDERERS, error_response, render_error_body
-from modelyard.errors import ClientError
 
 
 @pytest.mark.parametrize("protocol", sorted(ERROR_RENDERERS))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from extproc.concurrency import ConcurrencyLimits
-from extproc.host_slots import HostSlots
+from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.admission.host_slots import HostSlots
 from tests.core.concurrency_config import slot_config as _config
 from tests.ratelimit.redis_server import REDIS_BIN, RedisServer
 
@@ -119,7 +119,7 @@ async def test_replicas_share_max_inflight_through_redis_leases(redis_server) ->
 
 
 async def test_a_dead_replicas_leases_expire(redis_server) -> None:
-    from extproc.redis_slots import RedisSlots
+    from extproc.admission.redis_slots import RedisSlots
 
     dead = RedisSlots(redis_server.url, ["c"], lease_s=0.3)
     assert await dead.take("c", 1)
@@ -141,7 +141,7 @@ def test_queue_bounds_are_divided_exactly_among_workers(tmp_path: Path) -> None:
 
 
 async def test_a_reload_adds_a_limited_deployment_to_the_redis_leases(redis_server) -> None:
-    """extproc/reload.py: a deployment that gains `max_inflight` in a reload is leased in Redis like the
+    """extproc/live/reload.py: a deployment that gains `max_inflight` in a reload is leased in Redis like the
     others, across replicas; one that loses it keeps its leases until its calls end."""
     from contracts.config import parse_config
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from contracts.config import parse_config
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

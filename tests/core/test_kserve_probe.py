@@ -8,9 +8,9 @@ import asyncio
 import pytest
 
 from contracts.config import Deployment
+from contracts.errors import NotFound, Unavailable
 from devstack.demo import kserve_server
-from extproc.kserve_probe import KServeProbe
-from modelyard.errors import NotFound, Unavailable
+from extproc.vision.kserve_probe import KServeProbe
 from tests.stack_config import free_port
 
 

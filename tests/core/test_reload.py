@@ -1,4 +1,4 @@
-"""The extproc's atomic reload (extproc/reload.py), driven in memory: a session keeps the snapshot it started
+"""The extproc's atomic reload (extproc/live/reload.py), driven in memory: a session keeps the snapshot it started
 with, bucket levels and queues survive, a removed deployment's waiter gets an error (never a hang), a
 config that fails leaves everything as it was, and the control-plane long-poll applies and acks."""
 
@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from contracts.config import hash_api_key, parse_config
+from contracts.errors import Unavailable, UnknownModel
 from contracts.live_config import config_version
-from extproc.concurrency import ConcurrencyLimits
-from extproc.config_feed import ConfigFeed
+from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.gateway import Gateway, LiveGateway
-from extproc.reload import Reloader
+from extproc.live.config_feed import ConfigFeed
+from extproc.live.reload import Reloader
 from extproc.session import Session
 from extproc.telemetry.warmup import Warmer
-from modelyard.errors import Unavailable, UnknownModel
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 from tests.core.session_driver import ROOT, ROUTES, body_msg, chat_headers, headers_msg, set_headers

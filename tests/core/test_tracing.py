@@ -180,7 +180,7 @@ from contracts.config import parse_config
 from extproc.gateway import Gateway
 from extproc.service import build_tracing
 from extproc.session import Session
-from modelyard.errors import ConfigError
+from contracts.errors import ConfigError
 from tests.core.session_driver import ROUTES, body_msg, chat_headers, headers_msg
 from tests.stack_config import ROOT, without_watermarks
 import yaml

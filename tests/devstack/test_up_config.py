@@ -22,11 +22,11 @@ import pytest
 import yaml
 
 from contracts.config import hash_api_key, load_config, parse_config
+from contracts.errors import ConfigError
 from controlplane.environments import load_environment
 from devstack.banner import DEMO_KEY, KEY_PLACEHOLDER, banner
 from devstack.demo import openai_server
 from devstack.launcher import demo_children, environment_for, run_dir_for, with_admin_port
-from modelyard.errors import ConfigError
 from tests.stack_config import free_port
 from tests.threaded_app import ThreadedApp
 

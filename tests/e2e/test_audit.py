@@ -21,7 +21,7 @@ import orjson
 import pytest
 import yaml
 
-from extproc.reload import APPLIED
+from extproc.live.reload import APPLIED
 from extproc.telemetry.audit_chain import key_id
 from tests.conftest import DEMO_KEY
 from tests.stack_config import ROOT, small_config, start_stack
@@ -129,7 +129,7 @@ def test_calls_auth_failures_and_reloads_are_audited(tmp_path: Path) -> None:
     detail = orjson.loads(change["detail"])
     assert detail["before"]["limits"] == [] and detail["after"]["limits"][0]["match"] == "demo"
     reloads = _rows(db, "event = 'config_reload'")
-    # A reload applies the whole config (extproc/reload.py): the row lists every part, and which source did it.
+    # A reload applies the whole config (extproc/live/reload.py): the row lists every part, and which source did it.
     assert [(x["status"], orjson.loads(x["detail"])["applied"]) for x in reloads] == [(200, list(APPLIED)), (400, [])]
     ok, refused = (orjson.loads(x["detail"]) for x in reloads)
     assert ok["source"] == refused["source"] == "sighup" and ok["changes"] == {

@@ -1,4 +1,4 @@
-"""Live reload of the extproc through a real Envoy under load (extproc/reload.py): SIGHUP with a changed
+"""Live reload of the extproc through a real Envoy under load (extproc/live/reload.py): SIGHUP with a changed
 file, while 4 clients call demo-gpt without pause. A new tenant's key and a new model on a cluster Envoy
 already routes answer within 3 s, a changed rate limit and `max_inflight` take effect, a broken file is
 refused while traffic continues, and a removal takes effect; the load sees no non-2xx, and neither Envoy

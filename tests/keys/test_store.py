@@ -12,7 +12,8 @@ import pytest
 
 from contracts.config import GatewayConfig, parse_config
 from contracts.config.keys import Budget
-from extproc.auth import EXPIRED, AdminKeys, Identity, KeyRing
+from contracts.errors import ConfigError
+from extproc.admission.auth import EXPIRED, AdminKeys, Identity, KeyRing
 from keys.cache import KeyCache
 from keys.db import StoreError, connect
 from keys.location import store_dsn
@@ -20,7 +21,6 @@ from keys.refresher import KeyRefresher
 from keys.secret import SECRET_PREFIX, digest_of
 from keys.spec import KeySpec, KeySpecError, build_spec, parse_expiry, spec_from_json
 from keys.store import KeyStore, RevokedKey, UnknownKey
-from modelyard.errors import ConfigError
 
 
 def _store(dsn: str) -> KeyStore:

@@ -248,7 +248,7 @@ async def test_poller_exports_reading_time_and_poll_errors(agent):
 
 
 async def test_a_reload_keeps_unchanged_pollers_and_swaps_the_rest(agent):
-    """extproc/reload.py: an unchanged source keeps its poller (and last reading); a removed one stops and
+    """extproc/live/reload.py: an unchanged source keeps its poller (and last reading); a removed one stops and
     its reading goes; a new one polls from now on."""
     _, base = agent
     same = WatermarkSource(url=base + "/watermarks")

@@ -2,9 +2,9 @@
 
 import pytest
 
+from contracts.errors import ClientError, ConfigError, NotFound, Unavailable
 from contracts.watermarks import Reading
 from extproc.routing import BadRouteRequest, ModelNotFound, NoCapacity, NoRoute, RouteRequest, Scheduler
-from modelyard.errors import ClientError, ConfigError, NotFound, Unavailable
 
 from .conftest import dep, fresh, make_config, model, tenant, tenant_of
 

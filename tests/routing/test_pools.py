@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from contracts.config import parse_config
+from contracts.errors import ConfigError
 from extproc.routing import BadRouteRequest, RouteRequest, Scheduler
-from modelyard.errors import ConfigError
 
 from .conftest import dep, make_config, model, tenant, tenant_of
 

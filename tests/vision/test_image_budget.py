@@ -15,10 +15,10 @@ from PIL import Image
 import extproc.flows.vision as vision_flow
 from adapters.images import ImageBudget, ImageError, ImageUpload, check_images, decode_images
 from contracts.config import VisionConfig, parse_config
-from extproc.batching import Batcher
 from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session
+from extproc.vision.batching import Batcher
 from kernels import select_backend
 from tests.core.session_driver import body_msg, headers_msg
 from tests.stack_config import without_watermarks

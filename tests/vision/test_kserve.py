@@ -11,7 +11,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from adapters import kserve
 from adapters.kserve import KServeError
-from modelyard.errors import ModelyardError, UpstreamError
+from contracts.errors import ModelyardError, UpstreamError
 
 
 def _req(inputs, **extra) -> bytes:

@@ -11,7 +11,7 @@ from tritonclient.http import InferenceServerClient, InferInput, InferRequestedO
 
 from adapters import kserve, kserve_binary, kserve_meta
 from adapters.kserve import KServeError
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 ARRAYS = {
     "FP32": np.arange(12, dtype=np.float32).reshape(3, 4) / 7,

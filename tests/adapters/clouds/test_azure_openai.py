@@ -14,7 +14,7 @@ from adapters import anthropic, azure_openai, openai
 from adapters.cloud_targets import AzureTarget
 from adapters.internal import RenderOptions, StreamEnd, StreamFinish, StreamStart, TextDelta, UsageUpdate
 from adapters.registry import translate_stream
-from modelyard.errors import UpstreamError
+from contracts.errors import UpstreamError
 
 RECORDED = Path(__file__).parent / "recorded"
 CASSETTE = yaml.safe_load((RECORDED / "azure-chat-basic.yaml").read_text())["interactions"][0]

@@ -29,7 +29,7 @@ from adapters.internal import (
     UsageUpdate,
 )
 from adapters.registry import translate_stream
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 
 RECORDED = (Path(__file__).parent / "recorded" / "bedrock-converse-stream-tool-use.bin").read_bytes()
 CREDS = AwsCredentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")

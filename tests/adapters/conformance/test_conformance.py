@@ -19,7 +19,7 @@ from adapters.call_ids import split_signature
 from adapters.injected_usage import InjectedUsageFilter, is_usage_chunk
 from adapters.internal import ChatRequest, Message, TextPart
 from adapters.registry import PROTOCOLS, translate_stream
-from modelyard.errors import ClientError
+from contracts.errors import ClientError
 from tests.adapters.conformance.readers import RESPONSE_READERS, STREAM_READERS, UPSTREAM_STREAM_READERS, Meaning
 from tests.adapters.conformance.recorded import DATA, RECORDED, sse_from_chunks
 

@@ -9,8 +9,8 @@ error, stream end, client reset), which grants the next waiter. A caller that le
 hands it straight on.
 
 With several workers on a host (`extproc.workers`), `max_inflight` is the host's: each grant also
-takes a slot in the shared table (extproc/host_slots.py); with the Redis rate-limit backend, a
-lease in Redis shared by every replica (extproc/redis_slots.py). A request queues here while the
+takes a slot in the shared table (extproc/admission/host_slots.py); with the Redis rate-limit backend, a
+lease in Redis shared by every replica (extproc/admission/redis_slots.py). A request queues here while the
 other processes hold the rest, and a waiter is granted when a slot comes back: here at once, or
 from another process within one `POLL_S`.
 """
@@ -29,11 +29,11 @@ from prometheus_client import Gauge, Histogram
 from contracts.config import GatewayConfig
 from contracts.config.queueing import TIERS, QueueSettings
 from contracts.config.service_levels import Tier
-from extproc.host_slots import HostSlots
-from extproc.redis_slots import RedisSlots
+from contracts.errors import ClientError, ModelyardError, Unavailable, UnknownModel
+from extproc.admission.host_slots import HostSlots
+from extproc.admission.redis_slots import RedisSlots
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
 from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
-from modelyard.errors import ClientError, ModelyardError, Unavailable, UnknownModel
 
 # How often a process with waiters looks for a slot another process handed back.
 POLL_S = 0.005
@@ -172,7 +172,7 @@ class ConcurrencyLimits:
             self._give(cluster)
         self._show(cluster)
 
-    # -- live reload (extproc/reload.py) -----------------------------------------------------
+    # -- live reload (extproc/live/reload.py) -----------------------------------------------------
 
     def plan(self, config: GatewayConfig) -> LimitsPlan:
         """The new config's slots and queues, checked; nothing here changes until `apply`."""

@@ -17,7 +17,7 @@ from contracts.envoy_names import (
 from ratelimit import Reservation
 
 if TYPE_CHECKING:
-    from extproc.concurrency import Slot
+    from extproc.admission.concurrency import Slot
 
 
 @dataclass(slots=True)

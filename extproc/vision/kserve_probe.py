@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from adapters import kserve_meta
 from contracts.config import Deployment
-from modelyard.errors import ModelyardError, NotFound, Unavailable, UpstreamError
+from contracts.errors import ModelyardError, NotFound, Unavailable, UpstreamError
 
 log = logging.getLogger("modelyard.kserve_probe")
 

@@ -23,6 +23,7 @@ from budgets.store import SpendStore, sqlite_path
 from budgets.webhook import WebhookSender, payload
 from contracts.config import GatewayConfig
 from contracts.config.keys import Budget
+from contracts.errors import ConfigError
 from extproc.context import RequestContext
 from extproc.telemetry.metrics import (
     BUDGET_SOFT_CROSSINGS,
@@ -32,7 +33,6 @@ from extproc.telemetry.metrics import (
     BUDGET_USED,
 )
 from keys.db import sqlite_path as keys_sqlite_path
-from modelyard.errors import ConfigError
 
 log = logging.getLogger("modelyard.budgets")
 

@@ -19,7 +19,7 @@ import socket
 import aiohttp
 
 from contracts.live_config import ACK_PATH, CONFIG_PATH, WAIT_S
-from extproc.reload import Outcome, Reloader
+from extproc.live.reload import Outcome, Reloader
 
 log = logging.getLogger("modelyard.config_feed")
 

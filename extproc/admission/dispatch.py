@@ -9,16 +9,16 @@ from typing import Protocol
 
 from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
 from contracts.envoy_names import CHANNEL_HEADER, STRATEGY_HEADER
+from contracts.errors import BudgetExhausted, ClientError, ModelyardError
 from contracts.watermarks import Reading
-from extproc.budget_guard import BudgetGuard
-from extproc.choice import Choice
-from extproc.concurrency import ConcurrencyLimits
+from extproc.admission.budget_guard import BudgetGuard
+from extproc.admission.choice import Choice
+from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
 from extproc.telemetry.metering import DecisionRecord
 from extproc.telemetry.metrics import BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE
-from modelyard.errors import BudgetExhausted, ClientError, ModelyardError
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 

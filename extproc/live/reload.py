@@ -32,12 +32,13 @@ import yaml
 
 from contracts.config import GatewayConfig, parse_config
 from contracts.config.ratelimit import RateLimitConfig
+from contracts.errors import ConfigError
 from contracts.live_config import config_version
 from extproc.accounting import Accountant
-from extproc.auth import KeyRing
+from extproc.admission.auth import KeyRing
+from extproc.admission.concurrency import LimitsPlan
+from extproc.admission.dispatch import Dispatcher
 from extproc.catalog import Catalog
-from extproc.concurrency import LimitsPlan
-from extproc.dispatch import Dispatcher
 from extproc.gateway import Gateway, LiveGateway
 from extproc.routing import Scheduler
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent
@@ -45,7 +46,6 @@ from extproc.telemetry.metrics import CONFIG_INFO, CONFIG_RELOADS, IMAGE_BACKEND
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
 from kernels import select_backend
-from modelyard.errors import ConfigError
 from ratelimit.rules import RuleSet
 
 log = logging.getLogger("modelyard.reload")

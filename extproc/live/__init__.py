@@ -1,0 +1,1 @@
+"""Live config: one atomic reload of the whole gateway, and the control plane's feed that drives it."""

@@ -1,0 +1,1 @@
+"""The vision path's shared parts: cross-caller image batches and the KServe upstream probe."""
