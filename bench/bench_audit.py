@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import statistics
 import sys
@@ -22,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from tests.stack_config import small_config, start_stack  # noqa: E402
@@ -35,9 +35,6 @@ CASES = {
 }
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_case(name: str, seconds: float, rounds: int, tallies: list[Tally]) -> tuple[float, int, int | None]:
@@ -65,10 +62,10 @@ def run_case(name: str, seconds: float, rounds: int, tallies: list[Tally]) -> tu
         for i in range(rounds):
             tally = Tally("audit", f"{name} round {i + 1}")
             tallies.append(tally)
-            before = _cpu_s(pid)
+            before = cpu_seconds(pid)
             run_wrk(url, 16, seconds, script, tally)
             time.sleep(0.5)  # let the stream closes (and their rows) finish before reading CPU
-            cpu = _cpu_s(pid) - before
+            cpu = cpu_seconds(pid) - before
             per_req.append(cpu / max(1, tally.counts[200]) * 1e6)
             answered += tally.counts[200]
         db = stack.cfg.extproc.audit_db

@@ -24,6 +24,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, start_stack  # noqa: E402
@@ -44,9 +45,6 @@ CASES: dict[str, tuple[str, dict]] = {
 }
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _post(c: httpx.Client, path: str, body: dict, tally: Tally) -> None:
@@ -75,10 +73,10 @@ def main() -> int:
                 for _ in range(scaled(30, 3)):
                     _post(c, path, body, tallies[-1])
                 tallies.append(Tally("endpoints", label))
-                cpu0, wall0 = _cpu_s(proc.pid), time.perf_counter()
+                cpu0, wall0 = cpu_seconds(proc.pid), time.perf_counter()
                 for _ in range(n):
                     _post(c, path, body, tallies[-1])
-                cpu, wall = _cpu_s(proc.pid) - cpu0, time.perf_counter() - wall0
+                cpu, wall = cpu_seconds(proc.pid) - cpu0, time.perf_counter() - wall0
                 print(f"{label:55s} extproc CPU {cpu / n * 1e6:6.0f} us/req   wall {wall / n * 1e3:5.2f} ms/req")
                 rows.append({"bench": "endpoints", "case": label, "metric": "extproc_cpu",
                              "value": round(cpu / n * 1e6, 1), "unit": "us/req"})

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
@@ -114,10 +115,6 @@ def _pid(stack: Stack, child: str) -> int:
     return proc.pid
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds the process has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def extproc_stats(stack: Stack) -> dict[str, int]:
@@ -226,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                 for label, (s_, url) in cpu_targets.items():
                     pids = {name: _pid(s_, name) for name in ("extproc", "envoy")}
                     stats_before = extproc_stats(s_)
-                    before = {p: cpu_s(pid) for p, pid in pids.items()}
+                    before = {p: cpu_seconds(pid) for p, pid in pids.items()}
                     run = load(f"{label} cpu {shape}", url, 16, a.seconds, f"c=16 round {i + 1}", shape)
-                    used = {p: cpu_s(pid) - before[p] for p, pid in pids.items()}
+                    used = {p: cpu_seconds(pid) - before[p] for p, pid in pids.items()}
                     stats = extproc_stats(s_)
                     if not run.tally.ok:
                         continue

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -31,15 +30,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Outcome, Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
 from tests.vision_stack import KEY, vision_stack  # noqa: E402
 
 AUTH = {"authorization": f"Bearer {KEY}"}
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def outcome(call: Callable[[], Any]) -> Outcome:

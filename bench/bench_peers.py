@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_gateway import _floor_stack, _pid, only_demo_gpt_upstreams  # noqa: E402
 from bench.floor_designs import skipping_response_headers  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
@@ -79,11 +80,13 @@ def tree_cpu_s(roots: list[int]) -> float:
     """User + system CPU seconds of `roots` and every live descendant, from /proc."""
     parent: dict[int, int] = {}
     times: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (fields := _stat(int(entry))) is not None:
             parent[int(entry)] = int(fields[1])
-            times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+            try:
+                times[int(entry)] = cpu_seconds(int(entry))
+            except OSError:  # gone since the listing
+                parent.pop(int(entry))
     total, todo, seen = 0.0, list(roots), set()
     while todo:
         pid = todo.pop()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
@@ -129,9 +129,6 @@ def in_process() -> list[dict]:
     return rows
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def through_envoy(seconds: float, rounds: int, tallies: list[Tally]) -> list[dict]:
@@ -165,11 +162,11 @@ def through_envoy(seconds: float, rounds: int, tallies: list[Tally]) -> list[dic
         for i in range(rounds):
             for name in cases:
                 tallies.append(Tally("queueing", f"{name} c=16 round {i + 1}"))
-                cpu0 = _cpu_s(pid)
+                cpu0 = cpu_seconds(pid)
                 result = run_wrk(url, 16, seconds, scripts[name], tallies[-1])
                 ok = result.tally.ok
                 if ok:
-                    per_case[name].append((_cpu_s(pid) - cpu0) / ok * 1e6)
+                    per_case[name].append((cpu_seconds(pid) - cpu0) / ok * 1e6)
     rows = []
     print(f"\n{'through Envoy, c=16':<40} {'extproc CPU us/request':>22}")
     base = statistics.median(per_case["plain"]) if per_case["plain"] else float("nan")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
 from tests.stack_config import small_config, start_stack  # noqa: E402
 
@@ -34,9 +34,6 @@ AUTH = {"authorization": f"Bearer {KEY}"}
 BODY = {"model": "demo-gpt", "messages": [{"role": "user", "content": "hello from the tasks bench"}]}
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str]) -> int:
@@ -57,17 +54,17 @@ def main(argv: list[str]) -> int:
                     failures.append(f"warm-up: {r.status_code}")
 
             sync_lat = []
-            cpu0 = _cpu_s(pid)
+            cpu0 = cpu_seconds(pid)
             for _ in range(a.n):
                 t = time.perf_counter()
                 r = c.post(url, json=BODY, headers=AUTH)
                 sync_lat.append(time.perf_counter() - t)
                 if r.status_code != 200:
                     failures.append(f"sync: {r.status_code}")
-            sync_cpu = (_cpu_s(pid) - cpu0) / a.n
+            sync_cpu = (cpu_seconds(pid) - cpu0) / a.n
 
             accept_lat, ids = [], []
-            cpu0 = _cpu_s(pid)
+            cpu0 = cpu_seconds(pid)
             t_first = time.perf_counter()
             for _ in range(a.n):
                 t = time.perf_counter()
@@ -81,7 +78,7 @@ def main(argv: list[str]) -> int:
             while ids and c.get(f"/v1/tasks/{ids[-1]}?wait=8", headers=AUTH).json()["status"] in ("queued", "running"):
                 pass
             t_last = time.perf_counter()
-            task_cpu = (_cpu_s(pid) - cpu0) / a.n
+            task_cpu = (cpu_seconds(pid) - cpu0) / a.n
             for task_id in ids:
                 status = c.get(f"/v1/tasks/{task_id}", headers=AUTH).json()["status"]
                 if status != "succeeded":

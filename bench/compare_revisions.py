@@ -28,8 +28,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_gateway import BODY, HEADERS, STREAM_BODY, _config, _pid, cpu_s  # noqa: E402
+from bench.bench_gateway import BODY, HEADERS, STREAM_BODY, _config, _pid  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
@@ -80,11 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(a.rounds):
             for label, s in stacks.items():
                 pid = _pid(s, "extproc")
-                before = cpu_s(pid)
+                before = cpu_seconds(pid)
                 tallies.append(Tally("revisions", f"{label} round {i + 1}"))
                 run_wrk(f"{s.url}/v1/chat/completions", 16, a.seconds, script, tallies[-1])
                 if tallies[-1].ok:
-                    cpu.setdefault(label, []).append((cpu_s(pid) - before) / tallies[-1].ok * 1e6)
+                    cpu.setdefault(label, []).append((cpu_seconds(pid) - before) / tallies[-1].ok * 1e6)
     print(f"extproc CPU per 200 at c=16 (us, median of {a.rounds} rounds); base is {a.base}")
     for config in ("minimal", "demo"):
         base, this = (statistics.median(cpu.get(f"{w} {config}", [float("nan")])) for w in ("base", "this"))

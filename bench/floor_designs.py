@@ -29,8 +29,9 @@ from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (  # noqa
 )
 from envoy_data_plane.google.protobuf import Any as AnyMsg  # noqa: E402
 
-from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid, cpu_s, extproc_stats  # noqa: E402
+from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid, extproc_stats  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from controlplane import bootstrap  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
@@ -95,10 +96,10 @@ def main(argv: list[str] | None = None) -> int:
                 tallies.append(Tally("floor-designs", f"{name} c=1 round {i + 1}"))
                 p50.setdefault(name, []).append(run_wrk(url, 1, 2, script, tallies[-1]).p50_ms)
                 pids = [_pid(s, "extproc"), _pid(s, "envoy")]
-                stats, before = extproc_stats(s), sum(cpu_s(pid) for pid in pids)
+                stats, before = extproc_stats(s), sum(cpu_seconds(pid) for pid in pids)
                 tallies.append(Tally("floor-designs", f"{name} c=16 round {i + 1}"))
                 run = run_wrk(url, 16, 3, script, tallies[-1])
-                used, after = sum(cpu_s(pid) for pid in pids) - before, extproc_stats(s)
+                used, after = sum(cpu_seconds(pid) for pid in pids) - before, extproc_stats(s)
                 if run.tally.ok:
                     cpu.setdefault(name, []).append(used / run.tally.ok * 1e6)
                 streams = after["streams_started"] - stats["streams_started"]
