@@ -87,7 +87,7 @@ def _cmd_audit_verify(a: argparse.Namespace) -> int:
 
 def _since(a: argparse.Namespace, command: str) -> float | None | int:
     """`--since` as unix seconds (None: everything), or exit code 2 after saying what was expected."""
-    from extproc.telemetry.audit import parse_when
+    from contracts.when import parse_when
 
     try:
         return float(parse_when(a.since)) if a.since else None
@@ -113,7 +113,8 @@ def _cmd_audit_export(a: argparse.Namespace) -> int:
 
 
 def _cmd_audit_prune(a: argparse.Namespace) -> int:
-    from extproc.telemetry.audit import parse_when, prune
+    from contracts.when import parse_when
+    from extproc.telemetry.audit import prune
 
     try:
         cutoff = parse_when(a.older_than)

@@ -74,6 +74,11 @@ class FeedbackSettings(_Model):
     # Error rates decay toward zero, and observed latencies lose weight against the prior, with this
     # half-life: a deployment nobody routes to any more still heals (None: they never decay).
     half_life_s: float | None = Field(30.0, gt=0)
+    # The error rate moves a deployment only on evidence: this many failures in a row (no success
+    # between; Envoy's outlier detection waits for 5 consecutive 5xx) ...
+    consecutive_failures: int = Field(5, ge=1)
+    # ... or this many recent outcomes (decayed with half_life_s), and then by their failure share.
+    min_samples: int = Field(20, ge=1)
 
 
 class TierAdmission(_Model):

@@ -20,11 +20,11 @@ import orjson
 
 from budgets.report import BY, read_calls, spend_report
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
+from contracts.when import parse_when
 from extproc import messages as msg
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
-from extproc.telemetry.audit import parse_when
 from keys.db import StoreError, redacted
 from keys.spec import KeySpecError, spec_from_json
 from keys.store import RevokedKey, UnknownKey

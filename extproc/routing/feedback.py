@@ -10,6 +10,11 @@ another tenant's successes contradict them, steer only that tenant: the error ra
 with is then the larger of the tenant's own and the second-worst tenant's, and a cooldown they fill
 covers that tenant alone (an upstream that is really down fails everyone's calls; one tenant's bad
 requests do not). Uncontradicted failures count for everyone, as they must when only one tenant calls.
+
+And feedback moves a deployment only on evidence: the error rate a decision scores with is zero
+until the deployment has failed `consecutive_failures` times in a row, or has `min_samples` recent
+outcomes, and then it is at most their failure share (one failure among thousands is next to
+nothing; one cut stream of a deployment barely used is not yet a pattern).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class ClusterStats:
     failures: deque[tuple[float, str]] = field(default_factory=deque)  # (when, tenant), this streak
     cooldown_until: float = 0.0  # for everyone
     updated: float = 0.0
+    streak: int = 0  # failures since the last success (tenant-blind, no window)
+    outcomes_w: float = 0.0  # recorded outcomes, and failures among them, decayed as of `updated`
+    failures_w: float = 0.0
     # tenant -> (error-rate EWMA, as of when); tenant -> its own cooldown end
     tenant_errors: dict[str, tuple[float, float]] = field(default_factory=dict)
     tenant_cooldown: dict[str, float] = field(default_factory=dict)
@@ -46,12 +54,14 @@ class Feedback:
     def __init__(self, feedback: FeedbackSettings, cooldown: CooldownSettings) -> None:
         self._alpha = feedback.alpha
         self._half_life = feedback.half_life_s
+        self._evidence = (feedback.consecutive_failures, feedback.min_samples)
         self._cooldown = cooldown
         self.stats: dict[str, ClusterStats] = {}
 
     def retune(self, feedback: FeedbackSettings, cooldown: CooldownSettings, clusters: Iterable[str]) -> None:
         """A reload: new settings from now on; the stats of clusters that remain are kept, the rest dropped."""
         self._alpha, self._half_life, self._cooldown = feedback.alpha, feedback.half_life_s, cooldown
+        self._evidence = (feedback.consecutive_failures, feedback.min_samples)
         keep = set(clusters)
         for gone in [c for c in self.stats if c not in keep]:
             del self.stats[gone]
@@ -76,6 +86,9 @@ class Feedback:
         a = self._alpha
         sample = 0.0 if ok else 1.0
         s.requests += 1
+        s.outcomes_w = s.outcomes_w * keep + 1
+        s.failures_w = s.failures_w * keep + sample
+        s.streak = 0 if ok else s.streak + 1
         s.error_rate = a * sample + (1 - a) * s.error_rate * keep
         rate, since = s.tenant_errors.get(tenant, (0.0, now))
         rate = a * sample + (1 - a) * rate * self._decay(now - since)
@@ -125,6 +138,17 @@ class Feedback:
         since = now - self._cooldown.window_s
         return any(t != failing and when >= since for t, when in s.last_ok.items())
 
+    def _evidenced(self, s: ClusterStats, err: float, keep: float) -> float:
+        """`err` as far as the evidence carries it: in full after a streak of failures, capped by the
+        failure share of enough recent outcomes, else nothing."""
+        streak, min_samples = self._evidence
+        if s.streak >= streak:
+            return err
+        outcomes = s.outcomes_w * keep
+        if outcomes >= min_samples:
+            return min(err, s.failures_w * keep / outcomes)
+        return 0.0
+
     def seen_by(self, s: ClusterStats, tenant: str, now: float) -> ClusterStats:
         keep = self._decay(now - s.updated)
         rates = sorted(((r * self._decay(now - t), name) for name, (r, t) in s.tenant_errors.items()), reverse=True)
@@ -137,7 +161,7 @@ class Feedback:
             if self._contradicted(s, worst_tenant, now):  # the worst tenant's failures are its own affair
                 shared = rates[1][0] if len(rates) > 1 else 0.0
         cooldown = max(s.cooldown_until, s.tenant_cooldown.get(tenant, 0.0))
-        err = max(own, shared)
+        err = self._evidenced(s, max(own, shared), keep)
         if err < _FORGET_BELOW:
             err = 0.0  # healed: a faded error must not lose ties to an identical deployment for ever
         return ClusterStats(s.latency_s, s.latency_n * keep, s.ttft_s, s.ttft_n * keep, err,

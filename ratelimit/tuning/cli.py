@@ -14,6 +14,7 @@ import math
 import os
 import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,19 @@ import orjson
 import yaml
 
 from contracts.errors import ConfigError
+from contracts.when import parse_when
 
 from . import emit
 from .frontier import Frontier, auto_rates, sweep
-from .report import Run, as_json, html_page, text
-from .traces import KEYS, TraceError, load
+from .report import Run, Span, as_json, html_page, iso, text
+from .traces import KEYS, TraceError, Window, load, stored_span
 from .whatif import simulate
 
 CONFIG_ENV = "MODELYARD_CONFIG"  # the variable `modelyard up` and `serve` read their config from
 _REPO_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
+# A week: every daily peak and the weekday/weekend swing the limits must carry, while the traffic
+# (and the config the live decisions were made under) is still the one the limits will meet.
+DEFAULT_SINCE = "7d"
 
 
 def config_in_use() -> Path | None:
@@ -70,6 +75,10 @@ def parser() -> argparse.ArgumentParser:
                      "model (or key), tokens or cost")
     src.add_argument("--metering-db", help="the extproc's metering store (default: the config's extproc.metering_db)")
     src.add_argument("--access-log", help="Envoy's JSON access log (an environment's access_log, format json)")
+    p.add_argument("--since", help="read from this time on: 7d, 12h, 30m or an ISO date/time (UTC), as `modelyard "
+                   f"spend` takes it; default: {DEFAULT_SINCE} for the metering store, the whole file for --trace "
+                   "and --access-log")
+    p.add_argument("--until", help="read up to (not including) this time, in the same forms; default: now")
     p.add_argument("--key", choices=KEYS, default="tenant", help="one bucket per value of this field")
     p.add_argument("--unit", choices=("requests", "tokens"), default="requests")
     p.add_argument("--target", type=float, default=0.01, help="highest acceptable rejected share of requests")
@@ -91,6 +100,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON for scripts: {\"keys\": [{key, requests, "
                    "current_rejected, rate, burst, rejected, ...}]} (other outputs are still written)")
     return p
+
+
+def _span(a: argparse.Namespace, source: str, now: float) -> Span:
+    """The window asked for, with the metering store's default; ValueError names the bad option."""
+    since_arg = a.since if a.since is not None else (DEFAULT_SINCE if source == "metering" else None)
+    bounds: list[float | None] = []
+    for opt, raw in (("--since", since_arg), ("--until", a.until)):
+        try:
+            bounds.append(None if raw is None else parse_when(raw, now))
+        except ValueError:
+            raise ValueError(f"{opt} {raw!r}: expected 7d, 12h, 30m or an ISO date") from None
+    since, until = bounds
+    if since is not None and until is None:
+        until = now  # pinned: a store still being written reads as one definite window
+    if since is not None and until is not None and since >= until:
+        raise ValueError(f"--since ({iso(since)}) must be before --until ({iso(until)})")
+    return Span(Window(since, until), since_arg, a.until, default=a.since is None and since_arg is not None)
 
 
 def _fail(msg: str) -> int:
@@ -142,6 +168,10 @@ def main(argv: list[str]) -> int:
         a.config = None
     source, path = (("trace", a.trace) if a.trace else ("metering", a.metering_db) if a.metering_db
                     else ("access-log", a.access_log) if a.access_log else ("metering", None))
+    try:
+        span = _span(a, source, time.time())
+    except ValueError as e:
+        return _fail(str(e))
     if path is None:
         try:
             db = metering_db_of(Path(a.config)) if a.config else None
@@ -152,11 +182,15 @@ def main(argv: list[str]) -> int:
                          "extproc.metering_db)")
         path = str(db)
     try:
-        trace = load(Path(path), source, a.key, a.unit)
+        trace = load(Path(path), source, a.key, a.unit, span.window)
+        if not len(trace) and source == "metering" and span.window != Window():
+            n, first, last = stored_span(Path(path))
+            return _fail(f"{path}: no events in {span.describe()}" + (
+                f" (the store holds {n}, {iso(first)} .. {iso(last)}: widen --since/--until)" if n else ""))
     except (OSError, TraceError, sqlite3.Error) as e:
         return _fail(f"{path}: {e}")
     if not len(trace):
-        return _fail(f"{path}: no events")
+        return _fail(f"{path}: no events" + (f" in {span.describe()}" if span.window != Window() else ""))
     if a.unit == "tokens" and not trace.has_tokens:
         return _fail(f"{path}: no token counts in this input; use --unit requests")
     series = trace.series(a.key, a.unit)
@@ -167,7 +201,8 @@ def main(argv: list[str]) -> int:
         rates = a.rate or a.rates or auto_rates(series[value], a.points)
         frontiers.append(sweep(value, series[value], rates, a.target, max_wait_s=a.max_wait,
                                max_burst=a.max_burst))
-    run = Run(f"{Path(path).name}", a.key, a.unit, a.target, a.max_wait, frontiers, series, config_path=a.config)
+    run = Run(f"{Path(path).name}", a.key, a.unit, a.target, a.max_wait, frontiers, series, config_path=a.config,
+              span=span)
     if source == "metering" and trace.live_refused is None:
         run.notes.append("this metering store has no decisions table (written before it existed): admitted calls "
                          "only, so refused demand is invisible and the what-if undercounts")

@@ -6,12 +6,41 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from contracts.config.ratelimit import Unit
 
 from .frontier import Frontier, Point
-from .traces import Series
+from .traces import Series, Window
 from .whatif import WhatIf, format_bound
+
+
+def iso(ts: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC, to the second (None stays None: open)."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Span:
+    """The window a run read, and how it was asked for (the options as given, or the default)."""
+
+    window: Window = Window()
+    since_arg: str | None = None
+    until_arg: str | None = None
+    default: bool = False  # --since was not given: the metering store's default
+
+    def describe(self) -> str:
+        w = self.window
+        if w.since is None and w.until is None:
+            return "window: the whole input"
+        asked = [f"--since {self.since_arg}{', the default' if self.default else ''}" if self.since_arg else "",
+                 f"--until {self.until_arg}" if self.until_arg else ""]
+        how = ", ".join(x for x in asked if x)
+        return f"window: {iso(w.since) or 'the start'} .. {iso(w.until) or 'the end'} ({how})"
+
+    def as_json(self) -> dict[str, object]:
+        return {"since": iso(self.window.since), "until": iso(self.window.until),
+                "since_arg": self.since_arg, "until_arg": self.until_arg, "default": self.default}
 
 
 @dataclass
@@ -27,6 +56,7 @@ class Run:
     recommended: WhatIf | None = None  # the same with the recommendation applied
     config_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    span: Span = Span()  # the times read
 
     @property
     def requests(self) -> int:
@@ -46,7 +76,7 @@ def _wait(p: Point) -> str:
 def heading(run: Run) -> str:
     wait = f", every refusal's wait <= {run.max_wait_s:g}s" if run.max_wait_s is not None else ""
     return (f"{run.source}: {run.requests} requests; key {run.key}, unit {run.unit}; "
-            f"target rejected <= {run.target:.2%}{wait}")
+            f"target rejected <= {run.target:.2%}{wait}\n{run.span.describe()}")
 
 
 def frontier_rows(fr: Frontier) -> list[list[str]]:
@@ -156,7 +186,8 @@ def as_json(run: Run) -> dict[str, object]:
             "recommended_rejected": None if r is None else r.rejected,
         })
     out: dict[str, object] = {"source": run.source, "key": run.key, "unit": run.unit, "target": run.target,
-                              "config": run.config_path, "requests": run.requests, "keys": keys,
+                              "config": run.config_path, "window": run.span.as_json(),
+                              "requests": run.requests, "keys": keys,
                               "notes": run.notes}
     if cur is not None:
         out["total"] = {"requests": cur.total.requests, "live_rejected": cur.total.live_rejected,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import math
 import sqlite3
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -200,35 +201,77 @@ def parse_access_log(text: str) -> Trace:
     return tr.sorted()
 
 
-def read_metering(path: Path) -> Trace:
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The times read: `since` <= ts < `until` (epoch seconds; None: open on that side)."""
+
+    since: float | None = None
+    until: float | None = None
+
+    def sql(self, col: str = "ts") -> tuple[str, tuple[float, ...]]:
+        """`col`'s condition (TRUE when open) and its parameters."""
+        parts, args = [], []
+        if self.since is not None:
+            parts.append(f"{col} >= ?")
+            args.append(self.since)
+        if self.until is not None:
+            parts.append(f"{col} < ?")
+            args.append(self.until)
+        return " AND ".join(parts) or "1", tuple(args)
+
+    def cut(self, tr: Trace) -> Trace:
+        """The rows of a sorted trace inside the window (a file's rows are all read, then cut)."""
+        lo = 0 if self.since is None else bisect_left(tr.ts_us, math.ceil(self.since * US))
+        hi = len(tr) if self.until is None else bisect_left(tr.ts_us, math.ceil(self.until * US))
+        if lo == 0 and hi == len(tr):
+            return tr
+        live = tr.live_refused
+        return Trace(tr.ts_us[lo:hi], tr.req_nano[lo:hi], tr.tok_nano[lo:hi],
+                     {f: c[lo:hi] for f, c in tr.cols.items()}, tr.has_tokens,
+                     None if live is None else live[lo:hi])
+
+
+def read_metering(path: Path, window: Window = Window()) -> Trace:
     """The metering store (extproc/telemetry/metering.py): its `decisions` table when it has one,
     every rate-limit decision, refused ones included (the whole demand: requests and tokens asked
     for; an admitted call's tokens are what the upstream reported, when its `requests` row is
-    there); else, from an older store, the `requests` table: admitted calls only."""
+    there); else, from an older store, the `requests` table: admitted calls only. Only the rows
+    inside `window`, selected by SQL: a store kept for weeks is not read whole."""
     if not path.exists():
         raise TraceError("no such metering database")
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
         has = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='decisions'").fetchone()
         if has and conn.execute("SELECT 1 FROM decisions LIMIT 1").fetchone():
-            return _read_decisions(conn)
-        return _read_requests(conn)
+            return _read_decisions(conn, window)
+        return _read_requests(conn, window)
 
 
-def _read_decisions(conn: sqlite3.Connection) -> Trace:
+def stored_span(path: Path) -> tuple[int, float | None, float | None]:
+    """How many rows the store the tuner reads holds, and its first and last times (for the
+    message when a window holds none)."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        has = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='decisions'").fetchone()
+        table = "decisions" if has and conn.execute("SELECT 1 FROM decisions LIMIT 1").fetchone() else "requests"
+        n, first, last = conn.execute(f"SELECT COUNT(*), MIN(ts), MAX(ts) FROM {table}").fetchone()
+    return int(n), first, last
+
+
+def _read_decisions(conn: sqlite3.Connection, window: Window) -> Trace:
     # A call refused after admission (its queue) has no requests row: its estimate stands. An async
     # task is decided twice (accepted, then replayed): the usage belongs to the last decision only.
     # A spent budget's refusals (store 'budget') never reached the buckets: not their demand.
+    cond, args = window.sql()
     q = ("SELECT d.ts, d.tenant, d.tier, d.cluster, d.channel, d.model, d.allowed, d.requests, "
          "CASE WHEN d.allowed AND d.rid = d.last AND r.task_id IS NOT NULL "
          "THEN COALESCE(r.input_tokens, 0) + COALESCE(r.output_tokens, 0) ELSE d.tokens END "
          "FROM (SELECT *, rowid AS rid, MAX(rowid) OVER (PARTITION BY task_id) AS last FROM decisions "
-         "WHERE store IS NOT 'budget') d "
+         f"WHERE store IS NOT 'budget' AND {cond}) d "
          "LEFT JOIN (SELECT task_id, MAX(input_tokens) AS input_tokens, MAX(output_tokens) AS output_tokens "
          "FROM requests GROUP BY task_id) r ON r.task_id = d.task_id AND d.task_id != '' "
          "ORDER BY d.ts, d.rid")
     live: list[bool] = []
     tr = Trace(has_tokens=True, live_refused=live)
-    for ts, tenant, tier, cluster, channel, model, allowed, requests, tokens in conn.execute(q):
+    for ts, tenant, tier, cluster, channel, model, allowed, requests, tokens in conn.execute(q, args):
         tr.ts_us.append(round(ts * US))
         tr.req_nano.append(max(0, int(requests)) * NANO)
         tr.tok_nano.append(max(0, int(tokens or 0)) * NANO)
@@ -238,11 +281,12 @@ def _read_decisions(conn: sqlite3.Connection) -> Trace:
     return tr
 
 
-def _read_requests(conn: sqlite3.Connection) -> Trace:
+def _read_requests(conn: sqlite3.Connection, window: Window) -> Trace:
+    cond, args = window.sql()
     q = ("SELECT ts, tenant, tier, cluster, channel, model, "
-         "COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0) FROM requests ORDER BY ts")
+         f"COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0) FROM requests WHERE {cond} ORDER BY ts")
     tr = Trace(has_tokens=True)
-    for ts, tenant, tier, cluster, channel, model, tokens in conn.execute(q):
+    for ts, tenant, tier, cluster, channel, model, tokens in conn.execute(q, args):
         tr.ts_us.append(round(ts * US))
         tr.req_nano.append(NANO)
         tr.tok_nano.append(max(0, int(tokens)) * NANO)
@@ -251,15 +295,15 @@ def _read_requests(conn: sqlite3.Connection) -> Trace:
     return tr
 
 
-def load(path: Path, source: str, key: str, unit: Unit) -> Trace:
-    """`source`: trace | metering | access-log."""
+def load(path: Path, source: str, key: str, unit: Unit, window: Window = Window()) -> Trace:
+    """`source`: trace | metering | access-log; the rows inside `window`."""
     if source == "metering":
-        return read_metering(path)
+        return read_metering(path, window)
     try:
         text = path.read_text()
     except UnicodeDecodeError as e:
         raise TraceError(f"not text ({e})") from None
     if source == "access-log":
-        return parse_access_log(text)
+        return window.cut(parse_access_log(text))
     fmt = "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else "csv"
-    return parse_trace(text, fmt, key, unit)
+    return window.cut(parse_trace(text, fmt, key, unit))

@@ -19,10 +19,11 @@ import yaml
 
 from contracts.config import AuditCapture, parse_config
 from contracts.errors import ConfigError
+from contracts.when import parse_when
 from extproc.gateway import Gateway
 from extproc.service import build_routes
 from extproc.session import Session
-from extproc.telemetry.audit import CALL, AuditEvent, AuditLog, export, parse_when, prune, verify
+from extproc.telemetry.audit import CALL, AuditEvent, AuditLog, export, prune, verify
 from extproc.telemetry.audit_chain import GENESIS, key_id
 from extproc.telemetry.redaction import REDACTED, Redactor
 from tests.core.session_driver import KEY, body_msg, chat_headers, headers_msg

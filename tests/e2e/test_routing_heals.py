@@ -78,3 +78,46 @@ def test_routing_returns_after_failures_stop(stack) -> None:
     assert _cluster(stack, OTHER_KEY) == "demo-openai-mini"  # as for an upstream that is down: everyone moves
     _back_within(stack, OTHER_KEY, 15)
     _back_within(stack, DEMO_KEY, 15)
+
+
+# -- one failure is not evidence; a streak of them is --------------------------------------------
+
+STREAK = 3  # routing.feedback.consecutive_failures of this stack
+
+
+@pytest.fixture(scope="module")
+def evidence_stack(tmp_path_factory: pytest.TempPathFactory):
+    data = _config()
+    # No cooldown and no healing within the test: only the error term can move the call.
+    data["routing"] = {"feedback": {"half_life_s": 3600.0, "consecutive_failures": STREAK},
+                       "cooldown": {"failures": 99}}
+    with start_stack(tmp_path_factory.mktemp("evidence"), data, shared_demos=True) as s:
+        yield s
+
+
+def _cut_stream(stack) -> None:
+    """A stream demo-gpt cuts (its own failure): the client sees an error event, not [DONE]."""
+    with httpx.stream("POST", f"{stack.url}/v1/chat/completions", timeout=10,
+                      headers={"authorization": f"Bearer {DEMO_KEY}", "x-modelyard-strategy": "quality"},
+                      json={"model": "demo-gpt", "stream": True,
+                            "messages": [{"role": "user", "content": "please demo-cut-stream now"}]}) as r:
+        assert r.status_code == 200
+        lines = [ln for ln in r.iter_lines() if ln.startswith("data:")]
+    assert any('"error"' in ln for ln in lines), lines[-3:]
+
+
+def test_one_cut_stream_does_not_move_the_next_auto_call(evidence_stack) -> None:
+    assert _cluster(evidence_stack, DEMO_KEY) == "demo-openai"
+    _cut_stream(evidence_stack)
+    assert _cluster(evidence_stack, DEMO_KEY) == "demo-openai"  # the failing tenant's own next call stays
+    assert _cluster(evidence_stack, OTHER_KEY) == "demo-openai"
+
+
+def test_consecutive_failures_at_the_threshold_move_it(evidence_stack) -> None:
+    assert _cluster(evidence_stack, DEMO_KEY) == "demo-openai"  # a success: the streak starts from zero
+    for _ in range(STREAK - 1):
+        _cut_stream(evidence_stack)
+    assert _cluster(evidence_stack, DEMO_KEY) == "demo-openai"  # one short of the threshold
+    for _ in range(STREAK):
+        _cut_stream(evidence_stack)
+    assert _cluster(evidence_stack, DEMO_KEY) == "demo-openai-mini"

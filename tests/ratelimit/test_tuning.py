@@ -269,7 +269,9 @@ def test_cli_metering_db_input(tmp_path, capsys):
         conn.executemany("INSERT INTO requests (ts, task_id, tenant, tier, model, cluster, channel, input_tokens,"
                          " output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          [(100 + i * 0.1, str(i), "t1", "L1", "m", "c", "standard", 10, 5) for i in range(50)])
-    assert main(["--metering-db", str(db), "--key", "model", "--unit", "tokens", "--rate", "100"]) == 0
+    # Rows of 1970: outside the default window (the last 7 days), read with --since.
+    assert main(["--metering-db", str(db), "--key", "model", "--unit", "tokens", "--rate", "100",
+                 "--since", "1970-01-01"]) == 0
     out = capsys.readouterr().out
     assert "model m: 50 requests, 750 tokens" in out
 

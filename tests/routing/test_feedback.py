@@ -3,6 +3,7 @@
 import pytest
 
 from contracts.config.routing import CooldownSettings, FeedbackSettings
+from contracts.errors import ConfigError
 from extproc.routing import RouteRequest, Scheduler, parse_routing_settings
 from extproc.routing.feedback import Feedback
 
@@ -52,13 +53,70 @@ def test_streams_use_time_to_first_token(pair):
     assert s.decide(RouteRequest("m", t, "speed", stream=True), 30, marks).chosen.cluster == "m2"
 
 
-def test_error_rate_lowers_the_score(pair):
+def test_error_rate_lowers_the_score_after_consecutive_failures(pair):
+    s = Scheduler(pair, parse_routing_settings({"feedback": {"consecutive_failures": 3},
+                                                "cooldown": {"failures": 99}}))
+    t = pair.tenants[0]
+    for i in range(2):
+        s.record("m1", 0.5, False, now=100 + i)
+        d = s.decide(RouteRequest("m", t), 100 + i, fresh(pair))
+        assert d.chosen.cluster == "m1" and d.candidates[0].terms["error_rate"] == 0.0  # not yet evidence
+    s.record("m1", 0.5, False, now=102)
+    d = s.decide(RouteRequest("m", t), 102, fresh(pair))
+    assert d.chosen.cluster == "m2"
+    assert d.candidates[1].terms["error_rate"] == pytest.approx(s.feedback.get("m1").error_rate)  # the EWMA, whole
+
+
+def test_one_failure_does_not_move_a_deployment_by_default(pair):
     s = Scheduler(pair)
     t = pair.tenants[0]
     s.record("m1", 0.5, False, now=100)
-    d = s.decide(RouteRequest("m", t), 100, fresh(pair))
-    assert d.chosen.cluster == "m2"
-    assert d.candidates[1].terms["error_rate"] == pytest.approx(0.2)
+    assert s.feedback.get("m1").error_rate == pytest.approx(0.2)  # the EWMA (metrics) still sees it
+    assert s.decide(RouteRequest("m", t), 100, fresh(pair)).chosen.cluster == "m1"
+
+
+def test_a_success_breaks_the_streak(pair):
+    s = Scheduler(pair, parse_routing_settings({"feedback": {"consecutive_failures": 2}, "cooldown": {"failures": 99}}))
+    t = pair.tenants[0]
+    for i, ok in enumerate((False, True, False, True, False)):
+        s.record("m1", 0.5, ok, now=100 + i)
+    assert s.decide(RouteRequest("m", t), 105, fresh(pair)).chosen.cluster == "m1"
+    s.record("m1", 0.5, False, now=105)
+    assert s.decide(RouteRequest("m", t), 105, fresh(pair)).chosen.cluster == "m2"
+
+
+def test_one_failure_among_many_successes_is_its_share():
+    f = Feedback(FeedbackSettings(half_life_s=None, min_samples=20), CooldownSettings(failures=99))
+    for i in range(999):
+        f.record("c", 0.1, True, now=i)
+    f.record("c", 0.1, False, now=999)
+    assert f.get("c").error_rate == pytest.approx(0.2)  # what the EWMA alone would have scored
+    assert f.view("", 999).get("c").error_rate == pytest.approx(1 / 1000)
+
+
+def test_enough_samples_are_evidence_without_a_streak():
+    """Every other call failing: no streak of two, yet half of twenty recent outcomes failed."""
+    f = Feedback(FeedbackSettings(half_life_s=None, consecutive_failures=2, min_samples=20), CooldownSettings(failures=99))
+    for i in range(19):
+        f.record("c", 0.1, i % 2 == 0, now=i)
+    assert f.view("", 19).get("c").error_rate == 0.0  # 19 outcomes: not yet
+    f.record("c", 0.1, False, now=19)
+    assert f.view("", 19).get("c").error_rate == pytest.approx(0.5)  # min(EWMA, share 10/20)
+
+
+def test_recent_outcomes_decay_with_the_half_life():
+    f = Feedback(FeedbackSettings(half_life_s=10, consecutive_failures=99, min_samples=20), CooldownSettings(failures=99))
+    for i in range(30):
+        f.record("c", 0.1, i % 3 != 0, now=0)
+    assert f.view("", 0).get("c").error_rate > 0
+    assert f.view("", 10).get("c").error_rate == 0.0  # 15 outcomes' weight left: below min_samples
+
+
+def test_evidence_settings_have_defaults_and_bounds():
+    fb = parse_routing_settings({}).feedback
+    assert (fb.consecutive_failures, fb.min_samples) == (5, 20)
+    with pytest.raises(ConfigError, match="routing.feedback.consecutive_failures"):
+        parse_routing_settings({"feedback": {"consecutive_failures": 0}})
 
 
 def test_cooldown_and_recovery(pair):
@@ -105,7 +163,8 @@ def test_success_resets_the_failure_count(pair):
 
 def test_error_rate_heals_with_time_without_traffic(pair):
     """Nobody routes to a deployment whose score fell, so only time can bring it back."""
-    s = Scheduler(pair, parse_routing_settings({"feedback": {"half_life_s": 10}, "cooldown": {"failures": 99}}))
+    s = Scheduler(pair, parse_routing_settings({"feedback": {"half_life_s": 10, "consecutive_failures": 3},
+                                                "cooldown": {"failures": 99}}))
     t = pair.tenants[0]
     for i in range(3):
         s.record("m1", 0.5, False, now=100 + i, tenant=t.name)
