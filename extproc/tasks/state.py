@@ -22,11 +22,12 @@ FINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 MAX_ATTEMPTS = 2
 
 # Headers that never travel with a stored request: credentials (the replay is authenticated by its
-# marker), hop-by-hop ones, the async preference itself, and anything under the gateway's prefix.
+# marker), hop-by-hop ones, the async preference itself, and anything under the gateway's prefix;
+# accept-encoding too: the result is stored as identity, and each poll negotiates its own coding.
 _DROP_HEADERS = frozenset({*(h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS),
                            "authorization", "x-api-key", "x-goog-api-key", "api-key", "host", "content-length",
                            "transfer-encoding", "connection", "keep-alive", "te", "upgrade", "prefer",
-                           "expect", "proxy-authorization", "cookie"})
+                           "expect", "proxy-authorization", "cookie", "accept-encoding"})
 _KEPT_PREFIXED = frozenset({"x-modelyard-strategy", "x-modelyard-channel"})
 CALLBACK_HEADER = "x-modelyard-callback-url"
 

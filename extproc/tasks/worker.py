@@ -21,6 +21,7 @@ from yarl import URL
 
 from contracts.envoy_names import TASK_ID_HEADER
 from extproc.tasks import state
+from extproc.tasks.identity import UndecodableAnswer, identity_body, replay_headers
 from extproc.tasks.marker import MARKER_HEADER, ReplayMarker
 from extproc.tasks.state import TaskRecord
 from extproc.tasks.store import TaskStore
@@ -146,7 +147,7 @@ class TaskWorker:
     async def _run_once(self, rec: TaskRecord) -> None:
         beat = asyncio.get_running_loop().create_task(self._heartbeat(rec.id, asyncio.current_task()))
         try:
-            status, body, headers, ours = await self._replay(rec)
+            status, coded, coding, headers, ours = await self._replay(rec)
         except aiohttp.ClientConnectorError:
             # Envoy is not reachable: the request never ran, so the attempt does not count.
             log.warning("task %s: Envoy unreachable at %s; requeued", rec.id, self.replay_url)
@@ -167,6 +168,11 @@ class TaskWorker:
             await self.store.update(rec.id, lambda r: state.requeue(r, self.owner))
             self._unreachable()
             return
+        try:  # inflating is CPU work the size of the answer: off the event loop
+            body = await asyncio.to_thread(identity_body, coded, coding) if coding else coded
+        except UndecodableAnswer as e:  # stored as it came, a poll would read bytes nobody can decode
+            await self._complete(rec.id, None, None, str(e))
+            return
         await self._complete(rec.id, status, body, None, headers)
 
     def _unreachable(self) -> None:
@@ -181,15 +187,18 @@ class TaskWorker:
             log.info("task %s: %s (HTTP %s)", task_id, done.status, status)
             self.on_final(done)
 
-    async def _replay(self, rec: TaskRecord) -> tuple[int, bytes, tuple[tuple[str, str], ...], bool]:
+    async def _replay(self, rec: TaskRecord) -> tuple[int, bytes, str | None, tuple[tuple[str, str], ...], bool]:
+        """Status, body as it came, its content-encoding, the result headers kept, and whether the
+        gateway answered; the replay asks for identity, so the coding is normally absent."""
         assert self._http is not None
         req = rec.request
-        headers = [*req.headers, (MARKER_HEADER, self.marker.sign(rec.id, rec.tenant))]
+        headers = [*replay_headers(req.headers), (MARKER_HEADER, self.marker.sign(rec.id, rec.tenant))]
         url = URL(self.replay_url + req.path, encoded=True)
         async with self._http.request(req.method, url, data=req.body, headers=headers,
                                       timeout=aiohttp.ClientTimeout(total=self.replay_timeout_s)) as r:
             kept = tuple((k, r.headers[k]) for k in state.RESULT_HEADERS if k in r.headers)
-            return r.status, await r.read(), kept, TASK_ID_HEADER in r.headers
+            return (r.status, await r.read(), r.headers.get("content-encoding"), kept,
+                    TASK_ID_HEADER in r.headers)
 
     async def _heartbeat(self, task_id: str, runner: asyncio.Task[None] | None) -> None:
         """Renew the lease; a task cancelled meanwhile (here or on another replica) stops its replay."""

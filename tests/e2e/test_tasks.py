@@ -29,6 +29,7 @@ from anthropic.types import Message
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
+from controlplane.environments import CompressionSettings, EnvironmentConfig
 from devstack.demo.behaviour import demo_embedding
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS
 from tests.stack_config import demo_config_free_ports, free_port, start_stack
@@ -58,7 +59,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     os.environ[SECRET_ENV] = SECRET
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
-    with start_stack(workdir, data, shared_demos=True) as s:
+    # Answers compressed as the shipped environments do (envoy/environments/*.yaml), for every size:
+    # the SDKs' default Accept-Encoding must not reach the stored result.
+    env = EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1,
+                            compression=CompressionSettings(response_encodings=["gzip", "br"], min_response_bytes=0))
+    with start_stack(workdir, data, env, shared_demos=True) as s:
         s.data = data  # type: ignore[attr-defined]
         yield s
 
@@ -131,6 +136,37 @@ def test_openai_chat_async(stack) -> None:
                               (accepted["id"],)).fetchall()
         time.sleep(0.1)
     assert rows == [("demo", "demo-gpt", 200, result.usage.completion_tokens)]
+
+
+def test_polled_results_are_readable_with_the_sdks_default_headers(stack) -> None:
+    """The openai SDK submits (its httpx asks gzip, deflate, br), httpx with its own defaults polls:
+    the result is the synchronous answer as JSON, the poll itself comes compressed, and a poller
+    asking identity reads the very same document."""
+    oai = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
+    messages = [{"role": "user", "content": "readable by default"}]
+    raw = oai.with_options(default_headers=ASYNC).chat.completions.with_raw_response.create(
+        model="demo-gpt", messages=messages)
+    assert raw.http_response.status_code == 202, raw.http_response.text
+    assert "gzip" in raw.http_response.request.headers["accept-encoding"]
+    task_id = raw.http_response.json()["id"]
+    with httpx.Client(headers=BEARER, timeout=30) as poller:  # httpx's default Accept-Encoding
+        waited = poller.get(f"{stack.url}/v1/tasks/{task_id}?wait=10")
+        while waited.json()["status"] in ("queued", "running"):
+            waited = poller.get(f"{stack.url}/v1/tasks/{task_id}?wait=10")
+        polled = poller.get(f"{stack.url}/v1/tasks/{task_id}")
+    for r in (waited, polled):
+        assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"  # Envoy's compressor
+        doc = r.json()
+        assert doc["status"] == "succeeded" and "result_base64" not in doc and "result_headers" not in doc, doc
+    sync = oai.chat.completions.create(model="demo-gpt", messages=messages)
+    assert ChatCompletion.model_validate(doc["result"]).choices[0].message.content == \
+        sync.choices[0].message.content == "[demo-openai] echo: readable by default"
+    plain = httpx.get(f"{stack.url}/v1/tasks/{task_id}", headers={**BEARER, "accept-encoding": "identity"},
+                      timeout=30)
+    assert "content-encoding" not in plain.headers and plain.json() == doc
+    # The stored answer is the identity one: /result serves the same JSON, compressed only for its poller.
+    result = httpx.get(f"{stack.url}/v1/tasks/{task_id}/result", headers=BEARER, timeout=30)
+    assert result.headers["content-encoding"] == "gzip" and result.json() == doc["result"]
 
 
 def test_anthropic_messages_async(stack) -> None:
@@ -380,6 +416,7 @@ def test_webhook_is_signed_with_the_tenants_secret(stack) -> None:
         payload = json.loads(body)
         assert payload["id"] == task_id and payload["status"] == "succeeded"
         assert payload["result"] == done["result"]
+        assert payload["result"]["content"][0]["text"] == "[demo-anthropic] echo: call me back"  # readable
         assert SECRET not in body.decode()
         # A tenant without a signing secret cannot ask for a webhook: refused before acceptance.
         r = httpx.post(f"{stack.url}/v1/chat/completions", timeout=30,

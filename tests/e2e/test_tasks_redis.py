@@ -13,13 +13,16 @@ import httpx
 import openai
 import pytest
 
-from controlplane.environments import EnvironmentConfig
+from controlplane.environments import CompressionSettings, EnvironmentConfig
 from tests.conftest import DEMO_KEY
 from tests.ratelimit.redis_server import REDIS_BIN, RedisServer
 from tests.stack_config import add_extproc_replica, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 SECRET_ENV = "MODELYARD_TEST_TASK_MARKER_KEY"
+# Answers compressed as the shipped environments do: the SDKs' default Accept-Encoding must not reach
+# the stored result.
+COMPRESSED = CompressionSettings(response_encodings=["gzip"], min_response_bytes=0)
 
 
 def _runner(stack, task_id: str, timeout: float = 20.0):
@@ -52,10 +55,11 @@ def test_replicas_share_tasks_in_redis(tmp_path: Path) -> None:
             d.pop("warmup", None)
         data["extproc"]["tasks"] = {"store": "redis", "redis_url": redis_srv.url, "secret_env": SECRET_ENV,
                                     "concurrency": 2, "lease_s": 3}
-        stack = start_stack(tmp_path, data, EnvironmentConfig(name="t", admin=None, concurrency=1))
+        stack = start_stack(tmp_path, data, EnvironmentConfig(name="t", admin=None, concurrency=1,
+                                                              compression=COMPRESSED))
         second, _ = add_extproc_replica(stack, data, tmp_path)
         stack.env = EnvironmentConfig(name="t", admin=None, concurrency=1,
-                                      extproc_endpoints=[data["extproc"]["address"], second])
+                                      extproc_endpoints=[data["extproc"]["address"], second], compression=COMPRESSED)
         with stack:
             before = _upstream_requests(data)
             oai = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
@@ -75,12 +79,13 @@ def test_replicas_share_tasks_in_redis(tmp_path: Path) -> None:
                     r = httpx.get(f"{stack.url}/v1/tasks/{task_id}?wait=2",
                                   headers={"authorization": f"Bearer {DEMO_KEY}"}, timeout=30)
                     assert r.status_code == 200, r.text  # whichever replica answers knows the task
+                    assert r.headers["content-encoding"] == "gzip"  # the poll is compressed, not the result
                     if r.json()["status"] in ("succeeded", "failed", "cancelled"):
                         done[task_id] = r.json()
             assert len(done) == len(ids)
             for i, task_id in enumerate(ids):
                 doc = done[task_id]
-                assert doc["status"] == "succeeded" and doc["attempts"] == 1, doc
+                assert doc["status"] == "succeeded" and doc["attempts"] == 1 and "result_base64" not in doc, doc
                 assert doc["result"]["choices"][0]["message"]["content"] == f"[demo-openai] echo: shared task {i}"
             assert _upstream_requests(data) - before == len(ids)  # each ran exactly once
 
@@ -106,6 +111,7 @@ def test_replicas_share_tasks_in_redis(tmp_path: Path) -> None:
                 if doc["status"] not in ("queued", "running"):
                     break
             assert doc["status"] == "succeeded" and doc["attempts"] == 2 and doc["retried"], doc
+            assert doc["result"]["choices"][0]["message"]["content"].endswith("outlive a replica demo-slow")
             survivor = next(c for c in stack.children if c.name.startswith("extproc") and c is not runner)
             assert f"task {task_id}: its run was interrupted" in survivor.log_path(stack.log_dir).read_text()
             assert _upstream_requests(data) - before == 2  # the first run and the marked retry
