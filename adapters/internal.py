@@ -18,7 +18,7 @@ from adapters.json_types import JSONObject
 __all__ = [
     "Role", "FinishReason", "TextPart", "ImagePart", "DocumentPart", "ContentPart", "ToolCall", "ToolDef",
     "ToolChoice", "ResponseFormat", "RenderOptions", "Message", "ChatRequest", "Usage", "ChatResponse", "UpstreamRequest",
-    "StreamStart", "TextDelta", "ToolCallStart", "ToolCallDelta", "StreamFinish", "UsageUpdate",
+    "ReasoningPart", "StreamStart", "TextDelta", "ReasoningDelta", "ToolCallStart", "ToolCallDelta", "StreamFinish", "UsageUpdate",
     "StreamEnd", "StreamError", "StreamUntranslatable", "StreamEvent", "estimate_prompt_tokens", "message_text",
 ]
 
@@ -144,6 +144,18 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningPart:
+    """One reasoning trace of an answer: an OpenAI reasoning summary, an Anthropic thinking block, a
+    Gemini thought. `signature` is the upstream's opaque proof of it (Anthropic's signature, OpenAI's
+    encrypted_content, Gemini's thoughtSignature); `redacted`: Anthropic redacted_thinking, whose
+    encrypted data is the signature and which has no text."""
+
+    text: str = ""
+    signature: str | None = None
+    redacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ChatResponse:
     id: str
     model: str
@@ -155,6 +167,8 @@ class ChatResponse:
     # What the answer holds that no other protocol can express (a hosted tool's output item): a
     # translated answer is then an error in the caller's shape; a same-protocol passthrough is not.
     untranslatable: str | None = None
+    # The reasoning before the answer, in order (a deployment's `reasoning: drop` empties it).
+    reasoning: tuple[ReasoningPart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +191,17 @@ class StreamStart:
 class TextDelta:
     text: str
     refusal: bool = False  # OpenAI delta.refusal: text of a refusal, not of an answer
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Reasoning text streaming (thinking, a summary, a thought); a delta with a `signature` ends
+    its part, so the next reasoning text opens a new one. `redacted`: a whole Anthropic
+    redacted_thinking block (no text, its data in `signature`)."""
+
+    text: str = ""
+    signature: str | None = None
+    redacted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +248,7 @@ class StreamUntranslatable(StreamError):
     end of a translated stream, after the usage; a same-protocol passthrough passes it on as sent."""
 
 
-StreamEvent = (StreamStart | TextDelta | ToolCallStart | ToolCallDelta | StreamFinish | UsageUpdate | StreamEnd
+StreamEvent = (StreamStart | TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | StreamFinish | UsageUpdate | StreamEnd
                | StreamError)
 
 

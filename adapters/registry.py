@@ -9,6 +9,7 @@ from urllib.parse import unquote
 from adapters import anthropic, azure_openai, bedrock, gemini, openai, responses, vertex
 from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent, StreamUntranslatable
 from adapters.protocol import ChatProtocol, StreamDecoder, StreamEncoder
+from adapters.reasoning import drop_reasoning
 from adapters.stream_usage import StreamUsage
 
 __all__ = ["PROTOCOLS", "CLIENT_AUTH_HEADERS", "ClientRoute", "StreamTranslator", "translate_stream",
@@ -65,11 +66,12 @@ def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
 class StreamTranslator:
     """Upstream SSE bytes in, client SSE bytes out; `meter` holds the usage seen so far."""
 
-    __slots__ = ("_decoder", "_encoder", "meter", "finished", "error", "untranslatable")
+    __slots__ = ("_decoder", "_encoder", "_keep_reasoning", "meter", "finished", "error", "untranslatable")
 
-    def __init__(self, decoder: StreamDecoder, encoder: StreamEncoder) -> None:
+    def __init__(self, decoder: StreamDecoder, encoder: StreamEncoder, *, keep_reasoning: bool = True) -> None:
         self._decoder = decoder
         self._encoder = encoder
+        self._keep_reasoning = keep_reasoning  # the deployment's `reasoning: show | drop`
         self.meter = StreamUsage()
         self.finished = False  # the upstream stream completed normally
         self.error: str | None = None  # message of an upstream error / cut, if any
@@ -84,7 +86,7 @@ class StreamTranslator:
             elif isinstance(ev, StreamError):
                 self.error = ev.message
                 self.untranslatable = isinstance(ev, StreamUntranslatable)
-        return events
+        return events if self._keep_reasoning else drop_reasoning(events)
 
     def feed(self, chunk: bytes) -> bytes:
         return self._encoder.encode(self._track(self._decoder.feed(chunk)))
@@ -93,10 +95,13 @@ class StreamTranslator:
         return self._encoder.encode(self._track(self._decoder.close()))
 
 
-def translate_stream(upstream: str, client: str, request: ChatRequest) -> StreamTranslator:
-    """A translator from the upstream protocol's stream to the client's, for this request."""
+def translate_stream(upstream: str, client: str, request: ChatRequest, *,
+                     keep_reasoning: bool = True) -> StreamTranslator:
+    """A translator from the upstream protocol's stream to the client's, for this request;
+    `keep_reasoning=False` (a deployment's `reasoning: drop`) leaves the reasoning out."""
     try:
         up, cl = PROTOCOLS[upstream], PROTOCOLS[client]
     except KeyError as e:
         raise ValueError(f"unknown protocol {e.args[0]!r}") from None
-    return StreamTranslator(up.StreamDecoder(), cl.StreamEncoder(model=request.model, request=request))
+    return StreamTranslator(up.StreamDecoder(), cl.StreamEncoder(model=request.model, request=request),
+                            keep_reasoning=keep_reasoning)

@@ -7,10 +7,10 @@ import uuid
 import orjson
 
 from adapters.anthropic.render import tool_id
-from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, JSON_TOOL, MessageResponse, TextBlock, ToolUseBlock
+from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, JSON_TOOL, AnswerBlock, MessageResponse
 from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
-from adapters.internal import ChatRequest, ChatResponse, ToolCall, Usage
+from adapters.internal import ChatRequest, ChatResponse, ReasoningPart, ToolCall, Usage
 from adapters.json_types import JSONObject
 from contracts.errors import ClientError
 
@@ -30,6 +30,7 @@ def parse_response(body: bytes) -> ChatResponse:
         raise bad_upstream("content is not an array")
     texts: list[str] = []
     calls: list[ToolCall] = []
+    reasoning: list[ReasoningPart] = []
     structured = False
     for j, b in enumerate(content):
         if type(b) is not dict:
@@ -37,6 +38,12 @@ def parse_response(body: bytes) -> ChatResponse:
         t = b.get("type")
         if t == "text" and type(b.get("text")) is str:
             texts.append(b["text"])
+        elif t == "thinking":
+            thought, sig = b.get("thinking"), b.get("signature")
+            reasoning.append(ReasoningPart(thought if type(thought) is str else "",
+                                           sig if type(sig) is str and sig else None))
+        elif t == "redacted_thinking" and type(b.get("data")) is str:
+            reasoning.append(ReasoningPart("", b["data"], redacted=True))
         elif t == "tool_use":
             tid, name, inp = b.get("id"), b.get("name"), b.get("input")
             if type(name) is not str:
@@ -55,11 +62,18 @@ def parse_response(body: bytes) -> ChatResponse:
     usage = Usage(_input_tokens(u), token_count(u.get("output_tokens"))) if type(u) is dict else Usage()
     rid, model = obj.get("id"), obj.get("model")
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(texts),
-                        tuple(calls), reason, usage)
+                        tuple(calls), reason, usage, reasoning=tuple(reasoning))
+
+
+def reasoning_block(part: ReasoningPart) -> AnswerBlock:
+    # Another protocol's opaque state (OpenAI's encrypted_content, Gemini's thoughtSignature) is the signature.
+    if part.redacted and part.signature:
+        return {"type": "redacted_thinking", "data": part.signature}
+    return {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
 
 
 def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
-    content: list[TextBlock | ToolUseBlock] = []
+    content: list[AnswerBlock] = [reasoning_block(p) for p in resp.reasoning]
     text = resp.content or resp.refusal
     if text:
         content.append({"type": "text", "text": text})

@@ -12,14 +12,15 @@ from adapters.anthropic.wire import (
     _FINISH_OUT,
     _INPUT_KINDS,
     JSON_TOOL,
+    AnswerBlock,
     StreamEventOut,
-    TextBlock,
     ToolUseBlock,
 )
 from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, token_count, upstream_error
 from adapters.internal import (
     ChatRequest,
+    ReasoningDelta,
     StreamEnd,
     StreamError,
     StreamEvent,
@@ -76,6 +77,14 @@ class StreamDecoder(SSEDecoder):
                 text = d.get("text")
                 if type(text) is str and text:
                     out.append(TextDelta(text))
+            elif dt == "thinking_delta":
+                thought = d.get("thinking")
+                if type(thought) is str and thought:
+                    out.append(ReasoningDelta(thought))
+            elif dt == "signature_delta":
+                sig = d.get("signature")
+                if type(sig) is str and sig:
+                    out.append(ReasoningDelta("", sig))
             elif dt == "input_json_delta":
                 pj = d.get("partial_json")
                 idx = obj.get("index")
@@ -95,6 +104,14 @@ class StreamDecoder(SSEDecoder):
                 text = b.get("text")
                 if type(text) is str and text:
                     out.append(TextDelta(text))
+            elif b.get("type") == "thinking":
+                thought, sig = b.get("thinking"), b.get("signature")
+                if type(thought) is str and thought:
+                    out.append(ReasoningDelta(thought))
+                if type(sig) is str and sig:
+                    out.append(ReasoningDelta("", sig))
+            elif b.get("type") == "redacted_thinking" and type(b.get("data")) is str:
+                out.append(ReasoningDelta("", b["data"], redacted=True))
             elif b.get("type") == "tool_use":
                 idx, tid, tname = obj.get("index"), b.get("id"), b.get("name")
                 inp = b.get("input")
@@ -155,11 +172,13 @@ def _sse_event(obj: StreamEventOut) -> bytes:
 class _Held:
     """A block that could not open yet (a tool call is streaming): its start and deltas, in order."""
 
-    __slots__ = ("tool", "deltas")
+    __slots__ = ("tool", "kind", "deltas", "signature")
 
-    def __init__(self, tool: ToolCallStart | None) -> None:
-        self.tool = tool  # None: a text block
+    def __init__(self, tool: ToolCallStart | None, kind: str = "text") -> None:
+        self.tool = tool
+        self.kind = "tool" if tool is not None else kind  # text, tool, thinking or redacted_thinking
         self.deltas: list[str] = []
+        self.signature: str | None = None  # a thinking block's (ends it), a redacted block's data
 
 
 class StreamEncoder:
@@ -169,7 +188,7 @@ class StreamEncoder:
     (deltas of call 0 after call 1 started). So once a tool block is open it stays open until
     the stream ends, and whatever starts after it is held and sent, in order, at the end."""
 
-    __slots__ = ("_model", "_started", "_done", "_in", "_out", "_text", "_tool", "_next", "_held",
+    __slots__ = ("_model", "_started", "_done", "_in", "_out", "_text", "_thinking", "_tool", "_next", "_held",
                  "_held_tools", "_args", "_reason")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
@@ -179,6 +198,7 @@ class StreamEncoder:
         self._in = 0
         self._out = 0
         self._text: int | None = None  # block index of the open text block
+        self._thinking: int | None = None  # block index of the open thinking block
         self._tool: tuple[int, int] | None = None  # (tool ordinal, block index) of the open tool block
         self._next = 0
         self._held: list[_Held] = []
@@ -194,7 +214,7 @@ class StreamEncoder:
             "usage": {"input_tokens": self._in, "output_tokens": self._out},
         }}))
 
-    def _open(self, block: TextBlock | ToolUseBlock, parts: list[bytes]) -> int:
+    def _open(self, block: AnswerBlock, parts: list[bytes]) -> int:
         index = self._next
         self._next += 1
         parts.append(_sse_event({"type": "content_block_start", "index": index, "content_block": block}))
@@ -214,12 +234,55 @@ class StreamEncoder:
         # A Gemini thought signature rides in the id, which the client hands back next turn.
         return {"type": "tool_use", "id": tool_id(with_signature(ev.id, ev.signature)), "name": ev.name, "input": {}}
 
+    @staticmethod
+    def _thinking_delta(index: int, thought: str) -> bytes:
+        return _sse_event({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "thinking_delta", "thinking": thought}})
+
+    @staticmethod
+    def _signature_delta(index: int, signature: str) -> bytes:
+        return _sse_event({"type": "content_block_delta", "index": index,
+                           "delta": {"type": "signature_delta", "signature": signature}})
+
+    def _close_thinking(self, parts: list[bytes]) -> None:
+        if self._thinking is not None:
+            parts.append(_sse_event({"type": "content_block_stop", "index": self._thinking}))
+            self._thinking = None
+
+    def _on_reasoning(self, ev: ReasoningDelta, parts: list[bytes]) -> None:
+        """Reasoning as thinking blocks (a signature ends one), redacted reasoning as redacted_thinking."""
+        if self._tool is not None:
+            last = self._held[-1] if self._held else None
+            if ev.redacted or last is None or last.kind != "thinking" or last.signature is not None:
+                last = _Held(None, "redacted_thinking" if ev.redacted else "thinking")
+                self._held.append(last)
+            if ev.text:
+                last.deltas.append(ev.text)
+            last.signature = ev.signature
+            return
+        if self._text is not None:
+            parts.append(_sse_event({"type": "content_block_stop", "index": self._text}))
+            self._text = None
+        if ev.redacted:
+            self._close_thinking(parts)
+            index = self._open({"type": "redacted_thinking", "data": ev.signature or ""}, parts)
+            parts.append(_sse_event({"type": "content_block_stop", "index": index}))
+            return
+        if self._thinking is None:
+            self._thinking = self._open({"type": "thinking", "thinking": "", "signature": ""}, parts)
+        if ev.text:
+            parts.append(self._thinking_delta(self._thinking, ev.text))
+        if ev.signature is not None:
+            parts.append(self._signature_delta(self._thinking, ev.signature))
+            self._close_thinking(parts)
+
     def _on_text(self, text: str, parts: list[bytes]) -> None:
         if self._tool is not None:
-            if not self._held or self._held[-1].tool is not None:
+            if not self._held or self._held[-1].kind != "text":
                 self._held.append(_Held(None))
             self._held[-1].deltas.append(text)
             return
+        self._close_thinking(parts)
         if self._text is None:
             self._text = self._open({"type": "text", "text": ""}, parts)
         parts.append(self._text_delta(self._text, text))
@@ -234,6 +297,7 @@ class StreamEncoder:
         if self._text is not None:
             parts.append(_sse_event({"type": "content_block_stop", "index": self._text}))
             self._text = None
+        self._close_thinking(parts)
         self._tool = (ev.index, self._open(self._tool_block(ev), parts))
 
     def _on_args(self, ev: ToolCallDelta, parts: list[bytes]) -> None:
@@ -253,12 +317,19 @@ class StreamEncoder:
                 arguments_object("".join(frags), error=upstream_error)
             except ModelyardError as e:
                 return e.message
-        for index in (self._text, self._tool[1] if self._tool else None):
+        for index in (self._text, self._thinking, self._tool[1] if self._tool else None):
             if index is not None:
                 parts.append(_sse_event({"type": "content_block_stop", "index": index}))
-        self._text = self._tool = None
+        self._text = self._thinking = self._tool = None
         for held in self._held:
-            if held.tool is None:
+            if held.kind == "redacted_thinking":
+                index = self._open({"type": "redacted_thinking", "data": held.signature or ""}, parts)
+            elif held.kind == "thinking":
+                index = self._open({"type": "thinking", "thinking": "", "signature": ""}, parts)
+                parts.extend(self._thinking_delta(index, t) for t in held.deltas)
+                if held.signature is not None:
+                    parts.append(self._signature_delta(index, held.signature))
+            elif held.tool is None:
                 index = self._open({"type": "text", "text": ""}, parts)
                 parts.extend(self._text_delta(index, t) for t in held.deltas)
             else:
@@ -289,7 +360,9 @@ class StreamEncoder:
                 continue
             if not self._started:
                 self._start("", parts)
-            if isinstance(ev, TextDelta):
+            if isinstance(ev, ReasoningDelta):
+                self._on_reasoning(ev, parts)
+            elif isinstance(ev, TextDelta):
                 self._on_text(ev.text, parts)
             elif isinstance(ev, ToolCallStart):
                 self._on_tool(ev, parts)

@@ -69,6 +69,20 @@ class ToolUseBlock(TypedDict):
     input: JSONObject
 
 
+class ThinkingBlock(TypedDict):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(TypedDict):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+AnswerBlock: TypeAlias = "ThinkingBlock | RedactedThinkingBlock | TextBlock | ToolUseBlock"
+
+
 class ToolResultBlock(TypedDict):
     type: Literal["tool_result"]
     tool_use_id: str
@@ -122,7 +136,7 @@ class MessageResponse(TypedDict):
     type: Literal["message"]
     role: Literal["assistant"]
     model: str
-    content: list[TextBlock | ToolUseBlock]
+    content: list[AnswerBlock]
     stop_reason: str | None
     stop_sequence: None
     usage: UsageOut
@@ -149,7 +163,7 @@ class MessageStart(TypedDict):
 class ContentBlockStart(TypedDict):
     type: Literal["content_block_start"]
     index: int
-    content_block: TextBlock | ToolUseBlock
+    content_block: AnswerBlock
 
 
 class TextDeltaOut(TypedDict):
@@ -162,10 +176,20 @@ class InputJSONDelta(TypedDict):
     partial_json: str
 
 
+class ThinkingDeltaOut(TypedDict):
+    type: Literal["thinking_delta"]
+    thinking: str
+
+
+class SignatureDeltaOut(TypedDict):
+    type: Literal["signature_delta"]
+    signature: str
+
+
 class ContentBlockDelta(TypedDict):
     type: Literal["content_block_delta"]
     index: int
-    delta: TextDeltaOut | InputJSONDelta
+    delta: TextDeltaOut | InputJSONDelta | ThinkingDeltaOut | SignatureDeltaOut
 
 
 class ContentBlockStop(TypedDict):

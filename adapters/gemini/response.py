@@ -14,9 +14,10 @@ from adapters.gemini.wire import (
     FunctionCallPart,
     GenerateContentResponse,
     PartOut,
+    ThoughtPart,
     UsageMetadata,
 )
-from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
+from adapters.internal import ChatRequest, ChatResponse, FinishReason, ReasoningPart, ToolCall, Usage
 from adapters.json_types import JSONArray, JSONObject
 from contracts.errors import ClientError
 
@@ -43,6 +44,24 @@ def _response_call(part: JSONObject, fc: JSONObject, response_id: str, ordinal: 
                     orjson.dumps(args if type(args) is dict else {}).decode(), sig if type(sig) is str and sig else None)
 
 
+def thought_part(p: JSONObject) -> ReasoningPart | None:
+    """A thought summary part (`thought: true`) as a reasoning part, its thoughtSignature the signature."""
+    if not p.get("thought"):
+        return None
+    text, sig = p.get("text"), p.get("thoughtSignature")
+    return ReasoningPart(text if type(text) is str else "", sig if type(sig) is str and sig else None)
+
+
+def reasoning_out(part: ReasoningPart) -> ThoughtPart | None:
+    # Redacted reasoning (Anthropic's) has no Gemini part: it is left out, as a caller may omit it.
+    if part.redacted:
+        return None
+    out: ThoughtPart = {"text": part.text, "thought": True}
+    if part.signature:
+        out["thoughtSignature"] = part.signature
+    return out
+
+
 def parse_response(body: bytes) -> ChatResponse:
     try:
         obj = load_object(body, "upstream response")
@@ -51,6 +70,7 @@ def parse_response(body: bytes) -> ChatResponse:
     parts, fr = _candidate_parts(obj)
     texts: list[str] = []
     calls: list[ToolCall] = []
+    reasoning: list[ReasoningPart] = []
     rid = obj.get("responseId")
     reason: FinishReason
     if parts is None:
@@ -62,7 +82,9 @@ def parse_response(body: bytes) -> ChatResponse:
         for j, p in enumerate(parts):
             if type(p) is not dict:
                 raise bad_upstream(f"parts[{j}] is not an object")
-            if type(p.get("text")) is str and not p.get("thought"):
+            if (thought := thought_part(p)) is not None:
+                reasoning.append(thought)
+            elif type(p.get("text")) is str:
                 texts.append(p["text"])
             fc = p.get("functionCall")
             if type(fc) is dict and type(fc.get("name")) is str:
@@ -73,7 +95,7 @@ def parse_response(body: bytes) -> ChatResponse:
     u = obj.get("usageMetadata")
     model = obj.get("modelVersion")
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(texts),
-                        tuple(calls), reason, _usage(u) if type(u) is dict else Usage())
+                        tuple(calls), reason, _usage(u) if type(u) is dict else Usage(), reasoning=tuple(reasoning))
 
 
 def _usage_meta(i: int, o: int) -> UsageMetadata:
@@ -81,7 +103,7 @@ def _usage_meta(i: int, o: int) -> UsageMetadata:
 
 
 def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
-    parts: list[PartOut] = []
+    parts: list[PartOut] = [t for p in resp.reasoning if (t := reasoning_out(p)) is not None]
     text = resp.content or resp.refusal
     if text:
         parts.append({"text": text})

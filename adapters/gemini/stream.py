@@ -9,7 +9,7 @@ import orjson
 
 from adapters.fields import arguments_object, bad_upstream, error_message, upstream_error
 from adapters.gemini.errors import render_error
-from adapters.gemini.response import _candidate_parts, _response_call, _usage, _usage_meta
+from adapters.gemini.response import _candidate_parts, _response_call, _usage, _usage_meta, reasoning_out, thought_part
 from adapters.gemini.wire import (
     _FINISH_IN,
     _FINISH_OUT,
@@ -20,6 +20,8 @@ from adapters.gemini.wire import (
 )
 from adapters.internal import (
     ChatRequest,
+    ReasoningDelta,
+    ReasoningPart,
     StreamEnd,
     StreamError,
     StreamEvent,
@@ -74,7 +76,12 @@ class StreamDecoder(SSEDecoder):
             if type(p) is not dict:
                 continue
             text = p.get("text")
-            if type(text) is str and text and not p.get("thought"):
+            if (thought := thought_part(p)) is not None:
+                if thought.text:
+                    out.append(ReasoningDelta(thought.text))
+                if thought.signature:
+                    out.append(ReasoningDelta("", thought.signature))
+            elif type(text) is str and text:
                 out.append(TextDelta(text))
             fc = p.get("functionCall")
             if type(fc) is dict:
@@ -228,7 +235,10 @@ class StreamEncoder:
         for ev in events:
             if self._done:
                 break
-            if isinstance(ev, TextDelta):
+            if isinstance(ev, ReasoningDelta):
+                if (thought := reasoning_out(ReasoningPart(ev.text, ev.signature, ev.redacted))) is not None:
+                    parts.append(self._chunk([thought]))
+            elif isinstance(ev, TextDelta):
                 parts.append(self._chunk([{"text": ev.text}]))
             elif isinstance(ev, ToolCallStart):
                 self._calls[ev.index] = [ev.name, "", ev.signature or ""]

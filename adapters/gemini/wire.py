@@ -40,6 +40,12 @@ class TextPartOut(TypedDict):
     text: str
 
 
+class ThoughtPart(TypedDict):
+    text: str
+    thought: Literal[True]
+    thoughtSignature: NotRequired[str]
+
+
 class InlineDataPart(TypedDict):
     inlineData: Blob
 
@@ -68,7 +74,7 @@ class FunctionResponsePart(TypedDict):
 
 
 MediaPart: TypeAlias = "InlineDataPart | FileDataPart"
-PartOut: TypeAlias = "TextPartOut | InlineDataPart | FileDataPart | FunctionCallPart | FunctionResponsePart"
+PartOut: TypeAlias = "TextPartOut | ThoughtPart | InlineDataPart | FileDataPart | FunctionCallPart | FunctionResponsePart"
 
 
 class ContentOut(TypedDict):

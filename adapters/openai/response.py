@@ -9,9 +9,14 @@ import orjson
 
 from adapters.call_ids import with_signature
 from adapters.fields import bad_upstream, load_object, token_count
-from adapters.internal import ChatRequest, ChatResponse, ToolCall, Usage
+from adapters.internal import ChatRequest, ChatResponse, ReasoningPart, ToolCall, Usage
 from adapters.openai.render import _call
 from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletion, ResponseMessageOut
+from adapters.reasoning import reasoning_text
+
+# Where OpenAI-compatible servers put reasoning text: `reasoning_content` (DeepSeek, SGLang, older
+# vLLM), `reasoning` (newer vLLM, OpenRouter).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 from contracts.errors import ClientError
 
 
@@ -52,13 +57,16 @@ def parse_response(body: bytes) -> ChatResponse:
     if type(usage) is dict:
         u = Usage(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens")))
     rid, model = obj.get("id"), obj.get("model")
+    thought = next((t for k in REASONING_FIELDS if type(t := msg.get(k)) is str and t), None)
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", content,
-                        tuple(tcs), reason, u, refusal)
+                        tuple(tcs), reason, u, refusal, reasoning=(ReasoningPart(thought),) if thought else ())
 
 
 def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
     empty = not resp.content and (resp.tool_calls or resp.refusal)
     msg: ResponseMessageOut = {"role": "assistant", "content": None if empty else resp.content, "refusal": resp.refusal}
+    if thought := reasoning_text(resp.reasoning):
+        msg["reasoning_content"] = thought
     if resp.tool_calls:
         # A Gemini thought signature rides in the id, which the client hands back next turn.
         msg["tool_calls"] = [_call(tc, with_signature(tc.id, tc.signature)) for tc in resp.tool_calls]

@@ -11,6 +11,7 @@ from adapters.call_ids import with_signature
 from adapters.fields import error_message, token_count
 from adapters.internal import (
     ChatRequest,
+    ReasoningDelta,
     StreamEnd,
     StreamError,
     StreamEvent,
@@ -22,6 +23,7 @@ from adapters.internal import (
     UsageUpdate,
 )
 from adapters.openai.errors import render_error
+from adapters.openai.response import REASONING_FIELDS
 from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletionChunk, Delta
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 
@@ -66,6 +68,9 @@ class StreamDecoder(SSEDecoder):
             ch = choices[0]
             delta = ch.get("delta")
             if type(delta) is dict:
+                thought = next((t for k in REASONING_FIELDS if type(t := delta.get(k)) is str and t), None)
+                if thought:
+                    out.append(ReasoningDelta(thought))
                 text = delta.get("content")
                 if type(text) is str and text:
                     out.append(TextDelta(text))
@@ -106,7 +111,8 @@ class StreamDecoder(SSEDecoder):
 class StreamEncoder:
     """Internal stream events -> OpenAI chat.completion.chunk SSE bytes for the client."""
 
-    __slots__ = ("_model", "_include_usage", "_id", "_created", "_started", "_done", "_in", "_out", "_no_args")
+    __slots__ = ("_model", "_include_usage", "_id", "_created", "_started", "_done", "_in", "_out", "_no_args",
+                 "_thought")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._model = model
@@ -118,6 +124,7 @@ class StreamEncoder:
         self._in = 0
         self._out = 0
         self._no_args: set[int] = set()  # tool calls that have streamed no argument text yet
+        self._thought = ""  # reasoning so far: "" none, "open" a part streaming, "ended" (next: a new paragraph)
 
     def _chunk(self, delta: Delta, finish: str | None = None) -> bytes:
         chunk: ChatCompletionChunk = {
@@ -152,7 +159,15 @@ class StreamEncoder:
                 continue
             if not self._started:
                 self._start("", parts)
-            if isinstance(ev, TextDelta):
+            if isinstance(ev, ReasoningDelta):
+                # Chat has only the text: signatures and redacted reasoning cannot be carried, and may be left out.
+                if ev.text and not ev.redacted:
+                    text = "\n\n" + ev.text if self._thought == "ended" else ev.text
+                    self._thought = "open"
+                    parts.append(self._chunk({"reasoning_content": text}))
+                if ev.signature is not None and self._thought:
+                    self._thought = "ended"
+            elif isinstance(ev, TextDelta):
                 parts.append(self._chunk({"refusal": ev.text} if ev.refusal else {"content": ev.text}))
             elif isinstance(ev, ToolCallStart):
                 self._no_args.add(ev.index)

@@ -147,6 +147,7 @@ class ResponseMessageOut(TypedDict):
     role: Literal["assistant"]
     content: str | None
     refusal: str | None
+    reasoning_content: NotRequired[str]  # as vLLM, DeepSeek and SGLang answer (OpenAI's own hides it)
     tool_calls: NotRequired[list[ToolCallOut]]
 
 
@@ -182,6 +183,7 @@ class Delta(TypedDict, total=False):
     role: Literal["assistant"]
     content: str
     refusal: str
+    reasoning_content: str
     tool_calls: list[ChunkToolCall]
 
 

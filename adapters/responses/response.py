@@ -9,10 +9,18 @@ import orjson
 
 from adapters.call_ids import with_signature
 from adapters.fields import bad_upstream, load_object, token_count
-from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
+from adapters.internal import ChatRequest, ChatResponse, FinishReason, ReasoningPart, ToolCall, Usage
 from adapters.json_types import JSONObject
 from adapters.responses.render import _text_config, _tool_choice_out, _tool_defs
-from adapters.responses.wire import OutputCall, OutputItem, OutputMessage, OutputPart, ResponseObject, UsageOut
+from adapters.responses.wire import (
+    OutputCall,
+    OutputItem,
+    OutputMessage,
+    OutputPart,
+    OutputReasoning,
+    ResponseObject,
+    UsageOut,
+)
 from contracts.errors import ClientError
 
 
@@ -40,6 +48,28 @@ def _call_item(item_id: str, tc: ToolCall, status: str) -> OutputCall:
     # A Gemini thought signature rides in the call id; a call without arguments is "{}", as OpenAI sends it.
     return {"type": "function_call", "id": item_id, "call_id": with_signature(tc.id, tc.signature),
             "name": tc.name, "arguments": tc.arguments or "{}", "status": status}
+
+
+def _reasoning_item(item_id: str, part: ReasoningPart) -> OutputReasoning:
+    # Another protocol's signature (Anthropic's, Gemini's) is the item's opaque state, as OpenAI's is.
+    item: OutputReasoning = {"type": "reasoning", "id": item_id,
+                             "summary": [{"type": "summary_text", "text": part.text}] if part.text else []}
+    if part.signature:
+        item["encrypted_content"] = part.signature
+    return item
+
+
+def reasoning_part(item: JSONObject) -> ReasoningPart:
+    """A reasoning output item as a reasoning part: its summaries (or reasoning text) and encrypted state."""
+    texts: list[str] = []
+    for key in ("summary", "content"):
+        parts = item.get(key)
+        texts += [p["text"] for p in parts if type(p) is dict and type(p.get("text")) is str and p["text"]] \
+            if type(parts) is list else []
+        if texts:
+            break  # the summary when there is one; the raw reasoning text otherwise
+    enc = item.get("encrypted_content")
+    return ReasoningPart("\n\n".join(texts), enc if type(enc) is str and enc else None)
 
 
 def _response_object(rid: str, created: int, model: str, output: list[OutputItem], status: str,
@@ -78,12 +108,12 @@ def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | No
     item_status = "incomplete" if status == "incomplete" else "completed"
     # One random draw per response; item ids add their output index (unique, and cheap).
     base = uuid.uuid4().hex
-    output: list[OutputItem] = []
+    output: list[OutputItem] = [_reasoning_item(f"rs_{base}_{j}", p) for j, p in enumerate(resp.reasoning)]
     if resp.content or resp.refusal or not resp.tool_calls:
         parts = [_part("output_text", resp.content)] if resp.content or not resp.refusal else []
         if resp.refusal:
             parts.append(_part("refusal", resp.refusal))
-        output.append(_message_item(f"msg_{base}_0", parts, item_status))
+        output.append(_message_item(f"msg_{base}_{len(output)}", parts, item_status))
     for tc in resp.tool_calls:
         output.append(_call_item(f"fc_{base}_{len(output)}", tc, item_status))
     error = "the model stopped with an error" if status == "failed" else None
@@ -109,8 +139,7 @@ def _read_usage(raw: object) -> Usage:
 
 
 # -- an upstream's answer ------------------------------------------------------------------------
-# Output items the internal format carries; a reasoning item only while it holds no visible text
-# (hidden reasoning, which Chat Completions does not show either; its tokens are in the usage).
+# Output items the internal format carries (a reasoning item as a reasoning part).
 _CARRIED = frozenset(("message", "function_call", "reasoning"))
 _PARTS = frozenset(("output_text", "refusal"))
 
@@ -121,25 +150,12 @@ def untranslatable(what: str) -> str:
             "call this model through POST /v1/responses to receive it")
 
 
-def reasoning_shown(item: JSONObject) -> bool:
-    """A reasoning item with visible text (a summary or reasoning content), not just hidden state."""
-    for key in ("summary", "content"):
-        parts = item.get(key)
-        if type(parts) is list and any(type(p) is dict and p.get("text") for p in parts):
-            return True
-    return False
-
-
 def item_problem(item: JSONObject) -> str | None:
     """Why an output item cannot be translated, or None when the internal format carries it."""
     t = item.get("type")
     if type(t) is not str:
         return "an output item of unknown type"
-    if t not in _CARRIED:
-        return f"a {t} output item"
-    if t == "reasoning" and reasoning_shown(item):
-        return "a reasoning item with a summary"
-    return None
+    return None if t in _CARRIED else f"a {t} output item"
 
 
 def part_problem(part: object) -> str | None:
@@ -160,6 +176,7 @@ def parse_response(body: bytes) -> ChatResponse:
     text: list[str] = []
     refusal: list[str] = []
     calls: list[ToolCall] = []
+    reasoning: list[ReasoningPart] = []
     problem: str | None = None
     for j, item in enumerate(output):
         if type(item) is not dict:
@@ -178,10 +195,12 @@ def parse_response(body: bytes) -> ChatResponse:
             if type(cid) is not str or type(name) is not str:
                 raise bad_upstream(f"output[{j}] function_call malformed")
             calls.append(ToolCall(cid, name, args if type(args) is str else ""))
+        elif item.get("type") == "reasoning" and ((part := reasoning_part(item)).text or part.signature):
+            reasoning.append(part)
     rid, model = obj.get("id"), obj.get("model")
     reason = _reason_of(obj, bool(calls))
     if refusal and reason == "stop":
         reason = "content_filter"  # a refusal ends the turn as a refusal, as the OpenAI adapter reads it
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(text),
                         tuple(calls), reason, _read_usage(obj.get("usage")), "".join(refusal) or None,
-                        untranslatable(problem) if problem else None)
+                        untranslatable(problem) if problem else None, tuple(reasoning))

@@ -11,6 +11,8 @@ from adapters.fields import error_message
 from adapters.internal import (
     ChatRequest,
     FinishReason,
+    ReasoningDelta,
+    ReasoningPart,
     StreamEnd,
     StreamError,
     StreamEvent,
@@ -31,10 +33,12 @@ from adapters.responses.response import (
     _part,
     _read_usage,
     _reason_of,
+    _reasoning_item,
     _response_object,
     _status,
     item_problem,
     part_problem,
+    reasoning_part,
     untranslatable,
 )
 from adapters.responses.wire import OutputItem, OutputPart, ResponseObject
@@ -44,14 +48,15 @@ from adapters.sse import SSEDecoder, SSEEvent, encode_event
 class StreamDecoder(SSEDecoder):
     """Upstream Responses SSE (typed events) -> internal stream events.
 
-    Text and function-call arguments come as deltas; a `.done` event whose deltas never came
-    supplies them whole. An output item the internal format cannot carry (a hosted tool's call, a
-    custom tool call, a reasoning summary) ends the stream with `StreamUntranslatable` once the
+    Text, reasoning (summary or raw) and function-call arguments come as deltas; a `.done` event
+    whose deltas never came supplies them whole, and a reasoning item's `encrypted_content` (on its
+    `output_item.done`) is its part's signature. An output item the internal format cannot carry
+    (a hosted tool's call, a custom tool call) ends the stream with `StreamUntranslatable` once the
     upstream completes, after its usage, so a translated stream says why it stopped and a
     passthrough one is still metered.
     """
 
-    __slots__ = ("_started", "_calls", "_argued", "_texted", "_problem")
+    __slots__ = ("_started", "_calls", "_argued", "_texted", "_reasoned", "_problem")
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,6 +64,7 @@ class StreamDecoder(SSEDecoder):
         self._calls: dict[str, int] = {}  # function_call item id -> tool ordinal
         self._argued: set[str] = set()  # function_call item ids whose arguments have streamed
         self._texted: set[tuple[str, int]] = set()  # (item id, content index) whose text has streamed
+        self._reasoned: set[str] = set()  # reasoning item ids whose text has streamed
         self._problem: str | None = None  # the first output the internal format cannot carry
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
@@ -96,8 +102,13 @@ class StreamDecoder(SSEDecoder):
                 out.append(TextDelta(obj["text"]))
         elif t == "response.refusal.delta" and type(delta) is str and delta:
             out.append(TextDelta(delta, refusal=True))
-        elif t == "response.reasoning_summary_text.delta" and type(delta) is str and delta:
-            self._problem = "a reasoning item with a summary"
+        elif t in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            if type(delta) is str and delta:
+                self._reasoned.add(str(obj.get("item_id")))
+                out.append(ReasoningDelta(delta))
+        elif t == "response.reasoning_summary_part.added":
+            if str(obj.get("item_id")) in self._reasoned:
+                out.append(ReasoningDelta("\n\n"))  # a later summary part: a paragraph of its own
         elif t == "response.content_part.added":
             self._problem = part_problem(obj.get("part"))
         elif t in ("response.output_item.added", "response.output_item.done"):
@@ -107,12 +118,21 @@ class StreamDecoder(SSEDecoder):
             self._problem = item_problem(item)
             if self._problem is None and item.get("type") == "function_call":
                 self._call(item, t == "response.output_item.done", out)
+            elif item.get("type") == "reasoning" and t == "response.output_item.done":
+                self._reasoning_done(item, out)
         elif t == "response.function_call_arguments.delta":
             iid = str(obj.get("item_id"))
             idx = self._calls.get(iid)
             if idx is not None and type(delta) is str and delta:
                 self._argued.add(iid)
                 out.append(ToolCallDelta(idx, delta))
+
+    def _reasoning_done(self, item: JSONObject, out: list[StreamEvent]) -> None:
+        part = reasoning_part(item)
+        if str(item.get("id")) not in self._reasoned and part.text:
+            out.append(ReasoningDelta(part.text))  # a summary that came whole, with no deltas before it
+        if part.signature:
+            out.append(ReasoningDelta("", part.signature))
 
     def _call(self, item: JSONObject, done: bool, out: list[StreamEvent]) -> None:
         iid = str(item.get("id"))
@@ -170,7 +190,7 @@ class StreamEncoder:
 
     __slots__ = ("_model", "_request", "_base", "_id", "_created", "_seq", "_started", "_done", "_output",
                  "_text_index", "_text_id", "_parts", "_kind", "_text", "_calls", "_in", "_out", "_reason",
-                 "_refused")
+                 "_refused", "_rs_index", "_rs_text")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._model = model
@@ -192,6 +212,8 @@ class StreamEncoder:
         self._out = 0
         self._reason: FinishReason | None = None
         self._refused = False  # a refusal part streamed
+        self._rs_index: int | None = None  # output_index of the open reasoning item
+        self._rs_text: list[str] = []  # its summary text so far
 
     def _emit(self, parts: list[bytes], kind: str, payload: JSONObject) -> None:
         payload = {"type": kind, "sequence_number": self._seq, **payload}
@@ -272,7 +294,43 @@ class StreamEncoder:
             self._emit(parts, "response.output_item.done", {"output_index": c.output_index, "item": item})
         self._calls.clear()
 
+    def _reasoning(self, ev: ReasoningDelta, parts: list[bytes]) -> None:
+        """Reasoning is one `reasoning` item per part, its text one summary part; a signature closes it."""
+        if self._rs_index is None or ev.redacted:
+            self._close_reasoning(parts, None)
+            self._close_text(parts, "completed")
+            self._rs_index, self._rs_text = self._slot(), []
+            item = _reasoning_item(self._rs_id(), ReasoningPart())
+            self._emit(parts, "response.output_item.added", {"output_index": self._rs_index, "item": item})
+        if ev.text:
+            where = {"item_id": self._rs_id(), "output_index": self._rs_index, "summary_index": 0}
+            if not self._rs_text:
+                self._emit(parts, "response.reasoning_summary_part.added",
+                           {**where, "part": {"type": "summary_text", "text": ""}})
+            self._rs_text.append(ev.text)
+            self._emit(parts, "response.reasoning_summary_text.delta", {**where, "delta": ev.text})
+        if ev.signature is not None:
+            self._close_reasoning(parts, ev.signature)
+
+    def _rs_id(self) -> str:
+        return f"rs_{self._base}_{self._rs_index}"
+
+    def _close_reasoning(self, parts: list[bytes], signature: str | None) -> None:
+        if self._rs_index is None:
+            return
+        text = "".join(self._rs_text)
+        where = {"item_id": self._rs_id(), "output_index": self._rs_index, "summary_index": 0}
+        if text:
+            self._emit(parts, "response.reasoning_summary_text.done", {**where, "text": text})
+            self._emit(parts, "response.reasoning_summary_part.done",
+                       {**where, "part": {"type": "summary_text", "text": text}})
+        item = _reasoning_item(self._rs_id(), ReasoningPart(text, signature))
+        self._output[self._rs_index] = item
+        self._emit(parts, "response.output_item.done", {"output_index": self._rs_index, "item": item})
+        self._rs_index, self._rs_text = None, []
+
     def _close_all(self, parts: list[bytes]) -> None:
+        self._close_reasoning(parts, None)
         status = "incomplete" if self._reason is not None and _status(self._reason, self._refused) == "incomplete" \
             else "completed"
         self._close_text(parts, status)
@@ -293,11 +351,15 @@ class StreamEncoder:
                 self._start(parts)
             if isinstance(ev, StreamStart):
                 continue
-            if isinstance(ev, TextDelta):
+            if isinstance(ev, ReasoningDelta):
+                self._reasoning(ev, parts)
+            elif isinstance(ev, TextDelta):
                 if ev.text:
+                    self._close_reasoning(parts, None)
                     self._refused = self._refused or ev.refusal
                     self._text_delta(ev.text, "refusal" if ev.refusal else "output_text", parts)
             elif isinstance(ev, ToolCallStart):
+                self._close_reasoning(parts, None)
                 self._close_text(parts, "completed")
                 slot = self._slot()
                 c = _OpenCall(slot, f"fc_{self._base}_{slot}", ev.id, ev.name, ev.signature)

@@ -144,7 +144,19 @@ class OutputCall(TypedDict):
     status: str
 
 
-OutputItem: TypeAlias = "OutputMessage | OutputCall"
+class SummaryText(TypedDict):
+    type: Literal["summary_text"]
+    text: str
+
+
+class OutputReasoning(TypedDict):
+    type: Literal["reasoning"]
+    id: str
+    summary: list[SummaryText]
+    encrypted_content: NotRequired[str]  # the opaque state a later turn hands back
+
+
+OutputItem: TypeAlias = "OutputMessage | OutputCall | OutputReasoning"
 
 
 class ResponseError(TypedDict):

@@ -175,6 +175,10 @@ class Deployment(_Model):
     # A control this protocol cannot express (top_k to OpenAI): 400 (unset/false), or drop it:
     # true for all, a list for those named (contracts/params.py); wins over the model's.
     drop_params: DropParams = None
+    # A translated answer's reasoning (OpenAI summaries, Anthropic thinking, Gemini thoughts): shown
+    # in the caller's protocol (chat: `reasoning_content`, as vLLM, DeepSeek and LiteLLM send it),
+    # or dropped, as OpenAI's own Chat Completions hides it.
+    reasoning: Literal["show", "drop"] = "show"
     api_key_env: str | None = None
     api_key_file: str | None = None
     timeout_ms: int = Field(60_000, ge=1)

@@ -7,7 +7,9 @@ Answers as described in `devstack.demo.behaviour` (a `message` item, a `function
 tools are given and the text asks for the weather, usage), whole or as typed SSE events. Output a
 chat protocol cannot express comes on request, so tests can check the gateway refuses to drop it:
 a text holding one of `EXTRA_ITEMS`' markers gets that output item first (a hosted tool's call, a
-custom tool call, a reasoning item with or without a summary).
+custom tool call, a reasoning item with or without a summary). The summary streams as OpenAI's
+reasoning models send it when asked for `reasoning.summary` and `reasoning.encrypted_content`: a
+summary part, its text deltas, `.done` events, and the item's `encrypted_content` at its end.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ EXTRA_ITEMS: dict[str, dict[str, Any]] = {
     CUSTOM_TOOL: {"type": "custom_tool_call", "id": "ctc_demo", "call_id": "call_custom", "name": "grammar",
                   "input": "SELECT 1", "status": "completed"},
     REASONING_SUMMARY: {"type": "reasoning", "id": "rs_demo", "summary": [
-        {"type": "summary_text", "text": "The user wants an echo."}]},
+        {"type": "summary_text", "text": "The user wants an echo."}], "encrypted_content": "gAAAAA-demo-state"},
     REASONING: {"type": "reasoning", "id": "rs_demo", "summary": []},
 }
 
@@ -49,6 +51,20 @@ def _with_item_first(body: bytes, item: dict[str, Any]) -> bytes:
     obj = orjson.loads(body)
     obj["output"] = [item, *obj["output"]]
     return orjson.dumps(obj)
+
+
+def _summary_events(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """A reasoning item's summary parts as OpenAI streams them: part added, text deltas, done events."""
+    out: list[dict[str, Any]] = []
+    for j, part in enumerate(item.get("summary", ()) if item["type"] == "reasoning" else ()):
+        where = {"item_id": item["id"], "output_index": 0, "summary_index": j}
+        text = part["text"]
+        out.append({"type": "response.reasoning_summary_part.added", **where, "part": {**part, "text": ""}})
+        for piece in (text[:len(text) // 2], text[len(text) // 2:]):
+            out.append({"type": "response.reasoning_summary_text.delta", **where, "delta": piece})
+        out.append({"type": "response.reasoning_summary_text.done", **where, "text": text})
+        out.append({"type": "response.reasoning_summary_part.done", **where, "part": part})
+    return out
 
 
 def _stream_with_item_first(raw: bytes, item: dict[str, Any]) -> bytes:
@@ -66,10 +82,9 @@ def _stream_with_item_first(raw: bytes, item: dict[str, Any]) -> bytes:
         out.append(ev)
         if ev["type"] == "response.in_progress":
             out.append({"type": "response.output_item.added", "output_index": 0,
-                        "item": {**item, "summary": []} if item["type"] == "reasoning" else item})
-            for part in item.get("summary", ()):
-                out.append({"type": "response.reasoning_summary_text.delta", "item_id": item["id"], "output_index": 0,
-                            "summary_index": 0, "delta": part["text"]})
+                        "item": {"type": "reasoning", "id": item["id"], "summary": []} if item["type"] == "reasoning"
+                        else item})
+            out += _summary_events(item)
             out.append({"type": "response.output_item.done", "output_index": 0, "item": item})
     return b"".join(encode_event(orjson.dumps({**ev, "sequence_number": n}), ev["type"]) for n, ev in enumerate(out))
 

@@ -16,6 +16,7 @@ from adapters import controls, upstream_errors
 from adapters.injected_usage import InjectedUsageFilter
 from adapters.internal import ChatRequest, RenderOptions, StreamError, StreamStart, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
+from adapters.reasoning import without_reasoning
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
 from adapters.stream_usage import StreamUsage
 from adapters.upstream_errors import log_excerpt
@@ -138,6 +139,10 @@ class ChatFlow:
         self.ctx.response_headers.append((DROPPED_PARAMS_HEADER, ",".join(dropped)))
         return controls.without(req, dropped)
 
+    def _deployment_reasoning(self) -> str:
+        choice = self.call.choice
+        return choice.deployment.reasoning if choice is not None else "show"
+
     def _translation_attributes(self) -> dict[str, str | bool]:
         return {"modelyard.translation.from": self.ctx.protocol, "modelyard.translation.to": self.wire or "",
                 "modelyard.translation.passthrough": not self.translating}
@@ -155,8 +160,9 @@ class ChatFlow:
             self.streaming = True
             if self.wire is not None and (self.translating or self.usage_injected):
                 # Same protocol: the upstream's bytes, less only the usage chunk we asked for.
-                self.translator = (translate_stream(self.wire, self.ctx.protocol, self.request) if self.translating
-                                   else InjectedUsageFilter())
+                keep = self._deployment_reasoning() == "show"
+                self.translator = (translate_stream(self.wire, self.ctx.protocol, self.request, keep_reasoning=keep)
+                                   if self.translating else InjectedUsageFilter())
                 remove.append("content-length")
                 set_h.append(("content-type", "text/event-stream"))
             else:
@@ -251,6 +257,8 @@ class ChatFlow:
             # Valid, but not in the caller's protocol: a clear error, never an answer with parts missing.
             self.client_status = 502
             return render_error_body(self.ctx.protocol, 502, resp.untranslatable, "api_error")
+        if self._deployment_reasoning() == "drop":
+            resp = without_reasoning(resp)
         out = self.client.render_response(resp, model=model, request=self.request)
         limit = self.gw.config.extproc.max_body_bytes
         if len(out) > limit:  # a translation may outgrow its source: past the limit, nothing sends it on

@@ -1,6 +1,7 @@
 """The Responses API as an upstream protocol: what a chat client's request becomes, and how a
 Responses answer (whole or streamed) reaches chat clients; output a chat protocol cannot express
-(a hosted tool's call, a custom tool call, a reasoning summary) is a clear error, never dropped.
+(a hosted tool's call, a custom tool call) is a clear error, never dropped; a reasoning summary is
+reasoning (tests/adapters/test_reasoning.py).
 The golden pairs (golden/<client>-to-responses/) hold the exact translations of the common cases."""
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from devstack.demo.responses_server import (
     CUSTOM_TOOL,
     EXTRA_ITEMS,
     REASONING,
-    REASONING_SUMMARY,
     WEB_SEARCH,
     _stream_with_item_first,
     _with_item_first,
@@ -90,9 +90,6 @@ UNTRANSLATABLE = [
     ("custom tool", EXTRA_ITEMS[CUSTOM_TOOL], "a custom_tool_call output item"),
     ("code interpreter", {"type": "code_interpreter_call", "id": "ci_1", "status": "completed", "code": "1",
                           "container_id": "c", "outputs": []}, "a code_interpreter_call output item"),
-    ("reasoning summary", EXTRA_ITEMS[REASONING_SUMMARY], "a reasoning item with a summary"),
-    ("reasoning content", {"type": "reasoning", "id": "rs_2", "summary": [],
-                           "content": [{"type": "reasoning_text", "text": "hmm"}]}, "a reasoning item with a summary"),
     ("unknown item", {"type": "hologram", "id": "h"}, "a hologram output item"),
 ]
 
@@ -145,7 +142,7 @@ def test_the_demo_streams_valid_sdk_events() -> None:
         assert evs[-1].type == "response.completed" and evs[-1].response.output[0].type == item["type"]
 
 
-@pytest.mark.parametrize(("case", "item", "what"), UNTRANSLATABLE[:5], ids=[c[0] for c in UNTRANSLATABLE[:5]])
+@pytest.mark.parametrize(("case", "item", "what"), UNTRANSLATABLE[:4], ids=[c[0] for c in UNTRANSLATABLE[:4]])
 def test_a_stream_with_untranslatable_output_ends_in_an_error_after_its_usage(case: str, item: dict,
                                                                              what: str) -> None:
     raw = _demo_stream(item)

@@ -3,11 +3,13 @@ openai SDK's chat completions (plain, streamed, tools) and the anthropic SDK's m
 streamed) are translated to POST /v1/responses; `responses.create` (plain, streamed) passes
 through. The demo upstream demands the provider key, so every 200 proves the gateway injected it.
 An answer holding what the caller's protocol cannot express (a hosted tool's call, a custom tool
-call, a reasoning summary) is a clear error in the caller's shape, whole or streamed; a
-Responses caller gets that same answer as sent."""
+call) is a clear error in the caller's shape, whole or streamed; a Responses caller gets that same
+answer as sent. A reasoning summary before function calls reaches a chat caller as
+`reasoning_content` and an Anthropic caller as a thinking block signed with the encrypted content."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from typing import Any
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "demo-gpt-responses"
 PREFIX = "[demo-responses]"
+HIDDEN = "demo-gpt-responses-hidden-reasoning"
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -50,6 +53,12 @@ def _mixed(name: str, dead: str, live: str) -> dict[str, Any]:
 def stack(tmp_path_factory: pytest.TempPathFactory):
     data, _ = demo_config_free_ports()
     data["models"] = [m for m in data["models"] if m["name"] == MODEL]
+    # The same demo upstream behind a deployment whose reasoning policy is `drop` (OpenAI chat's own).
+    hidden = copy.deepcopy(data["models"][0])
+    hidden["name"] = HIDDEN
+    for d in hidden["deployments"]:
+        d["cluster"], d["reasoning"], d["endpoints"] = d["cluster"] + "-hidden", "drop", [f"127.0.0.1:{free_port()}"]
+    data["models"].append(hidden)
     data["models"] += [_mixed("to-responses", "openai", "responses"), _mixed("from-responses", "responses", "openai")]
     # A quality-only strategy ties each pair; config order puts the dead one first.
     data["routing"] = {"strategies": {"pinned": {"quality": 1}}}
@@ -193,7 +202,7 @@ def test_a_responses_caller_gets_hosted_tool_output_as_sent(oai: openai.OpenAI) 
 # ---- what a chat caller's protocol cannot express: a clear error -------------------------------
 
 
-@pytest.mark.parametrize("marker", [WEB_SEARCH, CUSTOM_TOOL, REASONING_SUMMARY])
+@pytest.mark.parametrize("marker", [WEB_SEARCH, CUSTOM_TOOL])
 def test_untranslatable_answer_is_a_502_in_openai_shape(oai: openai.OpenAI, marker: str) -> None:
     with pytest.raises(openai.APIStatusError) as e:
         oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"go {marker}"}])
@@ -219,6 +228,53 @@ def test_untranslatable_stream_ends_in_an_error_for_each_sdk(oai: openai.OpenAI,
                                 messages=[{"role": "user", "content": f"go {WEB_SEARCH}"}]) as s:
         list(s.text_stream)
     assert "web_search_call" in str(e2.value)
+
+
+# ---- a reasoning model's summary before its function calls (issue 37) ----------------------------
+
+SUMMARY = "The user wants an echo."
+
+
+def test_a_reasoning_stream_with_tool_calls_reaches_the_openai_sdk_whole(oai: openai.OpenAI) -> None:
+    with oai.chat.completions.stream(model=MODEL, tools=[WEATHER],  # type: ignore[list-item]
+                                     messages=[{"role": "user", "content": f"{REASONING_SUMMARY}: weather in Paris"}]) as s:
+        chunks = [e.chunk for e in s if e.type == "chunk"]
+        final = s.get_final_completion()
+    thought = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
+    assert thought == SUMMARY
+    call = final.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_reasoning_stream_with_tool_calls_reaches_the_anthropic_sdk_whole(claude: anthropic.Anthropic) -> None:
+    with claude.messages.stream(model=MODEL, max_tokens=100, tools=[CLAUDE_TOOL],  # type: ignore[list-item]
+                                messages=[{"role": "user", "content": f"{REASONING_SUMMARY}: weather in Paris"}]) as s:
+        kinds = [e.type for e in s]
+        msg = s.get_final_message()
+    assert "thinking" in kinds and "signature" in kinds
+    assert [b.type for b in msg.content] == ["thinking", "tool_use"]
+    assert msg.content[0].thinking == SUMMARY and msg.content[0].signature == "gAAAAA-demo-state"  # type: ignore[union-attr]
+    assert msg.content[1].input == {"city": "Paris"} and msg.stop_reason == "tool_use"  # type: ignore[union-attr]
+
+
+def test_a_plain_reasoning_answer_reaches_each_sdk_with_its_reasoning(oai: openai.OpenAI,
+                                                                      claude: anthropic.Anthropic) -> None:
+    out = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"go {REASONING_SUMMARY}"}])
+    assert getattr(out.choices[0].message, "reasoning_content", None) == SUMMARY
+    assert out.choices[0].message.content == f"{PREFIX} echo: go {REASONING_SUMMARY}"
+    msg = claude.messages.create(model=MODEL, max_tokens=50, messages=[{"role": "user", "content": f"go {REASONING_SUMMARY}"}])
+    assert [b.type for b in msg.content] == ["thinking", "text"] and msg.content[0].thinking == SUMMARY  # type: ignore[union-attr]
+
+
+def test_a_deployment_that_drops_reasoning_answers_without_it(oai: openai.OpenAI,
+                                                              claude: anthropic.Anthropic) -> None:
+    chunks = list(oai.chat.completions.create(model=HIDDEN, stream=True, tools=[WEATHER],  # type: ignore[list-item]
+                                              messages=[{"role": "user", "content": f"{REASONING_SUMMARY}: weather in Oslo"}]))
+    assert not any(getattr(c.choices[0].delta, "reasoning_content", None) for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    msg = claude.messages.create(model=HIDDEN, max_tokens=50, messages=[{"role": "user", "content": f"go {REASONING_SUMMARY}"}])
+    assert [b.type for b in msg.content] == ["text"]
 
 
 def test_stop_sequences_are_a_clear_400(oai: openai.OpenAI, claude: anthropic.Anthropic) -> None:
