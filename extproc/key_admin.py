@@ -19,10 +19,16 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from contracts.config import GatewayConfig
+from contracts.errors import Unavailable
 from extproc.context import RequestContext
 from extproc.telemetry.audit import KEY_ADMIN, AuditEvent, AuditLog
-from contracts.errors import Unavailable
-from extproc.telemetry.metrics import KEY_LOOKUPS, KEY_LOOKUPS_SKIPPED, STORE_KEYS, STORE_REFRESH_FAILURES, STORE_REFRESHED
+from extproc.telemetry.metrics import (
+    KEY_LOOKUPS,
+    KEY_LOOKUPS_SKIPPED,
+    STORE_KEYS,
+    STORE_REFRESH_FAILURES,
+    STORE_REFRESHED,
+)
 from keys.cache import KeyCache
 from keys.db import StoreError, connect
 from keys.misses import MissGate, Verdict
