@@ -93,6 +93,8 @@ class KeyRing:
         if (not digest or self.lookup is None or self.store is None or digest in self._by_digest
                 or self.store.lookup(digest) is not None):  # known here (and refused): nothing to ask
             return None
+        if not self.store.loaded:  # never read here: config-file keys only until it is (no 503 for a store-less host)
+            return None
         await self.lookup.look_up(digest)
         return self.identify_digest(digest, now)
 

@@ -73,11 +73,15 @@ def test_the_negative_cache_stays_bounded() -> None:
 # -- the shell, on SQLite -------------------------------------------------------------------------
 
 
-def _gateway(tmp_path: Path, **keys: Any) -> Gateway:
+def _gateway(tmp_path: Path, *, read: bool = True, **keys: Any) -> Gateway:
+    """`read`: the copy read the store once (a worker serves only after that, or after it failed)."""
     data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
     data["keys"] = {"refresh_s": 3600, **keys}
     cfg = parse_config(data)
-    return Gateway.build(cfg, key_admin=KeyAdmin(cfg, f"sqlite:///{tmp_path / 'keys.db'}", KeyCache(), None))
+    admin = KeyAdmin(cfg, f"sqlite:///{tmp_path / 'keys.db'}", KeyCache(), None)
+    if read:
+        admin.refresher.refresh_once()
+    return Gateway.build(cfg, key_admin=admin)
 
 
 def _writer(tmp_path: Path) -> KeyStore:
@@ -88,7 +92,6 @@ def _writer(tmp_path: Path) -> KeyStore:
 async def test_a_key_written_elsewhere_serves_at_the_first_call(tmp_path: Path) -> None:
     gw = _gateway(tmp_path)
     assert gw.key_admin is not None
-    await asyncio.to_thread(gw.key_admin.refresher.refresh_once)
     rec, secret = _writer(tmp_path).create(KeySpec(tenant="demo", models=("demo-gpt",)))
     assert gw.keyring.identify(secret) is None  # the copy has not read it
     _, r = await _call(gw, *_chat(secret))
@@ -187,4 +190,17 @@ async def test_a_revoked_or_expired_key_found_by_lookup_is_refused_as_such(tmp_p
     _, r = await _call(gw, *_chat(old_secret))
     status, body = _reply(r)
     assert status == 401 and body["error"]["message"] == "API key expired"
+    await gw.close()
+
+
+async def test_a_store_never_read_here_asks_nothing_and_unknown_keys_stay_401(tmp_path: Path) -> None:
+    """A host with no store to open (a read-only config directory) serves config-file keys: an unknown
+    key is a 401 there, not a 503 for ever."""
+    (tmp_path / "keys.db").mkdir()  # no store can open here
+    gw = _gateway(tmp_path, read=False)
+    assert gw.key_admin is not None
+    _, r = await _call(gw, *_chat("my-unknown"))
+    assert _reply(r)[0] == 401 and gw.key_admin.misses._tokens < 0  # the gate was never asked
+    _, r = await _call(gw, *_chat("sk-modelyard-demo"))
+    assert r.WhichOneof("response") == "request_body"
     await gw.close()
