@@ -97,8 +97,13 @@ class KeyAdmin:
                 raise Unavailable("the key store cannot check this API key now; retry shortly", retry_after_s=1)
             asking = asyncio.ensure_future(self._ask(digest))
             self._asking[digest] = asking
-            asking.add_done_callback(lambda _: self._asking.pop(digest, None))
+            asking.add_done_callback(lambda f: self._asked(digest, f))
         await asyncio.shield(asking)  # a caller that leaves does not cancel the others' lookup
+
+    def _asked(self, digest: str, done: asyncio.Future[None]) -> None:
+        self._asking.pop(digest, None)
+        if not done.cancelled():
+            done.exception()  # read: a 503 whose callers all left is not "never retrieved"
 
     async def _ask(self, digest: str) -> None:
         loop = asyncio.get_running_loop()

@@ -1,6 +1,7 @@
 """Virtual keys through a real Envoy, two extproc workers and the SDKs: `modelyard keys` and the
-admin API write the store (SQLite beside the run files); every worker serves a created key within
-1 s and refuses a revoked one within 2 s; a key's model list reads like the unknown model's 404."""
+admin API write the store (SQLite beside the run files); every worker serves a created key at its
+first call (a key new to a worker is looked up in the store, within bounds a flood of invalid keys
+cannot pass) and refuses a revoked one within 2 s; a key's model list reads like the unknown model's 404."""
 
 from __future__ import annotations
 
