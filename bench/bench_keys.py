@@ -5,10 +5,13 @@ request paid before the store), a store key, and a store key that narrows its te
 store keys in the cache. `propagation`: a create and a revoke written on another connection (as the
 CLI or another replica writes), timed until the refresher's cache has them, on SQLite at the
 default `keys.refresh_s` (0.5 s); the ratio is to that period (the bound is one period plus a read).
+`miss`: a key created on another connection, asked at its first call (`KeyRing.look_up`: the lookup
+thread's indexed read, the copy's apply, the identify), against a cached key's `identify`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import sys
@@ -23,6 +26,7 @@ import yaml  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
 from extproc.admission.auth import Identity, KeyRing  # noqa: E402
+from extproc.key_admin import KeyAdmin  # noqa: E402
 from keys.cache import KeyCache  # noqa: E402
 from keys.db import connect  # noqa: E402
 from keys.refresher import KeyRefresher  # noqa: E402
@@ -106,8 +110,38 @@ def propagation_rows() -> list[dict]:
     return rows
 
 
+def miss_rows() -> list[dict]:
+    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    data["keys"] = {"lookup_burst": 100_000}
+    cfg = parse_config(data)
+    dsn = f"sqlite:///{tempfile.mkdtemp(prefix='bench-keys-')}/keys.db"
+    writer = KeyStore(connect(dsn))
+    secrets = [writer.create(KeySpec(tenant="demo"))[1] for _ in range(scaled(500, 20))]
+    writer.close()
+    admin = KeyAdmin(cfg, dsn, KeyCache(), None)  # its copy never read the store: every key is a miss
+    ring = KeyRing(cfg.tenants, admin.cache, admin)
+
+    async def first_calls() -> list[float]:
+        await ring.look_up(digest_of("my-warm-up"))  # the lookup thread's connection opens here
+        samples = []
+        for secret in secrets:
+            t0 = time.perf_counter_ns()
+            assert isinstance(await ring.look_up(digest_of(secret)), Identity)
+            samples.append(time.perf_counter_ns() - t0)
+        await admin.close()
+        return samples
+
+    samples = asyncio.run(first_calls())
+    hit = _median_us(lambda: ring.identify(secrets[0]), scaled(5_000, 100))
+    us = statistics.median(samples) / 1000.0
+    p99 = sorted(samples)[int(len(samples) * 0.99)] / 1000.0
+    print(f"miss lookup (SQLite) median {us:>7.1f} us  p99 {p99:>7.1f} us  (cached identify {hit:.2f} us)")
+    return [{"bench": "keys", "case": "miss-lookup-sqlite", "metric": "first_call_median", "value": round(us, 1),
+             "unit": "us", "baseline": round(hit, 3), "ratio": round(us / hit, 1), "p99_us": round(p99, 1)}]
+
+
 def main() -> int:
-    rows = identify_rows() + propagation_rows()
+    rows = identify_rows() + propagation_rows() + miss_rows()
     print("SUMMARY " + json.dumps(rows))
     return 0
 

@@ -66,7 +66,7 @@ class Gateway:
         scheduler = scheduler or Scheduler(config)
         if image_backend is None and any(m.vision is not None for m in config.models):
             image_backend = select_backend(config.extproc.image_backend)
-        keyring = KeyRing(config.tenants, key_admin.cache if key_admin is not None else None)
+        keyring = KeyRing(config.tenants, key_admin.cache if key_admin is not None else None, key_admin)
         return cls(config=config, keyring=keyring, catalog=Catalog(config),
                    dispatcher=Dispatcher(scheduler, limiter, watermarks, limits, decisions=metering, budgets=budgets),
                    accountant=Accountant(scheduler, limiter, metering, budgets=budgets),

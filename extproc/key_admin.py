@@ -1,29 +1,44 @@
 """The Gateway's key-store part: the admin API's writes (in worker threads: the event loop never
-waits on the store), applied to this process's copy at once, and one audit row per admin call.
+waits on the store), applied to this process's copy at once, and one audit row per admin call; and
+the miss path: a key the copy does not know, looked up in the store (its own thread, a timeout,
+`keys.misses.MissGate`'s bounds) before it is refused.
 
-Other workers and replicas see a change at their next refresh (`keys.refresh_s`)."""
+Other workers and replicas see a change at their next refresh (`keys.refresh_s`), or at the first
+call with a key new to them (the miss path)."""
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import concurrent.futures
+import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from contracts.config import GatewayConfig
+from contracts.errors import Unavailable
 from extproc.context import RequestContext
 from extproc.telemetry.audit import KEY_ADMIN, AuditEvent, AuditLog
-from extproc.telemetry.metrics import STORE_KEYS, STORE_REFRESH_FAILURES, STORE_REFRESHED
+from extproc.telemetry.metrics import (
+    KEY_LOOKUPS,
+    KEY_LOOKUPS_SKIPPED,
+    STORE_KEYS,
+    STORE_REFRESH_FAILURES,
+    STORE_REFRESHED,
+)
 from keys.cache import KeyCache
-from keys.db import connect
+from keys.db import StoreError, connect
+from keys.misses import MissGate, Verdict
 from keys.record import KeyRecord
 from keys.refresher import KeyRefresher
 from keys.spec import KeySpec
 from keys.store import KeyStore
 
 T = TypeVar("T")
+log = logging.getLogger("modelyard.keys")
 
 
 class KeyAdmin:
@@ -35,6 +50,12 @@ class KeyAdmin:
         self.refresher = KeyRefresher(self.open_store, cache, config.keys.refresh_s, self._refreshed)
         self._store: KeyStore | None = None  # the admin API's own connection, opened at its first call
         self._opening = threading.Lock()
+        k = config.keys
+        self.misses = MissGate(per_s=k.lookups_per_s, burst=k.lookup_burst, absent_ttl_s=k.absent_ttl_s)
+        # One thread of its own: a hung store holds it, not the loop's default pool (admin writes, audit).
+        self._lookups = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="key-lookup")
+        self._lookup_store: KeyStore | None = None  # its connection, touched only by that thread
+        self._asking: dict[str, asyncio.Future[None]] = {}  # digest -> the lookup under way: one per digest
 
     def _refreshed(self, ok: bool) -> None:
         """The refresher thread's word after each period, as metrics."""
@@ -62,6 +83,66 @@ class KeyAdmin:
         self.cache.apply([rec], advance=False)
         return rec
 
+    async def look_up(self, digest: str) -> None:
+        """Ask the store for a key this worker's copy does not know; a live one enters the copy as a
+        refresh's row would (by version: a revocation the copy has seen is never undone). Raises
+        Unavailable (503) when the store cannot say now: down, slow or over the lookup budget."""
+        asking = self._asking.get(digest)
+        if asking is None:
+            verdict = self.misses.check(digest, time.monotonic())
+            if verdict is not Verdict.ASK:
+                KEY_LOOKUPS_SKIPPED.labels(verdict.value).inc()
+                if verdict is Verdict.ABSENT:
+                    return
+                raise Unavailable("the key store cannot check this API key now; retry shortly", retry_after_s=1)
+            asking = asyncio.ensure_future(self._ask(digest))
+            self._asking[digest] = asking
+            asking.add_done_callback(lambda f: self._asked(digest, f))
+        await asyncio.shield(asking)  # a caller that leaves does not cancel the others' lookup
+
+    def _asked(self, digest: str, done: asyncio.Future[None]) -> None:
+        self._asking.pop(digest, None)
+        if not done.cancelled():
+            done.exception()  # read: a 503 whose callers all left is not "never retrieved"
+
+    async def _ask(self, digest: str) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            job = self._lookups.submit(self._find, digest)
+        except RuntimeError:  # closing: the executor takes no more
+            self.misses.settled()
+            raise Unavailable("the gateway is shutting down", retry_after_s=1) from None
+        # The slot frees when the thread is done, not at the timeout: pending bounds threads held.
+        job.add_done_callback(lambda _: _call_soon(loop, self.misses.settled))
+        try:
+            rec = await asyncio.wait_for(asyncio.wrap_future(job), self.config.keys.lookup_timeout_s)
+        except (StoreError, TimeoutError) as e:
+            self.misses.failed(time.monotonic())
+            KEY_LOOKUPS.labels("failed").inc()
+            log.warning("key store lookup failed, unknown keys get 503 for now: %s", e or "timed out")
+            raise Unavailable("the key store cannot be reached to check this API key; retry shortly",
+                              retry_after_s=1) from None
+        if rec is None or rec.revoked_at is not None:
+            KEY_LOOKUPS.labels("absent").inc()
+            self.misses.absent(digest, time.monotonic())
+        else:
+            KEY_LOOKUPS.labels("found").inc()
+        if rec is not None:  # revoked too: the copy then knows it is gone
+            self.cache.apply([rec], advance=False)
+
+    def _find(self, digest: str) -> KeyRecord | None:
+        """In the lookup thread: one indexed read; a broken connection is dropped, reopened next time."""
+        try:
+            if self._lookup_store is None:
+                self._lookup_store = self.open_store()
+            return self._lookup_store.by_digest(digest)
+        except StoreError:
+            store, self._lookup_store = self._lookup_store, None
+            if store is not None:
+                with contextlib.suppress(Exception):
+                    store.close()
+            raise
+
     async def get(self, key_id: str) -> KeyRecord:
         return await self._call(lambda s: s.get(key_id))
 
@@ -87,6 +168,10 @@ class KeyAdmin:
 
     def _close(self) -> None:
         self.refresher.stop()
+        self._lookups.shutdown(wait=True, cancel_futures=True)
+        if self._lookup_store is not None:
+            self._lookup_store.close()
+            self._lookup_store = None
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -100,3 +185,9 @@ class KeyAdmin:
                 self._store = self.open_store()
             store = self._store
         return op(store)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    """From another thread: `fn` on the loop (state the loop owns), unless the loop is gone."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn)

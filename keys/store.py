@@ -89,6 +89,12 @@ class KeyStore:
             raise UnknownKey(f"no key with id {key_id!r}")
         return _record(row)
 
+    def by_digest(self, digest: str) -> KeyRecord | None:
+        """The key with this secret's sha256, revoked or not (the request path's miss lookup: one
+        indexed read; the row's version lets the cache order it against the refresher's)."""
+        row = self.db.fetchone(f"SELECT {_COLUMNS} FROM keys WHERE digest = ?", (digest,))
+        return None if row is None else _record(row)
+
     def list(self, tenant: str | None = None) -> builtins.list[KeyRecord]:
         if tenant is None:
             rows = self.db.fetchall(f"SELECT {_COLUMNS} FROM keys ORDER BY created_at, id")

@@ -25,6 +25,13 @@ class KeysConfig(BaseModel):
     # sha256 hex digests of the admin API keys (`modelyard hash-key`); none: the admin API is off.
     admin_keys: list[str] = Field(default_factory=list)
     refresh_s: float = Field(default=0.5, gt=0)  # how often every worker re-reads changed keys
+    # A key the worker's copy does not know (created since its last refresh) is looked up in the store:
+    # at most lookup_burst at once and lookups_per_s after, each within lookup_timeout_s; a digest
+    # found absent is not looked up again for absent_ttl_s (docs/keys.md).
+    lookups_per_s: float = Field(default=20.0, gt=0)
+    lookup_burst: int = Field(default=50, ge=1)
+    lookup_timeout_s: float = Field(default=1.0, gt=0)
+    absent_ttl_s: float = Field(default=60.0, ge=0)
     budget_webhook: str | None = None  # POSTed once per key or tenant and period when the soft share is passed
 
     @field_validator("store")

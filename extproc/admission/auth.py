@@ -1,5 +1,6 @@
 """API keys to callers: config-file keys first, then the key store's (an in-memory copy a
-background thread keeps current). Keys are looked up by sha256 digest and compared in constant time."""
+background thread keeps current; a key it does not know yet is looked up in the store, `look_up`).
+Keys are looked up by sha256 digest and compared in constant time."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from adapters.registry import PROTOCOLS
 from contracts.config import TenantConfig
@@ -32,12 +33,21 @@ class _Expired:
 EXPIRED: Final = _Expired()
 
 
+class StoreLookup(Protocol):
+    """Asks the store about a digest the cache does not hold and, found, puts it in the cache
+    (extproc/key_admin.py); raises Unavailable when the store cannot say."""
+
+    async def look_up(self, digest: str) -> None: ...
+
+
 class KeyRing:
-    def __init__(self, tenants: list[TenantConfig], store: KeyCache | None = None):
+    def __init__(self, tenants: list[TenantConfig], store: KeyCache | None = None,
+                 lookup: StoreLookup | None = None):
         self._by_digest: dict[str, TenantConfig] = {}
         self._by_name = {t.name: t for t in tenants}
         self._config_callers = {t.name: Identity(t, Caller(t.name, None)) for t in tenants}
         self.store = store
+        self.lookup = lookup
         # A store key's view of its tenant, made once per key version (the scheduler caches by identity).
         self._narrowed: dict[str, tuple[KeyRecord, TenantConfig, Identity]] = {}
         for t in tenants:
@@ -75,6 +85,18 @@ class KeyRing:
         if rec.expired(now):
             return EXPIRED
         return self._store_identity(rec)
+
+    async def look_up(self, digest: str | None, now: float | None = None) -> Identity | _Expired | None:
+        """`identify_digest` for a digest it found nothing for: a store key this worker's copy does not
+        know yet (created since its last refresh) is asked of the store, and read back through the copy,
+        so the copy's versions decide (a revocation it has seen wins). None when it is no key."""
+        if (not digest or self.lookup is None or self.store is None or digest in self._by_digest
+                or self.store.lookup(digest) is not None):  # known here (and refused): nothing to ask
+            return None
+        if not self.store.loaded:  # never read here: config-file keys only until it is (no 503 for a store-less host)
+            return None
+        await self.lookup.look_up(digest)
+        return self.identify_digest(digest, now)
 
     def _store_identity(self, rec: KeyRecord) -> Identity | None:
         tenant = self._by_name.get(rec.tenant)

@@ -119,7 +119,7 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     if image_backend is None and any(m.vision is not None for m in config.models):
         image_backend = select_backend(config.extproc.image_backend)
     # The store's keys are one cache across snapshots (its refresher keeps filling it).
-    keyring = KeyRing(config.tenants, gw.key_admin.cache if gw.key_admin is not None else None)
+    keyring = KeyRing(config.tenants, gw.key_admin.cache if gw.key_admin is not None else None, gw.key_admin)
     catalog = Catalog(config)
     limits = gw.dispatcher.limits
     try:  # last: the only step that opens anything (a host slot table), discarded if the commit never comes

@@ -31,6 +31,12 @@ STORE_REFRESHED = Gauge("modelyard_key_store_refreshed_timestamp_seconds",
                         "When this worker last read the key store (unix seconds)")
 STORE_REFRESH_FAILURES = Counter("modelyard_key_store_refresh_failures_total",
                                  "Key store refreshes that failed (the last keys read keep serving)")
+KEY_LOOKUPS = Counter("modelyard_key_store_lookups_total",
+                      "Store lookups of keys this worker's copy did not know, by result (found, absent, failed)",
+                      ["result"])
+KEY_LOOKUPS_SKIPPED = Counter("modelyard_key_store_lookups_skipped_total",
+                              "Unknown keys refused without a store lookup, by reason (absent, limited, down)",
+                              ["reason"])
 # drop_params (contracts/params.py): controls a deployment's protocol cannot express, dropped.
 DROPPED_PARAMS = Counter("modelyard_dropped_params_total",
                          "Request parameters dropped because the deployment's protocol cannot express them",

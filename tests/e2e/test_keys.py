@@ -1,6 +1,7 @@
 """Virtual keys through a real Envoy, two extproc workers and the SDKs: `modelyard keys` and the
-admin API write the store (SQLite beside the run files); every worker serves a created key within
-1 s and refuses a revoked one within 2 s; a key's model list reads like the unknown model's 404."""
+admin API write the store (SQLite beside the run files); every worker serves a created key at its
+first call (a key new to a worker is looked up in the store, within bounds a flood of invalid keys
+cannot pass) and refuses a revoked one within 2 s; a key's model list reads like the unknown model's 404."""
 
 from __future__ import annotations
 
@@ -302,3 +303,112 @@ def test_a_keys_own_rpm_is_one_limit_across_workers_and_spares_its_tenant(stack:
 
     _until(lambda: len(rows()) >= 6, 5.0)  # the metering writers commit in their threads
     assert sorted(rows()) == [(0, f"key:{limited['id']}:requests")] * 3 + [(1, "")] * 3
+
+
+# -- the miss path: a key the workers' copies do not know yet is looked up in the store ---------------
+
+
+def _cli_subprocess(config: Path, *args: str) -> Any:
+    """`modelyard keys ...` as a script runs it: its own process, returning once the row is committed."""
+    done = subprocess.run([sys.executable, "-m", "modelyard.cli", "keys", *args, "--json", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _lookups(metrics_addresses: list[str]) -> dict[str, float]:
+    """Store lookups of unknown keys (by result) and refusals without one (by reason), summed over workers."""
+    out: dict[str, float] = {}
+    for address in metrics_addresses:
+        for line in httpx.get(f"http://{address}/metrics", timeout=5).text.splitlines():
+            if line.startswith(("modelyard_key_store_lookups_total{", "modelyard_key_store_lookups_skipped_total{")):
+                name, value = line.rsplit(" ", 1)
+                out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def unrefreshed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two workers that read the store at start only (`refresh_s`: an hour): a key created after
+    that serves only through the miss path, so an immediate 200 proves it (and a 401 its absence)."""
+    workdir = tmp_path_factory.mktemp("keys-unrefreshed")
+    data = small_config()
+    grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
+    data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
+                           workers=2, audit_db=None, tasks=None)
+    data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)], "refresh_s": 3600}
+    with start_stack(workdir, data) as s:
+        s.test_metrics = [f"127.0.0.1:{metrics_port + i}" for i in range(2)]
+        s.test_config = workdir / "modelyard.yaml"
+        yield s
+
+
+def test_a_key_answers_at_once_when_keys_create_returns(unrefreshed: Any) -> None:
+    created = _cli_subprocess(unrefreshed.test_config, "create", "--tenant", "demo", "--name", "script")
+    # At once, four in a row: both workers (round robin), neither of which has refreshed since.
+    assert [_chat(unrefreshed, created["key"]) != "" for _ in range(4)] == [True] * 4
+    reply = _ant(unrefreshed, created["key"]).messages.create(model="demo-gpt", max_tokens=20,
+                                                              messages=[{"role": "user", "content": "hi"}])
+    assert reply.content[0].type == "text"
+    # One lookup per worker; every later call is the copy's.
+    assert _lookups(unrefreshed.test_metrics)['modelyard_key_store_lookups_total{result="found"}'] >= 2
+
+
+def test_a_key_the_admin_api_creates_answers_at_once_on_the_other_worker(unrefreshed: Any) -> None:
+    r = httpx.post(f"{unrefreshed.url}/admin/v1/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                   json={"tenant": "demo", "models": ["demo-gpt"]}, timeout=20)
+    assert r.status_code == 201, r.text
+    key = r.json()["key"]
+    for _ in range(4):  # with httpx's default headers (Accept-Encoding: gzip and all)
+        answer = httpx.post(f"{unrefreshed.url}/v1/chat/completions", headers={"authorization": f"Bearer {key}"},
+                            json={"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]}, timeout=20)
+        assert answer.status_code == 200, answer.text
+
+
+def test_a_key_used_at_once_then_revoked_is_refused_within_the_bound_and_stays_refused(stack: Any) -> None:
+    created = _cli_subprocess(stack.test_config, "create", "--tenant", "demo")
+    assert all(_chat(stack, created["key"]) for _ in range(4))  # both workers, at once
+    _cli_subprocess(stack.test_config, "revoke", created["id"])
+    refused = _refused(stack, created["key"])
+    _until(lambda: all(refused() for _ in range(4)), REVOKED_WITHIN_S)
+    # The miss path asks the store again and reads the revocation: never a second life.
+    assert all(refused() for _ in range(8))
+
+
+@pytest.fixture
+def flood_stack(tmp_path: Path) -> Iterator[Any]:
+    """One worker with a lookup budget of 5 that practically never refills (0.001 a second)."""
+    data = small_config()
+    data["extproc"].update(metrics_address=f"127.0.0.1:{free_ports_run(1)}", audit_db=None, tasks=None)
+    data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)], "lookup_burst": 5, "lookups_per_s": 0.001}
+    with start_stack(tmp_path, data) as s:
+        s.test_metrics = [data["extproc"]["metrics_address"]]
+        yield s
+
+
+def test_a_flood_of_invalid_keys_costs_the_store_a_bounded_number_of_lookups(flood_stack: Any) -> None:
+    r = httpx.post(f"{flood_stack.url}/admin/v1/keys", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                   json={"tenant": "demo"}, timeout=20)
+    assert r.status_code == 201, r.text
+    known = r.json()["key"]  # in the worker's copy (its admin API wrote it): no lookup, ever
+    for _ in range(20):  # one invalid key again and again: one lookup, then the negative cache
+        with pytest.raises(openai.AuthenticationError):
+            _chat(flood_stack, "my-not-a-key-at-all")
+    statuses = []
+    for i in range(40):  # forty different invalid keys: four more lookups, then the budget is spent
+        try:
+            _chat(flood_stack, f"my-invalid-{i}")
+        except openai.AuthenticationError as e:
+            statuses.append(e.status_code)
+        except openai.InternalServerError as e:
+            assert e.status_code == 503 and e.response.headers["retry-after"] == "1"
+            assert "cannot check this API key" in e.message
+            statuses.append(e.status_code)
+    assert statuses == [401] * 4 + [503] * 36
+    counts = _lookups(flood_stack.test_metrics)
+    assert counts['modelyard_key_store_lookups_total{result="absent"}'] == 5
+    assert counts.get('modelyard_key_store_lookups_total{result="found"}', 0) == 0
+    assert counts['modelyard_key_store_lookups_skipped_total{reason="absent"}'] == 19
+    assert counts['modelyard_key_store_lookups_skipped_total{reason="limited"}'] == 36
+    # Keys the worker knows are untouched by the spent budget: the store key and the config-file key.
+    assert _chat(flood_stack, known) and _chat(flood_stack, "sk-modelyard-demo")

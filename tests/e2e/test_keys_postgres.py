@@ -1,12 +1,16 @@
 """Two extproc replicas behind one Envoy on one PostgreSQL key store (started by the test, as the
 Redis tests start redis-server): a key created by the CLI or through either replica's admin API
-serves on both within 1 s; revoked, both refuse it within 2 s."""
+serves on both within 1 s; revoked, both refuse it within 2 s. With workers that never refresh, a
+key the CLI creates answers at its first call (the miss path), and a stopped PostgreSQL turns away
+only keys no worker knows (503), never the ones they do."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +23,7 @@ from controlplane.environments import EnvironmentConfig
 from keys.secret import digest_of
 from modelyard.cli import main as cli_main
 from tests.keys.postgres_server import PostgresServer, available
-from tests.stack_config import add_extproc_replica, small_config, start_stack
+from tests.stack_config import add_extproc_replica, free_ports_run, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 ADMIN_KEY = "adm-e2e-postgres"
@@ -109,5 +113,51 @@ def test_replicas_share_one_postgresql_key_store(tmp_path: Path) -> None:
                 usd = conn.execute("SELECT SUM(usd) FROM budget_spend WHERE scope = 'key' AND id = %s",
                                    (budgeted["id"],)).fetchone()[0]
             assert usd >= 0.1
+    finally:
+        pg.remove()
+
+
+def _create(config: Path) -> dict[str, str]:
+    """`modelyard keys create` as a script runs it: its own process, returning once the row is committed."""
+    done = subprocess.run([sys.executable, "-m", "modelyard.cli", "keys", "create", "--tenant", "demo", "--json",
+                           "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_new_key_answers_at_once_and_a_store_outage_spares_known_keys(tmp_path: Path) -> None:
+    if not available():
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    pg = PostgresServer()
+    pg.start()
+    try:
+        dsn = pg.create_database("modelyard_keys_miss")
+        data = small_config()
+        grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
+        data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
+                               workers=2, tasks=None, audit_db=None)
+        data["keys"] = {"store": dsn, "refresh_s": 3600}  # read at start only: later keys come by lookup
+        with start_stack(tmp_path, data) as stack:
+            created = _create(tmp_path / "modelyard.yaml")
+            client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=created["key"], max_retries=0, timeout=20)
+            for i in range(4):  # at once, on both workers (round robin)
+                assert client.chat.completions.create(
+                    model="demo-gpt", messages=[{"role": "user", "content": f"hi {i}"}]).choices[0].message.content
+
+            pg.stop()
+            assert [_status(stack.url, created["key"]) for _ in range(4)] == [200] * 4  # known keys serve on
+            assert _status(stack.url, "sk-modelyard-demo") == 200
+            unknown = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="my-not-known-here", max_retries=0,
+                                    timeout=20)
+            for _ in range(2):  # each worker: a clear 503 with retry-after, not a 401 for a key nobody checked
+                with pytest.raises(openai.InternalServerError) as e:
+                    unknown.chat.completions.create(model="demo-gpt", messages=[{"role": "user", "content": "hi"}])
+                assert e.value.status_code == 503 and e.value.response.headers["retry-after"] == "1"
+
+            pg.start()
+            # Both workers ask the store again once its pause is over: the unknown key is a 401 again.
+            _until(lambda: all(_status(stack.url, "my-not-known-here-2") == 401 for _ in range(4)), 10.0)
+            again = _create(tmp_path / "modelyard.yaml")
+            assert [_status(stack.url, again["key"]) for _ in range(4)] == [200] * 4
     finally:
         pg.remove()
