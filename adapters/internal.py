@@ -17,7 +17,7 @@ from adapters.json_types import JSONObject
 
 __all__ = [
     "Role", "FinishReason", "TextPart", "ImagePart", "DocumentPart", "ContentPart", "ToolCall", "ToolDef",
-    "ToolChoice", "ResponseFormat", "RenderOptions", "Message", "ChatRequest", "Usage", "ChatResponse", "UpstreamRequest",
+    "ToolChoice", "ResponseFormat", "RenderOptions", "Message", "ChatRequest", "CacheTokens", "NO_CACHE", "Usage", "ChatResponse", "UpstreamRequest",
     "ReasoningPart", "StreamStart", "TextDelta", "ReasoningDelta", "ToolCallStart", "ToolCallDelta", "StreamFinish", "UsageUpdate",
     "StreamEnd", "StreamError", "StreamUntranslatable", "StreamEvent", "estimate_prompt_tokens", "message_text",
 ]
@@ -134,9 +134,27 @@ class ChatRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheTokens:
+    """The prompt-cache part of a call's input tokens, as the provider reported it."""
+
+    read: int = 0  # prompt tokens served from the cache
+    write: int = 0  # prompt tokens written to it, every TTL
+    write_1h: int = 0  # of `write`: written with a 1-hour TTL (Anthropic), priced above 5-minute writes
+
+    def __bool__(self) -> bool:
+        return bool(self.read or self.write)
+
+
+NO_CACHE = CacheTokens()
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
+    # Every prompt token, cached ones included (OpenAI's prompt_tokens; Anthropic's input_tokens
+    # plus its cache reads and writes).
     input_tokens: int = 0
     output_tokens: int = 0
+    cache: CacheTokens = NO_CACHE
 
     @property
     def total_tokens(self) -> int:
@@ -225,10 +243,11 @@ class StreamFinish:
 
 @dataclass(frozen=True, slots=True)
 class UsageUpdate:
-    """Cumulative counts; None means 'not reported in this event'."""
+    """Cumulative counts; None means 'not reported in this event' (cache: or none reported)."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache: CacheTokens | None = None  # cumulative too: the cache part of input_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,18 +3,19 @@ estimate from what passed through, so a stream cut short is still charged for wh
 
 from __future__ import annotations
 
-from adapters.internal import StreamEvent, TextDelta, ToolCallDelta, Usage, UsageUpdate
+from adapters.internal import NO_CACHE, CacheTokens, StreamEvent, TextDelta, ToolCallDelta, Usage, UsageUpdate
 
 # The same rough ratio `estimate_prompt_tokens` uses: about four characters a token.
 CHARS_PER_TOKEN = 4
 
 
 class StreamUsage:
-    __slots__ = ("input_tokens", "output_tokens", "streamed_chars")
+    __slots__ = ("input_tokens", "output_tokens", "cache", "streamed_chars")
 
     def __init__(self) -> None:
         self.input_tokens: int | None = None  # as reported (cumulative), None until reported
         self.output_tokens: int | None = None
+        self.cache: CacheTokens = NO_CACHE  # the cache part of input_tokens, as last reported
         self.streamed_chars = 0  # text and tool-call arguments that passed through
 
     def observe(self, events: list[StreamEvent]) -> None:
@@ -28,15 +29,17 @@ class StreamUsage:
                     self.input_tokens = ev.input_tokens
                 if ev.output_tokens is not None:
                     self.output_tokens = ev.output_tokens
+                if ev.cache is not None:
+                    self.cache = ev.cache
 
     @property
     def reported(self) -> Usage:
         """What the upstream said, 0 where it said nothing (a stream that ended normally)."""
-        return Usage(self.input_tokens or 0, self.output_tokens or 0)
+        return Usage(self.input_tokens or 0, self.output_tokens or 0, self.cache)
 
     def partial(self, est_input_tokens: int) -> Usage:
         """For a stream that ended early: reported counts where there are any, else estimates
         (the prompt estimate charged on arrival; the output that streamed, chars / 4)."""
         streamed = -(-self.streamed_chars // CHARS_PER_TOKEN)
         return Usage(self.input_tokens if self.input_tokens is not None else est_input_tokens,
-                     max(self.output_tokens or 0, streamed))
+                     max(self.output_tokens or 0, streamed), self.cache)

@@ -26,6 +26,9 @@ class MeteredCall:
     input_tokens: int
     output_tokens: int
     cost: float
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_saved: float = 0.0  # the call at the full input price, minus cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,9 @@ class SpendRow:
     requests: int
     tokens: int
     spend_usd: float
+    cache_read_tokens: int = 0  # of `tokens`: prompt tokens read from the provider's cache
+    cache_write_tokens: int = 0  # of `tokens`: written to it
+    saved_usd: float = 0.0  # what the prompt cache saved (writes priced above input count against it)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -59,23 +65,28 @@ def spend_report(rows: Iterable[MeteredCall], by: By, since: float | None = None
     if by not in BY:
         raise ValueError(f"--by must be one of {', '.join(BY)}, not {by!r}")
     costs: dict[tuple[str | None, str | None, str | None], list[float]] = {}
+    saved: dict[tuple[str | None, str | None, str | None], list[float]] = {}
     counts: dict[tuple[str | None, str | None, str | None], list[int]] = {}
     for call in rows:
         if since is not None and call.ts < since:
             continue
         g = _group(call, by)
         costs.setdefault(g, []).append(call.cost or 0.0)
-        c = counts.setdefault(g, [0, 0])
+        saved.setdefault(g, []).append(call.cache_saved or 0.0)
+        c = counts.setdefault(g, [0, 0, 0, 0])
         c[0] += 1
         c[1] += (call.input_tokens or 0) + (call.output_tokens or 0)
-    out = [SpendRow(*g, counts[g][0], counts[g][1], math.fsum(costs[g])) for g in costs]
+        c[2] += call.cache_read_tokens or 0
+        c[3] += call.cache_write_tokens or 0
+    out = [SpendRow(*g, counts[g][0], counts[g][1], math.fsum(costs[g]), counts[g][2], counts[g][3],
+                    math.fsum(saved[g])) for g in costs]
     out.sort(key=lambda r: (-r.spend_usd, r.tenant or "", r.key_id or "", r.model or ""))
     return out
 
 
 def read_calls(paths: Iterable[str | Path], since: float | None = None) -> Iterator[MeteredCall]:
     """Every metered call in the given metering stores (from `since` on), read-only. A store from
-    before key ids were metered reads as calls with no key id."""
+    before key ids (or prompt-cache counts) were metered reads as calls with none."""
     for path in paths:
         p = Path(path)
         if not p.exists():
@@ -86,22 +97,26 @@ def read_calls(paths: Iterable[str | Path], since: float | None = None) -> Itera
             if not cols:
                 continue
             key = "key_id" if "key_id" in cols else "NULL"
-            q = f"SELECT ts, {key}, tenant, model, input_tokens, output_tokens, cost FROM requests"
+            cache = ", ".join(c if c in cols else "0" for c in ("cache_read_tokens", "cache_write_tokens", "cache_saved"))
+            q = f"SELECT ts, {key}, tenant, model, input_tokens, output_tokens, cost, {cache} FROM requests"
             args: tuple[float, ...] = ()
             if since is not None:
                 q += " WHERE ts >= ?"
                 args = (since,)
-            for ts, key_id, tenant, model, tin, tout, cost in conn.execute(q, args):
-                yield MeteredCall(ts, key_id, tenant, model, int(tin or 0), int(tout or 0), float(cost or 0.0))
+            for ts, key_id, tenant, model, tin, tout, cost, read, write, saved in conn.execute(q, args):
+                yield MeteredCall(ts, key_id, tenant, model, int(tin or 0), int(tout or 0), float(cost or 0.0),
+                                  int(read or 0), int(write or 0), float(saved or 0.0))
         finally:
             conn.close()
 
 
 def render_table(rows: list[SpendRow]) -> str:
     """A plain text table, one group a line ('-' where a column is not grouped on)."""
-    head = ("key_id", "tenant", "model", "requests", "tokens", "spend_usd")
+    head = ("key_id", "tenant", "model", "requests", "tokens", "cache_read", "cache_write", "spend_usd",
+            "cache_saved_usd")
     cells = [head] + [(r.key_id or "-", r.tenant or "-", r.model or "-", str(r.requests), str(r.tokens),
-                       f"{r.spend_usd:.6f}") for r in rows]
+                       str(r.cache_read_tokens), str(r.cache_write_tokens), f"{r.spend_usd:.6f}",
+                       f"{r.saved_usd:.6f}") for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
     lines = ["  ".join(c[i].ljust(widths[i]) if i < 3 else c[i].rjust(widths[i]) for i in range(len(head)))
              for c in cells]

@@ -5,13 +5,21 @@ from __future__ import annotations
 import asyncio
 import time
 
-from adapters.internal import Usage
+from adapters.internal import NO_CACHE, Usage
+from budgets.pricing import charge
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.choice import Choice
 from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore
-from extproc.telemetry.metrics import channel_series, cost_series, model_series, requests_series, tenant_token_series
+from extproc.telemetry.metrics import (
+    cache_series,
+    channel_series,
+    cost_series,
+    model_series,
+    requests_series,
+    tenant_token_series,
+)
 from ratelimit import Limiter
 
 
@@ -42,6 +50,7 @@ class Accountant:
         if ttft_s is not None:
             ttft.observe(ttft_s)
         tin = tout = 0
+        cache = NO_CACHE
         if usage is not None:
             tin, tout = usage.input_tokens or 0, usage.output_tokens or 0
             tokens_in.inc(tin)
@@ -49,9 +58,16 @@ class Accountant:
             tenant_in, tenant_out = tenant_token_series(ctx.tenant_name)
             tenant_in.inc(tin)
             tenant_out.inc(tout)
+            cache = usage.cache
         ctx.outcome = CallOutcome(model.name, choice.deployment.cluster, status, tin, tout)
         price = choice.deployment.cost or model.cost  # a deployment's own price (spot) bills as it routed
-        cost = tin / 1000 * price.input_per_1k + tout / 1000 * price.output_per_1k
+        cost, saved = charge(price, tin, tout, cache.read, cache.write, cache.write_1h)
+        if cache:
+            cache_read, cache_write, cache_saved = cache_series(model.name, choice.deployment.cluster, ctx.tenant_name)
+            cache_read.inc(cache.read)
+            cache_write.inc(cache.write)
+            if saved > 0:  # a counter goes up only: the row keeps a write that cost more than it saved
+                cache_saved.inc(saved)
         if cost:
             cost_series(model.name, ctx.tenant_name).inc(cost)
             if self.budgets is not None:  # a stream that ran past its budget still counts in full
@@ -61,7 +77,8 @@ class Accountant:
             self.metering.record((
                 time.time(), ctx.task_id, ctx.tenant_name, tier, model.name, choice.deployment.cluster,
                 choice.channel, status, latency_s * 1000, ttft_s * 1000 if ttft_s is not None else None, tin, tout,
-                cost, choice.strategy, choice.arm, ctx.caller.key_id if ctx.caller is not None else None))
+                cost, choice.strategy, choice.arm, ctx.caller.key_id if ctx.caller is not None else None,
+                cache.read, cache.write, cache.write_1h, saved))
         if choice.reservation is not None and self.limiter is not None:
             # Hand back (or take) the difference between the estimate and the reported usage.
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, tin + tout))

@@ -7,17 +7,18 @@ import uuid
 import orjson
 
 from adapters.anthropic.render import tool_id
-from adapters.anthropic.wire import _FINISH_IN, _FINISH_OUT, JSON_TOOL, AnswerBlock, MessageResponse
+from adapters.anthropic.usage import read_usage, render_usage
+from adapters.anthropic.wire import (
+    _FINISH_IN,
+    _FINISH_OUT,
+    JSON_TOOL,
+    AnswerBlock,
+    MessageResponse,
+)
 from adapters.call_ids import with_signature
-from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
+from adapters.fields import arguments_object, bad_upstream, load_object, upstream_error
 from adapters.internal import ChatRequest, ChatResponse, ReasoningPart, ToolCall, Usage
-from adapters.json_types import JSONObject
 from contracts.errors import ClientError
-
-
-def _input_tokens(u: JSONObject) -> int:
-    # Cached prompt tokens are still prompt tokens for metering.
-    return token_count(u.get("input_tokens")) + token_count(u.get("cache_creation_input_tokens")) + token_count(u.get("cache_read_input_tokens"))
 
 
 def parse_response(body: bytes) -> ChatResponse:
@@ -59,7 +60,7 @@ def parse_response(body: bytes) -> ChatResponse:
     if reason == "tool_calls" and structured and not calls:
         reason = "stop"  # only our structured-output tool was called: that is the answer
     u = obj.get("usage")
-    usage = Usage(_input_tokens(u), token_count(u.get("output_tokens"))) if type(u) is dict else Usage()
+    usage = read_usage(u) if type(u) is dict else Usage()
     rid, model = obj.get("id"), obj.get("model")
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(texts),
                         tuple(calls), reason, usage, reasoning=tuple(reasoning))
@@ -88,6 +89,6 @@ def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | No
         "content": content,
         "stop_reason": _FINISH_OUT[resp.finish_reason],
         "stop_sequence": None,
-        "usage": {"input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens},
+        "usage": render_usage(resp.usage),
     }
     return orjson.dumps(out)

@@ -7,6 +7,7 @@ import uuid
 import orjson
 
 from adapters.anthropic.render import tool_id
+from adapters.anthropic.usage import READ, WRITE, cache_of, one_hour_writes, render_usage
 from adapters.anthropic.wire import (
     _FINISH_IN,
     _FINISH_OUT,
@@ -19,6 +20,8 @@ from adapters.anthropic.wire import (
 from adapters.call_ids import with_signature
 from adapters.fields import arguments_object, token_count, upstream_error
 from adapters.internal import (
+    NO_CACHE,
+    CacheTokens,
     ChatRequest,
     ReasoningDelta,
     StreamEnd,
@@ -29,6 +32,7 @@ from adapters.internal import (
     TextDelta,
     ToolCallDelta,
     ToolCallStart,
+    Usage,
     UsageUpdate,
 )
 from adapters.json_types import JSONObject
@@ -39,7 +43,7 @@ from contracts.errors import ModelyardError
 class StreamDecoder(SSEDecoder):
     """Upstream Anthropic SSE bytes -> internal stream events."""
 
-    __slots__ = ("_blocks", "_ntools", "_json_blocks", "_input")
+    __slots__ = ("_blocks", "_ntools", "_json_blocks", "_input", "_write_1h")
 
     def __init__(self) -> None:
         super().__init__()
@@ -48,6 +52,7 @@ class StreamDecoder(SSEDecoder):
         self._json_blocks: set[int] = set()  # blocks of our structured-output tool: their input is text
         # Prompt tokens by kind: message_delta may report any of them alone, cumulatively.
         self._input = dict.fromkeys(_INPUT_KINDS, 0)
+        self._write_1h = 0  # of the cache writes, those with a 1-hour TTL
 
     def _input_update(self, u: JSONObject) -> int | None:
         seen = False
@@ -56,6 +61,14 @@ class StreamDecoder(SSEDecoder):
                 self._input[k] = token_count(u[k])
                 seen = True
         return sum(self._input.values()) if seen else None
+
+    def _cache_update(self, u: JSONObject) -> CacheTokens | None:
+        """The cache part of the input, when this event reports any of it (after `_input_update`)."""
+        if "cache_creation" in u:
+            self._write_1h = one_hour_writes(u)
+        if READ not in u and WRITE not in u:
+            return None
+        return cache_of(self._input[READ], self._input[WRITE], self._write_1h) or None
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
         name, data = ev.event, ev.data
@@ -135,7 +148,8 @@ class StreamDecoder(SSEDecoder):
             u = msg.get("usage")
             if type(u) is dict:
                 # Usage first, so an encoder can put input tokens into its own start event.
-                out.append(UsageUpdate(self._input_update(u) or 0, token_count(u.get("output_tokens"))))
+                out.append(UsageUpdate(self._input_update(u) or 0, token_count(u.get("output_tokens")),
+                                       self._cache_update(u)))
             rid, model = msg.get("id"), msg.get("model")
             out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
         elif t == "message_delta":
@@ -147,7 +161,7 @@ class StreamDecoder(SSEDecoder):
                 out.append(StreamFinish(reason))
             u = obj.get("usage")
             if type(u) is dict:
-                out.append(UsageUpdate(self._input_update(u), token_count(u.get("output_tokens"))))
+                out.append(UsageUpdate(self._input_update(u), token_count(u.get("output_tokens")), self._cache_update(u)))
         elif t == "message_stop":
             self._done = True
             out.append(StreamEnd())
@@ -188,7 +202,7 @@ class StreamEncoder:
     (deltas of call 0 after call 1 started). So once a tool block is open it stays open until
     the stream ends, and whatever starts after it is held and sent, in order, at the end."""
 
-    __slots__ = ("_model", "_started", "_done", "_in", "_out", "_text", "_thinking", "_tool", "_next", "_held",
+    __slots__ = ("_model", "_started", "_done", "_in", "_out", "_cache", "_text", "_thinking", "_tool", "_next", "_held",
                  "_held_tools", "_args", "_reason")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
@@ -197,6 +211,7 @@ class StreamEncoder:
         self._done = False
         self._in = 0
         self._out = 0
+        self._cache = NO_CACHE
         self._text: int | None = None  # block index of the open text block
         self._thinking: int | None = None  # block index of the open thinking block
         self._tool: tuple[int, int] | None = None  # (tool ordinal, block index) of the open tool block
@@ -211,7 +226,7 @@ class StreamEncoder:
         parts.append(_sse_event({"type": "message_start", "message": {
             "id": rid or "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": self._model,
             "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": self._in, "output_tokens": self._out},
+            "usage": render_usage(Usage(self._in, self._out, self._cache)),
         }}))
 
     def _open(self, block: AnswerBlock, parts: list[bytes]) -> int:
@@ -349,6 +364,8 @@ class StreamEncoder:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
+                if ev.cache is not None:
+                    self._cache = ev.cache
                 continue
             if isinstance(ev, StreamStart):
                 if not self._started:
@@ -378,6 +395,6 @@ class StreamEncoder:
                     continue
                 parts.append(_sse_event({"type": "message_delta",
                                          "delta": {"stop_reason": self._reason, "stop_sequence": None},
-                                         "usage": {"input_tokens": self._in, "output_tokens": self._out}}))
+                                         "usage": render_usage(Usage(self._in, self._out, self._cache))}))
                 parts.append(_sse_event({"type": "message_stop"}))
         return b"".join(parts)

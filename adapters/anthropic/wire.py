@@ -126,9 +126,17 @@ class MessagesRequest(TypedDict):
     stream: NotRequired[bool]
 
 
+class CacheCreationOut(TypedDict):
+    ephemeral_5m_input_tokens: int
+    ephemeral_1h_input_tokens: int
+
+
 class UsageOut(TypedDict):
-    input_tokens: int
+    input_tokens: int  # cache reads and writes excluded
     output_tokens: int
+    cache_creation_input_tokens: NotRequired[int]
+    cache_read_input_tokens: NotRequired[int]
+    cache_creation: NotRequired[CacheCreationOut]
 
 
 class MessageResponse(TypedDict):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import orjson
 
+from adapters.bedrock.usage import read_usage, render_usage
 from adapters.bedrock.wire import ContentBlock, ConverseResponse, StopReason
-from adapters.fields import bad_upstream, load_object, token_count
+from adapters.fields import bad_upstream, load_object
 from adapters.internal import ChatRequest, ChatResponse, FinishReason, ToolCall, Usage
 from adapters.upstream_errors import provider_message, sanitize
 from contracts.errors import ClientError
@@ -51,7 +52,7 @@ def parse_response(body: bytes) -> ChatResponse:
     usage = obj.get("usage")
     u = Usage()
     if type(usage) is dict:
-        u = Usage(token_count(usage.get("inputTokens")), token_count(usage.get("outputTokens")))
+        u = read_usage(usage)
     return ChatResponse("", "", "".join(text), tuple(calls), finish, u)
 
 
@@ -64,7 +65,7 @@ def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | No
     out: ConverseResponse = {
         "output": {"message": {"role": "assistant", "content": blocks}},
         "stopReason": _FINISH_OUT[resp.finish_reason],
-        "usage": {"inputTokens": u.input_tokens, "outputTokens": u.output_tokens, "totalTokens": u.total_tokens},
+        "usage": render_usage(u),
         "metrics": {"latencyMs": 1},
     }
     return orjson.dumps(out)

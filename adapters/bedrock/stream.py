@@ -14,7 +14,7 @@ import orjson
 
 from adapters.bedrock.eventstream import CorruptStream, Frame, FrameDecoder, encode_frame
 from adapters.bedrock.response import _FINISH_OUT, FINISH_IN
-from adapters.fields import token_count
+from adapters.bedrock.usage import read_usage, render_usage
 from adapters.internal import (
     ChatRequest,
     StreamEnd,
@@ -25,6 +25,7 @@ from adapters.internal import (
     TextDelta,
     ToolCallDelta,
     ToolCallStart,
+    Usage,
     UsageUpdate,
 )
 
@@ -127,7 +128,8 @@ class StreamDecoder:
         elif event == "metadata":
             usage = obj.get("usage")
             if type(usage) is dict:
-                out.append(UsageUpdate(token_count(usage.get("inputTokens")), token_count(usage.get("outputTokens"))))
+                u = read_usage(usage)
+                out.append(UsageUpdate(u.input_tokens, u.output_tokens, u.cache or None))
             if self._stopped:
                 self._done = True
                 out.append(StreamEnd())
@@ -146,7 +148,7 @@ class StreamEncoder:
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._block = 0  # the current content block's index
         self._open = False
-        self._usage = (0, 0)
+        self._usage = Usage()
         self._done = False
 
     def _close_block(self, parts: list[bytes]) -> None:
@@ -177,12 +179,13 @@ class StreamEncoder:
                 self._close_block(parts)
                 parts.append(_event("messageStop", {"stopReason": _FINISH_OUT[ev.reason]}))
             elif isinstance(ev, UsageUpdate):
-                self._usage = (ev.input_tokens if ev.input_tokens is not None else self._usage[0],
-                               ev.output_tokens if ev.output_tokens is not None else self._usage[1])
+                u = self._usage
+                self._usage = Usage(u.input_tokens if ev.input_tokens is None else ev.input_tokens,
+                                    u.output_tokens if ev.output_tokens is None else ev.output_tokens,
+                                    u.cache if ev.cache is None else ev.cache)
             elif isinstance(ev, StreamEnd):
                 self._done = True
-                i, o = self._usage
-                parts.append(_event("metadata", {"usage": {"inputTokens": i, "outputTokens": o, "totalTokens": i + o},
+                parts.append(_event("metadata", {"usage": render_usage(self._usage),
                                                  "metrics": {"latencyMs": 1}}))
             elif isinstance(ev, StreamError):
                 self._done = True

@@ -76,9 +76,11 @@ class ConverseRequest(TypedDict, total=False):
 
 
 class TokenUsage(TypedDict, total=False):
-    inputTokens: int
+    inputTokens: int  # cache reads and writes excluded, as Anthropic counts
     outputTokens: int
     totalTokens: int
+    cacheReadInputTokens: int
+    cacheWriteInputTokens: int
 
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "guardrail_intervened",

@@ -7,7 +7,8 @@ import uuid
 import orjson
 
 from adapters.call_ids import new_call_id
-from adapters.fields import arguments_object, bad_upstream, load_object, token_count, upstream_error
+from adapters.fields import arguments_object, bad_upstream, load_object, upstream_error
+from adapters.gemini.usage import read_usage, render_usage
 from adapters.gemini.wire import (
     _FINISH_IN,
     _FINISH_OUT,
@@ -15,16 +16,10 @@ from adapters.gemini.wire import (
     GenerateContentResponse,
     PartOut,
     ThoughtPart,
-    UsageMetadata,
 )
 from adapters.internal import ChatRequest, ChatResponse, FinishReason, ReasoningPart, ToolCall, Usage
 from adapters.json_types import JSONArray, JSONObject
 from contracts.errors import ClientError
-
-
-def _usage(u: JSONObject) -> Usage:
-    # Thinking tokens are billed as output.
-    return Usage(token_count(u.get("promptTokenCount")), token_count(u.get("candidatesTokenCount")) + token_count(u.get("thoughtsTokenCount")))
 
 
 def _candidate_parts(obj: JSONObject) -> tuple[JSONArray | None, str | None]:
@@ -95,11 +90,7 @@ def parse_response(body: bytes) -> ChatResponse:
     u = obj.get("usageMetadata")
     model = obj.get("modelVersion")
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(texts),
-                        tuple(calls), reason, _usage(u) if type(u) is dict else Usage(), reasoning=tuple(reasoning))
-
-
-def _usage_meta(i: int, o: int) -> UsageMetadata:
-    return {"promptTokenCount": i, "candidatesTokenCount": o, "totalTokenCount": i + o}
+                        tuple(calls), reason, read_usage(u) if type(u) is dict else Usage(), reasoning=tuple(reasoning))
 
 
 def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:
@@ -118,7 +109,7 @@ def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | No
     out: GenerateContentResponse = {
         "candidates": [{"content": {"role": "model", "parts": parts},
                         "finishReason": _FINISH_OUT[resp.finish_reason], "index": 0}],
-        "usageMetadata": _usage_meta(resp.usage.input_tokens, resp.usage.output_tokens),
+        "usageMetadata": render_usage(resp.usage),
         "modelVersion": model,
         "responseId": resp.id or uuid.uuid4().hex,
     }

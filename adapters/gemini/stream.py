@@ -9,7 +9,8 @@ import orjson
 
 from adapters.fields import arguments_object, bad_upstream, error_message, upstream_error
 from adapters.gemini.errors import render_error
-from adapters.gemini.response import _candidate_parts, _response_call, _usage, _usage_meta, reasoning_out, thought_part
+from adapters.gemini.response import _candidate_parts, _response_call, reasoning_out, thought_part
+from adapters.gemini.usage import read_usage, render_usage
 from adapters.gemini.wire import (
     _FINISH_IN,
     _FINISH_OUT,
@@ -19,6 +20,7 @@ from adapters.gemini.wire import (
     PartOut,
 )
 from adapters.internal import (
+    NO_CACHE,
     ChatRequest,
     ReasoningDelta,
     ReasoningPart,
@@ -30,6 +32,7 @@ from adapters.internal import (
     TextDelta,
     ToolCallDelta,
     ToolCallStart,
+    Usage,
     UsageUpdate,
 )
 from adapters.json_types import JSONArray, JSONObject
@@ -97,8 +100,8 @@ class StreamDecoder(SSEDecoder):
         u = obj.get("usageMetadata")
         if type(u) is dict and ("promptTokenCount" in u or "candidatesTokenCount" in u):
             # Vertex sends usageMetadata without counts (trafficType only): that reports nothing.
-            us = _usage(u)
-            out.append(UsageUpdate(us.input_tokens, us.output_tokens))
+            us = read_usage(u)
+            out.append(UsageUpdate(us.input_tokens, us.output_tokens, us.cache or None))
 
     def _function_call(self, part: JSONObject, fc: JSONObject, out: list[StreamEvent]) -> None:
         """A whole call, or (streamed arguments) its start, argument pieces and closing `{}`."""
@@ -206,7 +209,7 @@ class _PartialCall:
 class StreamEncoder:
     """Internal stream events -> Gemini `data: {candidates..}` SSE bytes for the client."""
 
-    __slots__ = ("_model", "_id", "_done", "_in", "_out", "_calls", "_reason")
+    __slots__ = ("_model", "_id", "_done", "_in", "_out", "_cache", "_calls", "_reason")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
         self._model = model
@@ -214,6 +217,7 @@ class StreamEncoder:
         self._done = False
         self._in = 0
         self._out = 0
+        self._cache = NO_CACHE
         self._calls: dict[int, list[str]] = {}  # tool ordinal -> [name, arguments text so far, signature]
         self._reason = "STOP"
 
@@ -226,7 +230,7 @@ class StreamEncoder:
             obj = {"candidates": [cand], "modelVersion": self._model, "responseId": self._id}
         else:
             cand["finishReason"] = finish
-            obj = {"candidates": [cand], "usageMetadata": _usage_meta(self._in, self._out),
+            obj = {"candidates": [cand], "usageMetadata": render_usage(Usage(self._in, self._out, self._cache)),
                    "modelVersion": self._model, "responseId": self._id}
         return b"data: " + orjson.dumps(obj) + b"\r\n\r\n"
 
@@ -251,6 +255,8 @@ class StreamEncoder:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
+                if ev.cache is not None:
+                    self._cache = ev.cache
             elif isinstance(ev, StreamStart):
                 if not self._id:
                     self._id = ev.id

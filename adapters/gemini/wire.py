@@ -127,9 +127,10 @@ class GenerateContentRequest(TypedDict):
 
 
 class UsageMetadata(TypedDict):
-    promptTokenCount: int
+    promptTokenCount: int  # cached tokens included
     candidatesTokenCount: int
     totalTokenCount: int
+    cachedContentTokenCount: NotRequired[int]
 
 
 class CandidateOut(TypedDict):

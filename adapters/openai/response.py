@@ -8,9 +8,10 @@ import uuid
 import orjson
 
 from adapters.call_ids import with_signature
-from adapters.fields import bad_upstream, load_object, token_count
+from adapters.fields import bad_upstream, load_object
 from adapters.internal import ChatRequest, ChatResponse, ReasoningPart, ToolCall, Usage
 from adapters.openai.render import _call
+from adapters.openai.usage import read_usage, render_usage
 from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletion, ResponseMessageOut
 from adapters.reasoning import reasoning_text
 
@@ -55,7 +56,7 @@ def parse_response(body: bytes) -> ChatResponse:
     usage = obj.get("usage")
     u = Usage()
     if type(usage) is dict:
-        u = Usage(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens")))
+        u = read_usage(usage)
     rid, model = obj.get("id"), obj.get("model")
     thought = next((t for k in REASONING_FIELDS if type(t := msg.get(k)) is str and t), None)
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", content,
@@ -77,6 +78,6 @@ def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | No
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": msg, "finish_reason": _FINISH_OUT[resp.finish_reason], "logprobs": None}],
-        "usage": {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens, "total_tokens": u.total_tokens},
+        "usage": render_usage(u),
     }
     return orjson.dumps(out)

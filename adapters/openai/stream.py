@@ -10,6 +10,7 @@ import orjson
 from adapters.call_ids import with_signature
 from adapters.fields import error_message, token_count
 from adapters.internal import (
+    NO_CACHE,
     ChatRequest,
     ReasoningDelta,
     StreamEnd,
@@ -20,10 +21,12 @@ from adapters.internal import (
     TextDelta,
     ToolCallDelta,
     ToolCallStart,
+    Usage,
     UsageUpdate,
 )
 from adapters.openai.errors import render_error
 from adapters.openai.response import REASONING_FIELDS
+from adapters.openai.usage import cache_of, render_usage
 from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletionChunk, Delta
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 
@@ -102,7 +105,8 @@ class StreamDecoder(SSEDecoder):
                 out.append(StreamFinish("content_filter" if self._refused and reason == "stop" else reason))
         usage = obj.get("usage")
         if type(usage) is dict:
-            out.append(UsageUpdate(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens"))))
+            out.append(UsageUpdate(token_count(usage.get("prompt_tokens")), token_count(usage.get("completion_tokens")),
+                                   cache_of(usage) or None))
 
     def _cut(self) -> StreamEvent:
         return StreamError("upstream stream ended before [DONE]", "api_error")
@@ -111,7 +115,7 @@ class StreamDecoder(SSEDecoder):
 class StreamEncoder:
     """Internal stream events -> OpenAI chat.completion.chunk SSE bytes for the client."""
 
-    __slots__ = ("_model", "_include_usage", "_id", "_created", "_started", "_done", "_in", "_out", "_no_args",
+    __slots__ = ("_model", "_include_usage", "_id", "_created", "_started", "_done", "_in", "_out", "_cache", "_no_args",
                  "_thought")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
@@ -123,6 +127,7 @@ class StreamEncoder:
         self._done = False
         self._in = 0
         self._out = 0
+        self._cache = NO_CACHE
         self._no_args: set[int] = set()  # tool calls that have streamed no argument text yet
         self._thought = ""  # reasoning so far: "" none, "open" a part streaming, "ended" (next: a new paragraph)
 
@@ -152,6 +157,8 @@ class StreamEncoder:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
+                if ev.cache is not None:
+                    self._cache = ev.cache
                 continue
             if isinstance(ev, StreamError):
                 self._done = True
@@ -188,8 +195,7 @@ class StreamEncoder:
                     usage: ChatCompletionChunk = {
                         "id": self._id, "object": "chat.completion.chunk", "created": self._created,
                         "model": self._model, "choices": [],
-                        "usage": {"prompt_tokens": self._in, "completion_tokens": self._out,
-                                  "total_tokens": self._in + self._out},
+                        "usage": render_usage(Usage(self._in, self._out, self._cache)),
                     }
                     parts.append(encode_event(orjson.dumps(usage)))
                 parts.append(b"data: [DONE]\n\n")

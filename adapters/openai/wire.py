@@ -137,10 +137,15 @@ class ChatCompletionRequest(TypedDict):
     stream_options: NotRequired[StreamOptions]
 
 
+class PromptTokensDetails(TypedDict):
+    cached_tokens: int
+
+
 class UsageOut(TypedDict):
-    prompt_tokens: int
+    prompt_tokens: int  # cached tokens included
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: NotRequired[PromptTokensDetails]
 
 
 class ResponseMessageOut(TypedDict):

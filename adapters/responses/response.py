@@ -8,10 +8,11 @@ import uuid
 import orjson
 
 from adapters.call_ids import with_signature
-from adapters.fields import bad_upstream, load_object, token_count
+from adapters.fields import bad_upstream, load_object
 from adapters.internal import ChatRequest, ChatResponse, FinishReason, ReasoningPart, ToolCall, Usage
 from adapters.json_types import JSONObject
 from adapters.responses.render import _text_config, _tool_choice_out, _tool_defs
+from adapters.responses.usage import read_usage, render_usage
 from adapters.responses.wire import (
     OutputCall,
     OutputItem,
@@ -19,19 +20,12 @@ from adapters.responses.wire import (
     OutputPart,
     OutputReasoning,
     ResponseObject,
-    UsageOut,
 )
 from contracts.errors import ClientError
 
 
 def _incomplete_reason(reason: FinishReason) -> str | None:
     return {"length": "max_output_tokens", "content_filter": "content_filter"}.get(reason)
-
-
-def _usage(u: Usage) -> UsageOut:
-    return {"input_tokens": u.input_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": u.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": u.total_tokens}
 
 
 def _part(kind: str, text: str) -> OutputPart:
@@ -91,7 +85,7 @@ def _response_object(rid: str, created: int, model: str, output: list[OutputItem
         "tool_choice": _tool_choice_out(req.tool_choice if req else None),
         "tools": _tool_defs(req.tools) if req else [],
         "top_p": req.top_p if req else None, "truncation": "disabled",
-        "usage": _usage(usage) if usage is not None else None, "user": None, "metadata": {},
+        "usage": render_usage(usage) if usage is not None else None, "user": None, "metadata": {},
     }
 
 
@@ -130,12 +124,6 @@ def _reason_of(obj: JSONObject, has_calls: bool) -> FinishReason:
         why = details.get("reason") if type(details) is dict else None
         return "content_filter" if why == "content_filter" else "length"
     return "tool_calls" if has_calls else "stop"
-
-
-def _read_usage(raw: object) -> Usage:
-    if type(raw) is not dict:
-        return Usage()
-    return Usage(token_count(raw.get("input_tokens")), token_count(raw.get("output_tokens")))
 
 
 # -- an upstream's answer ------------------------------------------------------------------------
@@ -202,5 +190,5 @@ def parse_response(body: bytes) -> ChatResponse:
     if refusal and reason == "stop":
         reason = "content_filter"  # a refusal ends the turn as a refusal, as the OpenAI adapter reads it
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(text),
-                        tuple(calls), reason, _read_usage(obj.get("usage")), "".join(refusal) or None,
+                        tuple(calls), reason, read_usage(obj.get("usage")), "".join(refusal) or None,
                         untranslatable(problem) if problem else None, tuple(reasoning))

@@ -9,6 +9,7 @@ import orjson
 
 from adapters.fields import error_message
 from adapters.internal import (
+    NO_CACHE,
     ChatRequest,
     FinishReason,
     ReasoningDelta,
@@ -31,7 +32,6 @@ from adapters.responses.response import (
     _call_item,
     _message_item,
     _part,
-    _read_usage,
     _reason_of,
     _reasoning_item,
     _response_object,
@@ -41,6 +41,7 @@ from adapters.responses.response import (
     reasoning_part,
     untranslatable,
 )
+from adapters.responses.usage import read_usage
 from adapters.responses.wire import OutputItem, OutputPart, ResponseObject
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 
@@ -152,12 +153,12 @@ class StreamDecoder(SSEDecoder):
             msg = err.get("message") if type(err) is dict else None
             out.append(StreamError(msg if type(msg) is str else "upstream response failed", "api_error"))
             return
-        u = _read_usage(resp.get("usage"))
+        u = read_usage(resp.get("usage"))
         if self._problem is not None:
-            out += [UsageUpdate(u.input_tokens, u.output_tokens),
+            out += [UsageUpdate(u.input_tokens, u.output_tokens, u.cache or None),
                     StreamUntranslatable(untranslatable(self._problem), "api_error")]
             return
-        out += [StreamFinish(_reason_of(resp, bool(self._calls))), UsageUpdate(u.input_tokens, u.output_tokens),
+        out += [StreamFinish(_reason_of(resp, bool(self._calls))), UsageUpdate(u.input_tokens, u.output_tokens, u.cache or None),
                 StreamEnd()]
 
     def _cut(self) -> StreamEvent:
@@ -189,7 +190,7 @@ class StreamEncoder:
     """
 
     __slots__ = ("_model", "_request", "_base", "_id", "_created", "_seq", "_started", "_done", "_output",
-                 "_text_index", "_text_id", "_parts", "_kind", "_text", "_calls", "_in", "_out", "_reason",
+                 "_text_index", "_text_id", "_parts", "_kind", "_text", "_calls", "_in", "_out", "_cache", "_reason",
                  "_refused", "_rs_index", "_rs_text")
 
     def __init__(self, *, model: str, request: ChatRequest | None = None) -> None:
@@ -210,6 +211,7 @@ class StreamEncoder:
         self._calls: dict[int, _OpenCall] = {}  # tool ordinal -> open function_call item
         self._in = 0
         self._out = 0
+        self._cache = NO_CACHE
         self._reason: FinishReason | None = None
         self._refused = False  # a refusal part streamed
         self._rs_index: int | None = None  # output_index of the open reasoning item
@@ -221,7 +223,7 @@ class StreamEncoder:
         parts.append(encode_event(orjson.dumps(payload), kind))
 
     def _snapshot(self, status: str, error: str | None = None) -> ResponseObject:
-        usage = Usage(self._in, self._out) if status != "in_progress" else None
+        usage = Usage(self._in, self._out, self._cache) if status != "in_progress" else None
         output = [i for i in self._output if i]  # items still open are not in the snapshot
         return _response_object(self._id, self._created, self._model, output, status, self._reason, usage,
                                 self._request, error)
@@ -346,6 +348,8 @@ class StreamEncoder:
                     self._in = ev.input_tokens
                 if ev.output_tokens is not None:
                     self._out = ev.output_tokens
+                if ev.cache is not None:
+                    self._cache = ev.cache
                 continue
             if not self._started:
                 self._start(parts)

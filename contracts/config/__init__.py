@@ -20,6 +20,7 @@ from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupC
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
+from contracts.config.prices import table_cost
 from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.routing import RoutingSettings
@@ -113,9 +114,43 @@ class Capabilities(_Model):
     streaming: bool = True
 
 
+class PriceStep(_Model):
+    """The prices once a call's prompt (cached tokens included) is longer than `above_prompt_tokens`;
+    a price left out stays the base one."""
+
+    above_prompt_tokens: int = Field(ge=1)
+    input_per_1k: float | None = Field(None, ge=0)
+    output_per_1k: float | None = Field(None, ge=0)
+    cached_input_per_1k: float | None = Field(None, ge=0)
+    cache_write_per_1k: float | None = Field(None, ge=0)
+    cache_write_1h_per_1k: float | None = Field(None, ge=0)
+
+
 class Cost(_Model):
-    input_per_1k: float = Field(0.0, ge=0)
+    """USD per 1k tokens, as invoiced. `table: NAME` takes the shipped price table's entry
+    (contracts/config/prices.yaml); a price set beside it overrides that entry's."""
+
+    table: str | None = None
+    input_per_1k: float = Field(0.0, ge=0)  # uncached prompt tokens
     output_per_1k: float = Field(0.0, ge=0)
+    cached_input_per_1k: float | None = Field(None, ge=0)  # read from the prompt cache; None: the input price
+    cache_write_per_1k: float | None = Field(None, ge=0)  # written to it (5-minute TTL); None: the input price
+    cache_write_1h_per_1k: float | None = Field(None, ge=0)  # 1-hour TTL writes; None: the 5-minute price
+    long_prompt: tuple[PriceStep, ...] = ()  # steps up past a prompt length (Gemini 2.5 Pro, Claude Sonnet 4)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_table(cls, data: Any) -> Any:
+        if type(data) is dict and data.get("table") is not None:
+            return {**table_cost(str(data["table"])), **data}
+        return data
+
+    @model_validator(mode="after")
+    def _steps_ascend(self) -> Cost:
+        bounds = [s.above_prompt_tokens for s in self.long_prompt]
+        if bounds != sorted(set(bounds)):
+            raise ValueError("long_prompt: steps must go up, each above_prompt_tokens larger than the last")
+        return self
 
 
 class TensorInput(_Model):

@@ -7,6 +7,8 @@ input-dependent, so a test can tell which upstream answered and that the input a
 - a last message carrying a tool result gets "<prefix> tool said: <result content>";
 - usage: input tokens = words in system prompt + all message texts, output tokens = words in
   the reply (for a tool call: words in its arguments JSON);
+- prompt cache: a last user message containing "cache-hit" ("cache-write") reports every input
+  word before that message as read from (written to) the prompt cache, in the protocol's own fields;
 - streams send one text event per word (and tool arguments in two fragments);
 - embeddings (`demo_embedding`) depend on the text alone: the same text gets the same vector from
   every demo upstream, whatever protocol it speaks.
@@ -19,6 +21,8 @@ import hashlib
 import orjson
 
 from adapters.internal import (
+    NO_CACHE,
+    CacheTokens,
     ChatRequest,
     ChatResponse,
     StreamEnd,
@@ -41,6 +45,15 @@ def last_user_text(req: ChatRequest) -> str:
     return next((message_text(m) for m in reversed(req.messages) if m.role == "user"), "")
 
 
+def _cache(req: ChatRequest, words_in: int) -> CacheTokens:
+    """The demo's prompt cache: the prompt before the last message, when that message asks."""
+    last = message_text(req.messages[-1]) if req.messages else ""
+    prefix = words_in - len(last.split())
+    if "cache-hit" in last:
+        return CacheTokens(read=prefix)
+    return CacheTokens(write=prefix) if "cache-write" in last else NO_CACHE
+
+
 def demo_reply(req: ChatRequest, prefix: str, *, response_id: str = "demo-0") -> ChatResponse:
     """The deterministic answer every demo upstream gives to `req`."""
     words_in = len(req.system.split()) if req.system else 0
@@ -56,14 +69,16 @@ def demo_reply(req: ChatRequest, prefix: str, *, response_id: str = "demo-0") ->
             city = words[-1].strip(_PUNCT) if words else ""
             args = orjson.dumps({"city": city}).decode()
             call = ToolCall("call_0", req.tools[0].name, args)
-            return ChatResponse(response_id, req.model, "", (call,), "tool_calls", Usage(words_in, len(args.split())))
+            return ChatResponse(response_id, req.model, "", (call,), "tool_calls",
+                                Usage(words_in, len(args.split()), _cache(req, words_in)))
         text = f"{prefix} echo: {user_text}"
-    return ChatResponse(response_id, req.model, text, (), "stop", Usage(words_in, len(text.split())))
+    return ChatResponse(response_id, req.model, text, (), "stop", Usage(words_in, len(text.split()), _cache(req, words_in)))
 
 
 def demo_stream_events(resp: ChatResponse) -> list[StreamEvent]:
     """The reply cut into stream events: one text delta per word, tool arguments in two parts."""
-    events: list[StreamEvent] = [UsageUpdate(resp.usage.input_tokens, 0), StreamStart(resp.id, resp.model)]
+    u = resp.usage
+    events: list[StreamEvent] = [UsageUpdate(u.input_tokens, 0, u.cache or None), StreamStart(resp.id, resp.model)]
     words = resp.content.split(" ") if resp.content else []
     for i, w in enumerate(words):
         events.append(TextDelta(w if i == len(words) - 1 else w + " "))
@@ -72,7 +87,7 @@ def demo_stream_events(resp: ChatResponse) -> list[StreamEvent]:
         half = len(tc.arguments) // 2
         events.append(ToolCallDelta(n, tc.arguments[:half]))
         events.append(ToolCallDelta(n, tc.arguments[half:]))
-    events += [StreamFinish(resp.finish_reason), UsageUpdate(resp.usage.input_tokens, resp.usage.output_tokens),
+    events += [StreamFinish(resp.finish_reason), UsageUpdate(u.input_tokens, u.output_tokens, u.cache or None),
                StreamEnd()]
     return events
 

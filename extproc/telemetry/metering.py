@@ -42,7 +42,11 @@ _DECISIONS_SCHEMA = """CREATE TABLE IF NOT EXISTS decisions (
     limited_by TEXT, rule TEXT, store TEXT, key_id TEXT)"""
 # Columns added since the first schema, last in their table: (table, column, type). `_open` adds
 # them to an older file, and a journal line written before them is padded with NULLs on replay.
-_ADDED_COLUMNS = (("requests", "key_id", "TEXT"), ("decisions", "key_id", "TEXT"))
+_ADDED_COLUMNS = (("requests", "key_id", "TEXT"), ("decisions", "key_id", "TEXT"),
+                  # issue 39: the prompt cache's part of input_tokens, and what it saved (cost at the full
+                  # input price minus cost); rows from before read as no cache
+                  ("requests", "cache_read_tokens", "INTEGER"), ("requests", "cache_write_tokens", "INTEGER"),
+                  ("requests", "cache_write_1h_tokens", "INTEGER"), ("requests", "cache_saved", "REAL"))
 
 
 class MeterRecord(NamedTuple):
@@ -64,6 +68,10 @@ class MeterRecord(NamedTuple):
     strategy: str
     arm: str
     key_id: str | None = None  # the key store's id of the caller's key; None for a config-file key
+    cache_read_tokens: int = 0  # of input_tokens: read from the provider's prompt cache
+    cache_write_tokens: int = 0  # of input_tokens: written to it, every TTL
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens: with a 1-hour TTL
+    cache_saved: float = 0.0  # cost with every prompt token at the input price, minus cost
 
 
 class DecisionRecord(NamedTuple):

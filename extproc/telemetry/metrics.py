@@ -20,6 +20,12 @@ TOKENS = Counter("modelyard_tokens_total", "LLM tokens metered from upstream usa
                  ["model", "cluster", "direction"])
 COST = Counter("modelyard_cost_total", "Cost metered from usage and the model's price per 1K tokens",
                ["model", "tenant"])
+# The prompt-cache part of the input tokens (already in modelyard_tokens_total's input), and what
+# it saved against the full input price (negative where writes cost more than they saved).
+CACHE_TOKENS = Counter("modelyard_cache_tokens_total", "Prompt tokens read from or written to the provider's cache",
+                       ["model", "cluster", "kind"])
+CACHE_SAVED = Counter("modelyard_cache_saved_total", "Cost the prompt cache saved against the full input price",
+                      ["model", "tenant"])
 CHANNEL = Counter("modelyard_channel_requests_total", "Requests by serving channel",
                   ["channel", "tier"])
 STREAMS = Gauge("modelyard_extproc_open_streams", "ext_proc streams open now")
@@ -70,6 +76,13 @@ def requests_series(model: str, cluster: str, status: int) -> Counter:
 @lru_cache(maxsize=4096)
 def channel_series(channel: str, tier: str) -> Counter:
     return CHANNEL.labels(channel, tier)
+
+
+@lru_cache(maxsize=4096)
+def cache_series(model: str, cluster: str, tenant: str) -> tuple[Counter, Counter, Counter]:
+    """(read tokens, written tokens, saved cost) label children, cached like model_series."""
+    return CACHE_TOKENS.labels(model, cluster, "read"), CACHE_TOKENS.labels(model, cluster, "write"), \
+        CACHE_SAVED.labels(model, tenant)
 
 
 @lru_cache(maxsize=4096)

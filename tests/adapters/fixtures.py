@@ -343,3 +343,75 @@ def request_for(client: str, upstream: str) -> dict:
 
 def canonical_for(upstream: str) -> ChatRequest:
     return dataclasses.replace(CANONICAL, stop=()) if upstream == "responses" else CANONICAL
+
+
+# ---- prompt-cache usage (the "cached" kind) -----------------------------------------------------
+# One text answer with a prompt cache hit, in each upstream's own usage fields. The shapes follow the
+# recorded streams in /work/shared/fixtures/recorded-streams (vai-anthropic-text.chunks.txt: Anthropic's
+# cache_creation split and message_delta's cumulative counts; aig-cassette-chat-streaming-detailed-usage.sse:
+# OpenAI's prompt_tokens_details), whose cache counts are all 0; the counts follow OpenAI's prompt
+# caching guide (prompt_tokens 2006, cached_tokens 1920), spread over Anthropic's kinds so that every
+# protocol means 2006 prompt tokens in all (Anthropic's input_tokens excludes reads and writes).
+CACHED_IN, CACHED_OUT = 2006, 300
+# (read, write, of which 1-hour) each upstream reports
+CACHE_REPORTED = {"openai": (1920, 0, 0), "anthropic": (1920, 80, 50), "gemini": (1920, 0, 0),
+                  "responses": (1920, 80, 0)}
+_AN_CACHED_USAGE = {"input_tokens": 6, "cache_creation_input_tokens": 80, "cache_read_input_tokens": 1920,
+                    "cache_creation": {"ephemeral_5m_input_tokens": 30, "ephemeral_1h_input_tokens": 50}}
+
+
+def cache_seen_by(client: str, reported: tuple[int, int, int]) -> tuple[int, int, int]:
+    """What of the upstream's cache counts the client's protocol has fields for."""
+    read, write, write_1h = reported
+    return {"anthropic": reported, "responses": (read, write, 0)}.get(client, (read, 0, 0))
+
+
+RESPONSES["openai"]["cached"] = {**RESPONSES["openai"]["text"], "usage": {
+    "prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
+    "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+    "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
+                                  "rejected_prediction_tokens": 0}}}
+RESPONSES["anthropic"]["cached"] = {**RESPONSES["anthropic"]["text"], "usage": {
+    **_AN_CACHED_USAGE, "output_tokens": 300, "service_tier": "standard"}}
+RESPONSES["gemini"]["cached"] = {**RESPONSES["gemini"]["text"], "usageMetadata": {
+    "promptTokenCount": 2006, "candidatesTokenCount": 300, "totalTokenCount": 2306, "cachedContentTokenCount": 1920}}
+_RS_CACHED_USAGE = {"input_tokens": 2006, "input_tokens_details": {"cached_tokens": 1920, "cache_write_tokens": 80},
+                    "output_tokens": 300, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 2306}
+RESPONSES["responses"]["cached"] = {**RESPONSES["responses"]["text"], "usage": _RS_CACHED_USAGE}
+RESPONSE_MEANING["cached"] = ("Hello there", [], "stop", CACHED_IN, CACHED_OUT)
+STREAM_MEANING["cached"] = ("Hello there", [], "stop", CACHED_IN, CACHED_OUT, True)
+
+STREAMS["openai"]["cached"] = _sse([
+    _oa_chunk({"role": "assistant", "content": ""}), _oa_chunk({"content": "Hello"}), _oa_chunk({"content": " there"}),
+    _oa_chunk({}, "stop"), {**_OA_USAGE, "usage": RESPONSES["openai"]["cached"]["usage"]}, b"[DONE]",
+])
+STREAMS["anthropic"]["cached"] = _sse(
+    [{**_AN_START, "message": {**_AN_START["message"], "usage": {**_AN_CACHED_USAGE, "output_tokens": 1}}},
+     _an("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+     _an("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hello"}),
+     _an("content_block_delta", index=0, delta={"type": "text_delta", "text": " there"}),
+     _an("content_block_stop", index=0),
+     _an("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
+         usage={"input_tokens": 6, "cache_creation_input_tokens": 80, "cache_read_input_tokens": 1920,
+                "output_tokens": 300}),
+     _an("message_stop")],
+    ["message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+     "message_delta", "message_stop"],
+)
+STREAMS["gemini"]["cached"] = _sse(
+    [_gm([{"text": "Hello"}], usage=(2006, 1)),
+     {**_gm([{"text": " there"}], "STOP"), "usageMetadata": RESPONSES["gemini"]["cached"]["usageMetadata"]}],
+    sep=b"\r\n\r\n")
+STREAMS["responses"]["cached"] = _rs_events([
+    *_rs_open("resp_c"),
+    {"type": "response.output_item.added", "output_index": 0,
+     "item": {"id": "msg_s", "type": "message", "status": "in_progress", "content": [], "role": "assistant"}},
+    {"type": "response.content_part.added", **_RS_AT, "part": _RS_PART},
+    {"type": "response.output_text.delta", **_RS_AT, "delta": "Hello", "logprobs": []},
+    {"type": "response.output_text.delta", **_RS_AT, "delta": " there", "logprobs": []},
+    {"type": "response.output_text.done", **_RS_AT, "text": "Hello there", "logprobs": []},
+    {"type": "response.content_part.done", **_RS_AT, "part": {**_RS_PART, "text": "Hello there"}},
+    {"type": "response.output_item.done", "output_index": 0, "item": _rs_msg("msg_s", "Hello there")},
+    {"type": "response.completed", "response": {
+        **_rs("resp_c", "completed", [_rs_msg("msg_s", "Hello there")], None), "usage": _RS_CACHED_USAGE}},
+])

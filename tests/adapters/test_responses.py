@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from adapters import anthropic, gemini, openai
-from adapters.internal import ChatResponse, ToolCall, Usage
+from adapters.internal import CacheTokens, ChatResponse, ToolCall, Usage
 from adapters.registry import PROTOCOLS
 from contracts.errors import UpstreamError
 from tests.adapters.fixtures import RESPONSE_MEANING, RESPONSES, body
@@ -68,7 +68,7 @@ def test_finish_reason_vocabularies() -> None:
     assert blocked.finish_reason == "content_filter" and blocked.content == ""
     cached = anthropic.parse_response(body({"content": [], "usage": {
         "input_tokens": 1, "cache_read_input_tokens": 10, "output_tokens": 2}}))
-    assert cached.usage == Usage(11, 2)
+    assert cached.usage == Usage(11, 2, CacheTokens(read=10))  # input counts the cache read, kept apart too
 
 
 @pytest.mark.parametrize("proto", NAMES)

@@ -64,7 +64,8 @@ def test_reads_several_stores_and_one_from_before_key_ids(tmp_path: Path) -> Non
         (None, 0.5, 3), ("key_a", 0.25, 2), (None, 0.0, 2)]
     assert [c.ts for c in read_calls([old, new], since=2.0)] == [2.0, 3.0]
     table = render_table(spend_report(calls, "key"))
-    assert table.splitlines()[0].split() == ["key_id", "tenant", "model", "requests", "tokens", "spend_usd"]
+    assert table.splitlines()[0].split() == ["key_id", "tenant", "model", "requests", "tokens", "cache_read",
+                                             "cache_write", "spend_usd", "cache_saved_usd"]
     assert "0.500000" in table and "key_a" in table
     with pytest.raises(FileNotFoundError, match="no metering database"):
         list(read_calls([tmp_path / "missing.sqlite"]))
@@ -83,10 +84,26 @@ def test_the_cli_prints_the_report_and_refuses_bad_input(tmp_path: Path, capsys:
                          [(1e10, "acme", 0.1, "key_a"), (1e10, "acme", 0.2, "key_a"), (1.0, "acme", 5.0, None)])
     assert main(["spend", "--by", "key", "--json", "--since", "2001-01-01", "--metering-db", str(db)]) == 0
     assert json.loads(capsys.readouterr().out) == [{"key_id": "key_a", "tenant": "acme", "model": None,
-                                                    "requests": 2, "tokens": 6, "spend_usd": math.fsum([0.1, 0.2])}]
+                                                    "requests": 2, "tokens": 6, "spend_usd": math.fsum([0.1, 0.2]),
+                                                    "cache_read_tokens": 0, "cache_write_tokens": 0, "saved_usd": 0.0}]
     assert main(["spend", "--by", "tenant", "--metering-db", str(db)]) == 0
-    assert capsys.readouterr().out.splitlines()[1].split() == ["-", "acme", "-", "3", "9", "5.300000"]
+    assert capsys.readouterr().out.splitlines()[1].split() == ["-", "acme", "-", "3", "9", "0", "0", "5.300000", "0.000000"]
     assert main(["spend", "--since", "last tuesday", "--metering-db", str(db)]) == 2
     assert "--since 'last tuesday'" in capsys.readouterr().err
     assert main(["spend", "--metering-db", str(tmp_path / "none.sqlite")]) == 2
     assert "no metering database" in capsys.readouterr().err
+
+
+def test_the_report_shows_what_the_prompt_cache_saved(tmp_path) -> None:
+    """Issue 39: a store with the cache columns (the metering migration's) sums reads, writes and savings."""
+    db = tmp_path / "m.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE requests (ts REAL, task_id TEXT, tenant TEXT, model TEXT, input_tokens INTEGER, "
+                     "output_tokens INTEGER, cost REAL, key_id TEXT, cache_read_tokens INTEGER, "
+                     "cache_write_tokens INTEGER, cache_write_1h_tokens INTEGER, cache_saved REAL)")
+        conn.executemany("INSERT INTO requests VALUES (1.0, ?, 'acme', 'claude', 2006, 300, ?, NULL, ?, ?, 0, ?)",
+                         [("a", 0.0055, 1920, 80, 0.0050), ("b", 0.002, 0, 0, 0.0), ("c", 0.001, 0, 100, -0.0001)])
+    [row] = spend_report(read_calls([db]), "model")
+    assert (row.cache_read_tokens, row.cache_write_tokens) == (1920, 180)
+    assert row.saved_usd == math.fsum([0.0050, 0.0, -0.0001])
+    assert "0.004900" in render_table([row])
