@@ -134,7 +134,7 @@ def main() -> int:
         time.sleep(1.0)  # the writers' last batches land before the final sizes
         sample()
     first, last = samples[0], samples[-1]
-    growth = {k: last[k] - first[k] for k in first if k not in ("t_s", "sent", "failed")}  # type: ignore[operator]
+    growth = {k: last[k] - first[k] for k in first if k not in ("t_s", "sent", "failed")}
     print("TALLY " + json.dumps(dict(sorted(tally.items()))))
     print("SUMMARY " + json.dumps({"minutes": args.minutes, "rps": args.rps, "sent": last["sent"],
                                    "failed": last["failed"], "growth": growth}))
