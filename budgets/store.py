@@ -12,7 +12,7 @@ them from a thread, never the event loop.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,11 @@ def sqlite_path(dsn: str | None, run_dir: str | Path) -> Path:
 
 
 class SpendStore:
-    """One connection, used by one thread at a time (the ledger's sync thread)."""
+    """One connection, used by one thread at a time (the ledger's sync thread). With `reconnect`
+    (PostgreSQL), a connection that broke (the server restarted) is replaced at the next call."""
 
-    def __init__(self, target: str | Path | Any, *, paramstyle: str = "qmark", timeout_s: float = 5.0):
+    def __init__(self, target: str | Path | Any, *, paramstyle: str = "qmark", timeout_s: float = 5.0,
+                 reconnect: Callable[[], Any] | None = None):
         if isinstance(target, (str, Path)):
             path = Path(target)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,6 +67,7 @@ class SpendStore:
         else:
             conn = target
         self._conn = conn
+        self._reconnect = reconnect
         self._format = paramstyle in ("format", "pyformat")
         for stmt in _SCHEMA:
             self._run(stmt)
@@ -73,18 +76,28 @@ class SpendStore:
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self._format else sql
 
+    def _live(self) -> Any:
+        """The connection, opened again first when the old one broke (raises while the server is down)."""
+        if self._reconnect is not None and _dead(self._conn):
+            self._conn = self._reconnect()
+        return self._conn
+
+    def _rollback(self) -> None:
+        if not _dead(self._conn):  # a dead connection has no transaction left to end
+            self._conn.rollback()
+
     def _run(self, sql: str, args: Sequence[object] = ()) -> Any:
-        cur = self._conn.cursor()
+        cur = self._live().cursor()
         cur.execute(self._sql(sql), args)
         return cur
 
     def add(self, rows: Iterable[tuple[str, str, int, float]]) -> None:
         """Add (scope, id, day, usd) to the totals, all in one transaction."""
         try:
-            self._conn.cursor().executemany(self._sql(_ADD), list(rows))
+            self._live().cursor().executemany(self._sql(_ADD), list(rows))
             self._conn.commit()
         except BaseException:
-            self._conn.rollback()
+            self._rollback()
             raise
 
     def totals(self, windows: Sequence[Window]) -> list[tuple[str, str, tuple[float, ...]]]:
@@ -113,7 +126,7 @@ class SpendStore:
             cur = self._run(_CLAIM, (scope, id, period, first_day, now))
             self._conn.commit()
         except BaseException:
-            self._conn.rollback()
+            self._rollback()
             raise
         return cur.rowcount == 1
 
@@ -125,3 +138,8 @@ class SpendStore:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _dead(conn: Any) -> bool:
+    """psycopg's word for a connection that can no longer be used (sqlite3's never dies)."""
+    return bool(getattr(conn, "closed", False) or getattr(conn, "broken", False))

@@ -52,8 +52,11 @@ def _open_store(config: GatewayConfig, dsn: str | None) -> SpendStore:
     if dsn is not None and dsn.startswith(("postgresql://", "postgres://")):
         import psycopg  # only where replicas share a PostgreSQL key store
 
-        try:
-            return SpendStore(psycopg.connect(dsn, connect_timeout=5), paramstyle="format")
+        def connect() -> psycopg.Connection:
+            return psycopg.connect(dsn, connect_timeout=5)
+
+        try:  # reconnect: a PostgreSQL restart must not stop the ledger until the gateway restarts
+            return SpendStore(connect(), paramstyle="format", reconnect=connect)
         except psycopg.Error as e:
             raise OSError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
     if dsn is not None:

@@ -45,7 +45,7 @@ from extproc.telemetry.audit_chain import (
     verify_chain,
 )
 from extproc.telemetry.journal import HEADER, Journal, first_header
-from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_DROPPED, AUDIT_ROWS
+from extproc.telemetry.metrics import AUDIT_BACKLOG, AUDIT_DROPPED, AUDIT_ROWS, AUDIT_WRITE_ERRORS
 from extproc.telemetry.redaction import CAP_MARGIN, Redactor
 from extproc.telemetry.writer_queue import next_batch
 
@@ -265,10 +265,14 @@ class AuditLog:
     def _append(self, conn: sqlite3.Connection, rows: list[dict[str, object]]) -> None:
         """Chain and insert one batch in one transaction; a locked or failing disk is retried,
         never skipped: the rows stay in memory until SQLite takes them."""
+        failed = False
         while rows:
             try:
                 append_rows(conn, rows)
                 AUDIT_ROWS.inc(len(rows))
+                if failed:
+                    log.warning("audit: writes resumed; %d rows held meanwhile are stored, %d still queued",
+                                len(rows), self.pending - len(rows))
                 return
             except _UNBINDABLE as e:  # a bug of ours in one row must not hold up every other row
                 if len(rows) > 1:
@@ -279,10 +283,14 @@ class AuditLog:
                 log.error("audit: a %s row for task %s cannot be stored: %s", rows[0]["event"], rows[0]["task_id"], e)
                 return
             except sqlite3.Error as e:
+                failed = True
+                AUDIT_WRITE_ERRORS.inc()
                 now = time.monotonic()
                 if now - self._warned_at > _WARN_EVERY_S:
                     self._warned_at = now
-                    log.error("audit: cannot write %d rows yet (%s); retrying", len(rows), e)
+                    log.error("audit: cannot write %d rows yet (%s); holding them and %d queued in memory "
+                              "(calls are refused past %d), retrying", len(rows), e, self.pending - len(rows),
+                              self.backlog_limit)
                 time.sleep(_RETRY_S)
 
     def close(self, timeout: float = 60.0) -> None:

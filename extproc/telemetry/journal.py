@@ -98,6 +98,15 @@ class Journal:
     def settle(self, n: int, header: Callable[[], bytes]) -> None:
         """Writer thread, after `n` more rows are committed: trim what is no longer needed."""
         self._settled += n
+        try:
+            self._trim(header)
+        except OSError as e:  # a full disk must not stop the writer: the next settle trims again
+            now = time.monotonic()
+            if now - self._warned_at > _WARN_EVERY_S:
+                self._warned_at = now
+                log.error("journal %s: cannot trim (%s); it is trimmed once the disk takes writes", self._path, e)
+
+    def _trim(self, header: Callable[[], bytes]) -> None:
         if self._appended == self._settled:  # unlocked peek; checked again under the lock
             line = header()  # outside the lock: a query must not hold up the request path
             with self.lock:
@@ -115,7 +124,11 @@ class Journal:
         elif os.fstat(self._fd).st_size > ROTATE_BYTES:
             line = header()
             fd = os.open(f"{self._path}.new", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.write(fd, line)
+            try:
+                os.write(fd, line)
+            except OSError:
+                os.close(fd)
+                raise
             with self.lock:
                 os.rename(self._path, f"{self._path}.old")
                 os.rename(f"{self._path}.new", self._path)

@@ -4,8 +4,10 @@ The request path only puts a tuple on a bounded queue and appends it to a journa
 `os.write`, no fsync: extproc/telemetry/journal.py); the writer thread batches inserts, so a
 slow disk never stalls the event loop. Rows a SIGKILL caught before their commit are replayed
 from the journal at the next start. A full queue refuses the row (counted, logged); a row SQLite
-cannot take is dropped alone (counted, logged), never its batch nor the writer. `close` drains
-everything accepted.
+cannot take is dropped alone (counted, logged), never its batch nor the writer. Rows the disk
+refuses (full, I/O error) are held in memory, up to `HELD_LIMIT`, and retried every `RETRY_S`
+(`modelyard_metering_rows_held`, one log line when it starts and one when writes resume); past
+the bound they are dropped, counted as `held_full`. `close` drains everything accepted.
 
 Two tables: `requests`, one row per answered call (tokens, latency, cost), and `decisions`, one
 row per rate-limit decision, admitted or refused, with the units asked for and the rule that bound
@@ -26,7 +28,7 @@ from typing import NamedTuple
 import orjson
 
 from extproc.telemetry.journal import HEADER, Journal, first_header
-from extproc.telemetry.metrics import METERING_DROPPED
+from extproc.telemetry.metrics import METERING_DROPPED, METERING_HELD, METERING_WRITE_ERRORS
 from extproc.telemetry.writer_queue import next_batch
 
 log = logging.getLogger("modelyard.metering")
@@ -118,6 +120,10 @@ _BATCH = 1000
 # catches here are in the journal and replayed at the next start.
 _GATHER_S = 0.02
 _WARN_EVERY_S = 10.0
+# Rows the disk refused, kept for a retry: half a million is about 100 MiB of tuples, minutes of
+# traffic at a few thousand requests a second; a full disk lasting longer loses the newest.
+HELD_LIMIT = 500_000
+RETRY_S = 1.0
 
 
 def _clamp(v: object) -> object:
@@ -151,8 +157,14 @@ class MeteringStore:
             self._journal.start(_header(conn))
         finally:
             conn.close()
+        self._held: list[tuple] = []  # writer thread only: rows the disk refused, oldest first
         self._thread = threading.Thread(target=self._run, name="metering-writer", daemon=True)
         self._thread.start()
+
+    @property
+    def held(self) -> int:
+        """Rows the disk refused that wait in memory for the next retry."""
+        return len(self._held)
 
     def record(self, rec: MeterRecord | tuple) -> bool:
         """Queue one row (a `MeterRecord`, or a plain tuple of its values in column order: the
@@ -225,47 +237,96 @@ class MeteringStore:
     def _run(self) -> None:
         conn = _open(self.path)
         while True:
-            batch = next_batch(self._queue, _STOP, _BATCH, _GATHER_S)
+            batch = next_batch(self._queue, _STOP, _BATCH, _GATHER_S, RETRY_S if self._held else None)
             stop = _STOP in batch
-            rows = [r for r in batch if r is not _STOP]
-            decisions = [r for r in rows if type(r) is _DecisionRow]
-            if decisions:
-                self._write(conn, _INSERT_DECISION, decisions)
-            if len(decisions) < len(rows):
-                self._write(conn, _INSERT, [r for r in rows if type(r) is not _DecisionRow])
-            self._journal.settle(len(rows), lambda: _header(conn))
+            fresh = [r for r in batch if r is not _STOP]
+            rows = self._held + fresh if self._held else fresh  # held rows first: they are older
+            was_held = len(self._held)
+            if rows:
+                self._held = self._flush(conn, rows)
+                self._report_held(was_held)
+            try:
+                self._journal.settle(len(rows) - len(self._held), lambda: _header(conn))
+            except sqlite3.Error as e:  # the header's query: the journal is trimmed next time
+                log.error("metering: journal not trimmed: %s", e)
             if stop:
+                if self._held:
+                    log.error("metering: stopping with %d rows the disk refused; they stay in the journal "
+                              "for the next start to replay", len(self._held))
                 conn.close()
                 self._journal.close()
                 return
 
+    def _flush(self, conn: sqlite3.Connection, rows: list) -> list:
+        """Write `rows`; return those the disk refused, to hold (up to HELD_LIMIT: the oldest kept)."""
+        decisions = [r for r in rows if type(r) is _DecisionRow]
+        requests = [r for r in rows if type(r) is not _DecisionRow] if len(decisions) < len(rows) else []
+        held = (self._write(conn, _INSERT_DECISION, decisions) if decisions else []) + \
+            (self._write(conn, _INSERT, requests) if requests else [])
+        if len(held) > HELD_LIMIT:
+            METERING_DROPPED.labels("held_full").inc(len(held) - HELD_LIMIT)
+            log.error("metering: %d rows lost: the disk refuses writes and %d rows already wait in memory",
+                      len(held) - HELD_LIMIT, HELD_LIMIT)
+            held = held[:HELD_LIMIT]
+        return held
+
+    def _report_held(self, before: int) -> None:
+        METERING_HELD.set(len(self._held))
+        if self._held and not before:
+            log.error("metering: the disk refuses writes; holding %d rows in memory (up to %d) and retrying "
+                      "every %.0f s", len(self._held), HELD_LIMIT, RETRY_S)
+        elif before and not self._held:
+            log.warning("metering: writes resumed; the %d rows held meanwhile are stored", before)
+
     @staticmethod
-    def _write(conn: sqlite3.Connection, insert: str, rows: list) -> None:
+    def _write(conn: sqlite3.Connection, insert: str, rows: list) -> list:
+        """Insert `rows` in one transaction; one bad row is dropped alone (counted, logged). Returns
+        the rows not stored because the disk refused them (full, I/O error, locked)."""
         try:
-            conn.executemany(insert, rows)
+            _executemany(conn, insert, rows)
             conn.commit()
-            return
+            return []
+        except sqlite3.OperationalError:  # the disk's fault, not a row's: keep the batch whole
+            METERING_WRITE_ERRORS.inc()
+            _rollback(conn)
+            return rows
         except Exception:  # one bad row must not cost its batch: retry them one by one
-            conn.rollback()
+            _rollback(conn)
+        good = []
         for row in rows:
             try:
                 conn.execute(insert, row)
-            except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, OverflowError,
-                    ValueError, TypeError) as e:
+                good.append(row)
+            except sqlite3.OperationalError:
+                METERING_WRITE_ERRORS.inc()
+                _rollback(conn)
+                return rows  # nothing of this transaction is committed
+            except (sqlite3.Error, OverflowError, ValueError, TypeError) as e:
                 METERING_DROPPED.labels("bad_row").inc()
                 log.error("metering: row for task %s dropped: %s", row[1] if len(row) > 1 else "?", e)
-            except sqlite3.Error as e:  # a full disk must not take the gateway down
-                METERING_DROPPED.labels("db_error").inc()
-                log.error("metering: row lost: %s", e)
         try:
             conn.commit()
-        except sqlite3.Error as e:
-            log.error("metering: commit failed: %s", e)
+        except sqlite3.Error:
+            METERING_WRITE_ERRORS.inc()
+            _rollback(conn)
+            return good  # the bad rows are dropped for good; the others go again
+        return []
 
     def close(self, timeout: float = 30.0) -> None:
         """Write everything accepted, then stop (SIGTERM: nothing accepted is lost)."""
         self._queue.put(_STOP)
         self._thread.join(timeout)
+
+
+def _executemany(conn: sqlite3.Connection, insert: str, rows: list) -> None:
+    conn.executemany(insert, rows)  # a seam: the unit tests refuse writes here as a full disk does
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        conn.rollback()
+    except sqlite3.Error as e:  # the transaction is gone either way
+        log.debug("metering: rollback: %s", e)
 
 
 def _open(path: Path) -> sqlite3.Connection:

@@ -102,8 +102,13 @@ BATCH_FALLBACKS = Counter("modelyard_batch_fallbacks_total",
                           ["model"])
 
 METERING_DROPPED = Counter("modelyard_metering_rows_dropped_total",
-                           "Metering rows not written: queue_full (refused at the door), bad_row, db_error",
+                           "Metering rows not written: queue_full (refused at the door), bad_row, "
+                           "held_full (the disk refused them and the in-memory retry buffer was full)",
                            ["reason"])
+METERING_HELD = Gauge("modelyard_metering_rows_held",
+                      "Metering rows the disk refused (full, I/O error), kept in memory and retried every second")
+METERING_WRITE_ERRORS = Counter("modelyard_metering_write_errors_total",
+                                "Metering batches SQLite refused for a reason of the disk's (full, I/O error, locked)")
 
 FAIL_OPEN = Counter("modelyard_routing_fail_open_total",
                     "Routing decisions that set a check aside rather than refuse every deployment "
@@ -137,6 +142,8 @@ def tenant_token_series(tenant: str) -> tuple[Counter, Counter]:
 AUDIT_BACKLOG = Gauge("modelyard_audit_queue_rows", "audit rows queued for the writer thread")
 AUDIT_ROWS = Counter("modelyard_audit_rows_total", "audit rows written")
 AUDIT_DROPPED = Counter("modelyard_audit_dropped_total", "audit rows SQLite cannot bind (a bug; logged)")
+AUDIT_WRITE_ERRORS = Counter("modelyard_audit_write_errors_total",
+                              "audit batch writes SQLite refused (full disk, I/O error, locked); the rows are retried")
 AUDIT_REFUSED = Counter("modelyard_audit_refused_total", "calls refused because the audit writer is behind")
 
 # Concurrency limits and the per-deployment queues (extproc/admission/concurrency.py).

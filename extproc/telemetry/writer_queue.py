@@ -12,10 +12,15 @@ import time
 from typing import Any
 
 
-def next_batch(q: queue.Queue[Any] | queue.SimpleQueue[Any], stop: object, limit: int, gather_s: float) -> list[Any]:
-    """Block for one item, wait `gather_s` unless `limit` already wait, then take up to `limit`;
-    the batch ends at `stop` (the writer's last item) if it comes."""
-    batch = [q.get()]
+def next_batch(q: queue.Queue[Any] | queue.SimpleQueue[Any], stop: object, limit: int, gather_s: float,
+               wait_s: float | None = None) -> list[Any]:
+    """Block for one item (at most `wait_s`, then an empty batch: a writer holding rows to retry
+    must wake), wait `gather_s` unless `limit` already wait, then take up to `limit`; the batch
+    ends at `stop` (the writer's last item) if it comes."""
+    try:
+        batch = [q.get(timeout=wait_s)]
+    except queue.Empty:
+        return []
     if batch[0] is not stop and q.qsize() < limit:
         time.sleep(gather_s)
     while len(batch) < limit and batch[-1] is not stop:

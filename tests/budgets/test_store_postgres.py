@@ -62,3 +62,20 @@ def test_the_ledger_sql_runs_on_postgresql(dsn: str) -> None:
     assert a.days(0) == [("tenant", "acme", 101, 1.0)]
     a.close()
     b.close()
+
+
+def test_a_broken_connection_is_replaced_at_the_next_call(dsn: str) -> None:
+    """A PostgreSQL restart closes the ledger's connection: with `reconnect` the next write opens
+    a new one (before: every later write failed until the gateway restarted)."""
+    opened: list[object] = []
+
+    def connect():
+        opened.append(psycopg.connect(dsn, connect_timeout=5))
+        return opened[-1]
+
+    store = SpendStore(connect(), paramstyle="format", reconnect=connect)
+    opened[0].close()  # what the server's restart leaves: a closed connection
+    store.add([("key", "reconnect-test", 20000, 0.25)])
+    assert len(opened) == 2
+    assert ("key", "reconnect-test", 20000, 0.25) in store.days(20000)
+    store.close()

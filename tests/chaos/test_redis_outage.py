@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import httpx
+import openai
 import pytest
 
 from tests.chaos.figures import record, served_rps
@@ -15,6 +16,7 @@ from tests.chaos.observe import metered_rows, metric
 from tests.chaos.settings import sizes
 from tests.chaos.stacks import with_pinned
 from tests.chaos.traffic import chat_body, load
+from tests.conftest import DEMO_KEY
 from tests.ratelimit.redis_server import RedisServer
 from tests.stack_config import small_config, start_stack
 
@@ -84,3 +86,89 @@ def test_redis_outage_follows_the_policy_and_buckets_recover(tmp_path, policy: s
            ok_rps=round(served_rps(shots), 1), lost=len(shots) - sum(1 for s in shots if s.ok),
            recovery_s=round(max((s.started for s in ok_after_up), default=marks["up"]) - marks["up"], 2),
            detail=f"{len(during)} requests during the outage, {len(refused)} refused with 429")
+
+
+SLOW_CHUNK_S = 0.3  # a stream lasts long enough to look at its slot lease in Redis
+
+
+def _slot_leases(url: str, cluster: str) -> int:
+    import redis
+
+    r = redis.Redis.from_url(url, socket_timeout=2)
+    try:
+        return int(r.zcard(f"{{my}}:slots:{cluster}"))
+    finally:
+        r.close()
+
+
+def _ask_async(url: str, n: int) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", json=chat_body("demo-gpt", f"async {n}"), timeout=20,
+                      headers={"authorization": f"Bearer {DEMO_KEY}", "prefer": "respond-async"})
+
+
+def _leases_while_streaming(url: str, redis_url: str, cluster: str) -> tuple[int, int]:
+    """(leases in Redis while a stream holds its slot, the stream's status); the stream is read to its end."""
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=chat_body("demo-gpt", "a b c d e", stream=True),
+                      headers={"authorization": f"Bearer {DEMO_KEY}"}, timeout=30) as r:
+        chunks = r.iter_text()
+        next(chunks)  # the answer has begun: its slot is held until the stream ends
+        leases = _slot_leases(redis_url, cluster)
+        rest = "".join(chunks)
+    return leases, r.status_code if "[DONE]" in rest else -1
+
+
+def test_redis_outage_slots_fail_open_tasks_refuse_with_503_and_both_recover(tmp_path) -> None:
+    """`max_inflight` slots leased in Redis fail open to the process's own bound (docs/queueing.md);
+    the Redis task store refuses `Prefer: respond-async` and task reads with 503 + retry-after,
+    never a 500 or a hang (docs/tasks.md); once Redis is back both use it again, no restart."""
+    redis = RedisServer()
+    redis.start()
+    data = small_config(ratelimit=_limits("fallback", redis.url))
+    dep = data["models"][0]["deployments"][0]
+    dep.pop("warmup", None)
+    dep.update(max_inflight=1, queue={"bound": 50, "max_wait_s": {"L1": 20, "L2": 20, "L3": 20}})
+    data["extproc"]["tasks"] = {"store": "redis", "redis_url": redis.url, "concurrency": 1, "lease_s": 3}
+    servers = [redis]
+    try:
+        stack = start_stack(tmp_path, data)
+        for child in stack.children:
+            if child.name.startswith("demo-"):
+                child.argv += ["--chunk-delay", str(SLOW_CHUNK_S)]
+        with stack:
+            oai = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0, timeout=20)
+            up_leases = _leases_while_streaming(stack.url, redis.url, dep["cluster"])
+            first = _ask_async(stack.url, 0)
+            assert first.status_code == 202, first.text
+
+            redis.stop()
+            t_down = time.monotonic()
+            chats = [oai.chat.completions.with_raw_response.create(
+                model="demo-gpt", messages=[{"role": "user", "content": f"down {i}"}]) for i in range(6)]
+            refused = [_ask_async(stack.url, i) for i in range(1, 4)]
+            read = httpx.get(f"{stack.url}/v1/tasks/{first.json()['id']}", timeout=20,
+                             headers={"authorization": f"Bearer {DEMO_KEY}"})
+            down_s = time.monotonic() - t_down
+
+            servers.append(RedisServer(redis.port))
+            servers[-1].start()
+            t_up = time.monotonic()
+            back = _ask_async(stack.url, 9)  # the first call after the restart: the pool reconnects on use
+            recovery = time.monotonic() - t_up
+            assert back.status_code == 202, back.text
+            doc = httpx.get(f"{stack.url}/v1/tasks/{back.json()['id']}?wait=20", timeout=40,
+                            headers={"authorization": f"Bearer {DEMO_KEY}"}).json()
+            back_leases = _leases_while_streaming(stack.url, redis.url, dep["cluster"])
+    finally:
+        for srv in servers:
+            srv.stop()
+    record("Redis outage (slots, tasks)", "redis-server killed, 6 chats, 3 async calls and a task read, restarted",
+           ok_rps="n/a", lost=sum(1 for c in chats if c.http_response.status_code != 200),
+           recovery_s=round(recovery, 2),
+           detail=f"chats 200 on the local max_inflight bound; async calls and the read "
+                  f"{sorted({r.status_code for r in refused + [read]})} with retry-after in {down_s:.1f} s")
+    assert up_leases == (1, 200) and back_leases == (1, 200)  # the slot lease lives in Redis, before and after
+    assert [c.http_response.status_code for c in chats] == [200] * 6  # slots fail open to the local bound
+    for r in [*refused, read]:
+        assert r.status_code == 503 and r.headers.get("retry-after"), (r.status_code, r.text)
+        assert r.json()["error"]["message"].startswith("the task store is unavailable")
+    assert doc["status"] == "succeeded", doc  # the worker survived the outage and runs new tasks

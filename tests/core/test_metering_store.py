@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 from extproc.telemetry import journal as journal_module
+from extproc.telemetry import metering
 from extproc.telemetry.journal import Journal
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
-from extproc.telemetry.metrics import METERING_DROPPED
+from extproc.telemetry.metrics import METERING_DROPPED, METERING_HELD
 from tests.core.metering_rows import record as _rec
 
 
@@ -45,7 +46,7 @@ def test_a_full_queue_refuses_rows_without_blocking_and_close_writes_every_accep
 
     def slow_write(conn, insert, rows):  # the disk stalls until the test lets it go
         gate.wait(10)
-        real_write(conn, insert, rows)
+        return real_write(conn, insert, rows)
 
     monkeypatch.setattr(MeteringStore, "_write", staticmethod(slow_write))
     store = MeteringStore(db, queue_limit=5)
@@ -54,6 +55,56 @@ def test_a_full_queue_refuses_rows_without_blocking_and_close_writes_every_accep
     gate.set()
     store.close()
     assert set(_rows(db)) == {f"r{i}" for i in accepted}
+
+
+def test_rows_the_disk_refuses_are_held_and_stored_once_it_takes_writes_again(tmp_path: Path, monkeypatch) -> None:
+    db = tmp_path / "m.sqlite"
+    full = threading.Event()
+    full.set()
+    refused = threading.Event()
+
+    def executemany(conn, insert, rows):  # SQLite's own words for a full disk
+        if full.is_set():
+            refused.set()
+            raise sqlite3.OperationalError("database or disk is full")
+        return conn.executemany(insert, rows)
+
+    store = MeteringStore(db)
+    monkeypatch.setattr(metering, "_executemany", executemany)
+    dropped = METERING_DROPPED.labels("held_full")._value.get()
+    for i in range(5):
+        assert store.record(_rec(f"r{i}"))
+    assert refused.wait(10)
+    _until(lambda: store.held == 5)
+    assert _rows(db) == {} and METERING_HELD._value.get() == 5
+    store.record(_rec("r5"))
+    _until(lambda: store.held == 6)
+    full.clear()  # space comes back: the next retry (within RETRY_S) stores them
+    _until(lambda: store.held == 0)
+    store.close()
+    assert set(_rows(db)) == {f"r{i}" for i in range(6)}
+    assert METERING_DROPPED.labels("held_full")._value.get() == dropped and METERING_HELD._value.get() == 0
+
+
+def test_past_the_bound_the_newest_refused_rows_are_dropped_and_counted(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(metering, "HELD_LIMIT", 3)
+    monkeypatch.setattr(metering, "_executemany", lambda conn, insert, rows: (_ for _ in ()).throw(
+        sqlite3.OperationalError("disk I/O error")))
+    store = MeteringStore(tmp_path / "m.sqlite")
+    dropped = METERING_DROPPED.labels("held_full")._value.get()
+    with store._journal.lock:  # one batch: all five reach the writer together
+        for i in range(5):
+            store._queue.put((1.0, f"r{i}", "t", "", "m", "c", "", 200, 1.0, None, 1, 1, 0.0, "", "", None))
+            store._journal.count()
+    _until(lambda: store.held == 3)
+    assert METERING_DROPPED.labels("held_full")._value.get() == dropped + 2
+
+
+def _until(ok, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within  # a bound on a wait for a thread, not a speed assertion
+    while not ok():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 
