@@ -3,20 +3,22 @@ estimate from what passed through, so a stream cut short is still charged for wh
 
 from __future__ import annotations
 
-from adapters.internal import NO_CACHE, CacheTokens, StreamEvent, TextDelta, ToolCallDelta, Usage, UsageUpdate
+from adapters.internal import NO_CACHE, CacheTokens, StreamEnd, StreamEvent, TextDelta, ToolCallDelta, Usage, UsageUpdate
 
 # The same rough ratio `estimate_prompt_tokens` uses: about four characters a token.
 CHARS_PER_TOKEN = 4
 
 
 class StreamUsage:
-    __slots__ = ("input_tokens", "output_tokens", "cache", "streamed_chars")
+    __slots__ = ("input_tokens", "output_tokens", "cache", "streamed_chars", "ended")
 
     def __init__(self) -> None:
         self.input_tokens: int | None = None  # as reported (cumulative), None until reported
         self.output_tokens: int | None = None
         self.cache: CacheTokens = NO_CACHE  # the cache part of input_tokens, as last reported
         self.streamed_chars = 0  # text and tool-call arguments that passed through
+        # The upstream's own end marker went by: its counts are final, however the stream closes after.
+        self.ended = False
 
     def observe(self, events: list[StreamEvent]) -> None:
         for ev in events:
@@ -31,6 +33,8 @@ class StreamUsage:
                     self.output_tokens = ev.output_tokens
                 if ev.cache is not None:
                     self.cache = ev.cache
+            elif isinstance(ev, StreamEnd):
+                self.ended = True
 
     @property
     def reported(self) -> Usage:

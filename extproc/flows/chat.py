@@ -326,11 +326,17 @@ class ChatFlow:
     def close(self) -> None:
         choice = self.call.choice
         if self.call.pending and choice is not None:
+            meter = self.translator.meter if self.translator is not None else self.meter
+            if self.streaming and meter.ended:
+                # The whole answer went by (the upstream's end marker) and the client, having read it,
+                # hung up before Envoy's empty end-of-stream message reached us: a complete call.
+                self.usage = meter.reported
+                self._finish()
+                return
             # The stream ended without a final body: the client went away (499, as nginx logs it), the
             # gateway failed the request, or the upstream reset mid-stream; none of it is held against
             # the deployment: an upstream that is really down fails the next connects, which count.
             self.client_status = 499
             if self.streaming:  # charge and meter what already streamed, not the whole estimate back
-                meter = self.translator.meter if self.translator is not None else self.meter
                 self.usage = meter.partial(choice.est_prompt_tokens)
             self._finish(upstream_answered=False)

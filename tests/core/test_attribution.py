@@ -80,3 +80,31 @@ def test_stream_usage_prefers_reported_counts_and_estimates_the_rest() -> None:
     u.observe([UsageUpdate(output_tokens=50)])
     assert u.partial(99).output_tokens == 50
     assert (u.reported.input_tokens, u.reported.output_tokens) == (7, 50)
+
+
+def _anthropic_events(text: str, output_tokens: int) -> list[bytes]:
+    def ev(name: str, data: dict) -> bytes:
+        return f"event: {name}\ndata: ".encode() + orjson.dumps({"type": name, **data}) + b"\n\n"
+    return [ev("message_start", {"message": {"id": "m1", "type": "message", "role": "assistant", "model": "m",
+                                             "content": [], "usage": {"input_tokens": 7, "output_tokens": 1}}}),
+            ev("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+            + ev("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+            ev("content_block_stop", {"index": 0})
+            + ev("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": output_tokens}})
+            + ev("message_stop", {})]
+
+
+async def test_a_client_that_hangs_up_after_the_whole_answer_is_metered_as_the_upstream_counted(tmp_path: Path) -> None:
+    # The client read the upstream's end ([DONE], message_stop) and closed before Envoy's empty
+    # end-of-stream message reached the extproc: a complete call, at the upstream's own counts.
+    gw = _gateway(tmp_path)
+    done = [_chunk("a" * 80), b"data: " + orjson.dumps({
+        "id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}) + b"\n\ndata: [DONE]\n\n"]
+    await _stream(gw, "demo-gpt", done, end=False)  # passed through as sent
+    await _stream(gw, "demo-claude", _anthropic_events("b" * 80, 3), end=False)  # translated to chat
+    await gw.close()
+    with sqlite3.connect(tmp_path / "m.sqlite") as conn:
+        rows = conn.execute("SELECT model, status, input_tokens, output_tokens FROM requests ORDER BY model").fetchall()
+    assert rows == [("demo-claude", 200, 7, 3), ("demo-gpt", 200, 7, 3)]
