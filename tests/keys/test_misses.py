@@ -22,7 +22,7 @@ from keys.record import KeyRecord
 from keys.secret import digest_of
 from keys.spec import KeySpec
 from keys.store import KeyStore
-from tests.keys.test_session_keys import _call, _chat, _reply
+from tests.keys.session_calls import call_session, chat_call, immediate_reply
 from tests.stack_config import ROOT, without_watermarks
 
 # -- the gate, pure -------------------------------------------------------------------------------
@@ -94,7 +94,7 @@ async def test_a_key_written_elsewhere_serves_at_the_first_call(tmp_path: Path) 
     assert gw.key_admin is not None
     rec, secret = _writer(tmp_path).create(KeySpec(tenant="demo", models=("demo-gpt",)))
     assert gw.keyring.identify(secret) is None  # the copy has not read it
-    _, r = await _call(gw, *_chat(secret))
+    _, r = await call_session(gw, *chat_call(secret))
     assert r.WhichOneof("response") == "request_body"
     assert gw.key_admin.cache.lookup(rec.digest) == rec  # in the copy now: the next call asks nothing
     assert gw.key_admin.cache.version == 0  # and the refresher's own reading point did not move
@@ -115,14 +115,14 @@ async def test_an_invalid_key_is_asked_once_then_refused_from_the_negative_cache
     gw = _gateway(tmp_path, lookup_burst=2, lookups_per_s=0.001)
     assert gw.key_admin is not None
     for _ in range(5):
-        _, r = await _call(gw, *_chat("my-nope"))
-        assert _reply(r)[0] == 401
+        _, r = await call_session(gw, *chat_call("my-nope"))
+        assert immediate_reply(r)[0] == 401
     assert gw.key_admin.misses._tokens == 1.0
-    _, r = await _call(gw, *_chat("my-nope-2"))
-    assert _reply(r)[0] == 401
+    _, r = await call_session(gw, *chat_call("my-nope-2"))
+    assert immediate_reply(r)[0] == 401
     # Over the budget: the caller's protocol, 503 and retry-after, never a 401 for a key nobody checked.
-    _, r = await _call(gw, *_chat("my-nope-3", protocol="anthropic"))
-    status, body = _reply(r)
+    _, r = await call_session(gw, *chat_call("my-nope-3", protocol="anthropic"))
+    status, body = immediate_reply(r)
     assert status == 503 and body["type"] == "error" and "cannot check this API key" in body["error"]["message"]
     assert ("retry-after", "1") in [(h.header.key, h.header.raw_value.decode())
                                     for h in r.immediate_response.headers.set_headers]
@@ -138,13 +138,13 @@ async def test_with_the_store_down_cached_keys_serve_and_unknown_ones_get_503(tm
     for p in tmp_path.glob("keys.db*"):
         p.unlink()
     (tmp_path / "keys.db").mkdir()
-    _, r = await _call(gw, *_chat("my-unknown"))
-    status, body = _reply(r)
+    _, r = await call_session(gw, *chat_call("my-unknown"))
+    status, body = immediate_reply(r)
     assert status == 503 and "cannot be reached" in body["error"]["message"]
-    _, r = await _call(gw, *_chat("my-unknown-2"))  # the pause after a failure: refused without a lookup
-    assert _reply(r)[0] == 503 and gw.key_admin.misses.pending == 0
+    _, r = await call_session(gw, *chat_call("my-unknown-2"))  # the pause after a failure: refused without a lookup
+    assert immediate_reply(r)[0] == 503 and gw.key_admin.misses.pending == 0
     for key in (cached, "sk-modelyard-demo"):  # the copy's keys and the config's are untouched
-        _, r = await _call(gw, *_chat(key))
+        _, r = await call_session(gw, *chat_call(key))
         assert r.WhichOneof("response") == "request_body"
     await gw.close()
 
@@ -185,10 +185,10 @@ async def test_a_revoked_or_expired_key_found_by_lookup_is_refused_as_such(tmp_p
     gone, gone_secret = writer.create(KeySpec(tenant="demo"))
     writer.revoke(gone.id)
     _, old_secret = writer.create(KeySpec(tenant="demo", expires_at=1.0))
-    _, r = await _call(gw, *_chat(gone_secret))
-    assert _reply(r)[0] == 401
-    _, r = await _call(gw, *_chat(old_secret))
-    status, body = _reply(r)
+    _, r = await call_session(gw, *chat_call(gone_secret))
+    assert immediate_reply(r)[0] == 401
+    _, r = await call_session(gw, *chat_call(old_secret))
+    status, body = immediate_reply(r)
     assert status == 401 and body["error"]["message"] == "API key expired"
     await gw.close()
 
@@ -199,8 +199,8 @@ async def test_a_store_never_read_here_asks_nothing_and_unknown_keys_stay_401(tm
     (tmp_path / "keys.db").mkdir()  # no store can open here
     gw = _gateway(tmp_path, read=False)
     assert gw.key_admin is not None
-    _, r = await _call(gw, *_chat("my-unknown"))
-    assert _reply(r)[0] == 401 and gw.key_admin.misses._tokens < 0  # the gate was never asked
-    _, r = await _call(gw, *_chat("sk-modelyard-demo"))
+    _, r = await call_session(gw, *chat_call("my-unknown"))
+    assert immediate_reply(r)[0] == 401 and gw.key_admin.misses._tokens < 0  # the gate was never asked
+    _, r = await call_session(gw, *chat_call("sk-modelyard-demo"))
     assert r.WhichOneof("response") == "request_body"
     await gw.close()

@@ -15,7 +15,6 @@ import yaml
 from contracts.config import parse_config
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
-from extproc.session import Session
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.audit_chain import key_id
 from extproc.telemetry.metering import MeteringStore
@@ -23,7 +22,7 @@ from keys.cache import KeyCache
 from keys.secret import digest_of
 from keys.spec import KeySpec
 from ratelimit import Limiter
-from tests.core.session_driver import ROUTES, body_msg, chat_headers, headers_msg
+from tests.keys.session_calls import call_session, chat_call, immediate_reply
 from tests.stack_config import ROOT, without_watermarks
 
 ADMIN_KEY = "adm-test-key"
@@ -44,33 +43,11 @@ def _gateway(tmp_path: Path, admin_keys: list[str] | None = None, limited: bool 
                          metering=MeteringStore(tmp_path / "metering.sqlite"))
 
 
-async def _call(gw: Gateway, headers: dict[str, str], body: bytes | None = None) -> tuple[Session, Any]:
-    s = Session(gw, ROUTES)
-    r = await s.handle(headers_msg(headers, eos=body is None))
-    if body is not None and r.WhichOneof("response") != "immediate_response":
-        r = await s.handle(body_msg(body))
-    s.close()
-    return s, r
-
-
-def _chat(key: str, model: str = "demo-gpt", protocol: str = "openai") -> tuple[dict[str, str], bytes]:
-    if protocol == "anthropic":
-        h = {":method": "POST", ":path": "/v1/messages", "content-type": "application/json", "x-api-key": key,
-             "anthropic-version": "2023-06-01"}
-        return h, orjson.dumps({"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
-    return chat_headers(key), orjson.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-
-
 def _admin(method: str, path: str, key: str | None = ADMIN_KEY) -> dict[str, str]:
     h = {":method": method, ":path": path, "content-type": "application/json"}
     if key:
         h["authorization"] = f"Bearer {key}"
     return h
-
-
-def _reply(r: Any) -> tuple[int, Any]:
-    assert r.WhichOneof("response") == "immediate_response", r
-    return r.immediate_response.status.code, orjson.loads(r.immediate_response.body)
 
 
 def _audit_rows(path: Path) -> list[dict[str, Any]]:
@@ -84,41 +61,41 @@ def _audit_rows(path: Path) -> list[dict[str, Any]]:
 
 async def test_admin_api_creates_a_key_that_serves_at_once_and_is_audited(tmp_path: Path) -> None:
     gw = _gateway(tmp_path)
-    _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps(
+    _, r = await call_session(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps(
         {"tenant": "demo-l3", "models": ["demo-gpt", "demo-claude"], "budget_usd": 2, "budget_period": "day"}))
-    status, created = _reply(r)
+    status, created = immediate_reply(r)
     assert status == 201 and created["key"].startswith("my-") and created["tenant"] == "demo-l3"
     secret, kid = created["key"], created["id"]
 
     # The worker that wrote it serves it now; the caller is the key, its tenant narrowed.
-    s, r = await _call(gw, *_chat(secret))
+    s, r = await call_session(gw, *chat_call(secret))
     assert r.WhichOneof("response") == "request_body"
     assert s.ctx is not None and s.ctx.caller is not None
     assert (s.ctx.caller.key_id, s.ctx.caller.tenant) == (kid, "demo-l3")
     assert s.ctx.caller.budget is not None and s.ctx.caller.budget.usd == 2
     assert s.ctx.tenant is not None and s.ctx.tenant.allowed_models == ["demo-gpt"]
 
-    _, r = await _call(gw, _admin("GET", "/admin/v1/keys"))
-    status, listed = _reply(r)
+    _, r = await call_session(gw, _admin("GET", "/admin/v1/keys"))
+    status, listed = immediate_reply(r)
     assert status == 200 and [k["id"] for k in listed["data"]] == [kid]
     assert secret not in orjson.dumps(listed).decode()
 
-    _, r = await _call(gw, _admin("POST", f"/admin/v1/keys/{kid}/rotate"))
-    status, rotated = _reply(r)
+    _, r = await call_session(gw, _admin("POST", f"/admin/v1/keys/{kid}/rotate"))
+    status, rotated = immediate_reply(r)
     assert status == 200 and rotated["id"] == kid and rotated["key"] != secret
-    _, r = await _call(gw, *_chat(secret))
-    assert _reply(r)[0] == 401
-    _, r = await _call(gw, *_chat(rotated["key"]))
+    _, r = await call_session(gw, *chat_call(secret))
+    assert immediate_reply(r)[0] == 401
+    _, r = await call_session(gw, *chat_call(rotated["key"]))
     assert r.WhichOneof("response") == "request_body"
 
-    _, r = await _call(gw, _admin("DELETE", f"/admin/v1/keys/{kid}"))
-    assert _reply(r) == (200, {**_reply(r)[1], "status": "revoked"})
-    _, r = await _call(gw, *_chat(rotated["key"]))
-    assert _reply(r)[0] == 401
-    _, r = await _call(gw, _admin("POST", f"/admin/v1/keys/{kid}/rotate"))
-    assert _reply(r)[0] == 409
-    _, r = await _call(gw, _admin("POST", "/admin/v1/keys/key_nope/revoke"))
-    assert _reply(r)[0] == 404
+    _, r = await call_session(gw, _admin("DELETE", f"/admin/v1/keys/{kid}"))
+    assert immediate_reply(r) == (200, {**immediate_reply(r)[1], "status": "revoked"})
+    _, r = await call_session(gw, *chat_call(rotated["key"]))
+    assert immediate_reply(r)[0] == 401
+    _, r = await call_session(gw, _admin("POST", f"/admin/v1/keys/{kid}/rotate"))
+    assert immediate_reply(r)[0] == 409
+    _, r = await call_session(gw, _admin("POST", "/admin/v1/keys/key_nope/revoke"))
+    assert immediate_reply(r)[0] == 404
     await gw.close()
 
     rows = _audit_rows(tmp_path / "audit.sqlite")
@@ -134,22 +111,22 @@ async def test_admin_api_creates_a_key_that_serves_at_once_and_is_audited(tmp_pa
 async def test_admin_api_refuses_other_keys_and_says_why(tmp_path: Path) -> None:
     gw = _gateway(tmp_path)
     for key in (None, "sk-modelyard-demo", "adm-wrong"):  # a tenant's key is not an admin key
-        _, r = await _call(gw, _admin("GET", "/admin/v1/keys", key))
-        status, body = _reply(r)
+        _, r = await call_session(gw, _admin("GET", "/admin/v1/keys", key))
+        status, body = immediate_reply(r)
         assert status == 401 and body["error"]["message"] == "invalid or missing admin key"
     bad = [(orjson.dumps({"tenant": "nobody"}), 400, "unknown tenant 'nobody'"),
            (orjson.dumps({"tenant": "demo", "budget_usd": -1}), 400, "must be a finite amount of 0 or more"),
            (orjson.dumps({"tenant": "demo", "expires": "soon"}), 400, "is neither an ISO 8601 time"),
            (b"[1]", 400, "must be a JSON object"), (b"{oops", 400, "must be a JSON object")]
     for body, code, message in bad:
-        _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), body)
-        status, err = _reply(r)
+        _, r = await call_session(gw, _admin("POST", "/admin/v1/keys"), body)
+        status, err = immediate_reply(r)
         assert status == code and message in err["error"]["message"], err
-    _, r = await _call(gw, _admin("POST", "/admin/v1/keys"))  # no body at all
-    status, err = _reply(r)
+    _, r = await call_session(gw, _admin("POST", "/admin/v1/keys"))  # no body at all
+    status, err = immediate_reply(r)
     assert status == 400 and "must be a JSON object" in err["error"]["message"]
-    _, r = await _call(gw, _admin("PUT", "/admin/v1/keys"))
-    assert _reply(r)[0] == 405
+    _, r = await call_session(gw, _admin("PUT", "/admin/v1/keys"))
+    assert immediate_reply(r)[0] == 405
     await gw.close()
     rows = _audit_rows(tmp_path / "audit.sqlite")
     assert [(orjson.loads(r["detail"])["op"], r["status"]) for r in rows][:3] == [("auth", 401)] * 3
@@ -159,8 +136,8 @@ async def test_admin_api_refuses_other_keys_and_says_why(tmp_path: Path) -> None
 
 async def test_admin_api_is_off_without_admin_keys(tmp_path: Path) -> None:
     gw = _gateway(tmp_path, admin_keys=[])
-    _, r = await _call(gw, _admin("GET", "/admin/v1/keys"))
-    status, body = _reply(r)
+    _, r = await call_session(gw, _admin("GET", "/admin/v1/keys"))
+    status, body = immediate_reply(r)
     assert status == 404 and "Unknown request URL" in body["error"]["message"]
     await gw.close()
 
@@ -170,16 +147,16 @@ async def test_a_model_outside_the_key_reads_as_unknown(tmp_path: Path, protocol
     gw = _gateway(tmp_path)
     assert gw.key_admin is not None
     _, secret = await gw.key_admin.create(KeySpec(tenant="demo", models=("demo-gpt",)))
-    _, r = await _call(gw, *_chat(secret, "demo-claude", protocol))
-    forbidden = _reply(r)
-    _, r = await _call(gw, *_chat(secret, "demo-nonexistent", protocol))
-    unknown = _reply(r)
+    _, r = await call_session(gw, *chat_call(secret, "demo-claude", protocol))
+    forbidden = immediate_reply(r)
+    _, r = await call_session(gw, *chat_call(secret, "demo-nonexistent", protocol))
+    unknown = immediate_reply(r)
     assert forbidden[0] == unknown[0] == 404
     assert orjson.dumps(forbidden[1]).replace(b"demo-claude", b"X") == orjson.dumps(unknown[1]).replace(
         b"demo-nonexistent", b"X")
     # And /v1/models lists only what the key may use.
-    _, r = await _call(gw, {":method": "GET", ":path": "/v1/models", "authorization": f"Bearer {secret}"})
-    assert [m["id"] for m in _reply(r)[1]["data"]] == ["demo-gpt"]
+    _, r = await call_session(gw, {":method": "GET", ":path": "/v1/models", "authorization": f"Bearer {secret}"})
+    assert [m["id"] for m in immediate_reply(r)[1]["data"]] == ["demo-gpt"]
     await gw.close()
 
 
@@ -187,12 +164,12 @@ async def test_an_expired_key_is_401_in_the_callers_shape(tmp_path: Path) -> Non
     gw = _gateway(tmp_path)
     assert gw.key_admin is not None
     _, secret = await gw.key_admin.create(KeySpec(tenant="demo", expires_at=time.time() + 0.3))
-    _, r = await _call(gw, *_chat(secret, protocol="anthropic"))
+    _, r = await call_session(gw, *chat_call(secret, protocol="anthropic"))
     assert r.WhichOneof("response") == "request_body"
     time.sleep(0.35)
     for protocol in ("openai", "anthropic"):
-        _, r = await _call(gw, *_chat(secret, protocol=protocol))
-        status, body = _reply(r)
+        _, r = await call_session(gw, *chat_call(secret, protocol=protocol))
+        status, body = immediate_reply(r)
         assert status == 401
         if protocol == "anthropic":
             assert body["type"] == "error" and body["error"]["message"] == "API key expired"
@@ -208,29 +185,29 @@ async def test_a_keys_rpm_refuses_it_alone_in_the_callers_shape(tmp_path: Path, 
     another key of the tenant are still admitted. With `enforce: envoy` (Envoy charges the config's
     rules) the extproc still charges the key's own bucket: only it knows the key."""
     gw = _gateway(tmp_path, limited=True, enforce=enforce)
-    _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps({"tenant": "demo", "rpm": 2, "tpm": 100000}))
-    status, created = _reply(r)
+    _, r = await call_session(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps({"tenant": "demo", "rpm": 2, "tpm": 100000}))
+    status, created = immediate_reply(r)
     assert status == 201 and (created["rpm"], created["tpm"]) == (2, 100000)
     secret, kid = created["key"], created["id"]
     for protocol in ("openai", "anthropic"):
-        _, r = await _call(gw, *_chat(secret, protocol=protocol))
+        _, r = await call_session(gw, *chat_call(secret, protocol=protocol))
         assert r.WhichOneof("response") == "request_body"
-    s, r = await _call(gw, *_chat(secret))
-    status, body = _reply(r)
+    s, r = await call_session(gw, *chat_call(secret))
+    status, body = immediate_reply(r)
     assert status == 429 and f"key:{kid}:requests" in body["error"]["message"]
     assert (body["error"]["type"], body["error"]["code"]) == ("rate_limit_error", "rate_limit_exceeded")
     headers = {h.header.key: h.header.raw_value.decode() for h in r.immediate_response.headers.set_headers}
     # One request back per 30 s (2 a minute, at the buckets' rate resolution of 0.001/s: 0.033/s).
     assert 30 <= int(headers["retry-after"]) <= 31 and headers["x-ratelimit-limit-requests"] == "2"
-    _, r = await _call(gw, *_chat(secret, protocol="anthropic"))
-    status, body = _reply(r)
+    _, r = await call_session(gw, *chat_call(secret, protocol="anthropic"))
+    status, body = immediate_reply(r)
     assert status == 429 and body["type"] == "error" and body["error"]["type"] == "rate_limit_error"
     # Its tenant's config key and a second store key of the tenant are not limited by it.
-    _, r = await _call(gw, *_chat("sk-modelyard-demo"))
+    _, r = await call_session(gw, *chat_call("sk-modelyard-demo"))
     assert r.WhichOneof("response") == "request_body"
     assert gw.key_admin is not None
     _, other = await gw.key_admin.create(KeySpec(tenant="demo", rpm=2))
-    _, r = await _call(gw, *_chat(other))
+    _, r = await call_session(gw, *chat_call(other))
     assert r.WhichOneof("response") == "request_body"
     await gw.close()
     conn = sqlite3.connect(tmp_path / "metering.sqlite")
@@ -247,7 +224,7 @@ async def test_the_admin_api_refuses_a_bad_limit(tmp_path: Path) -> None:
                           ({"tenant": "demo", "tpm": -5}, "tpm: must be from 1"),
                           ({"tenant": "demo", "rpm": 2.5}, "rpm: expected a whole number"),
                           ({"tenant": "demo", "tpm": "lots"}, "tpm: expected a whole number")):
-        _, r = await _call(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps(body))
-        status, reply = _reply(r)
+        _, r = await call_session(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps(body))
+        status, reply = immediate_reply(r)
         assert status == 400 and message in reply["error"]["message"], reply
     await gw.close()
