@@ -118,7 +118,9 @@ def miss_rows() -> list[dict]:
     writer = KeyStore(connect(dsn))
     secrets = [writer.create(KeySpec(tenant="demo"))[1] for _ in range(scaled(500, 20))]
     writer.close()
-    admin = KeyAdmin(cfg, dsn, KeyCache(), None)  # its copy never read the store: every key is a miss
+    copy = KeyCache()
+    copy.loaded = True  # as of a refresh before these keys were created: every one of them is a miss
+    admin = KeyAdmin(cfg, dsn, copy, None)
     ring = KeyRing(cfg.tenants, admin.cache, admin)
 
     async def first_calls() -> list[float]:
