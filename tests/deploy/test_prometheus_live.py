@@ -157,6 +157,12 @@ def _drive_traffic(url: str) -> None:
     for i in range(4):
         r = oa.chat.completions.create(model="demo-gpt", messages=[{"role": "user", "content": f"count {i}"}])
         assert r.usage is not None and r.usage.completion_tokens > 0
+    # Prompt-cache reads and writes of the prompt before the last message (the demo upstream reports
+    # them on these words; a chat caller has a field for the reads only).
+    for cue in ("cache-hit", "cache-write"):
+        r = oa.chat.completions.create(model="demo-gpt", messages=[{"role": "system", "content": "a long prefix"},
+                                                                   {"role": "user", "content": cue}])
+        assert r.usage is not None and (cue != "cache-hit" or r.usage.prompt_tokens_details is not None)
     for _ in range(2):  # time to first token
         chunks = list(oa.chat.completions.create(model="demo-gpt", stream=True,
                                                  messages=[{"role": "user", "content": "stream me"}]))
