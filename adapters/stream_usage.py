@@ -3,7 +3,16 @@ estimate from what passed through, so a stream cut short is still charged for wh
 
 from __future__ import annotations
 
-from adapters.internal import NO_CACHE, CacheTokens, StreamEnd, StreamEvent, TextDelta, ToolCallDelta, Usage, UsageUpdate
+from adapters.internal import (
+    NO_CACHE,
+    CacheTokens,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    UsageUpdate,
+)
 
 # The same rough ratio `estimate_prompt_tokens` uses: about four characters a token.
 CHARS_PER_TOKEN = 4
