@@ -15,7 +15,7 @@ import pytest
 
 from keys.secret import digest_of
 from tests.chaos.figures import record
-from tests.keys.postgres_server import PostgresServer, available
+from tests.keys.postgres_server import running_database
 from tests.stack_config import small_config, start_stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e]
@@ -47,12 +47,7 @@ def _ledger_usd(dsn: str, key_id: str) -> float:
 
 
 def test_postgres_outage_serves_cached_keys_holds_budgets_and_refuses_writes_with_503(tmp_path: Path) -> None:
-    if not available():
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
-    pg = PostgresServer()
-    pg.start()
-    try:
-        dsn = pg.create_database("modelyard_keys")
+    with running_database("modelyard_keys") as (pg, dsn):
         data = small_config()
         data["extproc"].update(tasks=None, audit_db=None)
         data["keys"] = {"store": dsn, "admin_keys": [digest_of(ADMIN)], "refresh_s": 0.5}
@@ -85,8 +80,6 @@ def test_postgres_outage_serves_cached_keys_holds_budgets_and_refuses_writes_wit
             while "key store reachable again" not in log_path.read_text() and time.monotonic() < deadline:
                 time.sleep(0.2)  # the refresher's next period after the restart
             log = log_path.read_text()
-    finally:
-        pg.remove()
     record("PostgreSQL outage (keys, budgets)", "postgres stopped: 5 calls on a cached key, a budgeted key "
            "spent, an admin write; started again", ok_rps="n/a", lost=sum(1 for s in served if s != 200),
            recovery_s=round(recovery, 2),

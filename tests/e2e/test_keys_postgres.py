@@ -22,7 +22,7 @@ import pytest
 from controlplane.environments import EnvironmentConfig
 from keys.secret import digest_of
 from modelyard.cli import main as cli_main
-from tests.keys.postgres_server import PostgresServer, available
+from tests.keys.postgres_server import running_database
 from tests.stack_config import add_extproc_replica, free_ports_run, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
@@ -49,12 +49,7 @@ def _status(url: str, key: str) -> int:
 
 
 def test_replicas_share_one_postgresql_key_store(tmp_path: Path) -> None:
-    if not available():
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
-    pg = PostgresServer()
-    pg.start()
-    try:
-        dsn = pg.create_database("modelyard_keys")
+    with running_database("modelyard_keys") as (pg, dsn):
         data = small_config()
         data["extproc"].update(tasks=None, audit_db=None)
         data["keys"] = {"store": dsn, "admin_keys": [digest_of(ADMIN_KEY)]}
@@ -113,8 +108,6 @@ def test_replicas_share_one_postgresql_key_store(tmp_path: Path) -> None:
                 usd = conn.execute("SELECT SUM(usd) FROM budget_spend WHERE scope = 'key' AND id = %s",
                                    (budgeted["id"],)).fetchone()[0]
             assert usd >= 0.1
-    finally:
-        pg.remove()
 
 
 def _create(config: Path) -> dict[str, str]:
@@ -126,12 +119,7 @@ def _create(config: Path) -> dict[str, str]:
 
 
 def test_a_new_key_answers_at_once_and_a_store_outage_spares_known_keys(tmp_path: Path) -> None:
-    if not available():
-        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
-    pg = PostgresServer()
-    pg.start()
-    try:
-        dsn = pg.create_database("modelyard_keys_miss")
+    with running_database("modelyard_keys_miss") as (pg, dsn):
         data = small_config()
         grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
         data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
@@ -159,5 +147,3 @@ def test_a_new_key_answers_at_once_and_a_store_outage_spares_known_keys(tmp_path
             _until(lambda: all(_status(stack.url, "my-not-known-here-2") == 401 for _ in range(4)), 10.0)
             again = _create(tmp_path / "modelyard.yaml")
             assert [_status(stack.url, again["key"]) for _ in range(4)] == [200] * 4
-    finally:
-        pg.remove()

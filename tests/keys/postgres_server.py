@@ -5,6 +5,7 @@ package creates. Trust auth on loopback only; fsync off (a test cluster is throw
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -14,8 +15,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 def pg_bin(name: str) -> str | None:
@@ -92,3 +96,17 @@ class PostgresServer:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_database(name: str) -> Iterator[tuple[PostgresServer, str]]:
+    """A fresh server holding database `name` (its DSN), removed after; the test skips where
+    PostgreSQL is not installed."""
+    if not available():
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    pg = PostgresServer()
+    pg.start()
+    try:
+        yield pg, pg.create_database(name)
+    finally:
+        pg.remove()
