@@ -39,7 +39,7 @@ class Pick:
 
     def explain(self) -> dict[str, object]:
         return {"endpoint": self.endpoint, "reason": self.reason,
-                "ranked": [{"endpoint": s.endpoint, "score": round(s.score, 4), "queue": s.queue,
+                "ranked": [{"endpoint": s.endpoint, "score": round(s.score, 4), "queue_len": s.queue,
                             **{k: round(v, 4) for k, v in s.terms.items()}} for s in self.ranked],
                 "left_out": [{"endpoint": e, "why": w} for e, w in self.left_out]}
 
