@@ -20,6 +20,9 @@ EXTPROC_CLUSTER = "modelyard-extproc"
 # extproc can tell when Envoy failed over to a peer deployment.
 UPSTREAM_HOST_HEADER = "x-modelyard-upstream-host"
 UPSTREAM_ATTEMPTS_HEADER = "x-modelyard-upstream-attempts"
+# The replica the extproc picked, read by the cluster's override-host LB policy (the name the
+# Gateway API Inference Extension's endpoint pickers use); absent, Envoy's own balancer picks.
+DESTINATION_ENDPOINT_HEADER = "x-gateway-destination-endpoint"
 TENANT_HEADER = "x-modelyard-tenant"  # rate limit descriptor for Envoy's ratelimit filter
 TASK_ID_HEADER = "x-modelyard-task-id"
 STRATEGY_HEADER = "x-modelyard-strategy"

@@ -25,6 +25,11 @@ from envoy.extensions.filters.http.grpc_http1_reverse_bridge.v3 import config_pb
 from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2  # noqa: F401
 from envoy.extensions.filters.http.router.v3 import router_pb2  # noqa: F401
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2  # noqa: F401
+from envoy.extensions.load_balancing_policies.least_request.v3 import least_request_pb2  # noqa: F401
+from envoy.extensions.load_balancing_policies.override_host.v3 import override_host_pb2  # noqa: F401
+from envoy.extensions.load_balancing_policies.random.v3 import random_pb2  # noqa: F401
+from envoy.extensions.load_balancing_policies.ring_hash.v3 import ring_hash_pb2  # noqa: F401
+from envoy.extensions.load_balancing_policies.round_robin.v3 import round_robin_pb2  # noqa: F401
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2  # noqa: F401
 from envoy.extensions.retry.priority.previous_priorities.v3 import previous_priorities_config_pb2  # noqa: F401
 from envoy.extensions.transport_sockets.internal_upstream.v3 import internal_upstream_pb2  # noqa: F401

@@ -21,6 +21,7 @@ from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.admission.dispatch import Dispatcher
 from extproc.catalog import Catalog
 from extproc.key_admin import KeyAdmin
+from extproc.replicas.board import ReplicaBoard
 from extproc.routing import Scheduler
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
@@ -45,6 +46,8 @@ class Gateway:
     batcher: Batcher | None = None
     image_backend: Backend | None = None  # CuPy on a GPU, else NumPy; picked at start where a model has `vision`
     watermarks: WatermarkBoard | None = None
+    # Replica readings and the picker's state for deployments with `replica_metrics` (None: none picked).
+    replicas: ReplicaBoard | None = None
     # KServe health, metadata and the binary extension, asked of the upstream (nothing opens until asked).
     kserve_probe: KServeProbe = field(default_factory=KServeProbe)
     tracing: Tracing | None = None  # None: tracing is off and no request gets a span
@@ -61,7 +64,8 @@ class Gateway:
               image_backend: Backend | None = None, metering: MeteringStore | None = None,
               tracing: Tracing | None = None, audit: AuditLog | None = None,
               tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None,
-              budgets: BudgetGuard | None = None, key_admin: KeyAdmin | None = None) -> Gateway:
+              budgets: BudgetGuard | None = None, key_admin: KeyAdmin | None = None,
+              replicas: ReplicaBoard | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         if image_backend is None and any(m.vision is not None for m in config.models):
@@ -70,7 +74,7 @@ class Gateway:
         return cls(config=config, keyring=keyring, catalog=Catalog(config),
                    dispatcher=Dispatcher(scheduler, limiter, watermarks, limits, decisions=metering, budgets=budgets),
                    accountant=Accountant(scheduler, limiter, metering, budgets=budgets),
-                   batcher=batcher, image_backend=image_backend, watermarks=watermarks, tracing=tracing,
+                   batcher=batcher, image_backend=image_backend, watermarks=watermarks, replicas=replicas, tracing=tracing,
                    audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys))
 
     def start(self) -> None:
@@ -95,6 +99,8 @@ class Gateway:
             await asyncio.to_thread(self.audit.close)
         if self.watermarks is not None:
             await self.watermarks.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
         if self.dispatcher.limiter is not None:
             await self.dispatcher.limiter.close()
         await self.dispatcher.limits.close()

@@ -35,6 +35,7 @@ from extproc.gateway import Gateway, LiveGateway
 from extproc.key_admin import KeyAdmin
 from extproc.live.config_feed import ConfigFeed, worker_id
 from extproc.live.reload import Outcome, Reloader, show_version
+from extproc.replicas.board import ReplicaBoard
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
@@ -186,7 +187,7 @@ def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gat
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
                          tasks=TaskBoard.from_config(config), limits=limits, budgets=BudgetGuard.from_config(config, dsn),
-                         key_admin=key_admin)
+                         key_admin=key_admin, replicas=ReplicaBoard(list(config.clusters().values())))
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:
@@ -237,6 +238,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     # Pollers run in the background; the first readings are in before traffic is accepted.
     if gateway.watermarks is not None:
         await gateway.watermarks.start(first_poll_timeout=2.0)
+    if gateway.replicas is not None:
+        await gateway.replicas.start(first_poll_timeout=1.0)
     if metrics and config.extproc.metrics_address:
         DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
         serve_metrics(config.extproc.metrics_address)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from contracts.config.balancing import HealthCheckConfig, LoadBalancing, WarmupConfig
+from contracts.config.balancing import HealthCheckConfig, LoadBalancing, ReplicaMetrics, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
@@ -191,6 +191,16 @@ class BatchingConfig(_Model):
         return self
 
 
+def _ip_literal(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 class WatermarkSource(_Model):
     url: str
     kind: Literal["agent", "dcgm"] = "agent"
@@ -228,6 +238,8 @@ class Deployment(_Model):
     lb: LoadBalancing = LoadBalancing()
     health_check: HealthCheckConfig | None = None
     warmup: WarmupConfig | None = None
+    # Readings per endpoint and a replica picked per request (docs/routing.md); None: Envoy balances alone.
+    replica_metrics: ReplicaMetrics | None = None
     # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
     max_inflight: int | None = Field(None, ge=1)
     queue: QueueSettings = QueueSettings()
@@ -269,6 +281,12 @@ class Deployment(_Model):
             if (getattr(self, section) is not None) != (self.protocol == proto):
                 raise ValueError(f"protocol {proto} needs a `{section}:` section" if self.protocol == proto
                                  else f"`{section}:` is for protocol {proto}, not {self.protocol}")
+        if self.replica_metrics is not None:
+            if self.protocol in CLOUD_SECTIONS:
+                raise ValueError(f"replica_metrics: a {self.protocol} deployment has no replicas to read")
+            named = [ep for ep in self.endpoints if not _ip_literal(ep.rpartition(":")[0])]
+            if named:  # Envoy's override-host matches the resolved IP:port, not a name
+                raise ValueError(f"replica_metrics needs IP endpoints, not {named[0]!r}")
         if self.warmup and self.protocol in CLOUD_SECTIONS:  # a warm-up call would need the cloud's credentials
             raise ValueError(f"warmup: not available for protocol {self.protocol}")
         if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):

@@ -65,3 +65,43 @@ class WarmupConfig(BaseModel):
     # Give up after this long (the deployment is routed to anyway; its failures count as usual).
     timeout_s: float = Field(60.0, gt=0, le=3600)
     retry_interval_s: float = Field(1.0, gt=0, le=60)
+
+
+class ReplicaWeights(BaseModel):
+    """The replica picker's score terms (docs/routing.md); only ratios matter."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue: float = Field(1.0, ge=0)
+    kv_cache: float = Field(0.5, ge=0)
+    lora: float = Field(0.5, ge=0)
+    prefix: float = Field(0.5, ge=0)
+
+
+class ReplicaMetrics(BaseModel):
+    """Poll every endpoint's own model-server metrics and pick the replica per request; Envoy
+    then sends the call to exactly that endpoint (override-host), or balances as usual when the
+    readings are stale."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["vllm", "sglang", "tgi", "triton"]
+    path: str = Field("/metrics", pattern=r"^/")
+    # Triton serves its metrics on another port (8002) than inference: the port to poll, if not the endpoint's.
+    port: int | None = Field(None, ge=1, le=65535)
+    interval_ms: int = Field(50, ge=10, le=60_000)
+    # Older than this, a reading is not used; default 4 intervals.
+    stale_after_ms: int | None = Field(None, ge=10, le=600_000)
+    weights: ReplicaWeights = ReplicaWeights()
+    # The queue length at which the queue term halves: 1 / (1 + queue / queue_scale).
+    queue_scale: float = Field(8.0, gt=0)
+    # Prefix affinity: the first `prefix_blocks` blocks of `block_chars` prompt characters, hashed.
+    block_chars: int = Field(256, ge=16, le=65_536)
+    prefix_blocks: int = Field(8, ge=0, le=64)
+    prefix_entries: int = Field(10_000, ge=0, le=1_000_000)  # the LRU's bound
+    # A replica whose call failed is not picked again for this long (unless nothing else is fresh).
+    failure_hold_ms: int = Field(2_000, ge=0, le=600_000)
+
+    @property
+    def stale_after_s(self) -> float:
+        return (self.stale_after_ms if self.stale_after_ms is not None else 4 * self.interval_ms) / 1000.0

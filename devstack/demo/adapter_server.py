@@ -7,7 +7,7 @@ import argparse
 import asyncio
 import hmac
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -48,6 +48,10 @@ class AdapterDemo:
         self.require_key = require_key
         self.chunk_delay = chunk_delay
         self.requests = 0
+        self.in_flight = 0  # reported as vllm:num_requests_running
+        self.fake_waiting = 0.0  # vllm:num_requests_waiting, set by POST /fake-queue (a deep queue on demand)
+        self.fake_kv = 0.0  # vllm:kv_cache_usage_perc
+        self.metrics_off = False  # POST /fake-queue {"metrics": false}: /metrics answers 503 (readings go stale)
         self.embeds = False  # also answers embeddings (OpenAI /v1/embeddings or Gemini :embedContent)
 
     def _error(self, status: int, message: str, type_: str | None = None) -> web.Response:
@@ -56,6 +60,13 @@ class AdapterDemo:
 
     async def handle(self, request: web.Request, path_model: str | None = None,
                      stream_hint: bool = False) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            return await self._handle(request, path_model, stream_hint)
+        finally:
+            self.in_flight -= 1
+
+    async def _handle(self, request: web.Request, path_model: str | None, stream_hint: bool) -> web.StreamResponse:
         self.requests += 1
         if self.require_key is not None:
             got = self.adapter.client_api_key(request.headers, request.query)
@@ -139,13 +150,56 @@ class AdapterDemo:
         async def stats(_: web.Request) -> web.Response:
             return web.json_response({"requests": self.requests})
 
+        async def metrics(_: web.Request) -> web.Response:
+            """The load a vLLM server reports, under vLLM's names (the replica picker reads them)."""
+            if self.metrics_off:
+                return web.Response(status=503, text="metrics off")
+            return web.Response(text=vllm_metrics(self.fake_waiting, self.in_flight, self.fake_kv),
+                                content_type="text/plain")
+
+        async def fake_queue(request: web.Request) -> web.Response:
+            try:
+                body = await request.json()
+                self.fake_waiting = float(body.get("waiting", self.fake_waiting))
+                self.fake_kv = float(body.get("kv", self.fake_kv))
+                self.metrics_off = not bool(body.get("metrics", not self.metrics_off))
+            except (ValueError, TypeError, AttributeError):
+                return web.json_response({"error": "want {\"waiting\": N, \"kv\": F, \"metrics\": bool}"},
+                                         status=400)
+            return web.json_response({"waiting": self.fake_waiting, "kv": self.fake_kv,
+                                      "metrics": not self.metrics_off})
+
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(path, route)
         if embeddings_path is not None and embeddings_path != path:
             app.router.add_post(embeddings_path, route)
         app.router.add_get("/health", health)
         app.router.add_get("/stats", stats)
+        app.router.add_get("/metrics", metrics)
+        app.router.add_post("/fake-queue", fake_queue)
         return app
+
+
+def vllm_metrics(waiting: float, running: int, kv: float) -> str:
+    return ("# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="demo"}} {float(running)}\n'
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0",model_name="demo"}} {waiting}\n'
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{engine="0",model_name="demo"}} {kv}\n')
+
+
+def replica_header(replica: str) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """Every answer, streams included, says which replica gave it (`x-demo-replica: host:port`),
+    so tests through Envoy can tell where a call landed."""
+
+    async def stamp(_: web.Request, resp: web.StreamResponse) -> None:
+        resp.headers["x-demo-replica"] = replica
+
+    return stamp
 
 
 @dataclass(frozen=True)
@@ -179,4 +233,6 @@ def parse(argv: list[str] | None, *, description: str, default_port: int, defaul
         require_key = os.environ.get(a.require_key_env)
         if not require_key:
             p.error(f"--require-key-env {a.require_key_env}: the variable is not set")
-    return DemoSite(make_app(name=a.name, require_key=require_key, chunk_delay=a.chunk_delay), a.host, a.port)
+    app = make_app(name=a.name, require_key=require_key, chunk_delay=a.chunk_delay)
+    app.on_response_prepare.append(replica_header(f"{a.host}:{a.port}"))
+    return DemoSite(app, a.host, a.port)

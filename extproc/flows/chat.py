@@ -35,6 +35,7 @@ from extproc.flows import answer_limit
 from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
+from extproc.replicas.prefix import prompt_text
 from extproc.telemetry.metrics import DROPPED_PARAMS
 
 log = logging.getLogger("modelyard.chat")
@@ -120,7 +121,9 @@ class ChatFlow:
         if ctx.trace is not None:
             self.response_model = upstream_model  # until the upstream reports its own
         ctx.response_headers += choice.response_headers()
-        return self.call.request(path, out, up_headers, replace_body=out is not body)
+        prompt = functools.partial(prompt_text, req) if dep.replica_metrics is not None else None
+        return self.call.request(path, out, up_headers, replace_body=out is not body, prompt=prompt,
+                                 adapter=upstream_model)
 
     def _drop_params(self, req: ChatRequest, options: RenderOptions) -> ChatRequest:
         """`req` less the controls the deployment's protocol cannot express, where its drop_params
@@ -200,6 +203,8 @@ class ChatFlow:
     def _note_failover(self, headers: dict[str, str]) -> None:
         """Envoy retried onto a peer deployment: report and meter the one that answered."""
         choice = self.call.choice
+        if self.call.replica is not None:
+            self.call.answered_by(headers.get(UPSTREAM_HOST_HEADER, ""), headers.get(UPSTREAM_ATTEMPTS_HEADER, "1"))
         if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return
         self.gw.accountant.record_failure(choice.deployment.cluster, self.ctx.tenant_name)

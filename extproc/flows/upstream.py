@@ -10,7 +10,7 @@ cluster Envoy routes on, the deadline, the task and tenant, the caller's trace.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from adapters.internal import Usage
@@ -18,6 +18,7 @@ from adapters.registry import CLIENT_AUTH_HEADERS
 from contracts.envoy_names import (
     CHANNEL_HEADER,
     CLUSTER_HEADER,
+    DESTINATION_ENDPOINT_HEADER,
     STRATEGY_HEADER,
     TASK_ID_HEADER,
     TENANT_HEADER,
@@ -30,6 +31,8 @@ from extproc.admission.choice import Choice
 from extproc.cloud_credentials import UpstreamAuth, upstream_auth
 from extproc.context import RequestContext
 from extproc.gateway import Gateway
+from extproc.replicas.board import Sent
+from extproc.replicas.picker import Pick
 
 # No client credential and none of the caller's routing hints go upstream; the body must come
 # back uncompressed for translation and metering.
@@ -58,7 +61,7 @@ class UpstreamCall:
     `counts_output=False`: the call generates no tokens (embeddings): the trace reports none, not 0.
     """
 
-    __slots__ = ("gw", "ctx", "choice", "auth", "finished", "metered", "counts_output")
+    __slots__ = ("gw", "ctx", "choice", "auth", "finished", "metered", "counts_output", "replica", "pick")
 
     def __init__(self, gw: Gateway, ctx: RequestContext, *, metered: bool = True, counts_output: bool = True):
         self.gw = gw
@@ -68,6 +71,8 @@ class UpstreamCall:
         self.finished = False
         self.metered = metered
         self.counts_output = counts_output
+        self.replica: Sent | None = None  # the replica the picker sent this call to (replica_metrics)
+        self.pick: Pick | None = None  # and why (routing explain, the audit's reasons)
 
     @property
     def pending(self) -> bool:
@@ -85,11 +90,14 @@ class UpstreamCall:
     def request(self, path: str, body: bytes, headers: Mapping[str, str] | None = None, *,
                 cluster: str | None = None, deadline: Deadline | None = "router",
                 extra: Iterable[tuple[str, str]] = (), strip: Iterable[str] = (),
-                replace_body: bool = True) -> msg.ProcessingResponse:
+                replace_body: bool = True, prompt: Callable[[], str] | None = None,
+                adapter: str | None = None) -> msg.ProcessingResponse:
         """The request-body reply that sends the call: `headers` are the adapter's (credential
         included: a client header of that name stays, set to the deployment's); `cluster` defaults
         to the deployment's Envoy cluster, its failover aggregate where it has peers;
-        `replace_body=False` keeps the client's bytes as they came."""
+        `replace_body=False` keeps the client's bytes as they came. A deployment with
+        `replica_metrics` gets the replica picked here (`prompt` gives the text prefix affinity
+        hashes, `adapter` the LoRA the call needs)."""
         choice, ctx = self.choice, self.ctx
         assert choice is not None  # routed before anything goes upstream
         dep = choice.deployment
@@ -98,6 +106,8 @@ class UpstreamCall:
                (CLUSTER_HEADER, cluster or self.gw.catalog.envoy_cluster(dep.cluster)),
                (TASK_ID_HEADER, ctx.task_id), (TENANT_HEADER, ctx.tenant.name if ctx.tenant else ""), *extra]
         remove = [h for h in STRIP_UPSTREAM if h not in own]
+        if dep.replica_metrics is not None and self.gw.replicas is not None:
+            self._pick_replica(dep.cluster, out, remove, prompt, adapter)
         if deadline == "router":
             out.append((UPSTREAM_TIMEOUT_HEADER, str(dep.timeout_ms)))
         elif deadline == "grpc":
@@ -105,6 +115,28 @@ class UpstreamCall:
         if ctx.trace is not None:  # the caller's trace goes on upstream, with our span as the parent
             out += ctx.trace.upstream_headers()
         return msg.request_body(out, [*remove, *strip], body=body if replace_body else None, clear_route_cache=True)
+
+    def _pick_replica(self, cluster: str, out: list[tuple[str, str]], remove: list[str],
+                      prompt: Callable[[], str] | None, adapter: str | None) -> None:
+        board = self.gw.replicas
+        assert board is not None
+        pick, hashes = board.pick(cluster, adapter=adapter, prompt=prompt() if prompt is not None else None)
+        self.pick = pick
+        if pick.endpoint is None:  # nothing fresh: Envoy balances, and no client may steer it
+            remove.append(DESTINATION_ENDPOINT_HEADER)
+            return
+        out.append((DESTINATION_ENDPOINT_HEADER, pick.endpoint))
+        self.replica = board.sent(cluster, pick.endpoint, hashes)
+
+    def answered_by(self, host: str, attempts: str) -> None:
+        """The route's stamp on the answer: an attempt before the last one failed on our pick."""
+        if self.replica is not None and attempts not in ("", "0", "1") and host != self.replica.endpoint:
+            self._replica_done(failed=True)
+
+    def _replica_done(self, *, failed: bool) -> None:
+        if self.replica is not None and self.gw.replicas is not None:
+            self.gw.replicas.done(self.replica, failed=failed)
+        self.replica = None
 
     # -- the end -----------------------------------------------------------------------------
     def finish(self, status: int, *, upstream_ok: bool | None, usage: Usage | None = None,
@@ -115,6 +147,8 @@ class UpstreamCall:
         if self.finished or choice is None:
             return
         self.finished = True
+        if self.replica is not None:
+            self._replica_done(failed=upstream_ok is False)
         if not self.metered:
             return
         self.gw.accountant.record_outcome(ctx, choice, status=status, upstream_ok=upstream_ok,
@@ -129,5 +163,6 @@ class UpstreamCall:
         """Accepted as a task (Prefer: respond-async): give back what admission took; the replay
         is metered, not this acceptance."""
         self.finished = True
+        self._replica_done(failed=False)
         if self.choice is not None:
             self.gw.accountant.release(self.choice)

@@ -151,6 +151,8 @@ def commit(live: LiveGateway, ready: Prepared, version: str, warmer: Warmer | No
     if gw.watermarks is not None:
         gw.watermarks.reconfigure({c: d.watermark for c, d in clusters.items() if d.watermark is not None},
                                   config.routing.watermarks.interval_s)
+    if gw.replicas is not None:
+        gw.replicas.reconfigure(list(clusters.values()))
     if gw.audit is not None:
         gw.audit.set_captures({t.name: t.audit for t in config.tenants})
     if gw.image_backend is not None and gw.image_backend is not live.current.image_backend:

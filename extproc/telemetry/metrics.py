@@ -126,6 +126,12 @@ WATERMARK_READ_AT = Gauge("modelyard_watermark_last_reading_timestamp_seconds",
                           "Unix time of the last good watermark reading", ["cluster"])
 WATERMARK_POLL_ERRORS = Counter("modelyard_watermark_poll_errors_total",
                                 "Watermark polls that failed (unreachable, HTTP error, unreadable body)", ["cluster"])
+REPLICA_POLL_ERRORS = Counter("modelyard_replica_poll_errors_total",
+                              "Replica metrics polls that failed (unreachable, HTTP error, unreadable body)",
+                              ["cluster", "endpoint"])
+REPLICA_PICKS = Counter("modelyard_replica_picks_total",
+                        "Calls the replica picker sent to one endpoint (endpoint=\"\": none fresh, Envoy balanced)",
+                        ["cluster", "endpoint"])
 
 # Tokens by tenant: what a tenant consumed across models (modelyard_tokens_total is per model and cluster).
 TENANT_TOKENS = Counter("modelyard_tenant_tokens_total", "LLM tokens metered from upstream usage, per tenant",

@@ -108,3 +108,25 @@ def test_envoy_accepts_every_policy(deployment: dict[str, Any], tmp_path: Path) 
 def test_bad_settings_name_the_key(deployment: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(_config(**deployment))
+
+
+def test_replica_metrics_renders_override_host_with_the_policy_as_fallback(tmp_path: Path) -> None:
+    data = _config(lb={"policy": "least_request"}, replica_metrics={"kind": "vllm"})
+    data["models"][0]["deployments"][0]["endpoints"] = ["127.0.0.1:8101", "127.0.0.1:8111"]
+    boot = _rendered(data)
+    policy = _cluster(boot)["load_balancing_policy"]["policies"][0]["typed_extension_config"]
+    assert policy["name"] == "envoy.load_balancing_policies.override_host"
+    cfg = policy["typed_config"]
+    assert cfg["override_host_sources"] == [{"header": "x-gateway-destination-endpoint"}]
+    fallback = cfg["fallback_policy"]["policies"][0]["typed_extension_config"]
+    assert fallback["name"] == "envoy.load_balancing_policies.least_request"
+    path = tmp_path / "envoy.yaml"
+    path.write_text(yaml.safe_dump(boot))
+    out = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_replica_metrics_needs_ip_endpoints() -> None:
+    with pytest.raises(ConfigError, match="replica_metrics needs IP endpoints, not 'model-b.internal:8000'"):
+        parse_config(_config(replica_metrics={"kind": "vllm"}))

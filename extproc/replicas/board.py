@@ -1,0 +1,184 @@
+"""The Gateway's replica part: background pollers of every endpoint's model-server metrics, and
+per deployment the gateway's own in-flight calls, recent failures and prefix index.
+
+The request path calls `pick` (synchronous, no I/O: it reads the last readings) and reports the
+call's start and end; the pollers run as asyncio tasks, one per endpoint, each with at most one
+poll in flight and a timeout, so a dead replica costs one task that waits, never a request.
+A poll that fails keeps the old reading, which goes stale, and the picker then fails open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from contracts.config import Deployment, GatewayConfig
+from contracts.config.balancing import ReplicaMetrics
+from extproc.replicas.exposition import MetricsParseError
+from extproc.replicas.picker import Pick, pick_replica
+from extproc.replicas.prefix import PrefixIndex, block_hashes
+from extproc.replicas.readings import ReplicaReading, parse_replica_metrics
+from extproc.telemetry.metrics import REPLICA_PICKS, REPLICA_POLL_ERRORS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReplicaSet:
+    """One deployment's replicas as the picker sees them."""
+
+    cluster: str
+    endpoints: list[str]
+    settings: ReplicaMetrics
+    readings: dict[str, ReplicaReading] = field(default_factory=dict)
+    in_flight: dict[str, int] = field(default_factory=dict)
+    failed_at: dict[str, float] = field(default_factory=dict)
+    prefix: PrefixIndex = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prefix = PrefixIndex(self.settings.prefix_entries)
+
+    def metrics_url(self, endpoint: str) -> str:
+        host, _, port = endpoint.rpartition(":")
+        return f"http://{host}:{self.settings.port or port}{self.settings.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A call the picker placed: what `done` needs to give back."""
+
+    cluster: str
+    endpoint: str
+
+
+class ReplicaBoard:
+    def __init__(self, deployments: list[Deployment], clock: Callable[[], float] = time.monotonic) -> None:
+        self.sets: dict[str, ReplicaSet] = {}
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._errors: dict[tuple[str, str], str] = {}
+        self.reconfigure(deployments)
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> ReplicaBoard | None:
+        """None when no deployment reads its replicas: the request path then does no work at all."""
+        deps = [d for d in config.clusters().values() if d.replica_metrics is not None]
+        return cls(deps) if deps else None
+
+    # -- the request path ------------------------------------------------------------------
+    def pick(self, cluster: str, *, adapter: str | None = None, prompt: str | None = None) -> tuple[Pick, list[bytes]]:
+        rs = self.sets[cluster]
+        s = rs.settings
+        hashes = block_hashes(prompt, s.block_chars, s.prefix_blocks) if prompt and s.prefix_blocks else []
+        pick = pick_replica(s, rs.endpoints, rs.readings, rs.in_flight, rs.failed_at, self._clock(),
+                            adapter=adapter, prefix_depth=rs.prefix.match(hashes) if hashes else None,
+                            prefix_blocks=len(hashes))
+        REPLICA_PICKS.labels(cluster, pick.endpoint or "").inc()
+        return pick, hashes
+
+    def sent(self, cluster: str, endpoint: str, hashes: list[bytes]) -> Sent:
+        rs = self.sets[cluster]
+        rs.in_flight[endpoint] = rs.in_flight.get(endpoint, 0) + 1
+        if hashes:
+            rs.prefix.record(hashes, endpoint)
+        return Sent(cluster, endpoint)
+
+    def done(self, sent: Sent, *, failed: bool) -> None:
+        rs = self.sets.get(sent.cluster)
+        if rs is None:  # reconfigured away meanwhile
+            return
+        left = rs.in_flight.get(sent.endpoint, 0) - 1
+        if left > 0:
+            rs.in_flight[sent.endpoint] = left
+        else:
+            rs.in_flight.pop(sent.endpoint, None)
+        if failed:
+            rs.failed_at[sent.endpoint] = self._clock()
+
+    # -- background --------------------------------------------------------------------------
+    def reconfigure(self, deployments: list[Deployment]) -> None:
+        """A reload: a deployment whose endpoints and settings are unchanged keeps its state and
+        pollers; the rest start afresh."""
+        wanted = {d.cluster: d for d in deployments if d.replica_metrics is not None}
+        for cluster in list(self.sets):
+            d = wanted.get(cluster)
+            rs = self.sets[cluster]
+            if d is None or d.endpoints != rs.endpoints or d.replica_metrics != rs.settings:
+                del self.sets[cluster]
+                for key in [k for k in self._tasks if k[0] == cluster]:
+                    self._tasks.pop(key).cancel()
+        for cluster, d in wanted.items():
+            if cluster not in self.sets:
+                assert d.replica_metrics is not None
+                self.sets[cluster] = ReplicaSet(cluster, list(d.endpoints), d.replica_metrics)
+                for ep in d.endpoints:
+                    REPLICA_POLL_ERRORS.labels(cluster, ep)  # a zero series from the start
+        if self._session is not None:
+            self._start_missing()
+
+    async def poll_once(self, rs: ReplicaSet, endpoint: str) -> ReplicaReading | None:
+        assert self._session is not None
+        s = rs.settings
+        try:
+            timeout = aiohttp.ClientTimeout(total=max(s.stale_after_s, 0.05))
+            async with self._session.get(rs.metrics_url(endpoint), timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise MetricsParseError(f"HTTP {resp.status}")
+                body = await resp.read()
+            reading = parse_replica_metrics(s.kind, body, self._clock())
+        except (TimeoutError, aiohttp.ClientError, MetricsParseError, OSError) as e:
+            REPLICA_POLL_ERRORS.labels(rs.cluster, endpoint).inc()
+            msg = f"{type(e).__name__}: {e}"
+            if self._errors.get((rs.cluster, endpoint)) != msg:  # log changes, not every failed poll
+                log.warning("replica metrics %s %s: %s", rs.cluster, endpoint, msg)
+                self._errors[(rs.cluster, endpoint)] = msg
+            return None
+        self._errors.pop((rs.cluster, endpoint), None)
+        if self.sets.get(rs.cluster) is rs:
+            rs.readings[endpoint] = reading
+        return reading
+
+    async def _run(self, rs: ReplicaSet, endpoint: str) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            await self.poll_once(rs, endpoint)
+            interval = rs.settings.interval_ms / 1000.0
+            # Fixed cadence: a slow poll shortens the next wait instead of drifting.
+            next_at += interval
+            delay = next_at - loop.time()
+            if delay < 0:
+                next_at, delay = loop.time(), 0.0
+            await asyncio.sleep(delay)
+
+    def _start_missing(self) -> None:
+        for cluster, rs in self.sets.items():
+            for ep in rs.endpoints:
+                if (cluster, ep) not in self._tasks:
+                    self._tasks[(cluster, ep)] = asyncio.create_task(self._run(rs, ep), name=f"replica:{cluster}:{ep}")
+
+    async def start(self, first_poll_timeout: float | None = None) -> None:
+        self._session = aiohttp.ClientSession()
+        if first_poll_timeout:
+            polls = [self.poll_once(rs, ep) for rs in self.sets.values() for ep in rs.endpoints]
+            try:
+                await asyncio.wait_for(asyncio.gather(*polls), first_poll_timeout)
+            except TimeoutError:
+                log.warning("replica metrics: first poll round took over %.1fs", first_poll_timeout)
+        self._start_missing()
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = {}
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,130 @@
+"""The replica picker through a real Envoy: two demo replicas report vLLM metrics; the call lands
+on the replica the picker chose (the replica says so in `x-demo-replica`), stale readings fall
+back to Envoy's own balancer, and prefix affinity holds a conversation on one replica."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.stack_config import free_port, small_config, start_stack
+
+KEY = "sk-modelyard-demo"
+SYSTEM = "You are the demo assistant of the replica tests. " * 12  # several prompt blocks
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list[str]]]:
+    ports = [free_port(), free_port()]
+    eps = [f"127.0.0.1:{p}" for p in ports]
+    data = small_config()
+    data["models"] = [{"name": "rp", "task_types": ["chat"], "deployments": [{
+        "cluster": "demo-rp", "protocol": "openai", "endpoints": eps,
+        "replica_metrics": {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 400,
+                            # long enough that no slow moment here outlasts it (the last test)
+                            "failure_hold_ms": 600_000}}]}]
+    with start_stack(tmp_path_factory.mktemp("rp"), data) as stack:
+        yield stack, eps
+
+
+def _fake(ep: str, **body: Any) -> None:
+    httpx.post(f"http://{ep}/fake-queue", json=body, timeout=5).raise_for_status()
+
+
+def _chat(client: openai.OpenAI, messages: list[dict[str, str]]) -> str:
+    raw = client.chat.completions.with_raw_response.create(model="rp", messages=messages)  # type: ignore[arg-type]
+    return raw.headers["x-demo-replica"]
+
+
+def _settle(stack: Any, client: openai.OpenAI, expect: str, limit_s: float = 10.0) -> None:
+    """The picker reads the replicas every 50 ms: calls until the first one lands as expected
+    (the readings after `_fake` take one poll to arrive), then the test counts from there."""
+    deadline = time.monotonic() + limit_s
+    while _chat(client, [{"role": "user", "content": "settle"}]) != expect:
+        assert time.monotonic() < deadline, f"never landed on {expect}"
+
+
+def test_every_call_goes_to_the_replica_with_the_short_queue(replicas: tuple[Any, list[str]]) -> None:
+    stack, (a, b) = replicas
+    _fake(a, waiting=50, metrics=True)
+    _fake(b, waiting=0, metrics=True)
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+    _settle(stack, client, b)
+    landed = Counter(_chat(client, [{"role": "user", "content": f"q{i}"}]) for i in range(30))
+    assert landed == {b: 30}
+    _fake(a, waiting=0)
+    _fake(b, waiting=50)
+    _settle(stack, client, a)
+    landed = Counter(_chat(client, [{"role": "user", "content": f"r{i}"}]) for i in range(30))
+    assert landed == {a: 30}
+
+
+def test_stale_readings_fall_back_to_envoys_balancer(replicas: tuple[Any, list[str]]) -> None:
+    stack, (a, b) = replicas
+    _fake(a, waiting=50, metrics=False)  # /metrics answers 503: both readings go stale
+    _fake(b, waiting=0, metrics=False)
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+    before = _picks(stack)
+    deadline = time.monotonic() + 10
+    while _picks(stack) == before or _picks(stack)[""] == before[""]:  # until the picker stops picking
+        _chat(client, [{"role": "user", "content": "stale?"}])
+        assert time.monotonic() < deadline
+    landed = Counter(_chat(client, [{"role": "user", "content": f"s{i}"}]) for i in range(40))
+    assert set(landed) == {a, b}, landed  # round robin: both get calls, the deep queue unseen
+    _fake(a, waiting=0, metrics=True)
+    _fake(b, waiting=0, metrics=True)
+
+
+def test_prefix_affinity_holds_a_conversation_on_one_replica(replicas: tuple[Any, list[str]]) -> None:
+    stack, (a, b) = replicas
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+    _fake(a, waiting=0, metrics=True)
+    _fake(b, waiting=2, metrics=True)
+    _settle(stack, client, a)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]
+    assert _chat(client, messages) == a  # the shorter queue, and now its prefix is on a
+    # b becomes the shorter queue: a new prompt goes there, the conversation stays where its prefix is.
+    _fake(a, waiting=2)
+    _fake(b, waiting=0)
+    _settle(stack, client, b)
+    for turn in range(5):
+        messages += [{"role": "assistant", "content": f"answer {turn}"},
+                     {"role": "user", "content": f"and then {turn}?"}]
+        assert _chat(client, messages) == a, turn
+    other = [{"role": "system", "content": "Another conversation entirely. " * 20},
+             {"role": "user", "content": "hi"}]
+    assert _chat(client, other) == b
+    _fake(b, waiting=0)
+    _fake(a, waiting=0)
+
+
+def test_a_replica_that_failed_is_not_picked_again_at_once(replicas: tuple[Any, list[str]]) -> None:
+    """Last in this module: `a` stays held (failure_hold_ms) for the rest of the stack's life."""
+    stack, (a, b) = replicas
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+    _fake(a, waiting=0, metrics=True)
+    _fake(b, waiting=20, metrics=True)
+    _settle(stack, client, a)
+    r = httpx.post(f"{stack.url}/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"},
+                   json={"model": "rp", "messages": [{"role": "user", "content": "demo-fail-500"}]}, timeout=30)
+    # Envoy's retry may carry it to b; either way the pick, a, failed.
+    assert r.status_code == 502 or r.headers.get("x-demo-replica") == b, (r.status_code, r.headers)
+    landed = Counter(_chat(client, [{"role": "user", "content": f"after {i}"}]) for i in range(10))
+    assert landed == {b: 10}  # a still has the shorter queue, but it failed its last call
+
+
+def _picks(stack: Any) -> Counter[str]:
+    """modelyard_replica_picks_total by endpoint, from the extproc's /metrics."""
+    out: Counter[str] = Counter()
+    text = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith("modelyard_replica_picks_total{"):
+            ep = line.split('endpoint="', 1)[1].split('"', 1)[0]
+            out[ep] += int(float(line.rsplit(" ", 1)[1]))
+    return out
