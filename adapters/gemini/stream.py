@@ -231,6 +231,8 @@ class StreamEncoder:
         obj: GenerateContentResponse
         if finish is None:
             obj = {"candidates": [cand], "modelVersion": self._model, "responseId": self._id}
+            if self._in:  # as Gemini does: every chunk counts the prompt once it is known
+                obj["usageMetadata"] = render_usage(Usage(self._in, self._out, self._cache))
         else:
             cand["finishReason"] = finish
             obj = {"candidates": [cand], "usageMetadata": render_usage(Usage(self._in, self._out, self._cache)),
