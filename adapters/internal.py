@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 from adapters.json_types import JSONObject
 
 __all__ = [
-    "Role", "FinishReason", "TextPart", "ImagePart", "DocumentPart", "ContentPart", "ToolCall", "ToolDef",
+    "Role", "FinishReason", "CacheTtl", "TextPart", "ImagePart", "DocumentPart", "ContentPart", "ToolCall", "ToolDef",
     "ToolChoice", "ResponseFormat", "RenderOptions", "Message", "ChatRequest", "CacheTokens", "NO_CACHE", "Usage", "ChatResponse", "UpstreamRequest",
     "ReasoningPart", "StreamStart", "TextDelta", "ReasoningDelta", "ToolCallStart", "ToolCallDelta", "StreamFinish", "UsageUpdate",
     "StreamEnd", "StreamError", "StreamUntranslatable", "StreamEvent", "estimate_prompt_tokens", "message_text",
@@ -25,11 +25,15 @@ __all__ = [
 Role = Literal["user", "assistant", "tool"]
 # Internal finish reasons; every protocol maps its own vocabulary onto these.
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error"]
+# A caller's prompt-cache marker on a block (Anthropic cache_control, Bedrock cachePoint): the
+# prompt up to and including that block is to be cached for this long; None: no marker.
+CacheTtl = Literal["5m", "1h"]
 
 
 @dataclass(frozen=True, slots=True)
 class TextPart:
     text: str
+    cache: CacheTtl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,7 @@ class ImagePart:
     media_type: str | None = None
     data: str | None = None
     url: str | None = None
+    cache: CacheTtl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,7 @@ class DocumentPart:
     data: str | None = None
     url: str | None = None
     name: str | None = None
+    cache: CacheTtl | None = None
 
 
 ContentPart = TextPart | ImagePart | DocumentPart
@@ -69,6 +75,7 @@ class ToolDef:
     name: str
     description: str | None = None
     parameters: JSONObject | None = None  # JSON Schema
+    cache: CacheTtl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +114,7 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None  # function name of a tool result (Gemini needs it)
     is_error: bool = False  # tool result reported as an error (Anthropic is_error)
+    cache: CacheTtl | None = None  # a marker on the tool result as a whole (not on one of its parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +122,9 @@ class ChatRequest:
     model: str
     messages: tuple[Message, ...]
     system: str | None = None
+    # The system prompt's blocks, kept only when one carries a cache marker (`system` is their text
+    # joined): a renderer with markers keeps the blocks apart so each marker stays where it was.
+    system_blocks: tuple[TextPart, ...] = ()
     tools: tuple[ToolDef, ...] = ()
     tool_choice: ToolChoice | None = None
     temperature: float | None = None

@@ -15,18 +15,22 @@ from adapters.anthropic.wire import (
     JSON_TOOL,
     Base64Source,
     Block,
+    CacheControl,
     DocumentBlock,
     MessageOut,
     MessagesRequest,
+    TextBlock,
     TextSource,
     ToolDefOut,
     ToolResultBlock,
     URLSource,
 )
+from adapters.cache_marks import capped
 from adapters.call_ids import plain_id
 from adapters.controls import lacking, refuse
 from adapters.fields import arguments_object
 from adapters.internal import (
+    CacheTtl,
     ChatRequest,
     ContentPart,
     DocumentPart,
@@ -66,18 +70,33 @@ def _document_block(p: DocumentPart) -> DocumentBlock:
     return block
 
 
+def cache_control(ttl: CacheTtl) -> CacheControl:
+    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
+
+def _text_block(p: TextPart) -> TextBlock:
+    block: TextBlock = {"type": "text", "text": p.text}
+    if p.cache is not None:
+        block["cache_control"] = cache_control(p.cache)
+    return block
+
+
 def _user_blocks(content: tuple[ContentPart, ...]) -> list[Block]:
     out: list[Block] = []
     for p in content:
+        block: Block
         if isinstance(p, TextPart):
-            out.append({"type": "text", "text": p.text})
+            block = _text_block(p)
         elif isinstance(p, DocumentPart):
-            out.append(_document_block(p))
+            block = _document_block(p)
         elif p.url is not None:
-            out.append({"type": "image", "source": {"type": "url", "url": p.url}})
+            block = {"type": "image", "source": {"type": "url", "url": p.url}}
         else:
-            out.append({"type": "image", "source": {"type": "base64", "media_type": p.media_type or "image/png",
-                                                     "data": p.data}})
+            block = {"type": "image", "source": {"type": "base64", "media_type": p.media_type or "image/png",
+                                                  "data": p.data}}
+        if p.cache is not None and block["type"] in ("image", "document"):
+            block["cache_control"] = cache_control(p.cache)
+        out.append(block)
     return out
 
 
@@ -128,13 +147,15 @@ class _ToolIds:
 
 
 def _tool_result(m: Message, ids: _ToolIds) -> ToolResultBlock:
-    if all(type(p) is TextPart for p in m.content):
+    if all(type(p) is TextPart and p.cache is None for p in m.content):
         content: str | list[Block] = message_text(m)
     else:
         content = _user_blocks(m.content)
     block: ToolResultBlock = {"type": "tool_result", "tool_use_id": ids.result(plain_id(m.tool_call_id or "")), "content": content}
     if m.is_error:
         block["is_error"] = True
+    if m.cache is not None:
+        block["cache_control"] = cache_control(m.cache)
     return block
 
 
@@ -158,11 +179,12 @@ def _structured_output(req: ChatRequest, body: MessagesRequest) -> None:
 def render_request(req: ChatRequest, *, upstream_model: str, credential: str | None,
                    options: RenderOptions | None = None) -> UpstreamRequest:
     refuse(unsupported_controls(req), "anthropic")
+    req = capped(req)
     msgs: list[MessageOut] = []
     ids = _ToolIds()
     for m in req.messages:
         if m.role == "assistant":
-            blocks: list[Block] = [{"type": "text", "text": p.text} for p in m.content if type(p) is TextPart and p.text]
+            blocks: list[Block] = [_text_block(p) for p in m.content if type(p) is TextPart and p.text]
             for tc in m.tool_calls:
                 blocks.append({"type": "tool_use", "id": ids.call(plain_id(tc.id)), "name": tc.name,
                                "input": arguments_object(tc.arguments, name=tc.name)})
@@ -171,7 +193,8 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
             continue
         if m.role == "tool":
             blocks = [_tool_result(m, ids)]
-        elif len(m.content) == 1 and type(m.content[0]) is TextPart and not (msgs and msgs[-1]["role"] == "user"):
+        elif (len(m.content) == 1 and type(m.content[0]) is TextPart and m.content[0].cache is None
+              and not (msgs and msgs[-1]["role"] == "user")):
             msgs.append({"role": "user", "content": m.content[0].text})
             continue
         else:
@@ -187,7 +210,9 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
         else:
             msgs.append({"role": "user", "content": blocks})
     body: MessagesRequest = {"model": upstream_model, "max_tokens": req.max_tokens or DEFAULT_MAX_TOKENS, "messages": msgs}
-    if req.system:
+    if req.system_blocks:
+        body["system"] = [_text_block(p) for p in req.system_blocks]
+    elif req.system:
         body["system"] = req.system
     if req.tools:
         body["tools"] = [_tool_def(t) for t in req.tools]
@@ -219,9 +244,11 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
 
 def _tool_def(t: ToolDef) -> ToolDefOut:
     schema = t.parameters if t.parameters is not None else {"type": "object", "properties": {}}
-    if t.description is not None:
-        return {"name": t.name, "description": t.description, "input_schema": schema}
-    return {"name": t.name, "input_schema": schema}
+    out: ToolDefOut = ({"name": t.name, "description": t.description, "input_schema": schema}
+                       if t.description is not None else {"name": t.name, "input_schema": schema})
+    if t.cache is not None:
+        out["cache_control"] = cache_control(t.cache)
+    return out
 
 
 # -- the client's own body, same protocol both ways ---------------------------------------------

@@ -12,6 +12,7 @@ from adapters.anthropic.wire import JSON_TOOL
 from adapters.call_ids import split_signature
 from adapters.fields import as_object, header, load_object, opt_bool, opt_int, opt_list, opt_number, opt_str, req_str
 from adapters.internal import (
+    CacheTtl,
     ChatRequest,
     ContentPart,
     DocumentPart,
@@ -34,14 +35,31 @@ DEFAULT_MAX_TOKENS = 4096
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("x-api-key", "authorization")
 
 
+def cache_mark(block: JSONObject, where: str) -> CacheTtl | None:
+    """A block's `cache_control` as a marker: ephemeral, 5 minutes unless `ttl` says 1h."""
+    raw = block.get("cache_control")
+    if raw is None:
+        return None
+    cc = as_object(raw, f"{where}.cache_control")
+    if cc.get("type") != "ephemeral":
+        raise ClientError(f"{where}.cache_control.type must be 'ephemeral'")
+    ttl = cc.get("ttl", "5m")
+    if ttl == "1h":
+        return "1h"
+    if ttl == "5m":
+        return "5m"
+    raise ClientError(f"{where}.cache_control.ttl must be '5m' or '1h'")
+
+
 def _image(block: JSONObject, where: str) -> ImagePart:
     src = as_object(block.get("source"), f"{where}.source")
     st = src.get("type")
+    mark = cache_mark(block, where)
     if st == "base64":
         return ImagePart(media_type=opt_str(src, "media_type", f"{where}.source"),
-                         data=req_str(src, "data", f"{where}.source"))
+                         data=req_str(src, "data", f"{where}.source"), cache=mark)
     if st == "url":
-        return ImagePart(url=req_str(src, "url", f"{where}.source"))
+        return ImagePart(url=req_str(src, "url", f"{where}.source"), cache=mark)
     raise ClientError(f"{where}.source.type {st!r} is not supported")
 
 
@@ -49,14 +67,15 @@ def _document(block: JSONObject, where: str) -> DocumentPart:
     src = as_object(block.get("source"), f"{where}.source")
     st = src.get("type")
     title = opt_str(block, "title", where)
+    mark = cache_mark(block, where)
     if st == "base64":
         return DocumentPart(opt_str(src, "media_type", f"{where}.source") or "application/pdf",
-                            data=req_str(src, "data", f"{where}.source"), name=title)
+                            data=req_str(src, "data", f"{where}.source"), name=title, cache=mark)
     if st == "url":
-        return DocumentPart("application/pdf", url=req_str(src, "url", f"{where}.source"), name=title)
+        return DocumentPart("application/pdf", url=req_str(src, "url", f"{where}.source"), name=title, cache=mark)
     if st == "text":
         text = req_str(src, "data", f"{where}.source")
-        return DocumentPart("text/plain", data=base64.b64encode(text.encode()).decode(), name=title)
+        return DocumentPart("text/plain", data=base64.b64encode(text.encode()).decode(), name=title, cache=mark)
     raise ClientError(f"{where}.source.type {st!r} is not supported")
 
 
@@ -78,7 +97,7 @@ def _result_parts(raw: object, where: str) -> tuple[ContentPart, ...]:
             text = b.get("text")
             if type(text) is not str:
                 raise ClientError(f"{bw}.text must be a string")
-            parts.append(TextPart(text))
+            parts.append(TextPart(text, cache_mark(b, bw)))
         elif t == "image":
             parts.append(_image(b, bw))
         elif t == "document":
@@ -88,26 +107,26 @@ def _result_parts(raw: object, where: str) -> tuple[ContentPart, ...]:
     return tuple(parts) or (TextPart(""),)
 
 
-def _text_blocks(raw: object, where: str) -> str:
-    """A system prompt or tool_result content: a string or text blocks (images there are dropped)."""
-    if raw is None:
-        return ""
+def _system(raw: object) -> tuple[str, tuple[TextPart, ...]]:
+    """The system prompt: a string or text blocks (images there are dropped); the blocks are kept
+    only when one carries a cache marker."""
     if type(raw) is str:
-        return raw
+        return raw, ()
     if type(raw) is not list:
-        raise ClientError(f"{where} must be a string or an array of blocks")
-    check_count(raw, MAX_CONTENT_PARTS, f"{where} blocks")
-    out = []
+        raise ClientError("system must be a string or an array of blocks")
+    check_count(raw, MAX_CONTENT_PARTS, "system blocks")
+    out: list[TextPart] = []
     for j, b in enumerate(raw):
-        b = as_object(b, f"{where}[{j}]")
+        b = as_object(b, f"system[{j}]")
         if b.get("type") == "text":
             t = b.get("text")
             if type(t) is not str:
-                raise ClientError(f"{where}[{j}].text must be a string")
-            out.append(t)
+                raise ClientError(f"system[{j}].text must be a string")
+            out.append(TextPart(t, cache_mark(b, f"system[{j}]")))
         elif b.get("type") != "image":
-            raise ClientError(f"{where}[{j}].type {b.get('type')!r} is not supported")
-    return "".join(out)
+            raise ClientError(f"system[{j}].type {b.get('type')!r} is not supported")
+    text = "".join(p.text for p in out)
+    return text, tuple(out) if any(p.cache is not None for p in out) else ()
 
 
 def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> None:
@@ -133,7 +152,7 @@ def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> 
             text = b.get("text")
             if type(text) is not str:
                 raise ClientError(f"{bw}.text must be a string")
-            parts.append(TextPart(text))
+            parts.append(TextPart(text, cache_mark(b, bw)))
         elif t == "image" and role == "user":
             parts.append(_image(b, bw))
         elif t == "document" and role == "user":
@@ -148,7 +167,8 @@ def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> 
         elif t == "tool_result" and role == "user":
             tid = req_str(b, "tool_use_id", bw)
             msgs.append(Message("tool", _result_parts(b.get("content"), f"{bw}.content"),
-                                tool_call_id=tid, name=names.get(tid), is_error=opt_bool(b, "is_error", bw)))
+                                tool_call_id=tid, name=names.get(tid), is_error=opt_bool(b, "is_error", bw),
+                                cache=cache_mark(b, bw)))
         elif t in ("thinking", "redacted_thinking") and role == "assistant":
             continue  # reasoning traces do not cross protocols
         else:
@@ -183,7 +203,7 @@ def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
         schema = t.get("input_schema")
         if type(schema) is not dict:
             raise ClientError(f"{tw}.input_schema must be an object")
-        tools.append(ToolDef(req_str(t, "name", tw), opt_str(t, "description", tw), schema))
+        tools.append(ToolDef(req_str(t, "name", tw), opt_str(t, "description", tw), schema, cache_mark(t, tw)))
     return tuple(tools)
 
 
@@ -231,7 +251,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         raise ClientError("max_tokens is required")
     messages = _messages(obj)
     system = obj.get("system")
-    system_text = _text_blocks(system, "system") if system is not None else None
+    system_text, system_blocks = _system(system) if system is not None else (None, ())
     tools = _tools(obj)
     tool_choice = _tool_choice(obj)
     response_format = _output_format(obj)
@@ -250,6 +270,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         model=model,
         messages=messages,
         system=system_text,
+        system_blocks=system_blocks,
         tools=tools,
         tool_choice=tool_choice,
         temperature=opt_number(obj, "temperature", "body", 0.0, 1.0),

@@ -43,20 +43,28 @@ class TextSource(TypedDict):
     data: str
 
 
+class CacheControl(TypedDict):
+    type: Literal["ephemeral"]
+    ttl: NotRequired[Literal["1h"]]  # absent: 5 minutes
+
+
 class TextBlock(TypedDict):
     type: Literal["text"]
     text: str
+    cache_control: NotRequired[CacheControl]
 
 
 class ImageBlock(TypedDict):
     type: Literal["image"]
     source: URLSource | Base64Source
+    cache_control: NotRequired[CacheControl]
 
 
 class DocumentBlock(TypedDict):
     type: Literal["document"]
     source: URLSource | TextSource | Base64Source
     title: NotRequired[str]
+    cache_control: NotRequired[CacheControl]
 
 
 UserBlock: TypeAlias = "TextBlock | ImageBlock | DocumentBlock"
@@ -88,6 +96,7 @@ class ToolResultBlock(TypedDict):
     tool_use_id: str
     content: str | list[Block]
     is_error: NotRequired[bool]
+    cache_control: NotRequired[CacheControl]
 
 
 Block: TypeAlias = "TextBlock | ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock"
@@ -102,6 +111,7 @@ class ToolDefOut(TypedDict):
     name: str
     description: NotRequired[str]
     input_schema: JSONObject
+    cache_control: NotRequired[CacheControl]
 
 
 class ToolChoiceOut(TypedDict):
@@ -116,7 +126,7 @@ class MessagesRequest(TypedDict):
     model: str
     max_tokens: int
     messages: list[MessageOut]
-    system: NotRequired[str]
+    system: NotRequired[str | list[TextBlock]]  # blocks only when one carries a cache marker
     tools: NotRequired[list[ToolDefOut]]
     tool_choice: NotRequired[ToolChoiceOut]
     temperature: NotRequired[float]

@@ -5,19 +5,22 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
 from adapters.bedrock.signing import sign
-from adapters.bedrock.wire import ContentBlock, ConverseRequest, InferenceConfig, ToolConfig
+from adapters.bedrock.wire import CachePointBlock, ContentBlock, ConverseRequest, InferenceConfig, ToolConfig
 from adapters.bedrock.wire import Message as WireMessage
+from adapters.cache_marks import capped
 from adapters.call_ids import plain_id
 from adapters.cloud_targets import BedrockTarget
 from adapters.controls import lacking, refuse
 from adapters.fields import arguments_object, as_object, load_object, opt_list, opt_number, req_str
 from adapters.internal import (
+    CacheTtl,
     ChatRequest,
     ContentPart,
     DocumentPart,
@@ -31,6 +34,7 @@ from adapters.internal import (
     UpstreamRequest,
     message_text,
 )
+from adapters.json_types import JSONObject
 from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, check_count
 from contracts.errors import ClientError, UpstreamError
 
@@ -82,6 +86,17 @@ def _user_block(p: ContentPart, where: str) -> ContentBlock:
     return {"document": {"format": doc, "name": name, "source": {"bytes": _b64(p.data, where)}}}
 
 
+def _cache_point(ttl: CacheTtl) -> CachePointBlock:
+    return {"type": "default", "ttl": "1h"} if ttl == "1h" else {"type": "default"}
+
+
+def _marked(blocks: list[ContentBlock], p: ContentPart, block: ContentBlock) -> None:
+    """`block`, then a cachePoint right after it when its part carries a marker."""
+    blocks.append(block)
+    if p.cache is not None:
+        blocks.append({"cachePoint": _cache_point(p.cache)})
+
+
 def _tool_choice(tc: ToolChoice) -> dict[str, Any]:
     if tc.mode == "auto":
         return {"auto": {}}
@@ -97,11 +112,15 @@ def _body(req: ChatRequest) -> ConverseRequest:
         raise ClientError("response_format (JSON mode) is not available on this model's Bedrock deployment")
     if req.parallel_tool_calls is False and req.tools:
         raise ClientError("parallel_tool_calls=false is not available on Bedrock")
+    req = capped(req)
     msgs: list[WireMessage] = []
     for i, m in enumerate(req.messages):
         where = f"messages[{i}]"
+        blocks: list[ContentBlock] = []
         if m.role == "assistant":
-            blocks: list[ContentBlock] = [{"text": p.text} for p in m.content if type(p) is TextPart and p.text]
+            for p in m.content:
+                if type(p) is TextPart and p.text:
+                    _marked(blocks, p, {"text": p.text})
             blocks += [{"toolUse": {"toolUseId": plain_id(tc.id), "name": tc.name,
                                     "input": arguments_object(tc.arguments, name=tc.name)}} for tc in m.tool_calls]
             role = "assistant"
@@ -109,9 +128,14 @@ def _body(req: ChatRequest) -> ConverseRequest:
             blocks = [{"toolResult": {"toolUseId": plain_id(m.tool_call_id or ""),
                                       "content": [{"text": message_text(m)}],
                                       "status": "error" if m.is_error else "success"}}]
+            # A cachePoint may not stand inside a toolResult: a marker on any of it follows it.
+            mark = m.cache or next((p.cache for p in m.content if p.cache is not None), None)
+            if mark is not None:
+                blocks.append({"cachePoint": _cache_point(mark)})
             role = "user"
         else:
-            blocks = [_user_block(p, where) for p in m.content]
+            for p in m.content:
+                _marked(blocks, p, _user_block(p, where))
             role = "user"
         if not blocks:
             continue
@@ -121,7 +145,13 @@ def _body(req: ChatRequest) -> ConverseRequest:
         else:
             msgs.append({"role": role, "content": blocks})  # type: ignore[typeddict-item]
     body: ConverseRequest = {"messages": msgs}
-    if req.system:
+    if req.system_blocks:
+        body["system"] = []
+        for sb in req.system_blocks:
+            body["system"].append({"text": sb.text})
+            if sb.cache is not None:
+                body["system"].append({"cachePoint": _cache_point(sb.cache)})
+    elif req.system:
         body["system"] = [{"text": req.system}]
     inference: InferenceConfig = {}
     if req.max_tokens is not None:
@@ -135,7 +165,11 @@ def _body(req: ChatRequest) -> ConverseRequest:
     if inference:
         body["inferenceConfig"] = inference
     if req.tools:
-        tools: ToolConfig = {"tools": [{"toolSpec": _tool_spec(t)} for t in req.tools]}
+        tools: ToolConfig = {"tools": []}
+        for t in req.tools:
+            tools["tools"].append({"toolSpec": _tool_spec(t)})
+            if t.cache is not None:
+                tools["tools"].append({"cachePoint": _cache_point(t.cache)})
         if req.tool_choice is not None:
             tools["toolChoice"] = _tool_choice(req.tool_choice)
         body["toolConfig"] = tools
@@ -185,6 +219,21 @@ def render_request(req: ChatRequest, *, upstream_model: str, credential: str | N
 # ---- the other way: a Converse request in (the demo upstream; table tests) ----------------------
 
 
+def _parse_cache_point(block: JSONObject, where: str) -> CacheTtl | None:
+    """A `cachePoint` block's TTL, or None when `block` is not one."""
+    if "cachePoint" not in block:
+        return None
+    cp = as_object(block["cachePoint"], f"{where}.cachePoint")
+    if cp.get("type") != "default":
+        raise ClientError(f"{where}.cachePoint.type must be 'default'")
+    ttl = cp.get("ttl", "5m")
+    if ttl == "1h":
+        return "1h"
+    if ttl == "5m":
+        return "5m"
+    raise ClientError(f"{where}.cachePoint.ttl must be '5m' or '1h'")
+
+
 def _parse_block(b: object, where: str) -> ContentPart | ToolCall | Message:
     block = as_object(b, where)
     if type(block.get("text")) is str:
@@ -230,8 +279,18 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         check_count(blocks, MAX_CONTENT_PARTS, f"messages[{i}].content")
         parts: list[ContentPart] = []
         calls: list[ToolCall] = []
+        last: object = None  # what a cachePoint marks: the block before it
         for j, b in enumerate(blocks):
-            got = _parse_block(b, f"messages[{i}].content[{j}]")
+            bw = f"messages[{i}].content[{j}]"
+            ttl = _parse_cache_point(as_object(b, bw), bw)
+            if ttl is not None:
+                if type(last) is Message:
+                    msgs[-1] = replace(msgs[-1], cache=ttl)
+                elif last is not None and type(last) is not ToolCall:
+                    parts[-1] = replace(parts[-1], cache=ttl)
+                last = None
+                continue
+            got = last = _parse_block(b, bw)
             if type(got) is Message:
                 msgs.append(got)
             elif type(got) is ToolCall:
@@ -242,18 +301,33 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
             msgs.append(Message(role, tuple(parts), tuple(calls)))
     if not msgs:
         raise ClientError("messages must not be empty")
-    system = "".join(s["text"] for s in opt_list(obj, "system", "body") if type(s) is dict and type(s.get("text")) is str)
+    system_blocks: list[TextPart] = []
+    for k, sb in enumerate(opt_list(obj, "system", "body")):
+        sb = as_object(sb, f"system[{k}]")
+        ttl = _parse_cache_point(sb, f"system[{k}]")
+        if ttl is not None and system_blocks:
+            system_blocks[-1] = replace(system_blocks[-1], cache=ttl)
+        elif type(sb.get("text")) is str:
+            system_blocks.append(TextPart(sb["text"]))
+    system = "".join(p.text for p in system_blocks)
     inf = as_object(obj.get("inferenceConfig") or {}, "inferenceConfig")
     tc = as_object(obj.get("toolConfig") or {}, "toolConfig")
-    tools = []
+    tools: list[ToolDef] = []
     for k, t in enumerate(opt_list(tc, "tools", "toolConfig")):
-        spec = as_object(as_object(t, f"toolConfig.tools[{k}]").get("toolSpec"), f"toolConfig.tools[{k}].toolSpec")
+        tw = f"toolConfig.tools[{k}]"
+        ttl = _parse_cache_point(as_object(t, tw), tw)
+        if ttl is not None:
+            if tools:
+                tools[-1] = replace(tools[-1], cache=ttl)
+            continue
+        spec = as_object(as_object(t, tw).get("toolSpec"), f"{tw}.toolSpec")
         schema = as_object(spec.get("inputSchema") or {"json": None}, "inputSchema").get("json")
         tools.append(ToolDef(req_str(spec, "name", "toolSpec"), spec.get("description"), schema))
     check_count(tools, MAX_TOOLS, "tools")
     max_tokens = inf.get("maxTokens")
     return ChatRequest(
         model=path_model, messages=tuple(msgs), system=system or None, tools=tuple(tools),
+        system_blocks=tuple(system_blocks) if any(p.cache is not None for p in system_blocks) else (),
         temperature=opt_number(inf, "temperature", "inferenceConfig", 0.0, 1.0),
         top_p=opt_number(inf, "topP", "inferenceConfig", 0.0, 1.0),
         max_tokens=max_tokens if type(max_tokens) is int and max_tokens > 0 else None,

@@ -36,12 +36,21 @@ class ToolResultBlock(TypedDict):
     status: NotRequired[Literal["success", "error"]]
 
 
+class CachePointBlock(TypedDict):
+    """A prompt-cache checkpoint: the prompt before it is cached (in system, messages' content
+    and toolConfig.tools, at most 4 to a request)."""
+
+    type: Literal["default"]
+    ttl: NotRequired[Literal["5m", "1h"]]  # absent: the model's default (5 minutes)
+
+
 class ContentBlock(TypedDict, total=False):
     text: str
     image: ImageBlock
     document: DocumentBlock
     toolUse: ToolUseBlock
     toolResult: ToolResultBlock
+    cachePoint: CachePointBlock
 
 
 class Message(TypedDict):
@@ -63,16 +72,21 @@ class ToolSpec(TypedDict):
 
 
 class ToolConfig(TypedDict):
-    tools: list[dict[str, Any]]  # [{"toolSpec": ToolSpec}]
+    tools: list[dict[str, Any]]  # [{"toolSpec": ToolSpec}, {"cachePoint": ...}]
     toolChoice: NotRequired[dict[str, Any]]  # {"auto": {}} | {"any": {}} | {"tool": {"name": ...}}
 
 
 class ConverseRequest(TypedDict, total=False):
     messages: list[Message]
-    system: list[dict[str, Any]]  # [{"text": ...}]
+    system: list[dict[str, Any]]  # [{"text": ...}, {"cachePoint": ...}]
     inferenceConfig: InferenceConfig
     toolConfig: ToolConfig
     additionalModelRequestFields: dict[str, Any]
+
+
+class CacheDetail(TypedDict):
+    ttl: Literal["5m", "1h"]
+    inputTokens: int  # tokens written to the cache with this TTL
 
 
 class TokenUsage(TypedDict, total=False):
@@ -81,6 +95,7 @@ class TokenUsage(TypedDict, total=False):
     totalTokens: int
     cacheReadInputTokens: int
     cacheWriteInputTokens: int
+    cacheDetails: list[CacheDetail]  # the writes by TTL, 1h before 5m; absent or empty: no writes
 
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "guardrail_intervened",

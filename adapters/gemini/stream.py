@@ -69,8 +69,14 @@ class StreamDecoder(SSEDecoder):
             self._done = True
             out.append(StreamError(error_message(data, 500), "api_error"))
             return
+        u = obj.get("usageMetadata")
+        # Vertex sends usageMetadata without counts (trafficType only): that reports nothing.
+        us = read_usage(u) if type(u) is dict and ("promptTokenCount" in u or "candidatesTokenCount" in u) else None
         if not self._started:
             self._started = True
+            if us is not None and us.input_tokens:
+                # Every chunk carries the prompt's count: the start (Anthropic message_start) reports it.
+                out.append(UsageUpdate(us.input_tokens, None, us.cache or None))
             rid, model = obj.get("responseId"), obj.get("modelVersion")
             self._rid = rid if type(rid) is str and rid else uuid.uuid4().hex
             out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
@@ -97,10 +103,7 @@ class StreamDecoder(SSEDecoder):
             self._finished = True
             reason = _FINISH_IN.get(fr, "stop")
             out.append(StreamFinish("tool_calls" if reason == "stop" and self._ntools else reason))
-        u = obj.get("usageMetadata")
-        if type(u) is dict and ("promptTokenCount" in u or "candidatesTokenCount" in u):
-            # Vertex sends usageMetadata without counts (trafficType only): that reports nothing.
-            us = read_usage(u)
+        if us is not None:
             out.append(UsageUpdate(us.input_tokens, us.output_tokens, us.cache or None))
 
     def _function_call(self, part: JSONObject, fc: JSONObject, out: list[StreamEvent]) -> None:
@@ -228,6 +231,8 @@ class StreamEncoder:
         obj: GenerateContentResponse
         if finish is None:
             obj = {"candidates": [cand], "modelVersion": self._model, "responseId": self._id}
+            if self._in:  # as Gemini does: every chunk counts the prompt once it is known
+                obj["usageMetadata"] = render_usage(Usage(self._in, self._out, self._cache))
         else:
             cand["finishReason"] = finish
             obj = {"candidates": [cand], "usageMetadata": render_usage(Usage(self._in, self._out, self._cache)),

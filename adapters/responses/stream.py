@@ -7,7 +7,7 @@ import uuid
 
 import orjson
 
-from adapters.fields import error_message
+from adapters.fields import error_message, token_count
 from adapters.internal import (
     NO_CACHE,
     ChatRequest,
@@ -85,6 +85,10 @@ class StreamDecoder(SSEDecoder):
         resp = obj.get("response")
         if t == "response.created" and type(resp) is dict and not self._started:
             self._started = True
+            u = resp.get("usage")  # OpenAI's is null here; a server that counts the prompt up front fills it
+            if type(u) is dict and token_count(u.get("input_tokens")):
+                us = read_usage(u)
+                out.append(UsageUpdate(us.input_tokens, None, us.cache or None))
             rid, model = resp.get("id"), resp.get("model")
             out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
         elif t in ("response.completed", "response.incomplete", "response.failed") and type(resp) is dict:

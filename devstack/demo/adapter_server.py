@@ -42,8 +42,9 @@ PathInfo = Callable[[web.Request], tuple[str | None, bool] | None]
 
 class AdapterDemo:
     def __init__(self, adapter: ModuleType, prefix: str, *, require_key: str | None = None,
-                 chunk_delay: float = 0.0):
+                 chunk_delay: float = 0.0, explicit_cache: bool = False):
         self.adapter = adapter
+        self.explicit_cache = explicit_cache  # the prompt cache answers only a request with markers
         self.prefix = prefix
         self.require_key = require_key
         self.chunk_delay = chunk_delay
@@ -88,7 +89,8 @@ class AdapterDemo:
             await asyncio.sleep(SLOW_SECONDS)
         if fault == GARBAGE:
             return web.Response(body=GARBAGE_BODY, content_type="application/json")
-        resp = demo_reply(req, self.prefix, response_id=f"{self.prefix.strip('[]')}-{self.requests}")
+        resp = demo_reply(req, self.prefix, response_id=f"{self.prefix.strip('[]')}-{self.requests}",
+                          explicit_cache=self.explicit_cache)
         if not req.stream:
             # With the request: an answer that echoes its settings (Responses) echoes them, as upstream.
             return web.Response(body=self.adapter.render_response(resp, model=req.model, request=req),

@@ -66,7 +66,8 @@ def _refuse(status: int, error_type: str, message: str) -> web.Response:
 
 def make_app(name: str = "demo-bedrock", region: str = "us-east-1", credentials: CredentialSource | None = None,
              chunk_delay: float = 0.0) -> web.Application:
-    demo = AdapterDemo(bedrock, f"[{name}]", chunk_delay=chunk_delay)
+    # Bedrock caches only what a cachePoint marks: so does its demo.
+    demo = AdapterDemo(bedrock, f"[{name}]", chunk_delay=chunk_delay, explicit_cache=True)
     source = credentials or CredentialSource(None, "default")
 
     async def converse(request: web.Request) -> web.StreamResponse:

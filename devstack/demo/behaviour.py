@@ -9,6 +9,8 @@ input-dependent, so a test can tell which upstream answered and that the input a
   the reply (for a tool call: words in its arguments JSON);
 - prompt cache: a last user message containing "cache-hit" ("cache-write") reports every input
   word before that message as read from (written to) the prompt cache, in the protocol's own fields;
+  an upstream with explicit caching only (Bedrock) does so only when the request carried a cache
+  marker (a `cachePoint`), and counts a write as a 1-hour write when a marker asked for 1h;
 - streams send one text event per word (and tool arguments in two fragments);
 - embeddings (`demo_embedding`) depend on the text alone: the same text gets the same vector from
   every demo upstream, whatever protocol it speaks.
@@ -45,16 +47,27 @@ def last_user_text(req: ChatRequest) -> str:
     return next((message_text(m) for m in reversed(req.messages) if m.role == "user"), "")
 
 
-def _cache(req: ChatRequest, words_in: int) -> CacheTokens:
-    """The demo's prompt cache: the prompt before the last message, when that message asks."""
+def _marks(req: ChatRequest) -> set[str]:
+    """The TTLs of the request's prompt-cache markers."""
+    parts = [*req.tools, *req.system_blocks, *req.messages, *(p for m in req.messages for p in m.content)]
+    return {x.cache for x in parts if x.cache is not None}
+
+
+def _cache(req: ChatRequest, words_in: int, explicit: bool) -> CacheTokens:
+    """The demo's prompt cache: the prompt before the last message, when that message asks (and,
+    `explicit`, when a marker asked to cache it)."""
     last = message_text(req.messages[-1]) if req.messages else ""
     prefix = words_in - len(last.split())
+    marks = _marks(req) if explicit else set()
+    if explicit and not marks:
+        return NO_CACHE
     if "cache-hit" in last:
         return CacheTokens(read=prefix)
-    return CacheTokens(write=prefix) if "cache-write" in last else NO_CACHE
+    return CacheTokens(write=prefix, write_1h=prefix if "1h" in marks else 0) if "cache-write" in last else NO_CACHE
 
 
-def demo_reply(req: ChatRequest, prefix: str, *, response_id: str = "demo-0") -> ChatResponse:
+def demo_reply(req: ChatRequest, prefix: str, *, response_id: str = "demo-0",
+               explicit_cache: bool = False) -> ChatResponse:
     """The deterministic answer every demo upstream gives to `req`."""
     words_in = len(req.system.split()) if req.system else 0
     for m in req.messages:
@@ -70,9 +83,9 @@ def demo_reply(req: ChatRequest, prefix: str, *, response_id: str = "demo-0") ->
             args = orjson.dumps({"city": city}).decode()
             call = ToolCall("call_0", req.tools[0].name, args)
             return ChatResponse(response_id, req.model, "", (call,), "tool_calls",
-                                Usage(words_in, len(args.split()), _cache(req, words_in)))
+                                Usage(words_in, len(args.split()), _cache(req, words_in, explicit_cache)))
         text = f"{prefix} echo: {user_text}"
-    return ChatResponse(response_id, req.model, text, (), "stop", Usage(words_in, len(text.split()), _cache(req, words_in)))
+    return ChatResponse(response_id, req.model, text, (), "stop", Usage(words_in, len(text.split()), _cache(req, words_in, explicit_cache)))
 
 
 def demo_stream_events(resp: ChatResponse) -> list[StreamEvent]:

@@ -363,7 +363,7 @@ _AN_CACHED_USAGE = {"input_tokens": 6, "cache_creation_input_tokens": 80, "cache
 def cache_seen_by(client: str, reported: tuple[int, int, int]) -> tuple[int, int, int]:
     """What of the upstream's cache counts the client's protocol has fields for."""
     read, write, write_1h = reported
-    return {"anthropic": reported, "responses": (read, write, 0)}.get(client, (read, 0, 0))
+    return {"anthropic": reported, "bedrock": reported, "responses": (read, write, 0)}.get(client, (read, 0, 0))
 
 
 RESPONSES["openai"]["cached"] = {**RESPONSES["openai"]["text"], "usage": {

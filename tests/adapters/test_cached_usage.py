@@ -85,6 +85,14 @@ READS = [
     # AWS Bedrock API reference, TokenUsage: cacheReadInputTokens / cacheWriteInputTokens beside inputTokens.
     ("bedrock", bedrock_read, {"inputTokens": 6, "outputTokens": 300, "totalTokens": 2306,
                                "cacheReadInputTokens": 1920, "cacheWriteInputTokens": 80}, Usage(2006, 300, C(1920, 80))),
+    # TokenUsage.cacheDetails: the writes by TTL (CacheDetail: ttl 5m | 1h, inputTokens), 1h first.
+    ("bedrock-cache-details", bedrock_read, {"inputTokens": 6, "outputTokens": 300, "totalTokens": 2306,
+                                             "cacheReadInputTokens": 1920, "cacheWriteInputTokens": 80,
+                                             "cacheDetails": [{"ttl": "1h", "inputTokens": 50},
+                                                              {"ttl": "5m", "inputTokens": 30}]},
+     Usage(2006, 300, C(1920, 80, 50))),
+    ("bedrock-empty-details", bedrock_read, {"inputTokens": 6, "outputTokens": 1, "totalTokens": 7,
+                                             "cacheDetails": []}, Usage(6, 1)),
 ]
 
 
@@ -109,7 +117,11 @@ RENDERS = [
                                           "input_tokens_details": {"cached_tokens": 1920, "cache_write_tokens": 80},
                                           "output_tokens_details": {"reasoning_tokens": 0}}),
     ("bedrock", bedrock_render(HIT), {"inputTokens": 6, "outputTokens": 300, "totalTokens": 2306,
-                                      "cacheReadInputTokens": 1920, "cacheWriteInputTokens": 80}),
+                                      "cacheReadInputTokens": 1920, "cacheWriteInputTokens": 80,
+                                      "cacheDetails": [{"ttl": "1h", "inputTokens": 50}, {"ttl": "5m", "inputTokens": 30}]}),
+    ("bedrock-read-only", bedrock_render(Usage(2006, 300, C(1920))),
+     {"inputTokens": 86, "outputTokens": 300, "totalTokens": 2306, "cacheReadInputTokens": 1920,
+      "cacheWriteInputTokens": 0}),
 ]
 
 
@@ -118,13 +130,14 @@ def test_usage_renderers(name: str, rendered: object, expected: dict) -> None:
     assert rendered == expected
 
 
-@pytest.mark.parametrize("proto", ["openai", "anthropic", "gemini", "responses"])
+@pytest.mark.parametrize("proto", ["openai", "anthropic", "gemini", "responses", "bedrock"])
 def test_a_cache_hit_survives_each_protocol_round_trip(proto: str) -> None:
     render, read = {"openai": (openai_render, openai_read), "anthropic": (anthropic_render, anthropic_read),
-                    "gemini": (gemini_render, gemini_read), "responses": (responses_render, responses_read)}[proto]
+                    "gemini": (gemini_render, gemini_read), "responses": (responses_render, responses_read),
+                    "bedrock": (bedrock_render, bedrock_read)}[proto]
     again = read(render(HIT))  # type: ignore[operator]
     assert (again.input_tokens, _triple(again.cache)) == (2006, cache_seen_by(proto, (1920, 80, 50)))
 
 
-def test_bedrock_round_trip_keeps_reads_and_writes() -> None:
-    assert bedrock_read(bedrock_render(HIT)) == Usage(2006, 300, C(1920, 80))  # type: ignore[arg-type]
+def test_bedrock_round_trip_keeps_reads_writes_and_1h_writes() -> None:
+    assert bedrock_read(bedrock_render(HIT)) == Usage(2006, 300, C(1920, 80, 50))  # type: ignore[arg-type]
