@@ -200,9 +200,7 @@ class Session:
             else:
                 key = client_key(ctx.protocol, ctx.headers, ctx.query)
             digest = key_digest(key) if key else None  # once: the key lookup's and the audit row's
-            found = self.gw.keyring.identify_digest(digest)
-            if found is None and digest is not None:  # perhaps a key created since this worker's last refresh
-                found = await self.gw.keyring.look_up(digest)
+            found = await self.gw.keyring.identify_at_once(digest)
             if isinstance(found, Identity):
                 ctx.tenant, ctx.caller = found.tenant, found.caller
         if self.trail is not None:

@@ -59,9 +59,13 @@ class KeyRing:
         marker names no key); None once the tenant left the config."""
         return self._config_callers.get(name)
 
-    def tenant_for(self, key: str | None) -> TenantConfig | None:
-        found = self.identify(key)
-        return found.tenant if isinstance(found, Identity) else None
+    async def identify_at_once(self, digest: str | None) -> Identity | _Expired | None:
+        """`identify_digest`, then the store for a key this worker's copy does not know yet: a key
+        works on its first call, whichever worker or entry point takes it."""
+        found = self.identify_digest(digest)
+        if found is None and digest is not None:
+            found = await self.look_up(digest)
+        return found
 
     def identify(self, key: str | None, now: float | None = None) -> Identity | _Expired | None:
         """The caller behind `key`; EXPIRED for a store key past its expiry; None for no such key."""

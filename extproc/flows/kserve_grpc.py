@@ -37,7 +37,7 @@ from adapters.upstream_errors import client_text, sanitize
 from contracts.envoy_names import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
 from contracts.errors import ClientError, ModelyardError, UpstreamError
 from extproc import messages as msg
-from extproc.admission.auth import client_key
+from extproc.admission.auth import Identity, client_key, key_digest
 from extproc.context import RequestContext
 from extproc.flows import local
 from extproc.flows.upstream import upstream_error_status
@@ -193,14 +193,16 @@ class KServeAnswers(pb_grpc.GRPCInferenceServiceServicer):
         """The running snapshot, read per call: a reload swaps it."""
         return self._live.current
 
-    def _ctx(self, context: grpc.aio.ServicerContext, method: str) -> RequestContext:
+    async def _ctx(self, context: grpc.aio.ServicerContext, method: str) -> RequestContext:
         headers = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
         ctx = RequestContext(task_id=uuid.uuid4().hex, method="POST",
                              path=kserve_grpc.PATH_PREFIX + method, query={}, headers=headers,
                              protocol="kserve-grpc")
-        ctx.tenant = self.gw.keyring.tenant_for(client_key(ctx.protocol, headers, {}))
-        if ctx.tenant is None:
+        key = client_key(ctx.protocol, headers, {})
+        found = await self.gw.keyring.identify_at_once(key_digest(key) if key else None)
+        if not isinstance(found, Identity):
             raise ClientError("invalid or missing API key", status=401)
+        ctx.tenant = found.tenant
         return ctx
 
     async def _run(self, context: grpc.aio.ServicerContext, work: Any) -> Any:
@@ -221,14 +223,14 @@ class KServeAnswers(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:  # noqa: N802
         async def work() -> pb.ModelReadyResponse:
-            ctx = self._ctx(context, "ModelReady")
+            ctx = await self._ctx(context, "ModelReady")
             return pb.ModelReadyResponse(ready=await local.model_ready(self.gw, ctx, request.name,
                                                                        request.version or None))
         return await self._run(context, work())
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:  # noqa: N802
         async def work() -> pb.ModelMetadataResponse:
-            ctx = self._ctx(context, "ModelMetadata")
+            ctx = await self._ctx(context, "ModelMetadata")
             doc = await local.model_metadata(self.gw, ctx, request.name, request.version or None)
             return kserve_meta.metadata_to_grpc(doc)
         return await self._run(context, work())

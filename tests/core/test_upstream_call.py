@@ -7,6 +7,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from adapters.cloud_targets import AzureTarget
 from adapters.internal import Usage
+from extproc.admission.auth import Identity
 from extproc.context import RequestContext
 from extproc.flows.upstream import STRIP_UPSTREAM, Deadline, UpstreamCall, upstream_error_status
 from extproc.flows.xlate import XlateFlow
@@ -22,8 +23,9 @@ def set_headers(mutation: pb.HeaderMutation) -> dict[str, str]:
 
 def _call(gateway: Gateway, model: str, *, task: str = "chat", metered: bool = True) -> UpstreamCall:
     ctx = RequestContext(task_id="t" * 32, method="POST", path="/x", query={}, headers={})
-    ctx.tenant = gateway.keyring.tenant_for(KEY)
-    assert ctx.tenant is not None
+    found = gateway.keyring.identify(KEY)
+    assert isinstance(found, Identity)
+    ctx.tenant = found.tenant
     call = UpstreamCall(gateway, ctx, metered=metered)
     call.choice = gateway.dispatcher.choose(RouteRequest(model=model, tenant=ctx.tenant, task_type=task,
                                                          task_id=ctx.task_id))

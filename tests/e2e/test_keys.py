@@ -21,10 +21,11 @@ import anthropic
 import httpx
 import openai
 import pytest
+import tritonclient.grpc as triton_grpc
 
 from keys.secret import digest_of
 from modelyard.cli import main as cli_main
-from tests.stack_config import free_ports_run, small_config, start_stack
+from tests.stack_config import demo_config_free_ports, free_ports_run, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 ADMIN_KEY = "adm-e2e-admin-key"
@@ -333,6 +334,8 @@ def unrefreshed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     that serves only through the miss path, so an immediate 200 proves it (and a 401 its absence)."""
     workdir = tmp_path_factory.mktemp("keys-unrefreshed")
     data = small_config()
+    shipped, _ = demo_config_free_ports()  # and the KServe demo model, for gRPC callers
+    data["models"] += [m for m in shipped["models"] if m["name"] == "demo-colors"]
     grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
     data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
                            workers=2, audit_db=None, tasks=None)
@@ -352,6 +355,16 @@ def test_a_key_answers_at_once_when_keys_create_returns(unrefreshed: Any) -> Non
     assert reply.content[0].type == "text"
     # One lookup per worker; every later call is the copy's.
     assert _lookups(unrefreshed.test_metrics)['modelyard_key_store_lookups_total{result="found"}'] >= 2
+
+
+def test_a_new_key_reaches_kserve_grpc_answers_at_once(unrefreshed: Any) -> None:
+    # ModelReady and ModelMetadata are the extproc's own answers to gRPC callers, off the ext_proc path.
+    created = _cli_subprocess(unrefreshed.test_config, "create", "--tenant", "demo")
+    client = triton_grpc.InferenceServerClient(unrefreshed.url.removeprefix("http://"))
+    auth = {"authorization": f"Bearer {created['key']}"}
+    for _ in range(4):  # both workers
+        assert client.is_model_ready("demo-colors", headers=auth)
+        assert client.get_model_metadata("demo-colors", headers=auth).name == "demo-colors"
 
 
 def test_a_key_the_admin_api_creates_answers_at_once_on_the_other_worker(unrefreshed: Any) -> None:
