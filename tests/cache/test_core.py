@@ -157,3 +157,28 @@ def test_sqlite_store_keeps_evicts_and_purges(tmp_path) -> None:
         await store.close()
 
     asyncio.run(run())
+
+
+def test_cli_stats_and_purge(tmp_path, capsys) -> None:
+    import orjson
+    import yaml
+
+    from modelyard.cli import main
+
+    data = _cfg({"mode": "exact"})
+    data["response_cache"] = {"sqlite_path": "rc.sqlite"}  # relative: beside the config file
+    path = tmp_path / "modelyard.yaml"
+    path.write_text(yaml.safe_dump(data))
+    store = SqliteResponseStore(tmp_path / "rc.sqlite", max_bytes=1 << 20)
+    now = time.time()
+    for i, tenant in enumerate(("a", "a", "b")):
+        store.put(Entry(f"k{i}", tenant, "demo-gpt", now, now + 60, b"{}"))
+    store.flush()
+    store.close_now()
+    assert main(["cache", "stats", "--config", str(path)]) == 0
+    got = orjson.loads(capsys.readouterr().out)
+    assert got["entries"] == 3 and got["by_tenant"] == {"a": 2, "b": 1}
+    assert main(["cache", "purge", "--config", str(path), "--tenant", "a"]) == 0
+    assert orjson.loads(capsys.readouterr().out) == {"purged": 2}
+    assert main(["cache", "stats", "--config", str(path)]) == 0
+    assert orjson.loads(capsys.readouterr().out)["by_tenant"] == {"b": 1}
