@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from controlplane.environments import EnvironmentConfig
+from keys.secret import digest_of
 from tests.conftest import DEMO_KEY
 from tests.e2e.metered import metered_row
 from tests.ratelimit.redis_server import REDIS_BIN, RedisServer
@@ -24,6 +25,7 @@ from tests.stack_config import add_extproc_replica, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 L2_KEY = "sk-modelyard-demo-l2"
+ADMIN_KEY = "adm-rcache-admin-key"
 CACHED = {"mode": "exact", "ttl_s": 600, "scope": "tenant"}
 SHORT_TTL_S = 1.0
 
@@ -43,6 +45,7 @@ def _config(tmp: Path, **store: object) -> dict:
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rcache")
     data = _config(tmp)
+    data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)]}  # the admin API needs the key store (run/keys.db)
     with start_stack(tmp, data) as s:
         s.data = data
         yield s
@@ -146,6 +149,7 @@ def test_tenants_never_read_each_other_s_entries(stack) -> None:
     calls = _upstream_calls(stack.data)
     assert _ask(stack, text, key=L2_KEY)[0] == "miss"  # tenant demo-l2: its own call upstream
     assert _upstream_calls(stack.data) == calls + 1
+    _stored(stack)  # and its own entry beside tenant demo's
 
 
 def test_cache_control_no_store_no_cache_max_age(stack) -> None:
@@ -196,6 +200,22 @@ def test_entries_expire_after_their_ttl(stack) -> None:
 def test_models_without_a_policy_carry_no_verdict(stack) -> None:
     verdict, _, _ = _ask(stack, _unique("plain"), model="demo-gpt")
     assert verdict is None
+
+
+def test_admin_api_stats_and_purge(stack) -> None:
+    text = _unique("purge me")
+    assert _ask(stack, text, key=L2_KEY)[0] == "miss"
+    _stored(stack)
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    assert httpx.get(f"{stack.url}/admin/v1/cache", timeout=10).status_code == 401
+    stats = httpx.get(f"{stack.url}/admin/v1/cache", headers=admin, timeout=10).json()
+    assert stats["by_tenant"]["demo-l2"] >= 1 and stats["entries"] >= stats["by_tenant"]["demo-l2"]
+    r = httpx.delete(f"{stack.url}/admin/v1/cache?tenant=demo-l2", headers=admin, timeout=10)
+    assert r.status_code == 200 and r.json()["purged"] == stats["by_tenant"]["demo-l2"]
+    assert "demo-l2" not in httpx.get(f"{stack.url}/admin/v1/cache", headers=admin, timeout=10).json()["by_tenant"]
+    stack._entries -= r.json()["purged"]
+    assert _ask(stack, text, key=L2_KEY)[0] == "miss"
+    _stored(stack)
 
 
 def test_two_replicas_share_entries_in_redis(tmp_path: Path) -> None:
