@@ -56,4 +56,4 @@ class ResponseCacheStore(_Model):
     # The whole store's bound (stored bytes): past it the oldest entries go first.
     max_bytes: int = Field(256 * 1024 * 1024, ge=64 * 1024)
     # A lookup that takes longer is a miss (Redis away must not hold a request).
-    lookup_timeout_ms: int = Field(50, ge=1, le=5000)
+    lookup_timeout_ms: int = Field(100, ge=1, le=5000)

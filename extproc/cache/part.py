@@ -60,6 +60,10 @@ class ResponseCache:
         """None unless some model has a policy (nothing opened, nothing imported for Redis)."""
         if not any(m.cache is not None for m in config.models):
             return None
+        for m in config.models:  # every outcome's series from the start, at 0: rate() sees the first one
+            if m.cache is not None:
+                for result in ("hit", "miss", "bypass"):
+                    result_series(m.name, result)
         rc = config.response_cache
         store: ResponseLookup
         if rc.store == "redis":
