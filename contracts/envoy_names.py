@@ -41,6 +41,7 @@ XLATE_METADATA = "x-modelyard-xlate"
 QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"
 # On a reply whose request lost controls its deployment cannot express (drop_params): their names.
 DROPPED_PARAMS_HEADER = "x-modelyard-dropped-params"
+CACHE_HEADER = "x-modelyard-cache"  # hit | miss | bypass: the response cache's verdict (docs/cache.md)
 
 # A deployment with failover peers: Envoy's aggregate cluster `<cluster>~failover` (contracts/failover.py).
 FAILOVER_SUFFIX = "~failover"

@@ -78,12 +78,33 @@ class Accountant:
                 time.time(), ctx.task_id, ctx.tenant_name, tier, model.name, choice.deployment.cluster,
                 choice.channel, status, latency_s * 1000, ttft_s * 1000 if ttft_s is not None else None, tin, tout,
                 cost, choice.strategy, choice.arm, ctx.caller.key_id if ctx.caller is not None else None,
-                cache.read, cache.write, cache.write_1h, saved))
+                cache.read, cache.write, cache.write_1h, saved, 0))
         if choice.reservation is not None and self.limiter is not None:
             # Hand back (or take) the difference between the estimate and the reported usage.
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, tin + tout))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    def record_hit(self, ctx: RequestContext, choice: Choice, *, latency_s: float, usage: Usage) -> float:
+        """A response-cache hit: no upstream call (no scheduler feedback, no spend, no budget), metered
+        as a hit with the cost it saved (the stored answer's usage at today's price); returns that."""
+        model, cluster = choice.model.name, choice.deployment.cluster
+        requests_series(model, cluster, 200).inc()
+        tier = ctx.tenant.tier if ctx.tenant else "-"
+        tin, tout, cache = usage.input_tokens, usage.output_tokens, usage.cache
+        saved, _ = charge(choice.deployment.cost or choice.model.cost, tin, tout, cache.read, cache.write,
+                          cache.write_1h)
+        ctx.outcome = CallOutcome(model, cluster, 200, 0, 0)
+        if self.metering is not None:  # tokens 0: none were spent; what the answer held is in the saving
+            self.metering.record((
+                time.time(), ctx.task_id, ctx.tenant_name, tier, model, cluster, choice.channel, 200,
+                latency_s * 1000, None, 0, 0, 0.0, choice.strategy, choice.arm,
+                ctx.caller.key_id if ctx.caller is not None else None, 0, 0, 0, saved, 1))
+        if choice.reservation is not None and self.limiter is not None:  # the request counted; no tokens
+            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, 0))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return saved
 
     def release(self, choice: Choice) -> None:
         """Accepted for later (Prefer: respond-async): hand the token estimate back, meter nothing;

@@ -19,6 +19,7 @@ from extproc.admission.auth import AdminKeys, KeyRing
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.admission.dispatch import Dispatcher
+from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
 from extproc.key_admin import KeyAdmin
 from extproc.replicas.board import ReplicaBoard
@@ -57,6 +58,7 @@ class Gateway:
     # The key store: the admin API's writes and the refresher behind `keyring`'s store keys (off: config keys only).
     key_admin: KeyAdmin | None = None
     admin_keys: AdminKeys = field(default_factory=lambda: AdminKeys([]))
+    response_cache: ResponseCache | None = None  # None unless a model has a `cache:` policy (docs/cache.md)
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
@@ -65,7 +67,7 @@ class Gateway:
               tracing: Tracing | None = None, audit: AuditLog | None = None,
               tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None,
               budgets: BudgetGuard | None = None, key_admin: KeyAdmin | None = None,
-              replicas: ReplicaBoard | None = None) -> Gateway:
+              replicas: ReplicaBoard | None = None, response_cache: ResponseCache | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         if image_backend is None and any(m.vision is not None for m in config.models):
@@ -75,7 +77,8 @@ class Gateway:
                    dispatcher=Dispatcher(scheduler, limiter, watermarks, limits, decisions=metering, budgets=budgets),
                    accountant=Accountant(scheduler, limiter, metering, budgets=budgets),
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, replicas=replicas, tracing=tracing,
-                   audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys))
+                   audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys),
+                   response_cache=response_cache)
 
     def start(self) -> None:
         """Background work that needs the server listening: the task worker replays through it."""
@@ -93,6 +96,8 @@ class Gateway:
         if self.key_admin is not None:
             await self.key_admin.close()
         await self.accountant.close()
+        if self.response_cache is not None:
+            await self.response_cache.close()
         if self.budgets is not None:  # after the accountant: the last calls' spend is in the ledger
             await asyncio.to_thread(self.budgets.close)
         if self.audit is not None:  # after the streams closed: their rows are queued by now

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from contracts.envoy_names import (
     ARM_HEADER,
+    CACHE_HEADER,
     CHANNEL_HEADER,
     CLUSTER_HEADER,
     DROPPED_PARAMS_HEADER,
@@ -26,7 +27,7 @@ from extproc import messages as msg
 
 PREFIX = "x-modelyard-"
 PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADER, CHANNEL_HEADER, STRATEGY_HEADER,
-                                     ARM_HEADER, QUEUE_WAIT_HEADER, DROPPED_PARAMS_HEADER})
+                                     ARM_HEADER, QUEUE_WAIT_HEADER, DROPPED_PARAMS_HEADER, CACHE_HEADER})
 
 
 # Any case: header names are case-insensitive, and one matched here is lowered before the check.

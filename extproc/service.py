@@ -24,6 +24,7 @@ from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.cache.part import ResponseCache
 from extproc.flows import keys_admin, local, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -187,7 +188,8 @@ def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gat
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
                          tasks=TaskBoard.from_config(config), limits=limits, budgets=BudgetGuard.from_config(config, dsn),
-                         key_admin=key_admin, replicas=ReplicaBoard(list(config.clusters().values())))
+                         key_admin=key_admin, replicas=ReplicaBoard(list(config.clusters().values())),
+                         response_cache=ResponseCache.from_config(config))
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:

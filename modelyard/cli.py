@@ -135,6 +135,29 @@ def _cmd_audit_prune(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cache(a: argparse.Namespace) -> int:
+    import asyncio
+
+    import orjson
+
+    from contracts.config import config_path
+    from extproc.cache.report import open_store, stats_view
+
+    cfg = config_path(a.config)
+    store = open_store(load_config(cfg), cfg.parent)
+
+    async def run() -> object:
+        try:
+            if a.op == "stats":
+                return stats_view(await store.stats())
+            return {"purged": await store.purge(a.tenant, a.model)}
+        finally:
+            await store.close()
+
+    sys.stdout.write(orjson.dumps(asyncio.run(run()), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode())
+    return 0
+
+
 def _cmd_spend(a: argparse.Namespace) -> int:
     import orjson
 
@@ -275,6 +298,14 @@ def parser() -> argparse.ArgumentParser:
                     help="a metering SQLite file; repeat for replicas on other hosts (default: extproc.metering_db; "
                          "a host's workers share that one file)")
     sp.set_defaults(func=_cmd_spend)
+    cache = sub.add_parser("cache", help="the response cache's store: stats, purge (docs/cache.md)")
+    cache_sub = cache.add_subparsers(dest="op", required=True)
+    with_config(cache_sub.add_parser("stats", help="entries and bytes, per model and tenant (JSON)")).set_defaults(
+        func=_cmd_cache)
+    purge = with_config(cache_sub.add_parser("purge", help="drop entries: all, or a tenant's and/or a model's"))
+    purge.add_argument("--tenant", default=None)
+    purge.add_argument("--model", default=None)
+    purge.set_defaults(func=_cmd_cache)
     cp = with_config(sub.add_parser("controlplane", help="serve Envoy over ADS and the extprocs their config; "
                                                           "`modelyard apply` changes it live"))
     cp.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")

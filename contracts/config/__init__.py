@@ -23,6 +23,7 @@ from contracts.config.live import ControlPlaneConfig
 from contracts.config.prices import table_cost
 from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
+from contracts.config.response_cache import CachePolicy, ResponseCacheStore
 from contracts.config.routing import RoutingSettings
 from contracts.config.service_levels import Channel, Tier
 from contracts.errors import ConfigError
@@ -322,6 +323,7 @@ class ModelConfig(_Model):
     batching: BatchingConfig | None = None
     # The default for this model's deployments (each may set its own): contracts/params.py.
     drop_params: DropParams = None
+    cache: CachePolicy | None = None  # the response cache (docs/cache.md); absent: never cached
     deployments: list[Deployment] = Field(min_length=1)
 
     _drop_params = field_validator("drop_params")(check_drop_params)
@@ -419,6 +421,7 @@ class GatewayConfig(_Model):
     devstack: DevStackConfig = Field(default_factory=DevStackConfig)
     keys: KeysConfig = Field(default_factory=KeysConfig)
     controlplane: ControlPlaneConfig = Field(default_factory=ControlPlaneConfig)
+    response_cache: ResponseCacheStore = Field(default_factory=ResponseCacheStore)
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

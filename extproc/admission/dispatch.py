@@ -108,6 +108,12 @@ class Dispatcher:
         return choice
 
     async def choose_chat(self, ctx: RequestContext, req: ChatRequest) -> Choice:
+        choice = self.route_chat(ctx, req)
+        await self.admit_chat(ctx, choice, req)
+        return choice
+
+    def route_chat(self, ctx: RequestContext, req: ChatRequest) -> Choice:
+        """Where a chat request goes, not yet admitted (the response cache asks between the two)."""
         assert ctx.tenant is not None
         prompt_tokens = estimate_prompt_tokens(req)
         choice = self.choose_for(ctx, RouteRequest(
@@ -118,9 +124,17 @@ class Dispatcher:
             needs_vision=any(type(p) is ImagePart for m in req.messages for p in m.content),
             stream=req.stream, task_type="chat", task_id=ctx.task_id))
         choice.est_prompt_tokens = prompt_tokens
-        await self.admit(ctx, choice, prompt_tokens + (req.max_tokens or DEFAULT_OUTPUT_TOKENS))
-        await self.wait_for_slot(ctx, choice)
         return choice
+
+    async def admit_chat(self, ctx: RequestContext, choice: Choice, req: ChatRequest) -> None:
+        await self.admit(ctx, choice, choice.est_prompt_tokens + (req.max_tokens or DEFAULT_OUTPUT_TOKENS))
+        await self.wait_for_slot(ctx, choice)
+
+    async def admit_hit(self, ctx: RequestContext, choice: Choice) -> None:
+        """A response-cache hit: the request-rate buckets count it (a caller's calls are load on the
+        gateway and a rate limit is a promise about calls); no budget and no token is charged (no
+        upstream spend), and no deployment slot is taken (nothing goes upstream)."""
+        await self.admit(ctx, choice, 0, budgets=False)
 
     async def choose_embedding(self, ctx: RequestContext, model: str, est_tokens: int, longest_input: int) -> Choice:
         """Route (task type `embedding`) and admit an embeddings request: input tokens, no output.
@@ -149,10 +163,10 @@ class Dispatcher:
                 await self.limiter.reconcile(choice.reservation, 0)
             raise
 
-    async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int) -> None:
+    async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int, *, budgets: bool = True) -> None:
         """Refuse a caller whose key's or tenant's budget is spent; then charge the key's own, tenant's,
         tier's, cluster's, channel's and global buckets, all or none."""
-        if self.budgets is not None:
+        if budgets and self.budgets is not None:
             self._check_budgets(ctx, choice, est_tokens)
         if self.limiter is None or ctx.tenant is None:
             return

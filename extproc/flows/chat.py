@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 
 from adapters import controls, upstream_errors
 from adapters.injected_usage import InjectedUsageFilter
-from adapters.internal import ChatRequest, RenderOptions, StreamError, StreamStart, Usage
+from adapters.internal import ChatRequest, ChatResponse, RenderOptions, StreamError, StreamEvent, StreamStart, Usage
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.reasoning import without_reasoning
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
@@ -29,6 +29,11 @@ from contracts.envoy_names import (
 from contracts.errors import ClientError, ModelyardError
 from contracts.params import effective_drop_params
 from extproc import messages as msg
+from extproc.admission.choice import Choice
+from extproc.cache.metrics import SAVED
+from extproc.cache.part import CacheStep, ResponseCache
+from extproc.cache.replay import Assembly
+from extproc.cache.replay import events as replay_events
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows import answer_limit
@@ -69,6 +74,11 @@ class ChatFlow:
         # We asked the upstream for stream usage the client did not ask for: strip it on the way back.
         self.usage_injected = False
         self.response_model: str | None = None  # as the upstream reported it (tracing's gen_ai.response.model)
+        # The response cache (docs/cache.md): set only for a model with a policy whose answer may be kept.
+        self.cache_step: CacheStep | None = None
+        self.answer: ChatResponse | None = None  # a whole plain answer, as the caller got it
+        self.assembly: Assembly | None = None  # a stream's events, gathered to keep
+        self.recorder: StreamDecoder | None = None  # a translated stream's upstream events, for the assembly
 
     @property
     def translating(self) -> bool:
@@ -82,9 +92,52 @@ class ChatFlow:
         if ctx.deferred and req.stream:
             raise ClientError("Prefer: respond-async answers with a task, not a stream: "
                               "drop `stream` or the preference")
-        self.call.choice = await self.gw.dispatcher.choose_chat(ctx, req)
+        cache = self.gw.response_cache
+        if cache is None:  # no model has a cache policy: not one step more
+            self.call.choice = await self.gw.dispatcher.choose_chat(ctx, req)
+        elif (hit := await self._cached(cache, req, body)) is not None:
+            return hit
         await self.call.authorize()
         return self._send(body, req)
+
+    async def _cached(self, cache: ResponseCache, req: ChatRequest, body: bytes) -> msg.ProcessingResponse | None:
+        """Route, then ask the cache where the model has a policy: a hit is the answer (an immediate
+        response, nothing upstream); else admit as usual, and keep the step for the response side."""
+        ctx, dispatcher = self.ctx, self.gw.dispatcher
+        assert ctx.tenant is not None
+        choice = dispatcher.route_chat(ctx, req)
+        policy = choice.model.cache
+        if policy is None or ctx.deferred:  # a task's 202 is no answer to keep; its replay may hit
+            await dispatcher.admit_chat(ctx, choice, req)
+            self.call.choice = choice
+            return None
+        step = await cache.begin(policy, choice.model.name, ctx.tenant.name,
+                                 ctx.caller.key_id if ctx.caller is not None else None, ctx.protocol, req, body,
+                                 ctx.headers.get("cache-control"))
+        ctx.response_headers.append(step.header)
+        if step.hit is not None:
+            await dispatcher.admit_hit(ctx, choice)
+            return self._hit(choice, req, step.hit)
+        await dispatcher.admit_chat(ctx, choice, req)
+        self.call.choice = choice
+        self.cache_step = step if step.writes else None
+        return None
+
+    def _hit(self, choice: Choice, req: ChatRequest, resp: ChatResponse) -> msg.ProcessingResponse:
+        """The stored answer in the caller's protocol: a body, or (asked for a stream) the whole
+        stream as events in one body; metered as a hit."""
+        ctx = self.ctx
+        if req.stream:
+            out = self.client.StreamEncoder(model=req.model, request=req).encode(replay_events(resp))
+            ctype = "text/event-stream"
+        else:
+            out = self.client.render_response(resp, model=choice.model.name, request=req)
+            ctype = "application/json"
+        saved = self.gw.accountant.record_hit(ctx, choice, latency_s=time.monotonic() - ctx.started, usage=resp.usage)
+        if saved > 0:
+            SAVED.labels(choice.model.name, ctx.tenant_name).inc(saved)
+        ctx.response_headers += choice.response_headers()
+        return msg.immediate(200, out, [("content-type", ctype), *ctx.task_headers()])
 
     async def _parse(self, body: bytes) -> ChatRequest:
         ctx = self.ctx
@@ -161,11 +214,15 @@ class ChatFlow:
         if status < 400 and any(t in ctype for t in _STREAM_TYPES):
             assert self.request is not None  # parsed before anything went upstream
             self.streaming = True
+            if self.cache_step is not None:
+                self.assembly = Assembly()
             if self.wire is not None and (self.translating or self.usage_injected):
                 # Same protocol: the upstream's bytes, less only the usage chunk we asked for.
                 keep = self._deployment_reasoning() == "show"
                 self.translator = (translate_stream(self.wire, self.ctx.protocol, self.request, keep_reasoning=keep)
                                    if self.translating else InjectedUsageFilter())
+                if self.assembly is not None:  # the translator's events are its own: read the upstream's beside it
+                    self.recorder = PROTOCOLS[self.wire].StreamDecoder()
                 remove.append("content-length")
                 set_h.append(("content-type", "text/event-stream"))
             else:
@@ -234,6 +291,9 @@ class ChatFlow:
         return self._replaced(body)
 
     def _replaced(self, body: bytes | None) -> msg.ProcessingResponse:
+        if self.cache_step is not None and self.answer is not None and self.client_status == self.status < 300:
+            assert self.gw.response_cache is not None
+            self.gw.response_cache.keep(self.cache_step, self.answer)
         self._finish()
         return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
 
@@ -257,6 +317,7 @@ class ChatFlow:
         if resp.model:
             self.response_model = resp.model
         if not self.translating:
+            self.answer = resp
             return None
         if resp.untranslatable is not None:
             # Valid, but not in the caller's protocol: a clear error, never an answer with parts missing.
@@ -264,6 +325,7 @@ class ChatFlow:
             return render_error_body(self.ctx.protocol, 502, resp.untranslatable, "api_error")
         if self._deployment_reasoning() == "drop":
             resp = without_reasoning(resp)
+        self.answer = resp
         out = self.client.render_response(resp, model=model, request=self.request)
         limit = self.gw.config.extproc.max_body_bytes
         if len(out) > limit:  # a translation may outgrow its source: past the limit, nothing sends it on
@@ -279,6 +341,8 @@ class ChatFlow:
             self.first_chunk_at = time.monotonic()
         if self.translator is not None:
             out = self.translator.feed(chunk)
+            if self.recorder is not None:
+                self._record(self.recorder.feed(chunk) + (self.recorder.close() if end else []), end)
             if end:
                 out += self.translator.finish()
                 # An answer the client's protocol cannot express is no failure of the upstream's.
@@ -293,6 +357,8 @@ class ChatFlow:
         try:
             events = decoder.feed(chunk) + (decoder.close() if end else [])
             self.meter.observe(events)
+            if self.assembly is not None:
+                self._record(events, end)
             if self.ctx.trace is not None and events and type(events[0]) is StreamStart:
                 self.response_model = events[0].model or self.response_model
             for ev in events:
@@ -308,6 +374,19 @@ class ChatFlow:
             self.usage = self.meter.reported
             self._finish()
         return msg.response_body(body=chunk + tail) if tail else msg.response_body()
+
+    def _record(self, events: list[StreamEvent], end: bool) -> None:
+        """A stream on its way to the cache: kept when it ended whole (never a cut or failed one)."""
+        assembly, step = self.assembly, self.cache_step
+        assert assembly is not None and step is not None and self.gw.response_cache is not None
+        assembly.feed(events)
+        if not end:
+            return
+        self.assembly = None
+        resp = assembly.response()
+        if resp is not None and self.client_status < 300:
+            self.gw.response_cache.keep(step, without_reasoning(resp) if self._deployment_reasoning() == "drop"
+                                        else resp)
 
     def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
         self._finish()

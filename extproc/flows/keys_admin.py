@@ -8,6 +8,8 @@ each call, refused or not, leaves one audit row (`key_admin`), never holding a s
     POST   /admin/v1/keys/{id}/rotate      a new secret; the old one stops
     POST   /admin/v1/keys/{id}/revoke      (or DELETE /admin/v1/keys/{id})
     GET    /admin/v1/spend?by=key|tenant|model[&since=7d]   `modelyard spend` over this host's metering store
+    GET    /admin/v1/cache                 the response cache's entries and bytes (`modelyard cache stats`)
+    DELETE /admin/v1/cache[?tenant=T&model=M]   drop entries (`modelyard cache purge`)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from budgets.report import BY, read_calls, spend_report
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
 from contracts.when import parse_when
 from extproc import messages as msg
+from extproc.cache.report import stats_view
 from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
@@ -31,12 +34,16 @@ from keys.store import RevokedKey, UnknownKey
 
 PREFIX = "/admin/v1/keys"
 SPEND = "/admin/v1/spend"
+CACHE = "/admin/v1/cache"
 
 
 def parse_path(method: str, path: str) -> tuple[str, str] | None:
     """(operation, key id) for an admin path, or None when the path is not the admin API's."""
     if path == SPEND:
         return ("spend", "") if method == "GET" else ("bad_method", "")
+    if path == CACHE:
+        return ("cache_stats", "") if method == "GET" else ("cache_purge", "") if method == "DELETE" \
+            else ("bad_method", "")
     if path == PREFIX or path == PREFIX + "/":
         return ("list", "") if method == "GET" else ("create", "") if method == "POST" else ("bad_method", "")
     if not path.startswith(PREFIX + "/"):
@@ -102,6 +109,14 @@ async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
             return 200, rec.view(), rec.tenant
         if op == "spend":
             return 200, {"object": "list", "data": await _spend(gw, ctx)}, "-"
+        if op in ("cache_stats", "cache_purge"):
+            if gw.response_cache is None:
+                raise NotFound("no model has a response cache policy")
+            store = gw.response_cache.store
+            if op == "cache_stats":
+                return 200, stats_view(await store.stats()), "-"
+            tenant, model = ctx.query.get("tenant"), ctx.query.get("model")
+            return 200, {"purged": await store.purge(tenant, model)}, tenant or "-"
         if op == "bad_method":
             raise ClientError(f"{ctx.method} is not allowed on {ctx.path}", status=405)
         raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")

@@ -48,7 +48,9 @@ _ADDED_COLUMNS = (("requests", "key_id", "TEXT"), ("decisions", "key_id", "TEXT"
                   # issue 39: the prompt cache's part of input_tokens, and what it saved (cost at the full
                   # input price minus cost); rows from before read as no cache
                   ("requests", "cache_read_tokens", "INTEGER"), ("requests", "cache_write_tokens", "INTEGER"),
-                  ("requests", "cache_write_1h_tokens", "INTEGER"), ("requests", "cache_saved", "REAL"))
+                  ("requests", "cache_write_1h_tokens", "INTEGER"), ("requests", "cache_saved", "REAL"),
+                  # 1: answered from the response cache (no upstream call; cost 0, cache_saved what it would cost)
+                  ("requests", "response_cache_hit", "INTEGER"))
 
 
 class MeterRecord(NamedTuple):
@@ -74,6 +76,7 @@ class MeterRecord(NamedTuple):
     cache_write_tokens: int = 0  # of input_tokens: written to it, every TTL
     cache_write_1h_tokens: int = 0  # of cache_write_tokens: with a 1-hour TTL
     cache_saved: float = 0.0  # cost with every prompt token at the input price, minus cost
+    response_cache_hit: int = 0  # 1: answered from the response cache (docs/cache.md)
 
 
 class DecisionRecord(NamedTuple):

@@ -45,7 +45,8 @@ def _stack_config(redis_url: str, workdir: Path) -> dict[str, Any]:
     """The demo config, trimmed to one chat model (standard + fast, each with a GPU agent) and the
     image model, on Redis buckets; budgets on the demo tenant (roomy) and a broke one."""
     data, _ = demo_config_free_ports()
-    data["models"] = [m for m in data["models"] if m["name"] in ("demo-gpt", "demo-colors")]
+    data["models"] = [m for m in data["models"] if m["name"] in ("demo-gpt", "demo-colors", "demo-gpt-cached")]
+    data["response_cache"] = {"sqlite_path": str(workdir / "rcache.sqlite")}
     for m in data["models"]:
         for d in m["deployments"]:
             d.pop("api_key_env", None)
@@ -167,6 +168,10 @@ def _drive_traffic(url: str) -> None:
         chunks = list(oa.chat.completions.create(model="demo-gpt", stream=True,
                                                  messages=[{"role": "user", "content": "stream me"}]))
         assert chunks
+    # The response cache (docs/cache.md): the same call twice on the cached model, a miss then hits
+    # (the second drive finds the first one's entry).
+    for _ in range(2):
+        oa.chat.completions.create(model="demo-gpt-cached", messages=[{"role": "user", "content": "cache this"}])
     # The fast channel (tier L1 asks for it and the fast deployment's GPU is well below the limit).
     fast = oa.chat.completions.with_raw_response.create(
         model="demo-gpt", messages=[{"role": "user", "content": "fast"}],
