@@ -6,27 +6,11 @@ and the watermark itself are the wire contract in `contracts/watermarks.py`.
 from __future__ import annotations
 
 import math
-import re
 
 from contracts.watermarks import GpuReading, Reading, WatermarkParseError, parse_agent_json, watermark_of
+from extproc.routing.exposition import sample
 
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _DCGM = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_DEV_FB_USED": "used", "DCGM_FI_DEV_FB_FREE": "free"}
-
-
-def _labels(text: str, lineno: int) -> dict[str, str]:
-    out: dict[str, str] = {}
-    pos = 0
-    while pos < len(text):
-        m = _LABEL.match(text, pos)
-        if m is None or m.end() == pos:
-            if text[pos:].strip() in ("", ","):
-                break
-            raise WatermarkParseError(f"dcgm metrics line {lineno}: bad labels")
-        out[m.group(1)] = m.group(2)
-        pos = m.end()
-    return out
 
 
 def parse_dcgm_metrics(text: bytes | str, now: float = 0.0) -> Reading:
@@ -40,20 +24,13 @@ def parse_dcgm_metrics(text: bytes | str, now: float = 0.0) -> Reading:
         line = line.strip()
         if not line or line.startswith("#") or not line.startswith("DCGM_FI_DEV_"):
             continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            raise WatermarkParseError(f"dcgm metrics line {lineno}: not a sample")
-        kind = _DCGM.get(m.group(1))
+        name, labels, value = sample(line, lineno, WatermarkParseError, "dcgm metrics")
+        kind = _DCGM.get(name)
         if kind is None:
             continue
-        labels = _labels(m.group(2) or "", lineno)
         key = labels.get("gpu") or labels.get("UUID") or "0"
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            raise WatermarkParseError(f"dcgm metrics line {lineno}: bad value") from None
         if not math.isfinite(value) or value < 0:
-            raise WatermarkParseError(f"dcgm metrics line {lineno}: {m.group(3)} out of range")
+            raise WatermarkParseError(f"dcgm metrics line {lineno}: {value} out of range")
         if key not in per_gpu:
             per_gpu[key] = {}
             order.append(key)
