@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TypeVar
 
-from adapters.internal import ChatRequest, ContentPart, Message, TextPart, ToolDef
+from adapters.internal import CacheTtl, ChatRequest, ContentPart, Message, TextPart, ToolDef
+from adapters.json_types import JSONObject
+from contracts.errors import ClientError
 
 __all__ = ["MAX_CACHE_MARKS", "capped", "mark_count"]
 
@@ -59,3 +61,13 @@ def capped(req: ChatRequest) -> ChatRequest:
     system_blocks = tuple(drop.one(b) for b in req.system_blocks)
     messages = tuple(drop.message(m) for m in req.messages)
     return replace(req, tools=tools, system_blocks=system_blocks, messages=messages)
+
+
+def marker_ttl(marker: JSONObject, where: str) -> CacheTtl:
+    """A cache marker's `ttl` (Anthropic's `cache_control`, Converse's `cachePoint`): 5 minutes unless 1h."""
+    ttl = marker.get("ttl", "5m")
+    if ttl == "1h":
+        return "1h"
+    if ttl == "5m":
+        return "5m"
+    raise ClientError(f"{where}.ttl must be '5m' or '1h'")

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import orjson
 
 from adapters.anthropic.wire import JSON_TOOL
+from adapters.cache_marks import marker_ttl
 from adapters.call_ids import split_signature
 from adapters.fields import as_object, header, load_object, opt_bool, opt_int, opt_list, opt_number, opt_str, req_str
 from adapters.internal import (
@@ -43,12 +44,7 @@ def cache_mark(block: JSONObject, where: str) -> CacheTtl | None:
     cc = as_object(raw, f"{where}.cache_control")
     if cc.get("type") != "ephemeral":
         raise ClientError(f"{where}.cache_control.type must be 'ephemeral'")
-    ttl = cc.get("ttl", "5m")
-    if ttl == "1h":
-        return "1h"
-    if ttl == "5m":
-        return "5m"
-    raise ClientError(f"{where}.cache_control.ttl must be '5m' or '1h'")
+    return marker_ttl(cc, f"{where}.cache_control")
 
 
 def _image(block: JSONObject, where: str) -> ImagePart:

@@ -14,7 +14,7 @@ import orjson
 from adapters.bedrock.signing import sign
 from adapters.bedrock.wire import CachePointBlock, ContentBlock, ConverseRequest, InferenceConfig, ToolConfig
 from adapters.bedrock.wire import Message as WireMessage
-from adapters.cache_marks import capped
+from adapters.cache_marks import capped, marker_ttl
 from adapters.call_ids import plain_id
 from adapters.cloud_targets import BedrockTarget
 from adapters.controls import lacking, refuse
@@ -226,12 +226,7 @@ def _parse_cache_point(block: JSONObject, where: str) -> CacheTtl | None:
     cp = as_object(block["cachePoint"], f"{where}.cachePoint")
     if cp.get("type") != "default":
         raise ClientError(f"{where}.cachePoint.type must be 'default'")
-    ttl = cp.get("ttl", "5m")
-    if ttl == "1h":
-        return "1h"
-    if ttl == "5m":
-        return "5m"
-    raise ClientError(f"{where}.cachePoint.ttl must be '5m' or '1h'")
+    return marker_ttl(cp, f"{where}.cachePoint")
 
 
 def _parse_block(b: object, where: str) -> ContentPart | ToolCall | Message:
