@@ -118,6 +118,20 @@ def context_window(entries: list[Entry], prompt_tokens: int, rejected: Rejected)
     return out
 
 
+def max_output(entries: list[Entry], asked: int | None, rejected: Rejected) -> list[Entry]:
+    """Deployments of models that cannot give the output tokens the call asks for (max_tokens and
+    its kin): the upstream would refuse the call or cut the answer short."""
+    if asked is None:
+        return entries
+    out = [e for e in entries if asked <= e.max_output_tokens]
+    if len(out) < len(entries):
+        for e in entries:
+            if asked > e.max_output_tokens:
+                why = f"asks {asked} output tokens, over max_output_tokens {e.max_output_tokens}"
+                rejected.append((e, Rejection(e.name, e.cluster, why, "max_output_tokens")))
+    return out
+
+
 def cooldown(entries: list[Entry], stats: StatsLookup, now: float, rejected: Rejected) -> list[Entry]:
     out = []
     for e in entries:

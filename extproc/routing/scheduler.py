@@ -143,6 +143,7 @@ class Scheduler:
         fail_open: list[FailOpen] = []
         entries = filters.reserved(list(eligible), req.tenant, dropped)
         entries = filters.context_window(entries, req.est_prompt_tokens, dropped)
+        entries = filters.max_output(entries, req.est_output_tokens, dropped)
         cooling: filters.Rejected = []
         cooled = filters.cooldown(entries, stats, now, cooling)
         if cooled or not entries:
