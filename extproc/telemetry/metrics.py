@@ -159,6 +159,10 @@ QUEUE_WAIT = Histogram("modelyard_queue_wait_seconds",
                        "Time a request waited for a deployment's slot (0 when one was free)",
                        ["model", "cluster", "tier"],
                        buckets=(0.0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+SPILLED = Counter("modelyard_spilled_total",
+                  "Calls a deployment's own cluster bucket or queue refused, sent to a peer deployment of "
+                  "the same model instead (reason: cluster_bucket, bound, tenant_share)",
+                  ["model", "from_cluster", "to_cluster", "reason"])
 QUEUE_REFUSED = Counter("modelyard_queue_refused_total",
                         "Requests refused by a deployment's queue: tenant_share (429), bound or max_wait (503)",
                         ["cluster", "tier", "reason"])

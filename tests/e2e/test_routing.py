@@ -69,6 +69,23 @@ def test_declared_max_output_tokens_filters_with_real_sdks(unlearnt) -> None:
     assert "over max_output_tokens 1024" in a.value.message
 
 
+def test_a_cluster_bucket_spills_to_the_peer_deployment_with_the_openai_sdk(demo_stack) -> None:
+    """The shipped demo-pool: pool-a's own bucket (burst 2, 1/s) refuses, pool-b takes the call;
+    the caller sees no 429, and each spilled reply names the deployment that refused it."""
+    import openai
+
+    oa = openai.OpenAI(base_url=f"{demo_stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
+    seen = []
+    for _ in range(6):
+        r = oa.chat.completions.with_raw_response.create(
+            model="demo-pool", messages=[{"role": "user", "content": "spill?"}])
+        assert r.http_response.status_code == 200
+        seen.append((r.headers["x-modelyard-cluster"], r.headers.get("x-modelyard-spilled-from")))
+    # The scheduler may also pick pool-b outright (its score learns latency); pool-a never answers spilled.
+    assert set(seen) <= {("pool-a", None), ("pool-b", "pool-a"), ("pool-b", None)}, seen
+    assert ("pool-b", "pool-a") in seen, seen
+
+
 def test_unknown_strategy_is_400(demo_stack) -> None:
     r = _chat(demo_stack.url, "auto", headers={"x-modelyard-strategy": "vibes"})
     assert r.status_code == 400 and r.json()["error"]["message"]
