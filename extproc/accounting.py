@@ -69,7 +69,9 @@ class Accountant:
             if saved > 0:  # a counter goes up only: the row keeps a write that cost more than it saved
                 cache_saved.inc(saved)
         if cost:
-            cost_series(model.name, ctx.tenant_name).inc(cost)
+            by_model, by_deployment = cost_series(model.name, ctx.tenant_name, choice.deployment.cluster, choice.channel)
+            by_model.inc(cost)
+            by_deployment.inc(cost)
             if self.budgets is not None:  # a stream that ran past its budget still counts in full
                 self.budgets.record(ctx, cost)
         if self.metering is not None:

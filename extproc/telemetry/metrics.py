@@ -85,9 +85,14 @@ def cache_series(model: str, cluster: str, tenant: str) -> tuple[Counter, Counte
         CACHE_SAVED.labels(model, tenant)
 
 
+# The same cost by where it ran: how much dearer the fast channel is, which deployment spends.
+DEPLOYMENT_COST = Counter("modelyard_deployment_cost_total", "Cost metered per deployment (cluster) and its channel",
+                          ["cluster", "channel"])
+
+
 @lru_cache(maxsize=4096)
-def cost_series(model: str, tenant: str) -> Counter:
-    return COST.labels(model, tenant)
+def cost_series(model: str, tenant: str, cluster: str, channel: str) -> tuple[Counter, Counter]:
+    return COST.labels(model, tenant), DEPLOYMENT_COST.labels(cluster, channel)
 
 # Dynamic batching of image inference (extproc/vision/batching.py).
 BATCH_SIZE = Histogram("modelyard_batch_size", "Images (tensor rows) per merged upstream call", ["model"],
