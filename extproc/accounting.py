@@ -62,6 +62,8 @@ class Accountant:
         ctx.outcome = CallOutcome(model.name, choice.deployment.cluster, status, tin, tout)
         price = choice.deployment.cost or model.cost  # a deployment's own price (spot) bills as it routed
         cost, saved = charge(price, tin, tout, cache.read, cache.write, cache.write_1h)
+        if ctx.batch_line and price.batch_discount:  # a batch line, where the provider bills batches lower
+            cost *= 1.0 - price.batch_discount
         if cache:
             cache_read, cache_write, cache_saved = cache_series(model.name, choice.deployment.cluster, ctx.tenant_name)
             cache_read.inc(cache.read)

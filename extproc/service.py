@@ -23,9 +23,11 @@ from contracts.errors import ConfigError, ModelyardError
 from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
 from extproc.admission.budget_guard import BudgetGuard
+from extproc.batches.desk import BatchDesk
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.cache.part import ResponseCache
-from extproc.flows import keys_admin, local, tasks
+from extproc.flows import batches, keys_admin, local, tasks
+from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
@@ -37,6 +39,7 @@ from extproc.key_admin import KeyAdmin
 from extproc.live.config_feed import ConfigFeed, worker_id
 from extproc.live.reload import Outcome, Reloader, show_version
 from extproc.replicas.board import ReplicaBoard
+from extproc.context import ClientProtocol
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
@@ -146,6 +149,18 @@ def _keys_admin(method: str, path: str) -> Route | None:
     return Route("openai", admin=True, answer=keys_admin.answer, operation="admin")
 
 
+def _batches(method: str, path: str) -> Route | None:
+    # Files, batches and message batches (docs/batches.md): answered by the gateway, no upstream.
+    found = batches.parse_path(method, path)
+    if found is None:
+        return None
+    protocol: ClientProtocol = "anthropic" if path.startswith(batches.MESSAGE_BATCHES) else "openai"
+    handler = batches.BODY_HANDLERS.get(found[0])
+    if handler is not None:
+        return Route(protocol, flow=functools.partial(BodyAnswer, handler=handler), operation="batch")
+    return Route(protocol, answer=batches.answer, operation="batch")
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -156,7 +171,7 @@ def _chat(method: str, path: str) -> Route | None:
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
     return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
-                       _chat],
+                       _batches, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
@@ -185,11 +200,14 @@ def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gat
     if config_file is not None:
         dsn = store_dsn(config, config_file)
         key_admin = KeyAdmin(config, dsn, KeyCache(), audit)
+    tasks_board = TaskBoard.from_config(config)
+    batch_desk = BatchDesk(config.extproc.batches, tasks_board) \
+        if config.extproc.batches is not None and tasks_board is not None else None
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
-                         tasks=TaskBoard.from_config(config), limits=limits, budgets=BudgetGuard.from_config(config, dsn),
+                         tasks=tasks_board, limits=limits, budgets=BudgetGuard.from_config(config, dsn),
                          key_admin=key_admin, replicas=ReplicaBoard(list(config.clusters().values())),
-                         response_cache=ResponseCache.from_config(config))
+                         response_cache=ResponseCache.from_config(config), batches=batch_desk)
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:
