@@ -23,9 +23,10 @@ from contracts.errors import ConfigError, ModelyardError
 from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
 from extproc.admission.budget_guard import BudgetGuard
-from extproc.batches.desk import BatchDesk
 from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
+from extproc.context import ClientProtocol
 from extproc.flows import batches, keys_admin, local, tasks
 from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
@@ -39,7 +40,6 @@ from extproc.key_admin import KeyAdmin
 from extproc.live.config_feed import ConfigFeed, worker_id
 from extproc.live.reload import Outcome, Reloader, show_version
 from extproc.replicas.board import ReplicaBoard
-from extproc.context import ClientProtocol
 from extproc.routes import Route, RouteTable
 from extproc.routing import Scheduler
 from extproc.server import ExtprocServer

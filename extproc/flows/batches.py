@@ -163,8 +163,8 @@ async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     if op == "delete_file":
         return json_response(200, await desk.delete_file(item, tenant), ctx)
     if op == "file_content":
-        data = await desk.file_content(item, tenant)
-        return msg.immediate(200, data, [("content-type", "application/octet-stream"), *ctx.task_headers()])
+        content = await desk.file_content(item, tenant)
+        return msg.immediate(200, content, [("content-type", "application/octet-stream"), *ctx.task_headers()])
     if op == "get_batch":
         return json_response(200, record.openai_view(*await desk.batch(item, tenant, "openai")), ctx)
     if op == "cancel_batch":
@@ -186,8 +186,8 @@ async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
         return json_response(200, {"data": data, "has_more": more, "first_id": data[0]["id"] if data else None,
                                    "last_id": data[-1]["id"] if data else None}, ctx)
     if op == "message_batch_results":
-        data = await desk.results(item, tenant)
-        return msg.immediate(200, data, [("content-type", "application/binary"), *ctx.task_headers()])
+        results = await desk.results(item, tenant)
+        return msg.immediate(200, results, [("content-type", "application/binary"), *ctx.task_headers()])
     if op == "bad_method":
         raise ClientError(f"{ctx.method} is not allowed on {ctx.path}", status=405)
     raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")

@@ -10,7 +10,6 @@ crash" needs; docs/tasks.md).
 from __future__ import annotations
 
 import asyncio
-
 import time
 
 import redis.asyncio as aioredis
