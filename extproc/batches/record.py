@@ -157,7 +157,7 @@ def anthropic_results(rec: BatchRecord, tasks: Mapping[str, TaskRecord | None]) 
         elif kind == "expired":
             result = {"type": "expired"}
         else:
-            status = task.http_status if task is not None else None
+            status = 400 if kind == "refused" else task.http_status if task is not None else None
             body = _body(task.result) if task is not None else None
             message = ref.error_message or (task.error if task is not None else None) or "the request failed"
             result = {"type": "errored", "error": _anthropic_error(status, body, message)}
