@@ -37,7 +37,8 @@ Protocol = Literal["openai", "anthropic", "gemini", "responses", "kserve-grpc", 
 # Each cloud protocol and the settings section it requires (extproc/config/clouds.py).
 CLOUD_SECTIONS = {"azure-openai": "azure", "bedrock": "bedrock", "vertex": "vertex"}
 KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
-TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
+TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer",
+                   "image-generation", "transcription", "speech"]  # the last three: /v1/images, /v1/audio
 
 
 class _Model(BaseModel):
@@ -159,6 +160,10 @@ class Cost(_Model):
     long_prompt: tuple[PriceStep, ...] = ()  # steps up past a prompt length (Gemini 2.5 Pro, Claude Sonnet 4)
     # The fraction off a batch line's cost (0.5: half price, as OpenAI's and Anthropic's batch APIs bill).
     batch_discount: float | None = Field(None, ge=0, le=1)
+    # Images and audio (/v1/images, /v1/audio) bill in the provider's own units, not tokens.
+    per_image: float = Field(0.0, ge=0)
+    per_audio_second: float = Field(0.0, ge=0)  # transcriptions and translations, per second of audio
+    per_1k_characters: float = Field(0.0, ge=0)  # speech, per 1k characters of `input`
 
     @model_validator(mode="before")
     @classmethod
