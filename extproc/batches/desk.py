@@ -156,6 +156,15 @@ class BatchDesk:
             except Exception:  # the next finalizer pass reads what the store holds
                 log.exception("batch %s: could not cancel line task %s", rec.id, task_id)
 
+    async def delete(self, batch_id: str, tenant: str, api: record.Api) -> None:
+        """An ended batch's record goes (Anthropic's delete); its results file with it."""
+        rec, _ = await self.batch(batch_id, tenant, api)
+        if rec.open:
+            raise ClientError(f"batch {batch_id} is still in progress; cancel it, then delete it once it ended")
+        await self._store(self.store.delete_batch(batch_id, tenant))
+        if rec.results_file_id is not None:
+            await self._store(self.store.delete_file(rec.results_file_id, tenant))
+
     async def results(self, batch_id: str, tenant: str) -> bytes:
         """Anthropic's results JSONL, once the batch ended."""
         rec, _ = await self.batch(batch_id, tenant, "anthropic")

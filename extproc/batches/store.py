@@ -165,6 +165,13 @@ class SqliteBatchStore:
 
         return await self._call(work, transaction=True)
 
+    async def delete_batch(self, batch_id: str, tenant: str) -> bool:
+        def work() -> bool:
+            return self._db.execute("DELETE FROM batches WHERE id = ? AND tenant = ? AND open = 0",
+                                    (batch_id, tenant)).rowcount > 0
+
+        return await self._call(work, transaction=True)
+
     async def list_batches(self, tenant: str, api: str, limit: int, after: str | None
                            ) -> tuple[list[BatchRecord], bool]:
         def work() -> tuple[list[BatchRecord], bool]:

@@ -8,7 +8,7 @@ like an unknown id.
     GET /v1/batches/{id}                          POST /v1/batches/{id}/cancel
     POST /v1/messages/batches                     GET /v1/messages/batches[?limit&after_id]
     GET /v1/messages/batches/{id}                 POST /v1/messages/batches/{id}/cancel
-    GET /v1/messages/batches/{id}/results
+    GET /v1/messages/batches/{id}/results         DELETE /v1/messages/batches/{id} (once ended)
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ _OPS = {
     (MESSAGE_BATCHES, "POST", None): "create_message_batch", (MESSAGE_BATCHES, "GET", None): "list_message_batches",
     (MESSAGE_BATCHES, "GET", ""): "get_message_batch", (MESSAGE_BATCHES, "POST", "cancel"): "cancel_message_batch",
     (MESSAGE_BATCHES, "GET", "results"): "message_batch_results",
+    (MESSAGE_BATCHES, "DELETE", ""): "delete_message_batch",
 }
 BODY_OPS = frozenset({"upload", "create_batch", "create_message_batch"})
 
@@ -185,6 +186,9 @@ async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
         data = [record.anthropic_view(r, c, _results_url(ctx, r.id)) for r, c in found]
         return json_response(200, {"data": data, "has_more": more, "first_id": data[0]["id"] if data else None,
                                    "last_id": data[-1]["id"] if data else None}, ctx)
+    if op == "delete_message_batch":
+        await desk.delete(item, tenant, "anthropic")
+        return json_response(200, {"id": item, "type": "message_batch_deleted"}, ctx)
     if op == "message_batch_results":
         results = await desk.results(item, tenant)
         return msg.immediate(200, results, [("content-type", "application/binary"), *ctx.task_headers()])

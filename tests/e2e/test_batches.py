@@ -32,7 +32,7 @@ LEASE_S = 3.0
 def stack(tmp_path_factory: pytest.TempPathFactory):
     workdir = tmp_path_factory.mktemp("batches")
     data, _ = demo_config_free_ports()
-    data["models"] = [m for m in data["models"] if m["name"] in ("demo-gpt", "demo-claude")]
+    data["models"] = [m for m in data["models"] if m["name"] in ("demo-gpt", "demo-claude", "demo-embed")]
     for m in data["models"]:
         for d in m["deployments"]:
             d.pop("warmup", None)
@@ -194,6 +194,23 @@ def test_anthropic_message_batches(stack) -> None:
     other = anthropic.Anthropic(base_url=stack.url, api_key=OTHER_KEY, max_retries=0)
     with pytest.raises(anthropic.NotFoundError):
         other.messages.batches.retrieve(batch.id)
+    with pytest.raises(anthropic.NotFoundError):
+        other.messages.batches.delete(batch.id)
+    assert client.messages.batches.delete(batch.id).type == "message_batch_deleted"
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.batches.retrieve(batch.id)
+
+
+def test_an_embeddings_batch(stack) -> None:
+    oai = _oai(stack)
+    line = json.dumps({"custom_id": "e-1", "method": "POST", "url": "/v1/embeddings",
+                       "body": {"model": "demo-embed", "input": ["one", "two"]}})
+    f = oai.files.create(file=("emb.jsonl", io.BytesIO((line + "\n").encode())), purpose="batch")
+    done = _until_done(oai, oai.batches.create(input_file_id=f.id, endpoint="/v1/embeddings",
+                                               completion_window="24h").id)
+    assert done.status == "completed" and done.error_file_id is None
+    (row,) = _jsonl(oai.files.content(done.output_file_id or "").content)
+    assert row["custom_id"] == "e-1" and len(row["response"]["body"]["data"]) == 2
 
 
 def test_cancel_a_batch(stack) -> None:
