@@ -26,6 +26,7 @@ pytestmark = pytest.mark.e2e
 
 OTHER_KEY = "sk-modelyard-demo-l2"  # tenant demo-l2
 LEASE_S = 3.0
+MAX_FILE = 4 * 1024 * 1024  # the upload bound, small enough to cross in a test
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     data.pop("ratelimit", None)
     # One line at a time: the restart test needs lines still queued behind a running one.
     data["extproc"]["tasks"] = {"sqlite_path": str(workdir / "tasks.sqlite"), "lease_s": LEASE_S, "concurrency": 1}
-    data["extproc"]["batches"] = {"sqlite_path": str(workdir / "batches.sqlite"), "finalize_every_s": 0.2}
+    data["extproc"]["batches"] = {"sqlite_path": str(workdir / "batches.sqlite"), "finalize_every_s": 0.2,
+                                  "max_file_bytes": MAX_FILE}
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
     with start_stack(workdir, data, shared_demos=True) as s:
@@ -128,6 +130,17 @@ def test_openai_batch_runs_each_line_and_writes_output_and_error_files(stack) ->
     assert oai.files.delete(f.id).deleted
     with pytest.raises(openai.NotFoundError):
         oai.files.retrieve(f.id)
+
+
+def test_a_large_file_round_trips_and_the_bound_is_413(stack) -> None:
+    oai = _oai(stack)
+    blob = os.urandom(3 * 1024 * 1024)
+    f = oai.files.create(file=("blob.bin", io.BytesIO(blob)), purpose="user_data")
+    assert f.bytes == len(blob) and oai.files.content(f.id).content == blob
+    oai.files.delete(f.id)
+    with pytest.raises(openai.APIStatusError) as e:
+        oai.files.create(file=("big.bin", io.BytesIO(bytes(MAX_FILE + 1))), purpose="user_data")
+    assert e.value.status_code == 413 and f"keeps files up to {MAX_FILE} bytes" in e.value.message
 
 
 def test_bad_batch_requests_get_openai_errors(stack) -> None:
