@@ -15,6 +15,7 @@ import sqlite3
 import time
 
 import anthropic
+import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
@@ -25,7 +26,7 @@ from tests.stack_config import demo_config_free_ports, start_stack
 pytestmark = pytest.mark.e2e
 
 OTHER_KEY = "sk-modelyard-demo-l2"  # tenant demo-l2
-LEASE_S = 3.0
+LEASE_S = 1.5
 MAX_FILE = 4 * 1024 * 1024  # the upload bound, small enough to cross in a test
 
 
@@ -246,7 +247,13 @@ def test_a_batch_survives_the_extproc_killed_mid_run(stack) -> None:
              _line("after-1", "demo-gpt", "queued through a crash"), _line("after-2", "demo-claude", "me too")]
     f = oai.files.create(file=("crash.jsonl", io.BytesIO(("\n".join(lines) + "\n").encode())), purpose="batch")
     batch = oai.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
-    time.sleep(1.5)  # the slow line is running, the others queued behind it (concurrency 1)
+    slow = f"{batch.id}-1"  # the first line's task (the task API shows a tenant its batch lines too)
+    deadline = time.monotonic() + 20
+    while httpx.get(f"{stack.url}/v1/tasks/{slow}", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                    timeout=5).json()["status"] != "running":
+        assert time.monotonic() < deadline, "the slow line never started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # its replay has reached the slow upstream; the others wait behind it (concurrency 1)
     extproc = stack.child("extproc")
     os.kill(extproc.proc.pid, signal.SIGKILL)
     extproc.proc.wait(10)
@@ -257,3 +264,9 @@ def test_a_batch_survives_the_extproc_killed_mid_run(stack) -> None:
     out = {r["custom_id"]: r for r in _jsonl(oai.files.content(done.output_file_id or "").content)}
     assert out["slow"]["response"]["body"]["choices"][0]["message"]["content"].endswith("survive a crash demo-slow")
     assert out["after-1"]["response"]["body"]["choices"][0]["message"]["content"].endswith("queued through a crash")
+    # The interrupted line ran once more, marked; the queued ones ran once, after the restart.
+    task = httpx.get(f"{stack.url}/v1/tasks/{slow}", headers={"authorization": f"Bearer {DEMO_KEY}"}, timeout=5).json()
+    assert (task["attempts"], task["retried"]) == (2, True)
+    after = httpx.get(f"{stack.url}/v1/tasks/{batch.id}-2", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                      timeout=5).json()
+    assert (after["attempts"], after["retried"]) == (1, False)
