@@ -148,7 +148,7 @@ def get_model_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     return json_response(200, _anthropic_card(gw.catalog.model_for(ctx.tenant, ctx.path_model or "")), ctx)
 
 
-_GEMINI_METHODS = {"chat": ["generateContent", "streamGenerateContent", "countTokens"],
+_GEMINI_METHODS = {"chat": ["generateContent", "streamGenerateContent"],
                    "embedding": ["embedContent", "batchEmbedContents"]}
 
 
