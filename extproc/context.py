@@ -65,6 +65,7 @@ class RequestContext:
     deferred: bool = False
     # The task worker's replay of an accepted task: its request was counted when it was accepted.
     replayed: bool = False
+    batch_line: bool = False  # a replay of one line of a batch: billed at the batch price (docs/batches.md)
     trace: RequestTrace | None = None  # set only when tracing is on (extproc.telemetry.tracing)
 
     def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:

@@ -140,7 +140,8 @@ class UpstreamCall:
 
     # -- the end -----------------------------------------------------------------------------
     def finish(self, status: int, *, upstream_ok: bool | None, usage: Usage | None = None,
-               ttft_s: float | None = None, response_model: str | None = None) -> None:
+               ttft_s: float | None = None, response_model: str | None = None,
+               media: tuple[str, float] | None = None) -> None:
         """Meter the call's outcome, once: `status` is the caller's; `upstream_ok` None when the
         upstream never answered (a cut-short call is not held against the deployment)."""
         choice, ctx = self.choice, self.ctx
@@ -152,7 +153,8 @@ class UpstreamCall:
         if not self.metered:
             return
         self.gw.accountant.record_outcome(ctx, choice, status=status, upstream_ok=upstream_ok,
-                                          latency_s=time.monotonic() - ctx.started, ttft_s=ttft_s, usage=usage)
+                                          latency_s=time.monotonic() - ctx.started, ttft_s=ttft_s, usage=usage,
+                                          media=media)
         if ctx.trace is not None:
             ctx.trace.outcome(status, cluster=choice.deployment.cluster, tenant=ctx.tenant_name,
                               input_tokens=usage.input_tokens if usage else None,

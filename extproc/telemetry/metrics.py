@@ -26,6 +26,9 @@ CACHE_TOKENS = Counter("modelyard_cache_tokens_total", "Prompt tokens read from 
                        ["model", "cluster", "kind"])
 CACHE_SAVED = Counter("modelyard_cache_saved_total", "Cost the prompt cache saved against the full input price",
                       ["model", "tenant"])
+# Images, seconds of audio and characters of speech (/v1/images, /v1/audio), as each provider bills them.
+MEDIA_UNITS = Counter("modelyard_media_units_total", "Images, audio seconds and speech characters metered",
+                      ["model", "unit"])
 CHANNEL = Counter("modelyard_channel_requests_total", "Requests by serving channel",
                   ["channel", "tier"])
 STREAMS = Gauge("modelyard_extproc_open_streams", "ext_proc streams open now")
