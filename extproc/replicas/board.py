@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -23,7 +23,7 @@ from extproc.replicas.exposition import MetricsParseError
 from extproc.replicas.picker import Pick, pick_replica
 from extproc.replicas.prefix import PrefixIndex, block_hashes
 from extproc.replicas.readings import ReplicaReading, parse_replica_metrics
-from extproc.telemetry.metrics import REPLICA_PICKS, REPLICA_POLL_ERRORS
+from extproc.telemetry.metrics import REPLICA_PICKS, REPLICA_POLL_ERRORS, REPLICA_STATES, ReplicaState
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,25 @@ class ReplicaBoard:
         if failed:
             rs.failed_at[sent.endpoint] = self._clock()
 
+    def states(self) -> Iterator[ReplicaState]:
+        """What the picker reads per endpoint now (`modelyard_replica_state`, scraped)."""
+        now = self._clock()
+        for cluster, rs in list(self.sets.items()):
+            hold = rs.settings.failure_hold_ms / 1000.0
+            for ep in rs.endpoints:
+                fields: dict[str, float] = {"in_flight": rs.in_flight.get(ep, 0)}
+                failed = rs.failed_at.get(ep)
+                if failed is not None and now - failed < hold:
+                    fields["held_seconds"] = hold - (now - failed)
+                r = rs.readings.get(ep)
+                if r is not None:
+                    fields.update(waiting=r.waiting, running=r.running, age_seconds=max(0.0, now - r.at))
+                    if r.kv_usage is not None:
+                        fields["kv_usage"] = r.kv_usage
+                    if r.max_lora is not None:
+                        fields["max_lora"] = r.max_lora
+                yield cluster, ep, fields, r.loras if r is not None else frozenset()
+
     # -- background --------------------------------------------------------------------------
     def reconfigure(self, deployments: list[Deployment]) -> None:
         """A reload: a deployment whose endpoints and settings are unchanged keeps its state and
@@ -165,6 +184,7 @@ class ReplicaBoard:
 
     async def start(self, first_poll_timeout: float | None = None) -> None:
         self._session = aiohttp.ClientSession()
+        REPLICA_STATES.source = self.states  # one board per process: its state is what /metrics shows
         if first_poll_timeout:
             polls = [self.poll_once(rs, ep) for rs in self.sets.values() for ep in rs.endpoints]
             try:

@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,6 +154,9 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             )
         else:
             lines.append(f"{'-':>2}  {r['model']:<16} {r['cluster']:<20} filtered: {r['filtered']}")
+    for r in doc["rows"]:
+        if r.get("replicas"):
+            lines += ["", *format_replicas(r["cluster"], r["replicas"])]
     queued = [r for r in doc["rows"] if r.get("queue")]
     if queued:
         lines += ["", "slots and queues (max_inflight):"]
@@ -163,6 +166,32 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             lines.append(f"    {r['cluster']:<20} {q['inflight']}/{q['max_inflight']} in flight, waiting {waiting}: "
                          f"{q['outlook']}")
     return "\n".join(lines)
+
+
+def format_replicas(cluster: str, p: Mapping[str, Any]) -> list[str]:
+    """One deployment's replica pick (`extproc/replicas/explain.py` fills it): each replica's terms."""
+    w = p.get("weights") or {}
+    head = (f"replicas of {cluster} (weights " + " ".join(f"{k}={v:g}" for k, v in w.items()) + "): "
+            + (f"-> {p['endpoint']} ({p['why']})" if p["endpoint"] else f"-> none picked ({p['why']}): Envoy balances"))
+    lines = [head, f"    {'endpoint':<22} {'score':>6}  {'queue':>5} {'kv':>5} {'prefix':>6} {'lora':>5}  "
+                   f"{'waiting':>7} {'running':>7} {'inflight':>8} {'age_ms':>6}  note"]
+    for r in p["ranked"]:
+        lines.append(f"    {r['endpoint']:<22} {r['score']:>6.3f}  {r['queue']:>5.2f} {r['kv_cache']:>5.2f} "
+                     f"{r['prefix']:>6.2f} {r['lora']:>5.2f}  {_num(r.get('waiting')):>7} {_num(r.get('running')):>7} "
+                     f"{_num(r.get('in_flight')):>8} {_num(r.get('age_ms')):>6}  "
+                     + ("picked" if r["endpoint"] == p["endpoint"] else ""))
+    for r in p["left_out"]:
+        lines.append(f"    {r['endpoint']:<22} {'-':>6}  left out: {r['why']}")
+    return lines
+
+
+def _num(v: Any) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
+# A hook that adds to an explained decision what another room of the extproc decides after routing
+# (the replica picks: extproc/replicas/explain.py): (config, doc, the extproc's /metrics text, now).
+Addition = Callable[[GatewayConfig, dict[str, Any], str, float], None]
 
 
 def _live_metrics(config: GatewayConfig) -> str:
@@ -183,7 +212,7 @@ def _watermark_arg(text: str) -> tuple[str, float]:
     return cluster, v
 
 
-def explain_main(argv: list[str]) -> int:
+def explain_main(argv: list[str], add: Addition | None = None) -> int:
     ap = argparse.ArgumentParser(prog="modelyard route explain", description=__doc__)
     ap.add_argument("--config", default=None, help="modelyard.yaml (default: $MODELYARD_CONFIG)")
     ap.add_argument("--model", default="auto", help="model or group name (default: auto)")
@@ -206,7 +235,8 @@ def explain_main(argv: list[str]) -> int:
         help="a current watermark; monitored clusters not named are assumed at 0.0",
     )
     ap.add_argument("--live", action="store_true",
-                    help="read the slots and queues now from the running extproc's /metrics (extproc.metrics_address)")
+                    help="read the slots, queues and replica readings now from the running extproc's /metrics "
+                         "(extproc.metrics_address)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     try:
@@ -245,6 +275,8 @@ def explain_main(argv: list[str]) -> int:
             print(f"error: cannot read {config.extproc.metrics_address}/metrics: {e}", file=sys.stderr)
             return 2
     doc = explain(scheduler, req, now, readings, queue_states(config, metrics_text))
+    if add is not None:
+        add(config, doc, metrics_text, now)
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
