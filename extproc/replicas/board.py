@@ -43,6 +43,15 @@ class ReplicaSet:
     def __post_init__(self) -> None:
         self.prefix = PrefixIndex(self.settings.prefix_entries)
 
+    def retune(self, settings: ReplicaMetrics) -> None:
+        """A reload that keeps the endpoints: new weights and settings from the next pick on, with the
+        readings, in-flight counts and failure holds kept (the pollers read the settings each round)."""
+        old, self.settings = self.settings, settings
+        if (old.block_chars, old.prefix_blocks) != (settings.block_chars, settings.prefix_blocks):
+            self.prefix = PrefixIndex(settings.prefix_entries)  # other blocks: the old hashes never match
+        else:
+            self.prefix.max_entries = settings.prefix_entries
+
     def metrics_url(self, endpoint: str) -> str:
         host, _, port = endpoint.rpartition(":")
         return f"http://{host}:{self.settings.port or port}{self.settings.path}"
@@ -122,16 +131,18 @@ class ReplicaBoard:
 
     # -- background --------------------------------------------------------------------------
     def reconfigure(self, deployments: list[Deployment]) -> None:
-        """A reload: a deployment whose endpoints and settings are unchanged keeps its state and
-        pollers; the rest start afresh."""
+        """A reload: a deployment whose endpoints are unchanged keeps its state and pollers and takes
+        its new settings (weights included) at once; the rest start afresh."""
         wanted = {d.cluster: d for d in deployments if d.replica_metrics is not None}
         for cluster in list(self.sets):
             d = wanted.get(cluster)
             rs = self.sets[cluster]
-            if d is None or d.endpoints != rs.endpoints or d.replica_metrics != rs.settings:
+            if d is None or list(d.endpoints) != rs.endpoints:
                 del self.sets[cluster]
                 for key in [k for k in self._tasks if k[0] == cluster]:
                     self._tasks.pop(key).cancel()
+            elif d.replica_metrics is not None and d.replica_metrics != rs.settings:
+                rs.retune(d.replica_metrics)
         for cluster, d in wanted.items():
             if cluster not in self.sets:
                 assert d.replica_metrics is not None

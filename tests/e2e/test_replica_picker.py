@@ -5,6 +5,8 @@ back to Envoy's own balancer, and prefix affinity holds a conversation on one re
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
 import time
 from collections import Counter
@@ -14,6 +16,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import yaml
 
 from tests.stack_config import free_port, small_config, start_stack
 
@@ -146,6 +149,25 @@ def test_the_audit_row_names_the_replica_that_answered_and_why(replicas: tuple[A
                       "answered": raw.headers["x-demo-replica"]}
     _fake(a, waiting=0, metrics=True)
     _fake(b, waiting=0, metrics=True)
+
+
+def test_new_weights_take_effect_on_sighup_without_a_restart(replicas: tuple[Any, list[str]]) -> None:
+    stack, (a, b) = replicas
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+    _fake(a, waiting=0, kv=0.9, metrics=True)  # a: the empty queue, b: the empty KV cache
+    _fake(b, waiting=8, kv=0.0, metrics=True)
+    _settle(stack, client, a)  # the default weights: the queue decides
+    pid = stack.child("extproc").proc.pid
+    cfg = yaml.safe_load(stack.config_path.read_text())
+    cfg["models"][0]["deployments"][0]["replica_metrics"]["weights"] = {"queue": 0.1, "kv_cache": 1.0}
+    stack.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    os.kill(pid, signal.SIGHUP)
+    _settle(stack, client, b)  # the KV headroom decides now
+    landed = Counter(_chat(client, [{"role": "user", "content": f"w{i}"}]) for i in range(10))
+    assert landed == {b: 10}
+    assert stack.child("extproc").proc.pid == pid  # no restart
+    _fake(a, waiting=0, kv=0.0)
+    _fake(b, waiting=0, kv=0.0)
 
 
 def test_a_replica_that_failed_is_not_picked_again_at_once(replicas: tuple[Any, list[str]]) -> None:
