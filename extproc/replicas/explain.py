@@ -63,7 +63,7 @@ def replica_pick(config: GatewayConfig, cluster: str, model: str, live: Live, no
     pick = pick_replica(s, list(d.endpoints), readings, in_flight, failed_at, now,
                         adapter=d.upstream_model or model)
     doc = pick.explain()
-    for row in doc["ranked"]:  # type: ignore[union-attr]
+    for row in doc["ranked"]:
         fields = live.get((cluster, row["endpoint"]), ({}, set()))[0]
         row.update(waiting=fields.get("waiting"), running=fields.get("running"), in_flight=fields.get("in_flight", 0),
                    age_ms=round(fields["age_seconds"] * 1000) if "age_seconds" in fields else None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from contracts.config.balancing import ReplicaMetrics
 from extproc.replicas.readings import ReplicaReading
@@ -49,7 +50,7 @@ class Pick:
             return {"replica": None, "reason": self.why, "fallback": "envoy"}
         return {"replica": self.endpoint, "reason": self.why, "score": round(self.ranked[0].score, 4)}
 
-    def explain(self) -> dict[str, object]:
+    def explain(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "reason": self.reason, "why": self.why, "weights": self.weights,
                 "ranked": [{"endpoint": s.endpoint, "score": round(s.score, 4), "queue_len": s.queue,
                             **{k: round(v, 4) for k, v in s.terms.items()}} for s in self.ranked],
