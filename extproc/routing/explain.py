@@ -21,6 +21,7 @@ from contracts.errors import ConfigError
 from contracts.watermarks import Reading
 from extproc.routing.decision import Candidate, Rejection, RouteRequest
 from extproc.routing.errors import NoCapacity, NoRoute
+from extproc.routing.latency import LatencyState, from_exposition
 from extproc.routing.scheduler import Scheduler
 
 
@@ -67,13 +68,28 @@ def queue_states(config: GatewayConfig, metrics_text: str = "") -> dict[str, Que
     return out
 
 
+def latency_states(config: GatewayConfig, metrics_text: str) -> dict[str, LatencyState]:
+    """Every deployment with an `slo:` as a running extproc measured it (`modelyard_latency_objective`
+    in its /metrics; an empty text: nothing measured)."""
+    fields: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "modelyard_latency_objective":
+            for sample in family.samples:
+                fields.setdefault(sample.labels.get("cluster", ""), {})[sample.labels.get("field", "")] = sample.value
+    return from_exposition({c: d.slo for c, d in config.clusters().items() if d.slo is not None}, fields)
+
+
 def explain(
     scheduler: Scheduler, req: RouteRequest, now: float, watermarks: Mapping[str, Reading],
-    queues: Mapping[str, QueueState] | None = None,
+    queues: Mapping[str, QueueState] | None = None, latency: Mapping[str, LatencyState] | None = None,
 ) -> dict[str, Any]:
     """A JSON-ready account of one decision (dry run: no trial quota is consumed); `queues` adds
-    each limited deployment's slots and queue, read as load as the extproc does."""
+    each limited deployment's slots and queue, read as load as the extproc does; `latency` each
+    deployment's measured latency against its objective (default: as `scheduler` measured it)."""
     queues = queues or {}
+    if latency is None:
+        latency = dict(scheduler.latency.states(now))
+    slow = {c: (st.objective.load, st.over) for c, st in latency.items() if st.over}
     rejected: tuple[Rejection, ...]
     candidates: tuple[Candidate, ...]
     out: dict[str, Any] = {
@@ -84,7 +100,7 @@ def explain(
     }
     try:
         d = scheduler.decide(req, now, watermarks, dry_run=True,
-                             occupancy={name: q.occupancy for name, q in queues.items()})
+                             occupancy={name: q.occupancy for name, q in queues.items()}, slow=slow)
     except NoRoute as e:
         retry_after_s = e.retry_after_s if isinstance(e, NoCapacity) else None
         out.update(status=e.status, error=e.message, retry_after_s=retry_after_s)
@@ -120,6 +136,9 @@ def explain(
         {"rank": None, "model": r.model, "cluster": r.cluster, "filtered": r.reason}
         for r in rejected
     ]
+    for r in rows:
+        if r["cluster"] in latency:
+            r["latency"] = latency[r["cluster"]].to_json()
     out["rows"] = rows
     return out
 
@@ -154,6 +173,11 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             )
         else:
             lines.append(f"{'-':>2}  {r['model']:<16} {r['cluster']:<20} filtered: {r['filtered']}")
+    timed = [r for r in doc["rows"] if r.get("latency")]
+    if timed:
+        lines += ["", "latency objectives (the gateway's own calls over the window):"]
+        for r in timed:
+            lines.append(f"    {r['cluster']:<20} {_latency_line(r['latency'])}")
     for r in doc["rows"]:
         if r.get("replicas"):
             lines += ["", *format_replicas(r["cluster"], r["replicas"])]
@@ -183,6 +207,15 @@ def format_replicas(cluster: str, p: Mapping[str, Any]) -> list[str]:
     for r in p["left_out"]:
         lines.append(f"    {r['endpoint']:<22} {'-':>6}  left out: {r['why']}")
     return lines
+
+
+def _latency_line(t: Mapping[str, Any]) -> str:
+    o = t["objective"]
+    parts = [f"{name} {_num(t[name + '_ms'])} ms of {t[name + '_samples']} calls (objective {_num(o[name + '_ms'])} ms)"
+             for name in ("p99", "ttft") if o[name + "_ms"] is not None]
+    verdict = (f"over: counts as load {t['load']:.2f}" if t["over"]
+               else f"within (judged from {t['min_samples']} calls)")
+    return ", ".join(parts) + f", window {t['window_s']:g} s: {verdict}"
 
 
 def _num(v: Any) -> str:
@@ -274,7 +307,8 @@ def explain_main(argv: list[str], add: Addition | None = None) -> int:
         except OSError as e:
             print(f"error: cannot read {config.extproc.metrics_address}/metrics: {e}", file=sys.stderr)
             return 2
-    doc = explain(scheduler, req, now, readings, queue_states(config, metrics_text))
+    doc = explain(scheduler, req, now, readings, queue_states(config, metrics_text),
+                  latency_states(config, metrics_text) if args.live else None)
     if add is not None:
         add(config, doc, metrics_text, now)
     if args.json:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from contracts.config.service_levels import LatencyObjective
@@ -66,16 +66,16 @@ class LatencyWindow:
 class LatencyState:
     """One deployment against its objective now: what `route explain` shows."""
 
-    p99_ms: float | None  # whole answers; None: no sample in the window
+    p99_s: float | None  # whole answers; None: no sample in the window
     p99_samples: int
-    ttft_ms: float | None  # streams' time to first chunk
+    ttft_s: float | None  # streams' time to first chunk
     ttft_samples: int
     over: str  # why it counts as loaded ("" when it does not)
     objective: LatencyObjective
 
     def to_json(self) -> dict[str, object]:
         o = self.objective
-        return {"p99_ms": _ms(self.p99_ms), "p99_samples": self.p99_samples, "ttft_ms": _ms(self.ttft_ms),
+        return {"p99_ms": _ms(self.p99_s), "p99_samples": self.p99_samples, "ttft_ms": _ms(self.ttft_s),
                 "ttft_samples": self.ttft_samples, "objective": {"p99_ms": o.p99_ms, "ttft_ms": o.ttft_ms},
                 "window_s": o.window_s, "min_samples": o.min_samples, "over": self.over,
                 "load": o.load if self.over else None}
@@ -140,6 +140,17 @@ class LatencyBook:
     def states(self, now: float) -> list[tuple[str, LatencyState]]:
         return [(c, st) for c in list(self.objectives) if (st := self.state(c, now)) is not None]
 
+    def exposition(self, now: float) -> Iterator[tuple[str, dict[str, float]]]:
+        """`modelyard_latency_objective`'s fields per deployment (the extproc's /metrics)."""
+        for cluster, st in self.states(now):
+            fields = {"p99_samples": float(st.p99_samples), "ttft_samples": float(st.ttft_samples),
+                      "over": 1.0 if st.over else 0.0}
+            if st.p99_s is not None:
+                fields["p99_seconds"] = st.p99_s
+            if st.ttft_s is not None:
+                fields["ttft_seconds"] = st.ttft_s
+            yield cluster, fields
+
     def loaded(self, now: float) -> dict[str, tuple[float, str]]:
         """cluster -> (the watermark it counts as, why) for every deployment over its objective now."""
         out: dict[str, tuple[float, str]] = {}
@@ -148,3 +159,15 @@ class LatencyBook:
             if st is not None and st.over:
                 out[cluster] = (st.objective.load, st.over)
         return out
+
+
+def from_exposition(objectives: Mapping[str, LatencyObjective],
+                    fields: Mapping[str, Mapping[str, float]]) -> dict[str, LatencyState]:
+    """The states a running extproc reported (`exposition`), judged against `objectives`."""
+    out: dict[str, LatencyState] = {}
+    for cluster, o in objectives.items():
+        f = fields.get(cluster, {})
+        p99, ttft = f.get("p99_seconds"), f.get("ttft_seconds")
+        n99, nt = int(f.get("p99_samples", 0)), int(f.get("ttft_samples", 0))
+        out[cluster] = LatencyState(p99, n99, ttft, nt, judge(o, p99, n99, ttft, nt), o)
+    return out

@@ -220,6 +220,29 @@ class ReplicaStates(Collector):
 REPLICA_STATES = ReplicaStates()
 REGISTRY.register(REPLICA_STATES)
 
+
+class LatencyObjectives(Collector):
+    """`modelyard_latency_objective{cluster,field}`: each deployment with an `slo:`, measured now
+    (p99_seconds, p99_samples, ttft_seconds, ttft_samples, over 0|1), read at scrape time from the
+    scheduler (`source`, set by the composition root); `modelyard route explain --live` replays it."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterator[tuple[str, Mapping[str, float]]]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("modelyard_latency_objective",
+                              "A deployment against its latency objective over the window: p99_seconds, "
+                              "p99_samples, ttft_seconds, ttft_samples, over (1: counts as loaded)",
+                              labels=["cluster", "field"])
+        for cluster, fields in (self.source() if self.source is not None else ()):
+            for name, value in fields.items():
+                g.add_metric([cluster, name], value)
+        yield g
+
+
+LATENCY_OBJECTIVES = LatencyObjectives()
+REGISTRY.register(LATENCY_OBJECTIVES)
+
 # Live reload (extproc/live/reload.py): the running config's version (a content hash), and every reload.
 CONFIG_INFO = Gauge("modelyard_config_info", "1 for the config version (content hash) this process runs",
                     ["version"])

@@ -127,3 +127,31 @@ def test_over_its_objective_a_fast_deployment_is_closed_to_l2_and_l3_not_l1(slo_
     # No more calls: once the first slow answer is 30 s old, too few are left to judge; L2 goes fast again.
     assert channel("silver", 129.9) == "standard"
     assert channel("silver", 130.0) == "fast"
+
+
+def test_explain_shows_the_measure_and_replays_a_running_extprocs(slo_config) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from extproc.routing.explain import explain, format_explain, latency_states
+    from extproc.telemetry.metrics import LatencyObjectives
+
+    s = Scheduler(slo_config)
+    for i in range(6):
+        s.record("big-fast", 0.9, True, now=100.0 + i)
+    req = RouteRequest("big", tenant_of(slo_config, "silver"), want_fast=True)
+    doc = explain(s, req, 106.0, fresh(slo_config, now=106.0))
+    (row,) = [r for r in doc["rows"] if r["cluster"] == "big-fast"]
+    assert row["latency"]["p99_ms"] == 900.0 and row["latency"]["load"] == 0.8
+    assert row["filtered"].endswith("(p99 900 ms over its 500 ms objective)")
+    out = format_explain(doc)
+    assert "big-fast             p99 900 ms of 6 calls (objective 500 ms), window 30 s: over: counts as load 0.80" in out
+    # --live: the running extproc's /metrics, judged the same way by a scheduler that measured nothing.
+    collector = LatencyObjectives()
+    collector.source = lambda: s.latency.exposition(106.0)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    live = latency_states(slo_config, generate_latest(registry).decode())
+    assert live["big-fast"].over == "p99 900 ms over its 500 ms objective"
+    replayed = explain(Scheduler(slo_config), req, 106.0, fresh(slo_config, now=106.0), latency=live)
+    assert replayed["chosen"] == "big-a" and replayed["downgraded"]
+    assert latency_states(slo_config, "")["big-fast"].over == ""  # nothing measured: not judged
