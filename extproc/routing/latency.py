@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from contracts.config.service_levels import LatencyObjective
@@ -151,13 +151,16 @@ class LatencyBook:
                 fields["ttft_seconds"] = st.ttft_s
             yield cluster, fields
 
-    def loaded(self, now: float) -> dict[str, tuple[float, str]]:
-        """cluster -> (the watermark it counts as, why) for every deployment over its objective now."""
+    def loaded(self, now: float, clusters: Iterable[str] | None = None) -> dict[str, tuple[float, str]]:
+        """cluster -> (the watermark it counts as, why) for each deployment over its objective now,
+        among `clusters` (a decision's candidates: its cost follows them, not the config's size)."""
         out: dict[str, tuple[float, str]] = {}
-        for cluster in self.objectives:
-            st = self.state(cluster, now)
-            if st is not None and st.over:
-                out[cluster] = (st.objective.load, st.over)
+        objectives = self.objectives
+        for cluster in objectives if clusters is None else clusters:
+            if cluster in objectives:
+                st = self.state(cluster, now)
+                if st is not None and st.over:
+                    out[cluster] = (st.objective.load, st.over)
         return out
 
 

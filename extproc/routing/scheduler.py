@@ -83,8 +83,6 @@ class Scheduler:
         eligible, static_rejected = self._shape(req, members)
         occupancy = occupancy or {}
         stats = self.feedback.view(req.tenant.name, now)
-        if slow is None:
-            slow = self.latency.loaded(now) if self.latency.objectives else {}
         admitted, runtime_rejected, fail_open = self._runtime_filter(req, eligible, now, watermarks, occupancy,
                                                                      stats, slow)
         rejected = static_rejected + tuple(runtime_rejected)
@@ -143,7 +141,7 @@ class Scheduler:
 
     def _runtime_filter(
         self, req: RouteRequest, eligible: tuple[Entry, ...], now: float, watermarks: Mapping[str, Reading],
-        occupancy: Mapping[str, float], stats: StatsLookup, slow: Mapping[str, tuple[float, str]],
+        occupancy: Mapping[str, float], stats: StatsLookup, slow: Mapping[str, tuple[float, str]] | None,
     ) -> tuple[list[tuple[Entry, float, bool]], list[Rejection], tuple[FailOpen, ...]]:
         """The entries that pass every runtime check, with their watermark and whether they are
         admitted as fast use; the others' rejections, in config order; the checks set aside."""
@@ -178,6 +176,8 @@ class Scheduler:
             readings = [(e, None) for e in entries]
         loads = filters.saturated(readings, s.saturation_threshold, s.watermarks.unmonitored, dropped)
         loads = filters.with_occupancy(loads, occupancy)
+        if slow is None:  # measured here, for the candidates left only
+            slow = self.latency.loaded(now, (e.cluster for e, _ in loads)) if self.latency.objectives else {}
         if slow:
             loads = filters.with_latency(loads, slow)
         if req.want_fast:
