@@ -18,6 +18,7 @@ import openai
 import pytest
 import yaml
 
+from extproc.replicas.explain import add_replica_picks
 from tests.stack_config import free_port, small_config, start_stack
 
 KEY = "sk-modelyard-demo"
@@ -135,6 +136,13 @@ def test_the_audit_row_names_the_replica_that_answered_and_why(replicas: tuple[A
     detail = _audit_detail(stack, raw.headers["x-modelyard-task-id"])
     assert detail["replica"] == raw.headers["x-demo-replica"] == b
     assert detail["reason"] == "queue" and "answered" not in detail, detail
+    # What `route explain --live` replays: the board's state at the extproc's /metrics.
+    metrics = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    doc: dict[str, Any] = {"rows": [{"rank": 1, "model": "rp", "cluster": "demo-rp"}]}
+    add_replica_picks(stack.cfg, doc, metrics, time.monotonic())
+    pick = doc["rows"][0]["replicas"]
+    assert (pick["endpoint"], pick["why"]) == (b, "queue")
+    assert {r["endpoint"]: r["waiting"] for r in pick["ranked"]} == {a: 40, b: 0}
     # Readings stale: Envoy balanced, and the row says so and who answered.
     _fake(a, metrics=False)
     _fake(b, metrics=False)
