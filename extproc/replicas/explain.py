@@ -63,6 +63,8 @@ def replica_pick(config: GatewayConfig, cluster: str, model: str, live: Live, no
     pick = pick_replica(s, list(d.endpoints), readings, in_flight, failed_at, now,
                         adapter=d.upstream_model or model)
     doc = pick.explain()
+    if doc["weights"] is None:  # nothing fresh: the weights a pick would use
+        doc["weights"] = s.weights.model_dump()
     for row in doc["ranked"]:
         fields = live.get((cluster, row["endpoint"]), ({}, set()))[0]
         row.update(waiting=fields.get("waiting"), running=fields.get("running"), in_flight=fields.get("in_flight", 0),

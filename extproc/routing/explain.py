@@ -213,8 +213,9 @@ def _latency_line(t: Mapping[str, Any]) -> str:
     o = t["objective"]
     parts = [f"{name} {_num(t[name + '_ms'])} ms of {t[name + '_samples']} calls (objective {_num(o[name + '_ms'])} ms)"
              for name in ("p99", "ttft") if o[name + "_ms"] is not None]
-    verdict = (f"over: counts as load {t['load']:.2f}" if t["over"]
-               else f"within (judged from {t['min_samples']} calls)")
+    judged = any(t[name + "_samples"] >= t["min_samples"] for name in ("p99", "ttft") if o[name + "_ms"] is not None)
+    verdict = (f"over: counts as load {t['load']:.2f}" if t["over"] else "within" if judged
+               else f"not judged (fewer than {t['min_samples']} calls: fail open)")
     return ", ".join(parts) + f", window {t['window_s']:g} s: {verdict}"
 
 
