@@ -47,7 +47,7 @@ from extproc.server import ExtprocServer
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
-from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
+from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, LATENCY_OBJECTIVES, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.warmup import Warmer
 from extproc.vision.batching import Batcher
@@ -294,6 +294,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await gateway.replicas.start(first_poll_timeout=1.0)
     if metrics and config.extproc.metrics_address:
         DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
+        LATENCY_OBJECTIVES.source = lambda: live.current.dispatcher.scheduler.latency.exposition(time.monotonic())
         serve_metrics(config.extproc.metrics_address)
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
         gateway.key_admin.refresher.start()

@@ -225,7 +225,7 @@ _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("agent",): ("gpuagent.agent", "main"),
     ("probe",): ("modelyard.probe", "main"),
     ("demo",): ("devstack.demo.cli", "main"),
-    ("route", "explain"): ("extproc.routing.explain", "explain_main"),
+    ("route", "explain"): ("extproc.replicas.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
     ("ratelimit", "status"): ("ratelimit.status", "main"),
     ("keys",): ("keys.cli", "main"),

@@ -25,7 +25,7 @@ from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.response_cache import CachePolicy, ResponseCacheStore
 from contracts.config.routing import RoutingSettings
-from contracts.config.service_levels import Channel, Tier
+from contracts.config.service_levels import Channel, LatencyObjective, Tier
 from contracts.errors import ConfigError
 from contracts.params import DropParams, check_drop_params
 
@@ -267,6 +267,8 @@ class Deployment(_Model):
     warmup: WarmupConfig | None = None
     # Readings per endpoint and a replica picked per request (docs/routing.md); None: Envoy balances alone.
     replica_metrics: ReplicaMetrics | None = None
+    # A latency objective: over it (measured by the gateway), the deployment counts as loaded (docs/routing.md).
+    slo: LatencyObjective | None = None
     # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
     max_inflight: int | None = Field(None, ge=1)
     queue: QueueSettings = QueueSettings()
