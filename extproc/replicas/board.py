@@ -72,11 +72,13 @@ class ReplicaBoard:
         return cls(deps) if deps else None
 
     # -- the request path ------------------------------------------------------------------
-    def pick(self, cluster: str, *, adapter: str | None = None, prompt: str | None = None) -> tuple[Pick, list[bytes]]:
+    def pick(self, cluster: str, *, adapter: str | None = None, prompt: str | None = None,
+             among: list[str] | None = None) -> tuple[Pick, list[bytes]]:
+        """`among`: only these of the set's endpoints (the endpoint picker's subset hint)."""
         rs = self.sets[cluster]
         s = rs.settings
         hashes = block_hashes(prompt, s.block_chars, s.prefix_blocks) if prompt and s.prefix_blocks else []
-        pick = pick_replica(s, rs.endpoints, rs.readings, rs.in_flight, rs.failed_at, self._clock(),
+        pick = pick_replica(s, rs.endpoints if among is None else among, rs.readings, rs.in_flight, rs.failed_at, self._clock(),
                             adapter=adapter, prefix_depth=rs.prefix.match(hashes) if hashes else None,
                             prefix_blocks=len(hashes))
         REPLICA_PICKS.labels(cluster, pick.endpoint or "").inc()
@@ -103,22 +105,35 @@ class ReplicaBoard:
 
     # -- background --------------------------------------------------------------------------
     def reconfigure(self, deployments: list[Deployment]) -> None:
-        """A reload: a deployment whose endpoints and settings are unchanged keeps its state and
-        pollers; the rest start afresh."""
-        wanted = {d.cluster: d for d in deployments if d.replica_metrics is not None}
+        """A reload: a deployment whose settings are unchanged keeps its state and pollers (its
+        endpoints may change); the rest start afresh."""
+        self.reconfigure_sets({d.cluster: (list(d.endpoints), d.replica_metrics) for d in deployments
+                               if d.replica_metrics is not None})
+
+    def reconfigure_sets(self, wanted: dict[str, tuple[list[str], ReplicaMetrics]]) -> None:
+        """cluster -> (endpoints, settings): also what the endpoint picker's pool membership feeds
+        (extproc/epp), where pods come and go while the others keep their prefix index and in-flight."""
         for cluster in list(self.sets):
-            d = wanted.get(cluster)
+            w = wanted.get(cluster)
             rs = self.sets[cluster]
-            if d is None or d.endpoints != rs.endpoints or d.replica_metrics != rs.settings:
+            if w is None or w[1] != rs.settings:
                 del self.sets[cluster]
                 for key in [k for k in self._tasks if k[0] == cluster]:
                     self._tasks.pop(key).cancel()
-        for cluster, d in wanted.items():
+            elif w[0] != rs.endpoints:
+                gone = set(rs.endpoints) - set(w[0])
+                rs.endpoints = list(w[0])
+                for ep in gone:
+                    task = self._tasks.pop((cluster, ep), None)
+                    if task is not None:
+                        task.cancel()
+                    rs.readings.pop(ep, None)
+                    rs.failed_at.pop(ep, None)
+        for cluster, (endpoints, settings) in wanted.items():
             if cluster not in self.sets:
-                assert d.replica_metrics is not None
-                self.sets[cluster] = ReplicaSet(cluster, list(d.endpoints), d.replica_metrics)
-                for ep in d.endpoints:
-                    REPLICA_POLL_ERRORS.labels(cluster, ep)  # a zero series from the start
+                self.sets[cluster] = ReplicaSet(cluster, list(endpoints), settings)
+            for ep in endpoints:
+                REPLICA_POLL_ERRORS.labels(cluster, ep)  # a zero series from the start
         if self._session is not None:
             self._start_missing()
 

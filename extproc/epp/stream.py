@@ -1,0 +1,134 @@
+"""One ext_proc stream of the endpoint picker: `ProcessingRequest` in, the replies to send out.
+
+Full duplex (the protocol's FULL_DUPLEX_STREAMED request body): the request-headers reply waits
+until the body has arrived, because the pick reads the body (model, prompt); then the headers reply
+carries the endpoint (header `x-gateway-destination-endpoint`, dynamic metadata `envoy.lb`) and
+the body goes back whole as a streamed body reply. Response bodies (FULL_DUPLEX_STREAMED too) pass
+through chunk by chunk. No I/O: the board's pick reads the last readings.
+"""
+
+from __future__ import annotations
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from google.protobuf import json_format
+
+from contracts.config.endpoint_picker import EndpointPickerConfig
+from contracts.errors import ClientError, ModelyardError
+from extproc import messages as msg
+from extproc.epp import decision
+from extproc.errors import error_response
+from extproc.replicas.board import ReplicaBoard, Sent
+from extproc.telemetry.metrics import EPP_DECISIONS
+
+
+def _metadata(req: pb.ProcessingRequest, namespace: str) -> dict[str, object] | None:
+    fm = req.metadata_context.filter_metadata
+    return json_format.MessageToDict(fm[namespace]) if namespace in fm else None
+
+
+class EppStream:
+    def __init__(self, config: EndpointPickerConfig, board: ReplicaBoard) -> None:
+        self.config = config
+        self.board = board
+        self.headers: dict[str, str] = {}
+        self.hint: list[str] | None = None
+        self.body = bytearray()
+        self.picked: list[str] = []
+        self.sent: Sent | None = None
+        self.failed = False
+        self.done = False  # the request is answered (an immediate reply ends the stream's work)
+
+    def handle(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        if self.done:
+            return []
+        try:
+            return self._handle(req)
+        except ModelyardError as e:
+            self.done = True
+            outcome = {503: "no_ready", 429: "shed"}.get(e.status, "bad_request")
+            EPP_DECISIONS.labels(self.config.pool, outcome).inc()
+            return [error_response("openai", e)]
+
+    def _handle(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        kind = req.WhichOneof("request")
+        if kind == "request_headers":
+            self.headers = msg.header_map(req.request_headers)
+            sub = _metadata(req, decision.SUBSET_NAMESPACE)
+            self.hint = decision.subset_hint({decision.SUBSET_NAMESPACE: sub}) if sub is not None else None
+            if req.request_headers.end_of_stream:  # no body (a GET): a pick without a prompt
+                return [self._route(decision.InferenceAsk(None, None), with_length=False)]
+            return []
+        if kind == "request_body":
+            part = req.request_body
+            if len(self.body) + len(part.body) > self.config.max_body_bytes:
+                raise ClientError(f"request body over {self.config.max_body_bytes} bytes", status=413)
+            self.body += part.body
+            if not part.end_of_stream:
+                return []
+            return [self._route(decision.read_body(bytes(self.body)), with_length=True),
+                    _streamed("request_body", bytes(self.body), end=True)]
+        if kind == "request_trailers":  # the body's end came as trailers
+            out = [self._route(decision.read_body(bytes(self.body)), with_length=True)]
+            if self.body:
+                out.append(_streamed("request_body", bytes(self.body), end=False))
+            r = pb.ProcessingResponse()
+            r.request_trailers.SetInParent()
+            return [*out, r]
+        if kind == "response_headers":
+            status = msg.header_map(req.response_headers).get(":status", "200")
+            self.failed = not status.isdigit() or int(status) >= 500
+            served = _metadata(req, decision.DESTINATION_NAMESPACE) or {}
+            if self.sent is not None and isinstance(served.get(decision.SERVED_KEY), str):
+                # The proxy went down the list: the one that answered is the one to credit.
+                self.sent = Sent(self.sent.cluster, str(served[decision.SERVED_KEY]))
+            if req.response_headers.end_of_stream:
+                self._finish()
+            return [msg.response_headers()]
+        if kind == "response_body":
+            if req.response_body.end_of_stream:
+                self._finish()
+            return [_streamed("response_body", req.response_body.body, req.response_body.end_of_stream)]
+        if kind == "response_trailers":
+            self._finish()
+            return [msg.response_trailers()]
+        return []
+
+    def _route(self, ask: decision.InferenceAsk, *, with_length: bool) -> pb.ProcessingResponse:
+        cfg, board = self.config, self.board
+        rs = board.sets[cfg.pool]
+        among = decision.candidates(rs.endpoints, self.hint)
+        pick, hashes = board.pick(cfg.pool, prompt=ask.prompt, among=among)
+        endpoints = decision.decide(cfg, pick, rs.readings, decision.priority(cfg, self.headers), cfg.pool)
+        self.picked = endpoints
+        self.sent = board.sent(cfg.pool, endpoints[0], hashes)
+        EPP_DECISIONS.labels(cfg.pool, "picked").inc()
+        return destination_reply(",".join(endpoints), len(self.body) if with_length else None)
+
+    def _finish(self) -> None:
+        if self.sent is not None:
+            self.board.done(self.sent, failed=self.failed)
+            self.sent = None
+
+    def close(self) -> None:
+        """The stream ended (answered, reset or cancelled): the call no longer counts as in flight."""
+        self._finish()
+
+
+def destination_reply(value: str, content_length: int | None) -> pb.ProcessingResponse:
+    """The request-headers reply of the protocol: the header and the `envoy.lb` metadata, same value."""
+    headers = [(decision.DESTINATION_KEY, value)]
+    if content_length is not None:  # the body comes back through us: say its length (the reference does)
+        headers.append(("content-length", str(content_length)))
+    r = msg.request_headers(headers, clear_route_cache=True)
+    r.dynamic_metadata.fields[decision.DESTINATION_NAMESPACE].struct_value.fields[
+        decision.DESTINATION_KEY].string_value = value
+    return r
+
+
+def _streamed(kind: str, body: bytes, end: bool) -> pb.ProcessingResponse:
+    r = pb.ProcessingResponse()
+    sr = getattr(r, kind).response.body_mutation.streamed_response
+    sr.body = body
+    sr.end_of_stream = end
+    return r
+
