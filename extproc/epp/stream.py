@@ -36,6 +36,7 @@ class EppStream:
         self.picked: list[str] = []
         self.sent: Sent | None = None
         self.failed = False
+        self.served: str | None = None  # the endpoint that answered, when the proxy says
         self.done = False  # the request is answered (an immediate reply ends the stream's work)
 
     def handle(self, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
@@ -77,10 +78,8 @@ class EppStream:
         if kind == "response_headers":
             status = msg.header_map(req.response_headers).get(":status", "200")
             self.failed = not status.isdigit() or int(status) >= 500
-            served = _metadata(req, decision.DESTINATION_NAMESPACE) or {}
-            if self.sent is not None and isinstance(served.get(decision.SERVED_KEY), str):
-                # The proxy went down the list: the one that answered is the one to credit.
-                self.sent = Sent(self.sent.cluster, str(served[decision.SERVED_KEY]))
+            served = (_metadata(req, decision.DESTINATION_NAMESPACE) or {}).get(decision.SERVED_KEY)
+            self.served = served if isinstance(served, str) else None
             if req.response_headers.end_of_stream:
                 self._finish()
             return [msg.response_headers()]
@@ -105,9 +104,18 @@ class EppStream:
         return destination_reply(",".join(endpoints), len(self.body) if with_length else None)
 
     def _finish(self) -> None:
-        if self.sent is not None:
-            self.board.done(self.sent, failed=self.failed)
-            self.sent = None
+        sent = self.sent
+        if sent is None:
+            return
+        self.sent = None
+        if self.served is None or self.served == sent.endpoint:
+            self.board.done(sent, failed=self.failed)
+            return
+        # The proxy went down the list (the protocol's served-endpoint metadata): the pick failed,
+        # and the one that answered is judged by its answer.
+        self.board.done(sent, failed=True)
+        if self.failed:
+            self.board.mark_failed(sent.cluster, self.served)
 
     def close(self) -> None:
         """The stream ended (answered, reset or cancelled): the call no longer counts as in flight."""

@@ -103,6 +103,12 @@ class ReplicaBoard:
         if failed:
             rs.failed_at[sent.endpoint] = self._clock()
 
+    def mark_failed(self, cluster: str, endpoint: str) -> None:
+        """A failure seen on an endpoint other than the one `sent` names (a proxy's retry went on)."""
+        rs = self.sets.get(cluster)
+        if rs is not None and endpoint in rs.endpoints:
+            rs.failed_at[endpoint] = self._clock()
+
     # -- background --------------------------------------------------------------------------
     def reconfigure(self, deployments: list[Deployment]) -> None:
         """A reload: a deployment whose settings are unchanged keeps its state and pollers (its

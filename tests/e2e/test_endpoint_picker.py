@@ -29,8 +29,10 @@ from tests.stack_config import free_port
 SYSTEM = "You are the demo assistant of the endpoint-picker tests. " * 12  # several prompt blocks
 
 
-def inference_gateway_envoy(listen: int, admin: int, epp: int) -> dict[str, Any]:
-    """The Inference Extension's Envoy, trimmed to what the protocol needs, plus the subset-hint rule."""
+def inference_gateway_envoy(listen: int, admin: int, epp: int, pool: list[str]) -> dict[str, Any]:
+    """The Inference Extension's Envoy, trimmed to what the protocol needs, plus the subset-hint rule
+    and a second way to the pool (`x-test-lb: metadata`): a cluster of the pool's endpoints whose
+    override-host policy reads the `envoy.lb` metadata instead of the header, round robin else."""
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}},
         "static_resources": {
@@ -45,7 +47,10 @@ def inference_gateway_envoy(listen: int, admin: int, epp: int) -> dict[str, Any]
                         "stat_prefix": "inference",
                         "route_config": {"name": "vllm", "virtual_hosts": [{
                             "name": "vllm-default", "domains": ["*"],
-                            "routes": [{"match": {"prefix": "/"},
+                            "routes": [{"match": {"prefix": "/", "headers": [
+                                            {"name": "x-test-lb", "string_match": {"exact": "metadata"}}]},
+                                        "route": {"cluster": "pool_by_metadata", "timeout": "60s"}},
+                                       {"match": {"prefix": "/"},
                                         "route": {"cluster": "original_destination_cluster", "timeout": "60s"}}]}]},
                         "http_filters": [
                             {"name": "envoy.filters.http.header_to_metadata",
@@ -65,7 +70,8 @@ def inference_gateway_envoy(listen: int, admin: int, epp: int) -> dict[str, Any]
                                      "request_body_mode": "FULL_DUPLEX_STREAMED",
                                      "response_body_mode": "FULL_DUPLEX_STREAMED",
                                      "request_trailer_mode": "SEND", "response_trailer_mode": "SEND"},
-                                 "metadata_options": {"forwarding_namespaces": {"untyped": ["envoy.lb.subset_hint"]}},
+                                 "metadata_options": {"forwarding_namespaces": {"untyped": ["envoy.lb.subset_hint"]},
+                                                      "receiving_namespaces": {"untyped": ["envoy.lb"]}},
                                  "message_timeout": "30s"}},
                             {"name": "envoy.filters.http.router",
                              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3"
@@ -75,6 +81,22 @@ def inference_gateway_envoy(listen: int, admin: int, epp: int) -> dict[str, Any]
                  "lb_policy": "CLUSTER_PROVIDED",
                  "original_dst_lb_config": {"use_http_header": True,
                                             "http_header_name": "x-gateway-destination-endpoint"}},
+                {"name": "pool_by_metadata", "type": "STATIC", "connect_timeout": "2s",
+                 "load_balancing_policy": {"policies": [{"typed_extension_config": {
+                     "name": "envoy.load_balancing_policies.override_host",
+                     "typed_config": {
+                         "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3"
+                                  ".OverrideHost",
+                         "override_host_sources": [{"metadata": {
+                             "key": "envoy.lb", "path": [{"key": "x-gateway-destination-endpoint"}]}}],
+                         "fallback_policy": {"policies": [{"typed_extension_config": {
+                             "name": "envoy.load_balancing_policies.round_robin",
+                             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies"
+                                                       ".round_robin.v3.RoundRobin"}}}]}}}}]},
+                 "load_assignment": {"cluster_name": "pool_by_metadata", "endpoints": [{"lb_endpoints": [
+                     {"endpoint": {"address": {"socket_address": {"address": ep.rpartition(":")[0],
+                                                                  "port_value": int(ep.rpartition(":")[2])}}}}
+                     for ep in pool]}]}},
                 {"name": "ext_proc", "type": "STATIC", "connect_timeout": "2s",
                  "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                      "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
@@ -112,7 +134,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "pool": "demo-pool", "address": f"127.0.0.1:{epp_port}", "endpoints_file": str(members),
         "replica_metrics": {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 400},
         "shed_queue": 10, "objectives": {"batch-jobs": -1, "chat": 2}}))
-    (work / "envoy.yaml").write_text(yaml.safe_dump(inference_gateway_envoy(listen, admin, epp_port)))
+    (work / "envoy.yaml").write_text(yaml.safe_dump(inference_gateway_envoy(listen, admin, epp_port, replicas)))
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name, cmd, port in (
@@ -165,6 +187,9 @@ def test_every_call_lands_on_the_replica_with_the_short_queue(gateway: Gateway) 
     _fake(b, waiting=8)
     _settle(client, a)
     assert Counter(_chat(client, [{"role": "user", "content": f"r{i}"}]) for i in range(20)) == {a: 20}
+    # The `envoy.lb` dynamic metadata names the same endpoint (a round robin would give b half).
+    by_metadata = _client(gateway, **{"x-test-lb": "metadata"})
+    assert Counter(_chat(by_metadata, [{"role": "user", "content": f"m{i}"}]) for i in range(10)) == {a: 10}
     # A stream passes through the full-duplex response path chunk by chunk.
     stream = client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "stream"}],
                                             stream=True)
