@@ -39,7 +39,7 @@ def _cmd_epp(a: argparse.Namespace) -> int:
 
     # Flags alone (--pool and --endpoints/--endpoints-file) need no file; otherwise the usual config path.
     path = a.config or (None if a.pool else config_path(None))
-    cfg = load_endpoint_picker(path, pool=a.pool, address=a.address,
+    cfg = load_endpoint_picker(path, pool=a.pool, address=a.address, metrics_address=a.metrics_address,
                                endpoints=a.endpoints.split(",") if a.endpoints else None,
                                endpoints_file=a.endpoints_file)
     return serve_epp(cfg)
@@ -271,6 +271,7 @@ def parser() -> argparse.ArgumentParser:
                                                  "endpoint picker for one InferencePool (docs/routing.md)"))
     epp.add_argument("--pool", default=None, help="the InferencePool's name (default: endpoint_picker.pool)")
     epp.add_argument("--address", default=None, help="ext_proc gRPC address (default: endpoint_picker.address)")
+    epp.add_argument("--metrics-address", default=None, help="Prometheus /metrics address")
     epp.add_argument("--endpoints", default=None, metavar="IP:PORT,...", help="the pool's endpoints")
     epp.add_argument("--endpoints-file", default=None, metavar="PATH",
                      help="a file of the pool's endpoints, re-read when it changes")
