@@ -33,6 +33,9 @@ class EndpointPickerConfig(BaseModel):
     pool: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # the InferencePool's name
     address: str = "127.0.0.1:9002"  # the ext_proc gRPC port (the Inference Extension's default 9002)
     metrics_address: str | None = None  # Prometheus /metrics, when set
+    # `modelyard up` only: an Envoy listener (host:port) in front of the pool, configured as the
+    # Inference Extension documents its gateway (controlplane/inference_pool.py), and this picker started.
+    listener: str | None = None
     # Pool membership: a static list, and/or a file of `ip:port` lines re-read when it changes (what a
     # Kubernetes pod watch would keep current; $MODELYARD_EPP_ENDPOINTS adds to both).
     endpoints: list[str] = Field(default_factory=list)

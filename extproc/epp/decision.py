@@ -17,15 +17,21 @@ from dataclasses import dataclass
 
 from adapters import openai
 from contracts.config.endpoint_picker import EndpointPickerConfig
+from contracts.envoy_names import (
+    DESTINATION_ENDPOINT_HEADER,
+    EPP_DESTINATION_NAMESPACE,
+    EPP_SUBSET_KEY,
+    EPP_SUBSET_NAMESPACE,
+)
 from contracts.errors import ClientError, ModelyardError, Unavailable
 from extproc.replicas.picker import Pick
 from extproc.replicas.prefix import prompt_text
 from extproc.replicas.readings import ReplicaReading
 
-SUBSET_NAMESPACE = "envoy.lb.subset_hint"
-SUBSET_KEY = "x-gateway-destination-endpoint-subset"
-DESTINATION_NAMESPACE = "envoy.lb"
-DESTINATION_KEY = "x-gateway-destination-endpoint"  # the header and the metadata key alike
+SUBSET_NAMESPACE = EPP_SUBSET_NAMESPACE
+SUBSET_KEY = EPP_SUBSET_KEY
+DESTINATION_NAMESPACE = EPP_DESTINATION_NAMESPACE
+DESTINATION_KEY = DESTINATION_ENDPOINT_HEADER  # the header and the metadata key alike
 SERVED_KEY = "x-gateway-destination-endpoint-served"
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 

@@ -266,3 +266,26 @@ def test_no_ready_replica_gives_503(gateway: Gateway) -> None:
     _fake(a, metrics=True)
     _fake(b, waiting=0, metrics=True)
     _settle(client, a)
+
+
+def test_modelyard_up_puts_the_picker_and_its_listener_in_front_of_the_pool(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The embedded default: `endpoint_picker.listener` makes the stack start `modelyard epp` and
+    render Envoy's listener for the pool (controlplane/inference_pool.py), over the config's own
+    demo replicas; the pool's calls need no gateway key (the gateway's own listener still does)."""
+    from tests.stack_config import small_config, start_stack
+
+    data = small_config()
+    eps = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    data["models"].append({"name": "pooled", "task_types": ["chat"], "deployments": [{
+        "cluster": "demo-pooled", "protocol": "openai", "endpoints": eps}]})
+    listener = f"127.0.0.1:{free_port()}"
+    data["endpoint_picker"] = {"pool": "demo-pool", "address": f"127.0.0.1:{free_port()}", "listener": listener,
+                               "endpoints": eps, "replica_metrics": {"kind": "vllm", "interval_ms": 50}}
+    with start_stack(tmp_path_factory.mktemp("epp-up"), data) as stack:
+        assert stack.child("epp").is_ready()
+        pool = Gateway(f"http://{listener}", eps)
+        _fake(eps[0], waiting=6)
+        client = _client(pool)
+        _settle(client, eps[1])
+        assert Counter(_chat(client, [{"role": "user", "content": f"u{i}"}]) for i in range(10)) == {eps[1]: 10}
