@@ -515,7 +515,8 @@ def build_resources(cfg: GatewayConfig, env: EnvironmentConfig) -> EnvoyResource
         listeners.append(stats_listener(env.stats))
         clusters.append(admin_cluster(env.admin))
     if cfg.endpoint_picker is not None and cfg.endpoint_picker.listener:  # docs/routing.md "Endpoint-picker mode"
-        pool_listener, pool_clusters = pool_resources(cfg.endpoint_picker, env.timeouts.route_s)
+        pool_listener, pool_clusters = pool_resources(cfg.endpoint_picker, env.timeouts.route_s,
+                                                      env.timeouts.extproc_message_s)
         listeners.append(pool_listener)
         clusters.extend(pool_clusters)
     return EnvoyResources(listeners=listeners, clusters=clusters, extproc=extproc_cluster(cfg, env),

@@ -57,7 +57,8 @@ def _socket(address: str) -> Address:
     return Address(socket_address=SocketAddress(address=host, port_value=int(port)))
 
 
-def pool_resources(ep: EndpointPickerConfig, route_timeout_s: float) -> tuple[Listener, list[Cluster]]:
+def pool_resources(ep: EndpointPickerConfig, route_timeout_s: float,
+                   message_timeout_s: float) -> tuple[Listener, list[Cluster]]:
     """The pool's listener, its original-destination cluster and the picker's ext_proc cluster."""
     assert ep.listener is not None
     name = f"inference-pool~{ep.pool}"
@@ -74,7 +75,7 @@ def pool_resources(ep: EndpointPickerConfig, route_timeout_s: float) -> tuple[Li
         metadata_options=MetadataOptions(
             forwarding_namespaces=MetadataOptionsMetadataNamespaces(untyped=[EPP_SUBSET_NAMESPACE]),
             receiving_namespaces=MetadataOptionsMetadataNamespaces(untyped=[EPP_DESTINATION_NAMESPACE])),
-        message_timeout=_secs(route_timeout_s))
+        message_timeout=_secs(message_timeout_s))
     hcm = HttpConnectionManager(
         stat_prefix=name,
         route_config=RouteConfiguration(name=name, virtual_hosts=[VirtualHost(name=name, domains=["*"], routes=[
