@@ -140,9 +140,9 @@ from contracts.failover import failover_groups, translation_hops
 from contracts.workers import worker_addresses, worker_count
 from controlplane.access_log import access_log
 from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
-from controlplane.inference_pool import pool_resources
 from controlplane.compression import compressor_filters, decompressor_filters
 from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
+from controlplane.inference_pool import pool_resources
 from controlplane.local_replies import extproc_down_replies, status_on_error
 from controlplane.overload import overload_manager
 from controlplane.stats_listener import admin_cluster, stats_listener

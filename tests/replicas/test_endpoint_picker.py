@@ -246,3 +246,17 @@ def test_parse_endpoints_and_the_loader(tmp_path: Path) -> None:
     (tmp_path / "none.yaml").write_text("listener: {}\n")
     with pytest.raises(ConfigError, match="no endpoint_picker section"):
         load_endpoint_picker(tmp_path / "none.yaml")
+
+
+def test_a_body_ended_by_trailers_is_picked_at_the_trailers() -> None:
+    board = _board({A: _r(), B: _r(waiting=3), C: _r(waiting=3)})
+    s = EppStream(CFG, board)
+    s.handle(_headers())
+    assert s.handle(_body(CHAT, end=False)) == []
+    trailers = pb.ProcessingRequest()
+    trailers.request_trailers.trailers.headers.add(key="x-checksum", raw_value=b"1")
+    head, body, tail = s.handle(trailers)
+    assert _destination(head)[0].startswith(A)
+    sr = body.request_body.response.body_mutation.streamed_response
+    assert sr.body == CHAT and not sr.end_of_stream  # the trailers end it
+    assert tail.HasField("request_trailers")
