@@ -170,9 +170,15 @@ def _chat(client: openai.OpenAI, messages: list[dict[str, str]]) -> str:
 
 
 def _settle(client: openai.OpenAI, expect: str, limit_s: float = 10.0) -> None:
-    """Readings arrive every 50 ms: calls until one lands as expected, then the test counts."""
+    """Readings arrive every 50 ms: calls until one lands as expected, then the test counts (a
+    replica whose /metrics was just switched back on is not ready until its next poll: 503 till then)."""
     deadline = time.monotonic() + limit_s
-    while _chat(client, [{"role": "user", "content": "settle"}]) != expect:
+    while True:
+        try:
+            if _chat(client, [{"role": "user", "content": "settle"}]) == expect:
+                return
+        except openai.InternalServerError as e:
+            assert e.status_code == 503, e
         assert time.monotonic() < deadline, f"never landed on {expect}"
 
 
@@ -236,11 +242,18 @@ def test_saturated_pool_sheds_sheddable_requests_only(gateway: Gateway) -> None:
     a, b = gateway.replicas
     _fake(a, waiting=30, metrics=True)
     _fake(b, waiting=20, metrics=True)
-    client = _client(gateway)
-    _settle(client, b)
-    with pytest.raises(openai.RateLimitError) as e:
-        _chat(_client(gateway, **{"x-gateway-inference-objective": "batch-jobs"}), [{"role": "user", "content": "x"}])
-    assert e.value.status_code == 429 and "sheddable" in e.value.message
+    batch = _client(gateway, **{"x-gateway-inference-objective": "batch-jobs"})
+    deadline = time.monotonic() + 10
+    while True:  # served until both new readings have arrived (one poll each), then shed
+        try:
+            _chat(batch, [{"role": "user", "content": "x"}])
+        except openai.RateLimitError as e:
+            assert e.status_code == 429 and "sheddable" in e.message
+            assert e.response.headers["retry-after"] == "1"
+            break
+        assert time.monotonic() < deadline, "never shed"
+    with pytest.raises(openai.RateLimitError):  # and stays shed while the pool is saturated
+        _chat(batch, [{"role": "user", "content": "x"}])
     # Priority 0 (no objective) and above: still served, by the least loaded.
     assert _chat(_client(gateway, **{"x-gateway-inference-objective": "chat"}), [{"role": "user", "content": "y"}]) == b
     _fake(a, waiting=0)
