@@ -33,7 +33,6 @@ class EppStream:
         self.headers: dict[str, str] = {}
         self.hint: list[str] | None = None
         self.body = bytearray()
-        self.picked: list[str] = []
         self.sent: Sent | None = None
         self.failed = False
         self.served: str | None = None  # the endpoint that answered, when the proxy says
@@ -57,7 +56,7 @@ class EppStream:
             sub = _metadata(req, decision.SUBSET_NAMESPACE)
             self.hint = decision.subset_hint({decision.SUBSET_NAMESPACE: sub}) if sub is not None else None
             if req.request_headers.end_of_stream:  # no body (a GET): a pick without a prompt
-                return [self._route(decision.InferenceAsk(None, None), with_length=False)]
+                return [self._route(decision.InferenceAsk(None, None), None)]
             return []
         if kind == "request_body":
             part = req.request_body
@@ -66,12 +65,13 @@ class EppStream:
             self.body += part.body
             if not part.end_of_stream:
                 return []
-            return [self._route(decision.read_body(bytes(self.body)), with_length=True),
-                    _streamed("request_body", bytes(self.body), end=True)]
+            body, self.body = bytes(self.body), bytearray()  # not held while the answer streams
+            return [self._route(decision.read_body(body), len(body)), _streamed("request_body", body, end=True)]
         if kind == "request_trailers":  # the body's end came as trailers
-            out = [self._route(decision.read_body(bytes(self.body)), with_length=True)]
-            if self.body:
-                out.append(_streamed("request_body", bytes(self.body), end=False))
+            body, self.body = bytes(self.body), bytearray()
+            out = [self._route(decision.read_body(body), len(body))]
+            if body:
+                out.append(_streamed("request_body", body, end=False))
             r = pb.ProcessingResponse()
             r.request_trailers.SetInParent()
             return [*out, r]
@@ -92,16 +92,15 @@ class EppStream:
             return [msg.response_trailers()]
         return []
 
-    def _route(self, ask: decision.InferenceAsk, *, with_length: bool) -> pb.ProcessingResponse:
+    def _route(self, ask: decision.InferenceAsk, content_length: int | None) -> pb.ProcessingResponse:
         cfg, board = self.config, self.board
         rs = board.sets[cfg.pool]
         among = decision.candidates(rs.endpoints, self.hint)
         pick, hashes = board.pick(cfg.pool, prompt=ask.prompt, among=among)
         endpoints = decision.decide(cfg, pick, rs.readings, decision.priority(cfg, self.headers), cfg.pool)
-        self.picked = endpoints
         self.sent = board.sent(cfg.pool, endpoints[0], hashes)
         EPP_DECISIONS.labels(cfg.pool, "picked").inc()
-        return destination_reply(",".join(endpoints), len(self.body) if with_length else None)
+        return destination_reply(",".join(endpoints), content_length)
 
     def _finish(self) -> None:
         sent = self.sent
