@@ -295,7 +295,7 @@ def test_modelyard_up_puts_the_picker_and_its_listener_in_front_of_the_pool(
     listener = f"127.0.0.1:{free_port()}"
     data["endpoint_picker"] = {"pool": "demo-pool", "address": f"127.0.0.1:{free_port()}", "listener": listener,
                                "endpoints": eps, "replica_metrics": {"kind": "vllm", "interval_ms": 50}}
-    with start_stack(tmp_path_factory.mktemp("epp-up"), data) as stack:
+    with start_stack(tmp_path_factory.mktemp("epp-up"), data, shared_demos=True) as stack:
         assert stack.child("epp").is_ready()
         pool = Gateway(f"http://{listener}", eps)
         _fake(eps[0], waiting=6)
