@@ -58,7 +58,7 @@ class EppServer:
         self._stopping = asyncio.Event()
 
     def _set_members(self, endpoints: list[str]) -> None:
-        self.board.reconfigure_sets({self.config.pool: (endpoints, self.config.replica_metrics)})
+        self.board.reconfigure_sets({self.config.pool: (endpoints, self.config.replica_metrics)}, keep_members=True)
 
     async def _set_health(self, status: int) -> None:
         for name in HEALTH_SERVICES:

@@ -221,10 +221,10 @@ def test_a_membership_change_keeps_the_remaining_replicas_state() -> None:
     board = _board({A: _r(), B: _r(waiting=1)})
     rs = board.sets["pool"]
     board.sent("pool", A, [b"h"])
-    board.reconfigure_sets({"pool": ([A, C], CFG.replica_metrics)})
+    board.reconfigure_sets({"pool": ([A, C], CFG.replica_metrics)}, keep_members=True)
     assert board.sets["pool"] is rs and rs.endpoints == [A, C]
     assert rs.in_flight == {A: 1} and set(rs.readings) == {A} and len(rs.prefix) == 1
-    board.reconfigure_sets({"pool": ([], CFG.replica_metrics)})
+    board.reconfigure_sets({"pool": ([], CFG.replica_metrics)}, keep_members=True)
     assert board.pick("pool")[0].endpoint is None
 
 
