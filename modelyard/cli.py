@@ -32,6 +32,19 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     return serve(a.config, worker=a.worker)
 
 
+def _cmd_epp(a: argparse.Namespace) -> int:
+    from contracts.config import config_path
+    from contracts.config.endpoint_picker import load_endpoint_picker
+    from extproc.epp.server import serve_epp
+
+    # Flags alone (--pool and --endpoints/--endpoints-file) need no file; otherwise the usual config path.
+    path = a.config or (None if a.pool else config_path(None))
+    cfg = load_endpoint_picker(path, pool=a.pool, address=a.address, metrics_address=a.metrics_address,
+                               endpoints=a.endpoints.split(",") if a.endpoints else None,
+                               endpoints_file=a.endpoints_file)
+    return serve_epp(cfg)
+
+
 def _cmd_up(a: argparse.Namespace) -> int:
     from devstack.launcher import up
 
@@ -281,6 +294,15 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--standby", action="store_true",
                        help=argparse.SUPPRESS)  # set by `modelyard up` for its warm spare (devstack/child.py)
     serve.set_defaults(func=_cmd_serve)
+    epp = with_config(sub.add_parser("epp", help="serve the replica picker as a Gateway API Inference Extension "
+                                                 "endpoint picker for one InferencePool (docs/routing.md)"))
+    epp.add_argument("--pool", default=None, help="the InferencePool's name (default: endpoint_picker.pool)")
+    epp.add_argument("--address", default=None, help="ext_proc gRPC address (default: endpoint_picker.address)")
+    epp.add_argument("--metrics-address", default=None, help="Prometheus /metrics address")
+    epp.add_argument("--endpoints", default=None, metavar="IP:PORT,...", help="the pool's endpoints")
+    epp.add_argument("--endpoints-file", default=None, metavar="PATH",
+                     help="a file of the pool's endpoints, re-read when it changes")
+    epp.set_defaults(func=_cmd_epp)
     up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the declared demo upstreams"))
     up.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")
     up.add_argument("--run-dir", default=None,
