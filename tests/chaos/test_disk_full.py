@@ -40,7 +40,7 @@ def test_a_full_run_disk_loses_no_metering_or_audit_row_and_recovers(tmp_path: P
     with small_disk(tmp_path / "run", 2048) as run:
         data = small_config()
         data["extproc"].update(metering_db=str(run / "metering.sqlite"), audit_db=str(run / "audit.sqlite"),
-                               tasks=None)
+                               tasks=None, batches=None)
         with start_stack(tmp_path, data) as stack:
             metrics = data["extproc"]["metrics_address"]
             client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0, timeout=20)

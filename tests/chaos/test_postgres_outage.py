@@ -49,7 +49,7 @@ def _ledger_usd(dsn: str, key_id: str) -> float:
 def test_postgres_outage_serves_cached_keys_holds_budgets_and_refuses_writes_with_503(tmp_path: Path) -> None:
     with running_database("modelyard_keys") as (pg, dsn):
         data = small_config()
-        data["extproc"].update(tasks=None, audit_db=None)
+        data["extproc"].update(tasks=None, batches=None, audit_db=None)
         data["keys"] = {"store": dsn, "admin_keys": [digest_of(ADMIN)], "refresh_s": 0.5}
         with start_stack(tmp_path, data) as stack:
             plain = _admin_create(stack.url)

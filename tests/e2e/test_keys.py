@@ -42,7 +42,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     data["models"].append(twin)
     grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
     data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
-                           workers=2, audit_db="audit.sqlite", tasks=None)
+                           workers=2, audit_db="audit.sqlite", tasks=None, batches=None)
     data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)]}  # the store: its default, run/keys.db
     with start_stack(workdir, data) as s:
         s.test_metrics = [f"127.0.0.1:{metrics_port + i}" for i in range(2)]  # worker i's
@@ -338,7 +338,7 @@ def unrefreshed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     data["models"] += [m for m in shipped["models"] if m["name"] == "demo-colors"]
     grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
     data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
-                           workers=2, audit_db=None, tasks=None)
+                           workers=2, audit_db=None, tasks=None, batches=None)
     data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)], "refresh_s": 3600}
     with start_stack(workdir, data) as s:
         s.test_metrics = [f"127.0.0.1:{metrics_port + i}" for i in range(2)]
@@ -392,7 +392,7 @@ def test_a_key_used_at_once_then_revoked_is_refused_within_the_bound_and_stays_r
 def flood_stack(tmp_path: Path) -> Iterator[Any]:
     """One worker with a lookup budget of 5 that practically never refills (0.001 a second)."""
     data = small_config()
-    data["extproc"].update(metrics_address=f"127.0.0.1:{free_ports_run(1)}", audit_db=None, tasks=None)
+    data["extproc"].update(metrics_address=f"127.0.0.1:{free_ports_run(1)}", audit_db=None, tasks=None, batches=None)
     data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)], "lookup_burst": 5, "lookups_per_s": 0.001}
     with start_stack(tmp_path, data) as s:
         s.test_metrics = [data["extproc"]["metrics_address"]]

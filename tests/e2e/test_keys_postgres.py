@@ -51,7 +51,7 @@ def _status(url: str, key: str) -> int:
 def test_replicas_share_one_postgresql_key_store(tmp_path: Path) -> None:
     with running_database("modelyard_keys") as (pg, dsn):
         data = small_config()
-        data["extproc"].update(tasks=None, audit_db=None)
+        data["extproc"].update(tasks=None, batches=None, audit_db=None)
         data["keys"] = {"store": dsn, "admin_keys": [digest_of(ADMIN_KEY)]}
         stack = start_stack(tmp_path, data, EnvironmentConfig(name="t", admin=None, concurrency=1))
         second, second_metrics = add_extproc_replica(stack, data, tmp_path)
@@ -123,7 +123,7 @@ def test_a_new_key_answers_at_once_and_a_store_outage_spares_known_keys(tmp_path
         data = small_config()
         grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
         data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
-                               workers=2, tasks=None, audit_db=None)
+                               workers=2, tasks=None, batches=None, audit_db=None)
         data["keys"] = {"store": dsn, "refresh_s": 3600}  # read at start only: later keys come by lookup
         with start_stack(tmp_path, data) as stack:
             created = _create(tmp_path / "modelyard.yaml")

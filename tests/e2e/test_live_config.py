@@ -127,7 +127,7 @@ def until(check: Callable[[], bool], within: float) -> float:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     workdir = tmp_path_factory.mktemp("live")
     data = small_config()
-    data["extproc"].update(audit_db="audit.sqlite", metering_db=None, tasks=None)
+    data["extproc"].update(audit_db="audit.sqlite", metering_db=None, tasks=None, batches=None)
     data["models"][0]["deployments"][0].pop("warmup", None)
     api = f"127.0.0.1:{free_port()}"
     data["controlplane"] = {"enabled": True, "xds_address": f"127.0.0.1:{free_port()}", "api_address": api}

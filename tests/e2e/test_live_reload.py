@@ -81,7 +81,7 @@ def _base() -> dict[str, Any]:
     data["models"][0]["deployments"][0].update(max_inflight=1, queue={"max_wait_s": 30, "bound": 64})
     grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
     data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
-                           workers=2, metering_db=None, audit_db=None, tasks=None)
+                           workers=2, metering_db=None, audit_db=None, tasks=None, batches=None)
     return data
 
 
@@ -232,7 +232,7 @@ def test_a_serving_extproc_applies_the_control_planes_config_and_acks(tmp_path: 
     with ControlPlane.thread() as cp:
         data = small_config()
         data["extproc"].update(address=f"127.0.0.1:{free_port()}", metrics_address=f"127.0.0.1:{free_port()}",
-                               workers=1, metering_db=None, audit_db=None, tasks=None)
+                               workers=1, metering_db=None, audit_db=None, tasks=None, batches=None)
         data["controlplane"] = {"enabled": True, "api_address": cp.address}
         path = tmp_path / "modelyard.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -95,7 +95,7 @@ def test_two_workers_hold_one_limit_for_the_host(tmp_path: Path) -> None:
         {"scope": "tenant", "match": "demo", "unit": "requests", "rate": rate, "burst": burst}]})
     grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
     data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
-                           workers=2, audit_db=None, tasks=None)
+                           workers=2, audit_db=None, tasks=None, batches=None)
     statuses: list[int] = []
     lock = threading.Lock()
     with start_stack(tmp_path, data) as stack:
@@ -160,7 +160,7 @@ def test_two_workers_hold_one_max_inflight_for_the_host(tmp_path: Path) -> None:
     data["models"][0]["deployments"][0].update(max_inflight=2, queue={"bound": 0})
     grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
     data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
-                           workers=2, audit_db=None, tasks=None)
+                           workers=2, audit_db=None, tasks=None, batches=None)
     statuses: list[int] = []
     with start_stack(tmp_path, data) as stack:
         def call(i: int) -> None:

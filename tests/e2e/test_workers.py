@@ -45,7 +45,7 @@ def test_two_workers_share_streams_and_state_and_stop_with_serve(tmp_path: Path)
     data = small_config()
     grpc_port, metrics_port = free_ports_run(2), free_ports_run(2)
     data["extproc"].update(address=f"127.0.0.1:{grpc_port}", metrics_address=f"127.0.0.1:{metrics_port}",
-                           workers=2, metering_db="metering.sqlite", audit_db=None, tasks=None)
+                           workers=2, metering_db="metering.sqlite", audit_db=None, tasks=None, batches=None)
     with start_stack(tmp_path, data) as stack:
         client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
         for i in range(REQUESTS):
