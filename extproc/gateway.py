@@ -84,6 +84,8 @@ class Gateway:
         """Background work that needs the server listening: the task worker replays through it."""
         if self.tasks is not None:
             self.tasks.start()
+        if self.response_cache is not None:  # the semantic index's rebuild
+            self.response_cache.start()
 
     def drain(self) -> None:
         """Shutting down: take no new background work; what runs finishes while streams drain."""

@@ -13,12 +13,12 @@ input-dependent, so a test can tell which upstream answered and that the input a
   marker (a `cachePoint`), and counts a write as a 1-hour write when a marker asked for 1h;
 - streams send one text event per word (and tool arguments in two fragments);
 - embeddings (`demo_embedding`) depend on the text alone: the same text gets the same vector from
-  every demo upstream, whatever protocol it speaks.
+  every demo upstream, whatever protocol it speaks; similar texts get similar vectors (trigram hashing).
 """
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 
 import orjson
 
@@ -110,12 +110,22 @@ MAX_DEMO_EMBED_DIMS = 4096
 
 
 def demo_embedding(text: str, dims: int | None = None) -> list[float]:
-    """A deterministic vector for `text`: sha256 bytes scaled to [-1, 1) in steps of 1/128, so every
-    value is exact in float32 and survives base64 and JSON alike."""
+    """A deterministic vector for `text` that places similar texts close: character trigrams of the
+    lower-cased, punctuation-free text, each hashed (crc32) to a dimension and a sign, the counts
+    scaled to unit length and rounded to steps of 1/1024 (every value exact in float32, so it
+    survives base64 and JSON alike). Case, punctuation and a changed word cost little similarity;
+    an unrelated text shares few trigrams (what the semantic response cache's demo relies on)."""
     import numpy as np  # on the first embedding, not at start: most demo upstreams never embed
 
     n = dims or DEMO_EMBED_DIMS
-    # 32 bytes per sha256 block; NumPy does the scaling (a 2048 x 1536 answer in well under a second).
-    raw = b"".join(hashlib.sha256(f"{block}:{text}".encode()).digest() for block in range(-(-n // 32)))
-    out: list[float] = ((np.frombuffer(raw, np.uint8)[:n].astype(np.float64) - 128) / 128).tolist()
+    words = "".join(" " if c in _PUNCT else c for c in text.lower()).split()
+    padded = f" {' '.join(words)} "
+    v = np.zeros(n, np.float64)
+    for i in range(len(padded) - 2):
+        h = zlib.crc32(padded[i:i + 3].encode())
+        v[h % n] += 1.0 if h & 0x80000000 else -1.0
+    norm = float(np.linalg.norm(v))
+    if norm:
+        v = np.round(v / norm * 1024) / 1024
+    out: list[float] = v.tolist()
     return out
