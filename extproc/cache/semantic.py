@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from extproc.cache.lookup import ResponseLookup
+from extproc.cache.metrics import INDEX_ROWS
 from extproc.cache.vector_index import Match, VectorIndex
 
 log = logging.getLogger("modelyard.rcache")
@@ -64,6 +65,7 @@ class SemanticIndex:
             if self._cursor == before:
                 break
         self.index.expire(now)
+        INDEX_ROWS.set(len(self.index))
         return added
 
     async def nearest(self, partition: str, vec: np.ndarray, now: float) -> Match | None:
@@ -73,6 +75,7 @@ class SemanticIndex:
 
     def add(self, partition: str, key: str, vec: np.ndarray, expires_at: float) -> None:
         self.index.add(partition, key, vec, expires_at)
+        INDEX_ROWS.set(len(self.index))
 
     def forget(self, key: str) -> None:
         """A match whose entry is gone (evicted, purged, or expired early): never matched again."""

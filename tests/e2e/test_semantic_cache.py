@@ -9,7 +9,6 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from pathlib import Path
 
 import anthropic
 import httpx
@@ -18,31 +17,11 @@ import pytest
 
 from tests.conftest import DEMO_KEY
 from tests.e2e.metered import metered_row
-from tests.stack_config import small_config, start_stack
+from tests.e2e.semantic_stack import MODEL, semantic_config
+from tests.stack_config import start_stack
 
 pytestmark = pytest.mark.e2e
 L2_KEY = "sk-modelyard-demo-l2"
-MODEL = "demo-gpt-semantic"
-
-
-def semantic_config(tmp: Path, **store: object) -> dict:
-    """small_config plus the shipped demo-embed and demo-gpt-semantic (ports remapped alike)."""
-    import yaml
-
-    from tests.stack_config import ROOT, _remap
-
-    shipped = {m["name"]: m for m in yaml.safe_load((ROOT / "modelyard.yaml").read_text())["models"]}
-    data = small_config()
-    base = data["models"][0]
-    base["deployments"][0].pop("warmup", None)  # the upstream's counter counts the tests' calls only
-    upstream = base["deployments"][0]["endpoints"][0]
-    embed = _remap(shipped["demo-embed"], {})
-    semantic = {**base, "name": MODEL, "cache": shipped[MODEL]["cache"]}
-    data["models"] += [semantic, embed]
-    assert semantic["deployments"][0]["endpoints"] == [upstream]
-    data["extproc"]["metering_db"] = str(tmp / "metering.sqlite")
-    data["response_cache"] = {"sqlite_path": str(tmp / "rcache.sqlite"), "lookup_timeout_ms": 2000, **store}
-    return data
 
 
 @pytest.fixture(scope="module")
