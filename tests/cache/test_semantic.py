@@ -243,3 +243,22 @@ async def test_semantic_lookup_hits_above_the_threshold_and_stores_misses_with_t
     finally:
         await cache.close()
         await runner.cleanup()
+
+
+# -- a reload that brings the first policy ----------------------------------------------------------
+async def test_a_reload_that_adds_the_first_cache_policy_opens_the_store(tmp_path: Path) -> None:
+    import copy
+
+    from extproc.gateway import Gateway, LiveGateway
+    from extproc.live.reload import Reloader
+
+    data = _cfg(None)
+    data["response_cache"] = {"sqlite_path": str(tmp_path / "c.sqlite")}
+    live = LiveGateway(Gateway.build(parse_config(data)), "v1")
+    assert live.current.response_cache is None  # no policy: nothing opened
+    cached = copy.deepcopy(data)
+    cached["models"][0]["cache"] = SEMANTIC
+    out = Reloader(live).apply(parse_config(cached), version="v2", source="test")
+    assert out.ok and live.current.response_cache is not None
+    assert (tmp_path / "c.sqlite").exists()
+    await live.current.response_cache.close()
