@@ -85,6 +85,10 @@ class ResponseCacheStore(_Model):
     max_bytes: int = Field(256 * 1024 * 1024, ge=64 * 1024)
     # A lookup that takes longer is a miss (Redis away must not hold a request).
     lookup_timeout_ms: int = Field(100, ge=1, le=5000)
+    # Semantic entries: the most vectors one partition (scope, model, controls) keeps in each process's
+    # index; past it the closest to expiry drop out (they stay exact entries). A lookup scans them all:
+    # bench/bench_semantic.py measures what that costs (docs/cache.md).
+    semantic_partition_rows: int = Field(20_000, ge=1, le=1_000_000)
 
 
 class _NamedModel(Protocol):

@@ -61,8 +61,10 @@ class CacheStep:
 
 
 class ResponseCache:
-    def __init__(self, store: ResponseLookup, store_name: str, lookup_timeout_s: float) -> None:
+    def __init__(self, store: ResponseLookup, store_name: str, lookup_timeout_s: float,
+                 partition_rows: int = 20_000) -> None:
         self.store = store
+        self.partition_rows = partition_rows
         self.store_name = store_name
         self.timeout_s = lookup_timeout_s
         self._lookup = LOOKUP.labels(store_name)
@@ -86,9 +88,9 @@ class ResponseCache:
         else:
             from extproc.cache.sqlite_store import SqliteResponseStore
             store = SqliteResponseStore(rc.sqlite_path, rc.max_bytes)
-        cache = cls(store, rc.store, rc.lookup_timeout_ms / 1000)
+        cache = cls(store, rc.store, rc.lookup_timeout_ms / 1000, rc.semantic_partition_rows)
         if any(m.cache is not None and m.cache.mode == "semantic" for m in config.models):
-            cache._semantic = SemanticIndex(store)
+            cache._semantic = SemanticIndex(store, rc.semantic_partition_rows)
         return cache
 
     def start(self) -> None:
@@ -98,7 +100,7 @@ class ResponseCache:
 
     def _semantic_index(self) -> SemanticIndex:
         if self._semantic is None:  # a model turned semantic by a reload
-            self._semantic = SemanticIndex(self.store)
+            self._semantic = SemanticIndex(self.store, self.partition_rows)
         self._semantic.start()
         return self._semantic
 

@@ -25,10 +25,10 @@ INLINE_WORK = 65_536
 
 
 class SemanticIndex:
-    def __init__(self, store: ResponseLookup, refresh_s: float = 1.0) -> None:
+    def __init__(self, store: ResponseLookup, max_rows: int = 20_000, refresh_s: float = 1.0) -> None:
         self.store = store
         self.refresh_s = refresh_s
-        self.index = VectorIndex()
+        self.index = VectorIndex(max_rows)
         self._cursor: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rcache-search")

@@ -52,7 +52,11 @@ def unit(vec: np.ndarray) -> np.ndarray | None:
 
 
 class VectorIndex:
-    def __init__(self) -> None:
+    """`max_rows`: a partition's bound; past it the row closest to expiry leaves the index (its entry
+    stays an exact-cache entry). It bounds a lookup's cost: rows x dimension multiply-adds."""
+
+    def __init__(self, max_rows: int = 20_000) -> None:
+        self.max_rows = max_rows
         self._blocks: dict[str, _Block] = {}
         self._where: dict[str, tuple[str, int]] = {}  # entry key -> (partition, row)
 
@@ -84,6 +88,10 @@ class VectorIndex:
             b = self._blocks[partition] = _Block(row.shape[0])
         if row.shape[0] != b.dim:
             return False
+        if b.count - b.dead >= self.max_rows:
+            live = b.expires[:b.count]
+            self.remove(b.keys[int(np.argmin(np.where(live > 0, live, np.inf)))])
+            b = self._blocks.get(partition) or self._blocks.setdefault(partition, _Block(row.shape[0]))
         if b.count == b.mat.shape[0]:
             b = self._grown(partition, b)
         b.mat[b.count] = row

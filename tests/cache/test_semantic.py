@@ -76,6 +76,18 @@ def test_index_removes_expires_and_grows_without_losing_keys() -> None:
     assert idx.search("p", rows[2], 0.0).key in ("k1", "k2") and len(idx) == 100 - 20 - gone + 1
 
 
+def test_a_full_partition_drops_the_row_closest_to_expiry() -> None:
+    rng = np.random.default_rng(4)
+    idx = VectorIndex(max_rows=3)
+    rows = [_unit(rng) for _ in range(4)]
+    for i, (r, exp) in enumerate(zip(rows, (300.0, 100.0, 200.0, 400.0), strict=True)):
+        idx.add("p", f"k{i}", r, exp)
+    idx.add("q", "other", rows[1], 100.0)  # another partition: its own bound
+    assert idx.rows("p") == 3 and idx.expires_of("k1") is None  # k1 expired soonest: it went
+    assert [idx.search("p", r, 0.0).key for r in (rows[0], rows[2], rows[3])] == ["k0", "k2", "k3"]
+    assert idx.search("q", rows[1], 0.0).key == "other"
+
+
 # -- what is compared ----------------------------------------------------------------------------
 def _probe(body: dict, protocol: str = "openai", scope: str = "tenant:a", model: str = "m", dims: int | None = 256):
     mod = openai if protocol == "openai" else anthropic
