@@ -11,8 +11,10 @@ ef_construction=200, ef=64), `usearch` (HNSW, its defaults), `faiss-flat` (Index
 the nearest row is the one it came from, the second is not far behind only by chance).
 
 Per index: build time (every row added, as a start rebuilds the index), lookup p50/p99 of one query
-at a time (a request does one), recall@1 against the exact answer (NumPy's). Every library runs on
-one thread (the loop's lookup runs beside other requests: per-query cost is what counts).
+at a time (a request does one), recall@1 against the exact answer (NumPy's). Lookups run on one
+thread (the loop's lookup runs beside other requests: per-query cost is what counts); builds use
+every core. The ANN libraries are built only up to `--ann-max-rows` (10,000 by default: an HNSW
+build of 100,000 rows takes minutes here, past make bench's bound); pass a larger one by hand.
 `redis-fetch` is the other Redis design the cache did not take: fetching the partition's matrix
 from Redis for each lookup (one GET of rows x dim float32), timed where a redis-server is found.
 The last stdout line is `SUMMARY [...]`.
@@ -42,6 +44,7 @@ from bench.smoke import scaled  # noqa: E402
 from extproc.cache.vector_index import VectorIndex  # noqa: E402
 
 Search = Callable[[np.ndarray], int]  # one query -> the row it finds
+BUILD_THREADS = os.cpu_count() or 1  # a build (a start's rebuild) may use every core; a lookup uses one
 
 
 def _data(n: int, dim: int, queries: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -70,8 +73,9 @@ def _hnswlib(rows: np.ndarray) -> Search:
 
     index = hnswlib.Index(space="ip", dim=rows.shape[1])
     index.init_index(max_elements=len(rows), M=16, ef_construction=200)
-    index.set_num_threads(1)
+    index.set_num_threads(BUILD_THREADS)
     index.add_items(rows, np.arange(len(rows)))
+    index.set_num_threads(1)
     index.set_ef(64)
 
     def search(q: np.ndarray) -> int:
@@ -84,7 +88,7 @@ def _usearch(rows: np.ndarray) -> Search:
     from usearch.index import Index
 
     index = Index(ndim=rows.shape[1], metric="ip", dtype="f32")
-    index.add(np.arange(len(rows)), rows, threads=1)
+    index.add(np.arange(len(rows)), rows, threads=BUILD_THREADS)
 
     def search(q: np.ndarray) -> int:
         return int(index.search(q, 1, threads=1).keys[0])
@@ -94,13 +98,14 @@ def _usearch(rows: np.ndarray) -> Search:
 def _faiss(rows: np.ndarray, hnsw: bool) -> Search:
     import faiss
 
-    faiss.omp_set_num_threads(1)
+    faiss.omp_set_num_threads(BUILD_THREADS)
     if hnsw:
         index = faiss.IndexHNSWFlat(rows.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efSearch = 64
     else:
         index = faiss.IndexFlatIP(rows.shape[1])
     index.add(rows)
+    faiss.omp_set_num_threads(1)
 
     def search(q: np.ndarray) -> int:
         _, ids = index.search(q.reshape(1, -1), 1)
@@ -164,10 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dims", default=scaled("256,768", "32"))
     p.add_argument("--queries", type=int, default=scaled(300, 30))
     p.add_argument("--rounds", type=int, default=scaled(3, 1))
+    p.add_argument("--ann-max-rows", type=int, default=10_000)
+    p.add_argument("--indexes", default=",".join(INDEXES), help="a comma list of " + ", ".join(INDEXES))
     a = p.parse_args(argv)
+    wanted = a.indexes.split(",") if "numpy" in a.indexes.split(",") else ["numpy", *a.indexes.split(",")]
     available = {name: spec for name, spec in INDEXES.items()
-                 if spec[0] is None or importlib.util.find_spec(spec[0]) is not None}
-    print(f"indexes: {', '.join(available)} (not installed: {', '.join(set(INDEXES) - set(available)) or 'none'})")
+                 if name in wanted and (spec[0] is None or importlib.util.find_spec(spec[0]) is not None)}
+    print(f"indexes: {', '.join(available)} (not measured or not installed: {', '.join(set(INDEXES) - set(available)) or 'none'})")
     rows_out = []
     print(f"{'n':>7}{'dim':>5}  {'index':<11}{'build s':>9}{'p50 ms':>9}{'p99 ms':>9}{'recall@1':>10}{'p50 vs numpy':>14}")
     for n in (int(x) for x in a.sizes.split(",")):
@@ -176,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             truth: list[int] = []
             base_p50 = 0.0
             for name, (_, build) in available.items():
+                if name != "numpy" and n > a.ann_max_rows:
+                    continue
                 t = time.perf_counter()
                 search = build(rows)
                 built = time.perf_counter() - t
