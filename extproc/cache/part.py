@@ -70,6 +70,7 @@ class ResponseCache:
         self._lookup = LOOKUP.labels(store_name)
         self._semantic: SemanticIndex | None = None  # built on the first semantic model's first call
         self._embedders: dict[tuple[str, int | None, float], tuple[ModelConfig, Embedder]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> ResponseCache | None:
@@ -109,8 +110,10 @@ class ResponseCache:
         key = (model.name, policy.embedding_dimensions, policy.embedding_timeout_ms)
         held = self._embedders.get(key)
         if held is None or held[0] is not model:
-            if held is not None:
-                asyncio.get_running_loop().create_task(held[1].close())
+            if held is not None:  # the replaced one's session closes in the background (a ref kept till then)
+                task = asyncio.get_running_loop().create_task(held[1].close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
             held = self._embedders[key] = (model, Embedder(model, policy.embedding_dimensions,
                                                            policy.embedding_timeout_ms / 1000))
         return held[1]
