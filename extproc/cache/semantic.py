@@ -1,7 +1,11 @@
 """The process's semantic index: the store's vectors in a `VectorIndex`, rebuilt at start from the
 store and refreshed in the background (what another worker or replica stored reaches this one
-within `refresh_s`; what this process stores is indexed at once). A large partition's search runs
-in one worker thread (NumPy releases the GIL), a small one inline (cheaper than the hop).
+within `refresh_s`; what this process stores is indexed at once).
+
+Every change to the index (adds, removals, expiry) runs in one worker thread, the index's single
+writer, so a rebuild of many rows never holds the event loop; a large partition's search runs in
+that thread too (NumPy releases the GIL), a small one inline on the loop (cheaper than the hop;
+`VectorIndex` is safe to read beside its writer).
 """
 
 from __future__ import annotations
@@ -9,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
-from extproc.cache.lookup import ResponseLookup
+from extproc.cache.lookup import ResponseLookup, VectorRow
 from extproc.cache.metrics import INDEX_ROWS
 from extproc.cache.vector_index import Match, VectorIndex
 
@@ -32,6 +38,8 @@ class SemanticIndex:
         self._cursor: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rcache-search")
+        # Writes submitted (counted on the loop) and done (counted in the thread): each counter has one writer.
+        self._submitted = self._done = 0
         self.loaded = asyncio.Event()
 
     def start(self) -> None:
@@ -53,33 +61,59 @@ class SemanticIndex:
     async def refresh(self) -> int:
         """Read what the store holds past the cursor into the index; how many rows were new."""
         now = time.time()
+        loop = asyncio.get_running_loop()
         added = 0
         while True:  # until the cursor stops moving: a store hands out batches
             before = self._cursor
             rows, self._cursor = await self.store.vectors_since(before, now)
-            for r in rows:
-                if self.index.expires_of(r.key) == r.expires_at:
-                    continue  # this process's own put, indexed when it was made
-                if self.index.add(r.partition, r.key, np.frombuffer(r.vector, np.float32), r.expires_at):
-                    added += 1
+            if rows:
+                added += await loop.run_in_executor(self._pool, self._add_rows, rows)
             if self._cursor == before:
                 break
-        self.index.expire(now)
+        await loop.run_in_executor(self._pool, self.index.expire, now)
         INDEX_ROWS.set(len(self.index))
         return added
 
+    def _add_rows(self, rows: list[VectorRow]) -> int:
+        added = 0
+        for r in rows:
+            if self.index.expires_of(r.key) == r.expires_at:
+                continue  # this process's own put, indexed when it was made
+            added += self.index.add(r.partition, r.key, np.frombuffer(r.vector, np.float32), r.expires_at)
+        return added
+
     async def nearest(self, partition: str, vec: np.ndarray, now: float) -> Match | None:
-        if self.index.rows(partition) * vec.shape[0] <= INLINE_WORK:
+        # Inline only with no write of ours still queued: a search in the thread runs after them (this
+        # process reads its own puts).
+        if self._submitted == self._done and self.index.rows(partition) * vec.shape[0] <= INLINE_WORK:
             return self.index.search(partition, vec, now)
         return await asyncio.get_running_loop().run_in_executor(self._pool, self.index.search, partition, vec, now)
 
     def add(self, partition: str, key: str, vec: np.ndarray, expires_at: float) -> None:
+        """Index this process's own put (in the writer thread: the caller does not wait)."""
+        self._queue_write(self._add_one, partition, key, vec, expires_at)
+
+    def _add_one(self, partition: str, key: str, vec: np.ndarray, expires_at: float) -> None:
         self.index.add(partition, key, vec, expires_at)
         INDEX_ROWS.set(len(self.index))
 
     def forget(self, key: str) -> None:
         """A match whose entry is gone (evicted, purged, or expired early): never matched again."""
-        self.index.remove(key)
+        self._queue_write(self.index.remove, key)
+
+    def _queue_write(self, fn: Callable[..., None], *args: Any) -> None:
+        self._submitted += 1
+
+        def run() -> None:
+            try:
+                fn(*args)
+            finally:
+                self._done += 1
+        self._pool.submit(run)
+
+    async def settled(self) -> None:
+        """Until the writes submitted so far are in the index (tests)."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, lambda: None)
 
     async def close(self) -> None:
         if self._task is not None:
