@@ -274,3 +274,39 @@ async def test_a_reload_that_adds_the_first_cache_policy_opens_the_store(tmp_pat
     assert out.ok and live.current.response_cache is not None
     assert (tmp_path / "c.sqlite").exists()
     await live.current.response_cache.close()
+
+
+async def test_redis_vectors_rebuild_from_the_hashes_then_follow_the_stream() -> None:
+    import os
+
+    from extproc.cache.redis_store import RedisResponseStore
+    from tests.ratelimit.redis_server import REDIS_BIN, RedisServer
+
+    if not os.path.exists(REDIS_BIN):
+        pytest.skip("redis-server not installed")
+    server = RedisServer()
+    server.start()
+    try:
+        store = RedisResponseStore(server.url, "t:", 1 << 20)
+        rng = np.random.default_rng(5)
+        now = time.time()
+        rows = [_unit(rng) for _ in range(3)]
+        store.put(Entry("k0", "a", "m", now, now + 100, b"{}", "p", rows[0].tobytes()))
+        store.put(Entry("exact", "a", "m", now, now + 100, b"{}"))
+        await store.flush()
+        index = SemanticIndex(store)  # a replica starting: the live entries' vectors, then the stream
+        assert await index.refresh() == 1 and index.index.search("p", rows[0], now).key == "k0"
+        store.put(Entry("k1", "a", "m", now, now + 100, b"{}", "p", rows[1].tobytes()))
+        store.put(Entry("k0", "a", "m", now, now + 100, b"{}"))  # k0 answered again without a vector
+        await store.flush()
+        assert await index.refresh() == 1  # k1 from the stream
+        assert index.index.search("p", rows[1], now).key == "k1"
+        fresh = SemanticIndex(store)
+        await fresh.refresh()
+        assert len(fresh.index) == 1  # k0's hash holds no vector any more: only k1
+        assert await store.purge(tenant="a") == 3
+        await index.close()
+        await fresh.close()
+        await store.close()
+    finally:
+        server.stop()
