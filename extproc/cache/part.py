@@ -162,7 +162,11 @@ class ResponseCache:
         if not step.control.read:
             return
         index = self._semantic_index()
-        match = await index.nearest(found.partition, vec, time.time())
+        try:  # the writer thread may be busy with a rebuild's batch: a search that waits past the bound is a miss
+            match = await asyncio.wait_for(index.nearest(found.partition, vec, time.time()), self.timeout_s)
+        except TimeoutError:
+            log.warning("semantic cache: index search over %.0f ms: a miss", self.timeout_s * 1000)
+            return
         if match is None:
             return
         SCORE.labels(step.model).observe(match.score)
