@@ -89,6 +89,8 @@ class Gateway:
             self.tasks.start()
         if self.batches is not None:
             self.batches.start()
+        if self.response_cache is not None:  # the semantic index's rebuild
+            self.response_cache.start()
 
     def drain(self) -> None:
         """Shutting down: take no new background work; what runs finishes while streams drain."""

@@ -24,7 +24,7 @@ from contracts.config.live import ControlPlaneConfig
 from contracts.config.prices import table_cost
 from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
-from contracts.config.response_cache import CachePolicy, ResponseCacheStore
+from contracts.config.response_cache import CachePolicy, ResponseCacheStore, check_embedding_models
 from contracts.config.routing import RoutingSettings
 from contracts.config.service_levels import Channel, LatencyObjective, Tier
 from contracts.errors import ConfigError
@@ -463,6 +463,11 @@ class GatewayConfig(_Model):
             for d in m.deployments:
                 if protocols.setdefault(d.cluster, d.protocol) != d.protocol:
                     raise ValueError(f"cluster {d.cluster!r} is used with two protocols")
+        return self
+
+    @model_validator(mode="after")
+    def _semantic_cache_embedders(self) -> GatewayConfig:
+        check_embedding_models(self.models)  # docs/cache.md: a semantic policy's embedder is served here
         return self
 
     def model(self, name: str) -> ModelConfig | None:

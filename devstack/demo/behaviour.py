@@ -13,12 +13,14 @@ input-dependent, so a test can tell which upstream answered and that the input a
   marker (a `cachePoint`), and counts a write as a 1-hour write when a marker asked for 1h;
 - streams send one text event per word (and tool arguments in two fragments);
 - embeddings (`demo_embedding`) depend on the text alone: the same text gets the same vector from
-  every demo upstream, whatever protocol it speaks.
+  every demo upstream, whatever protocol it speaks; similar texts get similar vectors (trigram hashing).
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
+import zlib
+from typing import Any
 
 import orjson
 
@@ -109,13 +111,34 @@ DEMO_EMBED_DIMS = 8  # the default vector length; `dimensions` / `outputDimensio
 MAX_DEMO_EMBED_DIMS = 4096
 
 
+_TRIGRAM_BUCKETS = 4096
+
+
+@functools.lru_cache(maxsize=8)
+def _projection(dims: int) -> Any:
+    """A fixed random matrix per dimension (seeded by it): trigram buckets -> dense vectors."""
+    import numpy as np
+
+    return np.random.default_rng(dims).standard_normal((_TRIGRAM_BUCKETS, dims)).astype(np.float32)
+
+
 def demo_embedding(text: str, dims: int | None = None) -> list[float]:
-    """A deterministic vector for `text`: sha256 bytes scaled to [-1, 1) in steps of 1/128, so every
-    value is exact in float32 and survives base64 and JSON alike."""
+    """A deterministic vector for `text` that places similar texts close: the character trigrams of
+    the lower-cased, punctuation-free text, each hashed (crc32) to a bucket and a sign, projected
+    by a fixed random matrix (a dense vector whose angles follow the trigram counts'), scaled to
+    [-1, 1) in steps of 1/128 so every value is exact in float32 and survives base64 and JSON alike.
+    Case, punctuation and a changed word cost little similarity; an unrelated text shares few
+    trigrams (what the semantic response cache's demo relies on)."""
     import numpy as np  # on the first embedding, not at start: most demo upstreams never embed
 
     n = dims or DEMO_EMBED_DIMS
-    # 32 bytes per sha256 block; NumPy does the scaling (a 2048 x 1536 answer in well under a second).
-    raw = b"".join(hashlib.sha256(f"{block}:{text}".encode()).digest() for block in range(-(-n // 32)))
-    out: list[float] = ((np.frombuffer(raw, np.uint8)[:n].astype(np.float64) - 128) / 128).tolist()
+    words = "".join(" " if c in _PUNCT else c for c in text.lower()).split()
+    padded = f" {' '.join(words)} "
+    hashes = [zlib.crc32(padded[i:i + 3].encode()) for i in range(len(padded) - 2)]
+    if not words:
+        return [0.0] * n
+    signs = np.array([1.0 if h & 0x80000000 else -1.0 for h in hashes], np.float32)
+    v = signs @ _projection(n)[[h % _TRIGRAM_BUCKETS for h in hashes]]
+    v = np.clip(np.round(v / float(np.abs(v).max()) * 128), -128, 127) / 128
+    out: list[float] = v.astype(np.float64).tolist()
     return out

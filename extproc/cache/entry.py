@@ -19,6 +19,14 @@ class Entry:
     stored_at: float  # unix seconds
     expires_at: float
     body: bytes  # encode(response)
+    # A semantic model's entry: its partition (semantic_key.py) and the last message's vector (float32 bytes).
+    partition: str = ""
+    vector: bytes = b""
+
+    @property
+    def size(self) -> int:
+        """What the entry weighs against the store's bound: its answer and its vector."""
+        return len(self.body) + len(self.vector)
 
 
 def encode(resp: ChatResponse) -> bytes:

@@ -1,5 +1,6 @@
-"""The interface a response store implements: the exact stores here (SQLite, Redis); a semantic
-layer (an embedding index beside them) implements the same `get` over the probe's request."""
+"""The interface a response store implements (SQLite, Redis): entries by exact key, and the
+vectors of semantic entries in the order they were stored, which each process's index reads
+(`vectors_since`: everything at start, then what is new)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ class Probe:
 
 
 @dataclass(frozen=True, slots=True)
+class VectorRow:
+    """A semantic entry's vector as the store holds it (float32 bytes)."""
+
+    key: str
+    partition: str
+    expires_at: float
+    vector: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStats:
     entries: int
     bytes: int
@@ -38,5 +49,9 @@ class ResponseLookup(Protocol):
     async def stats(self) -> StoreStats: ...
 
     async def purge(self, tenant: str | None = None, model: str | None = None) -> int: ...
+
+    async def vectors_since(self, cursor: str | None, now: float) -> tuple[list[VectorRow], str]:
+        """Live vectors stored after `cursor` (None: all of them), and the cursor to ask from next."""
+        ...
 
     async def close(self) -> None: ...

@@ -1,7 +1,10 @@
 """The Gateway's response-cache part: each model's policy, the store, and one request's cache step
 (`CacheStep`): the key and verdict at the request-body step, the entry kept at the response's end.
 
-A model without a policy never builds a step: its calls do no cache work at all.
+A model without a policy never builds a step: its calls do no cache work at all. A `mode: semantic`
+model's step also embeds its last user message (after an exact miss), asks the process's
+`SemanticIndex` for the nearest stored prompt of the same partition, and keeps the vector with the
+answer it stores.
 """
 
 from __future__ import annotations
@@ -11,18 +14,22 @@ import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import orjson
 
 from adapters.internal import ChatRequest, ChatResponse
 from adapters.json_types import JSONObject
-from contracts.config import GatewayConfig
+from contracts.config import GatewayConfig, ModelConfig
 from contracts.config.response_cache import CachePolicy
 from extproc.cache import entry as entry_codec
+from extproc.cache.embedder import Embedder
 from extproc.cache.entry import Entry
 from extproc.cache.key import extras, request_key
 from extproc.cache.lookup import Probe, ResponseLookup
-from extproc.cache.metrics import LOOKUP, STORED, result_series
+from extproc.cache.metrics import EMBED, EMBED_FAILURES, LOOKUP, SCORE, STORED, result_series
 from extproc.cache.policy import CACHE_HEADER, CallerControl, Verdict, fresh, parse_cache_control, refusal, scope_id
+from extproc.cache.semantic import SemanticIndex
+from extproc.cache.semantic_key import SemanticProbe, semantic_probe
 
 log = logging.getLogger("modelyard.rcache")
 
@@ -38,9 +45,14 @@ class CacheStep:
     probe: Probe | None = None  # None: bypass (nothing read, nothing written)
     control: CallerControl | None = None
     hit: ChatResponse | None = None
+    semantic: SemanticProbe | None = None  # a semantic model's partition and text, once embedded
+    vector: np.ndarray | None = None
+    score: float = 0.0  # a semantic hit's similarity
 
     @property
     def header(self) -> tuple[str, str]:
+        if self.verdict == "semantic":
+            return (CACHE_HEADER, f"semantic;score={self.score:.2f}")
         return (CACHE_HEADER, self.verdict)
 
     @property
@@ -49,11 +61,16 @@ class CacheStep:
 
 
 class ResponseCache:
-    def __init__(self, store: ResponseLookup, store_name: str, lookup_timeout_s: float) -> None:
+    def __init__(self, store: ResponseLookup, store_name: str, lookup_timeout_s: float,
+                 partition_rows: int = 20_000) -> None:
         self.store = store
+        self.partition_rows = partition_rows
         self.store_name = store_name
         self.timeout_s = lookup_timeout_s
         self._lookup = LOOKUP.labels(store_name)
+        self._semantic: SemanticIndex | None = None  # built on the first semantic model's first call
+        self._embedders: dict[tuple[str, int | None, float], tuple[ModelConfig, Embedder]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> ResponseCache | None:
@@ -62,7 +79,7 @@ class ResponseCache:
             return None
         for m in config.models:  # every outcome's series from the start, at 0: rate() sees the first one
             if m.cache is not None:
-                for result in ("hit", "miss", "bypass"):
+                for result in ("hit", "miss", "bypass", *(("semantic",) if m.cache.mode == "semantic" else ())):
                     result_series(m.name, result)
         rc = config.response_cache
         store: ResponseLookup
@@ -72,11 +89,40 @@ class ResponseCache:
         else:
             from extproc.cache.sqlite_store import SqliteResponseStore
             store = SqliteResponseStore(rc.sqlite_path, rc.max_bytes)
-        return cls(store, rc.store, rc.lookup_timeout_ms / 1000)
+        cache = cls(store, rc.store, rc.lookup_timeout_ms / 1000, rc.semantic_partition_rows)
+        if any(m.cache is not None and m.cache.mode == "semantic" for m in config.models):
+            cache._semantic = SemanticIndex(store, rc.semantic_partition_rows)
+        return cache
+
+    def start(self) -> None:
+        """The semantic index's rebuild and refresh, in the background (the loop is running)."""
+        if self._semantic is not None:
+            self._semantic.start()
+
+    def _semantic_index(self) -> SemanticIndex:
+        if self._semantic is None:  # a model turned semantic by a reload
+            self._semantic = SemanticIndex(self.store, self.partition_rows)
+        self._semantic.start()
+        return self._semantic
+
+    def _embedder(self, policy: CachePolicy, model: ModelConfig) -> Embedder:
+        """One per embedding model and settings; a reload that changed the model's config gets a new one."""
+        key = (model.name, policy.embedding_dimensions, policy.embedding_timeout_ms)
+        held = self._embedders.get(key)
+        if held is None or held[0] is not model:
+            if held is not None:  # the replaced one's session closes in the background (a ref kept till then)
+                task = asyncio.get_running_loop().create_task(held[1].close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+            held = self._embedders[key] = (model, Embedder(model, policy.embedding_dimensions,
+                                                           policy.embedding_timeout_ms / 1000))
+        return held[1]
 
     async def begin(self, policy: CachePolicy, model: str, tenant: str, key_id: str | None, protocol: str,
-                    req: ChatRequest, body: bytes, cache_control: str | None) -> CacheStep:
-        """The step for a request routed to `model`: bypass, miss, or hit (with the stored answer)."""
+                    req: ChatRequest, body: bytes, cache_control: str | None,
+                    embedding_model: ModelConfig | None = None) -> CacheStep:
+        """The step for a request routed to `model`: bypass, miss, or hit (with the stored answer);
+        a semantic policy's `embedding_model` is the config's model its `embedding_model` names."""
         control = parse_cache_control(cache_control)
         scope = scope_id(policy, tenant, key_id)
         if scope is None or not (control.read or control.write):
@@ -95,7 +141,43 @@ class ResponseCache:
             step.hit = await self._read(probe)
             if step.hit is not None:
                 step.verdict = "hit"
+        if step.hit is None and policy.mode == "semantic" and embedding_model is not None:
+            found = semantic_probe(req, model=model, scope_id=scope, extra=extra, embedder=embedding_model.name,
+                                   dimensions=policy.embedding_dimensions)
+            if found is not None:
+                await self._semantic_lookup(step, found, self._embedder(policy, embedding_model))
         return self._counted(step)
+
+    async def _semantic_lookup(self, step: CacheStep, found: SemanticProbe, embedder: Embedder) -> None:
+        """Embed the text; with a stored prompt of the partition at least `threshold` alike, its
+        answer is the hit. The vector stays on the step: a miss's answer is stored with it."""
+        started = time.perf_counter()
+        vec = await embedder.embed(found.text)
+        EMBED.labels(embedder.model.name).observe(time.perf_counter() - started)
+        if vec is None:
+            EMBED_FAILURES.labels(embedder.model.name).inc()
+            return
+        step.semantic, step.vector = found, vec
+        assert step.control is not None and step.probe is not None
+        if not step.control.read:
+            return
+        index = self._semantic_index()
+        try:  # the writer thread may be busy with a rebuild's batch: a search that waits past the bound is a miss
+            match = await asyncio.wait_for(index.nearest(found.partition, vec, time.time()), self.timeout_s)
+        except TimeoutError:
+            log.warning("semantic cache: index search over %.0f ms: a miss", self.timeout_s * 1000)
+            return
+        if match is None:
+            return
+        SCORE.labels(step.model).observe(match.score)
+        if match.score < step.policy.similarity:
+            return
+        probe = Probe(match.key, step.model, step.probe.scope, step.probe.max_age_s)
+        hit = await self._read(probe)
+        if hit is None:  # its entry is gone (evicted, purged) or older than the caller accepts
+            index.forget(match.key)
+            return
+        step.hit, step.verdict, step.score = hit, "semantic", match.score
 
     async def _read(self, probe: Probe) -> ChatResponse | None:
         started = time.perf_counter()
@@ -121,7 +203,14 @@ class ResponseCache:
         if len(body) > step.policy.max_entry_bytes:
             return
         now = time.time()
-        self.store.put(Entry(step.probe.key, step.tenant, step.model, now, now + step.policy.ttl_s, body))
+        expires_at = now + step.policy.ttl_s
+        if step.semantic is not None and step.vector is not None:
+            vec = np.ascontiguousarray(step.vector, np.float32)
+            self.store.put(Entry(step.probe.key, step.tenant, step.model, now, expires_at, body,
+                                 step.semantic.partition, vec.tobytes()))
+            self._semantic_index().add(step.semantic.partition, step.probe.key, vec, expires_at)
+        else:
+            self.store.put(Entry(step.probe.key, step.tenant, step.model, now, expires_at, body))
         STORED.labels(step.model).inc()
 
     @staticmethod
@@ -130,4 +219,8 @@ class ResponseCache:
         return step
 
     async def close(self) -> None:
+        if self._semantic is not None:
+            await self._semantic.close()
+        for _, embedder in self._embedders.values():
+            await embedder.close()
         await self.store.close()

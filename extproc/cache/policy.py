@@ -13,7 +13,7 @@ from contracts.envoy_names import CACHE_HEADER
 
 __all__ = ["CACHE_HEADER", "CallerControl", "Verdict", "fresh", "parse_cache_control", "refusal", "scope_id"]
 
-Verdict = Literal["hit", "miss", "bypass"]
+Verdict = Literal["hit", "miss", "bypass", "semantic"]
 # Body fields whose answers the stored form cannot carry (several choices, token log-probabilities).
 _UNCACHEABLE_FIELDS = ("n", "logprobs", "top_logprobs", "candidateCount")
 

@@ -4,6 +4,12 @@ One hash per entry (`<prefix>e:<key>`: body, tenant, model, stored_at, size) wit
 expiry at the entry's TTL; a sorted set of keys by expiry and a hash of sizes keep the store's
 byte bound: past `max_bytes` the entries closest to expiry go first (expired ones are already
 gone). Puts are tasks on the loop (the async client): the request never waits for one.
+
+Semantic entries: the vector and partition are fields of the entry's hash (so they expire and are
+evicted with it), and each put is announced on a stream (`<prefix>vectors`: key, partition, expiry,
+vector) that every replica's index reads from where it left off; a replica starting reads the live
+entries' vectors from their hashes first. Chosen over keeping the matrix in Redis and fetching it
+per lookup: bench/bench_semantic.py's `redis-fetch` rows (docs/cache.md).
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from extproc.cache.entry import Entry
-from extproc.cache.lookup import Probe, StoreStats
+from extproc.cache.lookup import Probe, StoreStats, VectorRow
 
 log = logging.getLogger("modelyard.rcache")
 _EVICT_BATCH = 64
+# The announcements a replica may lag behind by before it misses some (a miss, never a wrong answer).
+_STREAM_LEN = 100_000
+_READ_BATCH = 5_000
 
 
 class RedisResponseStore:
@@ -30,6 +39,7 @@ class RedisResponseStore:
         self._prefix = prefix
         self._index = prefix + "index"  # key -> expires_at
         self._sizes = prefix + "sizes"  # key -> stored bytes
+        self._stream = prefix + "vectors"  # semantic puts, in order
         self.max_bytes = max_bytes
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -49,13 +59,20 @@ class RedisResponseStore:
 
     async def _put(self, e: Entry) -> None:
         ttl_ms = max(1, int((e.expires_at - time.time()) * 1000))
+        fields: dict[str, bytes | str] = {"body": e.body, "tenant": e.tenant, "model": e.model,
+                                          "stored_at": repr(e.stored_at), "expires_at": repr(e.expires_at)}
+        if e.vector:
+            fields |= {"partition": e.partition, "vector": e.vector}
         try:
             async with self._r.pipeline(transaction=True) as p:
-                p.hset(self._key(e.key), mapping={"body": e.body, "tenant": e.tenant, "model": e.model,
-                                                  "stored_at": repr(e.stored_at), "expires_at": repr(e.expires_at)})
+                p.delete(self._key(e.key))  # an exact answer replacing a semantic one leaves no stale vector
+                p.hset(self._key(e.key), mapping=fields)
                 p.pexpire(self._key(e.key), ttl_ms)
                 p.zadd(self._index, {e.key: e.expires_at})
-                p.hset(self._sizes, e.key, len(e.body))
+                p.hset(self._sizes, e.key, e.size)
+                if e.vector:
+                    p.xadd(self._stream, {"key": e.key, "partition": e.partition, "expires_at": repr(e.expires_at),
+                                          "vector": e.vector}, maxlen=_STREAM_LEN, approximate=True)
                 await p.execute()
             await self._evict()
         except RedisError as err:
@@ -91,6 +108,34 @@ class RedisResponseStore:
                 p.hget(self._sizes, k)
             got = await p.execute()
         return [(k, got[2 * i][0], got[2 * i][1], got[2 * i + 1]) for i, k in enumerate(keys)]
+
+    async def vectors_since(self, cursor: str | None, now: float) -> tuple[list[VectorRow], str]:
+        if cursor is None:  # a start: every live entry's vector, then the stream from before that read
+            last = await self._r.xrevrange(self._stream, count=1)
+            cursor = last[0][0].decode() if last else "0-0"
+            return await self._live_vectors(now), cursor
+        got = await self._r.xread({self._stream: cursor}, count=_READ_BATCH)
+        rows: list[VectorRow] = []
+        for _, messages in got:
+            for msg_id, f in messages:
+                cursor = msg_id.decode()
+                expires_at = float(f[b"expires_at"])
+                if expires_at > now:
+                    rows.append(VectorRow(f[b"key"].decode(), f[b"partition"].decode(), expires_at, bytes(f[b"vector"])))
+        return rows, cursor
+
+    async def _live_vectors(self, now: float) -> list[VectorRow]:
+        keys = await self._r.zrangebyscore(self._index, now, "+inf")
+        rows: list[VectorRow] = []
+        for i in range(0, len(keys), _READ_BATCH):
+            chunk = keys[i:i + _READ_BATCH]
+            async with self._r.pipeline(transaction=False) as p:
+                for k in chunk:
+                    p.hmget(self._key(k.decode()), ["partition", "vector", "expires_at"])
+                got = await p.execute()
+            rows += [VectorRow(k.decode(), part.decode(), float(exp), bytes(vec))
+                     for k, (part, vec, exp) in zip(chunk, got, strict=True) if vec is not None and exp is not None]
+        return rows
 
     async def stats(self) -> StoreStats:
         by_model: dict[str, int] = {}

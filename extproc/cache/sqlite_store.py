@@ -18,13 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from extproc.cache.entry import Entry
-from extproc.cache.lookup import Probe, StoreStats
+from extproc.cache.lookup import Probe, StoreStats, VectorRow
 
 log = logging.getLogger("modelyard.rcache")
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS entries (
     key TEXT PRIMARY KEY, tenant TEXT NOT NULL, model TEXT NOT NULL, stored_at REAL NOT NULL,
     expires_at REAL NOT NULL, size INTEGER NOT NULL, body BLOB NOT NULL)"""
+# Semantic entries' vectors, in the order stored (seq): each process's index reads what is new.
+_VECTORS = """CREATE TABLE IF NOT EXISTS vectors (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, partition TEXT NOT NULL,
+    expires_at REAL NOT NULL, vec BLOB NOT NULL)"""
+_VECTOR_BATCH = 10_000
 _QUEUE_LIMIT = 10_000  # puts waiting past this are dropped (a cache may forget; the loop must not wait)
 _STOP = object()
 
@@ -35,6 +40,7 @@ def _open(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")  # a cache: a power cut may lose the last entries
     conn.execute(_SCHEMA)
+    conn.execute(_VECTORS)
     conn.execute("CREATE INDEX IF NOT EXISTS entries_expiry ON entries (expires_at)")
     return conn
 
@@ -64,6 +70,15 @@ class SqliteResponseStore:
             return None
         tenant, model, stored_at, expires_at, body = rows[0]
         return Entry(probe.key, tenant, model, stored_at, expires_at, bytes(body))
+
+    async def vectors_since(self, cursor: str | None, now: float) -> tuple[list[VectorRow], str]:
+        seq = int(cursor or 0)
+        rows = await asyncio.get_running_loop().run_in_executor(
+            self._reader, self._read, "SELECT seq, key, partition, expires_at, vec FROM vectors WHERE seq > ? "
+            "ORDER BY seq LIMIT ?", (seq, _VECTOR_BATCH))
+        if rows:
+            seq = rows[-1][0]
+        return [VectorRow(k, p, e, bytes(v)) for _, k, p, e, v in rows if e > now], str(seq)
 
     async def stats(self) -> StoreStats:
         return await asyncio.get_running_loop().run_in_executor(self._reader, self.stats_now)
@@ -135,7 +150,9 @@ class SqliteResponseStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             [(e.key, e.tenant, e.model, e.stored_at, e.expires_at, len(e.body), e.body) for e in batch])
+                             [(e.key, e.tenant, e.model, e.stored_at, e.expires_at, e.size, e.body) for e in batch])
+            conn.executemany("INSERT OR REPLACE INTO vectors (key, partition, expires_at, vec) VALUES (?, ?, ?, ?)",
+                             [(e.key, e.partition, e.expires_at, e.vector) for e in batch if e.vector])
             _evict(conn, self.max_bytes, time.time())
             conn.execute("COMMIT")
         except BaseException:
@@ -156,6 +173,7 @@ def _evict(conn: sqlite3.Connection, max_bytes: int, now: float) -> None:
     if total <= max_bytes:
         return
     conn.execute("DELETE FROM entries WHERE expires_at <= ?", (now,))
+    _drop_orphan_vectors(conn)
     total = conn.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()[0]
     over = total - max_bytes
     if over <= 0:
@@ -168,6 +186,12 @@ def _evict(conn: sqlite3.Connection, max_bytes: int, now: float) -> None:
         if freed >= over:
             break
     conn.executemany("DELETE FROM entries WHERE key = ?", doomed)
+    _drop_orphan_vectors(conn)
+
+
+def _drop_orphan_vectors(conn: sqlite3.Connection) -> None:
+    """Vectors whose entry went (evicted, expired, purged) go with it."""
+    conn.execute("DELETE FROM vectors WHERE key NOT IN (SELECT key FROM entries)")
 
 
 def _purge(conn: sqlite3.Connection, tenant: str | None, model: str | None) -> int:
@@ -179,4 +203,6 @@ def _purge(conn: sqlite3.Connection, tenant: str | None, model: str | None) -> i
         where.append("model = ?")
         args.append(model)
     sql = "DELETE FROM entries" + (" WHERE " + " AND ".join(where) if where else "")
-    return conn.execute(sql, args).rowcount
+    n = conn.execute(sql, args).rowcount
+    _drop_orphan_vectors(conn)
+    return n

@@ -113,7 +113,8 @@ class ChatFlow:
             return None
         step = await cache.begin(policy, choice.model.name, ctx.tenant.name,
                                  ctx.caller.key_id if ctx.caller is not None else None, ctx.protocol, req, body,
-                                 ctx.headers.get("cache-control"))
+                                 ctx.headers.get("cache-control"),
+                                 self.gw.config.model(policy.embedding_model) if policy.embedding_model else None)
         ctx.response_headers.append(step.header)
         if step.hit is not None:
             await dispatcher.admit_hit(ctx, choice)

@@ -38,6 +38,7 @@ from extproc.accounting import Accountant
 from extproc.admission.auth import KeyRing
 from extproc.admission.concurrency import LimitsPlan
 from extproc.admission.dispatch import Dispatcher
+from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
 from extproc.gateway import Gateway, LiveGateway
 from extproc.routing import Scheduler
@@ -132,8 +133,11 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     dispatcher._failing_open = gw.dispatcher._failing_open  # its gauges stay balanced across the swap
     accountant = Accountant(scheduler, limiter, gw.accountant.metering, budgets=gw.budgets)
     accountant._background = gw.accountant._background  # the close waits for every snapshot's reconciliations
+    response_cache = gw.response_cache
+    if response_cache is None:  # the first cache policy arrives by reload: its store opens now (docs/cache.md)
+        response_cache = ResponseCache.from_config(config)
     new = dataclasses.replace(gw, config=config, keyring=keyring, catalog=catalog, dispatcher=dispatcher,
-                              accountant=accountant, image_backend=image_backend)
+                              accountant=accountant, image_backend=image_backend, response_cache=response_cache)
     return Prepared(new, plan, _changes(old, config), restart)
 
 

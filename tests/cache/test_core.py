@@ -126,7 +126,7 @@ def _cfg(cache: object) -> dict:
 @pytest.mark.parametrize(("cache", "says"), [
     ({"ttl_s": 0}, "models[0].cache.ttl_s: Input should be greater than 0"),
     ({"scope": "team"}, "unknown scope 'team' (tenant, key or shared)"),
-    ({"mode": "semantic"}, "mode 'semantic' is not available in this build yet"),
+    ({"mode": "semantic"}, "mode semantic needs embedding_model"),
     ({"mode": "fuzzy"}, "unknown mode 'fuzzy'"),
     ({"max_entry_bytes": 10}, "models[0].cache.max_entry_bytes"),
     ({"ttl": 5}, "models[0].cache.ttl: Extra inputs are not permitted"),

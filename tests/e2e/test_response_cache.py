@@ -21,6 +21,7 @@ from controlplane.environments import EnvironmentConfig
 from keys.secret import digest_of
 from tests.conftest import DEMO_KEY
 from tests.e2e.metered import metered_row
+from tests.e2e.semantic_stack import semantic_config
 from tests.ratelimit.redis_server import REDIS_BIN, RedisServer
 from tests.stack_config import add_extproc_replica, small_config, start_stack
 
@@ -224,6 +225,8 @@ def test_two_replicas_share_entries_in_redis(tmp_path: Path) -> None:
     redis_srv.start()
     try:
         data = _config(tmp_path, store="redis", redis_url=redis_srv.url)
+        data["models"] += semantic_config(tmp_path)["models"][1:]  # demo-gpt-semantic and its demo-embed
+        data["models"][-2]["deployments"] = data["models"][0]["deployments"]
         stack = start_stack(tmp_path, data, EnvironmentConfig(name="t", admin=None, concurrency=1))
         second, second_metrics = add_extproc_replica(stack, data, tmp_path)
         stack.env = EnvironmentConfig(name="t", admin=None, concurrency=1,
@@ -252,6 +255,16 @@ def test_two_replicas_share_entries_in_redis(tmp_path: Path) -> None:
             assert sum(stored.values()) == 1 and sum(hits.values()) == 4
             storer = next(a for a, n in stored.items() if n == 1)
             assert all(hits[a] >= 1 for a in hits if a != storer)  # a hit on the replica that never stored it
+            # Semantic entries too: the vector in Redis reaches the other replica's index (its stream).
+            assert _ask(stack, "Which planet is the largest?", model="demo-gpt-semantic")[0] == "miss"
+            deadline = time.monotonic() + 10
+            while not all(_sample(httpx.get(f"http://{a}/metrics", timeout=5).text,
+                                  "modelyard_response_cache_semantic_index_rows") >= 1 for a in metrics):
+                assert time.monotonic() < deadline, "the vector never reached both replicas' indexes"
+                time.sleep(0.05)
+            calls = _upstream_calls(data)
+            got = [_ask(stack, "which planet is the largest", model="demo-gpt-semantic")[0] for _ in range(4)]
+            assert got == ["semantic;score=1.00"] * 4 and _upstream_calls(data) == calls
     finally:
         redis_srv.stop()
 
