@@ -25,7 +25,7 @@ from contracts.workers import shifted, worker_count
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.cache.part import ResponseCache
-from extproc.flows import keys_admin, local, tasks
+from extproc.flows import keys_admin, local, mcp, tasks
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
@@ -146,6 +146,14 @@ def _keys_admin(method: str, path: str) -> Route | None:
     return Route("openai", admin=True, answer=keys_admin.answer, operation="admin")
 
 
+def _mcp(method: str, path: str) -> Route | None:
+    if path not in mcp.PATHS:
+        return None
+    if method == "POST":
+        return Route("mcp", flow=mcp.McpFlow, operation="mcp")
+    return Route("mcp", answer=mcp.end_session if method == "DELETE" else mcp.no_stream, operation="mcp")
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -156,7 +164,7 @@ def _chat(method: str, path: str) -> Route | None:
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
     return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
-                       _chat],
+                       _mcp, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 

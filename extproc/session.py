@@ -203,6 +203,7 @@ class Session:
             found = await self.gw.keyring.identify_at_once(digest)
             if isinstance(found, Identity):
                 ctx.tenant, ctx.caller = found.tenant, found.caller
+                ctx.key_digest = digest or ""
         if self.trail is not None:
             ctx.client = msg.client_address(req, headers)
             self.trail.authenticated(ctx, key, digest)

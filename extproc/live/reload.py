@@ -45,6 +45,7 @@ from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent
 from extproc.telemetry.metrics import CONFIG_INFO, CONFIG_RELOADS, IMAGE_BACKEND
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
+from extproc.mcp.part import McpHub
 from kernels import select_backend
 from ratelimit.rules import RuleSet
 
@@ -131,8 +132,10 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     dispatcher._failing_open = gw.dispatcher._failing_open  # its gauges stay balanced across the swap
     accountant = Accountant(scheduler, limiter, gw.accountant.metering, budgets=gw.budgets)
     accountant._background = gw.accountant._background  # the close waits for every snapshot's reconciliations
+    # MCP servers and tool permissions apply live; client sessions and upstream connections stay.
+    mcp = gw.mcp.reconfigured(config) if gw.mcp is not None else McpHub.from_config(config)
     new = dataclasses.replace(gw, config=config, keyring=keyring, catalog=catalog, dispatcher=dispatcher,
-                              accountant=accountant, image_backend=image_backend)
+                              accountant=accountant, image_backend=image_backend, mcp=mcp)
     return Prepared(new, plan, _changes(old, config), restart)
 
 
