@@ -15,8 +15,8 @@ from adapters.mcp.jsonrpc import (
     result_body,
     sse_event,
 )
-from adapters.mcp.names import join_name, split_name
 from adapters.mcp.merge import LISTS, merge_lists
+from adapters.mcp.names import join_name, split_name
 
 __all__ = ["INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "LISTS", "METHOD_NOT_FOUND", "PARSE_ERROR",
            "Message", "RpcError", "error_body", "join_name", "merge_lists", "parse_message", "render_error",

@@ -25,6 +25,6 @@ def merge_lists(method: str, answers: Iterable[tuple[str, list[Any]]],
             name = join_name(server, item["name"])
             if not visible(server, name):
                 continue
-            meta = item.get("_meta") if isinstance(item.get("_meta"), dict) else {}
+            meta: dict[str, Any] = item["_meta"] if isinstance(item.get("_meta"), dict) else {}
             out.append({**item, "name": name, "_meta": {**meta, "modelyard/server": server}})
     return {LISTS[method]: out}

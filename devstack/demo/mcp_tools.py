@@ -23,7 +23,7 @@ def build(name: str) -> FastMCP:
         return a + b
 
     @server.tool()
-    async def count_slowly(n: int, ctx: Context) -> str:  # type: ignore[type-arg]
+    async def count_slowly(n: int, ctx: Context) -> str:
         """Count to n (at most 50), reporting progress at each step."""
         n = max(1, min(n, 50))
         for i in range(1, n + 1):
@@ -32,7 +32,7 @@ def build(name: str) -> FastMCP:
         return f"[{name}] counted to {n}"
 
     @server.tool()
-    async def crash(ctx: Context) -> str:  # type: ignore[type-arg]
+    async def crash(ctx: Context) -> str:
         """Report progress once, then exit the server process mid-call (for failure drills)."""
         await ctx.report_progress(1, 2, "about to crash")
         await asyncio.sleep(0.05)

@@ -40,12 +40,12 @@ from extproc.admission.concurrency import LimitsPlan
 from extproc.admission.dispatch import Dispatcher
 from extproc.catalog import Catalog
 from extproc.gateway import Gateway, LiveGateway
+from extproc.mcp.part import McpHub
 from extproc.routing import Scheduler
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent
 from extproc.telemetry.metrics import CONFIG_INFO, CONFIG_RELOADS, IMAGE_BACKEND
 from extproc.telemetry.redaction import Redactor
 from extproc.telemetry.warmup import Warmer
-from extproc.mcp.part import McpHub
 from kernels import select_backend
 from ratelimit.rules import RuleSet
 

@@ -120,7 +120,7 @@ class McpHub:
                 e.id = rid
             headers: tuple[tuple[str, str], ...] = (_JSON,)
             if e.status == 429 and e.data is not None:
-                headers = (_JSON, ("retry-after", str(e.data.get("retry_after_s", 1)))) # type: ignore[union-attr]
+                headers = (_JSON, ("retry-after", str(e.data.get("retry_after_s", 1))))
             return Reply(e.status, error_body(e), headers)
 
     async def _session(self, who: Caller, sid: str | None, rid: Any) -> McpSession:

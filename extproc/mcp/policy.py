@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from adapters.mcp.names import split_name
 from contracts.config.mcp import SEPARATOR, McpLimit, McpServer, McpSettings, allowed
 from ratelimit.bucket import NANO, BucketParams
-from ratelimit.rules import Charge
+from ratelimit.rules import BucketScope, Charge
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,7 @@ def _may_match(glob: str, server: str) -> bool:
 
 
 def _charge(rule: McpLimit, value: str) -> Charge:
-    scope = "key" if rule.scope == "key" else "tenant" if rule.scope == "tenant" else "cluster"
+    # The bucket's scope label: a server's and a tool's buckets are upstream-side ones, as a cluster's.
+    scope: BucketScope = "key" if rule.scope == "key" else "tenant" if rule.scope == "tenant" else "cluster"
     return Charge(f"mcp:{rule.scope}:{rule.match}:{value}", scope, "requests", BucketParams.of(rule.rate, rule.burst),
                   NANO)

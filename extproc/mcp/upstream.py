@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from adapters.mcp.jsonrpc import GATEWAY_ERROR, RpcError, RequestId
+from adapters.mcp.jsonrpc import GATEWAY_ERROR, RequestId, RpcError
 from contracts.config.mcp import McpServer
 
 SESSION_HEADER = "Mcp-Session-Id"

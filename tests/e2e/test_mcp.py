@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
 from tests.conftest import DEMO_KEY
@@ -53,10 +53,11 @@ def _run(coro: Any) -> Any:
 
 
 async def _with_client(url: str, key: str, work: Any) -> Any:
-    async with streamablehttp_client(f"{url}/mcp", headers={"Authorization": f"Bearer {key}"}) as (read, write, _):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            return await work(session)
+    async with (httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx.Timeout(30, read=300))
+                as http, streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _),
+                ClientSession(read, write) as session):
+        await session.initialize()
+        return await work(session)
 
 
 def test_merged_lists_and_routed_calls(stack: Any) -> None:
@@ -87,10 +88,9 @@ def test_progress_reaches_the_client(stack: Any) -> None:
     for server in ("demo-http", "demo-stdio"):
         seen: list[tuple[float, float | None, str | None]] = []
 
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            seen.append((done, total, message))
-
-        async def work(s: ClientSession) -> Any:
+        async def work(s: ClientSession, server: str = server, seen: list[Any] = seen) -> Any:
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                seen.append((done, total, message))
             return await s.call_tool(f"{server}__count_slowly", {"n": 3}, progress_callback=progress)
 
         result = _run(_with_client(stack.url, DEMO_KEY, work))
