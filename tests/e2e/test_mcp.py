@@ -14,12 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
 from tests.conftest import DEMO_KEY
-from tests.stack_config import small_config, start_stack
+from tests.stack_config import ROOT, _remap, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 L3_KEY = "sk-modelyard-demo-l3"  # the shipped config lets tenant demo-l3 reach demo-stdio__echo only
@@ -30,12 +31,13 @@ JSON_SSE = {"accept": "application/json, text/event-stream", "content-type": "ap
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     workdir: Path = tmp_path_factory.mktemp("mcp")
-    data = small_config()  # the shipped mcp_servers and mcp sections, on free ports
+    data = small_config()
+    shipped = yaml.safe_load((ROOT / "modelyard.yaml").read_text())  # its mcp_servers and mcp, on free ports
+    data.update(_remap({k: shipped[k] for k in ("mcp_servers", "mcp")}, {}))
     data["extproc"]["audit_db"] = "audit.sqlite"
     for s in data["mcp_servers"]:
         s["tools"] = ["*"]  # the failure drill (`crash`) too
         s["timeout_s"] = 10
-    data["mcp"]["sqlite_path"] = str(workdir / "mcp-sessions.sqlite")
     data["mcp"]["limits"] = [{"scope": "tool", "match": "demo-http__add", "rate": 0.001, "burst": 3}]
     data["devstack"] = {"demo_mcp_servers": ["demo-http"]}
     mp = pytest.MonkeyPatch()
