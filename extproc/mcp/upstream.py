@@ -5,6 +5,7 @@ notifications on the way kept in order (progress), failures as the gateway's JSO
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from contracts.config.mcp import McpServer
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 _ACCEPT = "application/json, text/event-stream"
+_DRAIN_S = 0.05
 
 
 class SessionLost(Exception):
@@ -109,6 +111,7 @@ async def _read(server: McpServer, r: aiohttp.ClientResponse, expect: Any, sessi
                 answer.notifications.append(doc)
             elif doc.get("id") == expect and ("result" in doc or "error" in doc):
                 answer.response = doc
+                await _drain(r)
                 return answer
         if expect is not None:
             raise RpcError(GATEWAY_ERROR, f"MCP server {server.name} ended its stream without an answer",
@@ -124,6 +127,15 @@ async def _read(server: McpServer, r: aiohttp.ClientResponse, expect: Any, sessi
         raise RpcError(GATEWAY_ERROR, f"MCP server {server.name} answered HTTP {r.status} without a JSON-RPC reply",
                        status=502, id=rid, data={"server": server.name, "upstream_status": r.status})
     return answer
+
+
+async def _drain(r: aiohttp.ClientResponse) -> None:
+    """Read a stream's end (servers close it after the response): a connection read to its end goes
+    back to the pool, one left half-read is closed and the next call pays a new connect."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+        async with asyncio.timeout(_DRAIN_S):
+            while await r.content.readany():
+                pass
 
 
 async def _events(r: aiohttp.ClientResponse) -> Any:
