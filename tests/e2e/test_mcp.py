@@ -1,11 +1,14 @@
 """/mcp through a real Envoy with the official MCP SDK's client, against the two demo MCP servers
 (FastMCP: one over streamable HTTP, one over stdio behind devstack's bridge) that share tool names:
-merged lists, routed calls, progress, per-tenant tool lists, limits, audit rows, bad JSON-RPC and
-a server that dies mid-call. One stack for the module."""
+merged lists, routed calls, progress, per-tenant tool lists, limits, audit rows, bad JSON-RPC, a
+live reload, one session served by two extproc replicas (the SQLite session map), and a server
+that dies mid-call. One stack for the module, with two extproc replicas."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import signal
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -20,7 +23,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
 from tests.conftest import DEMO_KEY
-from tests.stack_config import ROOT, _remap, small_config, start_stack
+from tests.ratelimit.redis_server import RedisServer
+from controlplane.environments import EnvironmentConfig
+from tests.stack_config import ROOT, _remap, add_extproc_replica, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 L3_KEY = "sk-modelyard-demo-l3"  # the shipped config lets tenant demo-l3 reach demo-stdio__echo only
@@ -29,7 +34,17 @@ JSON_SSE = {"accept": "application/json, text/event-stream", "content-type": "ap
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def redis_url() -> Iterator[str]:
+    srv = RedisServer()
+    srv.start()
+    try:
+        yield srv.url
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Any]:
     workdir: Path = tmp_path_factory.mktemp("mcp")
     data = small_config()
     shipped = yaml.safe_load((ROOT / "modelyard.yaml").read_text())  # its mcp_servers and mcp, on free ports
@@ -39,12 +54,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         s["tools"] = ["*"]  # the failure drill (`crash`) too
         s["timeout_s"] = 10
     data["mcp"]["limits"] = [{"scope": "tool", "match": "demo-http__add", "rate": 0.001, "burst": 3}]
+    # Replicas share buckets and the session map in Redis (sqlite shares them between one host's processes).
+    data["mcp"]["sessions"] = "redis"
+    data["ratelimit"] = {"backend": "redis", "redis": {"url": redis_url, "replicas": 2}, "limits": []}
     data["devstack"] = {"demo_mcp_servers": ["demo-http"]}
     mp = pytest.MonkeyPatch()
     mp.setenv("DEMO_MCP_TOKEN", TOKEN)  # the HTTP demo refuses any other Authorization
     try:
-        with start_stack(workdir, data) as s:
+        s = start_stack(workdir, data)
+        second, second_metrics = add_extproc_replica(s, data, workdir)
+        s.env = EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1,
+                                  extproc_endpoints=[data["extproc"]["address"], second])
+        with s:
             s.audit_db = workdir / "audit.sqlite"
+            s.data = data
+            s.replica_metrics = [data["extproc"]["metrics_address"], second_metrics]
             yield s
     finally:
         mp.undo()
@@ -195,6 +219,55 @@ def test_bad_json_rpc_gets_clear_errors(stack: Any) -> None:
     gone = httpx.delete(f"{url}/mcp", headers={"authorization": f"Bearer {DEMO_KEY}", "mcp-session-id": sid})
     assert gone.status_code == 200
     assert _post(url, {"jsonrpc": "2.0", "id": 6, "method": "ping"}, sid=sid).status_code == 404
+
+
+def _ok_calls(metrics: str, server: str, tool: str) -> float:
+    r = httpx.get(f"http://{metrics}/metrics", timeout=5)
+    want = f'modelyard_mcp_calls_total{{server="{server}",status="ok",tool="{tool}"}} '
+    return sum(float(line.split()[-1]) for line in r.text.splitlines() if line.startswith(want))
+
+
+def test_one_session_is_served_by_both_replicas(stack: Any) -> None:  # the Redis session map
+    before = [_ok_calls(m, "demo-stdio", "add") for m in stack.replica_metrics]
+
+    async def work(s: ClientSession) -> list[str]:
+        return [(await s.call_tool("demo-stdio__add", {"a": i, "b": 1})).content[0].text  # type: ignore[union-attr]
+                for i in range(12)]
+
+    assert _run(_with_client(stack.url, DEMO_KEY, work)) == [f"{i + 1}.0" for i in range(12)]
+    served = [_ok_calls(m, "demo-stdio", "add") - b for m, b in zip(stack.replica_metrics, before, strict=True)]
+    assert sum(served) == 12 and all(n > 0 for n in served), served  # each replica read the other's session
+
+
+def test_a_reload_adds_a_server_and_changes_permissions(stack: Any) -> None:
+    data = copy.deepcopy(stack.data)
+    http = next(s for s in data["mcp_servers"] if s["name"] == "demo-http")
+    data["mcp_servers"].append({**http, "name": "again", "tools": ["echo"]})
+    data["mcp"]["access"] = [{"tenant": "demo-l3", "tools": ["again__*"]}]
+    paths = [stack.config_path, stack.workdir / "modelyard-replica.yaml"]
+    for path in paths:  # each replica's own file (its addresses), the same new mcp sections
+        mine = yaml.safe_load(path.read_text())
+        mine["mcp_servers"], mine["mcp"] = data["mcp_servers"], data["mcp"]
+        path.write_text(yaml.safe_dump(mine, sort_keys=False))
+    for child in stack.children:
+        if child.name.startswith("extproc"):
+            child.proc.send_signal(signal.SIGHUP)
+
+    async def names(s: ClientSession) -> set[str]:
+        return {t.name for t in (await s.list_tools()).tools}
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # every replica applied it: a few sessions in a row see it
+        if all(_run(_with_client(stack.url, L3_KEY, names)) == {"again__echo"} for _ in range(4)):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the reload never applied")
+
+    async def call(s: ClientSession) -> Any:
+        return await s.call_tool("again__echo", {"text": "live"})
+
+    assert _run(_with_client(stack.url, L3_KEY, call)).content[0].text == "[demo-http] live"
 
 
 def test_a_server_that_dies_mid_call_gives_a_json_rpc_error(stack: Any) -> None:
