@@ -117,7 +117,7 @@ class StdioServer:
             await self._write({"jsonrpc": "2.0", "id": doc["id"],
                                "error": {"code": -32601, "message": "not supported through the gateway"}})
         elif "method" in doc:
-            params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+            params: dict[str, Any] = doc["params"] if isinstance(doc.get("params"), dict) else {}
             found = self.tokens.get(str(params.get("progressToken")))
             if found is not None and found[0] in self.waiting:
                 self.waiting[found[0]][1].put_nowait({**doc, "params": {**params, "progressToken": found[1]}})

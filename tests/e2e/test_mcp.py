@@ -22,9 +22,9 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
+from controlplane.environments import EnvironmentConfig
 from tests.conftest import DEMO_KEY
 from tests.ratelimit.redis_server import RedisServer
-from controlplane.environments import EnvironmentConfig
 from tests.stack_config import ROOT, _remap, add_extproc_replica, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
