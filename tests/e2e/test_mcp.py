@@ -272,14 +272,12 @@ def test_a_reload_adds_a_server_and_changes_permissions(stack: Any) -> None:
 
 def test_a_server_that_dies_mid_call_gives_a_json_rpc_error(stack: Any) -> None:
     sid = _initialize(stack.url)
-    started = time.monotonic()
     for server in ("demo-stdio", "demo-http"):  # the stdio process, then the HTTP server itself
         r = _post(stack.url, {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
                               "params": {"name": f"{server}__crash", "arguments": {}}}, sid)
-        assert r.status_code == 502, r.text
+        assert r.status_code == 502, r.text  # not 504: the failure, not the servers' 10 s timeout, answered
         err = r.json()
         assert err["id"] == 9 and err["error"]["code"] == -32000 and server in err["error"]["message"]
-    assert time.monotonic() - started < 10  # an error, not a wait for a timeout
 
     async def work(s: ClientSession) -> Any:  # the SDK client: a failed call ends its transport, never hangs
         return await s.call_tool("demo-stdio__crash", {})
