@@ -260,8 +260,8 @@ class McpHub:
         server = self.policy.servers[owner[0]]
         started = time.monotonic()
         args = msg.params.get("arguments")
-        arg_bytes = len(orjson.dumps(args)) if args is not None else 0
-        status, outcome, result_bytes = 200, "ok", 0
+        arg_json = orjson.dumps(args) if args is not None else b""
+        status, outcome, result_bytes, result_json = 200, "ok", 0, b""
         try:
             charges = self.policy.charges(who, server.name, name)
             if limiter is not None and charges:
@@ -273,9 +273,12 @@ class McpHub:
             forward = {"jsonrpc": "2.0", "id": msg.id, "method": "tools/call", "params": {**msg.params, "name": owner[1]}}
             answer = await self._upstream(server, session, forward, msg.id)
             result_bytes = answer.body_bytes
-            result = (answer.response or {}).get("result")
+            response = answer.response or {}
+            result = response.get("result")
             outcome = "tool_error" if isinstance(result, dict) and result.get("isError") else \
-                "rpc_error" if "error" in (answer.response or {}) else "ok"
+                "rpc_error" if "error" in response else "ok"
+            if audit is not None and audit.capture_limit(ctx.tenant_name):
+                result_json = orjson.dumps(result if result is not None else response.get("error"))
             return _relay(ctx, answer)
         except RpcError as e:
             status, outcome = e.status, "refused" if e.status == 429 else "error"
@@ -285,13 +288,18 @@ class McpHub:
             metrics.CALLS.labels(server.name, owner[1], outcome).inc()
             metrics.LATENCY.labels(server.name, owner[1]).observe(elapsed)
             if audit is not None:
+                # Argument and result bodies only for a tenant that captures bodies: capped and redacted
+                # by the audit writer under the tenant's rules, as model bodies are.
+                cap = audit.capture_limit(ctx.tenant_name)
                 audit.record(AuditEvent(
                     event=MCP_CALL, time=time.time(), task_id=ctx.task_id, tenant=ctx.tenant_name,
                     key_id=who.key_id or who.key[:12], client=ctx.client, method="tools/call", path=ctx.path,
                     model=name, cluster=server.name, status=status,
                     detail={"server": server.name, "tool": owner[1], "outcome": outcome,
-                            "latency_ms": round(elapsed * 1000, 3), "argument_bytes": arg_bytes,
-                            "result_bytes": result_bytes, "session": session.id[:8]}))
+                            "latency_ms": round(elapsed * 1000, 3), "argument_bytes": len(arg_json),
+                            "result_bytes": result_bytes, "session": session.id[:8]},
+                    request_body=arg_json[:cap] if cap else None, request_size=len(arg_json),
+                    response_body=result_json[:cap] if cap else None, response_size=len(result_json)))
 
     async def _prompt(self, who: Caller, session: McpSession, msg: Message) -> Reply:
         name = msg.params.get("name")

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
+import redis
 import yaml
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -50,6 +52,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
     shipped = yaml.safe_load((ROOT / "modelyard.yaml").read_text())  # its mcp_servers and mcp, on free ports
     data.update(_remap({k: shipped[k] for k in ("mcp_servers", "mcp")}, {}))
     data["extproc"]["audit_db"] = "audit.sqlite"
+    # Tenant demo captures bodies: a tool's arguments and result land in its rows, redacted.
+    data["tenants"][0]["audit"] = {"capture_bodies": True, "max_body_bytes": 300, "redact": [r"ACCT-\d{6}"]}
     for s in data["mcp_servers"]:
         s["tools"] = ["*"]  # the failure drill (`crash`) too
         s["timeout_s"] = 10
@@ -68,6 +72,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
         with s:
             s.audit_db = workdir / "audit.sqlite"
             s.data = data
+            s.redis_url = redis_url
             s.replica_metrics = [data["extproc"]["metrics_address"], second_metrics]
             yield s
     finally:
@@ -186,11 +191,29 @@ def test_a_limit_answers_429_as_a_json_rpc_error_and_every_call_is_audited(stack
         time.sleep(0.1)
     got = rows()
     assert [r["status"] for r in got] == [200, 200, 200, 429]
-    import orjson
     detail = orjson.loads(got[0]["detail"])
     assert got[0]["cluster"] == "demo-http" and got[0]["tenant"] == "demo"
     assert detail["tool"] == "add" and detail["outcome"] == "ok" and detail["argument_bytes"] == len(b'{"a":1,"b":2}')
     assert detail["result_bytes"] > 0 and detail["latency_ms"] > 0
+    assert got[0]["request_body"] == '{"a":1,"b":2}' and "3.0" in got[0]["response_body"]
+
+    echo = {"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "demo-http__echo", "arguments": {"text": "pay ACCT-123456 now"}}}
+    assert _post(stack.url, echo, sid).status_code == 200
+
+    def echo_rows() -> list[dict[str, Any]]:
+        conn = sqlite3.connect(stack.audit_db)
+        try:
+            return conn.execute("SELECT request_body, response_body FROM audit WHERE event = 'mcp_call' "
+                                "AND model = 'demo-http__echo' AND request_body LIKE '%pay%'").fetchall()
+        finally:
+            conn.close()
+
+    deadline = time.monotonic() + 10
+    while not echo_rows() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ((req, resp),) = echo_rows()
+    assert "ACCT-123456" not in req + resp and "[REDACTED]" in req and "[REDACTED]" in resp
 
 
 def test_bad_json_rpc_gets_clear_errors(stack: Any) -> None:
@@ -268,6 +291,28 @@ def test_a_reload_adds_a_server_and_changes_permissions(stack: Any) -> None:
         return await s.call_tool("again__echo", {"text": "live"})
 
     assert _run(_with_client(stack.url, L3_KEY, call)).content[0].text == "[demo-http] live"
+
+
+def test_a_lost_upstream_session_is_opened_again(stack: Any) -> None:
+    async def work(s: ClientSession, sid: Any) -> tuple[str, str]:
+        first = (await s.call_tool("demo-stdio__echo", {"text": "one"})).content[0].text  # type: ignore[union-attr]
+        # The bridge forgets our upstream session (as a restarted server would): the next call's 404 is
+        # the gateway's to handle, not the client's.
+        record = orjson.loads(redis.Redis.from_url(stack.redis_url).get(f"modelyard:mcp:{sid()}"))
+        upstream_sid = record["up"]["demo-stdio"][0]
+        bridge = next(x["listen"] for x in stack.data["mcp_servers"] if x["name"] == "demo-stdio")
+        assert httpx.delete(f"http://{bridge}/mcp", headers={"mcp-session-id": upstream_sid}).status_code == 200
+        second = (await s.call_tool("demo-stdio__echo", {"text": "two"})).content[0].text  # type: ignore[union-attr]
+        return first, second
+
+    async def client() -> tuple[str, str]:
+        async with (httpx.AsyncClient(headers={"Authorization": f"Bearer {DEMO_KEY}"}) as http,
+                    streamable_http_client(f"{stack.url}/mcp", http_client=http) as (read, write, sid),
+                    ClientSession(read, write) as session):
+            await session.initialize()
+            return await work(session, sid)
+
+    assert _run(client()) == ("[demo-stdio] one", "[demo-stdio] two")
 
 
 def test_a_server_that_dies_mid_call_gives_a_json_rpc_error(stack: Any) -> None:
