@@ -36,7 +36,7 @@ from adapters.mcp.names import split_name
 from contracts.config import GatewayConfig
 from contracts.config.mcp import McpServer
 from extproc.mcp import metrics
-from extproc.mcp.policy import Caller, McpPolicy
+from extproc.mcp.policy import McpPolicy, ToolCaller
 from extproc.mcp.sessions import McpSession, MemorySessions, RedisSessions, SessionStore, SqliteSessions
 from extproc.mcp.upstream import Answer, SessionLost, UpstreamClient
 from extproc.telemetry.audit import AuditEvent
@@ -104,7 +104,7 @@ class McpHub:
             if version and version not in SUPPORTED_VERSIONS:
                 raise RpcError(INVALID_REQUEST, f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}",
                                status=400, id=rid)
-            who = Caller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
+            who = ToolCaller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
             if msg.is_response:
                 return Reply(202, b"", ())  # the gateway asks clients nothing: an answer has no taker
             if msg.method == "initialize":
@@ -123,7 +123,7 @@ class McpHub:
                 headers = (_JSON, ("retry-after", str(e.data.get("retry_after_s", 1))))
             return Reply(e.status, error_body(e), headers)
 
-    async def _session(self, who: Caller, sid: str | None, rid: Any) -> McpSession:
+    async def _session(self, who: ToolCaller, sid: str | None, rid: Any) -> McpSession:
         if not sid:
             raise RpcError(INVALID_REQUEST, "Bad Request: the Mcp-Session-Id header is required after initialize",
                            status=400, id=rid)
@@ -133,7 +133,7 @@ class McpHub:
             raise RpcError(SESSION_ERROR, "Session not found", status=404, id=rid)
         return session
 
-    async def _request(self, ctx: RequestContext, who: Caller, session: McpSession, msg: Message,
+    async def _request(self, ctx: RequestContext, who: ToolCaller, session: McpSession, msg: Message,
                        limiter: Limiter | None, audit: AuditLog | None) -> Reply:
         if msg.method == "ping":
             return Reply(200, result_body(msg.id, {}))
@@ -142,16 +142,16 @@ class McpHub:
         if msg.method == "tools/call":
             return await self._call_tool(ctx, who, session, msg, limiter, audit)
         if msg.method == "prompts/get":
-            return await self._prompt(who, session, msg)
+            return await self._prompt(ctx, who, session, msg)
         if msg.method == "resources/read":
-            return await self._read(who, session, msg)
+            return await self._read(ctx, who, session, msg)
         if msg.method == "logging/setLevel":
             return Reply(200, result_body(msg.id, {}))
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {msg.method[:80]}", id=msg.id)
 
     # -- initialize and the lists --------------------------------------------------------------------
 
-    async def _initialize(self, who: Caller, msg: Message) -> Reply:
+    async def _initialize(self, who: ToolCaller, msg: Message) -> Reply:
         asked = msg.params.get("protocolVersion")
         version = asked if isinstance(asked, str) and asked in SUPPORTED_VERSIONS else LATEST_VERSION
         session = McpSession(uuid.uuid4().hex, who.tenant, who.key, version)
@@ -212,7 +212,7 @@ class McpHub:
                     break
         raise RpcError(GATEWAY_ERROR, f"MCP server {server.name} lost the session twice", status=502, id=rid)
 
-    async def _list(self, who: Caller, session: McpSession, msg: Message) -> dict[str, Any]:
+    async def _list(self, who: ToolCaller, session: McpSession, msg: Message) -> dict[str, Any]:
         servers = self.policy.servers_for(who)
         found = await asyncio.gather(*(self._list_one(s, session, msg) for s in servers), return_exceptions=True)
         answers: list[tuple[str, list[Any]]] = []
@@ -248,7 +248,7 @@ class McpHub:
 
     # -- calls to one server -------------------------------------------------------------------------
 
-    async def _call_tool(self, ctx: RequestContext, who: Caller, session: McpSession, msg: Message,
+    async def _call_tool(self, ctx: RequestContext, who: ToolCaller, session: McpSession, msg: Message,
                          limiter: Limiter | None, audit: AuditLog | None) -> Reply:
         name = msg.params.get("name")
         if not isinstance(name, str) or not name:
@@ -301,16 +301,16 @@ class McpHub:
                     request_body=arg_json[:cap] if cap else None, request_size=len(arg_json),
                     response_body=result_json[:cap] if cap else None, response_size=len(result_json)))
 
-    async def _prompt(self, who: Caller, session: McpSession, msg: Message) -> Reply:
+    async def _prompt(self, ctx: RequestContext, who: ToolCaller, session: McpSession, msg: Message) -> Reply:
         name = msg.params.get("name")
         owner = split_name(name) if isinstance(name, str) else None
         server = self.policy.servers.get(owner[0]) if owner else None
         if owner is None or server is None or server not in self.policy.servers_for(who):
             raise RpcError(INVALID_PARAMS, f"Unknown prompt: {str(name)[:128]}", id=msg.id)
         forward = {"jsonrpc": "2.0", "id": msg.id, "method": msg.method, "params": {**msg.params, "name": owner[1]}}
-        return _relay(None, await self._upstream(server, session, forward, msg.id))
+        return _relay(ctx, await self._upstream(server, session, forward, msg.id))
 
-    async def _read(self, who: Caller, session: McpSession, msg: Message) -> Reply:
+    async def _read(self, ctx: RequestContext, who: ToolCaller, session: McpSession, msg: Message) -> Reply:
         uri = msg.params.get("uri")
         if not isinstance(uri, str):
             raise RpcError(INVALID_PARAMS, 'Invalid params: resources/read needs a "uri"', id=msg.id)
@@ -319,12 +319,12 @@ class McpHub:
         if owner is None:
             raise RpcError(-32002, f"Resource not found: {uri[:200]}", id=msg.id)
         forward = {"jsonrpc": "2.0", "id": msg.id, "method": msg.method, "params": msg.params}
-        return _relay(None, await self._upstream(self.policy.servers[owner], session, forward, msg.id))
+        return _relay(ctx, await self._upstream(self.policy.servers[owner], session, forward, msg.id))
 
     # -- DELETE /mcp -----------------------------------------------------------------------------------
 
     async def end_session(self, ctx: RequestContext) -> Reply:
-        who = Caller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
+        who = ToolCaller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
         try:
             session = await self._session(who, ctx.headers.get("mcp-session-id"), None)
         except RpcError as e:
@@ -337,10 +337,11 @@ class McpHub:
         return Reply(200, b"", ())
 
 
-def _relay(ctx: RequestContext | None, answer: Answer) -> Reply:
-    """The server's response, after its notifications when there were any (SSE, in order)."""
+def _relay(ctx: RequestContext, answer: Answer) -> Reply:
+    """The server's response, after its notifications when there were any (SSE, in order, when the
+    client accepts it)."""
     body = orjson.dumps(answer.response)
-    if not answer.notifications:
+    if not answer.notifications or "text/event-stream" not in ctx.headers.get("accept", ""):
         return Reply(200, body)
     events = b"".join(sse_event(orjson.dumps(n)) for n in answer.notifications) + sse_event(body)
     return Reply(200, events, (("content-type", "text/event-stream"), ("cache-control", "no-cache")))

@@ -16,7 +16,7 @@ from ratelimit.rules import BucketScope, Charge
 
 
 @dataclass(frozen=True, slots=True)
-class Caller:
+class ToolCaller:
     tenant: str
     key: str  # the key's digest (hex), "" when unknown
     key_id: str | None  # a store key's id
@@ -29,7 +29,7 @@ class McpPolicy:
         self._keys = {a.key.removeprefix("sha256:"): a.tools for a in settings.access if a.key is not None}
         self._limits = settings.limits
 
-    def visible(self, who: Caller, prefixed: str) -> bool:
+    def visible(self, who: ToolCaller, prefixed: str) -> bool:
         found = split_name(prefixed)
         if found is None:
             return False
@@ -44,17 +44,17 @@ class McpPolicy:
             key = self._keys.get(who.key_id)
         return key is None or allowed(key, prefixed)
 
-    def servers_for(self, who: Caller) -> list[McpServer]:
+    def servers_for(self, who: ToolCaller) -> list[McpServer]:
         """The servers of which the caller may see anything: `notes__*`-style globs decide it."""
         return [s for s in self.servers.values() if self._may_reach(who, s.name)]
 
-    def _may_reach(self, who: Caller, server: str) -> bool:
+    def _may_reach(self, who: ToolCaller, server: str) -> bool:
         for globs in (self._tenants.get(who.tenant), self._keys.get(who.key) if who.key else None):
             if globs is not None and not any(_may_match(g, server) for g in globs):
                 return False
         return True
 
-    def charges(self, who: Caller, server: str, prefixed: str) -> list[Charge]:
+    def charges(self, who: ToolCaller, server: str, prefixed: str) -> list[Charge]:
         """The token buckets of one call (one request each), per the `mcp.limits` rules that match."""
         out = []
         key = who.key_id or (who.key[:12] if who.key else "")

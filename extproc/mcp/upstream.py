@@ -107,6 +107,8 @@ async def _read(server: McpServer, r: aiohttp.ClientResponse, expect: Any, sessi
             doc = _json(payload)
             if not isinstance(doc, dict):
                 continue
+            if doc.get("jsonrpc") != "2.0":
+                continue
             if "method" in doc and "id" not in doc:
                 answer.notifications.append(doc)
             elif doc.get("id") == expect and ("result" in doc or "error" in doc):
@@ -120,7 +122,7 @@ async def _read(server: McpServer, r: aiohttp.ClientResponse, expect: Any, sessi
     body = await r.read()
     answer.body_bytes = len(body)
     doc = _json(body) if body else None
-    if isinstance(doc, dict) and ("result" in doc or "error" in doc):
+    if isinstance(doc, dict) and doc.get("jsonrpc") == "2.0" and ("result" in doc or "error" in doc):
         answer.response = doc  # a JSON-RPC error keeps its own code, whatever the HTTP status
         return answer
     if r.status >= 400 or expect is not None:

@@ -9,7 +9,7 @@ import pytest
 from adapters.mcp import RpcError, error_body, join_name, merge_lists, parse_message, render_error, split_name
 from contracts.config import parse_config
 from contracts.errors import ConfigError
-from extproc.mcp.policy import Caller, McpPolicy
+from extproc.mcp.policy import McpPolicy, ToolCaller
 from tests.stack_config import small_config
 
 
@@ -90,7 +90,7 @@ def test_tenant_and_key_lists_narrow_what_a_caller_sees() -> None:
     cfg = parse_config(_config(access=[{"tenant": "demo-l3", "tools": ["notes__*"]},
                                        {"key": f"sha256:{key}", "tools": ["notes__search"]}]))
     policy = McpPolicy(cfg.mcp_servers, cfg.mcp)
-    anyone, l3, narrowed = Caller("demo", "", None), Caller("demo-l3", "", None), Caller("demo-l3", key, None)
+    anyone, l3, narrowed = ToolCaller("demo", "", None), ToolCaller("demo-l3", "", None), ToolCaller("demo-l3", key, None)
     assert policy.visible(anyone, "notes__search") and policy.visible(anyone, "files__anything")
     assert not policy.visible(anyone, "notes__delete")  # the server exposes search and read only
     assert not policy.visible(anyone, "nobody__search") and not policy.visible(anyone, "search")
@@ -105,7 +105,7 @@ def test_limits_charge_the_matching_buckets() -> None:
                                        {"scope": "tenant", "match": "*", "rate": 5, "burst": 5},
                                        {"scope": "server", "match": "files", "rate": 5, "burst": 5}]))
     policy = McpPolicy(cfg.mcp_servers, cfg.mcp)
-    who = Caller("demo", "cd" * 32, None)
+    who = ToolCaller("demo", "cd" * 32, None)
     assert [c.key for c in policy.charges(who, "notes", "notes__search")] == [
         "mcp:tool:notes__search:notes__search", "mcp:tenant:*:demo"]
     assert [c.key for c in policy.charges(who, "files", "files__x")] == ["mcp:tenant:*:demo", "mcp:server:files:files"]
