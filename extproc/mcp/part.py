@@ -37,7 +37,14 @@ from contracts.config import GatewayConfig
 from contracts.config.mcp import McpServer
 from extproc.mcp import metrics
 from extproc.mcp.policy import McpPolicy, ToolCaller
-from extproc.mcp.sessions import McpSession, MemorySessions, RedisSessions, SessionStore, SqliteSessions
+from extproc.mcp.sessions import (
+    McpSession,
+    MemorySessions,
+    RedisSessions,
+    SessionStore,
+    SessionStoreDown,
+    SqliteSessions,
+)
 from extproc.mcp.upstream import Answer, SessionLost, UpstreamClient
 from extproc.telemetry.audit import AuditEvent
 
@@ -115,6 +122,10 @@ class McpHub:
             if not msg.is_request:
                 return Reply(202, b"", ())  # initialized, cancelled, roots/list_changed: nothing to forward
             return await self._request(ctx, who, session, msg, limiter, audit)
+        except SessionStoreDown as e:
+            log.warning("mcp session store: %s", e)
+            down = RpcError(GATEWAY_ERROR, "the MCP session store cannot be reached; retry shortly", status=503, id=rid)
+            return Reply(503, error_body(down), (_JSON, ("retry-after", "1")))
         except RpcError as e:
             if e.id is None:
                 e.id = rid
@@ -327,9 +338,12 @@ class McpHub:
         who = ToolCaller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
         try:
             session = await self._session(who, ctx.headers.get("mcp-session-id"), None)
+            await self.store.delete(session.id)
         except RpcError as e:
             return Reply(e.status, error_body(e))
-        await self.store.delete(session.id)
+        except SessionStoreDown:
+            down = RpcError(GATEWAY_ERROR, "the MCP session store cannot be reached; retry shortly", status=503)
+            return Reply(503, error_body(down), (_JSON, ("retry-after", "1")))
         for name, (sid, _version) in session.upstream.items():
             server = self.policy.servers.get(name)
             if server is not None and sid:

@@ -35,6 +35,10 @@ class McpSession:
         return cls(sid, d["tenant"], d["key"], d["v"], {k: (v[0], v[1]) for k, v in d["up"].items()}, d["created"])
 
 
+class SessionStoreDown(Exception):
+    """The session map cannot be read or written now (a disk, a Redis): the call is answered 503."""
+
+
 class SessionStore(Protocol):
     async def get(self, sid: str) -> McpSession | None: ...
     async def put(self, s: McpSession) -> None: ...
@@ -67,16 +71,26 @@ class SqliteSessions:
     """One table in a file every worker on the host opens; reads and writes in a thread."""
 
     def __init__(self, path: str, ttl_s: float) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, check_same_thread=False, timeout=5.0, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS mcp_sessions (id TEXT PRIMARY KEY, expires REAL NOT NULL, "
-                           "doc BLOB NOT NULL)")
+        self._conn: sqlite3.Connection | None = None  # opened at first use, in a worker thread
 
     def _run(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        try:
+            return self._execute(sql, args)
+        except (sqlite3.Error, OSError) as e:
+            raise SessionStoreDown(f"sqlite {self.path}: {e}") from None
+
+    def _execute(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         with self._lock:
+            if self._conn is None:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0, isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("CREATE TABLE IF NOT EXISTS mcp_sessions (id TEXT PRIMARY KEY, expires REAL NOT NULL, "
+                             "doc BLOB NOT NULL)")
+                self._conn = conn
             return self._conn.execute(sql, args).fetchall()
 
     async def get(self, sid: str) -> McpSession | None:
@@ -93,25 +107,38 @@ class SqliteSessions:
 
     async def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 class RedisSessions:
     def __init__(self, url: str, ttl_s: float) -> None:
         import redis.asyncio as redis
+        from redis.exceptions import RedisError
 
         self.ttl_ms = int(ttl_s * 1000)
-        self._redis = redis.Redis.from_url(url)
+        self._errors = RedisError
+        self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
 
     async def get(self, sid: str) -> McpSession | None:
-        raw = await self._redis.get(f"modelyard:mcp:{sid}")
+        try:
+            raw = await self._redis.get(f"modelyard:mcp:{sid}")
+        except (self._errors, OSError) as e:
+            raise SessionStoreDown(f"redis: {type(e).__name__}") from None
         return McpSession.loads(sid, raw) if raw else None
 
     async def put(self, s: McpSession) -> None:
-        await self._redis.set(f"modelyard:mcp:{s.id}", s.dumps(), px=self.ttl_ms)
+        try:
+            await self._redis.set(f"modelyard:mcp:{s.id}", s.dumps(), px=self.ttl_ms)
+        except (self._errors, OSError) as e:
+            raise SessionStoreDown(f"redis: {type(e).__name__}") from None
 
     async def delete(self, sid: str) -> None:
-        await self._redis.delete(f"modelyard:mcp:{sid}")
+        try:
+            await self._redis.delete(f"modelyard:mcp:{sid}")
+        except (self._errors, OSError) as e:
+            raise SessionStoreDown(f"redis: {type(e).__name__}") from None
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from extproc.mcp.sessions import McpSession, MemorySessions, SqliteSessions
+import pytest
+
+from extproc.mcp.sessions import McpSession, MemorySessions, SessionStoreDown, SqliteSessions
 
 
 async def test_two_sqlite_stores_share_one_file(tmp_path: Path) -> None:
@@ -28,3 +30,10 @@ async def test_expired_sessions_are_gone(tmp_path: Path) -> None:
     mem = MemorySessions(-1)
     await mem.put(McpSession("x", "demo", "", "2025-06-18"))
     assert await mem.get("x") is None
+
+
+async def test_a_store_that_cannot_open_says_so(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    store = SqliteSessions(str(tmp_path / "file" / "s.sqlite"), 60)  # under a file: no directory there
+    with pytest.raises(SessionStoreDown, match="sqlite"):
+        await store.get("x")
