@@ -92,7 +92,8 @@ class Interim:
 class Flow(Protocol):
     """The per-kind half of a session: everything after authentication."""
 
-    async def request_body(self, body: bytes) -> msg.ProcessingResponse: ...
+    # An Interim: the flow answers by itself after a wait it asks Envoy's timer for (an MCP call).
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse | Interim: ...
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse: ...
     # Awaitable for a large buffered answer, translated in a worker thread (flows/offload.py).
     def response_body(self, chunk: bytes,

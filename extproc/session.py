@@ -110,6 +110,8 @@ class Session:
                 return _passthrough(kind)
             if kind == "request_body":
                 resp = await self.flow.request_body(req.request_body.body)
+                if isinstance(resp, Interim):  # answered later by the gateway itself (an MCP call): nothing goes upstream
+                    return resp
                 self.dispatched = resp.WhichOneof("response") == "request_body"
                 if self.dispatched and self.ctx.deferred:
                     return await self._defer(req.request_body.body)

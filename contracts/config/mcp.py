@@ -104,3 +104,8 @@ class McpSettings(_Model):
 
 def allowed(patterns: list[str], name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, g) for g in patterns)
+
+
+def longest_call_s(servers: list[McpServer]) -> float:
+    """How long an /mcp POST may wait on its servers: Envoy's ext_proc message timer must allow it."""
+    return max((s.timeout_s for s in servers), default=0.0)

@@ -23,12 +23,12 @@ def build(name: str) -> FastMCP:
         return a + b
 
     @server.tool()
-    async def count_slowly(n: int, ctx: Context) -> str:
-        """Count to n (at most 50), reporting progress at each step."""
+    async def count_slowly(n: int, ctx: Context, step_ms: int = 20) -> str:
+        """Count to n (at most 50), a step every step_ms (at most 2000), reporting progress at each."""
         n = max(1, min(n, 50))
         for i in range(1, n + 1):
             await ctx.report_progress(i, n, f"counted {i} of {n}")
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(max(0, min(step_ms, 2000)) / 1000)
         return f"[{name}] counted to {n}"
 
     @server.tool()

@@ -3,9 +3,10 @@ GET is 405 (no server-initiated stream: the spec's answer for a server that offe
 
 from __future__ import annotations
 
+from contracts.envoy_names import WAIT_MARGIN_S
 from contracts.errors import NotFound
 from extproc import messages as msg
-from extproc.context import RequestContext
+from extproc.context import Interim, RequestContext
 from extproc.gateway import Gateway
 from extproc.mcp.part import McpHub, Reply
 
@@ -36,9 +37,14 @@ class McpFlow:
         self.gw = gw
         self.ctx = ctx
 
-    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+    async def request_body(self, body: bytes) -> Interim:
         hub = _hub(self.gw, self.ctx)
-        return _reply(await hub.handle(self.ctx, body, self.gw.dispatcher.limiter, self.gw.audit), self.ctx)
+
+        async def answer() -> msg.ProcessingResponse:
+            return _reply(await hub.handle(self.ctx, body, self.gw.dispatcher.limiter, self.gw.audit), self.ctx)
+
+        # A tool may run past Envoy's message timeout: ask for the longest server timeout first.
+        return Interim(msg.extend_timeout(hub.longest_call_s + WAIT_MARGIN_S), answer)
 
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
         return msg.response_headers()

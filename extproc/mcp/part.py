@@ -34,7 +34,7 @@ from adapters.mcp.jsonrpc import (
 from adapters.mcp.merge import LISTS, merge_lists
 from adapters.mcp.names import split_name
 from contracts.config import GatewayConfig
-from contracts.config.mcp import McpServer
+from contracts.config.mcp import McpServer, longest_call_s
 from extproc.mcp import metrics
 from extproc.mcp.policy import McpPolicy, ToolCaller
 from extproc.mcp.sessions import (
@@ -82,6 +82,7 @@ class McpHub:
     def __init__(self, config: GatewayConfig, *, store: SessionStore | None = None,
                  client: UpstreamClient | None = None) -> None:
         self.policy = McpPolicy(config.mcp_servers, config.mcp)
+        self.longest_call_s = longest_call_s(config.mcp_servers)
         self.store = store if store is not None else build_store(config)
         self.client = client if client is not None else UpstreamClient()
 

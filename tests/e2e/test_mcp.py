@@ -67,8 +67,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
     try:
         s = start_stack(workdir, data)
         second, second_metrics = add_extproc_replica(s, data, workdir)
+        # A short ext_proc message timeout: a tool call longer than it must still be answered.
         s.env = EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1,
-                                  extproc_endpoints=[data["extproc"]["address"], second])
+                                  extproc_endpoints=[data["extproc"]["address"], second],
+                                  timeouts={"extproc_message_s": 2.0})
         with s:
             s.audit_db = workdir / "audit.sqlite"
             s.data = data
@@ -122,7 +124,8 @@ def test_progress_reaches_the_client(stack: Any) -> None:
         async def work(s: ClientSession, server: str = server, seen: list[Any] = seen) -> Any:
             async def progress(done: float, total: float | None, message: str | None) -> None:
                 seen.append((done, total, message))
-            return await s.call_tool(f"{server}__count_slowly", {"n": 3}, progress_callback=progress)
+            # 3 x 1.2 s: longer than the stack's 2 s ext_proc message timeout, which the call extends
+            return await s.call_tool(f"{server}__count_slowly", {"n": 3, "step_ms": 1200}, progress_callback=progress)
 
         result = _run(_with_client(stack.url, DEMO_KEY, work))
         assert result.content[0].text == f"[{server}] counted to 3"
