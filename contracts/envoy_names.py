@@ -23,6 +23,11 @@ UPSTREAM_ATTEMPTS_HEADER = "x-modelyard-upstream-attempts"
 # The replica the extproc picked, read by the cluster's override-host LB policy (the name the
 # Gateway API Inference Extension's endpoint pickers use); absent, Envoy's own balancer picks.
 DESTINATION_ENDPOINT_HEADER = "x-gateway-destination-endpoint"
+# The Endpoint Picker Protocol's metadata (`modelyard epp`): the pick in the ext_proc reply's dynamic
+# metadata (namespace, key DESTINATION_ENDPOINT_HEADER), the proxy's subset hint in the request's.
+EPP_DESTINATION_NAMESPACE = "envoy.lb"
+EPP_SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+EPP_SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 TENANT_HEADER = "x-modelyard-tenant"  # rate limit descriptor for Envoy's ratelimit filter
 TASK_ID_HEADER = "x-modelyard-task-id"
 STRATEGY_HEADER = "x-modelyard-strategy"
@@ -39,6 +44,9 @@ WAIT_MARGIN_S = 2.0
 XLATE_METADATA = "x-modelyard-xlate"
 # On a reply from a deployment with max_inflight: milliseconds the request waited for a slot.
 QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"
+# On a reply that a peer deployment took after the chosen one's cluster bucket or queue refused it:
+# the clusters that refused, in order (docs/routing.md, "Spill").
+SPILLED_FROM_HEADER = "x-modelyard-spilled-from"
 # On a reply whose request lost controls its deployment cannot express (drop_params): their names.
 DROPPED_PARAMS_HEADER = "x-modelyard-dropped-params"
 CACHE_HEADER = "x-modelyard-cache"  # hit | miss | bypass: the response cache's verdict (docs/cache.md)

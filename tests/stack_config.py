@@ -96,8 +96,15 @@ def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, 
     data = _remap(data, ports)
     data["listener"]["port"] = free_port()
     _static_envoy(data)
+    _without_endpoint_picker(data)
     data.update(overrides)
     return data, ports
+
+
+def _without_endpoint_picker(data: dict[str, Any]) -> None:
+    """Test stacks start the endpoint picker (a process and a listener) only where a test sets
+    `endpoint_picker` itself (tests/e2e/test_endpoint_picker.py): the rest need not pay for it."""
+    data.pop("endpoint_picker", None)
 
 
 def _static_envoy(data: dict[str, Any]) -> None:
@@ -138,6 +145,9 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     tasks = ext.get("tasks")
     if tasks and tasks.get("sqlite_path") and not Path(tasks["sqlite_path"]).is_absolute():
         ext["tasks"] = {**tasks, "sqlite_path": str(workdir / Path(tasks["sqlite_path"]).name)}
+    batches = ext.get("batches")
+    if batches and not Path(batches.get("sqlite_path", "run/batches.sqlite")).is_absolute():
+        ext["batches"] = {**batches, "sqlite_path": str(workdir / "batches.sqlite")}
     path = workdir / "modelyard.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     env = env or EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
@@ -156,6 +166,7 @@ def small_config(**overrides: Any) -> dict[str, Any]:
     data = _remap(data, {})
     data["listener"]["port"] = free_port()
     _static_envoy(data)
+    _without_endpoint_picker(data)
     data.update(overrides)
     return data
 
