@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from adapters import kserve, kserve_grpc
+from adapters import kserve, kserve_grpc, mcp
 from adapters.registry import PROTOCOLS
 
 __all__ = ["ERROR_RENDERERS", "ErrorRenderer", "render_error_body"]
@@ -20,6 +20,7 @@ ERROR_RENDERERS: dict[str, ErrorRenderer] = {
     **{name: p.render_error for name, p in PROTOCOLS.items()},
     "kserve": kserve.render_error,
     "kserve-grpc": kserve_grpc.render_error,
+    "mcp": mcp.render_error,
 }
 
 

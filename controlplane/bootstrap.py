@@ -120,6 +120,7 @@ from envoy_data_plane.google.protobuf import Any as AnyMsg
 from google.protobuf import json_format
 
 from contracts.config import Deployment, GatewayConfig
+from contracts.config.mcp import longest_call_s
 from contracts.envoy_names import (
     CLUSTER_HEADER,
     EXT_PROC_FILTER,
@@ -479,7 +480,9 @@ def build_resources(cfg: GatewayConfig, env: EnvironmentConfig) -> EnvoyResource
     # Inflate before the extproc reads a body; compress what it answers (encoders run in reverse).
     filters = [*decompressor_filters(env.compression), *compressor_filters(env.compression),
                _ext_proc_filter(env, queue_wait_s=queue_wait_s,
-                                long_poll_s=tasks.max_wait_s if tasks is not None else 0.0)]
+                                # an /mcp POST extends its timer as a long poll does, to its servers' timeout
+                                long_poll_s=max(tasks.max_wait_s if tasks is not None else 0.0,
+                                                longest_call_s(cfg.mcp_servers)))]
     if env.rate_limit_service:
         filters.append(_rate_limit_filter(env.rate_limit_service))
     filters.append(HttpFilter(name="envoy.filters.http.router", typed_config=AnyMsg.pack(Router())))

@@ -123,6 +123,30 @@ def _share_demos(children: list[Child], python: str) -> list[Child]:
     return [host, *(c for c in children if c not in http)]
 
 
+def mcp_children(cfg: GatewayConfig, python: str = sys.executable, *, demos: bool = True) -> list[Child]:
+    """A stdio<->HTTP bridge (devstack.mcp_bridge) per local MCP server, and with `demos` the demo
+    MCP server for each `devstack.demo_mcp_servers` entry (docs/mcp.md)."""
+    out: list[Child] = []
+    servers = {s.name: s for s in cfg.mcp_servers}
+    unknown = [n for n in cfg.devstack.demo_mcp_servers if n not in servers or servers[n].url is None]
+    if unknown:
+        raise ConfigError(f"devstack.demo_mcp_servers: no mcp_servers entry with a url is named "
+                          f"{', '.join(map(repr, unknown))}")
+    for s in cfg.mcp_servers:
+        if s.command is not None and s.listen is not None:
+            argv = [python, "-m", "devstack.mcp_bridge", "--listen", s.listen, "--", *s.command]
+            out.append(Child(f"mcp-{s.name}", argv, ("http", f"http://{s.listen}/health")))
+        elif demos and s.url is not None and s.name in cfg.devstack.demo_mcp_servers:
+            u = urlparse(s.url)
+            argv = [python, "-m", "devstack.demo.mcp_http_server", "--host", u.hostname or "127.0.0.1",
+                    "--port", str(u.port or 80), "--name", s.name]
+            token_env = s.headers_env.get("Authorization")
+            if token_env and os.environ.get(token_env):  # the demo checks the credential the gateway injects
+                argv += ["--require-token-env", token_env]
+            out.append(Child(f"mcp-{s.name}", argv, ("http", f"http://{u.netloc}/health")))
+    return out
+
+
 class Stack:
     """Envoy + extproc + demo upstreams for one config and environment."""
 
@@ -136,6 +160,7 @@ class Stack:
         self.log_dir = log_dir or self.workdir
         self.quiet = quiet
         self.children: list[Child] = demo_children(cfg, shared=shared_demos) if demos else []
+        self.children += mcp_children(cfg, demos=demos)
         self.envoy_config = self.workdir / f"envoy-{env.name}.yaml"
         self.admin_path = self.workdir / "envoy-admin.txt"
         self.env_file = self.workdir / "environment" / f"{env.name}.yaml"

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # only the composition root loads tracing, and only when it i
     from extproc.telemetry.tracing import RequestTrace
 
 # The caller's protocol: its errors come back in this shape.
-ClientProtocol = Literal["openai", "anthropic", "gemini", "responses", "kserve", "kserve-grpc"]
+ClientProtocol = Literal["openai", "anthropic", "gemini", "responses", "kserve", "kserve-grpc", "mcp"]
 # What `RequestContext.span` gives when tracing is off: one shared do-nothing context manager.
 _NO_SPAN: AbstractContextManager[Any] = nullcontext()
 
@@ -54,6 +54,7 @@ class RequestContext:
     # Who the key says is calling (a store key's id, narrowing and budget; None before authentication).
     caller: Caller | None = None
     admin: str = ""  # an admin API call's key digest (the audit row names its prefix)
+    key_digest: str = ""  # the caller's key digest, once authenticated (per-key MCP tool lists)
     path_model: str | None = None
     path_version: str | None = None
     stream_hint: bool = False
@@ -94,7 +95,8 @@ class Interim:
 class Flow(Protocol):
     """The per-kind half of a session: everything after authentication."""
 
-    async def request_body(self, body: bytes) -> msg.ProcessingResponse: ...
+    # An Interim: the flow answers by itself after a wait it asks Envoy's timer for (an MCP call).
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse | Interim: ...
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse: ...
     # Awaitable for a large buffered answer, translated in a worker thread (flows/offload.py).
     def response_body(self, chunk: bytes,

@@ -23,6 +23,7 @@ from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
 from extproc.key_admin import KeyAdmin
+from extproc.mcp.part import McpHub
 from extproc.replicas.board import ReplicaBoard
 from extproc.routing import Scheduler
 from extproc.tasks.board import TaskBoard
@@ -61,6 +62,7 @@ class Gateway:
     admin_keys: AdminKeys = field(default_factory=lambda: AdminKeys([]))
     response_cache: ResponseCache | None = None  # None unless a model has a `cache:` policy (docs/cache.md)
     batches: BatchDesk | None = None  # files and batch APIs (docs/batches.md); off unless configured
+    mcp: McpHub | None = None  # /mcp: the MCP servers' gateway (docs/mcp.md); None without mcp_servers
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
@@ -70,7 +72,7 @@ class Gateway:
               tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None,
               budgets: BudgetGuard | None = None, key_admin: KeyAdmin | None = None,
               replicas: ReplicaBoard | None = None, response_cache: ResponseCache | None = None,
-              batches: BatchDesk | None = None) -> Gateway:
+              batches: BatchDesk | None = None, mcp: McpHub | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         if image_backend is None and any(m.vision is not None for m in config.models):
@@ -81,7 +83,8 @@ class Gateway:
                    accountant=Accountant(scheduler, limiter, metering, budgets=budgets),
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, replicas=replicas, tracing=tracing,
                    audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys),
-                   response_cache=response_cache, batches=batches)
+                   response_cache=response_cache, batches=batches,
+                   mcp=mcp if mcp is not None else McpHub.from_config(config))
 
     def start(self) -> None:
         """Background work that needs the server listening: the task worker replays through it."""
@@ -107,6 +110,8 @@ class Gateway:
         await self.accountant.close()
         if self.response_cache is not None:
             await self.response_cache.close()
+        if self.mcp is not None:
+            await self.mcp.close()
         if self.budgets is not None:  # after the accountant: the last calls' spend is in the ledger
             await asyncio.to_thread(self.budgets.close)
         if self.audit is not None:  # after the streams closed: their rows are queued by now

@@ -27,7 +27,7 @@ from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.context import ClientProtocol
-from extproc.flows import batches, feedback, keys_admin, local, tasks
+from extproc.flows import batches, feedback, keys_admin, local, mcp, tasks
 from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -187,6 +187,14 @@ def _keys_admin(method: str, path: str) -> Route | None:
     return Route("openai", admin=True, answer=keys_admin.answer, operation="admin")
 
 
+def _mcp(method: str, path: str) -> Route | None:
+    if path not in mcp.PATHS:
+        return None
+    if method == "POST":
+        return Route("mcp", flow=mcp.McpFlow, operation="mcp")
+    return Route("mcp", answer=mcp.end_session if method == "DELETE" else mcp.no_stream, operation="mcp")
+
+
 def _batches(method: str, path: str) -> Route | None:
     # Files, batches and message batches (docs/batches.md): answered by the gateway, no upstream.
     found = batches.parse_path(method, path)
@@ -209,7 +217,7 @@ def _chat(method: str, path: str) -> Route | None:
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
     return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
-                       _batches, _gemini_models, _count_tokens, _feedback, _media, _chat],
+                       _batches, _gemini_models, _count_tokens, _feedback, _media, _mcp, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 

@@ -111,6 +111,8 @@ class Session:
                 return _passthrough(kind)
             if kind == "request_body":
                 resp = await self.flow.request_body(req.request_body.body)
+                if isinstance(resp, Interim):  # answered later by the gateway itself (an MCP call): nothing goes upstream
+                    return resp
                 self.dispatched = resp.WhichOneof("response") == "request_body"
                 if self.dispatched and self.ctx.deferred:
                     return await self._defer(req.request_body.body)
@@ -205,6 +207,7 @@ class Session:
             found = await self.gw.keyring.identify_at_once(digest)
             if isinstance(found, Identity):
                 ctx.tenant, ctx.caller = found.tenant, found.caller
+                ctx.key_digest = digest or ""
         if self.trail is not None:
             ctx.client = msg.client_address(req, headers)
             self.trail.authenticated(ctx, key, digest)

@@ -79,9 +79,19 @@ def _remap(value: Any, ports: dict[str, int]) -> Any:
     return value
 
 
+def without_mcp(data: dict[str, Any]) -> dict[str, Any]:
+    """The config without its MCP servers: a stack that tests no /mcp starts no MCP processes
+    (tests/e2e/test_mcp.py puts the shipped ones back)."""
+    data.pop("mcp_servers", None)
+    data.pop("mcp", None)
+    data.get("devstack", {}).pop("demo_mcp_servers", None)
+    return data
+
+
 def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, int]]:
-    """The shipped modelyard.yaml, every 127.0.0.1 port replaced; returns (config, old->new ports)."""
-    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    """The shipped modelyard.yaml (its MCP servers left out), every 127.0.0.1 port replaced; returns
+    (config, old->new ports)."""
+    data = without_mcp(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
     ports: dict[str, int] = {}
     data = _remap(data, ports)
     data["listener"]["port"] = free_port()
@@ -129,6 +139,9 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
                 sect = d.get(cloud)
                 if sect and sect.get("credentials_file") and not Path(sect["credentials_file"]).is_absolute():
                     d[cloud] = {**sect, "credentials_file": str(workdir / Path(sect["credentials_file"]).name)}
+    mcp = data.get("mcp")
+    if mcp and mcp.get("sqlite_path") and not Path(mcp["sqlite_path"]).is_absolute():
+        data["mcp"] = {**mcp, "sqlite_path": str(workdir / Path(mcp["sqlite_path"]).name)}
     tasks = ext.get("tasks")
     if tasks and tasks.get("sqlite_path") and not Path(tasks["sqlite_path"]).is_absolute():
         ext["tasks"] = {**tasks, "sqlite_path": str(workdir / Path(tasks["sqlite_path"]).name)}
@@ -144,7 +157,7 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
 
 def small_config(**overrides: Any) -> dict[str, Any]:
     """One OpenAI demo model and the demo tenants, on free ports: a cheap stack for focused tests."""
-    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    data = without_mcp(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
     data["models"] = [m for m in data["models"] if m["name"] == "demo-gpt"]
     data["models"][0]["deployments"] = data["models"][0]["deployments"][:1]
     data["models"][0]["deployments"][0].pop("watermark", None)

@@ -21,6 +21,7 @@ from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettin
 from contracts.config.endpoint_picker import EndpointPickerConfig
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
+from contracts.config.mcp import McpServer, McpSettings
 from contracts.config.prices import table_cost
 from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
@@ -432,6 +433,8 @@ class DevStackConfig(_Model):
     # Clusters that `up` serves with demo servers of its own (and a fake GPU agent for a watermark
     # URL on this host); every other cluster is yours to run. No name implies it.
     demo_upstreams: list[str] = Field(default_factory=list)
+    # `mcp_servers` (by name, a url on this host) that `up` serves with its demo MCP server.
+    demo_mcp_servers: list[str] = Field(default_factory=list)
     # Logs, the rendered Envoy config and its admin address; a relative path is under the config
     # file's directory (`up --run-dir` overrides it).
     run_dir: str = "run"
@@ -453,11 +456,15 @@ class GatewayConfig(_Model):
     response_cache: ResponseCacheStore = Field(default_factory=ResponseCacheStore)
     # `modelyard epp`: the replica picker as an Inference Extension endpoint picker (docs/routing.md)
     endpoint_picker: EndpointPickerConfig | None = None
+    # MCP servers behind /mcp, and who may call which tool (contracts/config/mcp.py, docs/mcp.md).
+    mcp_servers: list[McpServer] = Field(default_factory=list)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
         _no_duplicates([m.name for m in self.models], "models", "name")
         _no_duplicates([t.name for t in self.tenants], "tenants", "name")
+        _no_duplicates([s.name for s in self.mcp_servers], "mcp_servers", "name")
         protocols: dict[str, str] = {}
         for m in self.models:
             for d in m.deployments:
@@ -527,6 +534,10 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
         if t.strategy not in strategies:
             known = ", ".join(sorted(strategies))
             raise ConfigError(f"{source}: tenants[{i}].strategy: unknown strategy {t.strategy!r} (known: {known})")
+    tenants = {t.name for t in cfg.tenants}
+    for i, a in enumerate(cfg.mcp.access):
+        if a.tenant is not None and a.tenant not in tenants:
+            raise ConfigError(f"{source}: mcp.access[{i}].tenant: unknown tenant {a.tenant!r}")
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

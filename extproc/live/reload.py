@@ -41,6 +41,7 @@ from extproc.admission.dispatch import Dispatcher
 from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
 from extproc.gateway import Gateway, LiveGateway
+from extproc.mcp.part import McpHub
 from extproc.routing import Scheduler
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent
 from extproc.telemetry.metrics import CONFIG_INFO, CONFIG_RELOADS, IMAGE_BACKEND
@@ -136,8 +137,11 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     response_cache = gw.response_cache
     if response_cache is None:  # the first cache policy arrives by reload: its store opens now (docs/cache.md)
         response_cache = ResponseCache.from_config(config)
+    # MCP servers and tool permissions apply live; client sessions and upstream connections stay.
+    mcp = gw.mcp.reconfigured(config) if gw.mcp is not None else McpHub.from_config(config)
     new = dataclasses.replace(gw, config=config, keyring=keyring, catalog=catalog, dispatcher=dispatcher,
-                              accountant=accountant, image_backend=image_backend, response_cache=response_cache)
+                              accountant=accountant, image_backend=image_backend, response_cache=response_cache,
+                              mcp=mcp)
     return Prepared(new, plan, _changes(old, config), restart)
 
 

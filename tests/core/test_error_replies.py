@@ -17,7 +17,7 @@ def test_every_protocol_renders_with_the_same_signature(protocol: str) -> None:
 
 
 def test_the_table_covers_every_caller_protocol() -> None:
-    assert set(ERROR_RENDERERS) == {*PROTOCOLS, "kserve", "kserve-grpc"}
+    assert set(ERROR_RENDERERS) == {*PROTOCOLS, "kserve", "kserve-grpc", "mcp"}
 
 
 def test_kserve_and_unknown_protocols() -> None:
