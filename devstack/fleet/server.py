@@ -215,9 +215,9 @@ def make_app(replica: Replica) -> web.Application:
                                                "model": body.get("model", MODEL), "choices": [c]}).encode() + b"\n\n"
 
             await call.first.wait()
-            sent = min(call.req.generated, max_tokens)
-            await resp.write(chunk(sent, "length" if call.done.is_set() else None, first=True))
-            while not call.done.is_set():
+            sent = 1  # the first token alone, as a server sends it (TTFT); the loop may be a step on
+            await resp.write(chunk(sent, "length" if max_tokens == 1 else None, first=True))
+            while sent < max_tokens:
                 try:
                     await asyncio.wait_for(call.done.wait(), replica.flush_s)
                 except TimeoutError:
