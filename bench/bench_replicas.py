@@ -158,13 +158,16 @@ def _reset(endpoints: list[str]) -> None:
 
 
 def _run(name: str, url: str, model: str, rate: float, duration: float, seed: int, endpoints: list[str],
-         headers: dict[str, str]) -> dict[str, Any]:
+         headers: dict[str, str], gateway_pids: list[int]) -> dict[str, Any]:
     _reset(endpoints)
+    cpu0 = sum(_proc_cpu(p) for p in gateway_pids)
     time.sleep(0.3)  # a poll interval or more: the picker's readings show the empty fleet
     # Smoke: short answers, so each run drains in a second or two.
     spec = scaled(WorkloadSpec(), WorkloadSpec(output_tokens=(4, 8, 16)))
     run = asyncio.run(open_loop(url, model, rate, duration, seed, spec, headers))
     s = run.summary()
+    # The gateway's own CPU (extproc and Envoy) for calls through it: it must not be what saturates.
+    s["gateway_cpu_share"] = (sum(_proc_cpu(p) for p in gateway_pids) - cpu0) / s["wall_s"] if gateway_pids else 0.0
     stats = _fleet_stats(endpoints)
     s["preemptions"] = sum(x["preemptions"] for x in stats)
     q = sum(x["prefix_queries"] for x in stats)
@@ -184,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategies", default=",".join([*ENVOY, *ROUTERS]))
     ap.add_argument("--routers-venv", default=str(ROOT / ".peers" / "routers"))
     ap.add_argument("--weights", default="", help='picker weights as JSON, e.g. {"queue":1,"prefix":1}')
+    ap.add_argument("--fleet-args", default="", help="extra fleet arguments (override the defaults), e.g. "
+                    "'--kv-blocks 1024'")
     ap.add_argument("--json", default="", help="write every run's figures here")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
@@ -192,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ports = [free_port() for _ in range(a.replicas)]
     endpoints = [f"127.0.0.1:{p}" for p in ports]
+    # The fleet's log (a router's HTTP/2 probe, say) stays out of the report; its tail shows if it dies.
+    fleet_log = open(Path(tempfile.gettempdir()) / f"bench-replicas-fleet-{ports[0]}.log", "wb")  # noqa: SIM115
     fleet = subprocess.Popen([sys.executable, "-m", "devstack.fleet.server", "--ports", ",".join(map(str, ports)),
-                              *FLEET_ARGS], cwd=ROOT, stdout=subprocess.DEVNULL, start_new_session=True)
+                              *FLEET_ARGS, *a.fleet_args.split()], cwd=ROOT, stdout=fleet_log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
     routers: Routers | None = None
     results: dict[tuple[str, float], list[dict[str, Any]]] = {}
     failed = False
@@ -206,24 +214,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: not run: {why}", flush=True)
         with tempfile.TemporaryDirectory() as tmp, start_stack(Path(tmp), _fleet_config(endpoints, weights),
                                                                 demos=False) as stack:
-            targets: list[tuple[str, str, str, dict[str, str]]] = []
+            gw = [stack.child("extproc").proc.pid, stack.child("envoy").proc.pid]
+            targets: list[tuple[str, str, str, dict[str, str], list[int]]] = []
             for name, model in ENVOY.items():
                 if name in wanted:
                     targets.append((name, f"{stack.url}/v1/chat/completions", model,
-                                    {"authorization": f"Bearer {KEY}"}))
+                                    {"authorization": f"Bearer {KEY}"}, gw))
             for name, port in routers.ports.items():
                 if name in routers.procs:
-                    targets.append((name, f"http://127.0.0.1:{port}/v1/chat/completions", "sim-llama", {}))
+                    targets.append((name, f"http://127.0.0.1:{port}/v1/chat/completions", "sim-llama", {},
+                                    [routers.procs[name].pid]))
             t0 = time.monotonic()
             for rnd in range(a.rounds):
                 for rate in rates:
-                    for name, url, model, hdrs in targets:
-                        s = _run(name, url, model, rate, a.duration, 1000 * rnd + int(rate * 10), endpoints, hdrs)
+                    for name, url, model, hdrs, pids in targets:
+                        s = _run(name, url, model, rate, a.duration, 1000 * rnd + int(rate * 10), endpoints, hdrs,
+                                 pids)
                         results.setdefault((name, rate), []).append(s)
                         print(f"round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
                               f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms  "
                               f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
-                              f"hits {s['prefix_hit_share']:.2f}  per replica {s['per_replica']}", flush=True)
+                              f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
+                              f"per replica {s['per_replica']}", flush=True)
                         if s["errors"]:
                             print(f"FAILED: {name} at {rate:g}/s: {s['errors']} errors: {s['first_errors']}",
                                   flush=True)
