@@ -24,8 +24,9 @@ import aiohttp
 import orjson
 
 CHARS_PER_TOKEN = 4  # as the simulated server counts
-WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
-         "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima",
+         "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey",
+         "xray", "yankee", "zulu"]
 
 
 def text_of(rng: random.Random, tokens: int) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -218,10 +219,8 @@ def make_app(replica: Replica) -> web.Application:
             sent = 1  # the first token alone, as a server sends it (TTFT); the loop may be a step on
             await resp.write(chunk(sent, "length" if max_tokens == 1 else None, first=True))
             while sent < max_tokens:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(call.done.wait(), replica.flush_s)
-                except TimeoutError:
-                    pass
                 now = min(call.req.generated, max_tokens)
                 if now > sent or call.done.is_set():
                     await resp.write(chunk(now - sent, "length" if call.done.is_set() else None))
@@ -329,10 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     spec = EngineSpec(a.kv_blocks, a.block_tokens, a.max_running, a.prefill_budget, a.decode_base_ms,
                       a.decode_ms_per_seq, a.prefill_ms_per_token)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve([int(p) for p in a.ports.split(",")], spec, a.host, a.flush_ms, a.chars_per_token))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
