@@ -80,13 +80,13 @@ class LoadRun:
         ttfts = sorted(r.ttft for r in ok if r.ttft is not None)
         wall = max(1e-9, self.finished - self.started)
         return {"requests": len(self.results), "ok": len(ok), "errors": len(self.results) - len(ok),
-                "ttft_p50_ms": _pct(ttfts, 50) * 1000, "ttft_p99_ms": _pct(ttfts, 99) * 1000,
+                "ttft_p50_ms": pct(ttfts, 50) * 1000, "ttft_p99_ms": pct(ttfts, 99) * 1000,
                 "ttft_mean_ms": (statistics.fmean(ttfts) * 1000) if ttfts else math.nan,
                 "output_tok_s": sum(r.tokens for r in ok) / wall, "wall_s": wall,
                 "first_errors": sorted({f"{r.status} {r.error}"[:160] for r in self.results if r not in ok})[:3]}
 
 
-def _pct(xs: list[float], p: float) -> float:
+def pct(xs: list[float], p: float) -> float:
     if not xs:
         return math.nan
     k = min(len(xs) - 1, max(0, math.ceil(p / 100 * len(xs)) - 1))

@@ -34,6 +34,8 @@ from devstack.fleet.engine import Engine, EngineSpec, SimRequest, chain_hashes
 
 MODEL = "sim-llama"
 TOKEN = " t"
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0)  # vLLM's
 
 
 @dataclass(eq=False)
@@ -41,6 +43,7 @@ class Call:
     """A caller's handle on its request: woken on its first token and when done."""
 
     req: SimRequest
+    submitted: float
     first: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -56,7 +59,7 @@ class Replica:
         self.steps = 0
         self.busy_s = 0.0  # simulated time spent in steps
         self.cpu_s = 0.0  # process CPU spent stepping and waking callers (the sim's own cost)
-        self.ttft_sum = 0.0
+        self.ttfts: list[float] = []  # seconds from arrival to the first token, at the server (no network)
 
     # -- the batching loop ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -77,9 +80,11 @@ class Replica:
             deadline = max(deadline + out.duration_ms / 1000.0, loop.time() - 0.05)
             await asyncio.sleep(max(0.0, deadline - loop.time()))
             c0 = time.process_time()
+            now = loop.time()
             for r in out.first:
                 call = self._calls.get(r)
                 if call is not None:
+                    self.ttfts.append(now - call.submitted)
                     call.first.set()
             for r in out.finished:
                 call = self._calls.pop(r, None)
@@ -92,7 +97,7 @@ class Replica:
         bt = self.engine.spec.block_tokens
         req = SimRequest(uuid.uuid4().hex, chain_hashes(text, bt * self.chars_per_token),
                          max(1, len(text) // self.chars_per_token), max_tokens)
-        call = Call(req)
+        call = Call(req, asyncio.get_running_loop().time())
         self._calls[req] = call
         self.engine.submit(req)
         self._wake.set()
@@ -123,6 +128,16 @@ class Replica:
         out = []
         for name, kind, help_, value in rows:
             out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{labels} {float(value)}"]
+        name = "vllm:time_to_first_token_seconds"
+        out += [f"# HELP {name} Histogram of time to first token in seconds.", f"# TYPE {name} histogram"]
+        ttfts = sorted(self.ttfts)
+        i = 0
+        for le in TTFT_BUCKETS:
+            while i < len(ttfts) and ttfts[i] <= le:
+                i += 1
+            out.append(f'{name}_bucket{{engine="0",le="{le}",model_name="{MODEL}"}} {float(i)}')
+        out += [f'{name}_bucket{{engine="0",le="+Inf",model_name="{MODEL}"}} {float(len(ttfts))}',
+                f"{name}_sum{labels} {sum(ttfts)}", f"{name}_count{labels} {float(len(ttfts))}"]
         s = e.spec
         out += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
                 "# TYPE vllm:cache_config_info gauge",
@@ -140,13 +155,15 @@ class Replica:
                 "kv_usage": e.kv_usage, "preemptions": e.preemptions, "prefix_queries": e.prefix_queries,
                 "prefix_hits": e.prefix_hits, "prompt_tokens": e.prompt_tokens,
                 "generation_tokens": e.generation_tokens, "finished": e.finished, "steps": self.steps,
-                "busy_s": round(self.busy_s, 3), "cpu_s": round(self.cpu_s, 4)}
+                "busy_s": round(self.busy_s, 3), "cpu_s": round(self.cpu_s, 4),
+                "ttft_ms": [round(t * 1000, 1) for t in self.ttfts]}
 
     def reset(self) -> bool:
         if not self.engine.idle:
             return False
         self.engine.reset()
         self.steps, self.busy_s, self.cpu_s = 0, 0.0, 0.0
+        self.ttfts = []
         return True
 
 

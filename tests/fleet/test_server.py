@@ -70,7 +70,8 @@ def test_metrics_read_by_the_pickers_vllm_parser(fleet: list[str]) -> None:
     body = httpx.get(f"http://{ep}/metrics").content
     reading = parse_vllm(body, now=1.0)
     assert (reading.waiting, reading.running, reading.kv_usage) == (0, 0, 0.0)
-    for name in (b"vllm:num_preemptions_total", b"vllm:prefix_cache_hits_total", b"vllm:prefix_cache_queries_total"):
+    for name in (b"vllm:num_preemptions_total", b"vllm:prefix_cache_hits_total", b"vllm:prefix_cache_queries_total",
+                 b"vllm:time_to_first_token_seconds_bucket"):
         assert name in body
 
 
