@@ -66,11 +66,9 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes] | None, what: str, timeo
     raise RuntimeError(f"{what} not listening on {port} after {timeout}s")
 
 
-def _fleet_config(endpoints: list[str], weights: dict[str, float] | None) -> dict[str, Any]:
+def _fleet_config(endpoints: list[str], variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     data = small_config()
     rm: dict[str, Any] = {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 500}
-    if weights:
-        rm["weights"] = weights
     common = {"task_types": ["chat"], "capabilities": {"context_window": 65536, "max_output_tokens": 4096}}
 
     def dep(cluster: str, **extra: Any) -> dict[str, Any]:
@@ -83,6 +81,10 @@ def _fleet_config(endpoints: list[str], weights: dict[str, float] | None) -> dic
         {"name": "fleet-lr", **common, "deployments": [dep("fleet-lr", lb={"policy": "least_request"})]},
         {"name": "fleet-rr", **common, "deployments": [dep("fleet-rr", lb={"policy": "round_robin"})]},
     ]
+    # Picker variants (other replica_metrics settings), each its own model on the same replicas.
+    for name, over in variants.items():
+        data["models"].append({"name": f"fleet-picker-{name}", **common,
+                               "deployments": [dep(f"fleet-picker-{name}", replica_metrics={**rm, **over})]})
     return data
 
 
@@ -190,14 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicas", type=int, default=scaled(4, 2))
     ap.add_argument("--strategies", default=",".join([*ENVOY, *ROUTERS]))
     ap.add_argument("--routers-venv", default=str(ROOT / ".peers" / "routers"))
-    ap.add_argument("--weights", default="", help='picker weights as JSON, e.g. {"queue":1,"prefix":1}')
+    ap.add_argument("--variants", default="", help="picker variants beside the shipped settings, run as "
+                    "strategies picker:NAME: 'NAME=JSON;...' of replica_metrics keys, e.g. "
+                    "'blocks64={\"prefix_blocks\": 64};noprefix={\"weights\": {\"prefix\": 0}}'")
     ap.add_argument("--fleet-args", default="", help="extra fleet arguments (override the defaults), e.g. "
                     "'--kv-blocks 1024'")
     ap.add_argument("--json", default="", help="write every run's figures here")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
     wanted = a.strategies.split(",")
-    weights = json.loads(a.weights) if a.weights else None
+    variants = {k: json.loads(v) for k, v in (x.split("=", 1) for x in a.variants.split(";") if x)}
+    wanted += [f"picker:{k}" for k in variants]
+    envoy = {**ENVOY, **{f"picker:{k}": f"fleet-picker-{k}" for k in variants}}
 
     ports = [free_port() for _ in range(a.replicas)]
     endpoints = [f"127.0.0.1:{p}" for p in ports]
@@ -216,11 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         routers = Routers(Path(a.routers_venv), endpoints, wanted)
         for name, why in routers.missing.items():
             print(f"{name}: not run: {why}", flush=True)
-        with tempfile.TemporaryDirectory() as tmp, start_stack(Path(tmp), _fleet_config(endpoints, weights),
+        with tempfile.TemporaryDirectory() as tmp, start_stack(Path(tmp), _fleet_config(endpoints, variants),
                                                                 demos=False) as stack:
             gw = [stack.child("extproc").proc.pid, stack.child("envoy").proc.pid]
             targets: list[tuple[str, str, str, dict[str, str], list[int]]] = []
-            for name, model in ENVOY.items():
+            for name, model in envoy.items():
                 if name in wanted:
                     targets.append((name, f"{stack.url}/v1/chat/completions", model,
                                     {"authorization": f"Bearer {KEY}"}, gw))
@@ -252,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             routers.close()
         fleet.terminate()
         fleet.wait(10)
-    rows = _report(results, rates, [t for t in [*ENVOY, *ROUTERS] if any(k[0] == t for k in results)])
+    rows = _report(results, rates, [t for t in [*envoy, *ROUTERS] if any(k[0] == t for k in results)])
     print(f"\nfleet process CPU: {fleet_cpu:.1f} s over {bench_s:.0f} s of runs ({fleet_cpu / bench_s:.0%} of one core)")
     rows.append({"bench": "replicas", "case": "fleet-sim", "metric": "cpu_share", "value": round(fleet_cpu / bench_s, 3),
                  "unit": "cores"})
