@@ -38,6 +38,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import fleet_inference_perf  # noqa: E402
 from bench.fleet_load import WorkloadSpec, open_loop, pct  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from tests.stack_config import free_port, small_config, start_stack  # noqa: E402
@@ -160,14 +161,19 @@ def _reset(endpoints: list[str]) -> None:
 
 
 def _run(name: str, url: str, model: str, rate: float, duration: float, seed: int, endpoints: list[str],
-         headers: dict[str, str], gateway_pids: list[int]) -> dict[str, Any]:
+         headers: dict[str, str], gateway_pids: list[int], ip: tuple[Path, Path, Path] | None) -> dict[str, Any]:
     _reset(endpoints)
     cpu0 = sum(_proc_cpu(p) for p in gateway_pids)
     time.sleep(0.3)  # a poll interval or more: the picker's readings show the empty fleet
     # Smoke: short answers, so each run drains in a second or two.
     spec = scaled(WorkloadSpec(), WorkloadSpec(output_tokens=(4, 8, 16)))
-    run = asyncio.run(open_loop(url, model, rate, duration, seed, spec, headers))
-    s = run.summary()
+    if ip is not None:
+        venv, tok, work = ip
+        key = headers.get("authorization", "").removeprefix("Bearer ") or None
+        s = fleet_inference_perf.run(venv, tok, work, url.removesuffix("/v1/chat/completions"), model, key, rate,
+                                     duration, seed)
+    else:
+        s = asyncio.run(open_loop(url, model, rate, duration, seed, spec, headers)).summary()
     # The gateway's own CPU (extproc and Envoy) for calls through it: it must not be what saturates.
     s["gateway_cpu_share"] = (sum(_proc_cpu(p) for p in gateway_pids) - cpu0) / s["wall_s"] if gateway_pids else 0.0
     stats = _fleet_stats(endpoints)
@@ -197,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                     "'blocks64={\"prefix_blocks\": 64};noprefix={\"weights\": {\"prefix\": 0}}'")
     ap.add_argument("--fleet-args", default="", help="extra fleet arguments (override the defaults), e.g. "
                     "'--kv-blocks 1024'")
+    ap.add_argument("--client", choices=["builtin", "inference-perf"], default="builtin",
+                    help="the load generator: bench/fleet_load.py's, or inference-perf (make bench-inference-perf)")
+    ap.add_argument("--inference-perf-venv", default=str(ROOT / ".peers" / "inference-perf"))
     ap.add_argument("--json", default="", help="write every run's figures here")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
@@ -234,12 +243,16 @@ def main(argv: list[str] | None = None) -> int:
                 if name in routers.procs:
                     targets.append((name, f"http://127.0.0.1:{port}/v1/chat/completions", "sim-llama", {},
                                     [routers.procs[name].pid]))
+            ip = None
+            if a.client == "inference-perf":
+                ipv = Path(a.inference_perf_venv)
+                ip = (ipv, fleet_inference_perf.tokenizer_dir(ipv, Path(tmp) / "tokenizer"), Path(tmp))
             t0 = time.monotonic()
             for rnd in range(a.rounds):
                 for rate in rates:
                     for name, url, model, hdrs, pids in targets:
                         s = _run(name, url, model, rate, a.duration, 1000 * rnd + int(rate * 10), endpoints, hdrs,
-                                 pids)
+                                 pids, ip)
                         results.setdefault((name, rate), []).append(s)
                         print(f"round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
                               f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
