@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis,deploy
 
-.PHONY: up test lint bench bench-peers bench-routers bench-inference-perf chaos reliability gpu-check system-tools clean mlserver pytriton
+.PHONY: up test lint bench bench-peers bench-routers chaos reliability gpu-check system-tools clean mlserver pytriton
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -80,17 +80,6 @@ bench-routers: $(STAMP) system-tools $(ROUTERS_VENV)/.installed-stamp
 $(ROUTERS_VENV)/.installed-stamp:
 	test -x $(ROUTERS_VENV)/bin/python || $(PYTHON) -m venv $(ROUTERS_VENV)
 	$(ROUTERS_VENV)/bin/pip install -q vllm-router sglang-router
-	touch $@
-
-# inference-perf (the Inference Extension's benchmark tool; needs Python 3.12: PYTHON312=path), then
-# the replica benchmark driven by it instead of the built-in client.
-PYTHON312 ?= python3.12
-INFERENCE_PERF_VENV := .peers/inference-perf
-bench-inference-perf: $(STAMP) system-tools $(INFERENCE_PERF_VENV)/.installed-stamp
-	$(PY) bench/bench_replicas.py --client inference-perf
-$(INFERENCE_PERF_VENV)/.installed-stamp:
-	test -x $(INFERENCE_PERF_VENV)/bin/python || $(PYTHON312) -m venv $(INFERENCE_PERF_VENV)
-	$(INFERENCE_PERF_VENV)/bin/pip install -q inference-perf
 	touch $@
 
 # On a CUDA machine: the gpu extra (CuPy), every test marked gpu, and the kernel benchmark.

@@ -1,8 +1,10 @@
 """Drive one bench_replicas run with `inference-perf` (the Gateway API Inference Extension's
 benchmark tool, PyPI; Python >= 3.12, so its own venv: `make bench-inference-perf`).
 
-Its `shared_prefix` data (groups of prompts on one system prompt, sent as the turns of one chat
-with `enable_multi_turn_chat`), uneven question and answer lengths, Poisson arrivals. It needs a
+Its `shared_prefix` data (groups of prompts on one system prompt, a group's prompts as the turns
+of one session with `enable_multi_turn_chat`), uneven question and answer lengths, Poisson
+arrivals. That data goes out as text completions (`/v1/completions`, even with `api.type: chat`),
+which Modelyard's gateway does not route: so this client drives the Rust routers only. It needs a
 tokenizer to size prompts: Hugging Face is out of reach here, so a word-level one is built on the
 spot from the workload's words (`tokenizer_dir`, run by the venv's own Python).
 """
@@ -67,6 +69,8 @@ def run(venv: Path, tokenizer: Path, work: Path, base_url: str, model: str, api_
     d = json.loads(summary.read_text())
     ok, bad = d["successes"], d["failures"]
     ttft = ok["latency"]["time_to_first_token"]
+    if not ttft:
+        raise RuntimeError(f"inference-perf: no TTFT ({ok['count']} ok, {bad['count']} failed): {str(bad)[:800]}")
     return {"requests": ok["count"] + bad["count"], "ok": ok["count"], "errors": bad["count"],
             "ttft_p50_ms": ttft["median"] * 1000, "ttft_p99_ms": ttft["p99"] * 1000,
             "ttft_mean_ms": ttft["mean"] * 1000, "output_tok_s": ok["throughput"]["output_tokens_per_sec"],
