@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fleet-args", default="", help="extra fleet arguments (override the defaults), e.g. "
                     "'--kv-blocks 1024'")
     ap.add_argument("--client", choices=["builtin", "inference-perf"], default="builtin",
-                    help="the load generator: bench/fleet_load.py's, or inference-perf (make bench-inference-perf)")
+                    help="the load generator: bench/fleet_load.py's, or inference-perf (its venv: --inference-perf-venv)")
     ap.add_argument("--inference-perf-venv", default=str(ROOT / ".peers" / "inference-perf"))
     ap.add_argument("--json", default="", help="write every run's figures here")
     a = ap.parse_args(argv)

@@ -1,5 +1,5 @@
 """Drive one bench_replicas run with `inference-perf` (the Gateway API Inference Extension's
-benchmark tool, PyPI; Python >= 3.12, so its own venv: `make bench-inference-perf`).
+benchmark tool, PyPI; Python >= 3.12, so its own venv: --inference-perf-venv).
 
 Its `shared_prefix` data (groups of prompts on one system prompt, a group's prompts as the turns
 of one session with `enable_multi_turn_chat`), uneven question and answer lengths, Poisson
