@@ -1,7 +1,7 @@
 """Which replica: Modelyard's replica picker against Envoy's balancers and the Rust routers, on one
 simulated fleet (issue 40).
 
-    .venv/bin/python bench/bench_replicas.py [--rates 6,12,24] [--duration 25] [--rounds 1]
+    .venv/bin/python bench/bench_replicas.py [--rates 6,12,24] [--duration 20] [--rounds 1]
         [--replicas 4] [--routers-venv .peers/routers] [--strategies picker,least_request,...]
 
 One fleet of simulated vLLM-like servers (devstack/fleet: continuous batching, prefix cache,
@@ -193,7 +193,7 @@ def _run(name: str, url: str, model: str, rate: float, duration: float, seed: in
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rates", default=scaled("6,12,24", "4"), help="arrivals per second, comma-separated")
-    ap.add_argument("--duration", type=float, default=scaled(25.0, 2.0))
+    ap.add_argument("--duration", type=float, default=scaled(20.0, 2.0))  # 5 strategies x 3 rates: within run_all's 15 minutes
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--replicas", type=int, default=scaled(4, 2))
     ap.add_argument("--strategies", default=",".join([*ENVOY, *ROUTERS]))
