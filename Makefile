@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis,deploy
 
-.PHONY: up test lint bench bench-peers chaos reliability gpu-check system-tools clean mlserver pytriton
+.PHONY: up test lint bench bench-peers bench-routers chaos reliability gpu-check system-tools clean mlserver pytriton
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,16 @@ $(PORTKEY_STAMP):
 $(PEERS_VENV)/.installed-stamp:
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q 'litellm[proxy]'
+	touch $@
+
+# The Rust routers on PyPI (vLLM's and SGLang's, their own venv), then the replica benchmark with
+# them beside the picker and Envoy's balancers on the simulated fleet (bench/bench_replicas.py).
+ROUTERS_VENV := .peers/routers
+bench-routers: $(STAMP) system-tools $(ROUTERS_VENV)/.installed-stamp
+	$(PY) bench/run_all.py replicas
+$(ROUTERS_VENV)/.installed-stamp:
+	test -x $(ROUTERS_VENV)/bin/python || $(PYTHON) -m venv $(ROUTERS_VENV)
+	$(ROUTERS_VENV)/bin/pip install -q vllm-router sglang-router
 	touch $@
 
 # On a CUDA machine: CuPy, every test marked gpu, and the kernel benchmark. GPU_PY=python3 runs it

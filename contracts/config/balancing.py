@@ -96,8 +96,10 @@ class ReplicaMetrics(BaseModel):
     # The queue length at which the queue term halves: 1 / (1 + queue / queue_scale).
     queue_scale: float = Field(8.0, gt=0)
     # Prefix affinity: the first `prefix_blocks` blocks of `block_chars` prompt characters, hashed.
-    block_chars: int = Field(256, ge=16, le=65_536)
-    prefix_blocks: int = Field(8, ge=0, le=64)
+    # Deep enough (32 KB) to tell a conversation's history from its system prompt: at saturation the
+    # shallower 8 x 256 held every call on a system prompt to one replica (bench/bench_replicas.py).
+    block_chars: int = Field(512, ge=16, le=65_536)
+    prefix_blocks: int = Field(64, ge=0, le=64)
     prefix_entries: int = Field(10_000, ge=0, le=1_000_000)  # the LRU's bound
     # A replica whose call failed is not picked again for this long (unless nothing else is fresh).
     failure_hold_ms: int = Field(2_000, ge=0, le=600_000)
