@@ -66,6 +66,8 @@ class RequestContext:
     # The task worker's replay of an accepted task: its request was counted when it was accepted.
     replayed: bool = False
     trace: RequestTrace | None = None  # set only when tracing is on (extproc.telemetry.tracing)
+    # Guardrail verdicts (policy, check, action, direction; never the matched text) for the audit row.
+    guardrail_verdicts: list[dict[str, str]] | None = None
 
     def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
         """A child span around a step when tracing is on (it yields the span); else a shared no-op

@@ -30,6 +30,7 @@ from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.vision.batching import Batcher
 from extproc.vision.kserve_probe import KServeProbe
+from guardrails import PolicySet
 from kernels import Backend, select_backend
 from ratelimit import Limiter
 
@@ -59,6 +60,8 @@ class Gateway:
     key_admin: KeyAdmin | None = None
     admin_keys: AdminKeys = field(default_factory=lambda: AdminKeys([]))
     response_cache: ResponseCache | None = None  # None unless a model has a `cache:` policy (docs/cache.md)
+    # The config's guardrail policies, compiled once per snapshot (a reload compiles the new ones).
+    guardrails: PolicySet | None = None
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
@@ -78,7 +81,8 @@ class Gateway:
                    accountant=Accountant(scheduler, limiter, metering, budgets=budgets),
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, replicas=replicas, tracing=tracing,
                    audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys),
-                   response_cache=response_cache)
+                   response_cache=response_cache,
+                   guardrails=PolicySet(config.guardrails) if config.guardrails.policies else None)
 
     def start(self) -> None:
         """Background work that needs the server listening: the task worker replays through it."""

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, ReplicaMetrics, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
+from contracts.config.guardrails import GuardrailsConfig
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
 from contracts.config.prices import table_cost
@@ -422,6 +423,7 @@ class GatewayConfig(_Model):
     keys: KeysConfig = Field(default_factory=KeysConfig)
     controlplane: ControlPlaneConfig = Field(default_factory=ControlPlaneConfig)
     response_cache: ResponseCacheStore = Field(default_factory=ResponseCacheStore)
+    guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)  # docs/guardrails.md
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -491,6 +493,16 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
         if t.strategy not in strategies:
             known = ", ".join(sorted(strategies))
             raise ConfigError(f"{source}: tenants[{i}].strategy: unknown strategy {t.strategy!r} (known: {known})")
+    _check_guardrail_references(cfg, source)
+
+
+def _check_guardrail_references(cfg: GatewayConfig, source: str) -> None:
+    tenants, models = {t.name for t in cfg.tenants}, {m.name for m in cfg.models}
+    for i, p in enumerate(cfg.guardrails.policies):
+        for kind, names, known in (("tenants", p.applies_to.tenants, tenants), ("models", p.applies_to.models, models)):
+            for name in names:
+                if name not in known:
+                    raise ConfigError(f"{source}: guardrails.policies[{i}].applies_to.{kind}: unknown {name!r}")
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

@@ -1,0 +1,110 @@
+"""`guardrails:`: policies of checks on what goes into a model and what comes out of it
+(docs/guardrails.md). The config model only; the checks are `guardrails/`, the step is the chat flow's."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+CheckType = Literal["email", "phone", "card", "iban", "secret", "regex", "deny", "size"]
+Action = Literal["block", "redact", "log"]
+Direction = Literal["input", "output", "both"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GuardCheck(_Model):
+    """One check: what it looks for, on which side of the call, and what a match does."""
+
+    type: CheckType
+    name: str = ""  # the check's name in verdicts, audit rows and metrics; default: its type
+    on: Direction = "input"
+    action: Action = "block"
+    # redact on input: put the originals back into the answer this caller gets (whole and streamed).
+    restore: bool = False
+    pattern: str | None = None  # type regex: a Python regex
+    words: list[str] = Field(default_factory=list)  # type deny: words or phrases, matched on word boundaries
+    case_sensitive: bool = False  # regex and deny
+    max_chars: int | None = Field(None, ge=1)  # type size: the prompt's text past this is refused
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a valid regex: {e}") from None
+            if re.compile(v).match(""):
+                raise ValueError("the regex matches the empty string (it would match everywhere)")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GuardCheck:
+        if self.type == "regex" and not self.pattern:
+            raise ValueError("a regex check needs `pattern`")
+        if self.type == "deny" and not [w for w in self.words if w.strip()]:
+            raise ValueError("a deny check needs `words` (non-empty)")
+        if self.type == "size":
+            if self.max_chars is None:
+                raise ValueError("a size check needs `max_chars`")
+            if self.action == "redact":
+                raise ValueError("a size check cannot redact (block or log)")
+            if self.on != "input":
+                raise ValueError("a size check applies to the prompt (on: input)")
+        if self.restore and (self.action != "redact" or self.on == "output"):
+            raise ValueError("restore: true needs action redact on input")
+        if self.pattern is not None and self.type != "regex":
+            raise ValueError(f"`pattern` is for regex checks, not {self.type}")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or self.type
+
+
+class AppliesTo(_Model):
+    """Whom a policy covers: a call matches when its tenant, its key or its model is listed."""
+
+    tenants: list[str] = Field(default_factory=list)
+    # Key store keys by id (`modelyard keys`); a key from the config file is covered through its tenant.
+    keys: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)  # the model name the caller asked for
+
+
+class GuardPolicy(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.:-]+$")
+    applies_to: AppliesTo
+    checks: list[GuardCheck] = Field(min_length=1)
+    # Streamed output: text is held back this many characters before it is checked and released,
+    # so a match (or a placeholder to restore) split across chunks is still seen whole.
+    window_chars: int = Field(256, ge=16, le=65536)
+
+    @model_validator(mode="after")
+    def _names(self) -> GuardPolicy:
+        seen: set[str] = set()
+        for i, c in enumerate(self.checks):
+            if c.label in seen:
+                raise ValueError(f"checks[{i}]: duplicate check name {c.label!r} (name each check of a type)")
+            seen.add(c.label)
+        a = self.applies_to
+        if not (a.tenants or a.keys or a.models):
+            raise ValueError("applies_to names no tenant, key or model: the policy would cover nothing")
+        return self
+
+
+class GuardrailsConfig(_Model):
+    policies: list[GuardPolicy] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> GuardrailsConfig:
+        seen: set[str] = set()
+        for i, p in enumerate(self.policies):
+            if p.name in seen:
+                raise ValueError(f"policies[{i}].name: duplicate {p.name!r}")
+            seen.add(p.name)
+        return self
