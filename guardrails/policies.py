@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.config.guardrails import GuardrailsConfig, GuardPolicy
+from contracts.config.guardrails import GuardPolicy, GuardrailsConfig
 from guardrails.detectors import Finder, finder
 from guardrails.vault import label_of
 
@@ -40,7 +40,7 @@ def _compile(policy: GuardPolicy) -> list[Check]:
     out = []
     for c in policy.checks:
         out.append(Check(policy=policy.name, name=c.label, label=label_of(c.label), action=c.action,
-                         on_input=c.on in ("input", "both"), on_output=c.on in ("output", "both"),
+                         on_input=c.direction in ("input", "both"), on_output=c.direction in ("output", "both"),
                          restore=c.restore, find=finder(c), max_chars=c.max_chars))
     return out
 

@@ -75,7 +75,8 @@ class CallGuard:
         if not redact:
             return text
         redact.sort(key=lambda r: (r[0], r[0] - r[1]))  # leftmost, then longest, wins an overlap
-        out, at = [], 0
+        out: list[str] = []
+        at = 0
         for s, e, c in redact:
             if s < at:
                 continue

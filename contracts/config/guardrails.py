@@ -22,7 +22,7 @@ class GuardCheck(_Model):
 
     type: CheckType
     name: str = ""  # the check's name in verdicts, audit rows and metrics; default: its type
-    on: Direction = "input"
+    direction: Direction = "input"  # `on` would be YAML 1.1's boolean true
     action: Action = "block"
     # redact on input: put the originals back into the answer this caller gets (whole and streamed).
     restore: bool = False
@@ -54,9 +54,9 @@ class GuardCheck(_Model):
                 raise ValueError("a size check needs `max_chars`")
             if self.action == "redact":
                 raise ValueError("a size check cannot redact (block or log)")
-            if self.on != "input":
-                raise ValueError("a size check applies to the prompt (on: input)")
-        if self.restore and (self.action != "redact" or self.on == "output"):
+            if self.direction != "input":
+                raise ValueError("a size check applies to the prompt (direction: input)")
+        if self.restore and (self.action != "redact" or self.direction == "output"):
             raise ValueError("restore: true needs action redact on input")
         if self.pattern is not None and self.type != "regex":
             raise ValueError(f"`pattern` is for regex checks, not {self.type}")

@@ -76,7 +76,7 @@ def test_regex() -> None:
 @pytest.mark.parametrize("check", [
     {"type": "regex"}, {"type": "regex", "pattern": "("}, {"type": "regex", "pattern": "a*"},
     {"type": "deny", "words": [" "]}, {"type": "size"}, {"type": "size", "max_chars": 5, "action": "redact"},
-    {"type": "email", "restore": True}, {"type": "email", "action": "redact", "on": "output", "restore": True},
+    {"type": "email", "restore": True}, {"type": "email", "action": "redact", "direction": "output", "restore": True},
     {"type": "email", "pattern": "x"}, {"type": "email", "action": "warn"},
 ])
 def test_bad_checks_are_refused(check: dict[str, object]) -> None:

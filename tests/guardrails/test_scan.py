@@ -94,7 +94,7 @@ def test_overlapping_matches_leftmost_longest() -> None:
 
 
 def test_tool_call_arguments_are_checked() -> None:
-    g = guard({"type": "email", "action": "redact", "on": "both"})
+    g = guard({"type": "email", "action": "redact", "direction": "both"})
     req = ChatRequest(model="m", messages=(Message("assistant", tool_calls=(ToolCall("c1", "f", '{"to": "a@x.io"}'),)),))
     out = g.request(req)
     assert out.messages[0].tool_calls[0].arguments == '{"to": "[EMAIL_1]"}'
@@ -111,7 +111,7 @@ def test_restore_round_trip_and_rewrites() -> None:
 
 
 def test_output_block_on_whole_answer() -> None:
-    g = guard({"type": "regex", "name": "demo", "pattern": "DEMO-SECRET-\\d+", "on": "output"})
+    g = guard({"type": "regex", "name": "demo", "pattern": "DEMO-SECRET-\\d+", "direction": "output"})
     with pytest.raises(GuardrailBlocked):
         g.response(ChatResponse(id="1", model="m", content="the code is DEMO-SECRET-42"))
 
@@ -138,7 +138,7 @@ def test_stream_restores_a_placeholder_split_across_chunks() -> None:
 
 
 def test_stream_block_spanning_chunks_mid_stream() -> None:
-    g = guard({"type": "regex", "name": "demo", "pattern": "DEMO-SECRET-\\d+", "on": "output"}, window=16)
+    g = guard({"type": "regex", "name": "demo", "pattern": "DEMO-SECRET-\\d+", "direction": "output"}, window=16)
     words = ["word "] * 20 + ["DEMO-", "SEC", "RET-7", " more", " text"] + ["x "] * 10
     events = run(g, words)
     assert isinstance(events[-1], StreamError) and "'demo'" in events[-1].message
@@ -148,12 +148,12 @@ def test_stream_block_spanning_chunks_mid_stream() -> None:
 
 
 def test_stream_redacts_output_match_split_across_chunks() -> None:
-    g = guard({"type": "email", "action": "redact", "on": "output"}, window=32)
+    g = guard({"type": "email", "action": "redact", "direction": "output"}, window=32)
     assert text_of(run(g, ["write to bo", "b@exam", "ple.org today"])) == "write to [EMAIL_1] today"
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.text(max_size=20), max_size=30), st.integers(min_value=16, max_value=40))
 def test_stream_guard_releases_exactly_the_text(pieces: list[str], window: int) -> None:
-    g = guard({"type": "email", "action": "log", "on": "output"}, window=window)
+    g = guard({"type": "email", "action": "log", "direction": "output"}, window=window)
     assert text_of(run(g, pieces)) == "".join(pieces)

@@ -1,0 +1,21 @@
+"""The `guardrails:` section refused at load with its key path, never at a caller's request."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.config import parse_config
+from contracts.errors import ConfigError
+from tests.stack_config import small_config
+
+
+def test_config_refuses_a_bad_policy() -> None:
+    data = small_config()
+    data["guardrails"] = {"policies": [{"name": "x", "applies_to": {"tenants": ["nobody"]},
+                                        "checks": [{"type": "email"}]}]}
+    with pytest.raises(ConfigError, match=r"guardrails.policies\[0\].applies_to.tenants: unknown 'nobody'"):
+        parse_config(data)
+    data["guardrails"] = {"policies": [{"name": "x", "applies_to": {"tenants": ["demo"]},
+                                        "checks": [{"type": "regex", "pattern": "("}]}]}
+    with pytest.raises(ConfigError, match=r"guardrails.policies\[0\].checks\[0\].pattern"):
+        parse_config(data)
