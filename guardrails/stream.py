@@ -14,11 +14,12 @@ from guardrails.vault import MAX_PLACEHOLDER
 
 
 class StreamGuard:
-    __slots__ = ("guard", "window", "pending", "blocked", "released_chars")
+    __slots__ = ("guard", "window", "step", "pending", "blocked", "released_chars")
 
     def __init__(self, guard: CallGuard) -> None:
         self.guard = guard
         self.window = guard.checks.window
+        self.step = max(8, self.window // 8)
         self.pending = ""  # answer text not yet released
         self.blocked: Verdict | None = None
         self.released_chars = 0  # what the caller got (a blocked stream is metered for this)
@@ -30,7 +31,6 @@ class StreamGuard:
         for ev in events:
             if type(ev) is TextDelta and not ev.refusal:
                 self.pending += ev.text
-                out += self._release(final=False)
             else:
                 out += self._release(final=True)  # whatever comes next, the text before it goes first
                 if self.blocked is not None:
@@ -38,8 +38,12 @@ class StreamGuard:
                 out.append(self._refusal(ev) if type(ev) is TextDelta else ev)
             if self.blocked is not None:
                 return out
+        # Text is checked once per read, and once `step` more than the window is held: each check
+        # reads the whole held text, so checking per character would cost window times more.
         if end:
             out += self._release(final=True)
+        elif len(self.pending) >= self.window + self.step:
+            out += self._release(final=False)
         return out
 
     def _refusal(self, ev: TextDelta) -> StreamEvent:

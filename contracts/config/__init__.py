@@ -8,6 +8,7 @@ models, parsed here once. `load_config` turns every failure into `ConfigError`, 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -497,12 +498,16 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
 
 
 def _check_guardrail_references(cfg: GatewayConfig, source: str) -> None:
+    """A policy naming a tenant or model the file does not define: a warning, not a refusal (a tenant
+    may leave by reload before its policy does), so a misspelt name is still seen in the log."""
     tenants, models = {t.name for t in cfg.tenants}, {m.name for m in cfg.models}
     for i, p in enumerate(cfg.guardrails.policies):
         for kind, names, known in (("tenants", p.applies_to.tenants, tenants), ("models", p.applies_to.models, models)):
             for name in names:
                 if name not in known:
-                    raise ConfigError(f"{source}: guardrails.policies[{i}].applies_to.{kind}: unknown {name!r}")
+                    logging.getLogger("modelyard.config").warning(
+                        "%s: guardrails.policies[%d].applies_to.%s: %r is not defined in this file (the policy "
+                        "does not cover it)", source, i, kind, name)
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
