@@ -115,6 +115,27 @@ def test_stream_blocked_mid_way_ends_with_an_error_event(stack: Any) -> None:
     assert g.status_code == 200 and "'forbidden'" in g.text and "FORBIDDEN-7" not in g.text
 
 
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+def test_tool_call_arguments_are_checked_whole_and_streamed(stack: Any) -> None:
+    ask = [{"role": "user", "content": "weather in FORBIDDEN-9"}]  # the demo calls the tool with the last word
+    with pytest.raises(openai.BadRequestError, match="forbidden"):
+        _oa(stack).chat.completions.create(model="demo-gpt", messages=ask, tools=TOOLS)  # type: ignore[arg-type]
+    with pytest.raises(openai.APIError, match="forbidden"):
+        for _ in _oa(stack).chat.completions.create(model="demo-gpt", messages=ask, tools=TOOLS,  # type: ignore[arg-type]
+                                                    stream=True):
+            pass
+    ok = [{"role": "user", "content": "weather in Paris"}]
+    calls: dict[int, str] = {}
+    for c in _oa(stack).chat.completions.create(model="demo-gpt", messages=ok, tools=TOOLS,  # type: ignore[arg-type]
+                                                stream=True):
+        for tc in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+            calls[tc.index] = calls.get(tc.index, "") + (tc.function.arguments or "" if tc.function else "")
+    assert orjson.loads(calls[0]) == {"city": "Paris"}
+
+
 def _rows(db: str) -> list[dict[str, Any]]:
     conn = sqlite3.connect(db)
     conn.row_factory = sqlite3.Row

@@ -18,6 +18,8 @@ from adapters.internal import (
     TextDelta,
     TextPart,
     ToolCall,
+    ToolCallDelta,
+    ToolCallStart,
 )
 from contracts.config.guardrails import GuardrailsConfig
 from guardrails import CallGuard, GuardrailBlocked, PolicySet, StreamGuard, rewrite_json
@@ -157,3 +159,26 @@ def test_stream_redacts_output_match_split_across_chunks() -> None:
 def test_stream_guard_releases_exactly_the_text(pieces: list[str], window: int) -> None:
     g = guard({"type": "email", "action": "log", "direction": "output"}, window=window)
     assert text_of(run(g, pieces)) == "".join(pieces)
+
+
+def test_stream_tool_call_arguments_held_whole_and_checked() -> None:
+    g = guard({"type": "email", "action": "redact", "restore": True},
+              {"type": "regex", "name": "demo", "pattern": "DEMO-SECRET-\\d+", "direction": "output"})
+    g.request(user("to a@x.io"))
+    sg = StreamGuard(g)
+    out = sg.feed([TextDelta("calling"), ToolCallStart(0, "c1", "send"), ToolCallDelta(0, '{"to": "[EMA'),
+                   ToolCallDelta(0, 'IL_1]"}')])
+    out += sg.feed([StreamFinish("tool_calls"), StreamEnd()], end=True)
+    assert [type(e).__name__ for e in out] == ["TextDelta", "ToolCallStart", "ToolCallDelta", "StreamFinish", "StreamEnd"]
+    assert out[2] == ToolCallDelta(0, '{"to": "a@x.io"}')
+    sg = StreamGuard(g)
+    out = sg.feed([ToolCallStart(0, "c1", "send"), ToolCallDelta(0, '{"x": "DEMO-SEC'), ToolCallDelta(0, 'RET-1"}'),
+                   StreamFinish("tool_calls")])
+    assert len(out) == 1 and isinstance(out[0], StreamError)
+
+
+def test_stream_block_whose_regex_needs_text_already_released() -> None:
+    g = guard({"type": "regex", "name": "pw", "pattern": "(?<=password: )[a-z]+", "direction": "output"}, window=16)
+    events = run(g, ["the password: ", "hunter"])
+    assert isinstance(events[-1], StreamError) and "'pw'" in events[-1].message
+    assert "hunter" not in text_of(events)
