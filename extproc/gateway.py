@@ -82,7 +82,7 @@ class Gateway:
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, replicas=replicas, tracing=tracing,
                    audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys),
                    response_cache=response_cache,
-                   guardrails=PolicySet(config.guardrails) if config.guardrails.policies else None)
+                   guardrails=guardrail_policies(config))
 
     def start(self) -> None:
         """Background work that needs the server listening: the task worker replays through it."""
@@ -118,6 +118,11 @@ class Gateway:
         await self.kserve_probe.close()
         if self.tracing is not None:  # flushes queued spans to the collector: off the event loop
             await asyncio.to_thread(self.tracing.shutdown)
+
+
+def guardrail_policies(config: GatewayConfig) -> PolicySet | None:
+    """The config's guardrails compiled (a build and every reload), or None where there are none."""
+    return PolicySet(config.guardrails) if config.guardrails.policies else None
 
 
 class LiveGateway:

@@ -39,7 +39,7 @@ from extproc.admission.auth import KeyRing
 from extproc.admission.concurrency import LimitsPlan
 from extproc.admission.dispatch import Dispatcher
 from extproc.catalog import Catalog
-from extproc.gateway import Gateway, LiveGateway
+from extproc.gateway import Gateway, LiveGateway, guardrail_policies
 from extproc.routing import Scheduler
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent
 from extproc.telemetry.metrics import CONFIG_INFO, CONFIG_RELOADS, IMAGE_BACKEND
@@ -132,7 +132,8 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     accountant = Accountant(scheduler, limiter, gw.accountant.metering, budgets=gw.budgets)
     accountant._background = gw.accountant._background  # the close waits for every snapshot's reconciliations
     new = dataclasses.replace(gw, config=config, keyring=keyring, catalog=catalog, dispatcher=dispatcher,
-                              accountant=accountant, image_backend=image_backend)
+                              accountant=accountant, image_backend=image_backend,
+                              guardrails=guardrail_policies(config))  # docs/guardrails.md
     return Prepared(new, plan, _changes(old, config), restart)
 
 
@@ -266,7 +267,7 @@ def _changes(old: GatewayConfig, new: GatewayConfig) -> dict[str, list[str]]:
     diff("models", {m.name: m for m in old.models}, {m.name: m for m in new.models})
     diff("deployments", dict(old.clusters()), dict(new.clusters()))
     diff("tenants", {t.name: t for t in old.tenants}, {t.name: t for t in new.tenants})
-    for section in ("routing", "ratelimit"):
+    for section in ("routing", "ratelimit", "guardrails"):
         if getattr(old, section) != getattr(new, section):
             out.setdefault("sections_changed", []).append(section)
     return out
