@@ -21,6 +21,7 @@ from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.admission.dispatch import Dispatcher
 from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
+from extproc.guard_hooks import GuardHooks
 from extproc.key_admin import KeyAdmin
 from extproc.replicas.board import ReplicaBoard
 from extproc.routing import Scheduler
@@ -62,6 +63,7 @@ class Gateway:
     response_cache: ResponseCache | None = None  # None unless a model has a `cache:` policy (docs/cache.md)
     # The config's guardrail policies, compiled once per snapshot (a reload compiles the new ones).
     guardrails: PolicySet | None = None
+    guard_hooks: GuardHooks = field(default_factory=GuardHooks)  # webhook checks' client, opened on first use
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
@@ -116,6 +118,7 @@ class Gateway:
         if self.batcher is not None:
             await self.batcher.close()
         await self.kserve_probe.close()
+        await self.guard_hooks.close()
         if self.tracing is not None:  # flushes queued spans to the collector: off the event loop
             await asyncio.to_thread(self.tracing.shutdown)
 

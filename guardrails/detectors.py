@@ -137,7 +137,7 @@ def _ibans(text: str) -> list[Span]:
 
 
 def finder(check: GuardCheck) -> Finder | None:
-    """The finder of a check type; None for the size check (a limit, not a span)."""
+    """The finder of a check type; None for the size and webhook checks (a limit, a call: no spans)."""
     flags = 0 if check.case_sensitive else re.IGNORECASE
     match check.type:
         case "email":
@@ -157,5 +157,5 @@ def finder(check: GuardCheck) -> Finder | None:
             words = sorted({w.strip() for w in check.words if w.strip()}, key=len, reverse=True)
             return _deny(words, re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, words)) + r")(?!\w)", flags),
                          check.case_sensitive)
-        case "size":
+        case "size" | "webhook":
             return None

@@ -10,6 +10,14 @@ from guardrails.vault import label_of
 
 
 @dataclass(frozen=True, slots=True)
+class Webhook:
+    url: str
+    timeout_s: float
+    fail_open: bool
+    secret_env: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Check:
     policy: str
     name: str
@@ -18,8 +26,10 @@ class Check:
     on_input: bool
     on_output: bool
     restore: bool
-    find: Finder | None  # None: a size check
+    find: Finder | None  # None: a size or webhook check
     max_chars: int | None = None
+    webhook: Webhook | None = None
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +40,7 @@ class CallChecks:
     outputs: tuple[Check, ...]
     window: int
     restores: bool  # a redaction on input is put back into the answer
+    webhooks: tuple[Check, ...] = ()  # input checks that ask an operator's service (the flow awaits them)
 
     @property
     def guards_output(self) -> bool:
@@ -41,7 +52,9 @@ def _compile(policy: GuardPolicy) -> list[Check]:
     for c in policy.checks:
         out.append(Check(policy=policy.name, name=c.label, label=label_of(c.label), action=c.action,
                          on_input=c.direction in ("input", "both"), on_output=c.direction in ("output", "both"),
-                         restore=c.restore, find=finder(c), max_chars=c.max_chars))
+                         restore=c.restore, find=finder(c), max_chars=c.max_chars,
+                         webhook=Webhook(c.url, c.timeout_ms / 1000, c.fail == "open", c.secret_env)
+                         if c.url is not None else None))
     return out
 
 
@@ -72,7 +85,8 @@ class PolicySet:
                 window = max(window, p.window_chars)
         found = None if not checks else CallChecks(
             inputs=tuple(c for c in checks if c.on_input), outputs=tuple(c for c in checks if c.on_output),
-            window=window, restores=any(c.restore for c in checks))
+            window=window, restores=any(c.restore for c in checks),
+            webhooks=tuple(c for c in checks if c.webhook is not None))
         if len(self._memo) < 65536:  # bounded: callers name models; unknown ones are refused later anyway
             self._memo[memo_key] = found
         return found

@@ -46,8 +46,8 @@ class CallGuard:
         self.rewrites: dict[str, str] = {}
         self.out_rewrites: dict[str, str] = {}  # what output redaction replaced
 
-    def _note(self, check: Check, side: Side, n: int = 1) -> Verdict:
-        v = Verdict(check.policy, check.name, check.action, side)
+    def note(self, check: Check, side: Side, n: int = 1, action: str | None = None) -> Verdict:
+        v = Verdict(check.policy, check.name, action or check.action, side)
         self.verdicts[v] = self.verdicts.get(v, 0) + n
         return v
 
@@ -67,11 +67,11 @@ class CallGuard:
             if c.action == "block":
                 blocked = blocked or c
             elif c.action == "log":
-                self._note(c, side, len(spans))
+                self.note(c, side, len(spans))
             else:
                 redact += [(s, e, c) for s, e in spans]
         if blocked is not None:
-            raise GuardrailBlocked(self._note(blocked, side))
+            raise GuardrailBlocked(self.note(blocked, side))
         if not redact:
             return text
         redact.sort(key=lambda r: (r[0], r[0] - r[1]))  # leftmost, then longest, wins an overlap
@@ -83,7 +83,7 @@ class CallGuard:
             value = text[s:e]
             ph = self.vault.placeholder(c.label, value, restore=c.restore)
             (self.rewrites if side == "input" else self.out_rewrites)[value] = ph
-            self._note(c, side)
+            self.note(c, side)
             out += (text[at:s], ph)
             at = e
         out.append(text[at:])
@@ -111,8 +111,8 @@ class CallGuard:
             assert c.max_chars is not None
             if chars > c.max_chars:
                 if c.action == "block":
-                    raise GuardrailBlocked(self._note(c, "input"))
-                self._note(c, "input")
+                    raise GuardrailBlocked(self.note(c, "input"))
+                self.note(c, "input")
 
     def _part(self, p: TextPart) -> TextPart:
         text = self.scan(p.text, "input")

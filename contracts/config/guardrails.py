@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-CheckType = Literal["email", "phone", "card", "iban", "secret", "regex", "deny", "size"]
+CheckType = Literal["email", "phone", "card", "iban", "secret", "regex", "deny", "size", "webhook"]
 Action = Literal["block", "redact", "log"]
 Direction = Literal["input", "output", "both"]
 
@@ -30,6 +30,13 @@ class GuardCheck(_Model):
     words: list[str] = Field(default_factory=list)  # type deny: words or phrases, matched on word boundaries
     case_sensitive: bool = False  # regex and deny
     max_chars: int | None = Field(None, ge=1)  # type size: the prompt's text past this is refused
+    # type webhook: the prompt (after this call's redactions) POSTed as JSON, signed like the task
+    # webhooks (`x-modelyard-signature: sha256=<hmac>` with the secret in `secret_env`); the answer
+    # `{"verdict": "block" | "allow"}`. No answer within timeout_ms: `fail: closed` blocks, `open` lets it go.
+    url: str | None = Field(None, pattern=r"^https?://")
+    timeout_ms: int = Field(500, ge=1, le=30_000)
+    fail: Literal["open", "closed"] = "closed"
+    secret_env: str | None = None
 
     @field_validator("pattern")
     @classmethod
@@ -56,6 +63,13 @@ class GuardCheck(_Model):
                 raise ValueError("a size check cannot redact (block or log)")
             if self.direction != "input":
                 raise ValueError("a size check applies to the prompt (direction: input)")
+        if self.type == "webhook":
+            if not self.url:
+                raise ValueError("a webhook check needs `url`")
+            if self.action == "redact" or self.direction != "input":
+                raise ValueError("a webhook check blocks or logs, on input")
+        elif self.url is not None:
+            raise ValueError(f"`url` is for webhook checks, not {self.type}")
         if self.restore and (self.action != "redact" or self.direction == "output"):
             raise ValueError("restore: true needs action redact on input")
         if self.pattern is not None and self.type != "regex":

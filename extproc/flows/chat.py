@@ -96,6 +96,11 @@ class ChatFlow:
         if (guard := guard_for(self.gw, ctx, req)) is not None:
             self.guard = guard
             req = self.request = self._guarded_request(guard, req)
+            if guard.checks.webhooks:
+                try:
+                    await self.gw.guard_hooks.check_input(guard, req, ctx.tenant_name, ctx.task_id)
+                finally:
+                    record(guard, ctx)
         if ctx.deferred and req.stream:
             raise ClientError("Prefer: respond-async answers with a task, not a stream: "
                               "drop `stream` or the preference")
