@@ -157,5 +157,5 @@ def finder(check: GuardCheck) -> Finder | None:
             words = sorted({w.strip() for w in check.words if w.strip()}, key=len, reverse=True)
             return _deny(words, re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, words)) + r")(?!\w)", flags),
                          check.case_sensitive)
-        case "size" | "webhook":
+        case "size" | "webhook" | "json_schema":
             return None

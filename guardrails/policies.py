@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adapters.json_types import JSONObject
 from contracts.config.guardrails import GuardPolicy, GuardrailsConfig
 from guardrails.detectors import Finder, finder
 from guardrails.vault import label_of
@@ -29,6 +30,8 @@ class Check:
     find: Finder | None  # None: a size or webhook check
     max_chars: int | None = None
     webhook: Webhook | None = None
+    structured: bool = False  # a json_schema check: the whole answer against `schema` or the request's
+    schema: JSONObject | None = None
 
 
 
@@ -54,7 +57,8 @@ def _compile(policy: GuardPolicy) -> list[Check]:
                          on_input=c.direction in ("input", "both"), on_output=c.direction in ("output", "both"),
                          restore=c.restore, find=finder(c), max_chars=c.max_chars,
                          webhook=Webhook(c.url, c.timeout_ms / 1000, c.fail == "open", c.secret_env)
-                         if c.url is not None else None))
+                         if c.url is not None else None,
+                         structured=c.type == "json_schema", schema=c.schema_))
     return out
 
 

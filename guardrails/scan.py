@@ -10,8 +10,10 @@ import dataclasses
 from typing import Literal, NamedTuple
 
 from adapters.internal import ChatRequest, ChatResponse, Message, TextPart, ToolCall
+from adapters.json_types import JSONObject
 from contracts.errors import ClientError
 from guardrails.policies import CallChecks, Check
+from guardrails.structured import conforms
 from guardrails.vault import Vault
 
 Side = Literal["input", "output"]
@@ -36,7 +38,7 @@ class GuardrailBlocked(ClientError):
 class CallGuard:
     """The checks of one call, its placeholders and its verdicts (one per policy, check, action, side)."""
 
-    __slots__ = ("checks", "vault", "verdicts", "rewrites", "out_rewrites")
+    __slots__ = ("checks", "vault", "verdicts", "rewrites", "out_rewrites", "request_schema")
 
     def __init__(self, checks: CallChecks) -> None:
         self.checks = checks
@@ -45,6 +47,7 @@ class CallGuard:
         # What input redaction replaced (original -> placeholder): a same-protocol body gets the same.
         self.rewrites: dict[str, str] = {}
         self.out_rewrites: dict[str, str] = {}  # what output redaction replaced
+        self.request_schema: JSONObject | None = None  # the structured output the request asked for
 
     def note(self, check: Check, side: Side, n: int = 1, action: str | None = None) -> Verdict:
         v = Verdict(check.policy, check.name, action or check.action, side)
@@ -92,6 +95,8 @@ class CallGuard:
     # -- input -----------------------------------------------------------------------------
     def request(self, req: ChatRequest) -> ChatRequest:
         """The request after the input checks (the same object when nothing changed)."""
+        rf = req.response_format
+        self.request_schema = rf.schema if rf is not None and rf.type == "json_schema" else None
         self._size(req)
         if not any(c.find is not None for c in self.checks.inputs):
             return req
@@ -134,12 +139,27 @@ class CallGuard:
     # -- output ----------------------------------------------------------------------------
     def response(self, resp: ChatResponse) -> ChatResponse:
         """The answer after the output checks, with this call's restorable placeholders put back."""
+        self.structured(resp.content)
         content = self.vault.restore(self.scan(resp.content, "output"))
         refusal = self.vault.restore(self.scan(resp.refusal, "output")) if resp.refusal else resp.refusal
         calls = tuple(self._call(tc, "output") for tc in resp.tool_calls)
         if content == resp.content and refusal == resp.refusal and calls == resp.tool_calls:
             return resp
         return dataclasses.replace(resp, content=content, refusal=refusal, tool_calls=calls)
+
+    def holds_whole_answer(self) -> bool:
+        """A structured-output check applies: a stream's text is held to its end and checked whole."""
+        return any(c.structured and (c.schema or self.request_schema) for c in self.checks.outputs)
+
+    def structured(self, text: str) -> None:
+        """The json_schema checks on a whole answer: a block raises, a log notes."""
+        for c in self.checks.outputs:
+            schema = (c.schema or self.request_schema) if c.structured else None
+            if schema is None or conforms(schema, text):
+                continue
+            if c.action == "block":
+                raise GuardrailBlocked(self.note(c, "output"))
+            self.note(c, "output")
 
     def answer_rewrites(self) -> dict[str, str]:
         """Old text -> new text of what `response` changed, for a same-protocol body rewritten in place."""

@@ -15,7 +15,7 @@ from guardrails.vault import MAX_PLACEHOLDER
 
 
 class StreamGuard:
-    __slots__ = ("guard", "window", "step", "pending", "calls", "blocked", "released_chars")
+    __slots__ = ("guard", "window", "step", "pending", "calls", "blocked", "released_chars", "held")
 
     def __init__(self, guard: CallGuard) -> None:
         self.guard = guard
@@ -27,10 +27,22 @@ class StreamGuard:
         self.calls: dict[int, tuple[ToolCallStart, list[str]]] = {}
         self.blocked: Verdict | None = None
         self.released_chars = 0  # what the caller got (a blocked stream is metered for this)
+        # A structured answer is checked whole: every event held to the end (None: no such check).
+        self.held: list[StreamEvent] | None = [] if guard.holds_whole_answer() else None
 
     def feed(self, events: list[StreamEvent], end: bool = False) -> list[StreamEvent]:
         if self.blocked is not None:
             return []
+        if self.held is not None:
+            self.held += events
+            if not end:
+                return []
+            events, self.held = self.held, None
+            try:
+                self.guard.structured("".join(e.text for e in events if isinstance(e, TextDelta) and not e.refusal))
+            except GuardrailBlocked as e:
+                self.blocked = e.verdict
+                return [StreamError(e.message, "invalid_request_error")]
         out: list[StreamEvent] = []
         for ev in events:
             if isinstance(ev, TextDelta) and not ev.refusal:

@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-CheckType = Literal["email", "phone", "card", "iban", "secret", "regex", "deny", "size", "webhook"]
+CheckType = Literal["email", "phone", "card", "iban", "secret", "regex", "deny", "size", "webhook", "json_schema"]
 Action = Literal["block", "redact", "log"]
 Direction = Literal["input", "output", "both"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class GuardCheck(_Model):
@@ -37,6 +37,21 @@ class GuardCheck(_Model):
     timeout_ms: int = Field(500, ge=1, le=30_000)
     fail: Literal["open", "closed"] = "closed"
     secret_env: str | None = None
+    # type json_schema (output): the answer must be JSON valid against this schema; absent: against the
+    # schema the request asked for (response_format json_schema), and a request without one is not checked.
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            import jsonschema  # only where a config names a schema
+
+            try:
+                jsonschema.validators.validator_for(v).check_schema(v)
+            except jsonschema.SchemaError as e:
+                raise ValueError(f"not a valid JSON Schema: {e.message}") from None
+        return v
 
     @field_validator("pattern")
     @classmethod
@@ -70,6 +85,11 @@ class GuardCheck(_Model):
                 raise ValueError("a webhook check blocks or logs, on input")
         elif self.url is not None:
             raise ValueError(f"`url` is for webhook checks, not {self.type}")
+        if self.type == "json_schema":
+            if self.action == "redact" or self.direction != "output":
+                raise ValueError("a json_schema check blocks or logs, on output")
+        elif self.schema_ is not None:
+            raise ValueError(f"`schema` is for json_schema checks, not {self.type}")
         if self.restore and (self.action != "redact" or self.direction == "output"):
             raise ValueError("restore: true needs action redact on input")
         if self.pattern is not None and self.type != "regex":

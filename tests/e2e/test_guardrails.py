@@ -35,7 +35,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             {"type": "email", "action": "redact", "restore": True},
             {"type": "secret", "action": "block"},
             {"type": "phone", "action": "log"},
-            {"type": "regex", "name": "forbidden", "pattern": "FORBIDDEN-[0-9]+", "direction": "output"}]})
+            {"type": "regex", "name": "forbidden", "pattern": "FORBIDDEN-[0-9]+", "direction": "output"},
+            {"type": "json_schema", "name": "structured", "direction": "output"}]})
     with start_stack(tmp_path_factory.mktemp("guardrails"), data) as s:
         yield s
 
@@ -134,6 +135,18 @@ def test_tool_call_arguments_are_checked_whole_and_streamed(stack: Any) -> None:
         for tc in (c.choices[0].delta.tool_calls or []) if c.choices else []:
             calls[tc.index] = calls.get(tc.index, "") + (tc.function.arguments or "" if tc.function else "")
     assert orjson.loads(calls[0]) == {"city": "Paris"}
+
+
+def test_structured_output_checked_against_the_requested_schema(stack: Any) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "place", "schema": schema}}
+    with pytest.raises(openai.BadRequestError, match="structured"):  # the demo echoes prose, not the JSON asked for
+        _oa(stack).chat.completions.create(model="demo-gpt", messages=MSG, response_format=fmt)  # type: ignore[arg-type]
+    with pytest.raises(openai.APIError, match="structured"):
+        for _ in _oa(stack).chat.completions.create(model="demo-gpt", messages=MSG, response_format=fmt,  # type: ignore[arg-type]
+                                                    stream=True):
+            pass
+    assert _oa(stack).chat.completions.create(model="demo-gpt", messages=MSG).choices[0].message.content
 
 
 def _rows(db: str) -> list[dict[str, Any]]:

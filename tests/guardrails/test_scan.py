@@ -182,3 +182,42 @@ def test_stream_block_whose_regex_needs_text_already_released() -> None:
     events = run(g, ["the password: ", "hunter"])
     assert isinstance(events[-1], StreamError) and "'pw'" in events[-1].message
     assert "hunter" not in text_of(events)
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def test_structured_output_against_the_requests_schema_or_the_checks() -> None:
+    from adapters.internal import ResponseFormat
+    g = guard({"type": "json_schema", "direction": "output"})
+    g.request(ChatRequest(model="m", messages=(), response_format=ResponseFormat("json_schema", SCHEMA)))
+    g.response(ChatResponse(id="1", model="m", content='{"city": "Paris"}'))
+    for bad in ('{"town": "Paris"}', "not json", '{"city": 3}'):
+        with pytest.raises(GuardrailBlocked):
+            g.response(ChatResponse(id="1", model="m", content=bad))
+    free = guard({"type": "json_schema", "direction": "output"})
+    free.request(user("no schema asked"))
+    free.response(ChatResponse(id="1", model="m", content="prose is fine"))  # nothing to check against
+    assert not free.holds_whole_answer()
+    own = guard({"type": "json_schema", "direction": "output", "action": "log", "schema": SCHEMA})
+    own.request(user("x"))
+    own.response(ChatResponse(id="1", model="m", content="prose"))
+    assert [v.action for v in own.verdicts] == ["log"]
+
+
+def test_structured_stream_is_held_whole_then_checked() -> None:
+    g = guard({"type": "json_schema", "direction": "output", "schema": SCHEMA})
+    g.request(user("x"))
+    assert text_of(run(g, ['{"ci', 'ty": "Pa', 'ris"}'])) == '{"city": "Paris"}'
+    g = guard({"type": "json_schema", "direction": "output", "schema": SCHEMA})
+    g.request(user("x"))
+    sg = StreamGuard(g)
+    assert sg.feed([TextDelta('{"town"')]) == []
+    out = sg.feed([TextDelta(': "x"}'), StreamFinish("stop"), StreamEnd()], end=True)
+    assert len(out) == 1 and isinstance(out[0], StreamError)
+
+
+def test_bad_schema_is_refused_at_load() -> None:
+    from contracts.config.guardrails import GuardCheck
+    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+        GuardCheck.model_validate({"type": "json_schema", "direction": "output", "schema": {"type": 12}})
