@@ -77,7 +77,9 @@ def test_input_block_in_each_protocol(stack: Any) -> None:
                                        messages=[{"role": "user", "content": f"key {SECRET}"}])
     g = _gemini(stack, f"key {SECRET}")
     assert g.status_code == 400 and g.json()["error"]["status"] == "INVALID_ARGUMENT"
-    for said in (str(oe.value), str(ae.value), g.text):
+    with pytest.raises(openai.BadRequestError) as re_:  # the Responses API
+        _oa(stack).responses.create(model="demo-gpt", input=f"key {SECRET}")
+    for said in (str(oe.value), str(ae.value), g.text, str(re_.value)):
         assert "'e2e'" in said and "'secret'" in said and SECRET not in said
 
 
@@ -95,6 +97,9 @@ def test_redaction_round_trips_whole_and_streamed(stack: Any) -> None:
         assert "bob@example.org" in "".join(s.text_stream)
     g = _gemini(stack, text)
     assert g.status_code == 200 and "bob@example.org" in g.json()["candidates"][0]["content"]["parts"][0]["text"]
+    assert "bob@example.org" in _oa(stack).responses.create(model="demo-gpt", input=text).output_text
+    gs = _gemini(stack, text, stream=True)
+    assert gs.status_code == 200 and "bob@example.org" in gs.text and "[EMAIL" not in gs.text
 
 
 def test_stream_blocked_mid_way_ends_with_an_error_event(stack: Any) -> None:

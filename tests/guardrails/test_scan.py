@@ -221,3 +221,35 @@ def test_bad_schema_is_refused_at_load() -> None:
     from contracts.config.guardrails import GuardCheck
     with pytest.raises(ValueError, match="not a valid JSON Schema"):
         GuardCheck.model_validate({"type": "json_schema", "direction": "output", "schema": {"type": 12}})
+
+
+_WORDS = st.sampled_from(["hello", "ana@example.com", "bo.b@mail.example.org", "4111 1111 1111 1111", "x", "-",
+                          "Zoë", "日本", "a@b", "+1 415 555 0100", "\n"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_WORDS, min_size=1, max_size=40), st.data(), st.integers(min_value=16, max_value=64))
+def test_a_restored_redaction_round_trips_through_any_chunking(words: list[str], data: st.DataObject,
+                                                               window: int) -> None:
+    g = guard({"type": "email", "action": "redact", "restore": True},
+              {"type": "card", "action": "redact", "restore": True}, window=window)
+    original = " ".join(words)
+    sent = g.request(user(original)).messages[0].content[0]
+    assert isinstance(sent, TextPart) and "ana@example.com" not in sent.text
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(sent.text)), max_size=12)))
+    pieces = [sent.text[a:b] for a, b in zip([0, *cuts], [*cuts, len(sent.text)], strict=True)]
+    assert text_of(run(g, pieces)) == original
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=5), st.text(max_size=60))
+def test_no_request_crashes_a_guard(texts: list[str], system: str) -> None:
+    g = guard({"type": "email", "action": "redact", "direction": "both"}, {"type": "phone", "action": "log"},
+              {"type": "iban", "action": "redact"}, {"type": "secret"}, {"type": "deny", "words": ["é x"]},
+              {"type": "size", "max_chars": 10_000})
+    req = ChatRequest(model="m", system=system or None, messages=tuple(Message("user", (TextPart(t),)) for t in texts))
+    try:
+        g.request(req)
+        g.response(ChatResponse(id="1", model="m", content="".join(texts)))
+    except GuardrailBlocked as e:
+        assert e.status == 400
