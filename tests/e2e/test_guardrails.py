@@ -63,6 +63,9 @@ def test_shipped_demo_policy_redacts_input_the_echo_shows(stack: Any) -> None:
     msg = _claude(stack, L2_KEY).messages.create(model="demo-gpt", max_tokens=64,
                                                  messages=[{"role": "user", "content": text}])
     assert "[EMAIL_1]" in msg.content[0].text and "4111" not in msg.content[0].text  # type: ignore[union-attr]
+    big = "filler " * 4000 + text  # past the inline limit: checked in a worker thread, the same outcome
+    got = _oa(stack, L2_KEY).chat.completions.create(model="demo-gpt", messages=[{"role": "user", "content": big}])
+    assert (got.choices[0].message.content or "").endswith("mail [EMAIL_1], card [CARD_1], again [EMAIL_1]")
     with pytest.raises(openai.BadRequestError) as e:
         _oa(stack, L2_KEY).chat.completions.create(
             model="demo-gpt", messages=[{"role": "user", "content": "say MODELYARD-DEMO-SECRET-42"}])
