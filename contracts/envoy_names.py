@@ -39,6 +39,9 @@ WAIT_MARGIN_S = 2.0
 XLATE_METADATA = "x-modelyard-xlate"
 # On a reply from a deployment with max_inflight: milliseconds the request waited for a slot.
 QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"
+# On a reply that a peer deployment took after the chosen one's cluster bucket or queue refused it:
+# the clusters that refused, in order (docs/routing.md, "Spill").
+SPILLED_FROM_HEADER = "x-modelyard-spilled-from"
 # On a reply whose request lost controls its deployment cannot express (drop_params): their names.
 DROPPED_PARAMS_HEADER = "x-modelyard-dropped-params"
 CACHE_HEADER = "x-modelyard-cache"  # hit | miss | bypass: the response cache's verdict (docs/cache.md)

@@ -7,12 +7,14 @@ import time
 
 from adapters.internal import NO_CACHE, Usage
 from budgets.pricing import charge
+from contracts.config import Cost
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.choice import Choice
 from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import (
+    MEDIA_UNITS,
     cache_series,
     channel_series,
     cost_series,
@@ -21,6 +23,12 @@ from extproc.telemetry.metrics import (
     tenant_token_series,
 )
 from ratelimit import Limiter
+
+
+def media_cost(price: Cost, unit: str, amount: float) -> float:
+    per = {"image": price.per_image, "second": price.per_audio_second,
+           "character": price.per_1k_characters / 1000}.get(unit, 0.0)
+    return per * amount
 
 
 class Accountant:
@@ -33,7 +41,8 @@ class Accountant:
         self._background: set[asyncio.Task[None]] = set()
 
     def record_outcome(self, ctx: RequestContext, choice: Choice, *, status: int, upstream_ok: bool | None,
-                       latency_s: float, ttft_s: float | None, usage: Usage | None) -> None:
+                       latency_s: float, ttft_s: float | None, usage: Usage | None,
+                       media: tuple[str, float] | None = None) -> None:
         """`status` is what the caller got; `upstream_ok` what the upstream did: False only for its own
         failure (5xx, a reply we cannot read, a stream it cut), None when it never answered for
         itself (the client left, or the gateway failed the request): no feedback either way."""
@@ -62,6 +71,11 @@ class Accountant:
         ctx.outcome = CallOutcome(model.name, choice.deployment.cluster, status, tin, tout)
         price = choice.deployment.cost or model.cost  # a deployment's own price (spot) bills as it routed
         cost, saved = charge(price, tin, tout, cache.read, cache.write, cache.write_1h)
+        if media is not None:  # images, audio seconds, speech characters: the provider's own units
+            cost += media_cost(price, *media)
+            MEDIA_UNITS.labels(model.name, media[0]).inc(media[1])
+        if ctx.batch_line and price.batch_discount:  # a batch line, where the provider bills batches lower
+            cost *= 1.0 - price.batch_discount
         if cache:
             cache_read, cache_write, cache_saved = cache_series(model.name, choice.deployment.cluster, ctx.tenant_name)
             cache_read.inc(cache.read)
@@ -69,7 +83,9 @@ class Accountant:
             if saved > 0:  # a counter goes up only: the row keeps a write that cost more than it saved
                 cache_saved.inc(saved)
         if cost:
-            cost_series(model.name, ctx.tenant_name).inc(cost)
+            by_model, by_deployment = cost_series(model.name, ctx.tenant_name, choice.deployment.cluster, choice.channel)
+            by_model.inc(cost)
+            by_deployment.inc(cost)
             if self.budgets is not None:  # a stream that ran past its budget still counts in full
                 self.budgets.record(ctx, cost)
         if self.metering is not None:

@@ -75,5 +75,12 @@ class CallTrail:
             response_body=bytes(self.response_body) if self.response_body is not None else None,
             response_size=self.response_size,
             detail=({"reason": "unknown API key" if self.key else "missing API key"} if self.auth_failed
-                    else {"guardrails": ctx.guardrail_verdicts} if ctx.guardrail_verdicts else None),
+                    else _call_detail(ctx)),
             secrets=(self.key,) if self.key and self.capture else ()))
+
+
+def _call_detail(ctx: RequestContext) -> dict[str, object] | None:
+    """A call row's detail: the replica picker's choice (replica_metrics) and the guardrail verdicts."""
+    if not ctx.guardrail_verdicts:
+        return ctx.replica
+    return {**(ctx.replica or {}), "guardrails": ctx.guardrail_verdicts}

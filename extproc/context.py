@@ -65,7 +65,10 @@ class RequestContext:
     deferred: bool = False
     # The task worker's replay of an accepted task: its request was counted when it was accepted.
     replayed: bool = False
+    batch_line: bool = False  # a replay of one line of a batch: billed at the batch price (docs/batches.md)
     trace: RequestTrace | None = None  # set only when tracing is on (extproc.telemetry.tracing)
+    # The replica picker's choice and reason (replica_metrics), for the audit row's detail.
+    replica: dict[str, object] | None = None
     # Guardrail verdicts (policy, check, action, direction; never the matched text) for the audit row.
     guardrail_verdicts: list[dict[str, str]] | None = None
 

@@ -19,6 +19,7 @@ from extproc.admission.auth import AdminKeys, KeyRing
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.admission.dispatch import Dispatcher
+from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
 from extproc.guard_hooks import GuardHooks
@@ -61,6 +62,7 @@ class Gateway:
     key_admin: KeyAdmin | None = None
     admin_keys: AdminKeys = field(default_factory=lambda: AdminKeys([]))
     response_cache: ResponseCache | None = None  # None unless a model has a `cache:` policy (docs/cache.md)
+    batches: BatchDesk | None = None  # files and batch APIs (docs/batches.md); off unless configured
     # The config's guardrail policies, compiled once per snapshot (a reload compiles the new ones).
     guardrails: PolicySet | None = None
     guard_hooks: GuardHooks = field(default_factory=GuardHooks)  # webhook checks' client, opened on first use
@@ -72,7 +74,8 @@ class Gateway:
               tracing: Tracing | None = None, audit: AuditLog | None = None,
               tasks: TaskBoard | None = None, limits: ConcurrencyLimits | None = None,
               budgets: BudgetGuard | None = None, key_admin: KeyAdmin | None = None,
-              replicas: ReplicaBoard | None = None, response_cache: ResponseCache | None = None) -> Gateway:
+              replicas: ReplicaBoard | None = None, response_cache: ResponseCache | None = None,
+              batches: BatchDesk | None = None) -> Gateway:
         """The parts wired together; what is not given stays off (tests drive it in memory)."""
         scheduler = scheduler or Scheduler(config)
         if image_backend is None and any(m.vision is not None for m in config.models):
@@ -83,13 +86,15 @@ class Gateway:
                    accountant=Accountant(scheduler, limiter, metering, budgets=budgets),
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, replicas=replicas, tracing=tracing,
                    audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys),
-                   response_cache=response_cache,
+                   response_cache=response_cache, batches=batches,
                    guardrails=guardrail_policies(config))
 
     def start(self) -> None:
         """Background work that needs the server listening: the task worker replays through it."""
         if self.tasks is not None:
             self.tasks.start()
+        if self.batches is not None:
+            self.batches.start()
 
     def drain(self) -> None:
         """Shutting down: take no new background work; what runs finishes while streams drain."""
@@ -97,6 +102,8 @@ class Gateway:
             self.tasks.stop_claiming()
 
     async def close(self) -> None:
+        if self.batches is not None:  # before the tasks: its finalizer reads them
+            await self.batches.close()
         if self.tasks is not None:
             await self.tasks.close()
         if self.key_admin is not None:

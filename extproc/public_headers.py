@@ -20,6 +20,7 @@ from contracts.envoy_names import (
     DROPPED_PARAMS_HEADER,
     MODEL_HEADER,
     QUEUE_WAIT_HEADER,
+    SPILLED_FROM_HEADER,
     STRATEGY_HEADER,
     TASK_ID_HEADER,
 )
@@ -27,7 +28,8 @@ from extproc import messages as msg
 
 PREFIX = "x-modelyard-"
 PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADER, CHANNEL_HEADER, STRATEGY_HEADER,
-                                     ARM_HEADER, QUEUE_WAIT_HEADER, DROPPED_PARAMS_HEADER, CACHE_HEADER})
+                                     ARM_HEADER, QUEUE_WAIT_HEADER, DROPPED_PARAMS_HEADER, CACHE_HEADER,
+                                     SPILLED_FROM_HEADER})
 
 
 # Any case: header names are case-insensitive, and one matched here is lowered before the check.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from adapters import embeddings, kserve, kserve_grpc
+from adapters import embeddings, kserve, kserve_grpc, media
 from adapters.registry import detect_client_protocol
 from contracts.config import GatewayConfig, config_path, load_config
 from contracts.errors import ConfigError, ModelyardError
@@ -24,12 +24,16 @@ from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
-from extproc.flows import keys_admin, local, tasks
+from extproc.context import ClientProtocol
+from extproc.flows import batches, keys_admin, local, tasks
+from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
 from extproc.flows.kserve_grpc import add_to_server as add_kserve_answers
+from extproc.flows.media import MediaFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.gateway import Gateway, LiveGateway
@@ -43,7 +47,7 @@ from extproc.server import ExtprocServer
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
-from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
+from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, LATENCY_OBJECTIVES, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.warmup import Warmer
 from extproc.vision.batching import Batcher
@@ -70,10 +74,41 @@ _OPENAI_MODEL_PREFIX = "/v1/models/"
 def _openai_models(method: str, path: str) -> Route | None:
     if method != "GET":
         return None
+    # OpenAI's path and Anthropic's: the key in either protocol's header, the answer in the asker's shape.
     if path == "/v1/models":
-        return Route("openai", answer=local.list_models)
+        return Route("openai", any_key=True, answer=local.list_models_any)
     if path.startswith(_OPENAI_MODEL_PREFIX) and "/" not in path[len(_OPENAI_MODEL_PREFIX):]:
-        return Route("openai", path_model=unquote(path[len(_OPENAI_MODEL_PREFIX):]), answer=local.get_model)
+        return Route("openai", any_key=True, path_model=unquote(path[len(_OPENAI_MODEL_PREFIX):]),
+                     answer=local.get_model_any)
+    return None
+
+
+_GEMINI_MODEL_PREFIX = "/v1beta/models/"
+
+
+def _gemini_models(method: str, path: str) -> Route | None:
+    if method != "GET":
+        return None
+    if path == "/v1beta/models":
+        return Route("gemini", answer=local.gemini_list_models)
+    name = path[len(_GEMINI_MODEL_PREFIX):] if path.startswith(_GEMINI_MODEL_PREFIX) else ""
+    if name and "/" not in name and ":" not in name:
+        return Route("gemini", path_model=unquote(name), answer=local.gemini_get_model)
+    return None
+
+
+def _media(method: str, path: str) -> Route | None:
+    # /v1/images/generations|edits, /v1/audio/*: passed through to OpenAI-shaped deployments (docs/media.md).
+    endpoint = media.ENDPOINTS.get(path) if method == "POST" else None
+    if endpoint is None:
+        return None
+    return Route("openai", flow=functools.partial(MediaFlow, endpoint=endpoint), operation=endpoint.kind)
+
+
+def _count_tokens(method: str, path: str) -> Route | None:
+    if method == "POST" and path == "/v1/messages/count_tokens":
+        return Route("anthropic", flow=functools.partial(BodyAnswer, handler=local.count_tokens),
+                     operation="count_tokens")
     return None
 
 
@@ -146,6 +181,18 @@ def _keys_admin(method: str, path: str) -> Route | None:
     return Route("openai", admin=True, answer=keys_admin.answer, operation="admin")
 
 
+def _batches(method: str, path: str) -> Route | None:
+    # Files, batches and message batches (docs/batches.md): answered by the gateway, no upstream.
+    found = batches.parse_path(method, path)
+    if found is None:
+        return None
+    protocol: ClientProtocol = "anthropic" if path.startswith(batches.MESSAGE_BATCHES) else "openai"
+    handler = batches.BODY_HANDLERS.get(found[0])
+    if handler is not None:
+        return Route(protocol, flow=functools.partial(BodyAnswer, handler=handler), operation="batch")
+    return Route(protocol, answer=batches.answer, operation="batch")
+
+
 def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
@@ -156,7 +203,7 @@ def _chat(method: str, path: str) -> Route | None:
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
     return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
-                       _chat],
+                       _batches, _gemini_models, _count_tokens, _media, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
@@ -185,11 +232,14 @@ def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gat
     if config_file is not None:
         dsn = store_dsn(config, config_file)
         key_admin = KeyAdmin(config, dsn, KeyCache(), audit)
+    tasks_board = TaskBoard.from_config(config)
+    batch_desk = BatchDesk(config.extproc.batches, tasks_board) \
+        if config.extproc.batches is not None and tasks_board is not None else None
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
-                         tasks=TaskBoard.from_config(config), limits=limits, budgets=BudgetGuard.from_config(config, dsn),
+                         tasks=tasks_board, limits=limits, budgets=BudgetGuard.from_config(config, dsn),
                          key_admin=key_admin, replicas=ReplicaBoard(list(config.clusters().values())),
-                         response_cache=ResponseCache.from_config(config))
+                         response_cache=ResponseCache.from_config(config), batches=batch_desk)
 
 
 def build_tracing(config: GatewayConfig) -> Tracing | None:
@@ -244,6 +294,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await gateway.replicas.start(first_poll_timeout=1.0)
     if metrics and config.extproc.metrics_address:
         DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
+        LATENCY_OBJECTIVES.source = lambda: live.current.dispatcher.scheduler.latency.exposition(time.monotonic())
         serve_metrics(config.extproc.metrics_address)
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
         gateway.key_admin.refresher.start()

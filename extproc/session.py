@@ -23,6 +23,7 @@ from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable,
 from extproc import messages as msg
 from extproc.admission.auth import EXPIRED, Identity, any_client_key, client_key, key_digest
 from extproc.audit_trail import CallTrail
+from extproc.batches.ids import is_batch_line
 from extproc.context import Flow, Interim, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
@@ -191,6 +192,7 @@ class Session:
         if replay is not None:  # the task worker's replay: its marker, not a stored key, says whose it is
             ctx.task_id, tenant = replay
             ctx.replayed = True
+            ctx.batch_line = is_batch_line(ctx.task_id)
             named = self.gw.keyring.identity_named(tenant)
             if named is not None:
                 ctx.tenant, ctx.caller = named.tenant, named.caller

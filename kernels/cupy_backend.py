@@ -63,12 +63,14 @@ __global__ void preprocess_nchw(
     int c = (int)((idx / ((long long)ow * oh)) % 3);
     int i = (int)(idx / ((long long)ow * oh * 3));
     int h = heights[i], w = widths[i];
-    // Same arithmetic as kernels.spec.axis_coords (half-pixel centres, clamped).
-    float sy = fmaxf(((float)y + 0.5f) * ((float)h / (float)oh) - 0.5f, 0.0f);
-    float sx = fmaxf(((float)x + 0.5f) * ((float)w / (float)ow) - 0.5f, 0.0f);
-    int y0 = min((int)floorf(sy), h - 1), x0 = min((int)floorf(sx), w - 1);
+    // Same arithmetic as kernels.spec.axis_coords (half-pixel centres, clamped), in double as
+    // NumPy does it: float32 source coordinates past a few hundred pixels are off by ~1e-4 of a
+    // pixel, which moved outputs by up to 2.5e-4 on an H100 (tests/vision/test_kernels.py).
+    double sy = fmax(((double)y + 0.5) * ((double)h / (double)oh) - 0.5, 0.0);
+    double sx = fmax(((double)x + 0.5) * ((double)w / (double)ow) - 0.5, 0.0);
+    int y0 = min((int)floor(sy), h - 1), x0 = min((int)floor(sx), w - 1);
     int y1 = min(y0 + 1, h - 1), x1 = min(x0 + 1, w - 1);
-    float fy = sy - (float)y0, fx = sx - (float)x0;
+    float fy = (float)(sy - (double)y0), fx = (float)(sx - (double)x0);
     const unsigned char* img = src + offsets[i];
     int ch = perm[c];
     float p00 = img[((long long)y0 * w + x0) * 3 + ch];

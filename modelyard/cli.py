@@ -225,7 +225,7 @@ _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("agent",): ("gpuagent.agent", "main"),
     ("probe",): ("modelyard.probe", "main"),
     ("demo",): ("devstack.demo.cli", "main"),
-    ("route", "explain"): ("extproc.routing.explain", "explain_main"),
+    ("route", "explain"): ("extproc.replicas.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
     ("ratelimit", "status"): ("ratelimit.status", "main"),
     ("keys",): ("keys.cli", "main"),
@@ -291,7 +291,7 @@ def parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=_cmd_audit_prune)
 
     sp = with_config(sub.add_parser("spend", help="spend per key, tenant or model, from the metering store(s)"))
-    sp.add_argument("--by", choices=("key", "tenant", "model"), default="tenant")
+    sp.add_argument("--by", choices=("key", "tenant", "model", "channel", "cluster"), default="tenant")
     sp.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC); default: everything")
     sp.add_argument("--json", action="store_true", help="a JSON array of rows instead of a table")
     sp.add_argument("--metering-db", action="append", default=[], metavar="PATH",

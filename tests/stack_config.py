@@ -125,6 +125,9 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     tasks = ext.get("tasks")
     if tasks and tasks.get("sqlite_path") and not Path(tasks["sqlite_path"]).is_absolute():
         ext["tasks"] = {**tasks, "sqlite_path": str(workdir / Path(tasks["sqlite_path"]).name)}
+    batches = ext.get("batches")
+    if batches and not Path(batches.get("sqlite_path", "run/batches.sqlite")).is_absolute():
+        ext["batches"] = {**batches, "sqlite_path": str(workdir / "batches.sqlite")}
     path = workdir / "modelyard.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     env = env or EnvironmentConfig(name="test", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)

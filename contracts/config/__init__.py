@@ -27,7 +27,7 @@ from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.response_cache import CachePolicy, ResponseCacheStore
 from contracts.config.routing import RoutingSettings
-from contracts.config.service_levels import Channel, Tier
+from contracts.config.service_levels import Channel, LatencyObjective, Tier
 from contracts.errors import ConfigError
 from contracts.params import DropParams, check_drop_params
 
@@ -39,7 +39,8 @@ Protocol = Literal["openai", "anthropic", "gemini", "responses", "kserve-grpc", 
 # Each cloud protocol and the settings section it requires (extproc/config/clouds.py).
 CLOUD_SECTIONS = {"azure-openai": "azure", "bedrock": "bedrock", "vertex": "vertex"}
 KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
-TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer"]
+TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer",
+                   "image-generation", "transcription", "speech"]  # the last three: /v1/images, /v1/audio
 
 
 class _Model(BaseModel):
@@ -87,6 +88,18 @@ class TasksConfig(_Model):
     secret_env: str | None = None
 
 
+class BatchesConfig(_Model):
+    """Files and batch APIs (`/v1/files`, `/v1/batches`, `/v1/messages/batches`; docs/batches.md): files
+    and batch records in SQLite; each batch line runs as an async task (needs `extproc.tasks`)."""
+
+    sqlite_path: str = "run/batches.sqlite"
+    max_file_bytes: int = Field(32 * 1024 * 1024, ge=1)  # one upload (Envoy's body buffer bounds it too)
+    max_files_per_tenant: int = Field(1000, ge=1)
+    max_lines: int = Field(50_000, ge=1)  # requests in one batch, as OpenAI and Anthropic allow
+    # How often open batches are checked for lines that ended, and finished ones written out.
+    finalize_every_s: float = Field(1.0, gt=0)
+
+
 class ExtprocConfig(_Model):
     address: str = "127.0.0.1:50051"
     metrics_address: str = "127.0.0.1:9464"
@@ -102,11 +115,18 @@ class ExtprocConfig(_Model):
     # Queued audit rows past which new calls get 503: fail closed, never serve unrecorded calls.
     audit_max_queued: int = Field(100_000, ge=1)
     tasks: TasksConfig | None = None  # off: `Prefer: respond-async` is ignored, /v1/tasks is a 404
+    batches: BatchesConfig | None = None  # off: /v1/files, /v1/batches and /v1/messages/batches are 404s
     # extproc processes on this host (contracts/workers.py), on ports address+0..N-1; None: half the cores
     workers: int | None = Field(None, ge=1, le=64)
     # The event loop under grpc.aio: uvloop cuts the extproc's CPU per request (docs/performance.md);
     # asyncio is the standard library's, for a platform without uvloop.
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+
+    @model_validator(mode="after")
+    def _batches_need_tasks(self) -> ExtprocConfig:
+        if self.batches is not None and self.tasks is None:
+            raise ValueError("extproc.batches needs extproc.tasks: each batch line runs as a task")
+        return self
 
 
 class Capabilities(_Model):
@@ -140,6 +160,12 @@ class Cost(_Model):
     cache_write_per_1k: float | None = Field(None, ge=0)  # written to it (5-minute TTL); None: the input price
     cache_write_1h_per_1k: float | None = Field(None, ge=0)  # 1-hour TTL writes; None: the 5-minute price
     long_prompt: tuple[PriceStep, ...] = ()  # steps up past a prompt length (Gemini 2.5 Pro, Claude Sonnet 4)
+    # The fraction off a batch line's cost (0.5: half price, as OpenAI's and Anthropic's batch APIs bill).
+    batch_discount: float | None = Field(None, ge=0, le=1)
+    # Images and audio (/v1/images, /v1/audio) bill in the provider's own units, not tokens.
+    per_image: float = Field(0.0, ge=0)
+    per_audio_second: float = Field(0.0, ge=0)  # transcriptions and translations, per second of audio
+    per_1k_characters: float = Field(0.0, ge=0)  # speech, per 1k characters of `input`
 
     @model_validator(mode="before")
     @classmethod
@@ -243,6 +269,8 @@ class Deployment(_Model):
     warmup: WarmupConfig | None = None
     # Readings per endpoint and a replica picked per request (docs/routing.md); None: Envoy balances alone.
     replica_metrics: ReplicaMetrics | None = None
+    # A latency objective: over it (measured by the gateway), the deployment counts as loaded (docs/routing.md).
+    slo: LatencyObjective | None = None
     # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
     max_inflight: int | None = Field(None, ge=1)
     queue: QueueSettings = QueueSettings()

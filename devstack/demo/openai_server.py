@@ -2,7 +2,8 @@
 
     python -m devstack.demo.openai_server --port 8101 [--name demo-openai] [--require-key-env VAR]
 
-Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]"; also POST /v1/embeddings.
+Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]"; also POST /v1/embeddings,
+and OpenAI's images and audio endpoints (`devstack.demo.media`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from aiohttp import web
 
 from adapters import embeddings, openai
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
+from devstack.demo.media import add_media_routes
 
 
 def make_app(name: str = "demo-openai", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:
     demo = AdapterDemo(openai, f"[{name}]", require_key=require_key, chunk_delay=chunk_delay)
-    return demo.app(openai.PATH, embeddings_path=embeddings.OPENAI_PATH)
+    app = demo.app(openai.PATH, embeddings_path=embeddings.OPENAI_PATH)
+    add_media_routes(app, f"[{name}]")  # images and audio (demo-image, demo-whisper, demo-tts)
+    return app
 
 
 def build(argv: list[str] | None = None) -> DemoSite:

@@ -12,6 +12,7 @@ from contracts.envoy_names import (
     CLUSTER_HEADER,
     MODEL_HEADER,
     QUEUE_WAIT_HEADER,
+    SPILLED_FROM_HEADER,
     STRATEGY_HEADER,
 )
 from ratelimit import Reservation
@@ -31,6 +32,18 @@ class Choice:
     est_prompt_tokens: int = 0  # charged on arrival; what an aborted stream is metered for its input
     ratelimit_headers: list[tuple[str, str]] = field(default_factory=list)
     slot: Slot | None = None  # held on a deployment with max_inflight until the answer ends
+    # The model's other deployments on the same channel, in the scheduler's order: where the call
+    # spills when this deployment's own cluster bucket or queue refuses it (docs/routing.md, "Spill").
+    peers: tuple[Deployment, ...] = ()
+    spilled_from: tuple[str, ...] = ()  # the clusters that refused it, in order
+
+    def spill(self) -> bool:
+        """Move to the next peer deployment; False when none is left."""
+        if not self.peers:
+            return False
+        self.spilled_from += (self.deployment.cluster,)
+        self.deployment, self.peers = self.peers[0], self.peers[1:]
+        return True
 
     def release_slot(self) -> None:
         if self.slot is not None:
@@ -43,6 +56,8 @@ class Choice:
             out.append((STRATEGY_HEADER, self.strategy))
         if self.arm:
             out.append((ARM_HEADER, self.arm))
+        if self.spilled_from:
+            out.append((SPILLED_FROM_HEADER, ",".join(self.spilled_from)))
         if self.slot is not None:
             out.append((QUEUE_WAIT_HEADER, f"{self.slot.waited_s * 1000:.1f}"))
         return out + self.ratelimit_headers

@@ -114,6 +114,11 @@ class ConcurrencyLimits:
     def __contains__(self, cluster: str) -> bool:
         return cluster in self.queues
 
+    def refusal_reason(self, cluster: str, tenant: str, tier: Tier) -> str | None:
+        """Whether `cluster`'s queue would refuse this caller now ("bound", "tenant_share"), else None."""
+        q = self.queues.get(cluster)
+        return None if q is None else q.refusal_reason(tenant, tier)
+
     async def acquire(self, cluster: str, model: str, tenant: str, tier: Tier) -> Slot | None:
         """A slot on `cluster` (None when it has no limit); waits in its queue when all are taken."""
         q = self.queues.get(cluster)

@@ -18,7 +18,7 @@ from extproc.context import RequestContext
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
 from extproc.telemetry.metering import DecisionRecord
-from extproc.telemetry.metrics import BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE
+from extproc.telemetry.metrics import BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE, SPILLED
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 
@@ -66,8 +66,10 @@ class Dispatcher:
         if d.fail_open or route.model in self._failing_open:
             self._note_fail_open(route.model, set(d.fail_open))
         c = d.chosen
+        peers = tuple(p.deployment for p in d.candidates[1:] if p.model_config is c.model_config
+                      and p.channel == c.channel and p.deployment.cluster != c.deployment.cluster)
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
-                      arm=d.arm)
+                      arm=d.arm, peers=peers)
 
     def deployment_states(self) -> dict[str, str]:
         """Each deployment's state now (modelyard_deployment_state): cooldown, warming, else its slots' state."""
@@ -127,6 +129,7 @@ class Dispatcher:
         return choice
 
     async def admit_chat(self, ctx: RequestContext, choice: Choice, req: ChatRequest) -> None:
+        self.spill_past_full_queue(ctx, choice)
         await self.admit(ctx, choice, choice.est_prompt_tokens + (req.max_tokens or DEFAULT_OUTPUT_TOKENS))
         await self.wait_for_slot(ctx, choice)
 
@@ -145,9 +148,25 @@ class Dispatcher:
             want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast",
             est_prompt_tokens=longest_input, est_output_tokens=0, task_type="embedding", task_id=ctx.task_id))
         choice.est_prompt_tokens = est_tokens
+        self.spill_past_full_queue(ctx, choice)
         await self.admit(ctx, choice, est_tokens)
         await self.wait_for_slot(ctx, choice)  # the deployment's queue, as for chat
         return choice
+
+    def spill_past_full_queue(self, ctx: RequestContext, choice: Choice) -> None:
+        """Before any bucket is charged: a deployment whose queue would refuse this caller hands the
+        call to the first peer whose queue would not; with none, it stays and its queue answers."""
+        tenant = ctx.tenant
+        if tenant is None or ctx.deferred or not choice.peers:
+            return
+        reason = self.limits.refusal_reason(choice.deployment.cluster, tenant.name, tenant.tier)
+        if reason is None:
+            return
+        for i, peer in enumerate(choice.peers):
+            if self.limits.refusal_reason(peer.cluster, tenant.name, tenant.tier) is None:
+                choice.peers = choice.peers[i:]
+                _spill(choice, reason)
+                return
 
     async def wait_for_slot(self, ctx: RequestContext, choice: Choice) -> None:
         """Past admission, before dispatch: a slot on the chosen deployment, waiting in its queue if
@@ -181,6 +200,13 @@ class Dispatcher:
         requests = 0 if ctx.replayed else 1
         with ctx.span("admission") as span:
             decision = await self.limiter.acquire(rl_ctx, est_tokens, requests=requests, key=key, rules=rules)
+            # Refused by this deployment's own cluster bucket (nothing was charged: all or none): a
+            # peer deployment of the same model takes the call rather than the caller a 429.
+            while (not decision.allowed and decision.limited_by.startswith("cluster:") and choice.peers
+                   and not decision.too_large):
+                _spill(choice, "cluster_bucket")
+                rl_ctx = RateLimitContext(ctx.tenant.name, ctx.tenant.tier, choice.deployment.cluster, choice.channel)
+                decision = await self.limiter.acquire(rl_ctx, est_tokens, requests=requests, key=key, rules=rules)
             if span is not None:
                 span.set_attributes({"modelyard.ratelimit.allowed": decision.allowed,
                                      "modelyard.ratelimit.estimated_tokens": est_tokens})
@@ -216,3 +242,9 @@ class Dispatcher:
                 f"budget:{spent.scope}:{spent.id}", f"{spent.budget.usd:g} usd per {spent.budget.period}", "budget",
                 ctx.caller.key_id if ctx.caller is not None else None))
         raise BudgetExhausted(f"budget exhausted: {spent.describe()}", retry_after_s=retry_after)
+
+
+def _spill(choice: Choice, reason: str) -> None:
+    was = choice.deployment.cluster
+    choice.spill()
+    SPILLED.labels(choice.model.name, was, choice.deployment.cluster, reason).inc()

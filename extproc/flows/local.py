@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 
-from adapters import kserve, kserve_meta
+from adapters import anthropic, kserve, kserve_meta
+from adapters.internal import estimate_prompt_tokens
 from contracts.config import KSERVE_PROTOCOLS, ModelConfig
 from contracts.errors import ClientError, NotFound, UnknownModel
 from extproc import messages as msg
@@ -116,3 +117,69 @@ def stored_response(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     """`GET /v1/responses/{id}` and its kin: nothing is stored, so say that rather than 'unknown URL'."""
     raise NotFound("This gateway does not store responses, so none can be retrieved, listed, cancelled or "
                    "deleted; send the whole conversation in `input` instead of `previous_response_id`.")
+
+
+# -- each protocol's model listing, and Anthropic's token count ------------------------------------
+_EPOCH = "1970-01-01T00:00:00Z"  # config models have no release date
+
+
+def _anthropic_card(m: ModelConfig) -> dict[str, Any]:
+    return {"type": "model", "id": m.name, "display_name": m.name, "created_at": _EPOCH}
+
+
+def speaks_anthropic(ctx: RequestContext) -> bool:
+    """`GET /v1/models` is OpenAI's and Anthropic's path both: Anthropic's clients send their version header."""
+    return "anthropic-version" in ctx.headers
+
+
+def list_models_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    """`GET /v1/models` in the shape of the client that asks (OpenAI's list, or Anthropic's page)."""
+    if not speaks_anthropic(ctx):
+        return list_models(gw, ctx)
+    assert ctx.tenant is not None
+    cards = [_anthropic_card(m) for m in gw.catalog.visible(ctx.tenant)]
+    return json_response(200, {"data": cards, "has_more": False, "first_id": cards[0]["id"] if cards else None,
+                               "last_id": cards[-1]["id"] if cards else None}, ctx)
+
+
+def get_model_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    if not speaks_anthropic(ctx):
+        return get_model(gw, ctx)
+    return json_response(200, _anthropic_card(gw.catalog.model_for(ctx.tenant, ctx.path_model or "")), ctx)
+
+
+_GEMINI_METHODS = {"chat": ["generateContent", "streamGenerateContent"],
+                   "embedding": ["embedContent", "batchEmbedContents"]}
+
+
+def _gemini_card(m: ModelConfig) -> dict[str, Any]:
+    methods = [name for t in m.task_types for name in _GEMINI_METHODS.get(t, ())]
+    caps = m.capabilities
+    return {"name": f"models/{m.name}", "baseModelId": m.name, "version": "001", "displayName": m.name,
+            "inputTokenLimit": caps.context_window, "outputTokenLimit": caps.max_output_tokens,
+            "supportedGenerationMethods": methods}
+
+
+def gemini_list_models(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    assert ctx.tenant is not None
+    return json_response(200, {"models": [_gemini_card(m) for m in gw.catalog.visible(ctx.tenant)]}, ctx)
+
+
+def gemini_get_model(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    return json_response(200, _gemini_card(gw.catalog.model_for(ctx.tenant, ctx.path_model or "")), ctx)
+
+
+async def count_tokens(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
+    """`POST /v1/messages/count_tokens`: the gateway's own estimate (about four characters a token,
+    plus per-message and per-image overheads), the one its token buckets charge on arrival and its
+    metering falls back to when an upstream reports no usage; no provider tokenizer is asked."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ClientError("the body must be a JSON object") from None
+    if not isinstance(doc, dict):
+        raise ClientError("the body must be a JSON object")
+    doc.setdefault("max_tokens", 1)  # count_tokens takes no max_tokens; the Messages parser requires one
+    req = anthropic.parse_request(orjson.dumps(doc))
+    gw.catalog.model_for(ctx.tenant, req.model)  # unknown or not the tenant's: 404, as a call would get
+    return json_response(200, {"input_tokens": estimate_prompt_tokens(req)}, ctx)

@@ -13,7 +13,7 @@ from contracts.config.service_levels import Channel
 Arm = Literal["A", "B"]
 # Which check dropped a deployment; `Rejection.reason` is the human-readable account of it.
 Check = Literal[
-    "task_type", "tools", "vision", "streaming", "channel", "context_window",
+    "task_type", "tools", "vision", "streaming", "channel", "context_window", "max_output_tokens",
     "cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier", "reserved",
 ]
 # Checks that may pass later (a retry can help, so no route is a 503); the rest never change.
@@ -34,7 +34,8 @@ class RouteRequest:
     strategy_override: str | None = None
     want_fast: bool = False
     est_prompt_tokens: int = 0
-    # Caps output tokens for the cost estimate; None uses routing.est_output_tokens.
+    # The call's own output cap (max_tokens and its kin): models whose capabilities.max_output_tokens
+    # is lower are filtered, and the cost estimate uses it; None: routing.est_output_tokens.
     est_output_tokens: int | None = None
     needs_tools: bool = False
     needs_vision: bool = False

@@ -118,6 +118,20 @@ def context_window(entries: list[Entry], prompt_tokens: int, rejected: Rejected)
     return out
 
 
+def max_output(entries: list[Entry], asked: int | None, rejected: Rejected) -> list[Entry]:
+    """Deployments of models that cannot give the output tokens the call asks for (max_tokens and
+    its kin): the upstream would refuse the call or cut the answer short."""
+    if asked is None:
+        return entries
+    out = [e for e in entries if asked <= e.max_output_tokens]
+    if len(out) < len(entries):
+        for e in entries:
+            if asked > e.max_output_tokens:
+                why = f"asks {asked} output tokens, over max_output_tokens {e.max_output_tokens}"
+                rejected.append((e, Rejection(e.name, e.cluster, why, "max_output_tokens")))
+    return out
+
+
 def cooldown(entries: list[Entry], stats: StatsLookup, now: float, rejected: Rejected) -> list[Entry]:
     out = []
     for e in entries:
@@ -189,11 +203,19 @@ def with_occupancy(loads: list[tuple[Entry, float]], occupancy: Mapping[str, flo
     return [(e, max(wm, min(1.0, occupancy.get(e.cluster, 0.0)))) for e, wm in loads]
 
 
+def with_latency(loads: list[tuple[Entry, float]], slow: Mapping[str, tuple[float, str]]) -> list[tuple[Entry, float]]:
+    """A deployment over its latency objective counts as loaded at its `slo.load`, as a GPU watermark
+    that high would (the higher of the two counts)."""
+    return [(e, max(wm, slow[e.cluster][0])) if e.cluster in slow else (e, wm) for e, wm in loads]
+
+
 def fast_admission(
-    loads: list[tuple[Entry, float]], quota_left: bool, rule: TierAdmission, tier: Tier, rejected: Rejected
+    loads: list[tuple[Entry, float]], quota_left: bool, rule: TierAdmission, tier: Tier, rejected: Rejected,
+    slow: Mapping[str, tuple[float, str]] | None = None,
 ) -> list[tuple[Entry, float, bool]]:
     """For a request that asked for fast: whether each fast deployment admits it as fast use.
-    A fast-only model's deployment that does not still serves it, as standard use."""
+    A fast-only model's deployment that does not still serves it, as standard use. `slow`: the
+    deployments over their latency objective, and why (the reason names it)."""
     out = []
     for e, wm in loads:
         if not e.fast:
@@ -202,7 +224,10 @@ def fast_admission(
         if not quota_left:
             rejection = Rejection(e.name, e.cluster, "fast trial quota used", "fast_quota")
         elif not tier_allows(rule, wm):
-            rejection = Rejection(e.name, e.cluster, f"fast channel closed to {tier} at watermark {wm:.2f}", "fast_tier")
+            why = f"fast channel closed to {tier} at watermark {wm:.2f}"
+            if slow and e.cluster in slow:
+                why += f" ({slow[e.cluster][1]})"
+            rejection = Rejection(e.name, e.cluster, why, "fast_tier")
         else:
             out.append((e, wm, True))
             continue

@@ -30,6 +30,7 @@ class Entry:
     cost_in: float
     cost_out: float
     context_window: int
+    max_output_tokens: int
     tools: bool
     vision: bool
     streaming: bool
@@ -56,6 +57,7 @@ def entries_of(m: ModelConfig) -> tuple[Entry, ...]:
             cost_in=(d.cost or m.cost).input_per_1k,
             cost_out=(d.cost or m.cost).output_per_1k,
             context_window=m.capabilities.context_window,
+            max_output_tokens=m.capabilities.max_output_tokens,
             tools=m.capabilities.tools,
             vision=m.capabilities.vision,
             streaming=m.capabilities.streaming,

@@ -82,6 +82,18 @@ class DeploymentQueue:
         """A slot is free here and nobody waits for one: an offer now would be granted."""
         return self.inflight < self.max_inflight and self._waiting == 0
 
+    def refusal_reason(self, tenant: str, tier: Tier) -> RefusalReason | None:
+        """What `offer` would refuse a ticket of `tenant` for now, without offering one (spill asks
+        this before sending a call to a peer deployment)."""
+        if self.has_room():
+            return None
+        tq = self._tiers[tier]
+        if tq.waiting >= self.settings.bound[tier]:
+            return "bound"
+        if tq.by_tenant.get(tenant, 0) >= self.settings.tenant_cap(tier):
+            return "tenant_share"
+        return None
+
     def offer(self, ticket: Ticket, now: float, room: bool = True) -> Refusal | None:
         """Grant a slot now (ticket.state == "granted"), queue the ticket ("waiting"), or refuse it.
         `room=False`: the host's other workers hold the rest of the slots, so queue even if free here."""

@@ -9,6 +9,7 @@ crash" needs; docs/tasks.md).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import redis.asyncio as aioredis
@@ -45,6 +46,14 @@ class RedisTaskStore:
             p.hset(key, mapping={"body": rec.request.body})
             self._put(p, rec)
             await p.execute()  # WatchError: someone created the same id meanwhile
+
+    async def create_many(self, recs: list[TaskRecord]) -> None:
+        for rec in recs:  # each its own transaction: a crash midway leaves lines no batch record names
+            await self.create(rec)
+
+    async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
+        found = await asyncio.gather(*(self.get(t) for t in task_ids))
+        return {rec.id: rec for rec in found if rec is not None}
 
     async def get(self, task_id: str, *, with_body: bool = False) -> TaskRecord | None:
         fields = ["doc", "result", "body"] if with_body else ["doc", "result"]

@@ -26,6 +26,8 @@ _CLAIM_SCAN = 16
 
 class TaskStore(Protocol):
     async def create(self, rec: TaskRecord) -> None: ...
+    async def create_many(self, recs: list[TaskRecord]) -> None: ...  # all or none (a batch's lines)
+    async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]: ...  # those found, results included
     async def get(self, task_id: str, *, with_body: bool = False) -> TaskRecord | None: ...
     async def update(self, task_id: str, change: Transition) -> TaskRecord | None: ...
     async def claim_next(self, now: float, owner: str, lease_s: float) -> TaskRecord | None: ...
@@ -98,6 +100,20 @@ class SqliteTaskStore:
 
         self._transaction(work)
 
+    def _create_many(self, recs: list[TaskRecord]) -> None:
+        def work() -> None:
+            self._db.executemany(
+                "INSERT INTO tasks (id, status, created_at, lease_until, completed_at, doc, body, result) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(r.id, r.status, r.created_at, r.lease_until, r.completed_at, state.to_doc(r), r.request.body,
+                  r.result) for r in recs])
+
+        self._transaction(work)  # one fsync for a whole batch's lines; a duplicate id refuses them all
+
+    def _get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
+        with self._lock:
+            return {rec.id: rec for task_id in task_ids if (rec := self._read(task_id)) is not None}
+
     def _get(self, task_id: str, with_body: bool) -> TaskRecord | None:
         with self._lock:
             return self._read(task_id, with_body)
@@ -139,6 +155,12 @@ class SqliteTaskStore:
 
     async def get(self, task_id: str, *, with_body: bool = False) -> TaskRecord | None:
         return await asyncio.to_thread(self._get, task_id, with_body)
+
+    async def create_many(self, recs: list[TaskRecord]) -> None:
+        await asyncio.to_thread(self._create_many, recs)
+
+    async def get_many(self, task_ids: list[str]) -> dict[str, TaskRecord]:
+        return await asyncio.to_thread(self._get_many, task_ids)
 
     async def update(self, task_id: str, change: Transition) -> TaskRecord | None:
         return await asyncio.to_thread(self._update, task_id, change)

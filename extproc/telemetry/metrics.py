@@ -26,6 +26,9 @@ CACHE_TOKENS = Counter("modelyard_cache_tokens_total", "Prompt tokens read from 
                        ["model", "cluster", "kind"])
 CACHE_SAVED = Counter("modelyard_cache_saved_total", "Cost the prompt cache saved against the full input price",
                       ["model", "tenant"])
+# Images, seconds of audio and characters of speech (/v1/images, /v1/audio), as each provider bills them.
+MEDIA_UNITS = Counter("modelyard_media_units_total", "Images, audio seconds and speech characters metered",
+                      ["model", "unit"])
 CHANNEL = Counter("modelyard_channel_requests_total", "Requests by serving channel",
                   ["channel", "tier"])
 STREAMS = Gauge("modelyard_extproc_open_streams", "ext_proc streams open now")
@@ -88,9 +91,14 @@ def cache_series(model: str, cluster: str, tenant: str) -> tuple[Counter, Counte
         CACHE_SAVED.labels(model, tenant)
 
 
+# The same cost by where it ran: how much dearer the fast channel is, which deployment spends.
+DEPLOYMENT_COST = Counter("modelyard_deployment_cost_total", "Cost metered per deployment (cluster) and its channel",
+                          ["cluster", "channel"])
+
+
 @lru_cache(maxsize=4096)
-def cost_series(model: str, tenant: str) -> Counter:
-    return COST.labels(model, tenant)
+def cost_series(model: str, tenant: str, cluster: str, channel: str) -> tuple[Counter, Counter]:
+    return COST.labels(model, tenant), DEPLOYMENT_COST.labels(cluster, channel)
 
 # Dynamic batching of image inference (extproc/vision/batching.py).
 BATCH_SIZE = Histogram("modelyard_batch_size", "Images (tensor rows) per merged upstream call", ["model"],
@@ -162,6 +170,10 @@ QUEUE_WAIT = Histogram("modelyard_queue_wait_seconds",
                        "Time a request waited for a deployment's slot (0 when one was free)",
                        ["model", "cluster", "tier"],
                        buckets=(0.0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+SPILLED = Counter("modelyard_spilled_total",
+                  "Calls a deployment's own cluster bucket or queue refused, sent to a peer deployment of "
+                  "the same model instead (reason: cluster_bucket, bound, tenant_share)",
+                  ["model", "from_cluster", "to_cluster", "reason"])
 QUEUE_REFUSED = Counter("modelyard_queue_refused_total",
                         "Requests refused by a deployment's queue: tenant_share (429), bound or max_wait (503)",
                         ["cluster", "tier", "reason"])
@@ -190,6 +202,61 @@ class DeploymentStates(Collector):
 
 DEPLOYMENT_STATES = DeploymentStates()
 REGISTRY.register(DEPLOYMENT_STATES)
+
+# (cluster, endpoint, field -> value, LoRA adapters loaded) per replica: what the picker reads now.
+ReplicaState = tuple[str, str, Mapping[str, float], frozenset[str]]
+
+
+class ReplicaStates(Collector):
+    """`modelyard_replica_state{cluster,endpoint,field}` (waiting, running, kv_usage, max_lora,
+    age_seconds, in_flight, held_seconds) and `modelyard_replica_loras{cluster,endpoint,adapter}`, read
+    at scrape time from the replica board (`source`, set when its pollers start): what the picker
+    sees now, which `modelyard route explain --live` replays."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterator[ReplicaState]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("modelyard_replica_state",
+                              "What the replica picker reads per endpoint: the server's waiting, running, kv_usage "
+                              "and max_lora, the reading's age_seconds, the gateway's in_flight, held_seconds left "
+                              "after a failure", labels=["cluster", "endpoint", "field"])
+        lora = GaugeMetricFamily("modelyard_replica_loras", "1 per LoRA adapter a replica reports loaded",
+                                 labels=["cluster", "endpoint", "adapter"])
+        for cluster, endpoint, fields, adapters in (self.source() if self.source is not None else ()):
+            for name, value in fields.items():
+                g.add_metric([cluster, endpoint, name], value)
+            for a in sorted(adapters):
+                lora.add_metric([cluster, endpoint, a], 1.0)
+        yield g
+        yield lora
+
+
+REPLICA_STATES = ReplicaStates()
+REGISTRY.register(REPLICA_STATES)
+
+
+class LatencyObjectives(Collector):
+    """`modelyard_latency_objective{cluster,field}`: each deployment with an `slo:`, measured now
+    (p99_seconds, p99_samples, ttft_seconds, ttft_samples, over 0|1), read at scrape time from the
+    scheduler (`source`, set by the composition root); `modelyard route explain --live` replays it."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterator[tuple[str, Mapping[str, float]]]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("modelyard_latency_objective",
+                              "A deployment against its latency objective over the window: p99_seconds, "
+                              "p99_samples, ttft_seconds, ttft_samples, over (1: counts as loaded)",
+                              labels=["cluster", "field"])
+        for cluster, fields in (self.source() if self.source is not None else ()):
+            for name, value in fields.items():
+                g.add_metric([cluster, name], value)
+        yield g
+
+
+LATENCY_OBJECTIVES = LatencyObjectives()
+REGISTRY.register(LATENCY_OBJECTIVES)
 
 # Live reload (extproc/live/reload.py): the running config's version (a content hash), and every reload.
 CONFIG_INFO = Gauge("modelyard_config_info", "1 for the config version (content hash) this process runs",

@@ -107,3 +107,21 @@ def test_the_report_shows_what_the_prompt_cache_saved(tmp_path) -> None:
     assert (row.cache_read_tokens, row.cache_write_tokens) == (1920, 180)
     assert row.saved_usd == math.fsum([0.0050, 0.0, -0.0001])
     assert "0.004900" in render_table([row])
+
+
+def test_by_channel_and_by_cluster() -> None:
+    """How much dearer is the fast channel: spend per channel, and per deployment with its channel."""
+    calls = [MeteredCall(1.0, None, "t", "gpt", 10, 10, 0.5, channel="fast", cluster="gpt-fast"),
+             MeteredCall(2.0, None, "t", "gpt", 10, 10, 0.1, channel="standard", cluster="gpt-a"),
+             MeteredCall(3.0, None, "t", "gpt", 10, 10, 0.2, channel="standard", cluster="gpt-b"),
+             MeteredCall(4.0, None, "u", "gpt", 10, 10, 0.25, channel="fast", cluster="gpt-fast")]
+    by_channel = spend_report(calls, "channel")
+    assert [(r.channel, r.cluster, r.requests, r.spend_usd) for r in by_channel] == [
+        ("fast", None, 2, 0.75), ("standard", None, 2, math.fsum([0.1, 0.2]))]
+    by_cluster = spend_report(calls, "cluster")
+    assert [(r.cluster, r.channel, r.spend_usd) for r in by_cluster] == [
+        ("gpt-fast", "fast", 0.75), ("gpt-b", "standard", 0.2), ("gpt-a", "standard", 0.1)]
+    table = render_table(by_cluster).splitlines()
+    assert table[0].split()[:5] == ["key_id", "tenant", "model", "channel", "cluster"]
+    assert table[1].split()[3:5] == ["fast", "gpt-fast"]
+    assert by_cluster[0].as_dict()["cluster"] == "gpt-fast" and "cluster" not in spend_report(calls, "tenant")[0].as_dict()

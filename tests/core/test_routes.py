@@ -7,10 +7,11 @@ import functools
 import pytest
 
 from adapters.embeddings import EmbeddingRoute
-from extproc.flows import local
+from extproc.flows import batches, local
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
+from extproc.flows.media import MediaFlow
 from extproc.flows.vision import ClassifyFlow, KServeInferFlow
 from extproc.flows.xlate import XlateFlow
 from extproc.service import build_routes
@@ -25,8 +26,19 @@ CASES = [
     ("POST", "/v1beta/models/gemini-x:generateContent", "gemini", ChatFlow, "gemini-x", None, False, False),
     ("POST", "/v1beta/models/gemini-x:streamGenerateContent", "gemini", ChatFlow, "gemini-x", None, True, False),
     ("POST", "/v1/models/a%2Fb:generateContent", "gemini", ChatFlow, "a/b", None, False, False),
-    ("GET", "/v1/models", "openai", local.list_models, None, None, False, False),
-    ("GET", "/v1/models/demo-gpt", "openai", local.get_model, "demo-gpt", None, False, False),
+    # OpenAI's path and Anthropic's: answered in the asker's shape (its anthropic-version header).
+    ("GET", "/v1/models", "openai", local.list_models_any, None, None, False, False),
+    ("GET", "/v1/models/demo-gpt", "openai", local.get_model_any, "demo-gpt", None, False, False),
+    ("GET", "/v1beta/models", "gemini", local.gemini_list_models, None, None, False, False),
+    ("GET", "/v1beta/models/demo-gpt", "gemini", local.gemini_get_model, "demo-gpt", None, False, False),
+    # Files and batches: answered by the gateway (docs/batches.md).
+    ("GET", "/v1/files", "openai", batches.answer, None, None, False, False),
+    ("GET", "/v1/files/file-1/content", "openai", batches.answer, None, None, False, False),
+    ("DELETE", "/v1/files/file-1", "openai", batches.answer, None, None, False, False),
+    ("POST", "/v1/batches/batch_1/cancel", "openai", batches.answer, None, None, False, False),
+    ("GET", "/v1/messages/batches/msgbatch_1/results", "anthropic", batches.answer, None, None, False, False),
+    ("PUT", "/v1/batches", "openai", batches.answer, None, None, False, False),  # 405 in OpenAI's shape
+    ("GET", "/v1/files/a/b/c", "openai", local.not_found, None, None, False, True),
     ("GET", "/v2/health/ready", "kserve", local.v2_ready, None, None, False, True),
     ("GET", "/v2/health/live", "kserve", local.v2_live, None, None, False, True),
     ("GET", "/v2", "kserve", local.v2_server_metadata, None, None, False, True),
@@ -66,6 +78,25 @@ def test_route_table(method, path, protocol, handler, model, version, stream, pu
     assert r.protocol == protocol
     assert (r.flow or r.answer) is handler
     assert (r.path_model, r.path_version, r.stream, r.public) == (model, version, stream, public)
+
+
+@pytest.mark.parametrize(("method", "path", "protocol", "handler"), [
+    ("POST", "/v1/files", "openai", batches.upload), ("POST", "/v1/batches", "openai", batches.create_batch),
+    ("POST", "/v1/messages/batches", "anthropic", batches.create_message_batch),
+    ("POST", "/v1/messages/count_tokens", "anthropic", local.count_tokens),
+])
+def test_answers_made_from_the_body(method: str, path: str, protocol: str, handler: object) -> None:
+    r = ROUTES.match(method, path)
+    assert r.protocol == protocol and isinstance(r.flow, functools.partial) and r.flow.keywords["handler"] is handler
+
+
+@pytest.mark.parametrize("path", ["/v1/images/generations", "/v1/images/edits", "/v1/audio/transcriptions",
+                                  "/v1/audio/translations", "/v1/audio/speech"])
+def test_images_and_audio_are_media_flows(path: str) -> None:
+    r = ROUTES.match("POST", path)
+    assert r.protocol == "openai" and isinstance(r.flow, functools.partial) and r.flow.func is MediaFlow
+    assert r.flow.keywords["endpoint"].path == path
+    assert ROUTES.match("GET", path).answer is local.not_found
 
 
 def test_only_chat_routes_may_be_carried_by_a_translation_hop() -> None:

@@ -94,7 +94,9 @@ async def test_refused_request_gets_its_rate_limit_tokens_back(gateway: Gateway)
     data = gateway.config.model_dump()
     data["ratelimit"] = {"limits": [{"scope": "tenant", "match": "demo", "unit": "tokens", "rate": 0.001,
                                      "burst": 100_000}]}
-    next(m for m in data["models"] if m["name"] == "demo-gpt")["deployments"][0]["queue"] = {"bound": 0}
+    gpt = next(m for m in data["models"] if m["name"] == "demo-gpt")
+    gpt["deployments"][0]["queue"] = {"bound": 0}
+    gpt["capabilities"]["max_output_tokens"] = 20_000  # the large estimate below is one it may give
     cfg = parse_config(data)
     gw = Gateway.build(cfg, limiter=Limiter(cfg.ratelimit))
     first, _ = await _open(gw, "first")

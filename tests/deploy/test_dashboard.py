@@ -36,5 +36,6 @@ def test_every_query_uses_the_datasource_variable_and_the_series_needed() -> Non
                    "modelyard_queue_depth", "modelyard_queue_wait_seconds_bucket", "modelyard_inflight",
                    "modelyard_budget_spent_usd", "modelyard_budget_used_ratio", "modelyard_budget_refused_total",
                    "modelyard_budget_soft_crossings_total", "modelyard_response_cache_requests_total",
-                   "modelyard_response_cache_saved_usd_total", "modelyard_response_cache_lookup_seconds_bucket"):
+                   "modelyard_response_cache_saved_usd_total", "modelyard_response_cache_lookup_seconds_bucket",
+                   "modelyard_deployment_cost_total"):
         assert series in exprs, series

@@ -67,10 +67,14 @@ def test_only_declared_clusters_get_demo_servers() -> None:
     assert child.name == "demo-mine@9"
     with pytest.raises(ConfigError, match="demo-typo"):
         demo_children(parse_config(team_config(9, demo_upstreams=["demo-typo"])))
-    # The shipped config declares every demo it runs: `make up` starts what it always did.
+    # The shipped config declares every demo it runs, and every cluster it routes to is served by
+    # one of them (demo-pool's two deployments share the demo OpenAI server): `make up` needs nothing else.
     shipped = load_config(ROOT / "modelyard.yaml")
     names = {c.name.split("@")[0] for c in demo_children(shipped)}
-    assert names == set(shipped.clusters()) | {"agent"}
+    assert names == set(shipped.devstack.demo_upstreams) | {"agent"}
+    endpoints = {c: set(d.endpoints) for m in shipped.models for d in m.deployments for c in [d.cluster]}
+    served = set().union(*(endpoints[c] for c in shipped.devstack.demo_upstreams))
+    assert all(eps <= served for eps in endpoints.values()), endpoints
 
 
 def test_run_dir_and_admin_port_come_from_config_or_flags(tmp_path: Path) -> None:

@@ -42,6 +42,50 @@ def test_strategy_header_picks_deployment(unlearnt, strategy: str, cluster: str)
     assert r.json()["choices"][0]["message"]["content"].startswith(f"[{cluster}]")
 
 
+def test_declared_max_output_tokens_filters_with_real_sdks(unlearnt) -> None:
+    """demo-mini declares max_output_tokens 1024: the cost strategy's first pick for `auto` is
+    passed over by a call asking for more, and a model that cannot give it at all is a 400."""
+    import anthropic
+    import openai
+
+    url = unlearnt.url
+    oa = openai.OpenAI(base_url=f"{url}/v1", api_key=DEMO_KEY, max_retries=0)
+    ask = [{"role": "user", "content": "where do I go"}]
+    within = oa.chat.completions.with_raw_response.create(
+        model="auto", messages=ask, max_tokens=1024, extra_headers={"x-modelyard-strategy": "cost"})
+    assert within.headers["x-modelyard-cluster"] == "demo-openai-mini"
+    over = oa.chat.completions.with_raw_response.create(
+        model="auto", messages=ask, max_tokens=1500, extra_headers={"x-modelyard-strategy": "cost"})
+    assert over.headers["x-modelyard-cluster"] not in ("", "demo-openai-mini")
+    ac = anthropic.Anthropic(base_url=url, api_key=DEMO_KEY, max_retries=0)
+    msg = ac.messages.with_raw_response.create(
+        model="auto", max_tokens=1500, messages=ask, extra_headers={"x-modelyard-strategy": "cost"})
+    assert msg.headers["x-modelyard-cluster"] not in ("", "demo-openai-mini")
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model="demo-mini", messages=ask, max_tokens=1500)
+    assert "over max_output_tokens 1024" in e.value.message
+    with pytest.raises(anthropic.BadRequestError) as a:
+        ac.messages.create(model="demo-mini", max_tokens=1500, messages=ask)
+    assert "over max_output_tokens 1024" in a.value.message
+
+
+def test_a_cluster_bucket_spills_to_the_peer_deployment_with_the_openai_sdk(demo_stack) -> None:
+    """The shipped demo-pool: pool-a's own bucket (burst 2, 1/s) refuses, pool-b takes the call;
+    the caller sees no 429, and each spilled reply names the deployment that refused it."""
+    import openai
+
+    oa = openai.OpenAI(base_url=f"{demo_stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
+    seen = []
+    for _ in range(6):
+        r = oa.chat.completions.with_raw_response.create(
+            model="demo-pool", messages=[{"role": "user", "content": "spill?"}])
+        assert r.http_response.status_code == 200
+        seen.append((r.headers["x-modelyard-cluster"], r.headers.get("x-modelyard-spilled-from")))
+    # The scheduler may also pick pool-b outright (its score learns latency); pool-a never answers spilled.
+    assert set(seen) <= {("pool-a", None), ("pool-b", "pool-a"), ("pool-b", None)}, seen
+    assert ("pool-b", "pool-a") in seen, seen
+
+
 def test_unknown_strategy_is_400(demo_stack) -> None:
     r = _chat(demo_stack.url, "auto", headers={"x-modelyard-strategy": "vibes"})
     assert r.status_code == 400 and r.json()["error"]["message"]

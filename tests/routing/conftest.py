@@ -65,7 +65,7 @@ def two_models() -> GatewayConfig:
                 quality=0.5,
                 latency_ms=100,
                 cost={"input_per_1k": 0.1, "output_per_1k": 0.4},
-                capabilities={"context_window": 4000, "tools": False},
+                capabilities={"context_window": 4000, "max_output_tokens": 1024, "tools": False},
             ),
         ],
         tenants=[tenant("gold", "L1"), tenant("silver", "L2"), tenant("bronze", "L3")],

@@ -25,9 +25,13 @@ def clusters(decision):
         ({"needs_vision": True}, {"big-a"}, "images not supported"),
         ({"task_type": "embedding"}, set(), "task type 'embedding' not supported"),
         ({"est_prompt_tokens": 40000}, set(), "exceeds context window 32000"),
+        ({"est_output_tokens": 1024}, {"big-a", "small-a"}, None),
+        ({"est_output_tokens": 1025}, {"big-a"}, "asks 1025 output tokens, over max_output_tokens 1024"),
+        ({"est_output_tokens": 4097}, set(), "over max_output_tokens 4096"),
     ],
  ids=[
-    "no-needs", "at-small-window", "over-small-window", "tools", "vision", "embedding-task", "over-every-window"
+    "no-needs", "at-small-window", "over-small-window", "tools", "vision", "embedding-task", "over-every-window",
+    "at-small-output", "over-small-output", "over-every-output",
 ])
 def test_capability_filter_table(two_models, kw, expected, reason):
     s = Scheduler(two_models)

@@ -109,3 +109,17 @@ async def test_sqlite_survives_reopening(tmp_path: Path) -> None:
         assert rec is not None and rec.id == "keep" and rec.retried and rec.attempts == 2
     finally:
         await s.close()
+
+
+async def test_a_batch_of_tasks_at_once(make_store) -> None:
+    """A batch's lines: created together (one transaction in SQLite), read back together with results."""
+    store: TaskStore = make_store()
+    try:
+        await store.create_many([state.new_task(f"b-{i}", "acme", "openai", REQ, 100.0 + i) for i in range(3)])
+        await store.update("b-1", lambda r: state.cancel(r, 101.0))
+        got = await store.get_many(["b-0", "b-1", "b-2", "nope"])
+        assert sorted(got) == ["b-0", "b-1", "b-2"] and got["b-1"].status == "cancelled"
+        assert (await store.get("b-2", with_body=True)).request == REQ
+        assert (await store.claim_next(200.0, "w", 10.0)).id == "b-0"
+    finally:
+        await store.close()

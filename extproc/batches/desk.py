@@ -1,0 +1,246 @@
+"""The gateway's batch part: files, and batches whose lines run as async tasks.
+
+Creating a batch stores one task per valid line (each a replay of its own request through Envoy,
+so routing, translation, limits and metering are a synchronous call's), then the batch record.
+A finalizer checks open batches every `finalize_every_s`: once every line task has ended it writes
+the output and error files (or Anthropic's results) and closes the batch. Tasks and records are
+durable, so a batch survives an extproc restart: its lines are the task engine's to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from contracts.config import BatchesConfig
+from contracts.errors import ClientError, NotFound, Unavailable
+from extproc.batches import files as file_views
+from extproc.batches import ids, lines, record
+from extproc.batches.files import OUTPUT_PURPOSE, PURPOSES, FileRecord
+from extproc.batches.lines import LineRequest
+from extproc.batches.record import BatchRecord
+from extproc.batches.store import SqliteBatchStore
+from extproc.tasks import state as task_state
+from extproc.tasks.board import TaskBoard
+from extproc.tasks.state import StoredRequest, TaskRecord
+
+log = logging.getLogger("modelyard.batches")
+_T = TypeVar("_T")
+
+_JSON = (("content-type", "application/json"),)
+_ANTHROPIC = (("content-type", "application/json"), ("anthropic-version", "2023-06-01"))
+
+
+class BatchDesk:
+    def __init__(self, cfg: BatchesConfig, board: TaskBoard, store: SqliteBatchStore | None = None) -> None:
+        self.cfg = cfg
+        self.board = board
+        self.store = store or SqliteBatchStore(cfg.sqlite_path)
+        self._finalizer: asyncio.Task[None] | None = None
+
+    # -- files -----------------------------------------------------------------------------------
+    async def upload(self, tenant: str, filename: str, purpose: str, data: bytes) -> FileRecord:
+        if purpose not in PURPOSES:
+            raise ClientError(f"purpose must be one of {', '.join(sorted(PURPOSES))}, not {purpose!r}")
+        if len(data) > self.cfg.max_file_bytes:
+            raise ClientError(f"the file is {len(data)} bytes; the gateway keeps files up to "
+                              f"{self.cfg.max_file_bytes} bytes", status=413)
+        rec = FileRecord(ids.new_file_id(), tenant, purpose, filename[:255] or "upload", len(data), time.time())
+        if not await self._store(self.store.put_file(rec, data, self.cfg.max_files_per_tenant)):
+            raise ClientError(f"this tenant already holds {self.cfg.max_files_per_tenant} files; delete some first")
+        return rec
+
+    async def file(self, file_id: str, tenant: str) -> FileRecord:
+        rec = await self._store(self.store.get_file(file_id, tenant))
+        if rec is None:
+            raise NotFound(f"No such File object: {file_id}")
+        return rec
+
+    async def file_content(self, file_id: str, tenant: str) -> bytes:
+        data = await self._store(self.store.file_data(file_id, tenant))
+        if data is None:
+            raise NotFound(f"No such File object: {file_id}")
+        return data
+
+    async def list_files(self, tenant: str, purpose: str | None, limit: int, after: str | None) -> dict[str, Any]:
+        recs, more = await self._store(self.store.list_files(tenant, purpose, limit, after))
+        return file_views.list_view(recs, more)
+
+    async def delete_file(self, file_id: str, tenant: str) -> dict[str, Any]:
+        if not await self._store(self.store.delete_file(file_id, tenant)):
+            raise NotFound(f"No such File object: {file_id}")
+        return file_views.deleted_view(file_id)
+
+    # -- batches ---------------------------------------------------------------------------------
+    async def create_openai(self, tenant: str, input_file_id: str, endpoint: str, window: str,
+                            metadata: dict[str, Any] | None) -> BatchRecord:
+        if window not in record.WINDOWS:
+            raise ClientError(f"completion_window must be one of {', '.join(record.WINDOWS)}, not {window!r}")
+        if endpoint not in lines.OPENAI_ENDPOINTS:
+            raise ClientError(f"endpoint must be one of {', '.join(lines.OPENAI_ENDPOINTS)}, not {endpoint!r}")
+        f = await self.file(input_file_id, tenant)
+        if f.purpose != "batch":
+            raise ClientError(f"file {input_file_id} has purpose {f.purpose!r}; a batch reads purpose 'batch' files")
+        data = await self.file_content(input_file_id, tenant)
+        batch_id = ids.new_batch_id("openai")
+        reqs = await asyncio.to_thread(lines.parse_openai_input, data, batch_id, endpoint, self.cfg.max_lines)
+        protocol = lines.OPENAI_ENDPOINTS[endpoint]
+        return await self._start(batch_id, tenant, "openai", endpoint, protocol, reqs, _JSON, window,
+                                 input_file_id=input_file_id, metadata=metadata)
+
+    async def create_anthropic(self, tenant: str, doc: Any) -> BatchRecord:
+        batch_id = ids.new_batch_id("anthropic")
+        reqs = lines.parse_anthropic_requests(doc, batch_id, self.cfg.max_lines)
+        return await self._start(batch_id, tenant, "anthropic", lines.ANTHROPIC_PATH, "anthropic", reqs,
+                                 _ANTHROPIC, "24h")
+
+    async def _start(self, batch_id: str, tenant: str, api: record.Api, path: str, protocol: str,
+                     reqs: list[LineRequest], headers: tuple[tuple[str, str], ...], window: str, *,
+                     input_file_id: str | None = None, metadata: dict[str, Any] | None = None) -> BatchRecord:
+        now = time.time()
+        tasks = [task_state.new_task(r.ref.task_id, tenant, protocol, StoredRequest("POST", path, headers, r.body), now)
+                 for r in reqs if r.ref.task_id is not None]
+        # The lines first, then the record: a crash between leaves lines nobody reads, never a
+        # batch that names lines that were never stored.
+        if tasks:
+            await self.board.accept_many(tasks)
+        rec = BatchRecord(id=batch_id, tenant=tenant, api=api, endpoint=path, created_at=now,
+                          expires_at=now + record.WINDOWS[window], lines=tuple(r.ref for r in reqs),
+                          input_file_id=input_file_id, completion_window=window, metadata=metadata)
+        await self._store(self.store.create_batch(rec))
+        log.info("batch %s: %d lines (%d refused)", batch_id, len(reqs), len(reqs) - len(tasks))
+        if not tasks:  # every line refused: it ends now, with its error file
+            rec = await self._finalize(rec) or rec
+        return rec
+
+    async def batch(self, batch_id: str, tenant: str, api: record.Api) -> tuple[BatchRecord, dict[str, int]]:
+        """The tenant's batch of that API and its request counts; another tenant's is a 404."""
+        rec = await self._store(self.store.get_batch(batch_id, tenant))
+        if rec is None or rec.api != api:
+            raise NotFound(f"No such batch: {batch_id}" if api == "openai" else f"No such message batch: {batch_id}")
+        if not rec.open:
+            return rec, rec.counts
+        tasks = await self.board.read_many(rec.task_ids)
+        if record.all_ended(rec, tasks):
+            done = await self._finalize(rec, tasks)
+            if done is not None:
+                return done, done.counts
+        return rec, record.counts(rec, tasks)
+
+    async def list(self, tenant: str, api: record.Api, limit: int, after: str | None
+                   ) -> tuple[list[tuple[BatchRecord, dict[str, int]]], bool]:
+        recs, more = await self._store(self.store.list_batches(tenant, api, limit, after))
+        out = []
+        for rec in recs:
+            if rec.open:
+                out.append(await self.batch(rec.id, tenant, api))
+            else:
+                out.append((rec, rec.counts))
+        return out, more
+
+    async def cancel(self, batch_id: str, tenant: str, api: record.Api) -> tuple[BatchRecord, dict[str, int]]:
+        rec, _ = await self.batch(batch_id, tenant, api)
+        if rec.open:
+            await self._store(self.store.update_batch(batch_id, lambda r: record.cancelling(r, time.time())))
+            await self._cancel_lines(rec)
+        return await self.batch(batch_id, tenant, api)
+
+    async def _cancel_lines(self, rec: BatchRecord) -> None:
+        for task_id in rec.task_ids:
+            try:
+                await self.board.cancel_quietly(task_id)
+            except Exception:  # the next finalizer pass reads what the store holds
+                log.exception("batch %s: could not cancel line task %s", rec.id, task_id)
+
+    async def delete(self, batch_id: str, tenant: str, api: record.Api) -> None:
+        """An ended batch's record goes (Anthropic's delete); its results file with it."""
+        rec, _ = await self.batch(batch_id, tenant, api)
+        if rec.open:
+            raise ClientError(f"batch {batch_id} is still in progress; cancel it, then delete it once it ended")
+        await self._store(self.store.delete_batch(batch_id, tenant))
+        if rec.results_file_id is not None:
+            await self._store(self.store.delete_file(rec.results_file_id, tenant))
+
+    async def results(self, batch_id: str, tenant: str) -> bytes:
+        """Anthropic's results JSONL, once the batch ended."""
+        rec, _ = await self.batch(batch_id, tenant, "anthropic")
+        if rec.open or rec.results_file_id is None:
+            raise ClientError(f"message batch {batch_id} is still in progress; its results are not ready",
+                              status=404)
+        return await self.file_content(rec.results_file_id, tenant)
+
+    # -- the end of a batch ------------------------------------------------------------------------
+    async def _finalize(self, rec: BatchRecord, tasks: dict[str, TaskRecord] | None = None) -> BatchRecord | None:
+        """Every line ended: write its files, then close the record (another finalizer may have)."""
+        if tasks is None:
+            tasks = await self.board.read_many(rec.task_ids)
+        now = time.time()
+        final_counts = record.counts(rec, tasks)
+        output_id = error_id = results_id = None
+        if rec.api == "anthropic":
+            body = await asyncio.to_thread(record.anthropic_results, rec, tasks)
+            results_id = await self._result_file(rec, "results", f"{rec.id}_results.jsonl", body, now)
+        else:
+            out, err = await asyncio.to_thread(record.openai_files, rec, tasks)
+            if out:
+                output_id = await self._result_file(rec, "output", f"{rec.id}_output.jsonl", out, now)
+            if err:
+                error_id = await self._result_file(rec, "error", f"{rec.id}_error.jsonl", err, now)
+        done = await self._store(self.store.update_batch(
+            rec.id, lambda r: record.finish(r, now, output_id, error_id, results_id, final_counts)))
+        if done is not None:
+            log.info("batch %s: %s %s", rec.id, done.status, final_counts)
+        return done
+
+    async def _result_file(self, rec: BatchRecord, kind: str, name: str, data: bytes, now: float) -> str:
+        f = FileRecord(ids.result_file_id(rec.id, kind), rec.tenant, OUTPUT_PURPOSE, name, len(data), now)
+        await self._store(self.store.put_file(f, data))
+        return f.id
+
+    async def _pass(self) -> None:
+        """One look at every open batch: expire what ran out of time, close what ended."""
+        now = time.time()
+        for batch_id in await self.store.open_batches():
+            rec = await self.store.update_batch(batch_id, lambda r: record.expiring(r, now))
+            if rec is not None:  # the window ended: lines still waiting never run
+                log.warning("batch %s: completion window ended; cancelling the lines still open", batch_id)
+                await self._cancel_lines(rec)
+            rec = rec or await self.store.read_batch(batch_id)
+            if rec is None or not rec.open:
+                continue
+            tasks = await self.board.read_many(rec.task_ids)
+            if record.all_ended(rec, tasks):
+                await self._finalize(rec, tasks)
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self._pass()
+            except Exception:  # a store hiccup must not end the finalizer
+                log.exception("batches: the finalizer pass failed; trying again")
+            await asyncio.sleep(self.cfg.finalize_every_s)
+
+    @staticmethod
+    async def _store(work: Awaitable[_T]) -> _T:
+        try:
+            return await work
+        except (ClientError, NotFound):
+            raise
+        except Exception as e:
+            log.error("batch store: %s", type(e).__name__)
+            raise Unavailable("the batch store is unavailable; retry", retry_after_s=1.0) from None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._finalizer = asyncio.get_running_loop().create_task(self._loop(), name="batch-finalizer")
+
+    async def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._finalizer
+        await self.store.close()

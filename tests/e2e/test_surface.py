@@ -1,0 +1,152 @@
+"""The rest of the surface through a real Envoy with the real SDKs: Anthropic's count_tokens and
+each protocol's model listing from config; OpenAI images (generations, edits) and audio
+(transcriptions, translations, streamed speech) passed through to the demo upstreams `demo-image`,
+`demo-whisper` and `demo-tts`, metered per image, second and character. One stack for the module.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import sqlite3
+import time
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from adapters import anthropic as anthropic_adapter
+from adapters.internal import estimate_prompt_tokens
+from devstack.demo.media import PNG, wav
+from tests.conftest import DEMO_KEY, UPSTREAM_KEYS
+from tests.stack_config import demo_config_free_ports, start_stack
+
+pytestmark = pytest.mark.e2e
+
+L3_KEY = "sk-modelyard-demo-l3"  # tenant demo-l3: demo-mini, demo-gpt and auto only
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    workdir = tmp_path_factory.mktemp("surface")
+    data, _ = demo_config_free_ports()
+    keep = ("demo-gpt", "demo-claude", "demo-image", "demo-whisper", "demo-tts")
+    data["models"] = [m for m in data["models"] if m["name"] in keep]
+    for m in data["models"]:
+        m["deployments"] = m["deployments"][:1]
+        for d in m["deployments"]:
+            d.pop("warmup", None)
+            d.pop("watermark", None)
+    for name, value in UPSTREAM_KEYS.items():
+        os.environ.setdefault(name, value)
+    with start_stack(workdir, data, shared_demos=True) as s:
+        yield s
+
+
+def _oai(stack) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
+
+
+def _metered(stack, task_id: str) -> tuple[str, int, float]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with sqlite3.connect(stack.cfg.extproc.metering_db) as db:
+            row = db.execute("SELECT model, status, cost FROM requests WHERE task_id = ?", (task_id,)).fetchone()
+        if row:
+            return row
+        time.sleep(0.1)
+    raise AssertionError(f"no metering row for {task_id}")
+
+
+# ---------------------------------------------------------------- counting and models
+def test_count_tokens_is_the_gateways_own_estimate(stack) -> None:
+    client = anthropic.Anthropic(base_url=stack.url, api_key=DEMO_KEY, max_retries=0)
+    messages = [{"role": "user", "content": "How many tokens is this sentence, roughly?"}]
+    got = client.messages.count_tokens(model="demo-claude", system="Be brief.", messages=messages)  # type: ignore[arg-type]
+    body = {"model": "demo-claude", "max_tokens": 1, "system": "Be brief.", "messages": messages}
+    req = anthropic_adapter.parse_request(__import__("orjson").dumps(body))
+    assert got.input_tokens == estimate_prompt_tokens(req) > 0
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="no-such-model", messages=messages)  # type: ignore[arg-type]
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.count_tokens(model="demo-claude", messages="nope")  # type: ignore[arg-type]
+
+
+def test_each_protocol_lists_models_from_config(stack) -> None:
+    client = anthropic.Anthropic(base_url=stack.url, api_key=DEMO_KEY, max_retries=0)
+    ids = [m.id for m in client.models.list()]
+    assert "demo-claude" in ids and "demo-image" in ids
+    card = client.models.retrieve("demo-claude")
+    assert card.type == "model" and card.id == "demo-claude"
+    with pytest.raises(anthropic.NotFoundError):
+        client.models.retrieve("no-such-model")
+    assert "demo-claude" in [m.id for m in _oai(stack).models.list()]  # OpenAI's shape on the same path
+    r = httpx.get(f"{stack.url}/v1beta/models", headers={"x-goog-api-key": DEMO_KEY}, timeout=10)
+    assert r.status_code == 200, r.text
+    gemini = {m["name"]: m for m in r.json()["models"]}
+    assert "generateContent" in gemini["models/demo-claude"]["supportedGenerationMethods"]
+    r = httpx.get(f"{stack.url}/v1beta/models/demo-gpt?key={L3_KEY}", timeout=10)
+    assert r.status_code == 200 and r.json()["name"] == "models/demo-gpt"
+    r = httpx.get(f"{stack.url}/v1beta/models/demo-claude?key={L3_KEY}", timeout=10)  # not demo-l3's
+    assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND"
+
+
+# ---------------------------------------------------------------- images
+def test_image_generations_and_edits(stack) -> None:
+    oai = _oai(stack)
+    raw = oai.images.with_raw_response.generate(model="demo-image", prompt="a small blue square", n=2,
+                                                response_format="b64_json")
+    res = raw.parse()
+    assert res.data is not None and len(res.data) == 2
+    assert base64.b64decode(res.data[0].b64_json or "") == PNG
+    assert _metered(stack, raw.headers["x-modelyard-task-id"]) == ("demo-image", 200, pytest.approx(2 * 0.04))
+    res = oai.images.generate(model="demo-image", prompt="by link")
+    assert res.data is not None and res.data[0].url and httpx.get(res.data[0].url, timeout=5).content == PNG
+    edited = oai.images.edit(model="demo-image", image=("in.png", io.BytesIO(PNG), "image/png"),
+                             prompt="make it red", response_format="b64_json")
+    assert edited.data is not None and base64.b64decode(edited.data[0].b64_json or "") == PNG
+    with pytest.raises(openai.BadRequestError):
+        oai.images.generate(model="demo-image", prompt="too many", n=50)
+    with pytest.raises(openai.BadRequestError):
+        oai.images.generate(model="demo-claude", prompt="a chat model draws nothing")
+    with pytest.raises(openai.NotFoundError):
+        oai.images.generate(model="no-such-model", prompt="x")
+
+
+# ---------------------------------------------------------------- audio
+def test_transcriptions_and_translations(stack) -> None:
+    oai = _oai(stack)
+    clip = wav(bytes(16000 * 2 * 3), 16000)  # three seconds of 16 kHz silence
+    raw = oai.audio.transcriptions.with_raw_response.create(model="demo-whisper", file=("clip.wav", clip))
+    text = raw.parse().text
+    assert text == "[demo-whisper] transcript of clip.wav (3.00 s)"
+    assert _metered(stack, raw.headers["x-modelyard-task-id"]) == ("demo-whisper", 200, pytest.approx(3 * 0.0001))
+    verbose = oai.audio.transcriptions.create(model="demo-whisper", file=("clip.wav", clip),
+                                              response_format="verbose_json")
+    assert verbose.duration == pytest.approx(3.0)
+    plain = oai.audio.transcriptions.create(model="demo-whisper", file=("clip.wav", clip), response_format="text")
+    assert plain.strip() == text  # type: ignore[union-attr]
+    translated = oai.audio.translations.create(model="demo-whisper", file=("clip.wav", clip))
+    assert translated.text == "[demo-whisper] translation of clip.wav (3.00 s)"
+    r = httpx.post(f"{stack.url}/v1/audio/transcriptions", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                   files={"model": (None, "demo-whisper")}, timeout=10)  # no file
+    assert r.status_code == 400 and "file" in r.json()["error"]["message"]
+
+
+def test_speech_streams_audio_back(stack) -> None:
+    oai = _oai(stack)
+    text = "Hello from the gateway, spoken by the demo."
+    with oai.audio.speech.with_streaming_response.create(model="demo-tts", voice="alloy", input=text,
+                                                         response_format="wav") as resp:
+        assert resp.headers["content-type"] == "audio/wav"
+        chunks = list(resp.iter_bytes())
+        task_id = resp.headers["x-modelyard-task-id"]
+    audio = b"".join(chunks)
+    assert audio[:4] == b"RIFF" and audio[8:12] == b"WAVE" and len(audio) > 44
+    assert _metered(stack, task_id) == ("demo-tts", 200, pytest.approx(len(text) * 0.015 / 1000))
+    mp3 = oai.audio.speech.create(model="demo-tts", voice="alloy", input="default format").content
+    assert mp3[:2] == b"\xff\xfb"  # MPEG frames, OpenAI's default mp3
+    with pytest.raises(openai.BadRequestError):
+        oai.audio.speech.create(model="demo-tts", voice="alloy", input="")
