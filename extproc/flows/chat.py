@@ -494,6 +494,13 @@ class ChatFlow:
         choice = self.call.choice
         if self.call.pending and choice is not None:
             meter = self.translator.meter if self.translator is not None else self.meter
+            if self.stream_guard is not None and self.stream_guard.blocked is not None:
+                # A guardrail ended the stream and the caller, having read the error event, hung up
+                # before its end reached us: the block's status, metered for the text sent.
+                self.usage = meter.reported if meter.ended else meter.partial(choice.est_prompt_tokens)
+                self._blocked_usage(self.stream_guard)
+                self._finish()
+                return
             if self.streaming and meter.ended:
                 # The whole answer went by (the upstream's end marker) and the client, having read it,
                 # hung up before Envoy's empty end-of-stream message reached us: a complete call.

@@ -108,13 +108,17 @@ def test_redaction_round_trips_whole_and_streamed(stack: Any) -> None:
 def test_stream_blocked_mid_way_ends_with_an_error_event(stack: Any) -> None:
     text = "word " * 30 + "FORBIDDEN-7 and more words after it"
     got: list[str] = []
+    raw = _oa(stack).chat.completions.with_raw_response.create(model="demo-gpt", stream=True,
+                                                               messages=[{"role": "user", "content": text}])
     with pytest.raises(openai.APIError) as e:
-        for c in _oa(stack).chat.completions.create(model="demo-gpt", stream=True,
-                                                    messages=[{"role": "user", "content": text}]):
+        for c in raw.parse():
             got += [c.choices[0].delta.content or ""] if c.choices else []
     sent = "".join(got)
     assert "word word" in sent and "FORBIDDEN" not in sent  # text before the match went out, then the error
     assert "'forbidden'" in str(e.value)
+    # Metered for what was sent (4 characters a token), not for what the upstream made.
+    row = _row_of(stack, raw.headers["x-modelyard-task-id"])
+    assert row["status"] == 400 and row["output_tokens"] == -(-len(sent) // 4)
     claude_got: list[str] = []
     with pytest.raises(anthropic.APIError), _claude(stack).messages.stream(
             model="demo-gpt", max_tokens=256, messages=[{"role": "user", "content": text}]) as s:
@@ -166,17 +170,22 @@ def _rows(db: str) -> list[dict[str, Any]]:
         conn.close()
 
 
+def _row_of(stack: Any, task: str) -> dict[str, Any]:
+    """The call's audit row, once the writer thread has it."""
+    row: dict[str, Any] = {}
+    deadline = time.monotonic() + 20
+    while not row and time.monotonic() < deadline:
+        row = next((r for r in _rows(stack.cfg.extproc.audit_db) if r["task_id"] == task), {})
+        time.sleep(0.1)
+    return row
+
+
 def test_log_verdict_is_an_audit_row_and_a_metric(stack: Any) -> None:
     raw = _oa(stack).chat.completions.with_raw_response.create(
         model="demo-gpt", messages=[{"role": "user", "content": "call me at +1 415 555 0100"}])
     assert "+1 415 555 0100" in (raw.parse().choices[0].message.content or "")  # log: the call goes on
-    task = raw.headers["x-modelyard-task-id"]
     db = stack.cfg.extproc.audit_db
-    row: dict[str, Any] = {}
-    deadline = time.monotonic() + 20
-    while not row and time.monotonic() < deadline:
-        row = next((r for r in _rows(db) if r["task_id"] == task), {})
-        time.sleep(0.1)
+    row = _row_of(stack, raw.headers["x-modelyard-task-id"])
     detail = orjson.loads(row["detail"])
     assert detail["guardrails"] == [{"policy": "e2e", "check": "phone", "action": "log", "direction": "input"}]
     assert "415" not in row["detail"]
