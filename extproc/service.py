@@ -27,7 +27,7 @@ from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.context import ClientProtocol
-from extproc.flows import batches, keys_admin, local, tasks
+from extproc.flows import batches, feedback, keys_admin, local, tasks
 from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -103,6 +103,12 @@ def _media(method: str, path: str) -> Route | None:
     if endpoint is None:
         return None
     return Route("openai", flow=functools.partial(MediaFlow, endpoint=endpoint), operation=endpoint.kind)
+
+
+def _feedback(method: str, path: str) -> Route | None:
+    if method == "POST" and path == "/v1/feedback":
+        return Route("openai", flow=functools.partial(BodyAnswer, handler=feedback.record), operation="feedback")
+    return None
 
 
 def _count_tokens(method: str, path: str) -> Route | None:
@@ -203,7 +209,7 @@ def _chat(method: str, path: str) -> Route | None:
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
     return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
-                       _batches, _gemini_models, _count_tokens, _media, _chat],
+                       _batches, _gemini_models, _count_tokens, _feedback, _media, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 

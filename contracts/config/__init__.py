@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, ReplicaMetrics, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
+from contracts.config.endpoint_picker import EndpointPickerConfig
 from contracts.config.guardrails import GuardrailsConfig
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
@@ -452,6 +453,8 @@ class GatewayConfig(_Model):
     keys: KeysConfig = Field(default_factory=KeysConfig)
     controlplane: ControlPlaneConfig = Field(default_factory=ControlPlaneConfig)
     response_cache: ResponseCacheStore = Field(default_factory=ResponseCacheStore)
+    # `modelyard epp`: the replica picker as an Inference Extension endpoint picker (docs/routing.md)
+    endpoint_picker: EndpointPickerConfig | None = None
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)  # docs/guardrails.md
 
     @model_validator(mode="after")

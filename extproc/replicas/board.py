@@ -81,12 +81,14 @@ class ReplicaBoard:
         return cls(deps) if deps else None
 
     # -- the request path ------------------------------------------------------------------
-    def pick(self, cluster: str, *, adapter: str | None = None, prompt: str | None = None) -> tuple[Pick, list[bytes]]:
+    def pick(self, cluster: str, *, adapter: str | None = None, prompt: str | None = None,
+             among: list[str] | None = None) -> tuple[Pick, list[bytes]]:
+        """`among`: only these of the set's endpoints (the endpoint picker's subset hint)."""
         rs = self.sets[cluster]
         s = rs.settings
         hashes = block_hashes(prompt, s.block_chars, s.prefix_blocks) if prompt and s.prefix_blocks else []
-        pick = pick_replica(s, rs.endpoints, rs.readings, rs.in_flight, rs.failed_at, self._clock(),
-                            adapter=adapter, prefix_depth=rs.prefix.match(hashes) if hashes else None,
+        pick = pick_replica(s, rs.endpoints if among is None else among, rs.readings, rs.in_flight, rs.failed_at,
+                            self._clock(), adapter=adapter, prefix_depth=rs.prefix.match(hashes) if hashes else None,
                             prefix_blocks=len(hashes))
         REPLICA_PICKS.labels(cluster, pick.endpoint or "").inc()
         return pick, hashes
@@ -109,6 +111,12 @@ class ReplicaBoard:
             rs.in_flight.pop(sent.endpoint, None)
         if failed:
             rs.failed_at[sent.endpoint] = self._clock()
+
+    def mark_failed(self, cluster: str, endpoint: str) -> None:
+        """A failure seen on an endpoint other than the one `sent` names (a proxy's retry went on)."""
+        rs = self.sets.get(cluster)
+        if rs is not None and endpoint in rs.endpoints:
+            rs.failed_at[endpoint] = self._clock()
 
     def states(self) -> Iterator[ReplicaState]:
         """What the picker reads per endpoint now (`modelyard_replica_state`, scraped)."""
@@ -133,22 +141,37 @@ class ReplicaBoard:
     def reconfigure(self, deployments: list[Deployment]) -> None:
         """A reload: a deployment whose endpoints are unchanged keeps its state and pollers and takes
         its new settings (weights included) at once; the rest start afresh."""
-        wanted = {d.cluster: d for d in deployments if d.replica_metrics is not None}
+        self.reconfigure_sets({d.cluster: (list(d.endpoints), d.replica_metrics) for d in deployments
+                               if d.replica_metrics is not None})
+
+    def reconfigure_sets(self, wanted: dict[str, tuple[list[str], ReplicaMetrics]], *,
+                         keep_members: bool = False) -> None:
+        """cluster -> (endpoints, settings). `keep_members`: a set whose endpoints change keeps the
+        remaining ones' state (the endpoint picker's pool, extproc/epp, where pods come and go)."""
         for cluster in list(self.sets):
-            d = wanted.get(cluster)
+            w = wanted.get(cluster)
             rs = self.sets[cluster]
-            if d is None or list(d.endpoints) != rs.endpoints:
+            if w is None or (w[0] != rs.endpoints and not keep_members):
                 del self.sets[cluster]
                 for key in [k for k in self._tasks if k[0] == cluster]:
                     self._tasks.pop(key).cancel()
-            elif d.replica_metrics is not None and d.replica_metrics != rs.settings:
-                rs.retune(d.replica_metrics)
-        for cluster, d in wanted.items():
+                continue
+            if w[1] != rs.settings:
+                rs.retune(w[1])
+            if w[0] != rs.endpoints:
+                gone = set(rs.endpoints) - set(w[0])
+                rs.endpoints = list(w[0])
+                for ep in gone:
+                    task = self._tasks.pop((cluster, ep), None)
+                    if task is not None:
+                        task.cancel()
+                    rs.readings.pop(ep, None)
+                    rs.failed_at.pop(ep, None)
+        for cluster, (endpoints, settings) in wanted.items():
             if cluster not in self.sets:
-                assert d.replica_metrics is not None
-                self.sets[cluster] = ReplicaSet(cluster, list(d.endpoints), d.replica_metrics)
-                for ep in d.endpoints:
-                    REPLICA_POLL_ERRORS.labels(cluster, ep)  # a zero series from the start
+                self.sets[cluster] = ReplicaSet(cluster, list(endpoints), settings)
+            for ep in endpoints:
+                REPLICA_POLL_ERRORS.labels(cluster, ep)  # a zero series from the start
         if self._session is not None:
             self._start_missing()
 

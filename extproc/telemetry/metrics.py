@@ -143,6 +143,9 @@ REPLICA_POLL_ERRORS = Counter("modelyard_replica_poll_errors_total",
 REPLICA_PICKS = Counter("modelyard_replica_picks_total",
                         "Calls the replica picker sent to one endpoint (endpoint=\"\": none fresh, Envoy balanced)",
                         ["cluster", "endpoint"])
+EPP_DECISIONS = Counter("modelyard_epp_decisions_total",
+                        "Endpoint-picker mode: requests picked, or refused (no_ready 503, shed 429, bad_request)",
+                        ["pool", "outcome"])
 
 # Tokens by tenant: what a tenant consumed across models (modelyard_tokens_total is per model and cluster).
 TENANT_TOKENS = Counter("modelyard_tenant_tokens_total", "LLM tokens metered from upstream usage, per tenant",
