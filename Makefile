@@ -43,7 +43,7 @@ test: $(STAMP) system-tools
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check modelyard contracts extproc adapters kernels ratelimit budgets keys controlplane devstack gpuagent tests bench
+	$(VENV)/bin/ruff check modelyard contracts extproc guardrails adapters kernels ratelimit budgets keys controlplane devstack gpuagent tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

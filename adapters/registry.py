@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
@@ -63,14 +64,20 @@ def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
     return None
 
 
+EventStage = Callable[[list[StreamEvent], bool], list[StreamEvent]]
+
+
 class StreamTranslator:
     """Upstream SSE bytes in, client SSE bytes out; `meter` holds the usage seen so far."""
 
-    __slots__ = ("_decoder", "_encoder", "_keep_reasoning", "meter", "finished", "error", "untranslatable")
+    __slots__ = ("_decoder", "_encoder", "_keep_reasoning", "_stage", "meter", "finished", "error", "untranslatable")
 
-    def __init__(self, decoder: StreamDecoder, encoder: StreamEncoder, *, keep_reasoning: bool = True) -> None:
+    def __init__(self, decoder: StreamDecoder, encoder: StreamEncoder, *, keep_reasoning: bool = True,
+                 stage: EventStage | None = None) -> None:
         self._decoder = decoder
         self._encoder = encoder
+        # Between decoder and encoder (guardrails' StreamGuard): events in, events out; True at the end.
+        self._stage = stage
         self._keep_reasoning = keep_reasoning  # the deployment's `reasoning: show | drop`
         self.meter = StreamUsage()
         self.finished = False  # the upstream stream completed normally
@@ -89,14 +96,16 @@ class StreamTranslator:
         return events if self._keep_reasoning else drop_reasoning(events)
 
     def feed(self, chunk: bytes) -> bytes:
-        return self._encoder.encode(self._track(self._decoder.feed(chunk)))
+        events = self._track(self._decoder.feed(chunk))
+        return self._encoder.encode(events if self._stage is None else self._stage(events, False))
 
     def finish(self) -> bytes:
-        return self._encoder.encode(self._track(self._decoder.close()))
+        events = self._track(self._decoder.close())
+        return self._encoder.encode(events if self._stage is None else self._stage(events, True))
 
 
 def translate_stream(upstream: str, client: str, request: ChatRequest, *,
-                     keep_reasoning: bool = True) -> StreamTranslator:
+                     keep_reasoning: bool = True, stage: EventStage | None = None) -> StreamTranslator:
     """A translator from the upstream protocol's stream to the client's, for this request;
     `keep_reasoning=False` (a deployment's `reasoning: drop`) leaves the reasoning out."""
     try:
@@ -104,4 +113,4 @@ def translate_stream(upstream: str, client: str, request: ChatRequest, *,
     except KeyError as e:
         raise ValueError(f"unknown protocol {e.args[0]!r}") from None
     return StreamTranslator(up.StreamDecoder(), cl.StreamEncoder(model=request.model, request=request),
-                            keep_reasoning=keep_reasoning)
+                            keep_reasoning=keep_reasoning, stage=stage)

@@ -74,6 +74,13 @@ class CallTrail:
             request_body=self.request_body, request_size=self.request_size,
             response_body=bytes(self.response_body) if self.response_body is not None else None,
             response_size=self.response_size,
-            detail={"reason": "unknown API key" if self.key else "missing API key"} if self.auth_failed
-            else ctx.replica,  # which replica the picker chose and why (replica_metrics), else nothing
+            detail=({"reason": "unknown API key" if self.key else "missing API key"} if self.auth_failed
+                    else _call_detail(ctx)),
             secrets=(self.key,) if self.key and self.capture else ()))
+
+
+def _call_detail(ctx: RequestContext) -> dict[str, object] | None:
+    """A call row's detail: the replica picker's choice (replica_metrics) and the guardrail verdicts."""
+    if not ctx.guardrail_verdicts:
+        return ctx.replica
+    return {**(ctx.replica or {}), "guardrails": ctx.guardrail_verdicts}

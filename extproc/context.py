@@ -70,6 +70,8 @@ class RequestContext:
     trace: RequestTrace | None = None  # set only when tracing is on (extproc.telemetry.tracing)
     # The replica picker's choice and reason (replica_metrics), for the audit row's detail.
     replica: dict[str, object] | None = None
+    # Guardrail verdicts (policy, check, action, direction; never the matched text) for the audit row.
+    guardrail_verdicts: list[dict[str, str]] | None = None
 
     def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
         """A child span around a step when tracing is on (it yields the span); else a shared no-op

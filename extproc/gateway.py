@@ -22,6 +22,7 @@ from extproc.admission.dispatch import Dispatcher
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
+from extproc.guard_hooks import GuardHooks
 from extproc.key_admin import KeyAdmin
 from extproc.mcp.part import McpHub
 from extproc.replicas.board import ReplicaBoard
@@ -32,6 +33,7 @@ from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.vision.batching import Batcher
 from extproc.vision.kserve_probe import KServeProbe
+from guardrails import PolicySet
 from kernels import Backend, select_backend
 from ratelimit import Limiter
 
@@ -63,6 +65,9 @@ class Gateway:
     response_cache: ResponseCache | None = None  # None unless a model has a `cache:` policy (docs/cache.md)
     batches: BatchDesk | None = None  # files and batch APIs (docs/batches.md); off unless configured
     mcp: McpHub | None = None  # /mcp: the MCP servers' gateway (docs/mcp.md); None without mcp_servers
+    # The config's guardrail policies, compiled once per snapshot (a reload compiles the new ones).
+    guardrails: PolicySet | None = None
+    guard_hooks: GuardHooks = field(default_factory=GuardHooks)  # webhook checks' client, opened on first use
 
     @classmethod
     def build(cls, config: GatewayConfig, *, scheduler: Scheduler | None = None, limiter: Limiter | None = None,
@@ -84,7 +89,8 @@ class Gateway:
                    batcher=batcher, image_backend=image_backend, watermarks=watermarks, replicas=replicas, tracing=tracing,
                    audit=audit, tasks=tasks, budgets=budgets, key_admin=key_admin, admin_keys=AdminKeys(config.keys.admin_keys),
                    response_cache=response_cache, batches=batches,
-                   mcp=mcp if mcp is not None else McpHub.from_config(config))
+                   mcp=mcp if mcp is not None else McpHub.from_config(config),
+                   guardrails=guardrail_policies(config))
 
     def start(self) -> None:
         """Background work that needs the server listening: the task worker replays through it."""
@@ -126,8 +132,14 @@ class Gateway:
         if self.batcher is not None:
             await self.batcher.close()
         await self.kserve_probe.close()
+        await self.guard_hooks.close()
         if self.tracing is not None:  # flushes queued spans to the collector: off the event loop
             await asyncio.to_thread(self.tracing.shutdown)
+
+
+def guardrail_policies(config: GatewayConfig) -> PolicySet | None:
+    """The config's guardrails compiled (a build and every reload), or None where there are none."""
+    return PolicySet(config.guardrails) if config.guardrails.policies else None
 
 
 class LiveGateway:

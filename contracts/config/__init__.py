@@ -8,6 +8,7 @@ models, parsed here once. `load_config` turns every failure into `ConfigError`, 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, ReplicaMetrics, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
 from contracts.config.endpoint_picker import EndpointPickerConfig
+from contracts.config.guardrails import GuardrailsConfig
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
 from contracts.config.mcp import McpServer, McpSettings
@@ -459,6 +461,7 @@ class GatewayConfig(_Model):
     # MCP servers behind /mcp, and who may call which tool (contracts/config/mcp.py, docs/mcp.md).
     mcp_servers: list[McpServer] = Field(default_factory=list)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)  # docs/guardrails.md
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -538,6 +541,20 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
     for i, a in enumerate(cfg.mcp.access):
         if a.tenant is not None and a.tenant not in tenants:
             raise ConfigError(f"{source}: mcp.access[{i}].tenant: unknown tenant {a.tenant!r}")
+    _check_guardrail_references(cfg, source)
+
+
+def _check_guardrail_references(cfg: GatewayConfig, source: str) -> None:
+    """A policy naming a tenant or model the file does not define: a warning, not a refusal (a tenant
+    may leave by reload before its policy does), so a misspelt name is still seen in the log."""
+    tenants, models = {t.name for t in cfg.tenants}, {m.name for m in cfg.models}
+    for i, p in enumerate(cfg.guardrails.policies):
+        for kind, names, known in (("tenants", p.applies_to.tenants, tenants), ("models", p.applies_to.models, models)):
+            for name in names:
+                if name not in known:
+                    logging.getLogger("modelyard.config").warning(
+                        "%s: guardrails.policies[%d].applies_to.%s: %r is not defined in this file (the policy "
+                        "does not cover it)", source, i, kind, name)
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:

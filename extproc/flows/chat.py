@@ -37,16 +37,21 @@ from extproc.cache.replay import events as replay_events
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows import answer_limit
+from extproc.flows.guard import guard_for, record
 from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.replicas.prefix import prompt_text
 from extproc.telemetry.metrics import DROPPED_PARAMS
+from guardrails import CallGuard, GuardrailBlocked, StreamGuard, rewrite_json
 
 log = logging.getLogger("modelyard.chat")
 
 # Streamed answers: SSE, or Bedrock's binary eventstream (ConverseStream).
 _STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
+# Prompts past this are put through their guardrail checks in a worker thread (about 0.1 us a byte
+# for a typical policy set: 16 KB is a couple of ms on the event loop at most).
+GUARD_INLINE_BYTES = 16 * 1024
 
 
 class ChatFlow:
@@ -79,6 +84,9 @@ class ChatFlow:
         self.answer: ChatResponse | None = None  # a whole plain answer, as the caller got it
         self.assembly: Assembly | None = None  # a stream's events, gathered to keep
         self.recorder: StreamDecoder | None = None  # a translated stream's upstream events, for the assembly
+        self.guard: CallGuard | None = None  # guardrails (docs/guardrails.md): None unless a policy covers the call
+        self.stream_guard: StreamGuard | None = None
+        self.guarded_body: bytes | None = None  # the client's body with input redactions, where any
 
     @property
     def translating(self) -> bool:
@@ -89,6 +97,14 @@ class ChatFlow:
         ctx = self.ctx
         self.client.check_query(ctx.query, stream_hint=ctx.stream_hint)
         req = await self._parse(body)
+        if (guard := guard_for(self.gw, ctx, req)) is not None:
+            self.guard = guard
+            req = self.request = await self._guarded_request(guard, req, body)
+            if guard.checks.webhooks:
+                try:
+                    await self.gw.guard_hooks.check_input(guard, req, ctx.tenant_name, ctx.task_id)
+                finally:
+                    record(guard, ctx)
         if ctx.deferred and req.stream:
             raise ClientError("Prefer: respond-async answers with a task, not a stream: "
                               "drop `stream` or the preference")
@@ -99,6 +115,32 @@ class ChatFlow:
             return hit
         await self.call.authorize()
         return self._send(body, req)
+
+    async def _guarded_request(self, guard: CallGuard, req: ChatRequest, body: bytes) -> ChatRequest:
+        """The input checks: a block raises (a 400 in the caller's protocol), redactions come back; a
+        large prompt is checked in a worker thread (the checks read every character)."""
+        def work() -> ChatRequest:
+            out = guard.request(req)
+            if guard.rewrites:  # the same replacements in the body's strings, for a same-protocol send
+                self.guarded_body = rewrite_json(body, guard.rewrites)
+            return out
+        try:
+            return work() if len(body) <= GUARD_INLINE_BYTES else await asyncio.to_thread(work)
+        finally:
+            record(guard, self.ctx)
+
+    def _guarded_answer(self, resp: ChatResponse) -> ChatResponse | bytes:
+        """The output checks on a whole answer: the answer to send, or a block's error body."""
+        guard = self.guard
+        if guard is None or not guard.checks.guards_output:
+            return resp
+        try:
+            return guard.response(resp)
+        except GuardrailBlocked as e:
+            self.client_status = e.status
+            return render_error_body(self.ctx.protocol, e.status, e.message, e.type)
+        finally:
+            record(guard, self.ctx)
 
     async def _cached(self, cache: ResponseCache, req: ChatRequest, body: bytes) -> msg.ProcessingResponse | None:
         """Route, then ask the cache where the model has a policy: a hit is the answer (an immediate
@@ -128,6 +170,12 @@ class ChatFlow:
         """The stored answer in the caller's protocol: a body, or (asked for a stream) the whole
         stream as events in one body; metered as a hit."""
         ctx = self.ctx
+        guarded = self._guarded_answer(resp)
+        if isinstance(guarded, bytes):  # a stored answer a policy now blocks: the block, as for a fresh one
+            self.gw.accountant.record_hit(ctx, choice, latency_s=time.monotonic() - ctx.started, usage=resp.usage)
+            return msg.immediate(self.client_status, guarded, [("content-type", "application/json"),
+                                                               *ctx.task_headers()])
+        resp = guarded
         if req.stream:
             out = self.client.StreamEncoder(model=req.model, request=req).encode(replay_events(resp))
             ctype = "text/event-stream"
@@ -171,7 +219,9 @@ class ChatFlow:
             else:  # the client's own bytes: only the path and headers are new
                 path, up_headers = self.upstream.request_target(req, upstream_model=upstream_model,
                                                                 credential=self.call.auth.credential)
-                out, self.usage_injected = self.upstream.passthrough_body(body, req, upstream_model=upstream_model)
+                # Redacted input: the same replacements in the body's strings, every other field kept.
+                src = self.guarded_body if self.guarded_body is not None else body
+                out, self.usage_injected = self.upstream.passthrough_body(src, req, upstream_model=upstream_model)
         if ctx.trace is not None:
             self.response_model = upstream_model  # until the upstream reports its own
         ctx.response_headers += choice.response_headers()
@@ -217,11 +267,17 @@ class ChatFlow:
             self.streaming = True
             if self.cache_step is not None:
                 self.assembly = Assembly()
-            if self.wire is not None and (self.translating or self.usage_injected):
-                # Same protocol: the upstream's bytes, less only the usage chunk we asked for.
+            guarded = self.guard is not None and self.guard.checks.guards_output
+            if self.wire is not None and (self.translating or self.usage_injected or guarded):
+                # Same protocol: the upstream's bytes, less only the usage chunk we asked for; under
+                # output guardrails, decoded and encoded again so text can be held back and checked.
                 keep = self._deployment_reasoning() == "show"
-                self.translator = (translate_stream(self.wire, self.ctx.protocol, self.request, keep_reasoning=keep)
-                                   if self.translating else InjectedUsageFilter())
+                if guarded:
+                    assert self.guard is not None
+                    self.stream_guard = StreamGuard(self.guard)
+                self.translator = (translate_stream(self.wire, self.ctx.protocol, self.request, keep_reasoning=keep,
+                                                    stage=self._guard_stage if guarded else None)
+                                   if self.translating or guarded else InjectedUsageFilter())
                 if self.assembly is not None:  # the translator's events are its own: read the upstream's beside it
                     self.recorder = PROTOCOLS[self.wire].StreamDecoder()
                 remove.append("content-length")
@@ -317,9 +373,16 @@ class ChatFlow:
         self.usage = resp.usage
         if resp.model:
             self.response_model = resp.model
+        guarded = self._guarded_answer(resp)
+        if isinstance(guarded, bytes):
+            return guarded
         if not self.translating:
-            self.answer = resp
-            return None
+            self.answer = guarded
+            if guarded is resp:
+                return None
+            assert self.guard is not None
+            return rewrite_json(body, self.guard.answer_rewrites())
+        resp = guarded
         if resp.untranslatable is not None:
             # Valid, but not in the caller's protocol: a clear error, never an answer with parts missing.
             self.client_status = 502
@@ -350,6 +413,8 @@ class ChatFlow:
                 self.upstream_failed = self.translator.error is not None and not (
                     isinstance(self.translator, StreamTranslator) and self.translator.untranslatable)
                 self.usage = self.translator.meter.reported
+                if self.stream_guard is not None and self.stream_guard.blocked is not None:
+                    self._blocked_usage(self.stream_guard)
                 self._finish()
             return msg.response_body(body=out)
         tail = b""
@@ -375,6 +440,24 @@ class ChatFlow:
             self.usage = self.meter.reported
             self._finish()
         return msg.response_body(body=chunk + tail) if tail else msg.response_body()
+
+    def _guard_stage(self, events: list[StreamEvent], end: bool) -> list[StreamEvent]:
+        guard = self.stream_guard
+        assert guard is not None and self.guard is not None
+        out = guard.feed(events, end)
+        if self.guard.verdicts:
+            record(self.guard, self.ctx)
+        return out
+
+    def _blocked_usage(self, guard: StreamGuard) -> None:
+        """A stream a guardrail ended: metered for the text the caller got, not what the upstream made."""
+        choice = self.call.choice
+        reported = self.usage or Usage()
+        est_in = choice.est_prompt_tokens if choice is not None else 0
+        self.usage = Usage(input_tokens=reported.input_tokens or est_in, output_tokens=-(-guard.released_chars // 4),
+                           cache=reported.cache)
+        self.client_status = 400
+        self.answer = None
 
     def _record(self, events: list[StreamEvent], end: bool) -> None:
         """A stream on its way to the cache: kept when it ended whole (never a cut or failed one)."""
@@ -412,6 +495,13 @@ class ChatFlow:
         choice = self.call.choice
         if self.call.pending and choice is not None:
             meter = self.translator.meter if self.translator is not None else self.meter
+            if self.stream_guard is not None and self.stream_guard.blocked is not None:
+                # A guardrail ended the stream and the caller, having read the error event, hung up
+                # before its end reached us: the block's status, metered for the text sent.
+                self.usage = meter.reported if meter.ended else meter.partial(choice.est_prompt_tokens)
+                self._blocked_usage(self.stream_guard)
+                self._finish()
+                return
             if self.streaming and meter.ended:
                 # The whole answer went by (the upstream's end marker) and the client, having read it,
                 # hung up before Envoy's empty end-of-stream message reached us: a complete call.

@@ -40,7 +40,7 @@ from extproc.admission.concurrency import LimitsPlan
 from extproc.admission.dispatch import Dispatcher
 from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
-from extproc.gateway import Gateway, LiveGateway
+from extproc.gateway import Gateway, LiveGateway, guardrail_policies
 from extproc.mcp.part import McpHub
 from extproc.routing import Scheduler
 from extproc.telemetry.audit import CONFIG_RELOAD, LIMITS_CHANGE, AuditEvent
@@ -141,7 +141,7 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     mcp = gw.mcp.reconfigured(config) if gw.mcp is not None else McpHub.from_config(config)
     new = dataclasses.replace(gw, config=config, keyring=keyring, catalog=catalog, dispatcher=dispatcher,
                               accountant=accountant, image_backend=image_backend, response_cache=response_cache,
-                              mcp=mcp)
+                              mcp=mcp, guardrails=guardrail_policies(config))  # docs/guardrails.md
     return Prepared(new, plan, _changes(old, config), restart)
 
 
@@ -276,7 +276,7 @@ def _changes(old: GatewayConfig, new: GatewayConfig) -> dict[str, list[str]]:
     diff("models", {m.name: m for m in old.models}, {m.name: m for m in new.models})
     diff("deployments", dict(old.clusters()), dict(new.clusters()))
     diff("tenants", {t.name: t for t in old.tenants}, {t.name: t for t in new.tenants})
-    for section in ("routing", "ratelimit"):
+    for section in ("routing", "ratelimit", "guardrails"):
         if getattr(old, section) != getattr(new, section):
             out.setdefault("sections_changed", []).append(section)
     return out

@@ -54,6 +54,9 @@ DROPPED_PARAMS = Counter("modelyard_dropped_params_total",
 ANSWERS_OVER_LIMIT = Counter("modelyard_answers_over_limit_total",
                              "Upstream answers larger than extproc.max_body_bytes, by what became of them",
                              ["model", "deployment", "outcome"])
+# Guardrails (docs/guardrails.md): one per call and policy, check, action and side; never what matched.
+GUARDRAIL_VERDICTS = Counter("modelyard_guardrail_verdicts_total", "Guardrail checks that matched, by what they did",
+                             ["policy", "check", "action", "direction"])
 IMAGE_BACKEND = Gauge("modelyard_image_backend_info", "Image preprocessing path in use (1 = active)",
                       ["backend"])
 

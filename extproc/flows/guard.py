@@ -1,0 +1,32 @@
+"""The chat flow's guardrails step (docs/guardrails.md): which checks cover this call, the verdicts
+counted and kept for the audit row. The checks themselves are pure (`guardrails/`)."""
+
+from __future__ import annotations
+
+from adapters.internal import ChatRequest
+from extproc.context import RequestContext
+from extproc.gateway import Gateway
+from extproc.telemetry.metrics import GUARDRAIL_VERDICTS
+from guardrails import CallGuard
+
+
+def guard_for(gw: Gateway, ctx: RequestContext, req: ChatRequest) -> CallGuard | None:
+    """A call's guard, or None (the common case: no policy covers it, nothing more is done)."""
+    if not gw.guardrails:
+        return None
+    key_id = ctx.caller.key_id if ctx.caller is not None and ctx.caller.key_id else ""
+    checks = gw.guardrails.for_call(ctx.tenant_name, key_id, req.model)
+    return CallGuard(checks) if checks is not None else None
+
+
+def record(guard: CallGuard, ctx: RequestContext) -> None:
+    """The verdicts so far as metrics (once each) and on the context for the call's audit row."""
+    seen = ctx.guardrail_verdicts
+    if seen is None:
+        seen = ctx.guardrail_verdicts = []
+    for v in guard.verdicts:
+        row = {"policy": v.policy, "check": v.check, "action": v.action, "direction": v.direction}
+        if row in seen:
+            continue
+        seen.append(row)
+        GUARDRAIL_VERDICTS.labels(v.policy, v.check, v.action, v.direction).inc()

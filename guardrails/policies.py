@@ -1,0 +1,96 @@
+"""The `guardrails:` section compiled once per config: which checks cover a call (tenant, key, model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adapters.json_types import JSONObject
+from contracts.config.guardrails import GuardPolicy, GuardrailsConfig
+from guardrails.detectors import Finder, finder
+from guardrails.vault import label_of
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    url: str
+    timeout_s: float
+    fail_open: bool
+    secret_env: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    policy: str
+    name: str
+    label: str  # the placeholder's label
+    action: str  # block | redact | log
+    on_input: bool
+    on_output: bool
+    restore: bool
+    find: Finder | None  # None: a size or webhook check
+    max_chars: int | None = None
+    webhook: Webhook | None = None
+    structured: bool = False  # a json_schema check: the whole answer against `schema` or the request's
+    schema: JSONObject | None = None
+
+
+
+@dataclass(frozen=True, slots=True)
+class CallChecks:
+    """The checks one call is under, by side; `window`: the stream hold-back (the largest asked)."""
+
+    inputs: tuple[Check, ...]
+    outputs: tuple[Check, ...]
+    window: int
+    restores: bool  # a redaction on input is put back into the answer
+    webhooks: tuple[Check, ...] = ()  # input checks that ask an operator's service (the flow awaits them)
+
+    @property
+    def guards_output(self) -> bool:
+        return bool(self.outputs) or self.restores
+
+
+def _compile(policy: GuardPolicy) -> list[Check]:
+    out = []
+    for c in policy.checks:
+        out.append(Check(policy=policy.name, name=c.label, label=label_of(c.label), action=c.action,
+                         on_input=c.direction in ("input", "both"), on_output=c.direction in ("output", "both"),
+                         restore=c.restore, find=finder(c), max_chars=c.max_chars,
+                         webhook=Webhook(c.url, c.timeout_ms / 1000, c.fail == "open", c.secret_env)
+                         if c.url is not None else None,
+                         structured=c.type == "json_schema", schema=c.schema_))
+    return out
+
+
+class PolicySet:
+    """Every policy, compiled; `for_call` remembers its answer per (tenant, key, model)."""
+
+    __slots__ = ("_policies", "_memo")
+
+    def __init__(self, config: GuardrailsConfig) -> None:
+        self._policies = [(p, _compile(p)) for p in config.policies]
+        self._memo: dict[tuple[str, str, str], CallChecks | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._policies)
+
+    def for_call(self, tenant: str, key_id: str, model: str) -> CallChecks | None:
+        memo_key = (tenant, key_id, model)
+        try:
+            return self._memo[memo_key]
+        except KeyError:
+            pass
+        checks: list[Check] = []
+        window = 0
+        for p, compiled in self._policies:
+            a = p.applies_to
+            if tenant in a.tenants or (key_id and key_id in a.keys) or model in a.models:
+                checks += compiled
+                window = max(window, p.window_chars)
+        found = None if not checks else CallChecks(
+            inputs=tuple(c for c in checks if c.on_input), outputs=tuple(c for c in checks if c.on_output),
+            window=window, restores=any(c.restore for c in checks),
+            webhooks=tuple(c for c in checks if c.webhook is not None))
+        if len(self._memo) < 65536:  # bounded: callers name models; unknown ones are refused later anyway
+            self._memo[memo_key] = found
+        return found
