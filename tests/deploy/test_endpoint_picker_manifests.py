@@ -143,20 +143,22 @@ def test_the_images_epp_role_serves_the_shipped_config_and_is_healthy(tmp_path: 
     # The manifest's config; the addresses and the file path moved where this test may bind and write.
     proc = subprocess.Popen(["sh", str(ENTRYPOINT), "epp", "--address", f"127.0.0.1:{port}",
                              "--metrics-address", f"127.0.0.1:{free_port()}", "--endpoints-file", str(members)],
-                            env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "epp.log").open("wb"))
+    # The picker's own log goes with any failure: a start that fails must say why, not only its signal.
+    said = lambda: (tmp_path / "epp.log").read_text(errors="replace")[-3000:]  # noqa: E731
     try:
         deadline = time.monotonic() + 30
         healthy = None
         while time.monotonic() < deadline:
-            assert proc.poll() is None
+            assert proc.poll() is None, said()
             healthy = subprocess.run(["sh", str(ENTRYPOINT), "healthcheck"], env=env, capture_output=True,
                                      text=True, timeout=30)
             if healthy.returncode == 0:
                 break
             time.sleep(0.2)
-        assert healthy is not None and healthy.returncode == 0, healthy and healthy.stderr
+        assert healthy is not None and healthy.returncode == 0, (healthy and healthy.stderr, said())
         assert (tmp_path / "role").read_text().strip() == "epp"
     finally:
         proc.terminate()
-        assert proc.wait(timeout=15) == 0
+        code = proc.wait(timeout=15)
+    assert code == 0, said()
