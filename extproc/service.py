@@ -46,6 +46,7 @@ from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
+from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
 from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
@@ -294,6 +295,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await gateway.replicas.start(first_poll_timeout=1.0)
     if metrics and config.extproc.metrics_address:
         DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
+        DEMAND.clusters = lambda: iter(live.current.dispatcher.scheduler.config.clusters())
+        DEMAND.loads = lambda: live.current.dispatcher.limits.loads()
         serve_metrics(config.extproc.metrics_address)
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
         gateway.key_admin.refresher.start()

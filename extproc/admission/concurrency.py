@@ -33,6 +33,7 @@ from contracts.errors import ClientError, ModelyardError, Unavailable, UnknownMo
 from extproc.admission.host_slots import HostSlots
 from extproc.admission.redis_slots import RedisSlots
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
+from extproc.telemetry.demand import Load
 from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
 
 # How often a process with waiters looks for a slot another process handed back.
@@ -320,6 +321,10 @@ class ConcurrencyLimits:
         q = self.queues[cluster]
         self.occupancy[cluster] = q.occupancy
         self._inflight[cluster].set(q.inflight)
+
+    def loads(self) -> dict[str, Load]:
+        """Each limited deployment's slots now (the demand signals read them at scrape time)."""
+        return {name: Load(q.inflight, q.waiting(), q.max_inflight) for name, q in list(self.queues.items())}
 
     def state(self, cluster: str) -> str:
         """ready, busy (every slot taken) or queueing; ready for a deployment without a limit."""
