@@ -19,8 +19,7 @@ from prometheus_client import REGISTRY
 import extproc.telemetry.demand  # noqa: F401  (registers the series)
 import extproc.telemetry.metrics  # noqa: F401
 from contracts.config import load_config
-from tests.deploy.test_kubernetes import KUBERNETES_VERSION
-from tests.deploy.tools import tool
+from tests.deploy.tools import KUBERNETES_VERSION, tool
 from tests.stack_config import ROOT
 
 TREES = ROOT / "deploy/kubernetes/autoscaling"
