@@ -24,6 +24,7 @@ from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.admission.waking import Waker
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.context import ClientProtocol
@@ -303,6 +304,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         if not await asyncio.to_thread(gateway.key_admin.refresher.wait_loaded, 5.0):
             log.error("key store not read: serving config-file keys; store keys follow once it answers")
     warmer.start()  # before serving: the first requests already see which deployments are warming
+    waker = Waker(config, lambda: live.current.dispatcher.limits)  # scale_from_zero: held until a replica is ready
+    await waker.start()
     feed = None
     if config.controlplane.enabled:  # the control plane's config, long-polled, applied as SIGHUP's is
         feed = ConfigFeed(config.controlplane.api_address, reloader, worker_id(worker_index()))
@@ -314,6 +317,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
             await feed.close()
         await asyncio.gather(*reloads, return_exceptions=True)
         await warmer.close()
+        await waker.close()
 
 
 def _rls_decisions(gateway: Gateway) -> DecisionHook | None:
