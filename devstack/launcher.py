@@ -61,7 +61,7 @@ def _cloud_demo_args(dep: Deployment) -> list[str]:
 
 
 # The demos devstack.demo.host can run together (each module has a `build`); KServe's is gRPC.
-_HOSTED = frozenset(m for p, m in _DEMO_SERVERS.items() if p != "kserve-grpc")
+_HOSTED = frozenset(m for p, m in _DEMO_SERVERS.items() if p != "kserve-grpc") | {"devstack.demo.scaler"}
 
 
 def envoy_binary() -> str:
@@ -123,7 +123,7 @@ def _scaler_child(name: str, dep: Deployment, python: str) -> Child:
     port = dep.endpoints[0].rpartition(":")[2]
     argv = [python, "-m", "devstack.demo.scaler", "--host", u.hostname or "127.0.0.1", "--port", str(u.port),
             "--upstream-port", port, "--name", name]
-    return Child(f"{name}-scaler@{u.port}", argv, ("http", f"http://{u.netloc}/health"))
+    return Child(f"{name}@{u.port}", argv, ("http", f"http://{u.netloc}/health"))
 
 
 def _share_demos(children: list[Child], python: str) -> list[Child]:

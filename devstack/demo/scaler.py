@@ -17,6 +17,7 @@ import time
 
 from aiohttp import web
 
+from devstack.demo.adapter_server import DemoSite, serve
 from devstack.demo.openai_server import make_app
 
 
@@ -82,7 +83,8 @@ class Scaler:
             await self._runner.cleanup()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build(argv: list[str] | None = None) -> DemoSite:
+    """The scaler from its command line, not yet listening (devstack.demo.host runs it beside other demos)."""
     p = argparse.ArgumentParser(description="demo scaler: starts a demo OpenAI server when asked to scale")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8190)
@@ -91,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-delay", type=float, default=2.0)
     a = p.parse_args(argv)
     scaler = Scaler(a.upstream_port, name=a.name, start_delay_s=a.start_delay, host=a.host)
-    web.run_app(scaler.app(), host=a.host, port=a.port, print=None)
-    return 0
+    return DemoSite(scaler.app(), a.host, a.port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(build(argv))
 
 
 if __name__ == "__main__":
