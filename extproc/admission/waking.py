@@ -18,7 +18,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,8 +85,8 @@ class Waker:
         if self._session is not None:
             await self._session.close()
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
