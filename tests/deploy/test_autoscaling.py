@@ -6,6 +6,7 @@ the file); every query is PromQL promtool accepts and names only series the extp
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -113,3 +114,29 @@ def test_demand_series_are_named_as_the_docs_say() -> None:
                  "modelyard_inflight", "modelyard_queue_depth", "modelyard_queue_wait_seconds",
                  "modelyard_queue_refused_total", "modelyard_spilled_total"):
         assert name in _exported() and name in doc, name
+
+
+def test_scale_from_zero_component_grants_exactly_the_scale_subresource(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(ROOT / "deploy/kubernetes/base", overlay)],
+        "components": [os.path.relpath(TREES / "scale-from-zero", overlay)]}))
+    out = subprocess.run([tool("kubectl"), "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(overlay)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    built = {(r["kind"], r["metadata"]["name"]): r for r in yaml.safe_load_all(out.stdout) if r}
+    role = built[("Role", "modelyard-scaler")]
+    assert role["metadata"]["namespace"] == "modelyard"
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]}]
+    binding = built[("RoleBinding", "modelyard-scaler")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "modelyard-scaler", "namespace": "modelyard"}]
+    pod = built[("Deployment", "extproc")]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "modelyard-scaler" and pod["automountServiceAccountToken"] is True
+    assert not any(r["kind"] == "ClusterRole" for r in built.values())
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(out.stdout)
+    check = subprocess.run([tool("kubernetes-validate"), "--strict", "--kubernetes-version", KUBERNETES_VERSION,
+                            str(manifest)], capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
