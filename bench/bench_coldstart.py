@@ -40,7 +40,7 @@ def _model(i: int, upstream: int, api: int, token: str) -> dict:
             "deployments": [{
                 "cluster": f"cold-{i}", "protocol": "openai", "endpoints": [f"127.0.0.1:{upstream}"],
                 "health_check": {"http_path": "/health", "interval_s": 2}, "warmup": {"prompt": "ping"},
-                "max_inflight": 4, "queue": {"bound": 16, "max_wait_s": 60},
+                "max_inflight": 4, "queue": {"bound": 16, "max_wait_s": 30},
                 "scale_from_zero": {"probe_s": PROBE_S, "kubernetes": {
                     "namespace": "bench", "deployment": f"cold-{i}", "api_url": f"http://127.0.0.1:{api}",
                     "token_file": token, "ca_file": None}}}]}
