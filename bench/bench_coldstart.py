@@ -11,7 +11,6 @@ baseline in the same run: a call to the same model once warm. Medians over round
 
 from __future__ import annotations
 
-import asyncio
 import json
 import statistics
 import sys

@@ -2,7 +2,9 @@
 
 Synthetic configs with 10 and 1,000 deployments. Cases: `group` routes `auto` across every
 deployment (the worst case: all of them are scored), `model` routes one concrete model of the
-large config (the index makes its cost independent of the config's size).
+large config (the index makes its cost independent of the config's size); `model-slo` is that case
+with a latency objective on every deployment (`slo:`, 200 measured answers each in the window): its
+cost over `model` is what latency in admission adds to a decision.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from extproc.routing import RouteRequest, Scheduler  # noqa: E402
 DEPLOYMENTS_PER_MODEL = 4
 
 
-def synthetic(n_deployments: int) -> GatewayConfig:
+def synthetic(n_deployments: int, slo: bool = False) -> GatewayConfig:
     models = []
     n_models = max(1, n_deployments // DEPLOYMENTS_PER_MODEL)
     for m in range(n_models):
@@ -35,6 +37,7 @@ def synthetic(n_deployments: int) -> GatewayConfig:
                 "channel": "fast" if d == 0 else "standard",
                 "endpoints": ["127.0.0.1:9"],
                 "watermark": {"url": f"http://127.0.0.1:9/{m}/{d}"},
+                **({"slo": {"p99_ms": 500, "ttft_ms": 300, "window_s": 3600}} if slo else {}),
             }
             for d in range(per)
         ]
@@ -69,14 +72,18 @@ def main() -> int:
         (10, "group", "auto", scaled(5000, 50)),
         (1000, "group", "auto", scaled(300, 5)),
         (1000, "model", "model-17", scaled(5000, 50)),
+        (1000, "model-slo", "model-17", scaled(5000, 50)),
     ]:
-        cfg = synthetic(n)
+        cfg = synthetic(n, slo=case.endswith("-slo"))
         sched = Scheduler(cfg)
         tenant = cfg.tenants[0]
         marks = {c: Reading((i % 9) / 10, 1e9) for i, c in enumerate(cfg.clusters())}
         req = RouteRequest(model, tenant, est_prompt_tokens=2000, needs_tools=True, task_id="x")
         for i, c in enumerate(list(cfg.clusters())[:50]):
             sched.record(c, 0.1 + i / 100, i % 5 != 0, now=1e9)
+        for c in [d.cluster for m in cfg.models if m.name == model for d in m.deployments]:
+            for i in range(200):  # a full window to judge (ignored where no deployment has an slo)
+                sched.record(c, 0.2 + (i % 10) / 100, True, now=1e9 - 200 + i)
         by_name = {m.name: m for m in cfg.models}
 
         # Default arguments bind this round's values (the closures are timed within the round).

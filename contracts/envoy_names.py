@@ -23,6 +23,11 @@ UPSTREAM_ATTEMPTS_HEADER = "x-modelyard-upstream-attempts"
 # The replica the extproc picked, read by the cluster's override-host LB policy (the name the
 # Gateway API Inference Extension's endpoint pickers use); absent, Envoy's own balancer picks.
 DESTINATION_ENDPOINT_HEADER = "x-gateway-destination-endpoint"
+# The Endpoint Picker Protocol's metadata (`modelyard epp`): the pick in the ext_proc reply's dynamic
+# metadata (namespace, key DESTINATION_ENDPOINT_HEADER), the proxy's subset hint in the request's.
+EPP_DESTINATION_NAMESPACE = "envoy.lb"
+EPP_SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+EPP_SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 TENANT_HEADER = "x-modelyard-tenant"  # rate limit descriptor for Envoy's ratelimit filter
 TASK_ID_HEADER = "x-modelyard-task-id"
 STRATEGY_HEADER = "x-modelyard-strategy"

@@ -142,6 +142,7 @@ from controlplane.access_log import access_log
 from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
 from controlplane.compression import compressor_filters, decompressor_filters
 from controlplane.environments import EnvironmentConfig, RateLimitServiceSettings
+from controlplane.inference_pool import pool_resources
 from controlplane.local_replies import extproc_down_replies, status_on_error
 from controlplane.overload import overload_manager
 from controlplane.stats_listener import admin_cluster, stats_listener
@@ -513,6 +514,11 @@ def build_resources(cfg: GatewayConfig, env: EnvironmentConfig) -> EnvoyResource
     if env.stats and env.admin:
         listeners.append(stats_listener(env.stats))
         clusters.append(admin_cluster(env.admin))
+    if cfg.endpoint_picker is not None and cfg.endpoint_picker.listener:  # docs/routing.md "Endpoint-picker mode"
+        pool_listener, pool_clusters = pool_resources(cfg.endpoint_picker, env.timeouts.route_s,
+                                                      env.timeouts.extproc_message_s)
+        listeners.append(pool_listener)
+        clusters.extend(pool_clusters)
     return EnvoyResources(listeners=listeners, clusters=clusters, extproc=extproc_cluster(cfg, env),
                           internal_listeners=bool(hops or bridged))
 

@@ -52,6 +52,10 @@ def banner(cfg: GatewayConfig, *, url: str, run_dir: str, admin_url: str | None,
     if cfg.controlplane.enabled:
         lines.append(f"  Live config:    edit the config, then `modelyard apply` (control plane "
                      f"http://{cfg.controlplane.api_address}; `modelyard status`)")
+    epp = cfg.endpoint_picker
+    if epp is not None and epp.listener:
+        lines.append(f"  InferencePool:  http://{epp.listener} ({epp.pool}: Envoy + `modelyard epp` on {epp.address}, "
+                     "the Inference Extension's protocol; docs/routing.md)")
     lines.append(f"  Logs:           {run_dir}")
     lines.append(f"  Try: {try_command(cfg, url)}")
     lines.append("Ctrl-C stops everything.")

@@ -162,6 +162,10 @@ class Stack:
         serve = [sys.executable, "-m", "modelyard.cli", "serve", "--config", str(config_path)]
         self.children.append(Child("extproc", serve, ("tcp", cfg.extproc.address), role="replica",
                                    standby_argv=[*serve, "--standby"]))
+        epp = cfg.endpoint_picker
+        if epp is not None and epp.listener:  # the Inference Extension's picker, with its own listener in Envoy
+            self.children.append(Child("epp", [sys.executable, "-m", "modelyard.cli", "epp", "--config",
+                                               str(config_path)], ("tcp", epp.address)))
         listener = f"{env.listener.address or cfg.listener.address}:{env.listener.port or cfg.listener.port}"
         self.url = f"http://{listener}"
         self.children.append(Child("envoy", [envoy_binary(), "-c", str(self.envoy_config), "--concurrency",

@@ -74,5 +74,6 @@ class CallTrail:
             request_body=self.request_body, request_size=self.request_size,
             response_body=bytes(self.response_body) if self.response_body is not None else None,
             response_size=self.response_size,
-            detail={"reason": "unknown API key" if self.key else "missing API key"} if self.auth_failed else None,
+            detail={"reason": "unknown API key" if self.key else "missing API key"} if self.auth_failed
+            else ctx.replica,  # which replica the picker chose and why (replica_metrics), else nothing
             secrets=(self.key,) if self.key and self.capture else ()))

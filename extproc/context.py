@@ -67,6 +67,8 @@ class RequestContext:
     replayed: bool = False
     batch_line: bool = False  # a replay of one line of a batch: billed at the batch price (docs/batches.md)
     trace: RequestTrace | None = None  # set only when tracing is on (extproc.telemetry.tracing)
+    # The replica picker's choice and reason (replica_metrics), for the audit row's detail.
+    replica: dict[str, object] | None = None
 
     def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
         """A child span around a step when tracing is on (it yields the span); else a shared no-op

@@ -28,7 +28,7 @@ from extproc.admission.waking import Waker
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.context import ClientProtocol
-from extproc.flows import batches, keys_admin, local, tasks
+from extproc.flows import batches, feedback, keys_admin, local, tasks
 from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -49,7 +49,7 @@ from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
-from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, serve_metrics
+from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, LATENCY_OBJECTIVES, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.warmup import Warmer
 from extproc.vision.batching import Batcher
@@ -105,6 +105,12 @@ def _media(method: str, path: str) -> Route | None:
     if endpoint is None:
         return None
     return Route("openai", flow=functools.partial(MediaFlow, endpoint=endpoint), operation=endpoint.kind)
+
+
+def _feedback(method: str, path: str) -> Route | None:
+    if method == "POST" and path == "/v1/feedback":
+        return Route("openai", flow=functools.partial(BodyAnswer, handler=feedback.record), operation="feedback")
+    return None
 
 
 def _count_tokens(method: str, path: str) -> Route | None:
@@ -205,7 +211,7 @@ def _chat(method: str, path: str) -> Route | None:
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
     return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
-                       _batches, _gemini_models, _count_tokens, _media, _chat],
+                       _batches, _gemini_models, _count_tokens, _feedback, _media, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 
@@ -298,6 +304,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
         DEMAND.clusters = lambda: iter(live.current.dispatcher.scheduler.config.clusters())
         DEMAND.loads = lambda: live.current.dispatcher.limits.loads()
+        LATENCY_OBJECTIVES.source = lambda: live.current.dispatcher.scheduler.latency.exposition(time.monotonic())
         serve_metrics(config.extproc.metrics_address)
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
         gateway.key_admin.refresher.start()

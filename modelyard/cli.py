@@ -32,6 +32,19 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     return serve(a.config, worker=a.worker)
 
 
+def _cmd_epp(a: argparse.Namespace) -> int:
+    from contracts.config import config_path
+    from contracts.config.endpoint_picker import load_endpoint_picker
+    from extproc.epp.server import serve_epp
+
+    # Flags alone (--pool and --endpoints/--endpoints-file) need no file; otherwise the usual config path.
+    path = a.config or (None if a.pool else config_path(None))
+    cfg = load_endpoint_picker(path, pool=a.pool, address=a.address, metrics_address=a.metrics_address,
+                               endpoints=a.endpoints.split(",") if a.endpoints else None,
+                               endpoints_file=a.endpoints_file)
+    return serve_epp(cfg)
+
+
 def _cmd_up(a: argparse.Namespace) -> int:
     from devstack.launcher import up
 
@@ -85,15 +98,29 @@ def _cmd_audit_verify(a: argparse.Namespace) -> int:
     return 0
 
 
-def _since(a: argparse.Namespace, command: str) -> float | None | int:
-    """`--since` as unix seconds (None: everything), or exit code 2 after saying what was expected."""
+def _since(a: argparse.Namespace, command: str, flag: str = "since") -> float | None | int:
+    """`--since` (or `--until`) as unix seconds (None: unbounded), or exit code 2 after saying what was expected."""
     from contracts.when import parse_when
 
+    value = getattr(a, flag)
     try:
-        return float(parse_when(a.since)) if a.since else None
+        return float(parse_when(value)) if value else None
     except ValueError:
-        print(f"modelyard: {command}: --since {a.since!r}: expected 7d, 12h, 30m or an ISO date", file=sys.stderr)
+        print(f"modelyard: {command}: --{flag} {value!r}: expected 7d, 12h, 30m or an ISO date", file=sys.stderr)
         return 2
+
+
+def _metering_dbs(a: argparse.Namespace) -> list[str]:
+    """`--metering-db` as given, else the config's extproc.metering_db (relative to the file, as `up` runs it)."""
+    from contracts.config import config_path
+
+    if a.metering_db:
+        return list(a.metering_db)
+    cfg = config_path(a.config)
+    db = load_config(cfg).extproc.metering_db
+    if not db:
+        raise ConfigError("extproc.metering_db is not set; pass --metering-db")
+    return [db if Path(db).is_absolute() else str(cfg.parent / db)]
 
 
 def _cmd_audit_export(a: argparse.Namespace) -> int:
@@ -162,20 +189,12 @@ def _cmd_spend(a: argparse.Namespace) -> int:
     import orjson
 
     from budgets.report import read_calls, render_table, spend_report
-    from contracts.config import config_path
 
     since = _since(a, "spend")
     if isinstance(since, int):
         return since
-    dbs = a.metering_db
-    if not dbs:
-        cfg = config_path(a.config)
-        db = load_config(cfg).extproc.metering_db
-        if not db:
-            raise ConfigError("extproc.metering_db is not set; pass --metering-db")
-        dbs = [db if Path(db).is_absolute() else str(cfg.parent / db)]  # relative to the file, as `up` runs it
     try:
-        rows = spend_report(read_calls(dbs, since), a.by, since)
+        rows = spend_report(read_calls(_metering_dbs(a), since), a.by, since)
     except (FileNotFoundError, sqlite3.Error) as e:
         print(f"modelyard: spend: {e}", file=sys.stderr)
         return 2
@@ -183,6 +202,27 @@ def _cmd_spend(a: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps([r.as_dict() for r in rows], option=orjson.OPT_APPEND_NEWLINE).decode())
     else:
         sys.stdout.write(render_table(rows))
+    sys.stdout.flush()
+    return 0
+
+
+def _cmd_route_ab(a: argparse.Namespace) -> int:
+    import orjson
+
+    from extproc.routing.ab_readout import read_arm_calls, readout, render_table
+
+    since, until = _since(a, "route ab"), _since(a, "route ab", "until")
+    if isinstance(since, int) or isinstance(until, int):
+        return 2
+    try:
+        experiments = readout(read_arm_calls(_metering_dbs(a), since, until), a.min_calls)
+    except (FileNotFoundError, sqlite3.Error) as e:
+        print(f"modelyard: route ab: {e}", file=sys.stderr)
+        return 2
+    if a.json:
+        sys.stdout.write(orjson.dumps([e.as_dict() for e in experiments], option=orjson.OPT_APPEND_NEWLINE).decode())
+    else:
+        sys.stdout.write(render_table(experiments))
     sys.stdout.flush()
     return 0
 
@@ -225,7 +265,7 @@ _DELEGATES: dict[tuple[str, ...], tuple[str, str]] = {
     ("agent",): ("gpuagent.agent", "main"),
     ("probe",): ("modelyard.probe", "main"),
     ("demo",): ("devstack.demo.cli", "main"),
-    ("route", "explain"): ("extproc.routing.explain", "explain_main"),
+    ("route", "explain"): ("extproc.replicas.explain", "explain_main"),
     ("ratelimit", "tune"): ("ratelimit.tuning.cli", "main"),
     ("ratelimit", "status"): ("ratelimit.status", "main"),
     ("keys",): ("keys.cli", "main"),
@@ -254,6 +294,15 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--standby", action="store_true",
                        help=argparse.SUPPRESS)  # set by `modelyard up` for its warm spare (devstack/child.py)
     serve.set_defaults(func=_cmd_serve)
+    epp = with_config(sub.add_parser("epp", help="serve the replica picker as a Gateway API Inference Extension "
+                                                 "endpoint picker for one InferencePool (docs/routing.md)"))
+    epp.add_argument("--pool", default=None, help="the InferencePool's name (default: endpoint_picker.pool)")
+    epp.add_argument("--address", default=None, help="ext_proc gRPC address (default: endpoint_picker.address)")
+    epp.add_argument("--metrics-address", default=None, help="Prometheus /metrics address")
+    epp.add_argument("--endpoints", default=None, metavar="IP:PORT,...", help="the pool's endpoints")
+    epp.add_argument("--endpoints-file", default=None, metavar="PATH",
+                     help="a file of the pool's endpoints, re-read when it changes")
+    epp.set_defaults(func=_cmd_epp)
     up = with_config(sub.add_parser("up", help="run Envoy, the extproc service and the declared demo upstreams"))
     up.add_argument("--env", default="dev", help="environment: a name in envoy/environments/ or a .yaml file")
     up.add_argument("--run-dir", default=None,
@@ -335,7 +384,18 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("agent", help="GPU watermark agent (NVML); see `modelyard agent --help`")
     sub.add_parser("probe", help="container health check: `probe grpc|http|tcp TARGET`, exit 0 when healthy")
     sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
-    sub.add_parser("route", help="`route explain`: every candidate for a sample request")
+    route = sub.add_parser("route", help="`route explain`: every candidate for a sample request; "
+                                         "`route ab`: the A/B experiments' arms side by side")
+    ab = with_config(route.add_subparsers(dest="route_command").add_parser(
+        "ab", help="per A/B experiment and arm: requests, error rate, latency p50/p99, TTFT, cost per request, "
+                   "feedback, with 95% intervals and which arm is better (metering store)"))
+    ab.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC); default: everything")
+    ab.add_argument("--until", default=None, help="the same; default: now")
+    ab.add_argument("--min-calls", type=int, default=30, help="calls per arm before a verdict (default 30)")
+    ab.add_argument("--json", action="store_true", help="a JSON array, one object per experiment")
+    ab.add_argument("--metering-db", action="append", default=[], metavar="PATH",
+                    help="a metering SQLite file; repeat for replicas on other hosts (default: extproc.metering_db)")
+    ab.set_defaults(func=_cmd_route_ab)
     sub.add_parser("ratelimit", help="`ratelimit tune`: limits from recorded traffic; `ratelimit status`: live buckets")
     sub.add_parser("keys", help="virtual keys: `keys create|list|rotate|revoke` (docs/keys.md)")
     return p

@@ -86,8 +86,15 @@ def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, 
     data = _remap(data, ports)
     data["listener"]["port"] = free_port()
     _static_envoy(data)
+    _without_endpoint_picker(data)
     data.update(overrides)
     return data, ports
+
+
+def _without_endpoint_picker(data: dict[str, Any]) -> None:
+    """Test stacks start the endpoint picker (a process and a listener) only where a test sets
+    `endpoint_picker` itself (tests/e2e/test_endpoint_picker.py): the rest need not pay for it."""
+    data.pop("endpoint_picker", None)
 
 
 def _static_envoy(data: dict[str, Any]) -> None:
@@ -146,6 +153,7 @@ def small_config(**overrides: Any) -> dict[str, Any]:
     data = _remap(data, {})
     data["listener"]["port"] = free_port()
     _static_envoy(data)
+    _without_endpoint_picker(data)
     data.update(overrides)
     return data
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, ReplicaMetrics, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
+from contracts.config.endpoint_picker import EndpointPickerConfig
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
 from contracts.config.prices import table_cost
@@ -26,7 +27,7 @@ from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.response_cache import CachePolicy, ResponseCacheStore
 from contracts.config.routing import RoutingSettings
 from contracts.config.scaling import ScaleFromZero
-from contracts.config.service_levels import Channel, Tier
+from contracts.config.service_levels import Channel, LatencyObjective, Tier
 from contracts.errors import ConfigError
 from contracts.params import DropParams, check_drop_params
 
@@ -268,6 +269,8 @@ class Deployment(_Model):
     warmup: WarmupConfig | None = None
     # Readings per endpoint and a replica picked per request (docs/routing.md); None: Envoy balances alone.
     replica_metrics: ReplicaMetrics | None = None
+    # A latency objective: over it (measured by the gateway), the deployment counts as loaded (docs/routing.md).
+    slo: LatencyObjective | None = None
     # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
     max_inflight: int | None = Field(None, ge=1)
     queue: QueueSettings = QueueSettings()
@@ -456,6 +459,8 @@ class GatewayConfig(_Model):
     keys: KeysConfig = Field(default_factory=KeysConfig)
     controlplane: ControlPlaneConfig = Field(default_factory=ControlPlaneConfig)
     response_cache: ResponseCacheStore = Field(default_factory=ResponseCacheStore)
+    # `modelyard epp`: the replica picker as an Inference Extension endpoint picker (docs/routing.md)
+    endpoint_picker: EndpointPickerConfig | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

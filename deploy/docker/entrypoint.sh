@@ -4,6 +4,8 @@
 #   extproc          the ext_proc gRPC service with /etc/modelyard/modelyard.yaml ($MODELYARD_CONFIG)
 #   controlplane [args]  `modelyard controlplane` with /etc/modelyard/modelyard.yaml, listening on
 #                    $MODELYARD_CONTROLPLANE_BIND (0.0.0.0) at the ports of controlplane.xds_address/api_address
+#   epp [args]       `modelyard epp` (the Inference Extension endpoint picker) with /etc/modelyard-epp/epp.yaml
+#                    ($MODELYARD_EPP_CONFIG)
 #   agent [args]     the GPU watermark agent on 0.0.0.0:8301 (add --fake where there is no GPU)
 #   demo KIND [args] a demo upstream (openai|anthropic|gemini|kserve)
 #   healthcheck      the HEALTHCHECK: probes the role this container was started with (modelyard.probe)
@@ -21,6 +23,7 @@ if [ "$role" = healthcheck ]; then
     extproc) exec python -m modelyard.probe grpc "127.0.0.1:${MODELYARD_EXTPROC_PORT:-50051}" ;;
     controlplane) exec python -m modelyard.probe http \
       "http://127.0.0.1:${MODELYARD_CONTROLPLANE_API_PORT:-18001}/v1/status" ;;
+    epp) exec python -m modelyard.probe grpc "127.0.0.1:${MODELYARD_EPP_PORT:-9002}" ;;
     agent) exec python -m modelyard.probe http "http://127.0.0.1:${MODELYARD_AGENT_PORT:-8301}/watermarks" ;;
     demo) exec python -m modelyard.probe tcp "127.0.0.1:${MODELYARD_DEMO_PORT:-8101}" ;;
     *) exit 0 ;;  # a one-off command: nothing to probe
@@ -36,6 +39,7 @@ case "$role" in
   extproc) exec modelyard serve --config "${MODELYARD_CONFIG:-/etc/modelyard/modelyard.yaml}" "$@" ;;
   controlplane) exec modelyard controlplane --config "${MODELYARD_CONFIG:-/etc/modelyard/modelyard.yaml}" \
     --bind "${MODELYARD_CONTROLPLANE_BIND:-0.0.0.0}" "$@" ;;
+  epp) exec modelyard epp --config "${MODELYARD_EPP_CONFIG:-/etc/modelyard-epp/epp.yaml}" "$@" ;;
   agent) exec modelyard agent --host 0.0.0.0 "$@" ;;
   demo) exec modelyard demo "$@" ;;
   *) exec "$role" "$@" ;;

@@ -53,6 +53,7 @@ class AdapterDemo:
         self.fake_waiting = 0.0  # vllm:num_requests_waiting, set by POST /fake-queue (a deep queue on demand)
         self.fake_kv = 0.0  # vllm:kv_cache_usage_perc
         self.metrics_off = False  # POST /fake-queue {"metrics": false}: /metrics answers 503 (readings go stale)
+        self.delay_s = 0.0  # POST /fake-queue {"delay_ms": N}: every answer waits N ms first (a slow server)
         self.embeds = False  # also answers embeddings (OpenAI /v1/embeddings or Gemini :embedContent)
 
     def _error(self, status: int, message: str, type_: str | None = None) -> web.Response:
@@ -78,7 +79,7 @@ class AdapterDemo:
         except ModelyardError as e:
             return self._error(e.status, e.message, e.type)
         text = last_user_text(req)
-        if hold := hold_seconds(text):
+        if hold := hold_seconds(text) + self.delay_s:
             await asyncio.sleep(hold)
         fault = fault_in(text)
         if fault == FAIL:
@@ -165,11 +166,12 @@ class AdapterDemo:
                 self.fake_waiting = float(body.get("waiting", self.fake_waiting))
                 self.fake_kv = float(body.get("kv", self.fake_kv))
                 self.metrics_off = not bool(body.get("metrics", not self.metrics_off))
+                self.delay_s = min(max(float(body.get("delay_ms", self.delay_s * 1000)), 0.0), 10_000) / 1000
             except (ValueError, TypeError, AttributeError):
-                return web.json_response({"error": "want {\"waiting\": N, \"kv\": F, \"metrics\": bool}"},
-                                         status=400)
+                return web.json_response({"error": "want {\"waiting\": N, \"kv\": F, \"metrics\": bool, "
+                                                   "\"delay_ms\": N}"}, status=400)
             return web.json_response({"waiting": self.fake_waiting, "kv": self.fake_kv,
-                                      "metrics": not self.metrics_off})
+                                      "metrics": not self.metrics_off, "delay_ms": self.delay_s * 1000})
 
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(path, route)

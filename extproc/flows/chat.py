@@ -260,7 +260,7 @@ class ChatFlow:
     def _note_failover(self, headers: dict[str, str]) -> None:
         """Envoy retried onto a peer deployment: report and meter the one that answered."""
         choice = self.call.choice
-        if self.call.replica is not None:
+        if self.call.pick is not None:
             self.call.answered_by(headers.get(UPSTREAM_HOST_HEADER, ""), headers.get(UPSTREAM_ATTEMPTS_HEADER, "1"))
         if choice is None or headers.get(UPSTREAM_ATTEMPTS_HEADER, "1") in ("", "0", "1"):
             return

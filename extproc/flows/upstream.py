@@ -122,6 +122,7 @@ class UpstreamCall:
         assert board is not None
         pick, hashes = board.pick(cluster, adapter=adapter, prompt=prompt() if prompt is not None else None)
         self.pick = pick
+        self.ctx.replica = pick.audit()
         if pick.endpoint is None:  # nothing fresh: Envoy balances, and no client may steer it
             remove.append(DESTINATION_ENDPOINT_HEADER)
             return
@@ -129,7 +130,11 @@ class UpstreamCall:
         self.replica = board.sent(cluster, pick.endpoint, hashes)
 
     def answered_by(self, host: str, attempts: str) -> None:
-        """The route's stamp on the answer: an attempt before the last one failed on our pick."""
+        """The route's stamp on the answer: an attempt before the last one failed on our pick; the
+        audit row names the replica that answered where it is not the one picked (or none was)."""
+        audit = self.ctx.replica
+        if audit is not None and host and host != audit.get("replica"):
+            audit["answered"] = host
         if self.replica is not None and attempts not in ("", "0", "1") and host != self.replica.endpoint:
             self._replica_done(failed=True)
 

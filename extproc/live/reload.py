@@ -115,6 +115,7 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     running = gw.dispatcher.scheduler
     # One of each across snapshots: a request that started before records into the same feedback.
     scheduler.feedback, scheduler.admission, scheduler.warming = running.feedback, running.admission, running.warming
+    scheduler.latency = running.latency  # the measured latencies span snapshots; commit retunes the objectives
     image_backend = gw.image_backend
     if image_backend is None and any(m.vision is not None for m in config.models):
         image_backend = select_backend(config.extproc.image_backend)
@@ -146,6 +147,7 @@ def commit(live: LiveGateway, ready: Prepared, version: str, warmer: Warmer | No
     scheduler = gw.dispatcher.scheduler
     scheduler.feedback.retune(config.routing.feedback, config.routing.cooldown, clusters)
     scheduler.admission.tiers = dict(config.routing.admission)
+    scheduler.latency.retune({c: d.slo for c, d in clusters.items() if d.slo is not None})
     scheduler.warming.intersection_update(clusters)
     gw.dispatcher.limits.apply(ready.limits)
     if gw.watermarks is not None:

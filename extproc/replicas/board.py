@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -23,7 +23,7 @@ from extproc.replicas.exposition import MetricsParseError
 from extproc.replicas.picker import Pick, pick_replica
 from extproc.replicas.prefix import PrefixIndex, block_hashes
 from extproc.replicas.readings import ReplicaReading, parse_replica_metrics
-from extproc.telemetry.metrics import REPLICA_PICKS, REPLICA_POLL_ERRORS
+from extproc.telemetry.metrics import REPLICA_PICKS, REPLICA_POLL_ERRORS, REPLICA_STATES, ReplicaState
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,15 @@ class ReplicaSet:
 
     def __post_init__(self) -> None:
         self.prefix = PrefixIndex(self.settings.prefix_entries)
+
+    def retune(self, settings: ReplicaMetrics) -> None:
+        """A reload that keeps the endpoints: new weights and settings from the next pick on, with the
+        readings, in-flight counts and failure holds kept (the pollers read the settings each round)."""
+        old, self.settings = self.settings, settings
+        if (old.block_chars, old.prefix_blocks) != (settings.block_chars, settings.prefix_blocks):
+            self.prefix = PrefixIndex(settings.prefix_entries)  # other blocks: the old hashes never match
+        else:
+            self.prefix.max_entries = settings.prefix_entries
 
     def metrics_url(self, endpoint: str) -> str:
         host, _, port = endpoint.rpartition(":")
@@ -72,12 +81,14 @@ class ReplicaBoard:
         return cls(deps) if deps else None
 
     # -- the request path ------------------------------------------------------------------
-    def pick(self, cluster: str, *, adapter: str | None = None, prompt: str | None = None) -> tuple[Pick, list[bytes]]:
+    def pick(self, cluster: str, *, adapter: str | None = None, prompt: str | None = None,
+             among: list[str] | None = None) -> tuple[Pick, list[bytes]]:
+        """`among`: only these of the set's endpoints (the endpoint picker's subset hint)."""
         rs = self.sets[cluster]
         s = rs.settings
         hashes = block_hashes(prompt, s.block_chars, s.prefix_blocks) if prompt and s.prefix_blocks else []
-        pick = pick_replica(s, rs.endpoints, rs.readings, rs.in_flight, rs.failed_at, self._clock(),
-                            adapter=adapter, prefix_depth=rs.prefix.match(hashes) if hashes else None,
+        pick = pick_replica(s, rs.endpoints if among is None else among, rs.readings, rs.in_flight, rs.failed_at,
+                            self._clock(), adapter=adapter, prefix_depth=rs.prefix.match(hashes) if hashes else None,
                             prefix_blocks=len(hashes))
         REPLICA_PICKS.labels(cluster, pick.endpoint or "").inc()
         return pick, hashes
@@ -101,24 +112,66 @@ class ReplicaBoard:
         if failed:
             rs.failed_at[sent.endpoint] = self._clock()
 
+    def mark_failed(self, cluster: str, endpoint: str) -> None:
+        """A failure seen on an endpoint other than the one `sent` names (a proxy's retry went on)."""
+        rs = self.sets.get(cluster)
+        if rs is not None and endpoint in rs.endpoints:
+            rs.failed_at[endpoint] = self._clock()
+
+    def states(self) -> Iterator[ReplicaState]:
+        """What the picker reads per endpoint now (`modelyard_replica_state`, scraped)."""
+        now = self._clock()
+        for cluster, rs in list(self.sets.items()):
+            hold = rs.settings.failure_hold_ms / 1000.0
+            for ep in rs.endpoints:
+                fields: dict[str, float] = {"in_flight": rs.in_flight.get(ep, 0)}
+                failed = rs.failed_at.get(ep)
+                if failed is not None and now - failed < hold:
+                    fields["held_seconds"] = hold - (now - failed)
+                r = rs.readings.get(ep)
+                if r is not None:
+                    fields.update(waiting=r.waiting, running=r.running, age_seconds=max(0.0, now - r.at))
+                    if r.kv_usage is not None:
+                        fields["kv_usage"] = r.kv_usage
+                    if r.max_lora is not None:
+                        fields["max_lora"] = r.max_lora
+                yield cluster, ep, fields, r.loras if r is not None else frozenset()
+
     # -- background --------------------------------------------------------------------------
     def reconfigure(self, deployments: list[Deployment]) -> None:
-        """A reload: a deployment whose endpoints and settings are unchanged keeps its state and
-        pollers; the rest start afresh."""
-        wanted = {d.cluster: d for d in deployments if d.replica_metrics is not None}
+        """A reload: a deployment whose endpoints are unchanged keeps its state and pollers and takes
+        its new settings (weights included) at once; the rest start afresh."""
+        self.reconfigure_sets({d.cluster: (list(d.endpoints), d.replica_metrics) for d in deployments
+                               if d.replica_metrics is not None})
+
+    def reconfigure_sets(self, wanted: dict[str, tuple[list[str], ReplicaMetrics]], *,
+                         keep_members: bool = False) -> None:
+        """cluster -> (endpoints, settings). `keep_members`: a set whose endpoints change keeps the
+        remaining ones' state (the endpoint picker's pool, extproc/epp, where pods come and go)."""
         for cluster in list(self.sets):
-            d = wanted.get(cluster)
+            w = wanted.get(cluster)
             rs = self.sets[cluster]
-            if d is None or d.endpoints != rs.endpoints or d.replica_metrics != rs.settings:
+            if w is None or (w[0] != rs.endpoints and not keep_members):
                 del self.sets[cluster]
                 for key in [k for k in self._tasks if k[0] == cluster]:
                     self._tasks.pop(key).cancel()
-        for cluster, d in wanted.items():
+                continue
+            if w[1] != rs.settings:
+                rs.retune(w[1])
+            if w[0] != rs.endpoints:
+                gone = set(rs.endpoints) - set(w[0])
+                rs.endpoints = list(w[0])
+                for ep in gone:
+                    task = self._tasks.pop((cluster, ep), None)
+                    if task is not None:
+                        task.cancel()
+                    rs.readings.pop(ep, None)
+                    rs.failed_at.pop(ep, None)
+        for cluster, (endpoints, settings) in wanted.items():
             if cluster not in self.sets:
-                assert d.replica_metrics is not None
-                self.sets[cluster] = ReplicaSet(cluster, list(d.endpoints), d.replica_metrics)
-                for ep in d.endpoints:
-                    REPLICA_POLL_ERRORS.labels(cluster, ep)  # a zero series from the start
+                self.sets[cluster] = ReplicaSet(cluster, list(endpoints), settings)
+            for ep in endpoints:
+                REPLICA_POLL_ERRORS.labels(cluster, ep)  # a zero series from the start
         if self._session is not None:
             self._start_missing()
 
@@ -165,6 +218,7 @@ class ReplicaBoard:
 
     async def start(self, first_poll_timeout: float | None = None) -> None:
         self._session = aiohttp.ClientSession()
+        REPLICA_STATES.source = self.states  # one board per process: its state is what /metrics shows
         if first_poll_timeout:
             polls = [self.poll_once(rs, ep) for rs in self.sets.values() for ep in rs.endpoints]
             try:

@@ -9,12 +9,17 @@ score = (wq * queue + wkv * kv_headroom + wl * lora + wp * prefix) / (wq + wkv +
   prefix      the share of the prompt's leading blocks last sent to this replica.
 No fresh reading anywhere: no pick, and Envoy's own balancer chooses (fail open). A replica whose
 last call failed is left out for `failure_hold_s` unless no other one is fresh.
+
+`Pick.why` says in one word what decided (the audit row's `reason`): the term that put the pick
+furthest ahead of the runner-up (`queue`, `kv_cache`, `prefix`, `lora`), `tie` (equal scores: config
+order), `only` (one replica fresh and not held off), or `stale` (none fresh: Envoy balanced).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from contracts.config.balancing import ReplicaMetrics
 from extproc.replicas.readings import ReplicaReading
@@ -36,9 +41,17 @@ class Pick:
     reason: str
     ranked: tuple[ReplicaScore, ...] = ()
     left_out: tuple[tuple[str, str], ...] = ()  # (endpoint, why)
+    why: str = "stale"  # one word: queue | kv_cache | prefix | lora | tie | only | stale
+    weights: dict[str, float] | None = None  # the weights in force (terms a request cannot use: 0)
 
-    def explain(self) -> dict[str, object]:
-        return {"endpoint": self.endpoint, "reason": self.reason,
+    def audit(self) -> dict[str, object]:
+        """The audit row's `detail`: which replica and why, or that Envoy balanced."""
+        if self.endpoint is None:
+            return {"replica": None, "reason": self.why, "fallback": "envoy"}
+        return {"replica": self.endpoint, "reason": self.why, "score": round(self.ranked[0].score, 4)}
+
+    def explain(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "reason": self.reason, "why": self.why, "weights": self.weights,
                 "ranked": [{"endpoint": s.endpoint, "score": round(s.score, 4), "queue_len": s.queue,
                             **{k: round(v, 4) for k, v in s.terms.items()}} for s in self.ranked],
                 "left_out": [{"endpoint": e, "why": w} for e, w in self.left_out]}
@@ -88,7 +101,17 @@ def pick_replica(settings: ReplicaMetrics, endpoints: list[str], readings: Mappi
     best = scored[0]
     why = ", ".join(f"{k} {v:.2f}" for k, v in best.terms.items() if weights[k])
     return Pick(best.endpoint, f"best score {best.score:.3f} ({why}; queue {best.queue:g})",
-                tuple(scored), tuple(left_out))
+                tuple(scored), tuple(left_out), _decided_by(scored, weights), weights)
+
+
+def _decided_by(scored: list[ReplicaScore], weights: dict[str, float]) -> str:
+    """The term whose weighted lead over the runner-up is largest; `tie` when nothing leads."""
+    if len(scored) == 1:
+        return "only"
+    best, second = scored[0], scored[1]
+    lead = {k: w * (best.terms[k] - second.terms[k]) for k, w in weights.items() if w}
+    term = max(lead, key=lambda k: lead[k], default="")
+    return term if term and lead[term] > 1e-12 else "tie"
 
 
 def _lora_term(r: ReplicaReading, adapter: str | None) -> float:

@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from contracts.errors import ConfigError
 from contracts.watermarks import Reading
 from extproc.routing.decision import Candidate, Rejection, RouteRequest
 from extproc.routing.errors import NoCapacity, NoRoute
+from extproc.routing.latency import LatencyState, from_exposition
 from extproc.routing.scheduler import Scheduler
 
 
@@ -67,13 +68,28 @@ def queue_states(config: GatewayConfig, metrics_text: str = "") -> dict[str, Que
     return out
 
 
+def latency_states(config: GatewayConfig, metrics_text: str) -> dict[str, LatencyState]:
+    """Every deployment with an `slo:` as a running extproc measured it (`modelyard_latency_objective`
+    in its /metrics; an empty text: nothing measured)."""
+    fields: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "modelyard_latency_objective":
+            for sample in family.samples:
+                fields.setdefault(sample.labels.get("cluster", ""), {})[sample.labels.get("field", "")] = sample.value
+    return from_exposition({c: d.slo for c, d in config.clusters().items() if d.slo is not None}, fields)
+
+
 def explain(
     scheduler: Scheduler, req: RouteRequest, now: float, watermarks: Mapping[str, Reading],
-    queues: Mapping[str, QueueState] | None = None,
+    queues: Mapping[str, QueueState] | None = None, latency: Mapping[str, LatencyState] | None = None,
 ) -> dict[str, Any]:
     """A JSON-ready account of one decision (dry run: no trial quota is consumed); `queues` adds
-    each limited deployment's slots and queue, read as load as the extproc does."""
+    each limited deployment's slots and queue, read as load as the extproc does; `latency` each
+    deployment's measured latency against its objective (default: as `scheduler` measured it)."""
     queues = queues or {}
+    if latency is None:
+        latency = dict(scheduler.latency.states(now))
+    slow = {c: (st.objective.load, st.over) for c, st in latency.items() if st.over}
     rejected: tuple[Rejection, ...]
     candidates: tuple[Candidate, ...]
     out: dict[str, Any] = {
@@ -84,7 +100,7 @@ def explain(
     }
     try:
         d = scheduler.decide(req, now, watermarks, dry_run=True,
-                             occupancy={name: q.occupancy for name, q in queues.items()})
+                             occupancy={name: q.occupancy for name, q in queues.items()}, slow=slow)
     except NoRoute as e:
         retry_after_s = e.retry_after_s if isinstance(e, NoCapacity) else None
         out.update(status=e.status, error=e.message, retry_after_s=retry_after_s)
@@ -120,6 +136,9 @@ def explain(
         {"rank": None, "model": r.model, "cluster": r.cluster, "filtered": r.reason}
         for r in rejected
     ]
+    for r in rows:
+        if r["cluster"] in latency:
+            r["latency"] = latency[r["cluster"]].to_json()
     out["rows"] = rows
     return out
 
@@ -154,6 +173,14 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             )
         else:
             lines.append(f"{'-':>2}  {r['model']:<16} {r['cluster']:<20} filtered: {r['filtered']}")
+    timed = [r for r in doc["rows"] if r.get("latency")]
+    if timed:
+        lines += ["", "latency objectives (the gateway's own calls over the window):"]
+        for r in timed:
+            lines.append(f"    {r['cluster']:<20} {_latency_line(r['latency'])}")
+    for r in doc["rows"]:
+        if r.get("replicas"):
+            lines += ["", *format_replicas(r["cluster"], r["replicas"])]
     queued = [r for r in doc["rows"] if r.get("queue")]
     if queued:
         lines += ["", "slots and queues (max_inflight):"]
@@ -163,6 +190,42 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             lines.append(f"    {r['cluster']:<20} {q['inflight']}/{q['max_inflight']} in flight, waiting {waiting}: "
                          f"{q['outlook']}")
     return "\n".join(lines)
+
+
+def format_replicas(cluster: str, p: Mapping[str, Any]) -> list[str]:
+    """One deployment's replica pick (`extproc/replicas/explain.py` fills it): each replica's terms."""
+    w = p.get("weights") or {}
+    head = (f"replicas of {cluster} (weights " + " ".join(f"{k}={v:g}" for k, v in w.items()) + "): "
+            + (f"-> {p['endpoint']} ({p['why']})" if p["endpoint"] else f"-> none picked ({p['why']}): Envoy balances"))
+    lines = [head, f"    {'endpoint':<22} {'score':>6}  {'queue':>5} {'kv':>5} {'prefix':>6} {'lora':>5}  "
+                   f"{'waiting':>7} {'running':>7} {'inflight':>8} {'age_ms':>6}  note"]
+    for r in p["ranked"]:
+        lines.append(f"    {r['endpoint']:<22} {r['score']:>6.3f}  {r['queue']:>5.2f} {r['kv_cache']:>5.2f} "
+                     f"{r['prefix']:>6.2f} {r['lora']:>5.2f}  {_num(r.get('waiting')):>7} {_num(r.get('running')):>7} "
+                     f"{_num(r.get('in_flight')):>8} {_num(r.get('age_ms')):>6}  "
+                     + ("picked" if r["endpoint"] == p["endpoint"] else ""))
+    for r in p["left_out"]:
+        lines.append(f"    {r['endpoint']:<22} {'-':>6}  left out: {r['why']}")
+    return lines
+
+
+def _latency_line(t: Mapping[str, Any]) -> str:
+    o = t["objective"]
+    parts = [f"{name} {_num(t[name + '_ms'])} ms of {t[name + '_samples']} calls (objective {_num(o[name + '_ms'])} ms)"
+             for name in ("p99", "ttft") if o[name + "_ms"] is not None]
+    judged = any(t[name + "_samples"] >= t["min_samples"] for name in ("p99", "ttft") if o[name + "_ms"] is not None)
+    verdict = (f"over: counts as load {t['load']:.2f}" if t["over"] else "within" if judged
+               else f"not judged (fewer than {t['min_samples']} calls: fail open)")
+    return ", ".join(parts) + f", window {t['window_s']:g} s: {verdict}"
+
+
+def _num(v: Any) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
+# A hook that adds to an explained decision what another room of the extproc decides after routing
+# (the replica picks: extproc/replicas/explain.py): (config, doc, the extproc's /metrics text, now).
+Addition = Callable[[GatewayConfig, dict[str, Any], str, float], None]
 
 
 def _live_metrics(config: GatewayConfig) -> str:
@@ -183,7 +246,7 @@ def _watermark_arg(text: str) -> tuple[str, float]:
     return cluster, v
 
 
-def explain_main(argv: list[str]) -> int:
+def explain_main(argv: list[str], add: Addition | None = None) -> int:
     ap = argparse.ArgumentParser(prog="modelyard route explain", description=__doc__)
     ap.add_argument("--config", default=None, help="modelyard.yaml (default: $MODELYARD_CONFIG)")
     ap.add_argument("--model", default="auto", help="model or group name (default: auto)")
@@ -206,7 +269,8 @@ def explain_main(argv: list[str]) -> int:
         help="a current watermark; monitored clusters not named are assumed at 0.0",
     )
     ap.add_argument("--live", action="store_true",
-                    help="read the slots and queues now from the running extproc's /metrics (extproc.metrics_address)")
+                    help="read the slots, queues and replica readings now from the running extproc's /metrics "
+                         "(extproc.metrics_address)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     try:
@@ -244,7 +308,10 @@ def explain_main(argv: list[str]) -> int:
         except OSError as e:
             print(f"error: cannot read {config.extproc.metrics_address}/metrics: {e}", file=sys.stderr)
             return 2
-    doc = explain(scheduler, req, now, readings, queue_states(config, metrics_text))
+    doc = explain(scheduler, req, now, readings, queue_states(config, metrics_text),
+                  latency_states(config, metrics_text) if args.live else None)
+    if add is not None:
+        add(config, doc, metrics_text, now)
     if args.json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -203,11 +203,19 @@ def with_occupancy(loads: list[tuple[Entry, float]], occupancy: Mapping[str, flo
     return [(e, max(wm, min(1.0, occupancy.get(e.cluster, 0.0)))) for e, wm in loads]
 
 
+def with_latency(loads: list[tuple[Entry, float]], slow: Mapping[str, tuple[float, str]]) -> list[tuple[Entry, float]]:
+    """A deployment over its latency objective counts as loaded at its `slo.load`, as a GPU watermark
+    that high would (the higher of the two counts)."""
+    return [(e, max(wm, slow[e.cluster][0])) if e.cluster in slow else (e, wm) for e, wm in loads]
+
+
 def fast_admission(
-    loads: list[tuple[Entry, float]], quota_left: bool, rule: TierAdmission, tier: Tier, rejected: Rejected
+    loads: list[tuple[Entry, float]], quota_left: bool, rule: TierAdmission, tier: Tier, rejected: Rejected,
+    slow: Mapping[str, tuple[float, str]] | None = None,
 ) -> list[tuple[Entry, float, bool]]:
     """For a request that asked for fast: whether each fast deployment admits it as fast use.
-    A fast-only model's deployment that does not still serves it, as standard use."""
+    A fast-only model's deployment that does not still serves it, as standard use. `slow`: the
+    deployments over their latency objective, and why (the reason names it)."""
     out = []
     for e, wm in loads:
         if not e.fast:
@@ -216,7 +224,10 @@ def fast_admission(
         if not quota_left:
             rejection = Rejection(e.name, e.cluster, "fast trial quota used", "fast_quota")
         elif not tier_allows(rule, wm):
-            rejection = Rejection(e.name, e.cluster, f"fast channel closed to {tier} at watermark {wm:.2f}", "fast_tier")
+            why = f"fast channel closed to {tier} at watermark {wm:.2f}"
+            if slow and e.cluster in slow:
+                why += f" ({slow[e.cluster][1]})"
+            rejection = Rejection(e.name, e.cluster, why, "fast_tier")
         else:
             out.append((e, wm, True))
             continue

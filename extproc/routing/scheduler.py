@@ -19,6 +19,7 @@ from extproc.routing.decision import Arm, Decision, FailOpen, Rejection, RouteRe
 from extproc.routing.errors import BadRouteRequest, NoCapacity, NoRoute
 from extproc.routing.feedback import Feedback, StatsLookup
 from extproc.routing.index import Entry, entries_of, groups_of
+from extproc.routing.latency import LatencyBook
 from extproc.routing.score import pick, score
 
 _SHAPE_CACHE_SIZE = 1024
@@ -35,6 +36,8 @@ class Scheduler:
         s = self.settings
         self.feedback = Feedback(s.feedback, s.cooldown)
         self.admission = FastAdmission(s.admission)
+        # Measured latency against each deployment's objective (`slo:`); shared across reloads like feedback.
+        self.latency = LatencyBook({c: d.slo for c, d in config.clusters().items() if d.slo is not None})
         self._entries: dict[str, tuple[Entry, ...]] = {m.name: entries_of(m) for m in config.models}
         self._groups = groups_of(config.models)
         self._shapes: dict[_Shape, tuple[tuple[Entry, ...], tuple[Rejection, ...]]] = {}
@@ -58,6 +61,8 @@ class Scheduler:
     ) -> None:
         """Feed one finished upstream attempt (monotonic `now`) of `tenant`'s into EWMAs and cooldowns."""
         self.feedback.record(cluster, latency_s, ok, ttft_s, now=now, tenant=tenant)
+        if ok:  # failures feed the error rate and cooldowns; a latency objective is about answers
+            self.latency.record(cluster, latency_s, ttft_s, now)
 
     def decide(
         self,
@@ -67,17 +72,19 @@ class Scheduler:
         *,
         dry_run: bool = False,
         occupancy: Mapping[str, float] | None = None,
+        slow: Mapping[str, tuple[float, str]] | None = None,
     ) -> Decision:
         """Route one request. `now` is monotonic seconds, the clock of `Reading.ts`. Consumes
         an L3 fast-trial slot when the first choice is fast, unless `dry_run`. `occupancy`: each
-        limited deployment's (in flight + waiting) / max_inflight, read as load."""
+        limited deployment's (in flight + waiting) / max_inflight, read as load. `slow`: the
+        deployments over their latency objective (default: as this scheduler measured them)."""
         members = self._resolve(req.model, req.tenant)
         strategy, arm, weights = self._weights(req)
         eligible, static_rejected = self._shape(req, members)
         occupancy = occupancy or {}
         stats = self.feedback.view(req.tenant.name, now)
         admitted, runtime_rejected, fail_open = self._runtime_filter(req, eligible, now, watermarks, occupancy,
-                                                                     stats)
+                                                                     stats, slow)
         rejected = static_rejected + tuple(runtime_rejected)
         if not admitted:
             raise self._no_route(req.model, rejected, now)
@@ -134,7 +141,7 @@ class Scheduler:
 
     def _runtime_filter(
         self, req: RouteRequest, eligible: tuple[Entry, ...], now: float, watermarks: Mapping[str, Reading],
-        occupancy: Mapping[str, float], stats: StatsLookup,
+        occupancy: Mapping[str, float], stats: StatsLookup, slow: Mapping[str, tuple[float, str]] | None,
     ) -> tuple[list[tuple[Entry, float, bool]], list[Rejection], tuple[FailOpen, ...]]:
         """The entries that pass every runtime check, with their watermark and whether they are
         admitted as fast use; the others' rejections, in config order; the checks set aside."""
@@ -170,10 +177,14 @@ class Scheduler:
             readings = [(e, None) for e in entries]
         loads = filters.saturated(readings, s.saturation_threshold, s.watermarks.unmonitored, dropped)
         loads = filters.with_occupancy(loads, occupancy)
+        if slow is None:  # measured here, for the candidates left only
+            slow = self.latency.loaded(now, (e.cluster for e, _ in loads)) if self.latency.objectives else {}
+        if slow:
+            loads = filters.with_latency(loads, slow)
         if req.want_fast:
             tier = req.tenant.tier
             quota_left = self.admission.quota_left(req.tenant.name, tier, now)
-            admitted = filters.fast_admission(loads, quota_left, self.admission.rule(tier), tier, dropped)
+            admitted = filters.fast_admission(loads, quota_left, self.admission.rule(tier), tier, dropped, slow)
         else:
             admitted = [(e, wm, False) for e, wm in loads]
         if len(dropped) > 1:

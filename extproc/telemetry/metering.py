@@ -9,9 +9,10 @@ refuses (full, I/O error) are held in memory, up to `HELD_LIMIT`, and retried ev
 (`modelyard_metering_rows_held`, one log line when it starts and one when writes resume); past
 the bound they are dropped, counted as `held_full`. `close` drains everything accepted.
 
-Two tables: `requests`, one row per answered call (tokens, latency, cost), and `decisions`, one
+Three tables: `requests`, one row per answered call (tokens, latency, cost), `decisions`, one
 row per rate-limit decision, admitted or refused, with the units asked for and the rule that bound
-a refusal: the whole demand, which `modelyard ratelimit tune --metering-db` replays.
+a refusal: the whole demand, which `modelyard ratelimit tune --metering-db` replays; and `feedback`,
+the scores callers gave their calls (`POST /v1/feedback`), beside the rows they score.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ _DECISIONS_SCHEMA = """CREATE TABLE IF NOT EXISTS decisions (
     ts REAL NOT NULL, task_id TEXT NOT NULL, tenant TEXT, tier TEXT, cluster TEXT, channel TEXT,
     model TEXT, allowed INTEGER NOT NULL, requests INTEGER NOT NULL, tokens INTEGER NOT NULL,
     limited_by TEXT, rule TEXT, store TEXT, key_id TEXT)"""
+# A caller's score of one of its calls; `task_id` joins it to that call's `requests` row.
+_FEEDBACK_SCHEMA = """CREATE TABLE IF NOT EXISTS feedback (
+    ts REAL NOT NULL, task_id TEXT NOT NULL, tenant TEXT, key_id TEXT, score REAL NOT NULL, labels TEXT)"""
+# Feedback finds its call's row by task id (and the A/B readout joins on it).
+_TASK_INDEX = "CREATE INDEX IF NOT EXISTS requests_task_id ON requests (task_id)"
 # Columns added since the first schema, last in their table: (table, column, type). `_open` adds
 # them to an older file, and a journal line written before them is padded with NULLs on replay.
 _ADDED_COLUMNS = (("requests", "key_id", "TEXT"), ("decisions", "key_id", "TEXT"),
@@ -98,20 +104,39 @@ class DecisionRecord(NamedTuple):
     key_id: str | None = None
 
 
+class FeedbackRecord(NamedTuple):
+    ts: float
+    task_id: str
+    tenant: str
+    key_id: str | None
+    score: float
+    labels: str | None  # a JSON object, or None
+
+
 class _DecisionRow(tuple):
     """A queued `decisions` row (a plain tuple is a `requests` row)."""
 
     __slots__ = ()
 
 
+class _FeedbackRow(tuple):
+    """A queued `feedback` row."""
+
+    __slots__ = ()
+
+
 _INSERT = f"INSERT INTO requests VALUES ({', '.join('?' for _ in MeterRecord._fields)})"
 _INSERT_DECISION = f"INSERT INTO decisions VALUES ({', '.join('?' for _ in DecisionRecord._fields)})"
+_INSERT_FEEDBACK = f"INSERT INTO feedback VALUES ({', '.join('?' for _ in FeedbackRecord._fields)})"
 _STOP = object()
 # A journal line is its kind, then the row's values as a JSON array.
 _REQUEST_LINE = b"r"
 _DECISION_LINE = b"d"
-_TABLES = (("requests", _REQUEST_LINE, _INSERT), ("decisions", _DECISION_LINE, _INSERT_DECISION))
-_WIDTH = {"requests": len(MeterRecord._fields), "decisions": len(DecisionRecord._fields)}
+_FEEDBACK_LINE = b"f"
+_TABLES = (("requests", _REQUEST_LINE, _INSERT), ("decisions", _DECISION_LINE, _INSERT_DECISION),
+           ("feedback", _FEEDBACK_LINE, _INSERT_FEEDBACK))
+_WIDTH = {"requests": len(MeterRecord._fields), "decisions": len(DecisionRecord._fields),
+          "feedback": len(FeedbackRecord._fields)}
 
 
 # SQLite integers are signed 64-bit: an upstream's u64 count must not lose the row.
@@ -179,6 +204,11 @@ class MeteringStore:
         """Queue one decision row (a `DecisionRecord` or its values), as `record`."""
         row = _clamped(rec if type(rec) is tuple else tuple(rec))
         return self._put(row, _DECISION_LINE, _DecisionRow(row))
+
+    def record_feedback(self, rec: FeedbackRecord) -> bool:
+        """Queue one feedback row, as `record`."""
+        row = _clamped(tuple(rec))
+        return self._put(row, _FEEDBACK_LINE, _FeedbackRow(row))
 
     def _put(self, row: tuple, kind: bytes, item: tuple) -> bool:
         """Queue `item` and journal `row` (its values: orjson takes no tuple subclass)."""
@@ -263,9 +293,11 @@ class MeteringStore:
     def _flush(self, conn: sqlite3.Connection, rows: list) -> list:
         """Write `rows`; return those the disk refused, to hold (up to HELD_LIMIT: the oldest kept)."""
         decisions = [r for r in rows if type(r) is _DecisionRow]
-        requests = [r for r in rows if type(r) is not _DecisionRow] if len(decisions) < len(rows) else []
+        feedback = [r for r in rows if type(r) is _FeedbackRow]
+        requests = [r for r in rows if type(r) is tuple] if len(decisions) + len(feedback) < len(rows) else []
         held = (self._write(conn, _INSERT_DECISION, decisions) if decisions else []) + \
-            (self._write(conn, _INSERT, requests) if requests else [])
+            (self._write(conn, _INSERT, requests) if requests else []) + \
+            (self._write(conn, _INSERT_FEEDBACK, feedback) if feedback else [])
         if len(held) > HELD_LIMIT:
             METERING_DROPPED.labels("held_full").inc(len(held) - HELD_LIMIT)
             log.error("metering: %d rows lost: the disk refuses writes and %d rows already wait in memory",
@@ -340,6 +372,8 @@ def _open(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(_SCHEMA)
     conn.execute(_DECISIONS_SCHEMA)
+    conn.execute(_FEEDBACK_SCHEMA)
+    conn.execute(_TASK_INDEX)
     _migrate(conn)
     return conn
 

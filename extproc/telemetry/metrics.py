@@ -140,6 +140,9 @@ REPLICA_POLL_ERRORS = Counter("modelyard_replica_poll_errors_total",
 REPLICA_PICKS = Counter("modelyard_replica_picks_total",
                         "Calls the replica picker sent to one endpoint (endpoint=\"\": none fresh, Envoy balanced)",
                         ["cluster", "endpoint"])
+EPP_DECISIONS = Counter("modelyard_epp_decisions_total",
+                        "Endpoint-picker mode: requests picked, or refused (no_ready 503, shed 429, bad_request)",
+                        ["pool", "outcome"])
 
 # Tokens by tenant: what a tenant consumed across models (modelyard_tokens_total is per model and cluster).
 TENANT_TOKENS = Counter("modelyard_tenant_tokens_total", "LLM tokens metered from upstream usage, per tenant",
@@ -199,6 +202,61 @@ class DeploymentStates(Collector):
 
 DEPLOYMENT_STATES = DeploymentStates()
 REGISTRY.register(DEPLOYMENT_STATES)
+
+# (cluster, endpoint, field -> value, LoRA adapters loaded) per replica: what the picker reads now.
+ReplicaState = tuple[str, str, Mapping[str, float], frozenset[str]]
+
+
+class ReplicaStates(Collector):
+    """`modelyard_replica_state{cluster,endpoint,field}` (waiting, running, kv_usage, max_lora,
+    age_seconds, in_flight, held_seconds) and `modelyard_replica_loras{cluster,endpoint,adapter}`, read
+    at scrape time from the replica board (`source`, set when its pollers start): what the picker
+    sees now, which `modelyard route explain --live` replays."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterator[ReplicaState]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("modelyard_replica_state",
+                              "What the replica picker reads per endpoint: the server's waiting, running, kv_usage "
+                              "and max_lora, the reading's age_seconds, the gateway's in_flight, held_seconds left "
+                              "after a failure", labels=["cluster", "endpoint", "field"])
+        lora = GaugeMetricFamily("modelyard_replica_loras", "1 per LoRA adapter a replica reports loaded",
+                                 labels=["cluster", "endpoint", "adapter"])
+        for cluster, endpoint, fields, adapters in (self.source() if self.source is not None else ()):
+            for name, value in fields.items():
+                g.add_metric([cluster, endpoint, name], value)
+            for a in sorted(adapters):
+                lora.add_metric([cluster, endpoint, a], 1.0)
+        yield g
+        yield lora
+
+
+REPLICA_STATES = ReplicaStates()
+REGISTRY.register(REPLICA_STATES)
+
+
+class LatencyObjectives(Collector):
+    """`modelyard_latency_objective{cluster,field}`: each deployment with an `slo:`, measured now
+    (p99_seconds, p99_samples, ttft_seconds, ttft_samples, over 0|1), read at scrape time from the
+    scheduler (`source`, set by the composition root); `modelyard route explain --live` replays it."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterator[tuple[str, Mapping[str, float]]]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("modelyard_latency_objective",
+                              "A deployment against its latency objective over the window: p99_seconds, "
+                              "p99_samples, ttft_seconds, ttft_samples, over (1: counts as loaded)",
+                              labels=["cluster", "field"])
+        for cluster, fields in (self.source() if self.source is not None else ()):
+            for name, value in fields.items():
+                g.add_metric([cluster, name], value)
+        yield g
+
+
+LATENCY_OBJECTIVES = LatencyObjectives()
+REGISTRY.register(LATENCY_OBJECTIVES)
 
 # Live reload (extproc/live/reload.py): the running config's version (a content hash), and every reload.
 CONFIG_INFO = Gauge("modelyard_config_info", "1 for the config version (content hash) this process runs",

@@ -59,6 +59,7 @@ def test_banner_reflects_the_config() -> None:
                   demo_upstreams=shipped.devstack.demo_upstreams)
     assert f"Demo API key:   {DEMO_KEY}" in text and f"Bearer {DEMO_KEY}" in text and '"model":"demo-gpt"' in text
     assert "Envoy admin:    http://127.0.0.1:9901" in text
+    assert "InferencePool:  http://127.0.0.1:10012 (demo-vllm-pool" in text  # `modelyard epp` and its listener
 
 
 def test_only_declared_clusters_get_demo_servers() -> None:

@@ -4,6 +4,10 @@ back to Envoy's own balancer, and prefix affinity holds a conversation on one re
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -12,7 +16,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import yaml
 
+from extproc.replicas.explain import add_replica_picks
 from tests.stack_config import free_port, small_config, start_stack
 
 KEY = "sk-modelyard-demo"
@@ -29,6 +35,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, li
         "replica_metrics": {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 400,
                             # long enough that no slow moment here outlasts it (the last test)
                             "failure_hold_ms": 600_000}}]}]
+    data["extproc"]["audit_db"] = "audit.sqlite"
     with start_stack(tmp_path_factory.mktemp("rp"), data) as stack:
         yield stack, eps
 
@@ -102,6 +109,73 @@ def test_prefix_affinity_holds_a_conversation_on_one_replica(replicas: tuple[Any
     assert _chat(client, other) == b
     _fake(b, waiting=0)
     _fake(a, waiting=0)
+
+
+def _audit_detail(stack: Any, task_id: str) -> dict[str, Any]:
+    """The call's audit row's detail, once the writer thread has it in SQLite."""
+    deadline = time.monotonic() + 20
+    while True:
+        conn = sqlite3.connect(stack.cfg.extproc.audit_db)
+        try:
+            row = conn.execute("SELECT detail FROM audit WHERE task_id = ? AND event = 'call'", (task_id,)).fetchone()
+        finally:
+            conn.close()
+        if row is not None:
+            return json.loads(row[0])
+        assert time.monotonic() < deadline, f"no audit row for {task_id}"
+        time.sleep(0.1)
+
+
+def test_the_audit_row_names_the_replica_that_answered_and_why(replicas: tuple[Any, list[str]]) -> None:
+    stack, (a, b) = replicas
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+    _fake(a, waiting=40, metrics=True)
+    _fake(b, waiting=0, metrics=True)
+    _settle(stack, client, b)
+    raw = client.chat.completions.with_raw_response.create(model="rp", messages=[{"role": "user", "content": "who?"}])
+    detail = _audit_detail(stack, raw.headers["x-modelyard-task-id"])
+    assert detail["replica"] == raw.headers["x-demo-replica"] == b
+    assert detail["reason"] == "queue" and "answered" not in detail, detail
+    # What `route explain --live` replays: the board's state at the extproc's /metrics.
+    metrics = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    doc: dict[str, Any] = {"rows": [{"rank": 1, "model": "rp", "cluster": "demo-rp"}]}
+    add_replica_picks(stack.cfg, doc, metrics, time.monotonic())
+    pick = doc["rows"][0]["replicas"]
+    assert (pick["endpoint"], pick["why"]) == (b, "queue")
+    assert {r["endpoint"]: r["waiting"] for r in pick["ranked"]} == {a: 40, b: 0}
+    # Readings stale: Envoy balanced, and the row says so and who answered.
+    _fake(a, metrics=False)
+    _fake(b, metrics=False)
+    deadline = time.monotonic() + 10
+    while True:
+        raw = client.chat.completions.with_raw_response.create(model="rp", messages=[{"role": "user", "content": "?"}])
+        detail = _audit_detail(stack, raw.headers["x-modelyard-task-id"])
+        if detail["replica"] is None:
+            break
+        assert time.monotonic() < deadline, detail
+    assert detail == {"replica": None, "reason": "stale", "fallback": "envoy",
+                      "answered": raw.headers["x-demo-replica"]}
+    _fake(a, waiting=0, metrics=True)
+    _fake(b, waiting=0, metrics=True)
+
+
+def test_new_weights_take_effect_on_sighup_without_a_restart(replicas: tuple[Any, list[str]]) -> None:
+    stack, (a, b) = replicas
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+    _fake(a, waiting=0, kv=0.9, metrics=True)  # a: the empty queue, b: the empty KV cache
+    _fake(b, waiting=8, kv=0.0, metrics=True)
+    _settle(stack, client, a)  # the default weights: the queue decides
+    pid = stack.child("extproc").proc.pid
+    cfg = yaml.safe_load(stack.config_path.read_text())
+    cfg["models"][0]["deployments"][0]["replica_metrics"]["weights"] = {"queue": 0.1, "kv_cache": 1.0}
+    stack.config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    os.kill(pid, signal.SIGHUP)
+    _settle(stack, client, b)  # the KV headroom decides now
+    landed = Counter(_chat(client, [{"role": "user", "content": f"w{i}"}]) for i in range(10))
+    assert landed == {b: 10}
+    assert stack.child("extproc").proc.pid == pid  # no restart
+    _fake(a, waiting=0, kv=0.0)
+    _fake(b, waiting=0, kv=0.0)
 
 
 def test_a_replica_that_failed_is_not_picked_again_at_once(replicas: tuple[Any, list[str]]) -> None:

@@ -89,3 +89,26 @@ def test_prefix_index_matches_the_longest_run_and_stays_bounded() -> None:
     idx.record(block_hashes("zzzz" * 64, 64, 8)[:1], "a")
     assert len(idx) == 4  # the least recently used block left
     assert idx.match(conv) == {}  # its first block was the oldest: the chain breaks there
+
+
+def test_the_audit_reason_names_the_term_that_decided() -> None:
+    queue = pick_replica(S, EPS, {EPS[0]: _r(waiting=30), EPS[1]: _r()}, {}, {}, 10.0)
+    assert queue.audit() == {"replica": EPS[1], "reason": "queue", "score": round(queue.ranked[0].score, 4)}
+    kv = pick_replica(S, EPS, {EPS[0]: _r(kv=0.9), EPS[1]: _r(kv=0.1)}, {}, {}, 10.0)
+    assert kv.why == "kv_cache"
+    near = {EPS[0]: _r(waiting=2), EPS[1]: _r()}
+    prefix = pick_replica(S, EPS, near, {}, {}, 10.0, prefix_depth={EPS[0]: 4}, prefix_blocks=4)
+    assert (prefix.endpoint, prefix.why) == (EPS[0], "prefix")
+    lora = pick_replica(S, EPS, {EPS[0]: _r(max_lora=1), EPS[1]: _r(loras=frozenset({"sql"}), max_lora=1)},
+                        {}, {}, 10.0, adapter="sql")
+    assert (lora.endpoint, lora.why) == (EPS[1], "lora")
+    assert pick_replica(S, EPS, {EPS[0]: _r(), EPS[1]: _r()}, {}, {}, 10.0).why == "tie"
+    assert pick_replica(S, EPS, {EPS[1]: _r()}, {}, {}, 10.0).why == "only"
+    held = pick_replica(S, EPS, {EPS[0]: _r(), EPS[1]: _r(waiting=9)}, {}, {EPS[0]: 9.9}, 10.0)
+    assert (held.endpoint, held.why) == (EPS[1], "only")
+
+
+def test_nothing_fresh_is_audited_as_envoys_fallback() -> None:
+    pick = pick_replica(S, EPS, {EPS[0]: _r(at=1.0)}, {}, {}, 10.0)
+    assert pick.audit() == {"replica": None, "reason": "stale", "fallback": "envoy"}
+    assert pick.explain()["why"] == "stale"

@@ -1,4 +1,4 @@
-"""The replica parsers on the model servers' own expositions (expositions/README.md says where
+"""The replica parsers on the model servers' own expositions (expositions/SOURCES.md says where
 each comes from), and on the shapes they must refuse."""
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ def test_vllm_v1() -> None:
     assert r.max_lora == 1
 
 
-def test_vllm_v0_older_cache_name_and_lora_off() -> None:
+def test_vllm_v0_scrape_older_cache_name_and_lora_off() -> None:
+    """A V0 server's own scrape: `model_name` labels, histograms, `vllm:gpu_cache_usage_perc`."""
     r = _read("vllm", "vllm_v0.prom")
-    assert (r.waiting, r.running, r.kv_usage) == (2, 3, 0.41)
+    assert (r.waiting, r.running, r.kv_usage) == (0, 0, 0.0)
     assert r.loras == frozenset() and r.max_lora == 0
 
 
@@ -36,14 +37,32 @@ def test_sglang() -> None:
     assert r.max_lora is None
 
 
-def test_tgi() -> None:
+def test_tgi_router_scrape_with_histogram_and_summary() -> None:
     r = _read("tgi", "tgi.prom")
-    assert (r.waiting, r.running, r.kv_usage) == (12, 4, None)
+    assert (r.waiting, r.running, r.kv_usage, r.max_lora) == (0, 0, None, None)
+
+
+def test_tgi_busy() -> None:
+    body = (HERE / "tgi.prom").read_bytes().replace(b"tgi_queue_size 0", b"tgi_queue_size 12").replace(
+        b"tgi_batch_current_size 0", b"tgi_batch_current_size 4")
+    r = parse_replica_metrics("tgi", body, 0.0)
+    assert (r.waiting, r.running) == (12, 4)
+
+
+def test_triton_trtllm_scrape() -> None:
+    """Triton with TensorRT-LLM: the nv_trt_llm_* families (other labels) are skipped unread."""
+    r = _read("triton", "triton.prom")
+    assert (r.waiting, r.running, r.kv_usage) == (0, 0, None)
+    assert r.queue_us_total == 0
 
 
 def test_triton_sums_models() -> None:
-    r = _read("triton", "triton.prom")
-    assert (r.waiting, r.running, r.kv_usage) == (6, 0, None)
+    body = (b'nv_inference_pending_request_count{model="tensorrt_llm",version="1"} 5\n'
+            b'nv_inference_pending_request_count{model="preprocessing",version="1"} 1\n'
+            b'nv_inference_queue_duration_us{model="tensorrt_llm",version="1"} 1520337\n'
+            b'nv_inference_queue_duration_us{model="preprocessing",version="1"} 2100\n')
+    r = parse_replica_metrics("triton", body, 0.0)
+    assert (r.waiting, r.running) == (6, 0)
     assert r.queue_us_total == 1520337 + 2100
 
 

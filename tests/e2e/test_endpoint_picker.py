@@ -1,0 +1,304 @@
+"""Endpoint-picker mode through a real Envoy configured as the Gateway API Inference Extension
+documents it (its e2e Envoy, kubernetes-sigs/gateway-api-inference-extension test/testdata/envoy.yaml:
+ext_proc with request and response bodies FULL_DUPLEX_STREAMED, trailers SEND, and an
+ORIGINAL_DST cluster reading `x-gateway-destination-endpoint`). Two demo replicas report vLLM's
+metrics and say who answered (`x-demo-replica`); the client is the openai SDK. The subset hint
+reaches the picker as the protocol says: `envoy.lb.subset_hint` filter metadata, written here by a
+header-to-metadata rule (as a comma-separated string) and forwarded by ext_proc's metadata options.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from devstack.launcher import envoy_binary
+from tests.stack_config import free_port
+
+SYSTEM = "You are the demo assistant of the endpoint-picker tests. " * 12  # several prompt blocks
+
+
+def inference_gateway_envoy(listen: int, admin: int, epp: int, pool: list[str]) -> dict[str, Any]:
+    """The Inference Extension's Envoy, trimmed to what the protocol needs, plus the subset-hint rule
+    and a second way to the pool (`x-test-lb: metadata`): a cluster of the pool's endpoints whose
+    override-host policy reads the `envoy.lb` metadata instead of the header, round robin else."""
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "vllm",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen}},
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3"
+                                 ".HttpConnectionManager",
+                        "stat_prefix": "inference",
+                        "route_config": {"name": "vllm", "virtual_hosts": [{
+                            "name": "vllm-default", "domains": ["*"],
+                            "routes": [{"match": {"prefix": "/", "headers": [
+                                            {"name": "x-test-lb", "string_match": {"exact": "metadata"}}]},
+                                        "route": {"cluster": "pool_by_metadata", "timeout": "60s"}},
+                                       {"match": {"prefix": "/"},
+                                        "route": {"cluster": "original_destination_cluster", "timeout": "60s"}}]}]},
+                        "http_filters": [
+                            {"name": "envoy.filters.http.header_to_metadata",
+                             "typed_config": {
+                                 "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3"
+                                          ".Config",
+                                 "request_rules": [{"header": "x-test-subset", "remove": True, "on_header_present": {
+                                     "metadata_namespace": "envoy.lb.subset_hint",
+                                     "key": "x-gateway-destination-endpoint-subset", "type": "STRING"}}]}},
+                            {"name": "envoy.filters.http.ext_proc",
+                             "typed_config": {
+                                 "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3"
+                                          ".ExternalProcessor",
+                                 "grpc_service": {"envoy_grpc": {"cluster_name": "ext_proc"}, "timeout": "10s"},
+                                 "processing_mode": {
+                                     "request_header_mode": "SEND", "response_header_mode": "SEND",
+                                     "request_body_mode": "FULL_DUPLEX_STREAMED",
+                                     "response_body_mode": "FULL_DUPLEX_STREAMED",
+                                     "request_trailer_mode": "SEND", "response_trailer_mode": "SEND"},
+                                 "metadata_options": {"forwarding_namespaces": {"untyped": ["envoy.lb.subset_hint"]},
+                                                      "receiving_namespaces": {"untyped": ["envoy.lb"]}},
+                                 "message_timeout": "30s"}},
+                            {"name": "envoy.filters.http.router",
+                             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3"
+                                                       ".Router", "suppress_envoy_headers": True}}]}}]}]}],
+            "clusters": [
+                {"name": "original_destination_cluster", "type": "ORIGINAL_DST", "connect_timeout": "2s",
+                 "lb_policy": "CLUSTER_PROVIDED",
+                 "original_dst_lb_config": {"use_http_header": True,
+                                            "http_header_name": "x-gateway-destination-endpoint"}},
+                {"name": "pool_by_metadata", "type": "STATIC", "connect_timeout": "2s",
+                 "load_balancing_policy": {"policies": [{"typed_extension_config": {
+                     "name": "envoy.load_balancing_policies.override_host",
+                     "typed_config": {
+                         "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3"
+                                  ".OverrideHost",
+                         "override_host_sources": [{"metadata": {
+                             "key": "envoy.lb", "path": [{"key": "x-gateway-destination-endpoint"}]}}],
+                         "fallback_policy": {"policies": [{"typed_extension_config": {
+                             "name": "envoy.load_balancing_policies.round_robin",
+                             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies"
+                                                       ".round_robin.v3.RoundRobin"}}}]}}}}]},
+                 "load_assignment": {"cluster_name": "pool_by_metadata", "endpoints": [{"lb_endpoints": [
+                     {"endpoint": {"address": {"socket_address": {"address": ep.rpartition(":")[0],
+                                                                  "port_value": int(ep.rpartition(":")[2])}}}}
+                     for ep in pool]}]}},
+                {"name": "ext_proc", "type": "STATIC", "connect_timeout": "2s",
+                 "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                     "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                     "explicit_http_config": {"http2_protocol_options": {}}}},
+                 "load_assignment": {"cluster_name": "ext_proc", "endpoints": [{"lb_endpoints": [{"endpoint": {
+                     "address": {"socket_address": {"address": "127.0.0.1", "port_value": epp}}}}]}]}}]}}
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}; see {log}")
+
+
+class Gateway:
+    def __init__(self, url: str, replicas: list[str]) -> None:
+        self.url = url
+        self.replicas = replicas
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    work = tmp_path_factory.mktemp("epp")
+    a_port, b_port, epp_port, listen, admin = (free_port() for _ in range(5))
+    replicas = [f"127.0.0.1:{a_port}", f"127.0.0.1:{b_port}"]
+    members = work / "endpoints"
+    members.write_text("\n".join(replicas) + "\n")
+    (work / "epp.yaml").write_text(yaml.safe_dump({
+        "pool": "demo-pool", "address": f"127.0.0.1:{epp_port}", "endpoints_file": str(members),
+        "replica_metrics": {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 400},
+        "shed_queue": 10, "objectives": {"batch-jobs": -1, "chat": 2}}))
+    (work / "envoy.yaml").write_text(yaml.safe_dump(inference_gateway_envoy(listen, admin, epp_port, replicas)))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for name, cmd, port in (
+                ("demos", [sys.executable, "-m", "devstack.demo.host", "devstack.demo.openai_server", "--port",
+                           str(a_port), "--", "devstack.demo.openai_server", "--port", str(b_port)], b_port),
+                ("epp", [sys.executable, "-m", "modelyard.cli", "epp", "--config", str(work / "epp.yaml")], epp_port),
+                ("envoy", [envoy_binary(), "-c", str(work / "envoy.yaml"), "--concurrency", "1",
+                           "--disable-hot-restart", "--log-level", "warn"], listen)):
+            log = work / f"{name}.log"
+            with open(log, "wb") as out:
+                procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
+            _wait_port(port, procs[-1], log)
+        yield Gateway(f"http://127.0.0.1:{listen}", replicas)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=15)
+
+
+def _fake(ep: str, **body: Any) -> None:
+    httpx.post(f"http://{ep}/fake-queue", json=body, timeout=5).raise_for_status()
+
+
+def _client(gw: Gateway, **headers: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused-by-the-pool", max_retries=0,
+                         default_headers=headers or None)
+
+
+def _chat(client: openai.OpenAI, messages: list[dict[str, str]]) -> str:
+    raw = client.chat.completions.with_raw_response.create(model="demo", messages=messages)  # type: ignore[arg-type]
+    return raw.headers["x-demo-replica"]
+
+
+def _settle(client: openai.OpenAI, expect: str, limit_s: float = 10.0) -> None:
+    """Readings arrive every 50 ms: calls until one lands as expected, then the test counts (a
+    replica whose /metrics was just switched back on is not ready until its next poll: 503 till then)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            if _chat(client, [{"role": "user", "content": "settle"}]) == expect:
+                return
+        except openai.InternalServerError as e:
+            assert e.status_code == 503, e
+        assert time.monotonic() < deadline, f"never landed on {expect}"
+
+
+def test_every_call_lands_on_the_replica_with_the_short_queue(gateway: Gateway) -> None:
+    a, b = gateway.replicas
+    client = _client(gateway)
+    _fake(a, waiting=8, metrics=True)
+    _fake(b, waiting=0, metrics=True)
+    _settle(client, b)
+    assert Counter(_chat(client, [{"role": "user", "content": f"q{i}"}]) for i in range(20)) == {b: 20}
+    _fake(a, waiting=0)
+    _fake(b, waiting=8)
+    _settle(client, a)
+    assert Counter(_chat(client, [{"role": "user", "content": f"r{i}"}]) for i in range(20)) == {a: 20}
+    # The `envoy.lb` dynamic metadata names the same endpoint (a round robin would give b half).
+    by_metadata = _client(gateway, **{"x-test-lb": "metadata"})
+    assert Counter(_chat(by_metadata, [{"role": "user", "content": f"m{i}"}]) for i in range(10)) == {a: 10}
+    # A stream passes through the full-duplex response path chunk by chunk.
+    stream = client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "stream"}],
+                                            stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    _fake(b, waiting=0)
+
+
+def test_the_subset_hint_is_honoured(gateway: Gateway) -> None:
+    a, b = gateway.replicas
+    _fake(a, waiting=0, metrics=True)
+    _fake(b, waiting=8, metrics=True)
+    _settle(_client(gateway), a)
+    # The hint names only b, the longer queue: every call goes there all the same.
+    hinted = _client(gateway, **{"x-test-subset": b})
+    assert Counter(_chat(hinted, [{"role": "user", "content": f"h{i}"}]) for i in range(10)) == {b: 10}
+    # A hint naming no member of the pool: 503, in the OpenAI error shape.
+    with pytest.raises(openai.InternalServerError) as e:
+        _chat(_client(gateway, **{"x-test-subset": "10.9.9.9:8000"}), [{"role": "user", "content": "x"}])
+    assert e.value.status_code == 503 and "no ready endpoint" in e.value.message
+    _fake(b, waiting=0)
+
+
+def test_prefix_affinity_holds_a_conversation(gateway: Gateway) -> None:
+    a, b = gateway.replicas
+    client = _client(gateway)
+    _fake(a, waiting=0, metrics=True)
+    _fake(b, waiting=2, metrics=True)
+    _settle(client, a)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]
+    assert _chat(client, messages) == a
+    _fake(a, waiting=2)
+    _fake(b, waiting=0)
+    _settle(client, b)
+    for turn in range(4):
+        messages += [{"role": "assistant", "content": f"answer {turn}"},
+                     {"role": "user", "content": f"and then {turn}?"}]
+        assert _chat(client, messages) == a, turn
+    assert _chat(client, [{"role": "system", "content": "Another conversation. " * 20},
+                          {"role": "user", "content": "hi"}]) == b
+    _fake(a, waiting=0)
+
+
+def test_saturated_pool_sheds_sheddable_requests_only(gateway: Gateway) -> None:
+    a, b = gateway.replicas
+    _fake(a, waiting=30, metrics=True)
+    _fake(b, waiting=20, metrics=True)
+    batch = _client(gateway, **{"x-gateway-inference-objective": "batch-jobs"})
+    deadline = time.monotonic() + 10
+    while True:  # served until both new readings have arrived (one poll each), then shed
+        try:
+            _chat(batch, [{"role": "user", "content": "x"}])
+        except openai.RateLimitError as e:
+            assert e.status_code == 429 and "sheddable" in e.message
+            assert e.response.headers["retry-after"] == "1"
+            break
+        assert time.monotonic() < deadline, "never shed"
+    with pytest.raises(openai.RateLimitError):  # and stays shed while the pool is saturated
+        _chat(batch, [{"role": "user", "content": "x"}])
+    # Priority 0 (no objective) and above: still served, by the least loaded.
+    assert _chat(_client(gateway, **{"x-gateway-inference-objective": "chat"}), [{"role": "user", "content": "y"}]) == b
+    _fake(a, waiting=0)
+    _fake(b, waiting=0)
+
+
+def test_no_ready_replica_gives_503(gateway: Gateway) -> None:
+    a, b = gateway.replicas
+    client = _client(gateway)
+    _fake(a, waiting=0, metrics=False)  # /metrics answers 503: its reading goes stale, it is not ready
+    _fake(b, waiting=5, metrics=True)
+    _settle(client, b)
+    _fake(b, metrics=False)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            _chat(client, [{"role": "user", "content": "anyone?"}])
+        except openai.InternalServerError as e:
+            assert e.status_code == 503 and "no ready endpoint in InferencePool demo-pool" in e.message
+            assert e.response.headers["retry-after"] == "1"
+            break
+        assert time.monotonic() < deadline, "never 503"
+    _fake(a, metrics=True)
+    _fake(b, waiting=0, metrics=True)
+    _settle(client, a)
+
+
+def test_modelyard_up_puts_the_picker_and_its_listener_in_front_of_the_pool(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The embedded default: `endpoint_picker.listener` makes the stack start `modelyard epp` and
+    render Envoy's listener for the pool (controlplane/inference_pool.py), over the config's own
+    demo replicas; the pool's calls need no gateway key (the gateway's own listener still does)."""
+    from tests.stack_config import small_config, start_stack
+
+    data = small_config()
+    eps = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    data["models"].append({"name": "pooled", "task_types": ["chat"], "deployments": [{
+        "cluster": "demo-pooled", "protocol": "openai", "endpoints": eps}]})
+    listener = f"127.0.0.1:{free_port()}"
+    data["endpoint_picker"] = {"pool": "demo-pool", "address": f"127.0.0.1:{free_port()}", "listener": listener,
+                               "endpoints": eps, "replica_metrics": {"kind": "vllm", "interval_ms": 50}}
+    with start_stack(tmp_path_factory.mktemp("epp-up"), data, shared_demos=True) as stack:
+        assert stack.child("epp").is_ready()
+        pool = Gateway(f"http://{listener}", eps)
+        _fake(eps[0], waiting=6)
+        client = _client(pool)
+        _settle(client, eps[1])
+        assert Counter(_chat(client, [{"role": "user", "content": f"u{i}"}]) for i in range(10)) == {eps[1]: 10}
