@@ -22,8 +22,9 @@ from devstack.demo.openai_server import make_app
 
 
 class Scaler:
-    def __init__(self, upstream_port: int, *, name: str = "demo-cold", start_delay_s: float = 2.0,
+    def __init__(self, upstream_port: int, *, name: str = "demo-cold", start_delay_s: float | None = 2.0,
                  host: str = "127.0.0.1") -> None:
+        """`start_delay_s=None`: the replica starts only when `start_now` is awaited (tests pace it)."""
         self.upstream = (host, upstream_port)
         self.name = name
         self.start_delay_s = start_delay_s
@@ -70,7 +71,15 @@ class Scaler:
             self._starting = asyncio.get_running_loop().create_task(self._start())
 
     async def _start(self) -> None:
+        if self.start_delay_s is None:
+            return
         await asyncio.sleep(self.start_delay_s)
+        await self.start_now()
+
+    async def start_now(self) -> None:
+        """Start the replica (on the scaler's own loop); a second call does nothing."""
+        if self._runner is not None:
+            return
         self._runner = web.AppRunner(make_app(self.name))
         await self._runner.setup()
         await web.TCPSite(self._runner, *self.upstream).start()

@@ -41,9 +41,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     token = work / "token"
     token.write_text(TOKEN + "\n")
     up_fast, up_slow = free_port(), free_port()
-    fast = Scaler(up_fast, name="cold", start_delay_s=1.0)
+    fast = Scaler(up_fast, name="cold", start_delay_s=None)  # the test starts it once every caller waits
     slow = Scaler(up_slow, name="cold-slow", start_delay_s=600)  # never up within the test
     with ThreadedApp(fast.app()) as fast_api, ThreadedApp(slow.app()) as slow_api:
+        fast.api = fast_api
         data = small_config()
         data["models"] += [_cold_model("cold", "cold-mini", up_fast, fast_api.port, str(token)),
                            _cold_model("cold-slow", "cold-slow", up_slow, slow_api.port, str(token))]
@@ -76,9 +77,12 @@ def test_held_callers_all_served_in_arrival_order_once_a_replica_is_up(stack) ->
             calls.append(asyncio.ensure_future(client.chat.completions.create(
                 model="cold", messages=[{"role": "user", "content": f"held {i}"}])))
             deadline = time.monotonic() + 10
-            while _metric(stack, "modelyard_queue_depth", cluster="cold-mini") < i + 1:
+            while await asyncio.to_thread(_metric, stack, "modelyard_queue_depth", cluster="cold-mini") < i + 1:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.02)
+        # All five are held, and the replica was asked for once, while none is up.
+        assert [c["method"] for c in stack.fast.calls] == ["PATCH"] and stack.fast.started_at is None
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(stack.fast.start_now(), stack.fast.api.loop))
         return await asyncio.gather(*calls)
 
     answers = asyncio.run(run())
