@@ -177,7 +177,7 @@ class ConcurrencyLimits:
                     del self._retired[cluster]
             return
         held = ticket.state == "granted"
-        nxt = q.release(ticket, self.clock())
+        nxt = q.release(ticket, self.clock(), hand_on=cluster not in self.paused)
         if nxt is not None:  # the slot goes straight to the next waiter here
             self._wake(cluster, nxt)
         elif held:
