@@ -61,7 +61,7 @@ def _cloud_demo_args(dep: Deployment) -> list[str]:
 
 
 # The demos devstack.demo.host can run together (each module has a `build`); KServe's is gRPC.
-_HOSTED = frozenset(m for p, m in _DEMO_SERVERS.items() if p != "kserve-grpc")
+_HOSTED = frozenset(m for p, m in _DEMO_SERVERS.items() if p != "kserve-grpc") | {"devstack.demo.scaler"}
 
 
 def envoy_binary() -> str:
@@ -87,6 +87,9 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable, *, shared: b
         raise ConfigError(f"devstack.demo_upstreams: no deployment has cluster {', '.join(map(repr, unknown))}")
     for name in dict.fromkeys(cfg.devstack.demo_upstreams):
         dep = clusters[name]
+        if dep.scale_from_zero is not None:  # no replica yet: the demo scaler starts it when asked
+            out.append(_scaler_child(name, dep, python))
+            continue
         module = _DEMO_SERVERS.get(dep.protocol)
         for ep in dep.endpoints:
             host, _, port = ep.rpartition(":")
@@ -109,6 +112,18 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable, *, shared: b
                         "--fake", "--fake-util", "0.2", "--fake-mem", "0.3"]
                 out.append(Child(f"agent@{u.port}", argv, ("http", f"http://{u.netloc}/watermarks")))
     return _share_demos(out, python) if shared else out
+
+
+def _scaler_child(name: str, dep: Deployment, python: str) -> Child:
+    """devstack.demo.scaler where the deployment asks for a replica (its webhook, or the Kubernetes API
+    it names), starting the demo server on the deployment's endpoint when asked."""
+    sfz = dep.scale_from_zero
+    assert sfz is not None
+    u = urlparse(sfz.webhook if sfz.webhook is not None else sfz.kubernetes.api_url if sfz.kubernetes else "")
+    port = dep.endpoints[0].rpartition(":")[2]
+    argv = [python, "-m", "devstack.demo.scaler", "--host", u.hostname or "127.0.0.1", "--port", str(u.port),
+            "--upstream-port", port, "--name", name]
+    return Child(f"{name}@{u.port}", argv, ("http", f"http://{u.netloc}/health"))
 
 
 def _share_demos(children: list[Child], python: str) -> list[Child]:

@@ -12,6 +12,7 @@ from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.choice import Choice
 from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
+from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import (
     MEDIA_UNITS,
@@ -47,6 +48,7 @@ class Accountant:
         failure (5xx, a reply we cannot read, a stream it cut), None when it never answered for
         itself (the client left, or the gateway failed the request): no feedback either way."""
         choice.release_slot()  # first: the next waiter goes while we meter this one
+        DEMAND.touch(choice.deployment.cluster)
         model = choice.model
         if upstream_ok is not None:  # a client that leaves or our own error must not cool a deployment down
             self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s, now=time.monotonic(),

@@ -24,6 +24,7 @@ from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.admission.waking import Waker
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.context import ClientProtocol
@@ -46,6 +47,7 @@ from extproc.routing import Scheduler
 from extproc.server import ExtprocServer
 from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
+from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
 from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, LATENCY_OBJECTIVES, serve_metrics
 from extproc.telemetry.pollers import WatermarkBoard
@@ -308,6 +310,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await gateway.replicas.start(first_poll_timeout=1.0)
     if metrics and config.extproc.metrics_address:
         DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
+        DEMAND.clusters = lambda: iter(live.current.dispatcher.scheduler.config.clusters())
+        DEMAND.loads = lambda: live.current.dispatcher.limits.loads()
         LATENCY_OBJECTIVES.source = lambda: live.current.dispatcher.scheduler.latency.exposition(time.monotonic())
         serve_metrics(config.extproc.metrics_address)
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
@@ -315,6 +319,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         if not await asyncio.to_thread(gateway.key_admin.refresher.wait_loaded, 5.0):
             log.error("key store not read: serving config-file keys; store keys follow once it answers")
     warmer.start()  # before serving: the first requests already see which deployments are warming
+    waker = Waker(config, lambda: live.current.dispatcher.limits)  # scale_from_zero: held until a replica is ready
+    await waker.start()
     feed = None
     if config.controlplane.enabled:  # the control plane's config, long-polled, applied as SIGHUP's is
         feed = ConfigFeed(config.controlplane.api_address, reloader, worker_id(worker_index()))
@@ -326,6 +332,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
             await feed.close()
         await asyncio.gather(*reloads, return_exceptions=True)
         await warmer.close()
+        await waker.close()
 
 
 def _rls_decisions(gateway: Gateway) -> DecisionHook | None:

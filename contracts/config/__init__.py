@@ -29,6 +29,7 @@ from contracts.config.queueing import DedicatedPool, QueueSettings
 from contracts.config.ratelimit import RateLimitConfig
 from contracts.config.response_cache import CachePolicy, ResponseCacheStore, check_embedding_models
 from contracts.config.routing import RoutingSettings
+from contracts.config.scaling import ScaleFromZero
 from contracts.config.service_levels import Channel, LatencyObjective, Tier
 from contracts.errors import ConfigError
 from contracts.params import DropParams, check_drop_params
@@ -276,6 +277,8 @@ class Deployment(_Model):
     # Concurrency: at most this many requests in flight here; the rest wait in `queue` (None: no limit).
     max_inflight: int | None = Field(None, ge=1)
     queue: QueueSettings = QueueSettings()
+    # No replica may be running: callers wait in `queue` while one is asked for (contracts/config/scaling.py).
+    scale_from_zero: ScaleFromZero | None = None
     # A dedicated pool: only these tiers or tenants are routed here.
     reserved_for: DedicatedPool | None = None
     # Spot / preemptible capacity: under a spot-first strategy (routing.spot_first) an idle one is preferred.
@@ -324,6 +327,11 @@ class Deployment(_Model):
             raise ValueError(f"warmup: not available for protocol {self.protocol}")
         if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
             raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
+        if self.scale_from_zero is not None and (not self.max_inflight or self.health_check is None
+                                                 or self.health_check.http_path is None):
+            # Callers are held in the deployment's queue; readiness is its HTTP health check.
+            raise ValueError("scale_from_zero needs max_inflight (its queue holds the callers) and a "
+                             "health_check with http_path (it says when a replica is ready)")
         return self
 
     def credential(self) -> str | None:

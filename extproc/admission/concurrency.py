@@ -33,6 +33,7 @@ from contracts.errors import ClientError, ModelyardError, Unavailable, UnknownMo
 from extproc.admission.host_slots import HostSlots
 from extproc.admission.redis_slots import RedisSlots
 from extproc.routing.queueing import DeploymentQueue, Refusal, Ticket
+from extproc.telemetry.demand import Load
 from extproc.telemetry.metrics import INFLIGHT, QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
 
 # How often a process with waiters looks for a slot another process handed back.
@@ -96,6 +97,9 @@ class ConcurrencyLimits:
         self._waiters: dict[Ticket, tuple[asyncio.Future[None], str]] = {}  # waiting ticket -> (wake-up, model)
         # (in flight + waiting) / max_inflight per limited deployment, kept current: the scheduler reads it as load.
         self.occupancy: dict[str, float] = {}
+        # Deployments with no replica ready (scale_from_zero): every caller queues; `on_hold` hears of each.
+        self.paused: set[str] = set()
+        self.on_hold: Callable[[str], None] | None = None
         # Label children per cluster, looked up once: `labels()` costs more than the update.
         self._inflight: dict[str, Gauge] = {name: INFLIGHT.labels(name) for name in self.queues}
         for name in self.queues:
@@ -125,8 +129,9 @@ class ConcurrencyLimits:
         if q is None:
             return None
         # A shared slot first when one would be granted here; without one, the ticket queues.
-        took = self.shared is not None and q.has_room() and await self._take(cluster, q.max_inflight)
-        room = self.shared is None or took
+        paused = cluster in self.paused
+        took = not paused and self.shared is not None and q.has_room() and await self._take(cluster, q.max_inflight)
+        room = not paused and (self.shared is None or took)
         ticket = Ticket(tenant, tier, self.clock())
         refusal = q.offer(ticket, ticket.arrived, room)
         if refusal is not None:
@@ -145,8 +150,10 @@ class ConcurrencyLimits:
         timer = loop.call_later(q.settings.max_wait_s[tier], self._expire, cluster, q, ticket)
         if took:  # others came in while Redis answered: the slot we took goes to the queue's next
             self._grant_or_give(cluster)
-        if self.shared is not None and cluster not in self._polls:
+        if self.shared is not None and cluster not in self._polls and not paused:
             self._polls[cluster] = loop.create_task(self._poll(cluster))
+        if paused and self.on_hold is not None:
+            self.on_hold(cluster)
         try:
             await woken
         except asyncio.CancelledError:
@@ -170,7 +177,7 @@ class ConcurrencyLimits:
                     del self._retired[cluster]
             return
         held = ticket.state == "granted"
-        nxt = q.release(ticket, self.clock())
+        nxt = q.release(ticket, self.clock(), hand_on=cluster not in self.paused)
         if nxt is not None:  # the slot goes straight to the next waiter here
             self._wake(cluster, nxt)
         elif held:
@@ -224,7 +231,9 @@ class ConcurrencyLimits:
             q = found
             q.max_inflight, q.settings = max_inflight, settings  # the next grants see them
             self.queues[name] = q
-            if self.shared is None:  # more slots now: waiters here take them at once
+            if name in self.paused:  # no replica ready yet: the waiters stay until `resume`
+                pass
+            elif self.shared is None:  # more slots now: waiters here take them at once
                 while (nxt := q.grant_next(now)) is not None:
                     self._wake(name, nxt)
             elif q.waiting() and name not in self._polls:
@@ -289,7 +298,8 @@ class ConcurrencyLimits:
         try:
             while q.waiting():
                 await asyncio.sleep(POLL_S)
-                while q.waiting() and q.inflight < q.max_inflight and await self._take(cluster, q.max_inflight):
+                while (q.waiting() and cluster not in self.paused and q.inflight < q.max_inflight
+                       and await self._take(cluster, q.max_inflight)):
                     if not self._grant_or_give(cluster):
                         break
                 self._show(cluster)
@@ -320,6 +330,27 @@ class ConcurrencyLimits:
         q = self.queues[cluster]
         self.occupancy[cluster] = q.occupancy
         self._inflight[cluster].set(q.inflight)
+
+    def pause(self, cluster: str) -> None:
+        """No replica of `cluster` is ready: callers from now on wait in its queue."""
+        self.paused.add(cluster)
+
+    def resume(self, cluster: str) -> None:
+        """A replica is ready (and warmed): the waiters go, in the queue's order, as slots allow."""
+        self.paused.discard(cluster)
+        q = self.queues.get(cluster)
+        if q is None:
+            return
+        if self.shared is None:
+            while (nxt := q.grant_next(self.clock())) is not None:
+                self._wake(cluster, nxt)
+        elif q.waiting() and cluster not in self._polls:
+            self._polls[cluster] = asyncio.get_running_loop().create_task(self._poll(cluster))
+        self._show(cluster)
+
+    def loads(self) -> dict[str, Load]:
+        """Each limited deployment's slots now (the demand signals read them at scrape time)."""
+        return {name: Load(q.inflight, q.waiting(), q.max_inflight) for name, q in list(self.queues.items())}
 
     def state(self, cluster: str) -> str:
         """ready, busy (every slot taken) or queueing; ready for a deployment without a limit."""

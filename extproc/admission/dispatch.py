@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
+from contracts.config import GatewayConfig
 from contracts.envoy_names import CHANNEL_HEADER, STRATEGY_HEADER
 from contracts.errors import BudgetExhausted, ClientError, ModelyardError
 from contracts.watermarks import Reading
@@ -17,6 +18,7 @@ from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
+from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord
 from extproc.telemetry.metrics import BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE, SPILLED
 from ratelimit import Limiter
@@ -58,6 +60,7 @@ class Dispatcher:
         self.watermarks = watermarks
         self.limits = limits if limits is not None else ConcurrencyLimits(scheduler.config)
         self._failing_open: dict[str, set[FailOpen]] = {}  # by model
+        _spill_series(scheduler.config)
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
@@ -66,6 +69,7 @@ class Dispatcher:
         if d.fail_open or route.model in self._failing_open:
             self._note_fail_open(route.model, set(d.fail_open))
         c = d.chosen
+        DEMAND.touch(c.deployment.cluster)
         peers = tuple(p.deployment for p in d.candidates[1:] if p.model_config is c.model_config
                       and p.channel == c.channel and p.deployment.cluster != c.deployment.cluster)
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
@@ -244,7 +248,22 @@ class Dispatcher:
         raise BudgetExhausted(f"budget exhausted: {spent.describe()}", retry_after_s=retry_after)
 
 
+# Why a call spilled (modelyard_spilled_total's reason label; docs/routing.md, "Spill").
+SPILL_REASONS = ("cluster_bucket", "bound", "tenant_share")
+
+
 def _spill(choice: Choice, reason: str) -> None:
     was = choice.deployment.cluster
     choice.spill()
     SPILLED.labels(choice.model.name, was, choice.deployment.cluster, reason).inc()
+    DEMAND.touch(choice.deployment.cluster)
+
+
+def _spill_series(config: GatewayConfig) -> None:
+    """Every spill series a config can produce exists from the start at 0 (autoscalers read rates of it)."""
+    for m in config.models:
+        for a in m.deployments:
+            for b in m.deployments:
+                if a.cluster != b.cluster and a.channel == b.channel:
+                    for reason in SPILL_REASONS:
+                        SPILLED.labels(m.name, a.cluster, b.cluster, reason)

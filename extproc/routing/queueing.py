@@ -120,15 +120,16 @@ class DeploymentQueue:
         ticket.state = "waiting"
         return None
 
-    def release(self, ticket: Ticket, now: float) -> Ticket | None:
-        """`ticket` hands its slot back; the next waiter, if any, is granted it and returned."""
+    def release(self, ticket: Ticket, now: float, hand_on: bool = True) -> Ticket | None:
+        """`ticket` hands its slot back; the next waiter, if any, is granted it and returned
+        (`hand_on=False`: the deployment is paused, waiters stay until it resumes)."""
         if ticket.state != "granted":
             return None  # released twice, or never granted: nothing to hand back
         ticket.state = "released"
         self.inflight -= 1
         if ticket.granted_at is not None:
             self.hold_s += _HOLD_ALPHA * (max(0.0, now - ticket.granted_at) - self.hold_s)
-        nxt = self._pop_next() if self._waiting else None
+        nxt = self._pop_next() if self._waiting and hand_on else None
         if nxt is not None:
             self._grant(nxt, now)
         return nxt

@@ -278,3 +278,13 @@ BUDGET_REFUSED = Counter("modelyard_budget_refused_total", "Calls refused becaus
                          ["scope"])
 BUDGET_SYNC_ERRORS = Counter("modelyard_budget_sync_errors_total",
                              "Spend ledger writes or reads that failed (retried on the next round)", ["op"])
+
+# Scale from zero (extproc/admission/waking.py): replicas asked for, readiness, time from a held caller to ready.
+SCALE_REQUESTS = Counter("modelyard_scale_requests_total",
+                         "Requests for a replica of a scale_from_zero deployment, by outcome (ok, refused, failed)",
+                         ["cluster", "outcome"])
+SCALE_READY = Gauge("modelyard_scale_ready", "1 while a scale_from_zero deployment has a ready replica, 0 while "
+                    "its callers are held", ["cluster"])
+SCALE_FROM_ZERO_SECONDS = Histogram("modelyard_scale_from_zero_seconds",
+                                    "From the first caller held to the replica ready and warmed", ["cluster"],
+                                    buckets=(0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300))

@@ -152,3 +152,22 @@ def test_queue_series_exist_before_any_request() -> None:
         assert REGISTRY.get_sample_value("modelyard_queue_wait_seconds_count",
                                          {"model": "m", "cluster": "c", "tier": tier}) is not None
     assert REGISTRY.get_sample_value("modelyard_queue_depth", {"model": "m", "cluster": "free", "tier": "L1"}) is None
+
+
+async def test_a_paused_deployment_holds_every_caller_until_it_resumes() -> None:
+    # Scale from zero (extproc/admission/waking.py): no replica ready, so even a free slot is not granted.
+    limits = _limits(2)
+    held: list[str] = []
+    limits.on_hold = held.append
+    first = await limits.acquire("c", "m", "a", "L3")  # granted before the pause: a call already in flight
+    limits.pause("c")
+    waiters = [asyncio.ensure_future(limits.acquire("c", "m", "a", "L3")) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    assert held == ["c", "c"] and limits.queues["c"].waiting() == 2
+    assert first is not None
+    first.release()  # its slot does not go to a waiter while paused
+    await asyncio.sleep(0.05)
+    assert not any(w.done() for w in waiters) and limits.queues["c"].inflight == 0
+    limits.resume("c")
+    slots = await asyncio.wait_for(asyncio.gather(*waiters), 10)
+    assert all(s is not None for s in slots) and limits.queues["c"].inflight == 2

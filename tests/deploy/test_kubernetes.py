@@ -14,12 +14,11 @@ import yaml
 from contracts.config import parse_config
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import load_environment
-from tests.deploy.tools import tool
+from tests.deploy.tools import KUBERNETES_VERSION, tool
 from tests.stack_config import ROOT
 
 K8S = ROOT / "deploy/kubernetes"
 OVERLAYS = ["base", "overlays/staging", "overlays/prod"]
-KUBERNETES_VERSION = "1.37.0"  # a current release; kubernetes-validate>=1.37 ships its schemas
 
 
 def _build(overlay: str) -> str:

@@ -18,6 +18,8 @@ _INSTALL = {
     "promtool": "apt-get install prometheus (make system-tools)",
 }
 
+KUBERNETES_VERSION = "1.37.0"  # a current release; kubernetes-validate>=1.37 ships its schemas
+
 
 def tool(name: str) -> str:
     """The tool's path: the venv's own first, then PATH; skip the test when neither has it."""

@@ -57,7 +57,7 @@ def test_explain_reads_queue_state_from_metrics_text():
         'modelyard_queue_depth{cluster="demo-openai",model="demo-gpt",tier="L3"} 7.0',  # no limit there
     ]) + "\n"
     queues = queue_states(cfg, text)
-    assert set(queues) == {"demo-openai-mini"}
+    assert set(queues) == {"demo-openai-mini", "demo-cold"}  # the shipped deployments with max_inflight
     q = queues["demo-openai-mini"]
     assert (q.inflight, q.waiting["L3"], q.occupancy) == (4, 100, 26.0)
     assert q.outlook("L3") == "refused: the L3 queue is full (503)"
