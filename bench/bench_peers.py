@@ -45,7 +45,9 @@ from bench.outcomes import Tally, report  # noqa: E402
 from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
+from contracts.compiled import PURE_ENV  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
+from devstack.launcher import Stack  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, free_port, start_stack  # noqa: E402
 
@@ -67,6 +69,7 @@ class Gateway:
     headers: dict[str, str]
     pids: Callable[[], list[int]]  # the gateway's own top processes (their descendants count too)
     shapes: tuple[str, ...] = ("unary", "stream")
+    metrics: str = ""  # a Modelyard extproc's /metrics
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -128,6 +131,13 @@ def wait_http(name: str, url: str, proc: subprocess.Popen, timeout_s: float = 18
     raise RuntimeError(f"{name} not ready after {timeout_s:.0f}s")
 
 
+def extproc_build(gw: Gateway) -> str:
+    """The build a Modelyard stack's extproc runs ("compiled" or "pure"), from its /metrics."""
+    return "see metrics" if not gw.metrics else next(
+        (line.split('build="')[1].split('"')[0] for line in httpx.get(gw.metrics, timeout=5).text.splitlines()
+         if line.startswith("modelyard_extproc_build_info{")), "unknown")
+
+
 def check_stream(gw: Gateway) -> int:
     """One streamed call through `gw`: its data events (it must stream, and end with [DONE])."""
     with httpx.stream("POST", gw.url, content=STREAM, headers=gw.headers, timeout=30) as r:
@@ -143,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=scaled(3, 1))
     p.add_argument("--floor", action="store_true",
                    help="also the floor: Modelyard's Envoy with a do-nothing ext_proc (bench/floor_extproc.py)")
+    p.add_argument("--builds", action="store_true",
+                   help="also Modelyard's pure-Python build and its compiled build over a Unix socket "
+                        "(issue 38: pure vs compiled vs compiled + UDS; `make compiled` first)")
     p.add_argument("--floor3", action="store_true",
                    help="also the 3-message floor (response headers skipped, bench/floor_designs.py), unary only")
     a = p.parse_args(argv)
@@ -167,9 +180,28 @@ def main(argv: list[str] | None = None) -> int:
                     if d["cluster"] == "demo-openai")
     (work / "litellm.yaml").write_text(yaml.safe_dump(litellm_config(data)))
     json_headers = {"Content-Type": "application/json"}
+    extra_stacks: list[Stack] = []
     gateways = [Gateway("modelyard", f"{stack.url}/v1/chat/completions",
                         {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
-                        lambda: [_pid(stack, c) for c in ("envoy", "extproc")])]
+                        lambda: [_pid(stack, c) for c in ("envoy", "extproc")],
+                        metrics=f"http://{data['extproc']['metrics_address']}/metrics")]
+    stack.child("extproc").env.pop(PURE_ENV, None)
+    if a.builds:
+        for name, pure, uds in (("pure", True, False), ("uds", False, True)):
+            bdata, _ = demo_config_free_ports()
+            if uds:
+                bdata["extproc"]["unix_socket"] = "run/extproc.sock"  # start_stack gives it its own path
+            (work / name).mkdir()
+            bstack = start_stack(work / name, bdata)
+            bstack.quiet = True
+            only_demo_gpt_upstreams(bstack, bdata)
+            if pure:  # contracts/compiled.py: the pure-Python modules even beside a compiled build
+                bstack.child("extproc").env[PURE_ENV] = "1"
+            extra_stacks.append(bstack)
+            gateways.append(Gateway(name, f"{bstack.url}/v1/chat/completions",
+                                    {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
+                                    lambda s=bstack: [_pid(s, c) for c in ("envoy", "extproc")],
+                                    metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
     # The floor of the 4-message design beside the peers: what no gateway logic at all costs here.
     floor = _floor_stack(work / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor \
         else None
@@ -193,7 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     logs = open(work / "peers.log", "wb")  # noqa: SIM115  (closed below, after the peers stopped)
     try:
         with stack, floor if floor is not None else contextlib.nullcontext(), \
-                skipping_response_headers(floor3) if floor3 is not None else contextlib.nullcontext():
+                skipping_response_headers(floor3) if floor3 is not None else contextlib.nullcontext(), \
+                contextlib.ExitStack() as more:
+            for extra in extra_stacks:
+                more.enter_context(extra)
+            builds = {gw.name: extproc_build(gw) for gw in gateways if gw.name in ("modelyard", "pure", "uds")}
+            print("extproc builds: " + ", ".join(f"{k} {v}" for k, v in builds.items()), flush=True)
+            if a.builds and builds.get("modelyard") != "compiled":
+                raise RuntimeError("--builds compares the compiled build: run `make compiled` first")
             if have_portkey:
                 port = free_port()
                 proc = subprocess.Popen(["node", str(PORTKEY), f"--port={port}", "--headless"], cwd=PORTKEY.parent,
@@ -305,6 +344,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {what:<34}{ratio:>7.2f}  goal {sense} {goal:g}: {'met' if met else 'NOT met'}")
         rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(ratio, 3), "unit": "x",
                      "baseline": goal, "ratio": round(ratio / goal, 3)})
+    # Issue 38's levers, each against the pure-Python build in this run (and the floor's share).
+    for name in ("modelyard", "uds", "floor"):
+        for shape, conns, metric in (("unary", 16, "cpu_us"), ("unary", 16, "rps"), ("unary", 1, "p50_ms"),
+                                     ("unary", 1, "p99_ms"), ("stream", 16, "cpu_us")):
+            n, d = med.get((name, shape, conns)), med.get(("pure", shape, conns))
+            if n and d and d[metric]:
+                what = f"{name} {shape} c={conns} {metric} vs pure"
+                print(f"  {what:<40}{n[metric] / d[metric]:>7.2f}")
+                rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(n[metric] / d[metric], 3),
+                             "unit": "x"})
     # Not goals: how far the do-nothing floor of Modelyard's design sits from Portkey in this run.
     for name, fshape, fconns, metric in (("floor", "unary", 16, "cpu_us"), ("floor", "unary", 1, "p50_ms"),
                                          ("floor", "stream", 16, "cpu_us"), ("floor3", "unary", 16, "cpu_us"),

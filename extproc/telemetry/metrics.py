@@ -53,6 +53,8 @@ ANSWERS_OVER_LIMIT = Counter("modelyard_answers_over_limit_total",
                              ["model", "deployment", "outcome"])
 IMAGE_BACKEND = Gauge("modelyard_image_backend_info", "Image preprocessing path in use (1 = active)",
                       ["backend"])
+# contracts/compiled.py: the request path's mypyc-compiled modules, or the pure-Python ones.
+BUILD = Gauge("modelyard_extproc_build_info", "The request path's build in use (1 = active)", ["build"])
 
 
 def serve_metrics(address: str) -> None:
