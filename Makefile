@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis,deploy
 
-.PHONY: up test lint bench bench-peers chaos reliability gpu-check system-tools clean mlserver pytriton
+.PHONY: up test lint bench bench-peers chaos reliability gpu-check system-tools clean mlserver pytriton compiled pure
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,15 +17,33 @@ $(STAMP): pyproject.toml
 	  then $(PY) -m pip install -q --force-reinstall --no-deps "opentelemetry-proto==$$v"; fi
 	touch $(STAMP)
 
+# The request path compiled by mypyc (contracts/compiled.py lists the modules; docs/performance.md):
+# extension modules built beside their sources, rebuilt when one changes (an extension older than its
+# source is never loaded: the pure module runs). MODELYARD_PURE_PYTHON=1 runs the pure-Python build.
+COMPILED_SOURCES := setup.py contracts/compiled.py $(shell sed -n 's/^    "\([a-z_.]*\)",.*/\1/p' contracts/compiled.py | tr . / | sed 's/$$/.py/')
+COMPILED_STAMP := build/.compiled-stamp
+compiled: $(COMPILED_STAMP)
+$(COMPILED_STAMP): $(STAMP) $(COMPILED_SOURCES) | system-tools
+	mkdir -p build
+	rm -f *__mypyc.*.so; find extproc adapters ratelimit -name '*.so' -delete  # none left from an older module list
+	MODELYARD_COMPILE=1 $(PY) setup.py -q build_ext --inplace -j 2 >build/compile.log 2>&1 || { cat build/compile.log; exit 1; }
+	# setuptools keeps an unchanged extension's old mtime: touched, so none looks older than its source.
+	find extproc adapters ratelimit -name '*.so' -exec touch {} +
+	touch $@
+pure:
+	rm -f $(COMPILED_STAMP) *__mypyc.*.so; find extproc adapters ratelimit -name '*.so' -delete
+
 # Debian packages the tests run: redis-server (the Redis rate-limit tests start it themselves),
 # wrk (the benchmark and the chaos suite's abrupt load), openssl (throwaway CAs for upstream TLS),
-# prometheus (prometheus + promtool: tests/deploy checks the rules and queries the dashboard against a live stack).
-APT_TOOLS := redis-server wrk openssl prometheus
+# prometheus (prometheus + promtool: tests/deploy checks the rules and queries the dashboard against a live stack),
+# gcc (`make compiled`: mypyc's C).
+APT_TOOLS := redis-server wrk openssl prometheus gcc
 # Packages whose binaries are not on PATH: PostgreSQL (the key store tests start it themselves).
 APT_PACKAGES := postgresql
 system-tools:
 	@missing=""; for t in $(APT_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing $(APT_PACKAGES)"; \
+	  test -e "$$($(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('INCLUDEPY'))")/Python.h" || missing="$$missing python3-dev"; \
 	  test -z "$$missing" || { (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; }
 
@@ -78,7 +96,7 @@ gpu-check: $(STAMP)
 	$(PY) -m pytest -q -m gpu -rs tests
 	$(PY) bench/bench_kernels.py --gpu
 
-clean:
+clean: pure
 	rm -rf $(VENV) build *.egg-info
 
 # Fault injection on real stacks under load, long variant (the short one runs in `make test`).

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
@@ -72,6 +73,7 @@ class ExtprocServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = self.server.add_insecure_port(config.extproc.address)
         if config.extproc.unix_socket:  # Envoy's way in when local; TCP stays for probes and remote peers
+            Path(config.extproc.unix_socket).parent.mkdir(parents=True, exist_ok=True)
             self.server.add_insecure_port(f"unix:{config.extproc.unix_socket}")
         self._stopping = asyncio.Event()
 
