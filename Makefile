@@ -25,13 +25,13 @@ COMPILED_STAMP := build/.compiled-stamp
 compiled: $(COMPILED_STAMP)
 $(COMPILED_STAMP): $(STAMP) $(COMPILED_SOURCES) | system-tools
 	mkdir -p build
-	rm -f *__mypyc.*.so; find extproc adapters ratelimit -name '*.so' -delete  # none left from an older module list
+	find contracts extproc adapters ratelimit -name '*.so' -delete  # none left from an older module list
 	MODELYARD_COMPILE=1 $(PY) setup.py -q build_ext --inplace -j 2 >build/compile.log 2>&1 || { cat build/compile.log; exit 1; }
 	# setuptools keeps an unchanged extension's old mtime: touched, so none looks older than its source.
-	find extproc adapters ratelimit -name '*.so' -exec touch {} +
+	find contracts extproc adapters ratelimit -name '*.so' -exec touch {} +
 	touch $@
 pure:
-	rm -f $(COMPILED_STAMP) *__mypyc.*.so; find extproc adapters ratelimit -name '*.so' -delete
+	rm -f $(COMPILED_STAMP) *__mypyc.*.so; find contracts extproc adapters ratelimit -name '*.so' -delete
 
 # Debian packages the tests run: redis-server (the Redis rate-limit tests start it themselves),
 # wrk (the benchmark and the chaos suite's abrupt load), openssl (throwaway CAs for upstream TLS),
@@ -54,10 +54,18 @@ up: $(STAMP)
 # upstream and agent process the tests start, recompiles our modules and re-rewrites the test modules'
 # asserts (collection alone: 22 s of CPU, 13 s cached). Every bench's smoke mode runs here too
 # (tests/bench/test_smoke.py); the full benches stay in `make bench`.
-test: $(STAMP) system-tools
+test: $(STAMP) system-tools $(COMPILED_STAMP)
 	# Three test files at a time (pytest-xdist; a file's tests stay on one worker, so module stacks are
 	# shared as before): the suite mostly waits on stacks and timers, not on the two cores.
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile
+	# The whole suite on the pure-Python build, the one `make up` and a plain install run.
+	MODELYARD_PURE_PYTHON=1 MODELYARD_EXPECT_BUILD=pure PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider \
+	  -n 3 --dist loadfile
+	# The compiled build (`make compiled`) on the subset that runs every compiled module: the translation
+	# tables, the session, a real Envoy with both SDKs, streams and errors (docs/performance.md, "Issue 38").
+	MODELYARD_EXPECT_BUILD=compiled PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile \
+	  $(COMPILED_SUBSET)
+COMPILED_SUBSET := tests/adapters tests/core/test_session.py tests/core/test_compiled_build.py \
+	tests/e2e/test_foundation.py tests/e2e/test_protocols.py
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)

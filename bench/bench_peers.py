@@ -9,6 +9,7 @@ and its children for LiteLLM, from /proc over the round, divided by its 200s). T
 issue 26's goals name. LiteLLM runs the unary shape only (its streams are not a goal).
 
     make bench-peers      # installs Portkey into .peers/portkey and LiteLLM into .venv-peers, then runs this
+    .venv/bin/python bench/bench_peers.py --builds --floor   # + the shipped config over TCP, compiled and pure
 
 A gateway that is not installed is left out and said so; with neither peer it prints an empty
 summary (so `make bench` passes by). Any non-200 (or a socket error) fails the bench. Smoke mode
@@ -154,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--floor", action="store_true",
                    help="also the floor: Modelyard's Envoy with a do-nothing ext_proc (bench/floor_extproc.py)")
     p.add_argument("--builds", action="store_true",
-                   help="also Modelyard's pure-Python build and its compiled build over a Unix socket "
-                        "(issue 38: pure vs compiled vs compiled + UDS; `make compiled` first)")
+                   help="also the shipped config over loopback TCP, compiled and pure-Python (issue 38: pure vs "
+                        "compiled vs compiled + Unix socket; `make compiled` first)")
     p.add_argument("--floor3", action="store_true",
                    help="also the 3-message floor (response headers skipped, bench/floor_designs.py), unary only")
     a = p.parse_args(argv)
@@ -187,14 +188,14 @@ def main(argv: list[str] | None = None) -> int:
                         metrics=f"http://{data['extproc']['metrics_address']}/metrics")]
     stack.child("extproc").env.pop(PURE_ENV, None)
     if a.builds:
-        for name, pure, uds in (("pure", True, False), ("uds", False, True)):
+        # The shipped config (`modelyard`) runs compiled over its Unix socket; beside it the same config over
+        # loopback TCP, compiled and pure: each lever's ratio is one pair of these.
+        for name, pure in (("pure-tcp", True), ("comp-tcp", False)):
             bdata, _ = demo_config_free_ports()
-            if uds:
-                bdata["extproc"]["unix_socket"] = "run/extproc.sock"  # start_stack gives it its own path
+            bdata["extproc"]["unix_socket"] = None
             (work / name).mkdir()
-            bstack = start_stack(work / name, bdata)
+            bstack = start_stack(work / name, bdata)  # every demo and agent, as the first stack has
             bstack.quiet = True
-            only_demo_gpt_upstreams(bstack, bdata)
             if pure:  # contracts/compiled.py: the pure-Python modules even beside a compiled build
                 bstack.child("extproc").env[PURE_ENV] = "1"
             extra_stacks.append(bstack)
@@ -229,10 +230,10 @@ def main(argv: list[str] | None = None) -> int:
                 contextlib.ExitStack() as more:
             for extra in extra_stacks:
                 more.enter_context(extra)
-            builds = {gw.name: extproc_build(gw) for gw in gateways if gw.name in ("modelyard", "pure", "uds")}
+            builds = {gw.name: extproc_build(gw) for gw in gateways if gw.metrics}
             print("extproc builds: " + ", ".join(f"{k} {v}" for k, v in builds.items()), flush=True)
-            if a.builds and builds.get("modelyard") != "compiled":
-                raise RuntimeError("--builds compares the compiled build: run `make compiled` first")
+            if a.builds and (builds["modelyard"], builds["comp-tcp"], builds["pure-tcp"]) != ("compiled",) * 2 + ("pure",):
+                raise RuntimeError(f"--builds needs the compiled build (`make compiled`); got {builds}")
             if have_portkey:
                 port = free_port()
                 proc = subprocess.Popen(["node", str(PORTKEY), f"--port={port}", "--headless"], cwd=PORTKEY.parent,
@@ -277,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(a.rounds):
                 for shape in SHAPES:
                     for conns in CONNS:
-                        for gw in gateways:
+                        # Rotated each round: no gateway always runs first (or right after a given one).
+                        for gw in gateways[i % len(gateways):] + gateways[:i % len(gateways)]:
                             if shape not in gw.shapes:
                                 continue
                             key = (gw.name, shape, conns)
@@ -344,13 +346,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {what:<34}{ratio:>7.2f}  goal {sense} {goal:g}: {'met' if met else 'NOT met'}")
         rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(ratio, 3), "unit": "x",
                      "baseline": goal, "ratio": round(ratio / goal, 3)})
-    # Issue 38's levers, each against the pure-Python build in this run (and the floor's share).
-    for name in ("modelyard", "uds", "floor"):
+    # Issue 38's levers, each a pair in this run: the compiler (comp-tcp / pure-tcp), the Unix socket
+    # (modelyard / comp-tcp), both (modelyard / pure-tcp), and the floor against the pure build.
+    for name, base in (("comp-tcp", "pure-tcp"), ("modelyard", "comp-tcp"), ("modelyard", "pure-tcp"),
+                       ("floor", "pure-tcp"), ("floor", "modelyard")):
         for shape, conns, metric in (("unary", 16, "cpu_us"), ("unary", 16, "rps"), ("unary", 1, "p50_ms"),
                                      ("unary", 1, "p99_ms"), ("stream", 16, "cpu_us")):
-            n, d = med.get((name, shape, conns)), med.get(("pure", shape, conns))
+            n, d = med.get((name, shape, conns)), med.get((base, shape, conns))
             if n and d and d[metric]:
-                what = f"{name} {shape} c={conns} {metric} vs pure"
+                what = f"{name} {shape} c={conns} {metric} vs {base}"
                 print(f"  {what:<40}{n[metric] / d[metric]:>7.2f}")
                 rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(n[metric] / d[metric], 3),
                              "unit": "x"})

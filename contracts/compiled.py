@@ -70,6 +70,9 @@ MODULES: tuple[str, ...] = (
     "adapters.azure_openai.stream",
 )
 
+# mypyc's one shared library for every listed module: contracts/request_path__mypyc.<suffix>.
+GROUP = "contracts.request_path"
+
 _ROOT = Path(__file__).resolve().parent.parent
 _SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
