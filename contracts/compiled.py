@@ -134,6 +134,7 @@ def select() -> str:
 
 
 def loaded() -> str:
-    """What actually runs: "compiled" when the session module imported is an extension module."""
-    mod = sys.modules.get("extproc.session")
-    return "compiled" if mod is not None and (mod.__file__ or "").endswith(_SUFFIX) else "pure"
+    """What actually runs: "compiled" when the listed modules imported so far are extension modules
+    (the session's, where it is imported), "pure" otherwise."""
+    mods = [sys.modules[m] for m in MODULES if m in sys.modules]
+    return "compiled" if mods and all((m.__file__ or "").endswith(_SUFFIX) for m in mods) else "pure"
