@@ -64,3 +64,10 @@ def test_every_listed_module_has_its_source() -> None:
     # The pure build is the truth: a listed module without a .py could not fall back.
     assert all(compiled.source_of(m).exists() for m in compiled.MODULES)
     assert len(set(compiled.MODULES)) == len(compiled.MODULES)
+
+
+def test_every_listed_package_decides_before_its_modules_load() -> None:
+    # select() runs in these packages' __init__: a listed module elsewhere would skip the pure switch.
+    assert {m.partition(".")[0] for m in compiled.MODULES} <= {"extproc", "adapters", "ratelimit"}
+    for pkg in ("extproc", "adapters", "ratelimit"):
+        assert "_select_build()" in (ROOT / pkg / "__init__.py").read_text()
