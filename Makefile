@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis,deploy
 
-.PHONY: up test lint bench bench-peers bench-routers chaos reliability gpu-check system-tools clean mlserver pytriton
+.PHONY: up test test-compiled lint bench bench-peers bench-routers chaos reliability gpu-check system-tools clean mlserver pytriton compiled pure
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,15 +17,33 @@ $(STAMP): pyproject.toml
 	  then $(PY) -m pip install -q --force-reinstall --no-deps "opentelemetry-proto==$$v"; fi
 	touch $(STAMP)
 
+# The request path compiled by mypyc (contracts/compiled.py lists the modules; docs/performance.md):
+# extension modules built beside their sources, rebuilt when one changes (an extension older than its
+# source is never loaded: the pure module runs). MODELYARD_PURE_PYTHON=1 runs the pure-Python build.
+COMPILED_SOURCES := setup.py contracts/compiled.py $(shell sed -n 's/^    "\([a-z_.]*\)",.*/\1/p' contracts/compiled.py | tr . / | sed 's/$$/.py/')
+COMPILED_STAMP := build/.compiled-stamp
+compiled: $(COMPILED_STAMP)
+$(COMPILED_STAMP): $(STAMP) $(COMPILED_SOURCES) | system-tools
+	mkdir -p build
+	find contracts extproc adapters ratelimit -name '*.so' -delete  # none left from an older module list
+	MODELYARD_COMPILE=1 $(PY) setup.py -q build_ext --inplace -j 2 >build/compile.log 2>&1 || { cat build/compile.log; exit 1; }
+	# setuptools keeps an unchanged extension's old mtime: touched, so none looks older than its source.
+	find contracts extproc adapters ratelimit -name '*.so' -exec touch {} +
+	touch $@
+pure:
+	rm -f $(COMPILED_STAMP) *__mypyc.*.so; find contracts extproc adapters ratelimit -name '*.so' -delete
+
 # Debian packages the tests run: redis-server (the Redis rate-limit tests start it themselves),
 # wrk (the benchmark and the chaos suite's abrupt load), openssl (throwaway CAs for upstream TLS),
-# prometheus (prometheus + promtool: tests/deploy checks the rules and queries the dashboard against a live stack).
-APT_TOOLS := redis-server wrk openssl prometheus
+# prometheus (prometheus + promtool: tests/deploy checks the rules and queries the dashboard against a live stack),
+# gcc (`make compiled`: mypyc's C).
+APT_TOOLS := redis-server wrk openssl prometheus gcc
 # Packages whose binaries are not on PATH: PostgreSQL (the key store tests start it themselves).
 APT_PACKAGES := postgresql
 system-tools:
 	@missing=""; for t in $(APT_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing $(APT_PACKAGES)"; \
+	  test -e "$$($(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('INCLUDEPY'))")/Python.h" || missing="$$missing python3-dev"; \
 	  test -z "$$missing" || { (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; }
 
@@ -39,7 +57,19 @@ up: $(STAMP)
 test: $(STAMP) system-tools
 	# Three test files at a time (pytest-xdist; a file's tests stay on one worker, so module stacks are
 	# shared as before): the suite mostly waits on stacks and timers, not on the two cores.
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile
+	# The whole suite on the pure-Python build, the one `make up` and a plain install run.
+	MODELYARD_PURE_PYTHON=1 MODELYARD_EXPECT_BUILD=pure PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider \
+	  -n 3 --dist loadfile
+
+# The compiled build (`make compiled`) on the subset that runs every compiled module: the translation
+# tables, the session, a real Envoy with both SDKs, streams and errors (docs/performance.md, "Issue 38").
+# Its own target: with the compile (about 90 s of CPU) it would take `make test` past 10 minutes on
+# 2 cores; CI (.ci/run) runs it after `make test`.
+test-compiled: $(STAMP) system-tools $(COMPILED_STAMP)
+	MODELYARD_EXPECT_BUILD=compiled PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile \
+	  $(COMPILED_SUBSET)
+COMPILED_SUBSET := tests/adapters tests/core/test_session.py tests/core/test_compiled_build.py \
+	tests/e2e/test_foundation.py tests/e2e/test_protocols.py
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)
@@ -93,7 +123,7 @@ gpu-check: $(if $(filter $(PY),$(GPU_PY)),$(STAMP))
 	$(GPU_PY) -m pytest -q -p no:cacheprovider -m gpu -rs $(GPU_TESTS)
 	$(GPU_PY) bench/bench_kernels.py --gpu
 
-clean:
+clean: pure
 	rm -rf $(VENV) build *.egg-info
 
 # Fault injection on real stacks under load, long variant (the short one runs in `make test`).

@@ -9,6 +9,7 @@ and its children for LiteLLM, from /proc over the round, divided by its 200s). T
 issue 26's goals name. LiteLLM runs the unary shape only (its streams are not a goal).
 
     make bench-peers      # installs Portkey into .peers/portkey and LiteLLM into .venv-peers, then runs this
+    .venv/bin/python bench/bench_peers.py --builds --floor   # + the shipped config over TCP, compiled and pure
 
 A gateway that is not installed is left out and said so; with neither peer it prints an empty
 summary (so `make bench` passes by). Any non-200 (or a socket error) fails the bench. Smoke mode
@@ -45,7 +46,9 @@ from bench.outcomes import Tally, report  # noqa: E402
 from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import WrkResult, post_script, run_wrk  # noqa: E402
+from contracts.compiled import PURE_ENV  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
+from devstack.launcher import Stack  # noqa: E402
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS  # noqa: E402
 from tests.stack_config import demo_config_free_ports, free_port, start_stack  # noqa: E402
 
@@ -67,6 +70,7 @@ class Gateway:
     headers: dict[str, str]
     pids: Callable[[], list[int]]  # the gateway's own top processes (their descendants count too)
     shapes: tuple[str, ...] = ("unary", "stream")
+    metrics: str = ""  # a Modelyard extproc's /metrics
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -128,6 +132,13 @@ def wait_http(name: str, url: str, proc: subprocess.Popen, timeout_s: float = 18
     raise RuntimeError(f"{name} not ready after {timeout_s:.0f}s")
 
 
+def extproc_build(gw: Gateway) -> str:
+    """The build a Modelyard stack's extproc runs ("compiled" or "pure"), from its /metrics."""
+    return "see metrics" if not gw.metrics else next(
+        (line.split('build="')[1].split('"')[0] for line in httpx.get(gw.metrics, timeout=5).text.splitlines()
+         if line.startswith("modelyard_extproc_build_info{")), "unknown")
+
+
 def check_stream(gw: Gateway) -> int:
     """One streamed call through `gw`: its data events (it must stream, and end with [DONE])."""
     with httpx.stream("POST", gw.url, content=STREAM, headers=gw.headers, timeout=30) as r:
@@ -143,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=scaled(3, 1))
     p.add_argument("--floor", action="store_true",
                    help="also the floor: Modelyard's Envoy with a do-nothing ext_proc (bench/floor_extproc.py)")
+    p.add_argument("--builds", action="store_true",
+                   help="also the shipped config over loopback TCP, compiled and pure-Python (issue 38: pure vs "
+                        "compiled vs compiled + Unix socket; `make compiled` first)")
     p.add_argument("--floor3", action="store_true",
                    help="also the 3-message floor (response headers skipped, bench/floor_designs.py), unary only")
     a = p.parse_args(argv)
@@ -167,9 +181,28 @@ def main(argv: list[str] | None = None) -> int:
                     if d["cluster"] == "demo-openai")
     (work / "litellm.yaml").write_text(yaml.safe_dump(litellm_config(data)))
     json_headers = {"Content-Type": "application/json"}
+    extra_stacks: list[Stack] = []
     gateways = [Gateway("modelyard", f"{stack.url}/v1/chat/completions",
                         {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
-                        lambda: [_pid(stack, c) for c in ("envoy", "extproc")])]
+                        lambda: [_pid(stack, c) for c in ("envoy", "extproc")],
+                        metrics=f"http://{data['extproc']['metrics_address']}/metrics")]
+    stack.child("extproc").env.pop(PURE_ENV, None)
+    if a.builds:
+        # The shipped config (`modelyard`) runs compiled over its Unix socket; beside it the same config over
+        # loopback TCP, compiled and pure: each lever's ratio is one pair of these.
+        for name, pure in (("pure-tcp", True), ("comp-tcp", False)):
+            bdata, _ = demo_config_free_ports()
+            bdata["extproc"]["unix_socket"] = None
+            (work / name).mkdir()
+            bstack = start_stack(work / name, bdata)  # every demo and agent, as the first stack has
+            bstack.quiet = True
+            if pure:  # contracts/compiled.py: the pure-Python modules even beside a compiled build
+                bstack.child("extproc").env[PURE_ENV] = "1"
+            extra_stacks.append(bstack)
+            gateways.append(Gateway(name, f"{bstack.url}/v1/chat/completions",
+                                    {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
+                                    lambda s=bstack: [_pid(s, c) for c in ("envoy", "extproc")],
+                                    metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
     # The floor of the 4-message design beside the peers: what no gateway logic at all costs here.
     floor = _floor_stack(work / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor \
         else None
@@ -193,7 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     logs = open(work / "peers.log", "wb")  # noqa: SIM115  (closed below, after the peers stopped)
     try:
         with stack, floor if floor is not None else contextlib.nullcontext(), \
-                skipping_response_headers(floor3) if floor3 is not None else contextlib.nullcontext():
+                skipping_response_headers(floor3) if floor3 is not None else contextlib.nullcontext(), \
+                contextlib.ExitStack() as more:
+            for extra in extra_stacks:
+                more.enter_context(extra)
+            builds = {gw.name: extproc_build(gw) for gw in gateways if gw.metrics}
+            print("extproc builds: " + ", ".join(f"{k} {v}" for k, v in builds.items()), flush=True)
+            if a.builds and (builds["modelyard"], builds["comp-tcp"], builds["pure-tcp"]) != ("compiled",) * 2 + ("pure",):
+                raise RuntimeError(f"--builds needs the compiled build (`make compiled`); got {builds}")
             if have_portkey:
                 port = free_port()
                 proc = subprocess.Popen(["node", str(PORTKEY), f"--port={port}", "--headless"], cwd=PORTKEY.parent,
@@ -238,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(a.rounds):
                 for shape in SHAPES:
                     for conns in CONNS:
-                        for gw in gateways:
+                        # Rotated each round: no gateway always runs first (or right after a given one).
+                        for gw in gateways[i % len(gateways):] + gateways[:i % len(gateways)]:
                             if shape not in gw.shapes:
                                 continue
                             key = (gw.name, shape, conns)
@@ -305,6 +346,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {what:<34}{ratio:>7.2f}  goal {sense} {goal:g}: {'met' if met else 'NOT met'}")
         rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(ratio, 3), "unit": "x",
                      "baseline": goal, "ratio": round(ratio / goal, 3)})
+    # Issue 38's levers, each a pair in this run: the compiler (comp-tcp / pure-tcp), the Unix socket
+    # (modelyard / comp-tcp), both (modelyard / pure-tcp), and the floor against the pure build.
+    for name, base in (("comp-tcp", "pure-tcp"), ("modelyard", "comp-tcp"), ("modelyard", "pure-tcp"),
+                       ("floor", "pure-tcp"), ("floor", "modelyard")):
+        for shape, conns, metric in (("unary", 16, "cpu_us"), ("unary", 16, "rps"), ("unary", 1, "p50_ms"),
+                                     ("unary", 1, "p99_ms"), ("stream", 16, "cpu_us")):
+            n, d = med.get((name, shape, conns)), med.get((base, shape, conns))
+            if n and d and d[metric]:
+                what = f"{name} {shape} c={conns} {metric} vs {base}"
+                print(f"  {what:<40}{n[metric] / d[metric]:>7.2f}")
+                rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(n[metric] / d[metric], 3),
+                             "unit": "x"})
     # Not goals: how far the do-nothing floor of Modelyard's design sits from Portkey in this run.
     for name, fshape, fconns, metric in (("floor", "unary", 16, "cpu_us"), ("floor", "unary", 1, "p50_ms"),
                                          ("floor", "stream", 16, "cpu_us"), ("floor3", "unary", 16, "cpu_us"),

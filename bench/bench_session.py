@@ -2,6 +2,7 @@
 against another checkout, rounds alternated.
 
     .venv/bin/python bench/bench_session.py [BASE] [--rounds 8] [--requests 2000] [--concurrency 16]
+    .venv/bin/python bench/bench_session.py --pure-base   # this tree: pure Python (base) vs its compiled build
 
 Each round runs one child process per tree (its code on PYTHONPATH, this file's method): the
 gateway `extproc.service.build_gateway` builds from the shipped config (auth, scheduler, rate
@@ -113,17 +114,28 @@ def _child(requests: int, concurrency: int, warmup: int) -> dict[str, Any]:
     shutil.rmtree(run, ignore_errors=True)
     n = requests // concurrency * concurrency
     import extproc
-    return {"tree": str(Path(extproc.__file__).resolve().parent.parent), "process": process_s / n * 1e6, "loop": loop_s / n * 1e6, **{k: v / n / 1e3 for k, v in steps.items()}}
+    try:
+        from contracts.compiled import loaded
+        build = loaded()
+    except ImportError:  # a tree from before the compiled build
+        build = "pure"
+    return {"tree": str(Path(extproc.__file__).resolve().parent.parent), "build": build, "process": process_s / n * 1e6, "loop": loop_s / n * 1e6, **{k: v / n / 1e3 for k, v in steps.items()}}
 
 
-def _run_child(tree: Path, a: argparse.Namespace) -> dict[str, float]:
+def _run_child(tree: Path, a: argparse.Namespace, pure: bool = False) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("MODELYARD_PURE_PYTHON", None)
+    if pure:  # contracts/compiled.py: the pure-Python modules even where a compiled build sits beside them
+        env["MODELYARD_PURE_PYTHON"] = "1"
     out = subprocess.run([sys.executable, __file__, "--child", "--requests", str(a.requests), "--concurrency",
                           str(a.concurrency), "--warmup", str(a.warmup)], env=env, cwd=tree, check=True,
                          capture_output=True, text=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if got.pop("tree") != str(tree):  # the child must have measured the tree it was given
         raise SystemExit(f"FAILED: the child for {tree} imported another tree's code")
+    build = got.pop("build", "pure")  # a tree from before contracts/compiled.py is pure
+    if pure and build != "pure":
+        raise SystemExit("FAILED: the pure-Python child loaded the compiled build")
     return got
 
 
@@ -138,18 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=scaled(2000, 64))
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--warmup", type=int, default=scaled(400, 16))
+    p.add_argument("--pure-base", action="store_true",
+                   help="base: this tree's pure-Python build; this: its compiled build (make compiled)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         sys.path.remove(str(ROOT))  # PYTHONPATH's tree first
         print(json.dumps(_child(a.requests, a.concurrency, a.warmup)))
         return 0
-    trees = {"this": ROOT} if a.base is None else {"base": a.base.resolve(), "this": ROOT}
+    trees = {"this": ROOT} if a.base is None and not a.pure_base else {"base": (a.base or ROOT).resolve(), "this": ROOT}
     got: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
     for i in range(a.rounds):
         order = list(trees.items()) if i % 2 == 0 else list(reversed(trees.items()))
         for who, tree in order:  # alternated: a noisy neighbour hits both trees alike
-            got[who].append(_run_child(tree, a))
+            got[who].append(_run_child(tree, a, pure=a.pure_base and who == "base"))
     rows = []
     cols = ("process", "loop", *STEPS)
     print(f"CPU us per request, median of {a.rounds} rounds, {a.requests} requests, c={a.concurrency}")

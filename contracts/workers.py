@@ -38,3 +38,23 @@ def shifted(address: str, i: int) -> str:
 def worker_addresses(address: str, count: int) -> list[str]:
     """The gRPC addresses of `count` workers: Envoy's ext_proc cluster endpoints."""
     return [shifted(address, i) for i in range(count)]
+
+
+# sockaddr_un's sun_path holds 108 bytes, the terminating NUL included.
+MAX_SOCKET_PATH = 107
+
+
+def worker_socket(path: str | None, i: int) -> str | None:
+    """Worker i's Unix socket (`extproc.unix_socket`): the path itself for worker 0, `<path>.<i>` after."""
+    if not path:
+        return None
+    out = path if i == 0 else f"{path}.{i}"
+    if len(os.fsencode(out)) > MAX_SOCKET_PATH:
+        raise ConfigError(f"extproc.unix_socket {out!r} is longer than a Unix socket path may be "
+                          f"({MAX_SOCKET_PATH} bytes): pick a shorter path")
+    return out
+
+
+def worker_sockets(path: str, count: int) -> list[str]:
+    """The Unix sockets of `count` workers: Envoy's ext_proc cluster endpoints when the extproc is local."""
+    return [s for i in range(count) if (s := worker_socket(path, i)) is not None]

@@ -138,7 +138,7 @@ from contracts.envoy_names import (
 )
 from contracts.errors import ConfigError
 from contracts.failover import failover_groups, translation_hops
-from contracts.workers import worker_addresses, worker_count
+from contracts.workers import worker_addresses, worker_count, worker_sockets
 from controlplane.access_log import access_log
 from controlplane.balancing import apply_balancing, endpoint_weight, hash_policies
 from controlplane.compression import compressor_filters, decompressor_filters
@@ -532,6 +532,13 @@ def extproc_cluster(cfg: GatewayConfig, env: EnvironmentConfig) -> Cluster:
                                                                   worker_count(cfg.extproc.workers))
     extproc = _cluster(EXTPROC_CLUSTER, extproc_endpoints, h2=True, tls=_extproc_tls(env, extproc_endpoints),
                        env=env, outlier=False)
+    if cfg.extproc.unix_socket and not env.extproc_endpoints and env.extproc_tls is None:
+        # A local extproc over its Unix socket: no TCP stack between Envoy and it (docs/performance.md).
+        pipes = worker_sockets(cfg.extproc.unix_socket, worker_count(cfg.extproc.workers))
+        extproc.type = ClusterDiscoveryType.STATIC
+        extproc.load_assignment = ClusterLoadAssignment(cluster_name=EXTPROC_CLUSTER, endpoints=[
+            LocalityLbEndpoints(lb_endpoints=[LbEndpoint(endpoint=Endpoint(address=Address(pipe=Pipe(path=p))))
+                                              for p in pipes])])
     # gRPC health: a replica that drains (NOT_SERVING) or died leaves the rotation within a second;
     # one refused connection ejects it at once, before the next health check.
     # no_traffic_interval too: Envoy counts ext_proc streams as no traffic and would check once a minute.

@@ -7,7 +7,7 @@ that knows the proto's shape.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
@@ -17,8 +17,8 @@ from google.protobuf import duration_pb2
 
 from contracts.envoy_names import EXT_PROC_FILTER, SOURCE_ADDRESS_ATTRIBUTE
 
-ProcessingRequest = pb.ProcessingRequest
-ProcessingResponse = pb.ProcessingResponse
+ProcessingRequest: TypeAlias = pb.ProcessingRequest
+ProcessingResponse: TypeAlias = pb.ProcessingResponse
 
 Headers = Mapping[str, str]
 HeaderPairs = Iterable[tuple[str, str]]

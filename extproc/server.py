@@ -10,17 +10,20 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from contracts.compiled import loaded
 from contracts.config import GatewayConfig
 from contracts.envoy_names import XLATE_METADATA
 from extproc.context import Interim
 from extproc.gateway import Gateway, LiveGateway
 from extproc.routes import RouteTable
 from extproc.session import Session
+from extproc.telemetry.metrics import BUILD
 
 log = logging.getLogger("modelyard.server")
 
@@ -69,6 +72,9 @@ class ExtprocServer:
         ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(self.live, routes), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = self.server.add_insecure_port(config.extproc.address)
+        if config.extproc.unix_socket:  # Envoy's way in when local; TCP stays for probes and remote peers
+            Path(config.extproc.unix_socket).parent.mkdir(parents=True, exist_ok=True)
+            self.server.add_insecure_port(f"unix:{config.extproc.unix_socket}")
         self._stopping = asyncio.Event()
 
     @property
@@ -80,7 +86,9 @@ class ExtprocServer:
         await self.server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.gateway.start()
-        log.info("extproc listening on %s", self.config.extproc.address)
+        BUILD.labels(loaded()).set(1)
+        log.info("extproc listening on %s%s (%s build)", self.config.extproc.address,
+                 f" and unix:{self.config.extproc.unix_socket}" if self.config.extproc.unix_socket else "", loaded())
 
     async def _set_health(self, status: int) -> None:
         for name in ("", _SERVICE):

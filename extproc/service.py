@@ -21,7 +21,7 @@ from adapters.registry import detect_client_protocol
 from contracts.config import GatewayConfig, config_path, load_config
 from contracts.errors import ConfigError, ModelyardError
 from contracts.live_config import config_version
-from contracts.workers import shifted, worker_count
+from contracts.workers import shifted, worker_count, worker_socket
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.admission.waking import Waker
@@ -387,6 +387,7 @@ def serve(path: str | None, worker: int | None = None) -> int:
         os.environ[WORKER_ENV] = str(i)
         config = config.model_copy(update={"extproc": config.extproc.model_copy(update={
             "address": shifted(config.extproc.address, i),
+            "unix_socket": worker_socket(config.extproc.unix_socket, i),
             "metrics_address": shifted(config.extproc.metrics_address, i)})})
     if worker is None:
         warn_unverified_tls(config)

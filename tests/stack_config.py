@@ -6,6 +6,7 @@ import os
 import random
 import re
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,9 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     mcp = data.get("mcp")
     if mcp and mcp.get("sqlite_path") and not Path(mcp["sqlite_path"]).is_absolute():
         data["mcp"] = {**mcp, "sqlite_path": str(workdir / Path(mcp["sqlite_path"]).name)}
+    if ext.get("unix_socket") and not Path(ext["unix_socket"]).is_absolute():
+        # Its own socket per stack, on a short path (a Unix socket's path holds 107 bytes; tmp_path's may not).
+        ext["unix_socket"] = str(Path(tempfile.mkdtemp(prefix="my-", dir="/tmp")) / "extproc.sock")
     tasks = ext.get("tasks")
     if tasks and tasks.get("sqlite_path") and not Path(tasks["sqlite_path"]).is_absolute():
         ext["tasks"] = {**tasks, "sqlite_path": str(workdir / Path(tasks["sqlite_path"]).name)}

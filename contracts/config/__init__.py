@@ -124,6 +124,9 @@ class ExtprocConfig(_Model):
     # The event loop under grpc.aio: uvloop cuts the extproc's CPU per request (docs/performance.md);
     # asyncio is the standard library's, for a platform without uvloop.
     event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    # A local extproc also listens on this Unix socket (worker i on `<path>.<i>`), and the rendered
+    # Envoy reaches it there instead of loopback TCP (docs/performance.md); listed or TLS extprocs stay on TCP.
+    unix_socket: str | None = None
 
     @model_validator(mode="after")
     def _batches_need_tasks(self) -> ExtprocConfig:

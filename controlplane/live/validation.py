@@ -30,6 +30,8 @@ def restart_only(old: GatewayConfig, new: GatewayConfig) -> list[str]:
         changed.append("extproc.address")
     if old.extproc.workers != new.extproc.workers:
         changed.append("extproc.workers")
+    if old.extproc.unix_socket != new.extproc.unix_socket:
+        changed.append("extproc.unix_socket")
     if old.listener != new.listener:
         changed.append("listener")
     if old.controlplane != new.controlplane:

@@ -59,6 +59,8 @@ GUARDRAIL_VERDICTS = Counter("modelyard_guardrail_verdicts_total", "Guardrail ch
                              ["policy", "check", "action", "direction"])
 IMAGE_BACKEND = Gauge("modelyard_image_backend_info", "Image preprocessing path in use (1 = active)",
                       ["backend"])
+# contracts/compiled.py: the request path's mypyc-compiled modules, or the pure-Python ones.
+BUILD = Gauge("modelyard_extproc_build_info", "The request path's build in use (1 = active)", ["build"])
 
 
 def serve_metrics(address: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import openai
 import pytest
@@ -130,3 +132,28 @@ def test_extproc_runs_on_uvloop(demo_stack) -> None:
     # The shipped config leaves extproc.event_loop at its default: the stack's extproc says which loop it got.
     log = (demo_stack.log_dir / "extproc.log").read_text()
     assert "event loop: uvloop" in log
+
+
+def test_extproc_runs_the_build_under_test(demo_stack) -> None:
+    # contracts/compiled.py: the stack's extproc inherits this process's choice (compiled where built,
+    # pure with MODELYARD_PURE_PYTHON=1); `make test` names the build it runs in MODELYARD_EXPECT_BUILD.
+    from contracts import compiled
+
+    build = os.environ.get("MODELYARD_EXPECT_BUILD") or compiled.select()
+    text = httpx.get(f"http://{demo_stack.cfg.extproc.metrics_address}/metrics").text
+    assert f'modelyard_extproc_build_info{{build="{build}"}} 1.0' in text
+    assert f"({build} build)" in (demo_stack.log_dir / "extproc.log").read_text()
+
+
+def test_envoy_reaches_the_extproc_over_its_unix_socket(demo_stack) -> None:
+    # The shipped config sets extproc.unix_socket: Envoy's ext_proc cluster is the socket, not loopback TCP.
+    sock = demo_stack.cfg.extproc.unix_socket
+    assert sock
+    r = httpx.post(f"{demo_stack.url}/v1/chat/completions", json=_chat(),
+                   headers={"authorization": f"Bearer {DEMO_KEY}"}, timeout=10)
+    assert r.status_code == 200
+    clusters = httpx.get(f"{demo_stack.admin_url()}/clusters").text
+    hosts = {line.split("::")[1] for line in clusters.splitlines() if line.startswith("modelyard-extproc::")
+             and "::health_flags::" in line}
+    assert hosts == {sock}
+    assert f"modelyard-extproc::{sock}::rq_total::" in clusters
