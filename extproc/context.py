@@ -16,6 +16,7 @@ import orjson
 
 from contracts.config import TenantConfig
 from contracts.envoy_names import TASK_ID_HEADER
+from contracts.errors import ClientError
 from contracts.keys import Caller
 from extproc import messages as msg
 
@@ -111,3 +112,14 @@ class Flow(Protocol):
 def json_response(status: int, payload: object, ctx: RequestContext) -> msg.ProcessingResponse:
     """An answer of the gateway's own (model lists, health), with the task headers."""
     return msg.immediate(status, orjson.dumps(payload), [("content-type", "application/json"), *ctx.task_headers()])
+
+
+def json_object(body: bytes, shape: str = "") -> dict[str, Any]:
+    """The body of a call the gateway answers itself, which must be one JSON object; else a 400 saying so."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise ClientError("the body must be a JSON object" + (f": {shape}" if shape else ""))
+    return doc

@@ -13,17 +13,13 @@ like an unknown id.
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-
 from adapters.multipart import MultipartLimits, parse_multipart
 from contracts.errors import ClientError, NotFound
 from extproc import messages as msg
 from extproc.batches import record
 from extproc.batches.desk import BatchDesk
 from extproc.batches.files import file_view
-from extproc.context import RequestContext, json_response
+from extproc.context import RequestContext, json_object, json_response
 from extproc.gateway import Gateway
 
 FILES = "/v1/files"
@@ -88,15 +84,6 @@ def _limit(ctx: RequestContext, default: int, most: int) -> int:
     return n
 
 
-def _json_body(body: bytes) -> dict[str, Any]:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ClientError("the body must be a JSON object") from None
-    if not isinstance(doc, dict):
-        raise ClientError("the body must be a JSON object")
-    return doc
-
 
 def _results_url(ctx: RequestContext, batch_id: str) -> str:
     """Absolute, as Anthropic gives it: the SDK fetches it as is, so it names this gateway."""
@@ -123,7 +110,7 @@ async def upload(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Processin
 
 
 async def create_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
-    doc = _json_body(body)
+    doc = json_object(body)
     file_id, endpoint = doc.get("input_file_id"), doc.get("endpoint")
     window, metadata = doc.get("completion_window", "24h"), doc.get("metadata")
     if not isinstance(file_id, str) or not file_id:
@@ -142,7 +129,7 @@ async def create_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Pro
 
 
 async def create_message_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
-    doc = _json_body(body)
+    doc = json_object(body)
     desk = _desk(gw, ctx)
     rec = await desk.create_anthropic(_tenant(ctx), doc)
     rec, counts = await desk.batch(rec.id, rec.tenant, "anthropic")

@@ -12,14 +12,13 @@ from extproc.gateway import Gateway
 BodyHandler = Callable[[Gateway, RequestContext, bytes], Awaitable[msg.ProcessingResponse]]
 
 
-class BodyAnswer:
-    def __init__(self, gw: Gateway, ctx: RequestContext, *, handler: BodyHandler) -> None:
+class SelfAnswered:
+    """A flow whose answer the gateway makes at the request-body step: nothing goes upstream, so its
+    response steps only pass through. Subclasses write `request_body`."""
+
+    def __init__(self, gw: Gateway, ctx: RequestContext) -> None:
         self.gw = gw
         self.ctx = ctx
-        self.handler = handler
-
-    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
-        return await self.handler(self.gw, self.ctx, body)
 
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
         return msg.response_headers()
@@ -35,3 +34,12 @@ class BodyAnswer:
 
     def close(self) -> None:
         pass
+
+
+class BodyAnswer(SelfAnswered):
+    def __init__(self, gw: Gateway, ctx: RequestContext, *, handler: BodyHandler) -> None:
+        super().__init__(gw, ctx)
+        self.handler = handler
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        return await self.handler(self.gw, self.ctx, body)

@@ -17,7 +17,7 @@ import orjson
 
 from contracts.errors import ClientError, NotFound, Unavailable
 from extproc import messages as msg
-from extproc.context import RequestContext, json_response
+from extproc.context import RequestContext, json_object, json_response
 from extproc.gateway import Gateway
 from extproc.telemetry.metering import FeedbackRecord
 
@@ -48,12 +48,7 @@ async def record(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Processin
 
 
 def _parse(body: bytes) -> tuple[str, float, dict[str, object]]:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ClientError("the body must be a JSON object") from None
-    if not isinstance(doc, dict):
-        raise ClientError("the body must be a JSON object")
+    doc = json_object(body)
     task_id = doc.get("task_id")
     if not isinstance(task_id, str) or not 0 < len(task_id) <= 128:
         raise ClientError("`task_id` must be the task id of one of your calls (its x-modelyard-task-id header)")

@@ -18,14 +18,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-
 from budgets.report import BY, read_calls, spend_report
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
 from contracts.when import parse_when
 from extproc import messages as msg
 from extproc.cache.report import stats_view
-from extproc.context import RequestContext, json_response
+from extproc.context import RequestContext, json_object, json_response
+from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
 from keys.db import StoreError, redacted
@@ -140,38 +139,14 @@ async def _spend(gw: Gateway, ctx: RequestContext) -> list[dict[str, object]]:
     return [r.as_dict() for r in rows]
 
 
-class CreateKeyFlow:
+class CreateKeyFlow(SelfAnswered):
     """`POST /admin/v1/keys`: the one admin call with a body."""
-
-    def __init__(self, gw: Gateway, ctx: RequestContext) -> None:
-        self.gw = gw
-        self.ctx = ctx
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                raise ClientError("the body must be a JSON object: {\"tenant\": ..., ...}") from None
-            if not isinstance(doc, dict):
-                raise ClientError("the body must be a JSON object: {\"tenant\": ..., ...}")
+            doc = json_object(body, '{"tenant": ..., ...}')
             spec = spec_from_json(admin.config, doc)
             rec, secret = await admin.create(spec)
             return 201, {**rec.view(), "key": secret}, rec.tenant
 
         return await _audited(self.gw, self.ctx, "create", "", work)
-
-    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
-        return msg.response_headers()
-
-    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
-        return msg.response_body()
-
-    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
-        return msg.response_trailers()
-
-    def defer(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

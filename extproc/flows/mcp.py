@@ -7,6 +7,7 @@ from contracts.envoy_names import WAIT_MARGIN_S
 from contracts.errors import NotFound
 from extproc import messages as msg
 from extproc.context import Interim, RequestContext
+from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
 from extproc.mcp.part import McpHub, Reply
 
@@ -32,11 +33,7 @@ def no_stream(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     return msg.immediate(405, b"", [("allow", "POST, DELETE"), *ctx.task_headers()])
 
 
-class McpFlow:
-    def __init__(self, gw: Gateway, ctx: RequestContext) -> None:
-        self.gw = gw
-        self.ctx = ctx
-
+class McpFlow(SelfAnswered):
     async def request_body(self, body: bytes) -> Interim:
         hub = _hub(self.gw, self.ctx)
 
@@ -45,18 +42,3 @@ class McpFlow:
 
         # A tool may run past Envoy's message timeout: ask for the longest server timeout first.
         return Interim(msg.extend_timeout(hub.longest_call_s + WAIT_MARGIN_S), answer)
-
-    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
-        return msg.response_headers()
-
-    def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
-        return msg.response_body()
-
-    def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
-        return msg.response_trailers()
-
-    def defer(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
