@@ -16,6 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import openai
 import pytest
@@ -76,6 +77,28 @@ def test_only_declared_clusters_get_demo_servers() -> None:
     endpoints = {c: set(d.endpoints) for m in shipped.models for d in m.deployments for c in [d.cluster]}
     served = set().union(*(endpoints[c] for c in shipped.devstack.demo_upstreams))
     assert all(eps <= served for eps in endpoints.values()), endpoints
+
+
+def test_the_shipped_demos_each_bind_their_own_port() -> None:
+    """Every server `make up` starts for the shipped config (demo upstreams, MCP servers, the demo
+    scaler) on a port of its own: demo-cold once shared the demo MCP server's, and its first call got
+    that server's 404. Deployments may share a demo upstream (demo-pool's two reach demo-openai's)."""
+    shipped = load_config(ROOT / "modelyard.yaml")
+    owners: dict[int, set[str]] = {}
+    for m in shipped.models:
+        for d in m.deployments:
+            if d.cluster in shipped.devstack.demo_upstreams:
+                for e in d.endpoints:
+                    owners.setdefault(int(e.rsplit(":", 1)[1]), set()).add(f"demo upstream {d.cluster}")
+            if d.scale_from_zero is not None and d.scale_from_zero.webhook:
+                owners.setdefault(urlparse(d.scale_from_zero.webhook).port or 80, set()).add("demo scaler")
+    for server in shipped.mcp_servers:
+        address = server.listen or server.url
+        assert address is not None
+        port = int(address.rsplit(":", 1)[1]) if server.listen else urlparse(address).port
+        owners.setdefault(port or 80, set()).add(f"MCP server {server.name}")
+    assert len(owners) > 10
+    assert not {p: who for p, who in owners.items() if len(who) > 1}
 
 
 def test_run_dir_and_admin_port_come_from_config_or_flags(tmp_path: Path) -> None:
