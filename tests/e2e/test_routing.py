@@ -125,6 +125,24 @@ def _set_util(stack, cluster: str, util: float) -> None:
     assert r.status_code == 200
 
 
+def _read_at(stack, cluster: str) -> float:
+    """When the extproc last read `cluster`'s agent (its own metric; 0 before any reading)."""
+    name = "modelyard_watermark_last_reading_timestamp_seconds"
+    for ln in httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text.splitlines():
+        if ln.startswith(f'{name}{{cluster="{cluster}"}}'):
+            return float(ln.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _read_after(stack, clusters: list[str], t0: float, timeout: float = 15.0) -> None:
+    """Wait until the extproc has read every one of `clusters` after `t0`: on a loaded box a fixed
+    sleep of a few poll intervals sometimes ended before the poller had run (the old readings decided)."""
+    deadline = time.monotonic() + timeout
+    while not all(_read_at(stack, c) > t0 for c in clusters):
+        assert time.monotonic() < deadline, {c: _read_at(stack, c) for c in clusters}
+        time.sleep(INTERVAL / 4)
+
+
 def _clusters(stack, n: int, **kw) -> list[str]:
     out = []
     for _ in range(n):
@@ -135,9 +153,10 @@ def _clusters(stack, n: int, **kw) -> list[str]:
 
 
 def test_hot_gpu_moves_traffic_within_one_poll(twins) -> None:
+    t0 = time.time()
     _set_util(twins, "demo-twin-a", 0.1)
     _set_util(twins, "demo-twin-b", 0.5)
-    time.sleep(3 * INTERVAL)
+    _read_after(twins, ["demo-twin-a", "demo-twin-b"], t0)
     assert set(_clusters(twins, 5)) == {"demo-twin-a"}  # the cooler GPU wins on load
     _set_util(twins, "demo-twin-a", 0.95)
     moved_at = time.monotonic() + 10
@@ -152,14 +171,17 @@ def test_hot_gpu_moves_traffic_within_one_poll(twins) -> None:
 
 
 def test_stale_agent_is_avoided(twins) -> None:
+    t0 = time.time()
     _set_util(twins, "demo-twin-a", 0.5)
     _set_util(twins, "demo-twin-b", 0.1)
-    time.sleep(3 * INTERVAL)
+    _read_after(twins, ["demo-twin-a", "demo-twin-b"], t0)
     assert set(_clusters(twins, 3)) == {"demo-twin-b"}
     agent = next(c for c in twins.children if c.name == f"agent@{_agent(twins, 'demo-twin-b').rsplit(':', 1)[1]}")
     agent.proc.terminate()
     agent.proc.wait(5)
-    time.sleep(4 * INTERVAL + 0.2)  # older than 3 intervals: counts as saturated
+    # b's last reading older than 3 intervals (counts as saturated) while a's stays fresh.
+    time.sleep(max(0.0, _read_at(twins, "demo-twin-b") + 4 * INTERVAL + 0.2 - time.time()))
+    _read_after(twins, ["demo-twin-a"], time.time())
     assert set(_clusters(twins, 5)) == {"demo-twin-a"}
 
 
@@ -168,9 +190,10 @@ def test_stale_agent_is_avoided(twins) -> None:
     ("L3", 0.5, "standard"), ("L3", 0.3, "fast"),
 ])
 def test_fast_channel_admission(twins, tier: str, util: float, channel: str) -> None:
+    t0 = time.time()
     _set_util(twins, "demo-twin-fast", util)
     _set_util(twins, "demo-twin-a", 0.1)
-    time.sleep(3 * INTERVAL)
+    _read_after(twins, ["demo-twin-fast", "demo-twin-a"], t0)
     fast = _chat(twins.url, "twin", KEYS[tier], {"x-modelyard-channel": "fast"})
     assert fast.status_code == 200, fast.text
     assert fast.headers["x-modelyard-channel"] == channel
