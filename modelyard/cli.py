@@ -8,6 +8,7 @@ import logging
 import os
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from contracts.config import hash_api_key, load_config
@@ -186,8 +187,6 @@ def _cmd_cache(a: argparse.Namespace) -> int:
 
 
 def _cmd_spend(a: argparse.Namespace) -> int:
-    import orjson
-
     from budgets.report import read_calls, render_table, spend_report
 
     since = _since(a, "spend")
@@ -198,17 +197,19 @@ def _cmd_spend(a: argparse.Namespace) -> int:
     except (FileNotFoundError, sqlite3.Error) as e:
         print(f"modelyard: spend: {e}", file=sys.stderr)
         return 2
-    if a.json:
-        sys.stdout.write(orjson.dumps([r.as_dict() for r in rows], option=orjson.OPT_APPEND_NEWLINE).decode())
-    else:
-        sys.stdout.write(render_table(rows))
+    return _report(a, [r.as_dict() for r in rows], lambda: render_table(rows))
+
+
+def _report(a: argparse.Namespace, rows: list[dict[str, object]], table: Callable[[], str]) -> int:
+    """A report command's output: `--json`, one array of its rows, else its table."""
+    import orjson
+
+    sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_APPEND_NEWLINE).decode() if a.json else table())
     sys.stdout.flush()
     return 0
 
 
 def _cmd_route_ab(a: argparse.Namespace) -> int:
-    import orjson
-
     from extproc.routing.ab_readout import read_arm_calls, readout, render_table
 
     since, until = _since(a, "route ab"), _since(a, "route ab", "until")
@@ -219,12 +220,7 @@ def _cmd_route_ab(a: argparse.Namespace) -> int:
     except (FileNotFoundError, sqlite3.Error) as e:
         print(f"modelyard: route ab: {e}", file=sys.stderr)
         return 2
-    if a.json:
-        sys.stdout.write(orjson.dumps([e.as_dict() for e in experiments], option=orjson.OPT_APPEND_NEWLINE).decode())
-    else:
-        sys.stdout.write(render_table(experiments))
-    sys.stdout.flush()
-    return 0
+    return _report(a, [e.as_dict() for e in experiments], lambda: render_table(experiments))
 
 
 def _cmd_controlplane(a: argparse.Namespace) -> int:

@@ -6,15 +6,14 @@ batch is simply not found.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from collections.abc import Callable
-from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from extproc.batches import record
 from extproc.batches.files import FileRecord
 from extproc.batches.record import BatchRecord
+from extproc.tasks.store import open_durable
 
 _T = TypeVar("_T")
 Change = Callable[[BatchRecord], "BatchRecord | None"]
@@ -45,12 +44,20 @@ CREATE INDEX IF NOT EXISTS batches_open ON batches (open) WHERE open = 1;
 
 class SqliteBatchStore:
     def __init__(self, path: str) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # an accepted batch survives a power cut
-        self._db.executescript(_SCHEMA)
+        self._db = open_durable(path, _SCHEMA)
         self._lock = threading.Lock()
+
+    def _page(self, table: str, sql: str, args: list[object], tenant: str, after: str | None,
+              limit: int) -> list[Any]:
+        """`sql` (the tenant's rows) newest first, from past `after` (an id of the previous page), one row
+        over `limit` so the caller can say whether more follow."""
+        if after:
+            row = self._db.execute(f"SELECT created_at FROM {table} WHERE id = ? AND tenant = ?",
+                                   (after, tenant)).fetchone()
+            if row:
+                sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
+                args = [*args, row[0], row[0], after]
+        return self._db.execute(sql + " ORDER BY created_at DESC, id DESC LIMIT ?", [*args, limit + 1]).fetchall()
 
     def _run(self, work: Callable[[], _T], transaction: bool = False) -> _T:
         with self._lock:
@@ -111,15 +118,7 @@ class SqliteBatchStore:
             if purpose:
                 sql += " AND purpose = ?"
                 args.append(purpose)
-            if after:
-                row = self._db.execute("SELECT created_at FROM files WHERE id = ? AND tenant = ?",
-                                       (after, tenant)).fetchone()
-                if row:
-                    sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
-                    args += [row[0], row[0], after]
-            sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-            args.append(limit + 1)
-            rows = [self._file(r) for r in self._db.execute(sql, args).fetchall()]
+            rows = [self._file(r) for r in self._page("files", sql, args, tenant, after, limit)]
             return rows[:limit], len(rows) > limit
 
         return await self._call(work)
@@ -177,15 +176,7 @@ class SqliteBatchStore:
         def work() -> tuple[list[BatchRecord], bool]:
             sql = "SELECT doc FROM batches WHERE tenant = ? AND api = ?"
             args: list[object] = [tenant, api]
-            if after:
-                row = self._db.execute("SELECT created_at FROM batches WHERE id = ? AND tenant = ?",
-                                       (after, tenant)).fetchone()
-                if row:
-                    sql += " AND (created_at < ? OR (created_at = ? AND id < ?))"
-                    args += [row[0], row[0], after]
-            sql += " ORDER BY created_at DESC, id DESC LIMIT ?"
-            args.append(limit + 1)
-            rows = [record.from_doc(r[0]) for r in self._db.execute(sql, args).fetchall()]
+            rows = [record.from_doc(r[0]) for r in self._page("batches", sql, args, tenant, after, limit)]
             return rows[:limit], len(rows) > limit
 
         return await self._call(work)

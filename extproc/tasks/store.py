@@ -53,15 +53,22 @@ CREATE INDEX IF NOT EXISTS tasks_webhooks ON tasks (owes_webhook) WHERE owes_web
 """
 
 
+def open_durable(path: str, schema: str) -> sqlite3.Connection:
+    """One connection shared by a store's threads (under its lock), autocommit, WAL, and a commit that
+    survives a power cut, not only a crash: what the gateway accepted (a task, a batch) stays accepted."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.executescript(schema)
+    return db
+
+
 class SqliteTaskStore:
     """One file, one connection, one lock; every call runs in a thread."""
 
     def __init__(self, path: str) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # an accepted task survives a power cut, not only a crash
-        self._db.executescript(_SCHEMA)
+        self._db = open_durable(path, _SCHEMA)
         self._lock = threading.Lock()
 
     def _save(self, rec: TaskRecord) -> None:
