@@ -135,12 +135,20 @@ def _read_at(stack, cluster: str) -> float:
 
 
 def _read_after(stack, clusters: list[str], t0: float, timeout: float = 15.0) -> None:
-    """Wait until the extproc has read every one of `clusters` after `t0`: on a loaded box a fixed
-    sleep of a few poll intervals sometimes ended before the poller had run (the old readings decided)."""
+    """Wait until the extproc has read every one of `clusters` with a poll sent after `t0`: on a loaded
+    box a fixed sleep of a few poll intervals sometimes ended before the poller had run. A reading
+    stamped after `t0` may still answer a poll sent before it, so wait for the one after that (each
+    cluster's poller sends its next poll only once the last one answered)."""
     deadline = time.monotonic() + timeout
-    while not all(_read_at(stack, c) > t0 for c in clusters):
-        assert time.monotonic() < deadline, {c: _read_at(stack, c) for c in clusters}
-        time.sleep(INTERVAL / 4)
+
+    def stamped_after(c: str, t: float) -> float:
+        while (seen := _read_at(stack, c)) <= t:
+            assert time.monotonic() < deadline, {c: seen, "after": t}
+            time.sleep(INTERVAL / 4)
+        return seen
+
+    for c in clusters:
+        stamped_after(c, stamped_after(c, t0))
 
 
 def _clusters(stack, n: int, **kw) -> list[str]:
