@@ -23,6 +23,7 @@ from extproc.batches import ids, lines, record
 from extproc.batches.files import OUTPUT_PURPOSE, PURPOSES, FileRecord
 from extproc.batches.lines import LineRequest
 from extproc.batches.record import BatchRecord
+from extproc.batches.s3_blobs import S3Blobs
 from extproc.batches.store import SqliteBatchStore
 from extproc.tasks import state as task_state
 from extproc.tasks.board import TaskBoard
@@ -40,6 +41,8 @@ class BatchDesk:
         self.cfg = cfg
         self.board = board
         self.store = store or SqliteBatchStore(cfg.sqlite_path)
+        # File bytes in an S3-compatible bucket when configured; their records stay in the store.
+        self.blobs = S3Blobs(cfg.file_store) if cfg.file_store is not None else None
         self._finalizer: asyncio.Task[None] | None = None
 
     # -- files -----------------------------------------------------------------------------------
@@ -50,9 +53,20 @@ class BatchDesk:
             raise ClientError(f"the file is {len(data)} bytes; the gateway keeps files up to "
                               f"{self.cfg.max_file_bytes} bytes", status=413)
         rec = FileRecord(ids.new_file_id(), tenant, purpose, filename[:255] or "upload", len(data), time.time())
-        if not await self._store(self.store.put_file(rec, data, self.cfg.max_files_per_tenant)):
+        if not await self._put(rec, data, self.cfg.max_files_per_tenant):
             raise ClientError(f"this tenant already holds {self.cfg.max_files_per_tenant} files; delete some first")
         return rec
+
+    async def _put(self, rec: FileRecord, data: bytes, max_files: int | None = None) -> bool:
+        """The bytes, then the record: a record never names bytes that were not stored."""
+        if self.blobs is None:
+            return await self._store(self.store.put_file(rec, data, max_files))
+        key = self.blobs.key(rec.tenant, rec.id)
+        await self.blobs.put(key, data)
+        if await self._store(self.store.put_file(rec, b"", max_files)):
+            return True
+        await self.blobs.delete(key)  # refused (too many files): the bytes go too
+        return False
 
     async def file(self, file_id: str, tenant: str) -> FileRecord:
         rec = await self._store(self.store.get_file(file_id, tenant))
@@ -64,16 +78,36 @@ class BatchDesk:
         data = await self._store(self.store.file_data(file_id, tenant))
         if data is None:
             raise NotFound(f"No such File object: {file_id}")
-        return data
+        if data or self.blobs is None:  # bytes in SQLite (also those stored before the bucket was configured)
+            return data
+        rec = await self.file(file_id, tenant)  # the tenant's own record first: only then its key
+        if rec.bytes == 0:
+            return b""
+        try:
+            return await self.blobs.get(self.blobs.key(tenant, file_id))
+        except NotFound:
+            log.error("file %s: its record is here but its object is not in the bucket", file_id)
+            raise NotFound(f"No such File object: {file_id}") from None
 
     async def list_files(self, tenant: str, purpose: str | None, limit: int, after: str | None) -> dict[str, Any]:
         recs, more = await self._store(self.store.list_files(tenant, purpose, limit, after))
         return file_views.list_view(recs, more)
 
     async def delete_file(self, file_id: str, tenant: str) -> dict[str, Any]:
-        if not await self._store(self.store.delete_file(file_id, tenant)):
+        if not await self._delete_file(file_id, tenant):
             raise NotFound(f"No such File object: {file_id}")
         return file_views.deleted_view(file_id)
+
+    async def _delete_file(self, file_id: str, tenant: str) -> bool:
+        """The record, then the bytes (an object left behind by a failed delete names no file)."""
+        if not await self._store(self.store.delete_file(file_id, tenant)):
+            return False
+        if self.blobs is not None:
+            try:
+                await self.blobs.delete(self.blobs.key(tenant, file_id))
+            except Unavailable:
+                log.warning("file %s: deleted, but its object stays in the bucket", file_id)
+        return True
 
     # -- batches ---------------------------------------------------------------------------------
     async def create_openai(self, tenant: str, input_file_id: str, endpoint: str, window: str,
@@ -163,7 +197,7 @@ class BatchDesk:
             raise ClientError(f"batch {batch_id} is still in progress; cancel it, then delete it once it ended")
         await self._store(self.store.delete_batch(batch_id, tenant))
         if rec.results_file_id is not None:
-            await self._store(self.store.delete_file(rec.results_file_id, tenant))
+            await self._delete_file(rec.results_file_id, tenant)
 
     async def results(self, batch_id: str, tenant: str) -> bytes:
         """Anthropic's results JSONL, once the batch ended."""
@@ -198,7 +232,7 @@ class BatchDesk:
 
     async def _result_file(self, rec: BatchRecord, kind: str, name: str, data: bytes, now: float) -> str:
         f = FileRecord(ids.result_file_id(rec.id, kind), rec.tenant, OUTPUT_PURPOSE, name, len(data), now)
-        await self._store(self.store.put_file(f, data))
+        await self._put(f, data)
         return f.id
 
     async def _pass(self) -> None:
@@ -243,4 +277,6 @@ class BatchDesk:
             self._finalizer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._finalizer
+        if self.blobs is not None:
+            await self.blobs.close()
         await self.store.close()
