@@ -249,7 +249,7 @@ def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gat
         dsn = store_dsn(config, config_file)
         key_admin = KeyAdmin(config, dsn, KeyCache(), audit)
     tasks_board = TaskBoard.from_config(config)
-    batch_desk = BatchDesk(config.extproc.batches, tasks_board) \
+    batch_desk = BatchDesk(config.extproc.batches, tasks_board, config=config, metering=metering) \
         if config.extproc.batches is not None and tasks_board is not None else None
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,

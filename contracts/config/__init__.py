@@ -262,6 +262,14 @@ class WatermarkSource(_Model):
     kind: Literal["agent", "dcgm"] = "agent"
 
 
+class NativeBatch(_Model):
+    """A batch whose every line names this deployment's model runs at the provider's own batch API
+    (OpenAI Files + Batches, Anthropic Message Batches), polled in the background (docs/batches.md)."""
+
+    mode: Literal["native", "replay"] = "native"  # replay: each line through the gateway (the default)
+    poll_every_s: float = Field(5.0, gt=0)
+
+
 class Deployment(_Model):
     cluster: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     protocol: Protocol
@@ -313,6 +321,8 @@ class Deployment(_Model):
     azure: AzureSettings | None = None
     bedrock: BedrockSettings | None = None
     vertex: VertexSettings | None = None
+    # Batches at the provider's own batch API (openai and anthropic deployments); None: lines replayed.
+    batch: NativeBatch | None = None
 
     _drop_params = field_validator("drop_params")(check_drop_params)
 
@@ -347,6 +357,8 @@ class Deployment(_Model):
             named = [ep for ep in self.endpoints if not _ip_literal(ep.rpartition(":")[0])]
             if named:  # Envoy's override-host matches the resolved IP:port, not a name
                 raise ValueError(f"replica_metrics needs IP endpoints, not {named[0]!r}")
+        if self.batch is not None and self.batch.mode == "native" and self.protocol not in ("openai", "anthropic"):
+            raise ValueError(f"batch: native batches run on openai and anthropic deployments, not {self.protocol}")
         if self.warmup and self.protocol in CLOUD_SECTIONS:  # a warm-up call would need the cloud's credentials
             raise ValueError(f"warmup: not available for protocol {self.protocol}")
         if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
