@@ -34,7 +34,7 @@ class S3Server:
             "s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key)
 
-    def keys(self) -> list[str]:
+    def object_keys(self) -> list[str]:
         return [o["Key"] for o in self.client().list_objects_v2(Bucket=self.bucket).get("Contents", [])]
 
 

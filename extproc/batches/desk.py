@@ -23,9 +23,8 @@ from budgets.pricing import charge
 from contracts.config import BatchesConfig, Deployment, GatewayConfig
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
 from extproc.batches import files as file_views
-from extproc.batches import ids, lines, record
+from extproc.batches import ids, lines, native, record
 from extproc.batches.files import OUTPUT_PURPOSE, PURPOSES, FileRecord
-from extproc.batches import native
 from extproc.batches.lines import LineRef, LineRequest
 from extproc.batches.native import LineResult, NativeTarget
 from extproc.batches.native_client import NativeClient

@@ -66,13 +66,13 @@ def test_files_and_batch_outputs_live_in_the_bucket(tmp_path: Path, s3: S3Server
         assert rec.status == "completed" and rec.output_file_id
         out = await desk.file_content(rec.output_file_id, "acme")
         assert [orjson.loads(x)["custom_id"] for x in out.splitlines()] == ["a", "b"]
-        keys = s3.keys()
+        keys = s3.object_keys()
         assert any(k.endswith("/" + f.id) for k in keys) and any(k.endswith("/" + rec.output_file_id) for k in keys)
         assert all(k.startswith("gw/") and "acme" not in k for k in keys)  # the tenant as a digest
         # SQLite holds the records, not the bytes
         assert await desk.store.file_data(f.id, "acme") == b""
         await desk.delete_file(f.id, "acme")
-        assert not any(k.endswith("/" + f.id) for k in s3.keys())
+        assert not any(k.endswith("/" + f.id) for k in s3.object_keys())
         with pytest.raises(NotFound):
             await desk.file_content(f.id, "acme")
         await desk.close()

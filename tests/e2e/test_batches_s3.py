@@ -56,7 +56,7 @@ def test_uploads_and_batch_outputs_round_trip_through_the_bucket(stack) -> None:
     body = ("\n".join(lines) + "\n").encode()
     f = oai.files.create(file=("input.jsonl", io.BytesIO(body)), purpose="batch")
     assert oai.files.content(f.id).content == body
-    assert any(k.startswith("files/") and k.endswith("/" + f.id) for k in s3.keys())
+    assert any(k.startswith("files/") and k.endswith("/" + f.id) for k in s3.object_keys())
 
     batch = oai.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
     deadline = time.monotonic() + 60
@@ -67,8 +67,8 @@ def test_uploads_and_batch_outputs_round_trip_through_the_bucket(stack) -> None:
     out = [json.loads(x) for x in oai.files.content(batch.output_file_id).text.splitlines()]
     assert sorted(r["custom_id"] for r in out) == ["r0", "r1", "r2"]
     assert all(r["response"]["status_code"] == 200 for r in out)
-    assert any(k.endswith("/" + batch.output_file_id) for k in s3.keys())  # the output lives in the bucket too
-    stored = s3.client().get_object(Bucket=s3.bucket, Key=next(k for k in s3.keys()
+    assert any(k.endswith("/" + batch.output_file_id) for k in s3.object_keys())  # the output lives in the bucket too
+    stored = s3.client().get_object(Bucket=s3.bucket, Key=next(k for k in s3.object_keys()
                                                                  if k.endswith("/" + batch.output_file_id)))
     assert stored["Body"].read() == oai.files.content(batch.output_file_id).content
 
@@ -79,4 +79,4 @@ def test_uploads_and_batch_outputs_round_trip_through_the_bucket(stack) -> None:
         other.files.content(batch.output_file_id)
 
     assert oai.files.delete(f.id).deleted
-    assert not any(k.endswith("/" + f.id) for k in s3.keys())
+    assert not any(k.endswith("/" + f.id) for k in s3.object_keys())
