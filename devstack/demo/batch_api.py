@@ -3,7 +3,8 @@ OpenAI server (`POST /v1/files`, `GET /v1/files/{id}/content`, `POST /v1/batches
 /v1/batches/{id}`, `POST /v1/batches/{id}/cancel`) and Anthropic's Message Batches on the demo
 Anthropic server (`POST /v1/messages/batches`, `GET .../{id}`, `POST .../{id}/cancel`,
 `GET .../{id}/results`). In memory; a batch ends `BATCH_SECONDS` after it was created, each request
-answered as the demo's synchronous endpoint would (devstack.demo.behaviour), or ends cancelled.
+answered as the demo's synchronous endpoint would (devstack.demo.behaviour), or ends cancelled; a
+`demo-hold-MS` in a request holds its whole batch open that much longer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from aiohttp import web
 
 from contracts.errors import ModelyardError
 from devstack.demo.behaviour import demo_reply
+from devstack.demo.faults import hold_seconds
 
 BATCH_SECONDS = float(os.environ.get("MODELYARD_DEMO_BATCH_SECONDS", "2.0"))
 
@@ -102,7 +104,8 @@ def add_openai_batch_routes(app: web.Application, adapter: ModuleType, prefix: s
             "id": batch_id, "object": "batch", "endpoint": doc["endpoint"], "input_file_id": doc["input_file_id"],
             "completion_window": "24h", "status": "in_progress", "created_at": now, "output_file_id": None,
             "error_file_id": None, "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
-            "metadata": doc.get("metadata"), "_ends_at": time.time() + BATCH_SECONDS, "_cancel": False}
+            "metadata": doc.get("metadata"), "_cancel": False,
+            "_ends_at": time.time() + BATCH_SECONDS + hold_seconds(data.decode("utf-8", "replace"))}
         return web.json_response(_public(store.batches[batch_id]))
 
     def settle(batch: dict[str, Any]) -> None:
@@ -177,8 +180,9 @@ def add_anthropic_batch_routes(app: web.Application, adapter: ModuleType, prefix
         store.batches[batch_id] = {
             "id": batch_id, "type": "message_batch", "processing_status": "in_progress",
             "request_counts": {"processing": len(reqs), "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0},
-            "created_at": iso(now), "ended_at": None, "results_url": None, "_ends_at": now + BATCH_SECONDS,
-            "_cancel": False, "_results": b""}
+            "created_at": iso(now), "ended_at": None, "results_url": None, "_cancel": False, "_results": b"",
+            "_ends_at": now + BATCH_SECONDS + max(hold_seconds(b.decode("utf-8", "replace"))
+                                                  for _, b in store.inputs[batch_id])}
         return web.json_response(_public(store.batches[batch_id]))
 
     def settle(batch: dict[str, Any], host: str) -> None:

@@ -142,7 +142,8 @@ def test_each_api_runs_translated_at_the_other_providers_batch_api(stack) -> Non
 
 def test_a_native_batch_survives_the_extproc_killed_mid_poll(stack) -> None:
     oai = _oai(stack)
-    batch = _openai_batch(oai, [_line("k1", "demo-gpt-batch", "through a crash")])
+    # demo-hold-3000: the provider's batch still runs while the extproc is down and restarts
+    batch = _openai_batch(oai, [_line("k1", "demo-gpt-batch", "through a crash demo-hold-3000")])
     extproc = stack.child("extproc")
     os.kill(extproc.proc.pid, signal.SIGKILL)  # the provider's batch is still running
     extproc.proc.wait(10)
@@ -150,13 +151,15 @@ def test_a_native_batch_survives_the_extproc_killed_mid_poll(stack) -> None:
     done = _until_done(oai, batch.id)
     assert done.status == "completed"
     (row,) = _jsonl(oai.files.content(done.output_file_id or "").content)
-    assert row["response"]["body"]["choices"][0]["message"]["content"].endswith("through a crash")
+    assert row["response"]["body"]["choices"][0]["message"]["content"].endswith("through a crash demo-hold-3000")
     assert len(_metered(stack, batch.id, 1)) == 1  # metered once, by the finalizer that closed it
 
 
 def test_a_cancel_reaches_the_provider(stack) -> None:
     oai = _oai(stack)
-    batch = _openai_batch(oai, [_line("x1", "demo-gpt-batch", "never"), _line("x2", "demo-gpt-batch", "nor me")])
+    # demo-hold-10000: the provider's batch stays open until the cancel reaches it, however busy the box
+    batch = _openai_batch(oai, [_line("x1", "demo-gpt-batch", "never demo-hold-10000"),
+                                _line("x2", "demo-gpt-batch", "nor me")])
     assert oai.batches.cancel(batch.id).status == "cancelling"
     done = _until_done(oai, batch.id)
     assert done.status == "cancelled" and done.request_counts is not None and done.request_counts.completed == 0
