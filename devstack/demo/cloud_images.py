@@ -1,7 +1,8 @@
 """The demo clouds' image models, answering as their providers document: Imagen's `:predict` on the
-demo Vertex AI (`{"predictions": [{"bytesBase64Encoded", "mimeType"}]}`) and Titan Image
-Generator's InvokeModel on the demo Bedrock (`{"images": [...], "error": null}`). Each checks the
-request's documented shape and answers the demo's small PNG, whatever the prompt.
+demo Vertex AI (`{"predictions": [{"bytesBase64Encoded", "mimeType"}]}`), Gemini's image output
+(generateContent with `responseModalities` naming IMAGE) on the demo Gemini API and Vertex AI, and
+Titan Image Generator's InvokeModel on the demo Bedrock (`{"images": [...], "error": null}`). Each
+checks the request's documented shape and answers the demo's small PNG, whatever the prompt.
 """
 
 from __future__ import annotations
@@ -64,3 +65,25 @@ def titan(body: bytes) -> web.Response:
 def _validation(message: str) -> web.Response:
     return web.Response(status=400, body=orjson.dumps({"message": message}), content_type="application/json",
                         headers={"x-amzn-ErrorType": "ValidationException"})
+
+
+def wants_image(body: bytes) -> bool:
+    """A generateContent request that asks for image output."""
+    doc = _json(body)
+    config = doc.get("generationConfig") if isinstance(doc, dict) else None
+    modalities = config.get("responseModalities") if isinstance(config, dict) else None
+    return isinstance(modalities, list) and "IMAGE" in modalities
+
+
+def gemini_image(body: bytes) -> tuple[int, dict[str, Any]]:
+    """(status, JSON) for a generateContent request with image output."""
+    doc = _json(body)
+    contents = doc.get("contents") if isinstance(doc, dict) else None
+    ratio = ((doc.get("generationConfig") or {}).get("imageConfig") or {}).get("aspectRatio", "1:1") \
+        if isinstance(doc, dict) else None
+    if not isinstance(contents, list) or not contents or ratio not in {"1:1", "2:3", "3:2", "3:4", "4:3", "4:5",
+                                                                        "5:4", "9:16", "16:9", "21:9"}:
+        return 400, _google(400, "contents must be a non-empty list and imageConfig.aspectRatio a known ratio")
+    parts = [{"text": "Here is the image."}, {"inlineData": {"mimeType": "image/png", "data": _B64}}]
+    return 200, {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+                 "usageMetadata": {"promptTokenCount": 8, "candidatesTokenCount": 1290, "totalTokenCount": 1298}}

@@ -117,6 +117,10 @@ def make_app(account: ServiceAccount, *, project: str, location: str, name: str 
             status, answer = cloud_images.imagen(await request.read())
             stats["images"] += status == 200
             return web.json_response(answer, status=status)
+        if m["publisher"] == "google" and action == "generateContent" and cloud_images.wants_image(await request.read()):
+            status, answer = cloud_images.gemini_image(await request.read())
+            stats["images"] += status == 200
+            return web.json_response(answer, status=status)
         demo = demos.get(m["publisher"])
         ok = {"google": ("generateContent", "streamGenerateContent"),
               "anthropic": ("rawPredict", "streamRawPredict")}.get(m["publisher"], ())

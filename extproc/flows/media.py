@@ -44,7 +44,7 @@ class MediaFlow:
         self.status = 0
         self.client_status = 0
         self.upstream_failed = False
-        self.translated: tuple[str, ImageAsk] | None = None  # (deployment protocol, what was asked)
+        self.translated: tuple[image_translation.Kind, ImageAsk] | None = None  # (provider API, what was asked)
 
     # -- request ---------------------------------------------------------------------------
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
@@ -69,11 +69,11 @@ class MediaFlow:
         auth = await self.call.authorize()
         upstream_model = dep.upstream_model or choice.model.name
         ctx.response_headers += choice.response_headers()
-        if translate:  # Imagen on Vertex, Titan Image on Bedrock: rendered (and signed) for the provider
+        if translate:  # Imagen/Gemini on Vertex or the Gemini API, Titan Image on Bedrock: rendered for the provider
             assert req.json is not None
-            up, ask = image_translation.render_request(dep.protocol, req.json, upstream_model=upstream_model,
-                                                       credential=auth.credential, cloud=auth.cloud)
-            self.translated = (dep.protocol, ask)
+            up, ask, kind = image_translation.render_request(dep.protocol, req.json, upstream_model=upstream_model,
+                                                             credential=auth.credential, cloud=auth.cloud)
+            self.translated = (kind, ask)
             return self.call.request(up.path, up.body, up.headers, cluster=dep.cluster)
         headers = {"content-type": content_type or "application/json"}
         if auth.credential:
@@ -117,9 +117,9 @@ class MediaFlow:
                                      default_type(self.client_status))
             return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
         if self.translated is not None:
-            protocol, ask = self.translated
+            kind, ask = self.translated
             try:
-                answer = image_translation.render_answer(protocol, chunk, ask, int(time.time()))
+                answer = image_translation.render_answer(kind, chunk, ask, int(time.time()))
             except UpstreamError as e:
                 self.upstream_failed, self.client_status = True, 502
                 log.warning("task %s: %s", self.ctx.task_id, e.message)

@@ -43,8 +43,9 @@ def test_imagen_request_maps_n_size_and_format(fields: dict[str, object], parame
             image_translation.render_request("vertex", obj, upstream_model="imagen-3.0-generate-002",
                                              credential="tok", cloud=VERTEX)
         return
-    up, _ = image_translation.render_request("vertex", obj, upstream_model="imagen-3.0-generate-002",
-                                             credential="tok", cloud=VERTEX)
+    up, _, kind = image_translation.render_request("vertex", obj, upstream_model="imagen-3.0-generate-002",
+                                                   credential="tok", cloud=VERTEX)
+    assert kind == "imagen"
     assert up.path == ("/v1/projects/proj/locations/us-central1/publishers/google/models/"
                        "imagen-3.0-generate-002:predict")
     assert up.headers["authorization"] == "Bearer tok"
@@ -63,7 +64,7 @@ def test_imagen_refuses_what_does_not_map(fields: dict[str, object], why: str) -
 
 
 def test_imagen_claude_publisher_is_refused() -> None:
-    with pytest.raises(ClientError, match="Imagen"):
+    with pytest.raises(ClientError, match="Google's"):
         image_translation.render_request("vertex", _ask(), upstream_model="c", credential="t",
                                          cloud=VertexTarget("p", "us-east5", "anthropic"))
 
@@ -74,7 +75,7 @@ def test_imagen_answer_keeps_bytes_and_revised_prompt_and_skips_filtered() -> No
         {"bytesBase64Encoded": "REVG", "mimeType": "image/png"},
         {"raiFilteredReason": "filtered"}]})
     ask = parse_ask(_ask(n=3), "Imagen")
-    answer = orjson.loads(image_translation.render_answer("vertex", body, ask, 1700000000))
+    answer = orjson.loads(image_translation.render_answer("imagen", body, ask, 1700000000))
     assert answer == {"created": 1700000000, "output_format": "png", "data": [
         {"b64_json": "QUJD", "revised_prompt": "an enhanced prompt"}, {"b64_json": "REVG"}]}
 
@@ -102,8 +103,9 @@ def test_imagen_answer_of_another_shape_is_an_upstream_error() -> None:
                                                    "height": 896}),
 ])
 def test_titan_request_maps_n_size_and_quality(fields: dict[str, object], config: object) -> None:
-    up, _ = image_translation.render_request("bedrock", _ask(**fields), upstream_model="amazon.titan-image-generator-v2:0",
-                                             credential=None, cloud=BEDROCK)
+    up, _, _ = image_translation.render_request("bedrock", _ask(**fields),
+                                                upstream_model="amazon.titan-image-generator-v2:0", credential=None,
+                                                cloud=BEDROCK)
     assert up.path == "/model/amazon.titan-image-generator-v2%3A0/invoke"
     assert orjson.loads(up.body) == {"taskType": "TEXT_IMAGE", "textToImageParams": {"text": "a lighthouse at dusk"},
                                      "imageGenerationConfig": config}
@@ -124,11 +126,44 @@ def test_titan_refuses_what_does_not_map(fields: dict[str, object], why: str) ->
 def test_titan_answer_and_its_error() -> None:
     # The documented answer: {"images": [base64 PNG, ...], "error": null}
     ask = parse_ask(_ask(n=2), "Titan Image")
-    answer = orjson.loads(image_translation.render_answer("bedrock", b'{"images": ["QUJD", "REVG"], "error": null}',
+    answer = orjson.loads(image_translation.render_answer("titan", b'{"images": ["QUJD", "REVG"], "error": null}',
                                                           ask, 5))
     assert answer == {"created": 5, "output_format": "png", "data": [{"b64_json": "QUJD"}, {"b64_json": "REVG"}]}
     with pytest.raises(UpstreamError, match="blocked"):
         titan.parse_answer(b'{"images": null, "error": "blocked"}', 5)
+
+
+# -- Gemini image output (Gemini API, or a gemini-* model on Vertex) ---------------------------------
+@pytest.mark.parametrize(("fields", "config"), [
+    ({}, {"responseModalities": ["TEXT", "IMAGE"]}),
+    ({"size": "1536x1024", "n": 1}, {"responseModalities": ["TEXT", "IMAGE"], "imageConfig": {"aspectRatio": "3:2"}}),
+])
+def test_gemini_request_on_the_gemini_api_and_on_vertex(fields: dict[str, object], config: object) -> None:
+    up, _, kind = image_translation.render_request("gemini", _ask(**fields), upstream_model="gemini-2.5-flash-image",
+                                                   credential="key", cloud=None)
+    assert kind == "gemini" and up.path == "/v1beta/models/gemini-2.5-flash-image:generateContent"
+    assert up.headers["x-goog-api-key"] == "key"
+    assert orjson.loads(up.body) == {"contents": [{"role": "user", "parts": [{"text": "a lighthouse at dusk"}]}],
+                                     "generationConfig": config}
+    up, _, kind = image_translation.render_request("vertex", _ask(**fields), upstream_model="gemini-2.5-flash-image",
+                                                   credential="tok", cloud=VERTEX)
+    assert kind == "gemini" and up.path.endswith("/publishers/google/models/gemini-2.5-flash-image:generateContent")
+
+
+@pytest.mark.parametrize(("fields", "why"), [({"n": 2}, "n must be 1"), ({"size": "1792x1024"}, "aspect ratio"),
+                                             ({"output_format": "jpeg"}, "PNG")])
+def test_gemini_refuses_what_does_not_map(fields: dict[str, object], why: str) -> None:
+    with pytest.raises(ClientError, match=why):
+        image_translation.render_request("gemini", _ask(**fields), upstream_model="g", credential="k", cloud=None)
+
+
+def test_gemini_answer_keeps_the_image_parts_only() -> None:
+    body = orjson.dumps({"candidates": [{"content": {"role": "model", "parts": [
+        {"text": "Here is your lighthouse."}, {"inlineData": {"mimeType": "image/png", "data": "QUJD"}}]},
+        "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 6}})
+    ask = parse_ask(_ask(), "Gemini image")
+    answer = orjson.loads(image_translation.render_answer("gemini", body, ask, 9))
+    assert answer == {"created": 9, "output_format": "png", "data": [{"b64_json": "QUJD"}]}
 
 
 def test_other_protocols_are_not_translated() -> None:
