@@ -22,6 +22,7 @@ import orjson
 from budgets.pricing import charge
 from contracts.config import BatchesConfig, Deployment, GatewayConfig
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
+from extproc.admission.budget_guard import BudgetGuard
 from extproc.batches import files as file_views
 from extproc.batches import ids, lines, native, record
 from extproc.batches.files import OUTPUT_PURPOSE, PURPOSES, FileRecord
@@ -49,11 +50,12 @@ NativePick = Callable[[set[str]], NativeTarget | None]
 class BatchDesk:
     def __init__(self, cfg: BatchesConfig, board: TaskBoard, store: SqliteBatchStore | None = None, *,
                  config: GatewayConfig | None = None, metering: MeteringStore | None = None,
-                 native_client: NativeClient | None = None) -> None:
+                 budgets: BudgetGuard | None = None, native_client: NativeClient | None = None) -> None:
         self.cfg = cfg
         self.board = board
         self.config = config  # the deployments native batches run on, their prices, the tenants' tiers
         self.metering = metering
+        self.budgets = budgets  # a native batch's lines are spend of its tenant (and the key that made it)
         self.native_client = native_client or NativeClient()
         self._polled: dict[str, float] = {}  # native batch id -> when its provider was last asked
         self.store = store or SqliteBatchStore(cfg.sqlite_path)
@@ -127,7 +129,8 @@ class BatchDesk:
 
     # -- batches ---------------------------------------------------------------------------------
     async def create_openai(self, tenant: str, input_file_id: str, endpoint: str, window: str,
-                            metadata: dict[str, Any] | None, pick: NativePick | None = None) -> BatchRecord:
+                            metadata: dict[str, Any] | None, pick: NativePick | None = None,
+                            key_id: str | None = None) -> BatchRecord:
         if window not in record.WINDOWS:
             raise ClientError(f"completion_window must be one of {', '.join(record.WINDOWS)}, not {window!r}")
         if endpoint not in lines.OPENAI_ENDPOINTS:
@@ -142,16 +145,18 @@ class BatchDesk:
         target = self._native_target(reqs, pick) if endpoint == native.OPENAI_PATH else None
         if target is not None:
             return await self._start_native(batch_id, tenant, "openai", endpoint, reqs, target, window,
-                                            input_file_id=input_file_id, metadata=metadata)
+                                            input_file_id=input_file_id, metadata=metadata, key_id=key_id)
         return await self._start(batch_id, tenant, "openai", endpoint, protocol, reqs, _JSON, window,
                                  input_file_id=input_file_id, metadata=metadata)
 
-    async def create_anthropic(self, tenant: str, doc: Any, pick: NativePick | None = None) -> BatchRecord:
+    async def create_anthropic(self, tenant: str, doc: Any, pick: NativePick | None = None,
+                               key_id: str | None = None) -> BatchRecord:
         batch_id = ids.new_batch_id("anthropic")
         reqs = lines.parse_anthropic_requests(doc, batch_id, self.cfg.max_lines)
         target = self._native_target(reqs, pick)
         if target is not None:
-            return await self._start_native(batch_id, tenant, "anthropic", lines.ANTHROPIC_PATH, reqs, target, "24h")
+            return await self._start_native(batch_id, tenant, "anthropic", lines.ANTHROPIC_PATH, reqs, target, "24h",
+                                            key_id=key_id)
         return await self._start(batch_id, tenant, "anthropic", lines.ANTHROPIC_PATH, "anthropic", reqs,
                                  _ANTHROPIC, "24h")
 
@@ -171,7 +176,7 @@ class BatchDesk:
 
     async def _start_native(self, batch_id: str, tenant: str, api: record.Api, path: str, reqs: list[LineRequest],
                             target: NativeTarget, window: str, *, input_file_id: str | None = None,
-                            metadata: dict[str, Any] | None = None) -> BatchRecord:
+                            metadata: dict[str, Any] | None = None, key_id: str | None = None) -> BatchRecord:
         """Each line rendered for the provider (a line that cannot be is refused, as a malformed one
         is), the provider's batch created, then the record naming it."""
         dep = self._deployment(target.cluster)
@@ -194,7 +199,7 @@ class BatchDesk:
                           expires_at=now + record.WINDOWS[window], lines=tuple(refs), input_file_id=input_file_id,
                           completion_window=window, metadata=metadata,
                           native={"model": target.model, "cluster": target.cluster, "protocol": target.protocol,
-                                  "upstream_model": target.upstream_model, "upstream_id": None})
+                                  "upstream_model": target.upstream_model, "upstream_id": None, "key_id": key_id})
         if bodies:
             payload: bytes | dict[str, Any] = native.anthropic_input(bodies) if target.protocol == "anthropic" \
                 else native.openai_input(bodies)
@@ -290,6 +295,8 @@ class BatchDesk:
                 by_model, by_deployment = cost_series(model.name, rec.tenant, dep.cluster, dep.channel)
                 by_model.inc(cost)
                 by_deployment.inc(cost)
+                if self.budgets is not None:
+                    self.budgets.record_spend(rec.tenant, (rec.native or {}).get("key_id"), cost)
             if self.metering is not None:
                 self.metering.record((
                     time.time(), ref.task_id, rec.tenant, tier, model.name, dep.cluster, dep.channel, res.status,

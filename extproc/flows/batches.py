@@ -93,6 +93,10 @@ def _results_url(ctx: RequestContext, batch_id: str) -> str:
     return f"{scheme}://{host}{MESSAGE_BATCHES}/{batch_id}/results"
 
 
+def _key_id(ctx: RequestContext) -> str | None:
+    return ctx.caller.key_id if ctx.caller is not None else None
+
+
 def _native_pick(gw: Gateway, ctx: RequestContext) -> NativePick:
     """A batch whose lines all name one model the tenant may use, with a deployment that says
     `batch: {mode: native}`, runs whole at that deployment's own batch API."""
@@ -144,7 +148,8 @@ async def create_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Pro
                                  or not all(isinstance(v, str) for v in metadata.values())):
         raise ClientError("metadata: at most 16 string values")
     desk = _desk(gw, ctx)
-    rec = await desk.create_openai(_tenant(ctx), file_id, endpoint, window, metadata, _native_pick(gw, ctx))
+    rec = await desk.create_openai(_tenant(ctx), file_id, endpoint, window, metadata, _native_pick(gw, ctx),
+                                   _key_id(ctx))
     rec, counts = await desk.batch(rec.id, rec.tenant, "openai")
     return json_response(200, record.openai_view(rec, counts), ctx)
 
@@ -152,7 +157,7 @@ async def create_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Pro
 async def create_message_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
     doc = json_object(body)
     desk = _desk(gw, ctx)
-    rec = await desk.create_anthropic(_tenant(ctx), doc, _native_pick(gw, ctx))
+    rec = await desk.create_anthropic(_tenant(ctx), doc, _native_pick(gw, ctx), _key_id(ctx))
     rec, counts = await desk.batch(rec.id, rec.tenant, "anthropic")
     return json_response(200, record.anthropic_view(rec, counts, _results_url(ctx, rec.id)), ctx)
 
