@@ -57,7 +57,6 @@ class BatchDesk:
         self.metering = metering
         self.budgets = budgets  # a native batch's lines are spend of its tenant (and the key that made it)
         self.native_client = native_client or NativeClient()
-        self._polled: dict[str, float] = {}  # native batch id -> when its provider was last asked
         self.store = store or SqliteBatchStore(cfg.sqlite_path)
         # File bytes in an S3-compatible bucket when configured; their records stay in the store.
         self.blobs = S3Blobs(cfg.file_store) if cfg.file_store is not None else None
@@ -246,10 +245,18 @@ class BatchDesk:
             log.warning("batch %s: deployment %s is no longer configured", rec.id, n["cluster"])
             return
         every = dep.batch.poll_every_s if dep.batch is not None else 5.0
-        now = time.monotonic()
-        if now - self._polled.get(rec.id, 0.0) < every:
+        now = time.time()
+
+        def claim(r: BatchRecord) -> BatchRecord | None:
+            # One poll per interval among every finalizer (workers, replicas on one store), not one each.
+            if not r.open or r.native is None or now - r.native.get("polled_at", 0.0) < every:
+                return None
+            return dataclasses.replace(r, native={**r.native, "polled_at": now})
+
+        claimed = await self._store(self.store.update_batch(rec.id, claim))
+        if claimed is None:
             return
-        self._polled[rec.id] = now
+        rec = claimed
         target = NativeTarget(n["model"], n["cluster"], n["protocol"], n["upstream_model"])
         client, upstream = self.native_client, n["upstream_id"]
         if rec.status == "cancelling" and not n.get("cancel_sent"):
@@ -266,7 +273,6 @@ class BatchDesk:
             results = await asyncio.to_thread(native.openai_results, rec.api, target, out, err)
         done = await self._finalize(rec, self._native_tasks(rec, results))
         if done is not None:  # this finalizer closed it: its lines are metered once, here
-            self._polled.pop(rec.id, None)
             self._meter_native(done, target, dep, results)
 
     def _meter_native(self, rec: BatchRecord, target: NativeTarget, dep: Deployment,
