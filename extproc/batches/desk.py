@@ -19,12 +19,11 @@ from typing import Any, TypeVar
 
 import orjson
 
-from budgets.pricing import charge
 from contracts.config import BatchesConfig, Deployment, GatewayConfig
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.batches import files as file_views
-from extproc.batches import ids, lines, native, record
+from extproc.batches import ids, lines, native, native_metering, record
 from extproc.batches.files import OUTPUT_PURPOSE, PURPOSES, FileRecord
 from extproc.batches.lines import LineRef, LineRequest
 from extproc.batches.native import LineResult, NativeTarget
@@ -36,7 +35,6 @@ from extproc.tasks import state as task_state
 from extproc.tasks.board import TaskBoard
 from extproc.tasks.state import StoredRequest, TaskRecord
 from extproc.telemetry.metering import MeteringStore
-from extproc.telemetry.metrics import cost_series, model_series, requests_series
 
 log = logging.getLogger("modelyard.batches")
 _T = TypeVar("_T")
@@ -213,28 +211,11 @@ class BatchDesk:
         log.info("batch %s: %d lines at %s's own batch API (%d refused)", batch_id, len(reqs), target.cluster,
                  len(reqs) - len(bodies))
         if not bodies:
-            rec = await self._finalize(rec, self._native_tasks(rec, {})) or rec
+            rec = await self._finalize(rec, native.line_tasks(rec, {})) or rec
         return rec
 
     def _deployment(self, cluster: str) -> Deployment | None:
         return self.config.clusters().get(cluster) if self.config is not None else None
-
-    @staticmethod
-    def _native_tasks(rec: BatchRecord, results: dict[int, LineResult] | None) -> dict[str, TaskRecord]:
-        """The lines as task records, so that counts and output files read as a replayed batch's:
-        queued while the provider runs them (None), else each line's result."""
-        out: dict[str, TaskRecord] = {}
-        for ref in rec.lines:
-            if ref.task_id is None:
-                continue
-            task = task_state.new_task(ref.task_id, rec.tenant, native.caller_protocol(rec.api),
-                                       StoredRequest("POST", rec.endpoint, (), b""), rec.created_at)
-            if results is not None:
-                res = results.get(ref.index) or LineResult("failed", error="the provider returned no result for it")
-                task = dataclasses.replace(task, status=res.kind, http_status=res.status, result=res.body,
-                                           error=res.error, completed_at=time.time())
-            out[ref.task_id] = task
-        return out
 
     async def _native_step(self, rec: BatchRecord) -> None:
         """One look at the provider's batch: cancel it when asked, bring its results back once it ended."""
@@ -271,44 +252,17 @@ class BatchDesk:
             results = await asyncio.to_thread(native.anthropic_results, rec.api, target, out)
         else:
             results = await asyncio.to_thread(native.openai_results, rec.api, target, out, err)
-        done = await self._finalize(rec, self._native_tasks(rec, results))
+        done = await self._finalize(rec, native.line_tasks(rec, results))
         if done is not None:  # this finalizer closed it: its lines are metered once, here
             self._meter_native(done, target, dep, results)
 
     def _meter_native(self, rec: BatchRecord, target: NativeTarget, dep: Deployment,
                       results: dict[int, LineResult]) -> None:
-        """Each line the provider answered: a metering row and the series, at the provider's batch price."""
         model = self.config.model(target.model) if self.config is not None else None
-        if model is None:
+        if model is None or self.config is None:
             return
-        price = dep.cost or model.cost
-        tier = next((t.tier for t in self.config.tenants if t.name == rec.tenant), "-") if self.config else "-"
-        latency, _, tokens_in, tokens_out = model_series(model.name, dep.cluster)
-        for ref in rec.lines:
-            res = results.get(ref.index)
-            if ref.task_id is None or res is None or res.status is None:
-                continue
-            usage = res.usage
-            tin, tout = (usage.input_tokens, usage.output_tokens) if usage is not None else (0, 0)
-            cache = usage.cache if usage is not None else None
-            cost, saved = charge(price, tin, tout, cache.read if cache else 0, cache.write if cache else 0,
-                                 cache.write_1h if cache else 0)
-            cost *= 1.0 - (price.batch_discount or 0.0)
-            requests_series(model.name, dep.cluster, res.status).inc()
-            tokens_in.inc(tin)
-            tokens_out.inc(tout)
-            if cost:
-                by_model, by_deployment = cost_series(model.name, rec.tenant, dep.cluster, dep.channel)
-                by_model.inc(cost)
-                by_deployment.inc(cost)
-                if self.budgets is not None:
-                    self.budgets.record_spend(rec.tenant, (rec.native or {}).get("key_id"), cost)
-            if self.metering is not None:
-                self.metering.record((
-                    time.time(), ref.task_id, rec.tenant, tier, model.name, dep.cluster, dep.channel, res.status,
-                    0.0, None, tin, tout, cost, "native-batch", None, None,
-                    cache.read if cache else 0, cache.write if cache else 0, cache.write_1h if cache else 0,
-                    saved, 0))
+        tier = next((t.tier for t in self.config.tenants if t.name == rec.tenant), "-")
+        native_metering.meter_lines(rec, dep, model, results, tier=tier, metering=self.metering, budgets=self.budgets)
 
     async def _start(self, batch_id: str, tenant: str, api: record.Api, path: str, protocol: str,
                      reqs: list[LineRequest], headers: tuple[tuple[str, str], ...], window: str, *,
@@ -337,7 +291,7 @@ class BatchDesk:
         if not rec.open:
             return rec, rec.counts
         if rec.native is not None:  # the provider runs its lines: the poller brings them back
-            return rec, record.counts(rec, self._native_tasks(rec, None))
+            return rec, record.counts(rec, native.line_tasks(rec, None))
         tasks = await self.board.read_many(rec.task_ids)
         if record.all_ended(rec, tasks):
             done = await self._finalize(rec, tasks)

@@ -10,6 +10,8 @@ map back by line, not by a caller-chosen string.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
@@ -20,6 +22,9 @@ import orjson
 from adapters import anthropic, openai
 from adapters.internal import Usage
 from contracts.errors import ModelyardError
+from extproc.batches.record import BatchRecord
+from extproc.tasks import state as task_state
+from extproc.tasks.state import StoredRequest, TaskRecord
 
 Protocol = Literal["openai", "anthropic"]
 ADAPTERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic}
@@ -167,4 +172,22 @@ def anthropic_results(api: str, target: NativeTarget, results: bytes) -> dict[in
             out[i] = _answer(api, target, status, body)
         else:  # canceled, expired
             out[i] = LineResult("cancelled", error=f"the provider's batch {kind} before this request ran")
+    return out
+
+
+def line_tasks(rec: BatchRecord, results: dict[int, LineResult] | None) -> dict[str, TaskRecord]:
+    """The lines as task records, so that counts and output files read as a replayed batch's: queued
+    while the provider runs them (`results` None), else each line's result."""
+    out: dict[str, TaskRecord] = {}
+    now = time.time()
+    for ref in rec.lines:
+        if ref.task_id is None:
+            continue
+        task = task_state.new_task(ref.task_id, rec.tenant, caller_protocol(rec.api),
+                                   StoredRequest("POST", rec.endpoint, (), b""), rec.created_at)
+        if results is not None:
+            res = results.get(ref.index) or LineResult("failed", error="the provider returned no result for it")
+            task = dataclasses.replace(task, status=res.kind, http_status=res.status, result=res.body,
+                                       error=res.error, completed_at=now)
+        out[ref.task_id] = task
     return out

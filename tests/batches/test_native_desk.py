@@ -125,7 +125,8 @@ def test_the_poller_brings_an_anthropic_providers_results_back_and_meters_each_l
             assert [r["response"]["body"]["choices"][0]["message"]["content"][-7:] for r in out] == ["hello a",
                                                                                                       "hello b"]
             assert [r[1] for r in seen.rows] == [f"{batch.id}-1", f"{batch.id}-2"]
-            assert all(r[4] == "gw-claude" and r[7] == 200 and r[13] == "native-batch" for r in seen.rows)
+            assert all(r[4] == "gw-claude" and r[7] == 200 and r[13] == "native-batch" and r[15] == "key-1"
+                       for r in seen.rows)
             for r, (tenant, key, usd) in zip(seen.rows, seen.spend, strict=True):
                 assert (tenant, key) == ("acme", "key-1")
                 assert usd == r[12] == pytest.approx((r[10] * 3.0 + r[11] * 15.0) / 1000 * 0.5)
