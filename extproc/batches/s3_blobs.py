@@ -70,7 +70,8 @@ class S3Blobs:
 
     async def _call(self, method: str, key: str, body: bytes = b"") -> tuple[int, bytes]:
         url = self._url(key)
-        headers = await asyncio.to_thread(signed_headers, method, url, body, self.cfg.region, credentials(self.cfg))
+        # The credentials file is read in the worker thread too: no file I/O on the event loop.
+        headers = await asyncio.to_thread(lambda: signed_headers(method, url, body, self.cfg.region, credentials(self.cfg)))
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s),
                                                   auto_decompress=False)
