@@ -15,12 +15,15 @@ from guardrails.vault import MAX_PLACEHOLDER
 
 
 class StreamGuard:
-    __slots__ = ("guard", "window", "step", "pending", "calls", "blocked", "released_chars", "held")
+    __slots__ = ("guard", "window", "step", "pending", "calls", "blocked", "released_chars", "held", "remote")
 
     def __init__(self, guard: CallGuard) -> None:
         self.guard = guard
         self.window = guard.checks.window
-        self.step = max(8, self.window // 8)
+        # Checks another service answers see each released segment: a window's worth at a time, not
+        # every `step` (each segment costs a round trip the caller waits for).
+        self.remote = bool(guard.checks.remote_outputs)
+        self.step = self.window if self.remote else max(8, self.window // 8)
         self.pending = ""  # answer text not yet released
         # Tool calls held whole (start and argument fragments by index) until the next other event:
         # arguments are JSON, checked and released as one fragment.
@@ -72,6 +75,18 @@ class StreamGuard:
         elif len(self.pending) >= self.window + self.step:
             out += self._release(final=False)
         return out
+
+    def refuse(self, released: list[StreamEvent], e: GuardrailBlocked, chars: int) -> list[StreamEvent]:
+        """A remote check blocked the text `released` carried: the events before its first text or tool
+        call still go, then the error event; the caller got `chars` fewer characters than counted."""
+        self.blocked, self.pending, self.calls, self.held = e.verdict, "", {}, None
+        self.released_chars = max(0, self.released_chars - chars)
+        keep: list[StreamEvent] = []
+        for ev in released:
+            if isinstance(ev, TextDelta | ToolCallStart | ToolCallDelta | StreamError):
+                break
+            keep.append(ev)
+        return [*keep, StreamError(e.message, "invalid_request_error")]
 
     def _release_calls(self) -> list[StreamEvent]:
         out: list[StreamEvent] = []

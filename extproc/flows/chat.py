@@ -37,7 +37,7 @@ from extproc.cache.replay import events as replay_events
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows import answer_limit
-from extproc.flows.guard import guard_for, record
+from extproc.flows.guard import answer_text, guard_for, record, released_text
 from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
@@ -100,9 +100,9 @@ class ChatFlow:
         if (guard := guard_for(self.gw, ctx, req)) is not None:
             self.guard = guard
             req = self.request = await self._guarded_request(guard, req, body)
-            if guard.checks.webhooks:
+            if guard.checks.remote_inputs:
                 try:
-                    await self.gw.guard_hooks.check_input(guard, req, ctx.tenant_name, ctx.task_id)
+                    await self.gw.guard_hooks.check_input(guard, req, ctx.tenant_name, ctx.task_id, self.gw.config)
                 finally:
                     record(guard, ctx)
         if ctx.deferred and req.stream:
@@ -332,13 +332,68 @@ class ChatFlow:
     def response_body(self, chunk: bytes,
                       end_of_stream: bool) -> msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]:
         if self.streaming:
+            if self.stream_guard is not None and self.stream_guard.remote:
+                return self._remote_checked_chunk(chunk, end_of_stream)
             return self._stream_chunk(chunk, end_of_stream)
+        if self.guard is not None and self.guard.checks.remote_outputs and self.status < 400:
+            return self._remote_checked_body(chunk)
         if not inline(len(chunk)):
             return self._large_body(chunk)
         with self.ctx.span("translate response",
                            self._translation_attributes() if self.ctx.trace is not None else None):
             body = self._whole_body(chunk)
         return self._replaced(body)
+
+    async def _remote_checked_body(self, chunk: bytes) -> msg.ProcessingResponse:
+        """A whole answer under remote output checks (webhooks, moderation, classification): the
+        answer's text as the model wrote it is asked about first; a block replaces the answer."""
+        guard = self.guard
+        assert guard is not None
+        try:
+            resp = await sized(functools.partial(self.upstream.parse_response, chunk), len(chunk))
+        except ModelyardError:
+            resp = None  # unreadable: _whole_body says so in the caller's protocol
+        if resp is not None:
+            try:
+                await self.gw.guard_hooks.check_output(guard, answer_text(resp), self.ctx.requested_model or "",
+                                                       self.ctx.tenant_name, self.ctx.task_id, self.gw.config)
+            except GuardrailBlocked as e:
+                self.usage = resp.usage
+                self.client_status = e.status
+                return self._replaced(render_error_body(self.ctx.protocol, e.status, e.message, e.type))
+            finally:
+                record(guard, self.ctx)
+        return await self._large_body(chunk) if not inline(len(chunk)) else self._replaced(self._whole_body(chunk))
+
+    async def _remote_checked_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:
+        """A stream under remote output checks: decoded, held back and checked as usual, then each
+        released segment is asked about before it is encoded; a block ends the stream there."""
+        translator, sg, guard = self.translator, self.stream_guard, self.guard
+        assert isinstance(translator, StreamTranslator) and sg is not None and guard is not None
+        if self.first_chunk_at is None and chunk:
+            self.first_chunk_at = time.monotonic()
+        events = translator.decode(chunk, end)
+        if self.recorder is not None:
+            self._record(self.recorder.feed(chunk) + (self.recorder.close() if end else []), end)
+        out = self._guard_stage(events, end)
+        text = released_text(out)
+        if text:
+            try:
+                await self.gw.guard_hooks.check_output(guard, text, self.ctx.requested_model or "",
+                                                       self.ctx.tenant_name, self.ctx.task_id, self.gw.config,
+                                                       offset=sg.released_chars - len(text))
+            except GuardrailBlocked as e:
+                out = sg.refuse(out, e, len(text))
+            finally:
+                record(guard, self.ctx)
+        body = translator.encode(out)
+        if end:
+            self.upstream_failed = translator.error is not None and not translator.untranslatable
+            self.usage = translator.meter.reported
+            if sg.blocked is not None:
+                self._blocked_usage(sg)
+            self._finish()
+        return msg.response_body(body=body)
 
     async def _large_body(self, chunk: bytes) -> msg.ProcessingResponse:
         """A large answer is decoded, translated and encoded in a worker thread (offload.py)."""

@@ -3,7 +3,7 @@ counted and kept for the audit row. The checks themselves are pure (`guardrails/
 
 from __future__ import annotations
 
-from adapters.internal import ChatRequest
+from adapters.internal import ChatRequest, ChatResponse, StreamEvent, TextDelta, ToolCallDelta
 from extproc.context import RequestContext
 from extproc.gateway import Gateway
 from extproc.telemetry.metrics import GUARDRAIL_VERDICTS
@@ -30,3 +30,14 @@ def record(guard: CallGuard, ctx: RequestContext) -> None:
             continue
         seen.append(row)
         GUARDRAIL_VERDICTS.labels(v.policy, v.check, v.action, v.direction).inc()
+
+
+def answer_text(resp: ChatResponse) -> str:
+    """What remote output checks are asked about: the answer's text, refusal and tool calls' arguments."""
+    return "\n".join(t for t in (resp.content, resp.refusal or "", *(tc.arguments for tc in resp.tool_calls)) if t)
+
+
+def released_text(events: list[StreamEvent]) -> str:
+    """The text (and tool-call arguments) a stream guard released in `events`."""
+    return "".join(e.text if isinstance(e, TextDelta) else e.arguments for e in events
+                   if isinstance(e, TextDelta | ToolCallDelta))
