@@ -160,3 +160,33 @@ class StreamGuard:
         self.blocked = v = Verdict(check.policy, check.name, "block", "output")
         self.guard.verdicts[v] = self.guard.verdicts.get(v, 0) + 1
         return [StreamError(GuardrailBlocked(v).message, "invalid_request_error")]
+
+
+MAX_SEGMENTS = 16  # released text is asked about in at most this many pieces at once (each a round trip)
+
+
+def segments(events: list[StreamEvent], size: int) -> list[list[StreamEvent]]:
+    """`events` in groups whose text is about `size` characters (more when there would be more than
+    MAX_SEGMENTS), text split at a space where one is near: remote checks see what was released a
+    window at a time, so a block lets the pieces before it out, as a stream that came slower would."""
+    total = sum(len(e.text) for e in events if isinstance(e, TextDelta) and not e.refusal)
+    size = max(size, -(-total // MAX_SEGMENTS), 1)
+    groups: list[list[StreamEvent]] = [[]]
+    filled = 0
+    for ev in events:
+        if not isinstance(ev, TextDelta) or ev.refusal:
+            groups[-1].append(ev)
+            continue
+        text = ev.text
+        while filled + len(text) > size:
+            cut = size - filled
+            space = text.rfind(" ", max(0, cut - 32), cut)
+            cut = space + 1 if space >= 0 else cut
+            if cut > 0:
+                groups[-1].append(TextDelta(text[:cut]))
+            groups.append([])
+            filled, text = 0, text[cut:]
+        if text:
+            groups[-1].append(TextDelta(text))
+            filled += len(text)
+    return [g for g in groups if g]

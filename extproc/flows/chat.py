@@ -44,6 +44,7 @@ from extproc.gateway import Gateway
 from extproc.replicas.prefix import prompt_text
 from extproc.telemetry.metrics import DROPPED_PARAMS
 from guardrails import CallGuard, GuardrailBlocked, StreamGuard, rewrite_json
+from guardrails.stream import segments
 
 log = logging.getLogger("modelyard.chat")
 
@@ -376,16 +377,8 @@ class ChatFlow:
         if self.recorder is not None:
             self._record(self.recorder.feed(chunk) + (self.recorder.close() if end else []), end)
         out = self._guard_stage(events, end)
-        text = released_text(out)
-        if text:
-            try:
-                await self.gw.guard_hooks.check_output(guard, text, self.ctx.requested_model or "",
-                                                       self.ctx.tenant_name, self.ctx.task_id, self.gw.config,
-                                                       offset=sg.released_chars - len(text))
-            except GuardrailBlocked as e:
-                out = sg.refuse(out, e, len(text))
-            finally:
-                record(guard, self.ctx)
+        if released_text(out):
+            out = await self._remote_checked_events(out)
         body = translator.encode(out)
         if end:
             self.upstream_failed = translator.error is not None and not translator.untranslatable
@@ -394,6 +387,28 @@ class ChatFlow:
                 self._blocked_usage(sg)
             self._finish()
         return msg.response_body(body=body)
+
+    async def _remote_checked_events(self, out: list[StreamEvent]) -> list[StreamEvent]:
+        """Released events, asked about a window at a time (all at once); the first block in order ends
+        the stream after the pieces before it."""
+        sg, guard, ctx = self.stream_guard, self.guard, self.ctx
+        assert sg is not None and guard is not None
+        groups = segments(out, sg.window)
+        texts = [released_text(g) for g in groups]
+        at = sg.released_chars - sum(len(t) for t in texts)
+        offsets = [max(0, at + sum(len(t) for t in texts[:i])) for i in range(len(texts))]
+        results = await asyncio.gather(*(
+            self.gw.guard_hooks.check_output(guard, t, ctx.requested_model or "", ctx.tenant_name, ctx.task_id,
+                                             self.gw.config, offset=o) for t, o in zip(texts, offsets, strict=True)),
+            return_exceptions=True)
+        record(guard, ctx)
+        for i, r in enumerate(results):
+            if isinstance(r, GuardrailBlocked):
+                kept = [e for g in groups[:i] for e in g]
+                return kept + sg.refuse(groups[i], r, sum(len(t) for t in texts[i:]))
+            if isinstance(r, BaseException):
+                raise r
+        return out
 
     async def _large_body(self, chunk: bytes) -> msg.ProcessingResponse:
         """A large answer is decoded, translated and encoded in a worker thread (offload.py)."""
