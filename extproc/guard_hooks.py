@@ -22,7 +22,9 @@ from adapters.registry import PROTOCOLS
 from contracts.config import Deployment, GatewayConfig
 from contracts.errors import ModelyardError
 from extproc.cloud_credentials import upstream_auth
+from extproc.context import RequestContext
 from extproc.tasks.webhook import SIGNATURE_HEADER, signature
+from extproc.telemetry.metrics import GUARDRAIL_VERDICTS
 from guardrails import CallGuard, Check, GuardrailBlocked
 from guardrails.moderation import (
     VerdictCache,
@@ -64,6 +66,19 @@ def payload(check: Check, side: Side, tenant: str, model: str, task_id: str, *, 
     return orjson.dumps(doc)
 
 
+def record(guard: CallGuard, ctx: RequestContext) -> None:
+    """The verdicts so far as metrics (once each) and on the context for the call's audit row."""
+    seen = ctx.guardrail_verdicts
+    if seen is None:
+        seen = ctx.guardrail_verdicts = []
+    for v in guard.verdicts:
+        row = {"policy": v.policy, "check": v.check, "action": v.action, "direction": v.direction}
+        if row in seen:
+            continue
+        seen.append(row)
+        GUARDRAIL_VERDICTS.labels(v.policy, v.check, v.action, v.direction).inc()
+
+
 class GuardHooks:
     __slots__ = ("_session", "_cache", "_gates")
 
@@ -83,11 +98,16 @@ class GuardHooks:
     async def check_output(self, guard: CallGuard, text: str, model: str, tenant: str, task_id: str,
                            config: GatewayConfig | None = None, offset: int = 0) -> None:
         """Every remote output check on `text` (a whole answer, or a stream's released segment)."""
+        await self.check_text(guard, "output", text, model, tenant, task_id, config, offset)
+
+    async def check_text(self, guard: CallGuard, side: Side, text: str, model: str, tenant: str, task_id: str,
+                         config: GatewayConfig | None = None, offset: int = 0) -> None:
+        """Every remote check of `side` on `text` (an answer, a stream's segment, an MCP tool call's strings)."""
         if not text.strip():
             return
-        checks = guard.checks.remote_outputs
-        bodies = [payload(c, "output", tenant, model, task_id, text=text, offset=offset) for c in checks]
-        await self._decide(guard, checks, "output", text, bodies, task_id, config)
+        checks = guard.checks.remote_inputs if side == "input" else guard.checks.remote_outputs
+        bodies = [payload(c, side, tenant, model, task_id, text=text, offset=offset) for c in checks]
+        await self._decide(guard, checks, side, text, bodies, task_id, config)
 
     async def _decide(self, guard: CallGuard, checks: Sequence[Check], side: Side, text: str, bodies: list[bytes],
                       task_id: str, config: GatewayConfig | None) -> None:

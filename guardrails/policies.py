@@ -87,22 +87,31 @@ class PolicySet:
 
     def __init__(self, config: GuardrailsConfig) -> None:
         self._policies = [(p, _compile(p)) for p in config.policies]
-        self._memo: dict[tuple[str, str, str], CallChecks | None] = {}
+        self._memo: dict[tuple[str, str, str, str], CallChecks | None] = {}
 
     def __bool__(self) -> bool:
         return bool(self._policies)
 
     def for_call(self, tenant: str, key_id: str, model: str) -> CallChecks | None:
-        memo_key = (tenant, key_id, model)
+        return self._covering(tenant, key_id, model, "")
+
+    def for_tool(self, tenant: str, key_id: str, tool: str) -> CallChecks | None:
+        """An MCP tools/call's checks: policies on its tenant or key, or naming the tool (`server__*`: all of them)."""
+        return self._covering(tenant, key_id, "", tool)
+
+    def _covering(self, tenant: str, key_id: str, model: str, tool: str) -> CallChecks | None:
+        memo_key = (tenant, key_id, model, tool)
         try:
             return self._memo[memo_key]
         except KeyError:
             pass
         checks: list[Check] = []
         window = 0
+        server_all = tool.split("__", 1)[0] + "__*" if tool else ""
         for p, compiled in self._policies:
             a = p.applies_to
-            if tenant in a.tenants or (key_id and key_id in a.keys) or model in a.models:
+            if (tenant in a.tenants or (key_id and key_id in a.keys) or (model and model in a.models)
+                    or (tool and (tool in a.tools or server_all in a.tools))):
                 checks += compiled
                 window = max(window, p.window_chars)
         found = None if not checks else CallChecks(

@@ -152,6 +152,9 @@ class AppliesTo(_Model):
     # Key store keys by id (`modelyard keys`); a key from the config file is covered through its tenant.
     keys: list[str] = Field(default_factory=list)
     models: list[str] = Field(default_factory=list)  # the model name the caller asked for
+    # MCP tools by their gateway name (`server__tool`, or `server__*` for all of a server's): their
+    # tools/call arguments and results are checked. A policy on a tenant or key covers its tool calls too.
+    tools: list[str] = Field(default_factory=list)
 
 
 class GuardPolicy(_Model):
@@ -170,8 +173,8 @@ class GuardPolicy(_Model):
                 raise ValueError(f"checks[{i}]: duplicate check name {c.label!r} (name each check of a type)")
             seen.add(c.label)
         a = self.applies_to
-        if not (a.tenants or a.keys or a.models):
-            raise ValueError("applies_to names no tenant, key or model: the policy would cover nothing")
+        if not (a.tenants or a.keys or a.models or a.tools):
+            raise ValueError("applies_to names no tenant, key, model or tool: the policy would cover nothing")
         return self
 
 

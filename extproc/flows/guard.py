@@ -6,8 +6,10 @@ from __future__ import annotations
 from adapters.internal import ChatRequest, ChatResponse, StreamEvent, TextDelta, ToolCallDelta
 from extproc.context import RequestContext
 from extproc.gateway import Gateway
-from extproc.telemetry.metrics import GUARDRAIL_VERDICTS
+from extproc.guard_hooks import record
 from guardrails import CallGuard
+
+__all__ = ["answer_text", "guard_for", "record", "released_text"]
 
 
 def guard_for(gw: Gateway, ctx: RequestContext, req: ChatRequest) -> CallGuard | None:
@@ -17,19 +19,6 @@ def guard_for(gw: Gateway, ctx: RequestContext, req: ChatRequest) -> CallGuard |
     key_id = ctx.caller.key_id if ctx.caller is not None and ctx.caller.key_id else ""
     checks = gw.guardrails.for_call(ctx.tenant_name, key_id, req.model)
     return CallGuard(checks) if checks is not None else None
-
-
-def record(guard: CallGuard, ctx: RequestContext) -> None:
-    """The verdicts so far as metrics (once each) and on the context for the call's audit row."""
-    seen = ctx.guardrail_verdicts
-    if seen is None:
-        seen = ctx.guardrail_verdicts = []
-    for v in guard.verdicts:
-        row = {"policy": v.policy, "check": v.check, "action": v.action, "direction": v.direction}
-        if row in seen:
-            continue
-        seen.append(row)
-        GUARDRAIL_VERDICTS.labels(v.policy, v.check, v.action, v.direction).inc()
 
 
 def answer_text(resp: ChatResponse) -> str:
