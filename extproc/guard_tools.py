@@ -69,7 +69,7 @@ async def guarded_tool_call(ctx: RequestContext, name: str, forward: dict[str, A
                 answer.response = {**answer.response, "result": checked}
         return answer
     except GuardrailBlocked as e:
-        raise RpcError(INVALID_PARAMS, e.message, status=400 if e.verdict.direction == "input" else 200,
-                       id=rid if isinstance(rid, str | int) else None) from None
+        # A JSON-RPC error on a 200, as the MCP SDKs read a refused call (a 4xx is a transport failure to them).
+        raise RpcError(INVALID_PARAMS, e.message, id=rid if isinstance(rid, str | int) else None) from None
     finally:
         record(guard, ctx)

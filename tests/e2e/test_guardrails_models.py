@@ -6,6 +6,7 @@ open. One stack; the webhook service is a real HTTP server on loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -13,12 +14,16 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError
 
 from tests.conftest import DEMO_KEY
-from tests.stack_config import ROOT, free_port, small_config, start_stack
+from tests.stack_config import ROOT, _remap, free_port, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 HOOKS: list[dict[str, Any]] = []
@@ -62,14 +67,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     moderation["deployments"][0]["endpoints"] = [f"127.0.0.1:{free_port()}"]
     data["models"] += [moderation, _alias("demo-guarded", endpoint), _alias("answers", endpoint),
                        _alias("slow-closed", endpoint), _alias("slow-open", endpoint)]
-    assert [p["name"] for p in data["guardrails"]["policies"]] == ["demo-pii", "demo-safety"]
+    assert [p["name"] for p in data["guardrails"]["policies"]] == ["demo-pii", "demo-safety", "demo-tools"]
+    mcp = _remap({k: shipped[k] for k in ("mcp_servers", "mcp")}, {})  # the stdio demo server, on a free port
+    data.update(mcp_servers=[m for m in mcp["mcp_servers"] if m["name"] == "demo-stdio"], mcp=mcp["mcp"])
+    data["devstack"] = {"demo_mcp_servers": []}
     slow = {"type": "webhook", "name": "slow", "url": f"{hook_url}/slow", "direction": "output", "timeout_ms": 300}
     data["guardrails"]["policies"] += [
         {"name": "answers", "applies_to": {"models": ["answers"]}, "window_chars": 32, "checks": [
             {"type": "moderation", "model": "demo-moderation", "direction": "output", "thresholds": {"violence": 0.5}},
             {"type": "webhook", "url": f"{hook_url}/judge", "direction": "output"}]},
         {"name": "slow-closed", "applies_to": {"models": ["slow-closed"]}, "checks": [{**slow, "fail": "closed"}]},
-        {"name": "slow-open", "applies_to": {"models": ["slow-open"]}, "checks": [{**slow, "fail": "open"}]}]
+        {"name": "slow-open", "applies_to": {"models": ["slow-open"]}, "checks": [{**slow, "fail": "open"}]},
+        {"name": "tool-answers", "applies_to": {"tools": ["demo-stdio__*"]}, "checks": [
+            {"type": "moderation", "model": "demo-moderation", "direction": "output", "thresholds": {"violence": 0.5}}]}]
+    for p in data["guardrails"]["policies"]:
+        if p["name"] == "demo-tools":
+            p["applies_to"]["tools"] = ["demo-stdio__echo"]
     try:
         with start_stack(tmp_path_factory.mktemp("guardrails-models"), data) as s:
             yield s
@@ -132,3 +145,33 @@ def test_a_slow_output_webhook_fails_closed_or_open(stack: Any) -> None:
     with pytest.raises(openai.BadRequestError, match="'slow'"):
         _ask(stack, "slow-closed", "hello")
     assert "echo: hello" in _ask(stack, "slow-open", "hello")
+
+
+def test_mcp_tool_calls_checked_on_arguments_and_results(stack: Any) -> None:
+    """The shipped demo-tools policy on demo-stdio__echo (ids redacted, secrets refused) and a moderation
+    check on every demo-stdio tool's result, through Envoy with the MCP SDK."""
+    async def work(s: ClientSession) -> Any:
+        echoed = await s.call_tool("demo-stdio__echo", {"text": "id 123-45-6789 please"})
+        try:
+            await s.call_tool("demo-stdio__echo", {"text": "key sk-proj-" + "Q" * 24})
+            refused = None
+        except McpError as e:
+            refused = str(e)
+        try:
+            await s.call_tool("demo-stdio__echo", {"text": "shoot the messenger"})
+            violent = None
+        except McpError as e:
+            violent = str(e)
+        return echoed, refused, violent
+
+    async def run() -> Any:
+        async with (httpx.AsyncClient(headers={"Authorization": f"Bearer {DEMO_KEY}"}, timeout=30) as http,
+                    streamable_http_client(f"{stack.url}/mcp", http_client=http) as (read, write, _),
+                    ClientSession(read, write) as session):
+            await session.initialize()
+            return await work(session)
+
+    echoed, refused, violent = asyncio.run(asyncio.wait_for(run(), 60))
+    assert "[NATIONAL_ID_1]" in echoed.content[0].text and "6789" not in echoed.content[0].text
+    assert refused is not None and "'demo-tools'" in refused and "sk-proj" not in refused
+    assert violent is not None and "'tool-answers'" in violent and "'moderation'" in violent  # the result refused
