@@ -22,7 +22,10 @@ from collections.abc import Callable, Sequence
 
 Span = tuple[int, int]
 
-_L, _R = r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])"
+# No lookbehind at a pattern's start (it would stop the engine skipping ahead to a possible first
+# character): a match glued to a letter or digit before it is dropped in `national_ids`.
+_R = r"(?![A-Za-z0-9])"
+_GLUED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 
 def _digits(s: str) -> str:
@@ -152,26 +155,37 @@ def br_cpf_valid(s: str) -> bool:
 _DIGIT = re.compile(r"[0-9]")
 _CF_DIGIT = "[0-9LMNPQRSTUV]"  # omocodia: a digit may be replaced by a letter when two codes collide
 FORMATS: dict[str, tuple[re.Pattern[str], Callable[[str], bool]]] = {
-    "us_ssn": (re.compile(_L + r"\d{3}([- ])\d{2}\1\d{4}" + _R), us_ssn_valid),
-    "uk_nino": (re.compile(_L + r"[A-Za-z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-Da-d]" + _R), uk_nino_valid),
-    "de_steuer": (re.compile(_L + r"[1-9]\d(?: ?\d{3}){3}" + _R), de_steuer_valid),
-    "fr_nir": (re.compile(_L + r"[12] ?\d{2} ?\d{2} ?(?:\d{2}|2[ABab]) ?\d{3} ?\d{3} ?\d{2}" + _R), fr_nir_valid),
-    "es_dni": (re.compile(_L + r"(?:\d{8}|[XYZxyz]-?\d{7})-?[A-Za-z]" + _R), es_dni_valid),
-    "it_cf": (re.compile(_L + r"[A-Za-z]{6}" + _CF_DIGIT + "{2}[ABCDEHLMPRSTabcdehlmprst]" + _CF_DIGIT
+    "us_ssn": (re.compile(r"\d{3}([- ])\d{2}\1\d{4}" + _R), us_ssn_valid),
+    "uk_nino": (re.compile(r"[A-Za-z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-Da-d]" + _R), uk_nino_valid),
+    "de_steuer": (re.compile(r"[1-9]\d(?: ?\d{3}){3}" + _R), de_steuer_valid),
+    "fr_nir": (re.compile(r"[12] ?\d{2} ?\d{2} ?(?:\d{2}|2[ABab]) ?\d{3} ?\d{3} ?\d{2}" + _R), fr_nir_valid),
+    "es_dni": (re.compile(r"(?:\d{8}|[XYZxyz]-?\d{7})-?[A-Za-z]" + _R), es_dni_valid),
+    "it_cf": (re.compile(r"[A-Za-z]{6}" + _CF_DIGIT + "{2}[ABCDEHLMPRSTabcdehlmprst]" + _CF_DIGIT
                          + r"{2}[A-Za-z]" + _CF_DIGIT + r"{3}[A-Za-z]" + _R), it_cf_valid),
-    "nl_bsn": (re.compile(_L + r"\d{4}\.?\d{2}\.?\d{3}" + _R), nl_bsn_valid),
-    "in_aadhaar": (re.compile(_L + r"[2-9]\d{3}([ -]?)\d{4}\1\d{4}" + _R), in_aadhaar_valid),
-    "br_cpf": (re.compile(_L + r"\d{3}\.?\d{3}\.?\d{3}-?\d{2}" + _R), br_cpf_valid),
+    "nl_bsn": (re.compile(r"\d{4}\.?\d{2}\.?\d{3}" + _R), nl_bsn_valid),
+    "in_aadhaar": (re.compile(r"[2-9]\d{3}([ -]?)\d{4}\1\d{4}" + _R), in_aadhaar_valid),
+    "br_cpf": (re.compile(r"\d{3}\.?\d{3}\.?\d{3}-?\d{2}" + _R), br_cpf_valid),
+}
+# A cheaper search that any match of a format must contain, starting with a digit class (so the
+# engine skips ahead): a text without it is not scanned with the full pattern. Formats that start
+# with letters would otherwise try a match at every letter.
+_GATES: dict[str, re.Pattern[str]] = {
+    "uk_nino": re.compile(r"\d{2} ?\d{2} ?\d{2} ?[A-Da-d]"),
+    "es_dni": re.compile(r"\d{7}-?[A-Za-z]"),
+    "it_cf": re.compile(r"[0-9LMNPQRSTUV]{2}[ABCDEHLMPRSTabcdehlmprst][0-9LMNPQRSTUV]{2}[A-Za-z]"),
 }
 
 
 def national_ids(formats: Sequence[str]) -> Callable[[str], list[Span]]:
     """A finder of the listed formats (all of them when empty); overlaps are left to the scan."""
-    chosen = [FORMATS[f] for f in (formats or FORMATS)]
+    chosen = [(*FORMATS[f], _GATES.get(f)) for f in (formats or FORMATS)]
 
     def find(text: str) -> list[Span]:
-        if _DIGIT.search(text) is None:  # every format holds digits: a text without any is done (a C scan)
+        # Every format holds 6 digits or more (a codice fiscale 7, omocodia aside): ten C scans decide
+        # most texts before any pattern runs.
+        if _DIGIT.search(text) is None or sum(map(text.count, "0123456789")) < 6:
             return []
-        spans = [m.span() for pattern, valid in chosen for m in pattern.finditer(text) if valid(m.group())]
+        spans = [m.span() for pattern, valid, gate in chosen if gate is None or gate.search(text) is not None
+                 for m in pattern.finditer(text) if not (m.start() and text[m.start() - 1] in _GLUED) and valid(m.group())]
         return sorted(spans) if len(spans) > 1 else spans
     return find
