@@ -165,7 +165,7 @@ class GuardHooks:
         assert remote is not None and remote.model is not None
         if not text.strip():
             return "allow"
-        key = VerdictCache.key(f"{check.policy}/{check.name}/{remote.model}", text)
+        key = VerdictCache.key(repr(remote), text)  # the model, thresholds and prompt: a reload that changes one asks anew
         flags = self._cache.get(key)
         if flags is None:
             dep = _deployment(config, remote.model, moderation=remote.kind == "moderation")

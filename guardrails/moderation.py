@@ -84,8 +84,9 @@ class VerdictCache:
 
     @staticmethod
     def key(check_id: str, text: str) -> bytes:
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16,
-                               person=b"modelyard-guard", key=check_id.encode()[:64]).digest()
+        scope = hashlib.blake2b(check_id.encode("utf-8", "surrogatepass"), digest_size=32).digest()
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16, person=b"modelyard-guard",
+                               key=scope).digest()
 
     def get(self, key: bytes) -> tuple[str, ...] | None:
         found = self._items.get(key)

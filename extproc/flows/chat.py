@@ -161,11 +161,28 @@ class ChatFlow:
         ctx.response_headers.append(step.header)
         if step.hit is not None:
             await dispatcher.admit_hit(ctx, choice)
+            if self.guard is not None and self.guard.checks.remote_outputs:
+                return await self._remote_checked_hit(choice, req, step.hit)
             return self._hit(choice, req, step.hit)
         await dispatcher.admit_chat(ctx, choice, req)
         self.call.choice = choice
         self.cache_step = step if step.writes else None
         return None
+
+    async def _remote_checked_hit(self, choice: Choice, req: ChatRequest, resp: ChatResponse) -> msg.ProcessingResponse:
+        """A stored answer under remote output checks: asked about as a fresh one would be."""
+        guard, ctx = self.guard, self.ctx
+        assert guard is not None
+        try:
+            await self.gw.guard_hooks.check_output(guard, answer_text(resp), ctx.requested_model or "",
+                                                   ctx.tenant_name, ctx.task_id, self.gw.config)
+        except GuardrailBlocked as e:
+            self.gw.accountant.record_hit(ctx, choice, latency_s=time.monotonic() - ctx.started, usage=resp.usage)
+            return msg.immediate(e.status, render_error_body(ctx.protocol, e.status, e.message, e.type),
+                                 [("content-type", "application/json"), *ctx.task_headers()])
+        finally:
+            record(guard, ctx)
+        return self._hit(choice, req, resp)
 
     def _hit(self, choice: Choice, req: ChatRequest, resp: ChatResponse) -> msg.ProcessingResponse:
         """The stored answer in the caller's protocol: a body, or (asked for a stream) the whole

@@ -2,7 +2,8 @@
 /v1/moderations answering as OpenAI's does (the demo moderation upstream); the shipped demo-safety
 policy (moderation of prompts, national ids redacted, a language limit); moderation and a signed
 webhook on answers, whole and streamed with the hold-back window, a slow webhook failing closed and
-open. One stack; the webhook service is a real HTTP server on loopback."""
+open (the anthropic SDK's stream too); MCP tools/call arguments and results through the MCP SDK.
+One stack; the webhook service is a real HTTP server on loopback."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -139,6 +141,12 @@ def test_answers_moderated_and_webhooked_whole_and_streamed(stack: Any) -> None:
     assert "calm words calm words" in sent and "shoot" not in sent  # checked segments went out, then the error
     segments = [h for h in HOOKS if h["text"].startswith("[") or "calm" in h["text"]]
     assert len(segments) >= 2 and all(len(h["text"]) < len(text) for h in segments)  # a window at a time
+    claude = anthropic.Anthropic(base_url=stack.url, api_key=DEMO_KEY, max_retries=0, timeout=30)
+    claude_got: list[str] = []
+    with pytest.raises(anthropic.APIError, match="'moderation'"), claude.messages.stream(  # translated, same checks
+            model="answers", max_tokens=256, messages=[{"role": "user", "content": text}]) as st:
+        claude_got.extend(st.text_stream)
+    assert "calm words calm words" in "".join(claude_got) and "shoot" not in "".join(claude_got)
 
 
 def test_a_slow_output_webhook_fails_closed_or_open(stack: Any) -> None:
