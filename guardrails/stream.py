@@ -162,7 +162,9 @@ class StreamGuard:
         return [StreamError(GuardrailBlocked(v).message, "invalid_request_error")]
 
 
-MAX_SEGMENTS = 16  # released text is asked about in at most this many pieces at once (each a round trip)
+# Released text is asked about in pieces of at least this many's share (so at most about twice this
+# many pieces at once, each a round trip).
+MAX_SEGMENTS = 16
 
 
 def segments(events: list[StreamEvent], size: int) -> list[list[StreamEvent]]:
@@ -180,7 +182,7 @@ def segments(events: list[StreamEvent], size: int) -> list[list[StreamEvent]]:
         text = ev.text
         while filled + len(text) > size:
             cut = size - filled
-            space = text.rfind(" ", max(0, cut - 32), cut)
+            space = text.rfind(" ", max(cut // 2, cut - 32), cut)  # a piece is at least half the size
             cut = space + 1 if space >= 0 else cut
             if cut > 0:
                 groups[-1].append(TextDelta(text[:cut]))
