@@ -40,28 +40,16 @@ TOOL_GUARD: ContextVar[ToolGuard | None] = ContextVar("modelyard_tool_guard", de
 async def guarded_tool_call(ctx: RequestContext, name: str, forward: dict[str, Any],
                             call: Callable[[dict[str, Any]], Awaitable[A]]) -> A:
     """`call(forward)` with the covering policies' checks on its arguments and its result."""
-    tg = TOOL_GUARD.get()
-    key_id = ctx.caller.key_id if ctx.caller is not None and ctx.caller.key_id else ""
-    checks = tg.policies.for_tool(ctx.tenant_name, key_id, name) if tg is not None else None
-    if tg is None or checks is None:
+    found = _guard(ctx, name)
+    if found is None:
         return await call(forward)
-    guard = CallGuard(checks)
-    params = forward.get("params") or {}
-    rid = forward.get("id")
+    tg, guard = found
     try:
-        args = params.get("arguments")
-        if args is not None:
-            checked = scan_json(guard, args, "input")
-            if checks.remote_inputs:
-                await tg.hooks.check_text(guard, "input", json_text(checked), name, ctx.tenant_name, ctx.task_id,
-                                          tg.config)
-            if checked is not args:
-                forward = {**forward, "params": {**params, "arguments": checked}}
-        answer = await call(forward)
+        answer = await call(await _arguments(tg, guard, ctx, name, forward))
         result = (answer.response or {}).get("result")
-        if result is not None and checks.outputs:
+        if result is not None and guard.checks.outputs:
             checked = scan_json(guard, result, "output")
-            if checks.remote_outputs:
+            if guard.checks.remote_outputs:
                 await tg.hooks.check_text(guard, "output", json_text(checked), name, ctx.tenant_name, ctx.task_id,
                                           tg.config)
             if checked is not result:
@@ -69,7 +57,48 @@ async def guarded_tool_call(ctx: RequestContext, name: str, forward: dict[str, A
                 answer.response = {**answer.response, "result": checked}
         return answer
     except GuardrailBlocked as e:
-        # A JSON-RPC error on a 200, as the MCP SDKs read a refused call (a 4xx is a transport failure to them).
-        raise RpcError(INVALID_PARAMS, e.message, id=rid if isinstance(rid, str | int) else None) from None
+        raise _refusal(e, forward) from None
     finally:
         record(guard, ctx)
+
+
+async def checked_arguments(ctx: RequestContext, name: str, forward: dict[str, Any]) -> dict[str, Any]:
+    """Only the arguments' checks (a call whose result is not read here, a relayed stream's):
+    the message to forward, redacted; RpcError for a block."""
+    found = _guard(ctx, name)
+    if found is None:
+        return forward
+    tg, guard = found
+    try:
+        return await _arguments(tg, guard, ctx, name, forward)
+    except GuardrailBlocked as e:
+        raise _refusal(e, forward) from None
+    finally:
+        record(guard, ctx)
+
+
+def _guard(ctx: RequestContext, name: str) -> tuple[ToolGuard, CallGuard] | None:
+    tg = TOOL_GUARD.get()
+    if tg is None:
+        return None
+    key_id = ctx.caller.key_id if ctx.caller is not None and ctx.caller.key_id else ""
+    checks = tg.policies.for_tool(ctx.tenant_name, key_id, name)
+    return (tg, CallGuard(checks)) if checks is not None else None
+
+
+async def _arguments(tg: ToolGuard, guard: CallGuard, ctx: RequestContext, name: str,
+                     forward: dict[str, Any]) -> dict[str, Any]:
+    params = forward.get("params") or {}
+    args = params.get("arguments")
+    if args is None:
+        return forward
+    checked = scan_json(guard, args, "input")
+    if guard.checks.remote_inputs:
+        await tg.hooks.check_text(guard, "input", json_text(checked), name, ctx.tenant_name, ctx.task_id, tg.config)
+    return forward if checked is args else {**forward, "params": {**params, "arguments": checked}}
+
+
+def _refusal(e: GuardrailBlocked, forward: dict[str, Any]) -> RpcError:
+    # A JSON-RPC error on a 200, as the MCP SDKs read a refused call (a 4xx is a transport failure to them).
+    rid = forward.get("id")
+    return RpcError(INVALID_PARAMS, e.message, id=rid if isinstance(rid, str | int) else None)
