@@ -142,6 +142,9 @@ class GuardHooks:
         except (TimeoutError, aiohttp.ClientError, ModelyardError, ValueError) as e:
             log.warning("guardrail %s/%s: %s failed: %s", check.policy, check.name, remote.kind, type(e).__name__)
             return _UNAVAILABLE
+        except Exception:  # a credential helper's or an adapter's own failure: the check's `fail` decides, traced
+            log.warning("guardrail %s/%s: %s failed", check.policy, check.name, remote.kind, exc_info=True)
+            return _UNAVAILABLE
 
     async def _webhook(self, check: Check, body: bytes, task_id: str) -> str:
         hook = check.remote

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from contracts.config import parse_config
 from devstack.demo.moderation import add_moderation_routes
+from extproc.cache.part import ResponseCache
 from extproc.gateway import Gateway
 from extproc.session import Session
 from tests.core.session_driver import ROOT, ROUTES, body_msg, chat_headers, headers_msg
@@ -28,6 +30,7 @@ class Services:
         self.port = port
         self.calls: list[str] = []  # which path, per request
         self.hooks: list[dict[str, Any]] = []
+        self.block_all = False  # the webhook refuses everything (a policy that changed its mind)
 
 
 @pytest.fixture
@@ -57,7 +60,8 @@ async def services() -> AsyncIterator[Services]:
         svc.hooks.append(doc)
         if request.path == "/slow":
             await asyncio.sleep(2)
-        return web.json_response({"verdict": "block" if "forbidden" in doc.get("text", "") else "allow"})
+        blocked = svc.block_all or "forbidden" in doc.get("text", "")
+        return web.json_response({"verdict": "block" if blocked else "allow"})
 
     app.router.add_post("/v1/chat/completions", guard_llm)
     app.router.add_post("/judge", hook)
@@ -69,8 +73,10 @@ async def services() -> AsyncIterator[Services]:
     await runner.cleanup()
 
 
-def _gateway(svc: Services, checks: list[dict[str, Any]]) -> Gateway:
+def _gateway(svc: Services, checks: list[dict[str, Any]], cache_path: Path | None = None) -> Gateway:
     data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    if cache_path is not None:
+        data["response_cache"] = {"sqlite_path": str(cache_path)}
     data["models"] += [
         {"name": "mod", "task_types": ["moderation"], "deployments": [
             {"cluster": "mod", "protocol": "openai", "endpoints": [f"127.0.0.1:{svc.port}"]}]},
@@ -79,14 +85,17 @@ def _gateway(svc: Services, checks: list[dict[str, Any]]) -> Gateway:
         {"name": "guard-llm", "deployments": [
             {"cluster": "guard-llm", "protocol": "openai", "endpoints": [f"127.0.0.1:{svc.port}"]}]}]
     data["guardrails"]["policies"].append({"name": "remote", "applies_to": {"tenants": ["demo"]}, "checks": checks})
-    return Gateway.build(parse_config(data))
+    config = parse_config(data)
+    if cache_path is None:
+        return Gateway.build(config)
+    return Gateway.build(config, response_cache=ResponseCache.from_config(config))  # as the service builds it
 
 
-async def _call(gw: Gateway, text: str, answer: str | None = None) -> tuple[bytes, Any]:
+async def _call(gw: Gateway, text: str, answer: str | None = None, model: str = "demo-gpt") -> tuple[bytes, Any]:
     """One chat call; with `answer`, the upstream's whole answer too. The bytes of the last reply."""
     s = Session(gw, ROUTES)
     await s.handle(headers_msg(chat_headers("sk-modelyard-demo")))
-    r = await s.handle(body_msg(orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": text}]})))
+    r = await s.handle(body_msg(orjson.dumps({"model": model, "messages": [{"role": "user", "content": text}]})))
     if answer is not None and not r.HasField("immediate_response"):
         await s.handle(headers_msg({":status": "200", "content-type": "application/json"}, response=True))
         r = await s.handle(body_msg(orjson.dumps({
@@ -163,3 +172,18 @@ async def test_an_output_webhook_and_its_timeout(services: Services) -> None:
         assert (b"blocked this answer" in body) is (fail == "closed")
         assert _verdicts(ctx) == [("slow", "block" if fail == "closed" else "fail_open", "output")]
         await gw.close()
+
+
+async def test_a_cached_answer_is_asked_about_again(services: Services, tmp_path: Path) -> None:
+    gw = _gateway(services, [{"type": "webhook", "url": f"{services.url}/judge", "direction": "output"}],
+                  cache_path=tmp_path / "cache.sqlite")
+    body, _ = await _call(gw, "cache me", answer="a fine answer", model="demo-gpt-cached")
+    assert b"blocked" not in body
+    assert gw.response_cache is not None
+    await asyncio.to_thread(gw.response_cache.store.flush)  # type: ignore[attr-defined]  # the write queue, written
+    asked = len(services.hooks)
+    services.block_all = True  # the service now refuses it: the stored answer is refused as a fresh one would be
+    body, ctx = await _call(gw, "cache me", model="demo-gpt-cached")
+    assert b"blocked this answer (check 'webhook')" in body and len(services.hooks) == asked + 1
+    assert ("webhook", "block", "output") in _verdicts(ctx)
+    await gw.close()
