@@ -249,11 +249,12 @@ def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gat
         dsn = store_dsn(config, config_file)
         key_admin = KeyAdmin(config, dsn, KeyCache(), audit)
     tasks_board = TaskBoard.from_config(config)
-    batch_desk = BatchDesk(config.extproc.batches, tasks_board) \
+    budgets = BudgetGuard.from_config(config, dsn)
+    batch_desk = BatchDesk(config.extproc.batches, tasks_board, config=config, metering=metering, budgets=budgets) \
         if config.extproc.batches is not None and tasks_board is not None else None
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
-                         tasks=tasks_board, limits=limits, budgets=BudgetGuard.from_config(config, dsn),
+                         tasks=tasks_board, limits=limits, budgets=budgets,
                          key_admin=key_admin, replicas=ReplicaBoard(list(config.clusters().values())),
                          response_cache=ResponseCache.from_config(config), batches=batch_desk)
 

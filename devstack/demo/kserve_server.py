@@ -219,7 +219,7 @@ async def start(
 ) -> RunningServer:
     """Start the gRPC server (and /stats if stats_port is given; 0 picks a free port)."""
     servicer = KServeDemoServicer(**kwargs)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 256 * 1024 * 1024),
                                       ("grpc.max_send_message_length", 256 * 1024 * 1024)])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     # Standard gRPC health (server-wide status SERVING): what Envoy's grpc health check asks.

@@ -169,6 +169,8 @@ def commit(live: LiveGateway, ready: Prepared, version: str, warmer: Warmer | No
         IMAGE_BACKEND.labels(gw.image_backend.name).set(1)  # the first vision model: the path picked now
     if gw.key_admin is not None:  # the admin API checks new keys' tenants and models against this config
         gw.key_admin.config = config
+    if gw.batches is not None:  # native batches: the deployments, prices and tiers their poller reads
+        gw.batches.config = config
     live.current = gw  # the swap: every stream from here on gets the new snapshot
     before, live.version = live.version, version
     show_version(before, version)
