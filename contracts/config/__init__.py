@@ -43,7 +43,8 @@ Protocol = Literal["openai", "anthropic", "gemini", "responses", "kserve-grpc", 
 CLOUD_SECTIONS = {"azure-openai": "azure", "bedrock": "bedrock", "vertex": "vertex"}
 KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
 TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer",
-                   "image-generation", "transcription", "speech"]  # the last three: /v1/images, /v1/audio
+                   "image-generation", "transcription", "speech",  # these three: /v1/images, /v1/audio
+                   "moderation"]  # /v1/moderations (docs/guardrails.md)
 
 
 class _Model(BaseModel):
