@@ -24,6 +24,7 @@ from devstack.demo.behaviour import (
     last_user_text,
 )
 from devstack.demo.faults import (
+    BAD_INPUT,
     CUT,
     FAIL,
     GARBAGE,
@@ -124,6 +125,8 @@ class AdapterDemo:
             return self._error(e.status, e.message, e.type)
         if any(fault_in(t) == FAIL for t in req.inputs):
             return self._error(500, "demo upstream failed on purpose", "api_error")
+        if any(BAD_INPUT in t for t in req.inputs):
+            return self._error(400, "an input was refused on purpose", "invalid_request_error")
         if req.dimensions is not None and req.dimensions > MAX_DEMO_EMBED_DIMS:
             return self._error(400, f"dimensions must be at most {MAX_DEMO_EMBED_DIMS}", "invalid_request_error")
         import numpy as np  # on the first embedding (behaviour.demo_embedding says why)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,8 +41,9 @@ class BatchKey:
 
     model: str
     cluster: str
-    shape: tuple[int, ...]  # one row's shape, e.g. (3, H, W)
+    shape: tuple[int, ...]  # one row's shape, e.g. (3, H, W); () for text
     datatype: str
+    variant: Hashable = None  # anything else members must share (an embeddings request's merge key)
 
 
 # A waiting member's part: lead the batch, take a result cut from the leader's reply, or fall back.
