@@ -58,7 +58,7 @@ class EmbeddingFlow:
     @property
     def passthrough(self) -> bool:
         # A batch's leader reads and splits the merged answer: nothing passes through it.
-        return self.batch is None and embeddings.passes_through(self.shape, self.upstream)
+        return self.batch is None and not self.alone and embeddings.passes_through(self.shape, self.upstream)
 
     # -- request ---------------------------------------------------------------------------
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:

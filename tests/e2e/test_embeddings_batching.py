@@ -1,0 +1,138 @@
+"""Embeddings batched across callers (docs/batching.md "Embeddings") through a real Envoy with the
+`openai` SDK: concurrent callers of two tenants (and a Gemini-shaped caller) become fewer upstream
+calls, counted at the demo upstream, each caller answered with exactly its own vectors, metered for
+its own inputs; a caller's input the upstream refuses fails that caller alone, whether it led the
+batch or waited in it."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import yaml
+
+from devstack.demo.behaviour import demo_embedding
+from devstack.demo.faults import BAD_INPUT
+from tests.conftest import DEMO_KEY
+from tests.e2e.metered import metered_row
+from tests.stack_config import ROOT, _remap, _static_envoy, free_port, start_stack, without_mcp
+
+pytestmark = pytest.mark.e2e
+MODEL = "demo-embed-batched"
+CALLERS = 16
+L2_KEY = "sk-modelyard-demo-l2"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    data = without_mcp(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["models"] = [m for m in data["models"] if m["name"] == MODEL]
+    # A window long enough that a burst on a busy box lands in one batch: the count below is then exact.
+    data["models"][0]["batching"] = {"max_delay_ms": 1000, "min_size": CALLERS, "max_size": 32}
+    data.pop("ratelimit", None)
+    data = _remap(data, {})
+    data["listener"]["port"] = free_port()
+    _static_envoy(data)
+    with start_stack(tmp_path_factory.mktemp("embed-batch"), data) as s:
+        s.upstream = f"http://{data['models'][0]['deployments'][0]['endpoints'][0]}"
+        yield s
+
+
+def _upstream_calls(stack) -> int:
+    return int(httpx.get(f"{stack.upstream}/stats", timeout=5).json()["requests"])
+
+
+def _expected(texts: list[str]) -> np.ndarray:
+    return np.array([demo_embedding(t, None) for t in texts], np.float32)
+
+
+def _client(stack, key: str = DEMO_KEY) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def test_concurrent_callers_share_upstream_calls_and_get_their_own_vectors(stack) -> None:
+    # Callers of two tenants, one or two inputs each, float or base64, and one Gemini-shaped caller.
+    texts = [[f"caller {i} says hello"] + ([f"and a second text from {i}"] if i % 3 == 0 else [])
+             for i in range(CALLERS - 1)]
+
+    async def openai_call(i: int):
+        client = _client(stack, L2_KEY if i % 2 else DEMO_KEY)
+        inp = texts[i] if len(texts[i]) > 1 else texts[i][0]
+        return await client.embeddings.with_raw_response.create(
+            model=MODEL, input=inp, encoding_format="float" if i % 4 == 1 else openai.NOT_GIVEN)  # the SDK's own: base64
+
+    async def gemini_call():
+        async with httpx.AsyncClient(timeout=30) as http:
+            return await http.post(f"{stack.url}/v1beta/models/{MODEL}:embedContent",
+                                   headers={"x-goog-api-key": DEMO_KEY},
+                                   json={"content": {"parts": [{"text": "the gemini caller"}]}})
+
+    async def burst():
+        return await asyncio.gather(*(openai_call(i) for i in range(CALLERS - 1)), gemini_call())
+
+    before = _upstream_calls(stack)
+    *raws, gem = asyncio.run(burst())
+    calls = _upstream_calls(stack) - before
+    assert calls < CALLERS, f"{CALLERS} callers made {calls} upstream calls"
+    assert gem.status_code == 200, gem.text
+    assert np.array_equal(np.array(gem.json()["embedding"]["values"], np.float32), _expected(["the gemini caller"])[0])
+    total = 0
+    for i, raw in enumerate(raws):
+        out = raw.parse()
+        got = np.array([d.embedding for d in out.data], np.float32)
+        assert [d.index for d in out.data] == list(range(len(texts[i])))
+        assert np.array_equal(got, _expected(texts[i])), f"caller {i} got someone else's vectors"
+        assert out.model == MODEL and out.usage.prompt_tokens > 0
+        total += out.usage.prompt_tokens
+        # Each caller metered under its own tenant, for the tokens its answer reports.
+        task = raw.headers["x-modelyard-task-id"]
+        row = metered_row(stack, task)
+        assert row[0] == MODEL and row[2] == 200 and row[3] == out.usage.prompt_tokens
+        with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+            tenant, = conn.execute("SELECT tenant FROM requests WHERE task_id = ?", (task,)).fetchone()
+        assert tenant == ("demo-l2" if i % 2 else "demo")
+    # The demo reports words; the shares of the OpenAI callers and the Gemini caller sum to them.
+    gem_row = metered_row(stack, gem.headers["x-modelyard-task-id"])
+    words = sum(len(t.split()) for ts in texts for t in ts) + len("the gemini caller".split())
+    assert total + gem_row[3] == words
+
+
+async def _with_bad(stack, bad_first: bool) -> tuple[list, object]:
+    good = [f"good text number {i}" for i in range(3)]
+    client = _client(stack)
+
+    async def call(text: str):
+        try:
+            return await client.embeddings.create(model=MODEL, input=text)
+        except openai.BadRequestError as e:
+            return e
+
+    bad = asyncio.ensure_future(call(f"this one is {BAD_INPUT}")) if bad_first else None
+    await asyncio.sleep(0.3 if bad_first else 0)  # the first to arrive leads the batch
+    goods = [asyncio.ensure_future(call(t)) for t in good]
+    if not bad_first:
+        await asyncio.sleep(0.3)
+        bad = asyncio.ensure_future(call(f"this one is {BAD_INPUT}"))
+    assert bad is not None
+    outs = await asyncio.gather(*goods)
+    for text, out in zip(good, outs, strict=True):
+        assert isinstance(out, openai.types.CreateEmbeddingResponse), out
+        assert np.array_equal(np.array(out.data[0].embedding, np.float32), _expected([text])[0])
+    return outs, await bad
+
+
+@pytest.mark.parametrize("bad_first", [True, False], ids=["bad-leader", "bad-member"])
+def test_a_refused_input_fails_only_its_own_caller(stack, bad_first: bool) -> None:
+    before = _upstream_calls(stack)
+    t0 = time.monotonic()
+    _, bad = asyncio.run(_with_bad(stack, bad_first))
+    assert isinstance(bad, openai.BadRequestError) and bad.status_code == 400
+    assert "refused on purpose" in str(bad)
+    # One merged call (refused), then each caller's own: 1 + 4.
+    assert _upstream_calls(stack) - before == 5
+    assert time.monotonic() - t0 < 10
