@@ -66,6 +66,7 @@ class Job:
     rows: int
     images: list[np.ndarray] | None = None
     tensor: np.ndarray | None = None
+    text: kserve.TensorRows | None = None  # a model without `vision`: raw rows of any tensor (BYTES texts, token ids)
 
 
 def _spec(ti: TensorInput) -> PreprocessSpec:
@@ -111,6 +112,7 @@ class _VisionFlow:
         self.rest_header_length: str | None = None  # a REST upstream's binary reply
         self.parsed: kserve.ParsedInfer | None = None  # a v2 infer: how the caller wants its outputs
         self.upstream_status = 0
+        self.request: Any = None  # a v2 infer's ModelInferRequest (what a text batch's leader merges into)
 
     # -- hooks the two flows fill in ---------------------------------------------------------
     def _render_ok(self, resp: Any) -> tuple[bytes, ContentHeaders]:
@@ -157,7 +159,7 @@ class _VisionFlow:
         if self.ctx.deferred:
             return None  # an acceptance for later joins no batch: its replay will
         choice = self.call.choice
-        if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not choice:
+        if cfg is None or not cfg.enabled or self.gw.batcher is None or not choice:
             return None
         return BatchPolicy.from_config(cfg, len(choice.deployment.endpoints))
 
@@ -172,8 +174,13 @@ class _VisionFlow:
         policy = self._policy()
         member = None
         if policy is not None and self.call.choice is not None:
-            ti = self.model.vision.input
-            key = BatchKey(self.model.name, self.call.choice.deployment.cluster, (3, ti.height, ti.width), ti.datatype)
+            cluster = self.call.choice.deployment.cluster
+            if job.text is not None:
+                t = job.text
+                key = BatchKey(self.model.name, cluster, t.row_shape, t.datatype, t.variant)
+            else:
+                ti = self.model.vision.input
+                key = BatchKey(self.model.name, cluster, (3, ti.height, ti.width), ti.datatype)
             member = self._batcher.join(key, policy, job, job.rows)
         if member is None:
             return self._send(await self._own_body())
@@ -195,6 +202,14 @@ class _VisionFlow:
 
     async def _lead(self, batch: Batch) -> msg.ProcessingResponse:
         self.role, self.batch = "leader", batch
+        if self.job is not None and self.job.text is not None:
+            try:
+                merged = kserve.merge_tensor_requests(self.request, [m.payload.text for m in batch.members],
+                                                      self.ctx.task_id)
+            except BaseException:
+                self._batcher.fail(batch, "the leader could not build the merged tensor")
+                raise
+            return self._send(kserve.encode_infer_request(merged))
         v = self.model.vision
         try:
             with self.ctx.span("translate request"):  # the whole batch's tensor, built by its leader
@@ -352,7 +367,6 @@ class KServeInferFlow(_VisionFlow):
 
     def __init__(self, gw: Gateway, ctx: RequestContext):
         super().__init__(gw, ctx)
-        self.request: Any = None
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
@@ -388,6 +402,9 @@ class KServeInferFlow(_VisionFlow):
     def _batch_job(self, req: Any) -> Job | None:
         """The request as one batchable tensor, or None when it must go alone (as sent)."""
         v = self.model.vision
+        if v is None and self._policy() is not None:
+            rows = kserve.tensor_rows(req)  # a text model's tensor: merged as raw rows
+            return Job(rows=rows.rows, text=rows) if rows is not None else None
         if v is None or self._policy() is None or len(req.inputs) != 1 or req.parameters:
             return None
         t = req.inputs[0]

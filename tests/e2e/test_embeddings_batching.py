@@ -1,19 +1,23 @@
-"""Embeddings batched across callers (docs/batching.md "Embeddings") through a real Envoy with the
-`openai` SDK: concurrent callers of two tenants (and a Gemini-shaped caller) become fewer upstream
-calls, counted at the demo upstream, each caller answered with exactly its own vectors, metered for
-its own inputs; a caller's input the upstream refuses fails that caller alone, whether it led the
-batch or waited in it."""
+"""Text batched across callers (docs/batching.md "Embeddings", "KServe text tensors") through a real
+Envoy: `openai` SDK callers of two tenants (and a Gemini-shaped caller) become fewer upstream calls,
+counted at the demo upstream, each caller answered with exactly its own vectors, metered for its own
+inputs; a caller's input the upstream refuses fails that caller alone, whether it led the batch or
+waited in it. KServe v2 BYTES tensors from REST and tritonclient.grpc callers to a KServe gRPC text
+model (the demo KServe server in its own process) are batched and split the same way."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
 import openai
 import pytest
+import tritonclient.grpc as triton_grpc
 import yaml
 
 from devstack.demo.behaviour import demo_embedding
@@ -26,6 +30,8 @@ pytestmark = pytest.mark.e2e
 MODEL = "demo-embed-batched"
 CALLERS = 16
 L2_KEY = "sk-modelyard-demo-l2"
+TEXT_MODEL = "text-kserve"  # a KServe v2 text model: BYTES in, the demo embedding (8 dims) out
+TEXT_CALLERS = 8
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +43,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     data.pop("ratelimit", None)
     data = _remap(data, {})
     data["listener"]["port"] = free_port()
+    kserve, kstats = free_port(), free_port()
+    data["models"].append({
+        "name": TEXT_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
+        "batching": {"max_delay_ms": 1000, "min_size": TEXT_CALLERS, "max_size": 32},
+        "deployments": [{"cluster": "text-kserve", "protocol": "kserve-grpc", "upstream_model": "demo-text",
+                         "endpoints": [f"127.0.0.1:{kserve}"]}]})
     _static_envoy(data)
-    with start_stack(tmp_path_factory.mktemp("embed-batch"), data) as s:
+    stack = start_stack(tmp_path_factory.mktemp("embed-batch"), data)
+    from devstack.launcher import Child
+
+    argv = [sys.executable, "-m", "devstack.demo.kserve_server", "--port", str(kserve), "--stats-port", str(kstats),
+            "--models", "demo-text"]
+    stack.children.insert(0, Child("kserve-demo", argv, ("http", f"http://127.0.0.1:{kstats}/stats")))
+    with stack as s:
         s.upstream = f"http://{data['models'][0]['deployments'][0]['endpoints'][0]}"
+        s.kserve_stats = f"http://127.0.0.1:{kstats}/stats"
         yield s
 
 
@@ -136,3 +155,48 @@ def test_a_refused_input_fails_only_its_own_caller(stack, bad_first: bool) -> No
     # One merged call (refused), then each caller's own: 1 + 4.
     assert _upstream_calls(stack) - before == 5
     assert time.monotonic() - t0 < 10
+
+
+def _text_rows(texts: list[str]) -> np.ndarray:
+    return np.array([demo_embedding(t, 8) for t in texts], np.float32)
+
+
+def _rest_text(stack, texts: list[str]) -> httpx.Response:
+    body = {"id": f"rest-{texts[0]}", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts)],
+                                                  "data": texts}],
+            "outputs": [{"name": "embedding"}]}
+    return httpx.post(f"{stack.url}/v2/models/{TEXT_MODEL}/infer", json=body, timeout=30,
+                      headers={"authorization": f"Bearer {DEMO_KEY}"})
+
+
+def _grpc_text(stack, texts: list[str]) -> triton_grpc.InferResult:
+    inp = triton_grpc.InferInput("text", [len(texts)], "BYTES")
+    inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
+    client = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
+    try:
+        return client.infer(TEXT_MODEL, [inp], outputs=[triton_grpc.InferRequestedOutput("embedding")],
+                            request_id=f"grpc-{texts[0]}", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                            client_timeout=30)
+    finally:
+        client.close()
+
+
+def test_kserve_text_tensors_from_rest_and_grpc_callers_share_upstream_calls(stack) -> None:
+    texts = [[f"kserve text {i}"] + ([f"and its second row {i}"] if i % 3 == 0 else []) for i in range(TEXT_CALLERS)]
+    before = httpx.get(stack.kserve_stats, timeout=5).json()["calls"]
+    with ThreadPoolExecutor(TEXT_CALLERS) as pool:
+        futures = [pool.submit(_grpc_text if i % 2 else _rest_text, stack, t) for i, t in enumerate(texts)]
+        results = [f.result() for f in futures]
+    calls = httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before
+    assert calls < TEXT_CALLERS, f"{TEXT_CALLERS} callers made {calls} upstream calls"
+    for i, (t, res) in enumerate(zip(texts, results, strict=True)):
+        if i % 2:
+            got, rid = res.as_numpy("embedding"), res.get_response().id
+            assert rid == f"grpc-{t[0]}"
+        else:
+            assert res.status_code == 200, res.text
+            doc = res.json()
+            out = doc["outputs"][0]
+            assert doc["model_name"] == TEXT_MODEL and doc["id"] == f"rest-{t[0]}" and out["shape"] == [len(t), 8]
+            got = np.array(out["data"], np.float32).reshape(out["shape"])
+        assert np.array_equal(got, _text_rows(t)), f"caller {i} got someone else's rows"
