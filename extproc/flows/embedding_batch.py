@@ -19,7 +19,7 @@ from adapters.embeddings import EmbeddingRequest
 from adapters.embeddings.batch import merge_key
 from adapters.internal import UpstreamRequest
 from contracts.config import Deployment, ModelConfig
-from extproc.telemetry.warmup import _ssl_context as ssl_context
+from extproc.telemetry.warmup import ssl_context
 from extproc.vision.batching import BatchKey, BatchPolicy
 
 log = logging.getLogger("modelyard.embeddings")
