@@ -36,9 +36,9 @@ from contracts.errors import ConfigError
 from contracts.live_config import config_version
 from extproc.accounting import Accountant
 from extproc.admission.auth import KeyRing
-from extproc.admission.waking import Waker
 from extproc.admission.concurrency import LimitsPlan
 from extproc.admission.dispatch import Dispatcher
+from extproc.admission.waking import Waker
 from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
 from extproc.gateway import Gateway, LiveGateway, guardrail_policies

@@ -117,7 +117,8 @@ def test_concurrent_callers_share_upstream_calls_and_get_their_own_vectors(stack
         assert tenant == ("demo-l2" if i % 2 else "demo")
     # The demo reports words; the shares of the OpenAI callers and the Gemini caller sum to them.
     gem_row = metered_row(stack, gem.headers["x-modelyard-task-id"])
-    words = sum(len(t.split()) for ts in texts for t in ts) + len("the gemini caller".split())
+    gemini_text = "the gemini caller"
+    words = sum(len(t.split()) for ts in [*texts, [gemini_text]] for t in ts)
     assert total + gem_row[3] == words
 
 
@@ -200,3 +201,26 @@ def test_kserve_text_tensors_from_rest_and_grpc_callers_share_upstream_calls(sta
             assert doc["model_name"] == TEXT_MODEL and doc["id"] == f"rest-{t[0]}" and out["shape"] == [len(t), 8]
             got = np.array(out["data"], np.float32).reshape(out["shape"])
         assert np.array_equal(got, _text_rows(t)), f"caller {i} got someone else's rows"
+
+
+@pytest.mark.parametrize("bad_first", [True, False], ids=["bad-leader", "bad-member"])
+def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool) -> None:
+    good = [[f"good kserve text {i}"] for i in range(3)]
+    bad = [f"this text is {BAD_INPUT}"]
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(_rest_text, stack, bad if bad_first else good[0])
+        time.sleep(0.3)  # the first to arrive leads the batch
+        rest = [pool.submit(_rest_text, stack, t) for t in (good if bad_first else [*good[1:], bad])]
+        answers = [first.result(), *(f.result() for f in rest)]
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    by_text = dict(zip([bad[0], *(t[0] for t in good)] if bad_first else [good[0][0], good[1][0], good[2][0], bad[0]],
+                       answers, strict=True))
+    r = by_text.pop(bad[0])
+    assert r.status_code == 400 and "refused on purpose" in r.text
+    for text, r in by_text.items():
+        assert r.status_code == 200, r.text
+        got = np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8)
+        assert np.array_equal(got, _text_rows([text]))
+    # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
+    assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
