@@ -1,13 +1,15 @@
-"""Embeddings batched across callers (docs/batching.md "Embeddings"): throughput and upstream calls
-per request with batching on against off, and the latency batching adds at low load.
+"""Text batched across callers (docs/batching.md "Embeddings", "KServe text tensors"): throughput and
+upstream calls per request with batching on against off, and the latency batching adds at low load.
 
 One stack through Envoy, two models on two demo OpenAI upstreams of the same kind: `embed-batched`
 (the shipped demo's batching: max_delay_ms 5, min_size 8, max_size 32) and `embed-alone` (none).
 Each upstream takes `CALL_MS` per call, one call at a time, however many inputs it holds (a device's
 forward pass: devstack/demo/adapter_server.py). Per round, each model in turn: `CALLERS` closed-loop
 callers with one text each for `SECONDS`, then one caller alone for `LOW_CALLS` calls. Upstream calls
-are counted at each demo (`/stats`). Every answer is checked to be the caller's own vector. Medians
-over rounds; the box is shared, so only the ratios in one run mean anything.
+are counted at each demo (`/stats`). Every answer is checked to be the caller's own vector. The same
+for KServe v2 text tensors (REST JSON, one BYTES text per call) on the demo KServe server's text
+model (`CALL_MS` a call, one at a time): `text-batched` against `text-alone`. Medians over rounds;
+the box is shared, so only the ratios in one run mean anything.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.smoke import scaled  # noqa: E402
+from devstack.child import Child  # noqa: E402
 from devstack.demo.behaviour import demo_embedding  # noqa: E402
 from tests.stack_config import free_port, small_config, start_stack  # noqa: E402
 
@@ -38,12 +41,21 @@ ROUNDS = scaled(3, 1)
 LOW_CALLS = scaled(40, 5)
 CALL_MS = 5  # the upstream's cost per call
 BATCHING = {"max_delay_ms": 5, "min_size": 8, "max_size": 32}  # as the shipped demo-embed-batched
-MODELS = ("embed-batched", "embed-alone")
+MODELS = ("embed-batched", "embed-alone", "text-batched", "text-alone")
 
 
 def _model(name: str, port: int, batching: dict | None) -> dict:
     m = {"name": name, "task_types": ["embedding"], "capabilities": {"context_window": 8192, "streaming": False},
          "deployments": [{"cluster": f"demo-{name}", "protocol": "openai", "endpoints": [f"127.0.0.1:{port}"]}]}
+    if batching:
+        m["batching"] = batching
+    return m
+
+
+def _text_model(name: str, port: int, batching: dict | None) -> dict:
+    m = {"name": name, "task_types": ["infer"], "capabilities": {"streaming": False},
+         "deployments": [{"cluster": f"kserve-{name}", "protocol": "kserve-grpc", "upstream_model": "demo-text",
+                          "endpoints": [f"127.0.0.1:{port}"]}]}
     if batching:
         m["batching"] = batching
     return m
@@ -55,13 +67,22 @@ class Failed(Exception):
 
 async def _call(http: httpx.AsyncClient, url: str, model: str, text: str, check: bool) -> float:
     t0 = time.monotonic()
-    r = await http.post(url, json={"model": model, "input": text, "encoding_format": "base64"})
+    if model.startswith("text-"):
+        r = await http.post(f"{url}/v2/models/{model}/infer", json={
+            "inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]})
+    else:
+        r = await http.post(f"{url}/v1/embeddings", json={"model": model, "input": text, "encoding_format": "base64"})
     dt = time.monotonic() - t0
     if r.status_code != 200:
         raise Failed(f"{model}: {r.status_code} {r.text[:200]}")
     if check:
-        got = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), "<f4")
-        if not np.array_equal(got, np.asarray(demo_embedding(text, None), np.float32)):
+        if model.startswith("text-"):
+            got = np.asarray(r.json()["outputs"][0]["data"], np.float32)
+            want = np.asarray(demo_embedding(text, 8), np.float32)
+        else:
+            got = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), "<f4")
+            want = np.asarray(demo_embedding(text, None), np.float32)
+        if not np.array_equal(got, want):
             raise Failed(f"{model}: a caller got a vector that is not its own")
     return dt
 
@@ -94,26 +115,38 @@ def _pct(xs: list[float], q: float) -> float:
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-embed-batch-"))
     ports = {"embed-batched": free_port(), "embed-alone": free_port()}
+    kserve = {"text-batched": (free_port(), free_port()), "text-alone": (free_port(), free_port())}
     data = small_config()
-    data["models"] += [_model(n, ports[n], BATCHING if n == "embed-batched" else None) for n in MODELS]
+    data["models"] += [_model(n, ports[n], BATCHING if n == "embed-batched" else None) for n in MODELS[:2]]
+    data["models"] += [_text_model(n, kserve[n][0], BATCHING if n == "text-batched" else None) for n in MODELS[2:]]
     data["tenants"] = [{**t, "allowed_models": ["*"]} for t in data["tenants"]]
     res: dict[str, dict[str, list[float]]] = {n: {"rps": [], "calls": [], "p50": [], "p99": [], "low": []}
                                               for n in MODELS}
-    with start_stack(work, data) as stack:
-        url = f"{stack.url}/v1/embeddings"
-        for n in MODELS:
+    stack = start_stack(work, data)
+    for n, (port, stats) in kserve.items():  # one demo KServe server per model: calls counted apart
+        argv = [sys.executable, "-m", "devstack.demo.kserve_server", "--port", str(port), "--stats-port", str(stats),
+                "--fixed-ms", str(CALL_MS), "--max-concurrency", "1"]
+        stack.children.insert(0, Child(f"kserve-{n}", argv, ("http", f"http://127.0.0.1:{stats}/stats")))
+
+    def upstream_calls(n: str) -> int:
+        if n in kserve:
+            return int(httpx.get(f"http://127.0.0.1:{kserve[n][1]}/stats", timeout=5).json()["calls"])
+        return int(httpx.get(f"http://127.0.0.1:{ports[n]}/stats", timeout=5).json()["requests"])
+
+    with stack:
+        url = stack.url
+        for n in MODELS[:2]:
             httpx.post(f"http://127.0.0.1:{ports[n]}/fake-queue", json={"delay_ms": CALL_MS}, timeout=5)
         try:
-            asyncio.run(_low(url, MODELS[0], 2))  # warm both paths once
-            asyncio.run(_low(url, MODELS[1], 2))
+            for n in MODELS:  # warm every path once
+                asyncio.run(_low(url, n, 2))
             for _ in range(ROUNDS):
                 for n in MODELS:
-                    up = f"http://127.0.0.1:{ports[n]}/stats"
-                    before = httpx.get(up, timeout=5).json()["requests"]
+                    before = upstream_calls(n)
                     t0 = time.monotonic()
                     count, lat = asyncio.run(_load(url, n, CALLERS, SECONDS))
                     wall = time.monotonic() - t0
-                    calls = httpx.get(up, timeout=5).json()["requests"] - before
+                    calls = upstream_calls(n) - before
                     r = res[n]
                     r["rps"].append(count / wall)
                     r["calls"].append(calls / count)
@@ -124,23 +157,25 @@ def main() -> int:
             print(f"FAILED: {e}", flush=True)
             return 1
     med = {n: {k: statistics.median(v) for k, v in res[n].items()} for n in MODELS}
-    b, a = med["embed-batched"], med["embed-alone"]
-    rows = [
-        {"bench": "embeddings_batching", "case": f"batched, {CALLERS} callers", "metric": "req/s",
-         "value": round(b["rps"], 1), "unit": "req/s"},
-        {"bench": "embeddings_batching", "case": f"unbatched, {CALLERS} callers", "metric": "req/s",
-         "value": round(a["rps"], 1), "unit": "req/s"},
-        {"bench": "embeddings_batching", "case": "throughput batched / unbatched", "metric": "ratio",
-         "value": round(b["rps"] / a["rps"], 2), "unit": "x"},
-        {"bench": "embeddings_batching", "case": "upstream calls per request, batched", "metric": "median",
-         "value": round(b["calls"], 3), "unit": "calls"},
-        {"bench": "embeddings_batching", "case": "upstream calls per request, unbatched", "metric": "median",
-         "value": round(a["calls"], 3), "unit": "calls"},
-        {"bench": "embeddings_batching", "case": "p99 batched / unbatched under load", "metric": "ratio",
-         "value": round(b["p99"] / a["p99"], 2), "unit": "x"},
-        {"bench": "embeddings_batching", "case": "one caller: latency added by batching", "metric": "median",
-         "value": round(b["low"] - a["low"], 2), "unit": "ms"},
-    ]
+    rows = []
+    for kind, (b, a) in {"embeddings": (med["embed-batched"], med["embed-alone"]),
+                         "kserve text": (med["text-batched"], med["text-alone"])}.items():
+        rows += [
+            {"bench": "embeddings_batching", "case": f"{kind}: batched, {CALLERS} callers", "metric": "req/s",
+             "value": round(b["rps"], 1), "unit": "req/s"},
+            {"bench": "embeddings_batching", "case": f"{kind}: unbatched, {CALLERS} callers", "metric": "req/s",
+             "value": round(a["rps"], 1), "unit": "req/s"},
+            {"bench": "embeddings_batching", "case": f"{kind}: throughput batched / unbatched", "metric": "ratio",
+             "value": round(b["rps"] / a["rps"], 2), "unit": "x"},
+            {"bench": "embeddings_batching", "case": f"{kind}: upstream calls per request, batched",
+             "metric": "median", "value": round(b["calls"], 3), "unit": "calls"},
+            {"bench": "embeddings_batching", "case": f"{kind}: upstream calls per request, unbatched",
+             "metric": "median", "value": round(a["calls"], 3), "unit": "calls"},
+            {"bench": "embeddings_batching", "case": f"{kind}: p99 batched / unbatched under load", "metric": "ratio",
+             "value": round(b["p99"] / a["p99"], 2), "unit": "x"},
+            {"bench": "embeddings_batching", "case": f"{kind}: one caller, latency added by batching",
+             "metric": "median", "value": round(b["low"] - a["low"], 2), "unit": "ms"},
+        ]
     for n in MODELS:
         m = med[n]
         print(f"{n:14s} {m['rps']:8.1f} req/s  {m['calls']:.3f} upstream calls/req  p50 {m['p50']:.1f} ms  "

@@ -124,7 +124,7 @@ class Stats:
 
 class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
-        self, models: Sequence[str] = ("demo-colors",), model: ColourModel | None = None,
+        self, models: Sequence[str] = ("demo-colors", "demo-text"), model: ColourModel | None = None,
         fixed_ms: float = 0.0, per_image_ms: float = 0.0, fail_rate: float = 0.0, fail_next: int = 0,
         max_concurrency: int = 1, output: str = "scores", seed: int | None = None,
     ) -> None:
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8201)
     p.add_argument("--stats-port", type=int, default=None, help="serve GET /stats here")
-    p.add_argument("--models", nargs="+", default=["demo-colors"])
+    p.add_argument("--models", nargs="+", default=["demo-colors", "demo-text"])
     p.add_argument("--labels", nargs="+", default=DEFAULT_LABELS)
     p.add_argument("--mean", nargs=3, type=float, default=[0.485, 0.456, 0.406])
     p.add_argument("--std", nargs=3, type=float, default=[0.229, 0.224, 0.225])
