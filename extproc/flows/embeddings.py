@@ -53,6 +53,10 @@ class EmbeddingFlow:
         self.member: Member | None = None  # in a batch (docs/batching.md "Embeddings")
         self.batch: Batch | None = None  # the batch this stream carries upstream, as its leader
         self.alone = False  # the leader's merged call was refused: it answers from its own call
+        # The leader's split of the merged answer, or why there is none: made where the answer is
+        # read (maybe a worker thread), handed to the members on the loop (`_settle_batch`).
+        self._parts: list[EmbeddingResponse] | None = None
+        self._batch_failure = ""
         self.upstream_host = ""
 
     @property
@@ -168,6 +172,7 @@ class EmbeddingFlow:
         anything to translate (or an error to rewrite) is a 502 naming the limit."""
         choice = self.call.choice
         assert choice is not None  # routed before anything went upstream
+        self._fail_batch(f"the merged answer ({nbytes} bytes) is past max_body_bytes")
         model, cluster = choice.model.name, choice.deployment.cluster
         if status < 400 and self.passthrough:
             answer_limit.count(model, cluster, "passthrough")
@@ -214,6 +219,7 @@ class EmbeddingFlow:
         return self._replaced(await asyncio.to_thread(self._whole_body, chunk))
 
     def _replaced(self, body: bytes | None) -> msg.ProcessingResponse:
+        self._settle_batch()
         self._finish()
         return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
 
@@ -240,7 +246,7 @@ class EmbeddingFlow:
                 resp = self._leader_share(self.batch, resp)
             out = embeddings.render_response(self.shape, resp, model=choice.model.name, req=req)
         except ModelyardError as e:
-            self._fail_batch(e.message)
+            self._batch_failure = e.message
             self.client_status = 502
             self.upstream_failed = True
             return render_error_body(self.ctx.protocol, 502, f"upstream sent an unreadable reply: {e.message}",
@@ -257,12 +263,21 @@ class EmbeddingFlow:
         return out
 
     def _leader_share(self, batch: Batch, resp: EmbeddingResponse) -> EmbeddingResponse:
-        """The merged answer split by member; every other member gets its part, the leader keeps its own.
-        Raises (ModelyardError) for an answer of the wrong size before any member gets it."""
-        assert self.gw.batcher is not None and self.member is not None
+        """The merged answer split by member (kept for the others), the leader's own part returned.
+        Raises (ModelyardError) for an answer of the wrong size: no member gets any of it."""
+        assert self.member is not None
         parts = split_response(resp, [m.payload.request for m in batch.members])
-        self.gw.batcher.complete(batch, parts)
+        self._parts = parts
         return parts[batch.members.index(self.member)]
+
+    def _settle_batch(self) -> None:
+        """On the loop: every other member gets its part of the merged answer, or falls back."""
+        if self.batch is None or self.gw.batcher is None:
+            return
+        if self._parts is not None:
+            self.gw.batcher.complete(self.batch, self._parts)
+        else:
+            self.gw.batcher.fail(self.batch, self._batch_failure or "the merged answer was unusable")
 
     def _fail_batch(self, reason: str) -> None:
         if self.batch is not None and self.gw.batcher is not None:

@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import yaml
 
-from devstack.demo.behaviour import demo_embedding
+from devstack.demo.behaviour import MAX_DEMO_EMBED_DIMS, demo_embedding
 from devstack.demo.faults import BAD_INPUT
 from tests.conftest import DEMO_KEY
 from tests.e2e.metered import metered_row
@@ -120,6 +120,22 @@ def test_concurrent_callers_share_upstream_calls_and_get_their_own_vectors(stack
     gemini_text = "the gemini caller"
     words = sum(len(t.split()) for ts in [*texts, [gemini_text]] for t in ts)
     assert total + gem_row[3] == words
+
+
+def test_a_large_merged_answer_read_off_the_loop_is_split_exactly(stack) -> None:
+    # 8 x 4096 floats: past the inline limit, the merged answer is read in a worker thread.
+    texts = [f"wide vector {i}" for i in range(8)]
+
+    async def burst():
+        client = _client(stack)
+        return await asyncio.gather(*(client.embeddings.create(model=MODEL, input=t, dimensions=MAX_DEMO_EMBED_DIMS)
+                                      for t in texts))
+
+    before = _upstream_calls(stack)
+    outs = asyncio.run(burst())
+    assert _upstream_calls(stack) - before < len(texts)
+    for t, out in zip(texts, outs, strict=True):
+        assert np.array_equal(np.array(out.data[0].embedding, np.float32), demo_embedding(t, MAX_DEMO_EMBED_DIMS))
 
 
 async def _with_bad(stack, bad_first: bool) -> tuple[list, object]:
