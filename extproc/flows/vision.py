@@ -71,6 +71,7 @@ class Job:
     images: list[np.ndarray] | None = None
     tensor: np.ndarray | None = None
     text: kserve.TensorRows | None = None  # a model without `vision`: raw rows of any tensor (BYTES texts, token ids)
+    answers_alone: bool = True  # as leader of a refused text batch, it can make its own call (a REST caller)
 
 
 def _spec(ti: TensorInput) -> PreprocessSpec:

@@ -234,7 +234,9 @@ class Batcher:
             return
         batch.state = "dispatched"
         batch.dispatched_at = self.clock()
-        batch.leader = live[0]
+        # The first member that can answer on its own if the merged call is refused (a text batch's
+        # REST caller, not a gRPC one: docs/batching.md), else the first.
+        batch.leader = next((m for m in live if getattr(m.payload, "answers_alone", True)), live[0])
         self._inflight.setdefault(batch.key, []).append(batch)
         self._on_flush(batch)
         batch.leader.future.set_result(Outcome("leader", batch, start=batch.leader.start))
