@@ -20,8 +20,9 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import yaml
 
-from devstack.demo.behaviour import MAX_DEMO_EMBED_DIMS, demo_embedding
+from devstack.demo.behaviour import demo_embedding
 from devstack.demo.faults import BAD_INPUT
+from extproc.flows.offload import INLINE_PARSE_BYTES
 from tests.conftest import DEMO_KEY
 from tests.e2e.metered import metered_row
 from tests.stack_config import ROOT, _remap, _static_envoy, free_port, start_stack, without_mcp
@@ -123,19 +124,21 @@ def test_concurrent_callers_share_upstream_calls_and_get_their_own_vectors(stack
 
 
 def test_a_large_merged_answer_read_off_the_loop_is_split_exactly(stack) -> None:
-    # 8 x 4096 floats: past the inline limit, the merged answer is read in a worker thread.
+    # 8 x 2048 floats as base64 (87 KB): past the 64 KB inline limit, the merged answer is read in a worker thread.
     texts = [f"wide vector {i}" for i in range(8)]
+    wide = 2048
+    assert 8 * wide * 4 * 4 // 3 > INLINE_PARSE_BYTES
 
     async def burst():
         client = _client(stack)
-        return await asyncio.gather(*(client.embeddings.create(model=MODEL, input=t, dimensions=MAX_DEMO_EMBED_DIMS)
+        return await asyncio.gather(*(client.embeddings.create(model=MODEL, input=t, dimensions=wide)
                                       for t in texts))
 
     before = _upstream_calls(stack)
     outs = asyncio.run(burst())
     assert _upstream_calls(stack) - before < len(texts)
     for t, out in zip(texts, outs, strict=True):
-        assert np.array_equal(np.array(out.data[0].embedding, np.float32), demo_embedding(t, MAX_DEMO_EMBED_DIMS))
+        assert np.array_equal(np.array(out.data[0].embedding, np.float32), demo_embedding(t, wide))
 
 
 async def _with_bad(stack, bad_first: bool) -> tuple[list, object]:
@@ -227,7 +230,9 @@ def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool)
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(_rest_text, stack, bad if bad_first else good[0])
         time.sleep(0.3)  # the first to arrive leads the batch
-        rest = [pool.submit(_rest_text, stack, t) for t in (good if bad_first else [*good[1:], bad])]
+        # The last good caller speaks gRPC (tritonclient): a REST member leads before it, and it falls back alike.
+        rest = [pool.submit(_grpc_text if t is good[2] else _rest_text, stack, t)
+                for t in (good if bad_first else [*good[1:], bad])]
         answers = [first.result(), *(f.result() for f in rest)]
     after = httpx.get(stack.kserve_stats, timeout=5).json()
     by_text = dict(zip([bad[0], *(t[0] for t in good)] if bad_first else [good[0][0], good[1][0], good[2][0], bad[0]],
@@ -235,8 +240,11 @@ def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool)
     r = by_text.pop(bad[0])
     assert r.status_code == 400 and "refused on purpose" in r.text
     for text, r in by_text.items():
-        assert r.status_code == 200, r.text
-        got = np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8)
+        if isinstance(r, triton_grpc.InferResult):
+            got = r.as_numpy("embedding")
+        else:
+            assert r.status_code == 200, r.text
+            got = np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8)
         assert np.array_equal(got, _text_rows([text]))
     # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
     assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
