@@ -161,19 +161,19 @@ def main() -> int:
     for kind, (b, a) in {"embeddings": (med["embed-batched"], med["embed-alone"]),
                          "kserve text": (med["text-batched"], med["text-alone"])}.items():
         rows += [
-            {"bench": "embeddings_batching", "case": f"{kind}: batched, {CALLERS} callers", "metric": "req/s",
+            {"bench": "text", "case": f"{kind}: batched, {CALLERS} callers", "metric": "req/s",
              "value": round(b["rps"], 1), "unit": "req/s"},
-            {"bench": "embeddings_batching", "case": f"{kind}: unbatched, {CALLERS} callers", "metric": "req/s",
+            {"bench": "text", "case": f"{kind}: unbatched, {CALLERS} callers", "metric": "req/s",
              "value": round(a["rps"], 1), "unit": "req/s"},
-            {"bench": "embeddings_batching", "case": f"{kind}: throughput batched / unbatched", "metric": "ratio",
+            {"bench": "text", "case": f"{kind}: throughput batched / unbatched", "metric": "ratio",
              "value": round(b["rps"] / a["rps"], 2), "unit": "x"},
-            {"bench": "embeddings_batching", "case": f"{kind}: upstream calls per request, batched",
+            {"bench": "text", "case": f"{kind}: upstream calls per request, batched",
              "metric": "median", "value": round(b["calls"], 3), "unit": "calls"},
-            {"bench": "embeddings_batching", "case": f"{kind}: upstream calls per request, unbatched",
+            {"bench": "text", "case": f"{kind}: upstream calls per request, unbatched",
              "metric": "median", "value": round(a["calls"], 3), "unit": "calls"},
-            {"bench": "embeddings_batching", "case": f"{kind}: p99 batched / unbatched under load", "metric": "ratio",
+            {"bench": "text", "case": f"{kind}: p99 batched / unbatched under load", "metric": "ratio",
              "value": round(b["p99"] / a["p99"], 2), "unit": "x"},
-            {"bench": "embeddings_batching", "case": f"{kind}: one caller, latency added by batching",
+            {"bench": "text", "case": f"{kind}: one caller, latency added by batching",
              "metric": "median", "value": round(b["low"] - a["low"], 2), "unit": "ms"},
         ]
     for n in MODELS:
