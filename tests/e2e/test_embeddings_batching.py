@@ -20,6 +20,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import yaml
 
+from adapters.embeddings import EmbeddingRequest, estimate_tokens
 from devstack.demo.behaviour import demo_embedding
 from devstack.demo.faults import BAD_INPUT
 from extproc.flows.offload import INLINE_PARSE_BYTES
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.e2e
 MODEL = "demo-embed-batched"
 CALLERS = 16
 L2_KEY = "sk-modelyard-demo-l2"
+GEMINI_MODEL = "embed-batched-gemini"
 TEXT_MODEL = "text-kserve"  # a KServe v2 text model: BYTES in, the demo embedding (8 dims) out
 TEXT_CALLERS = 8
 
@@ -44,6 +46,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     data.pop("ratelimit", None)
     data = _remap(data, {})
     data["listener"]["port"] = free_port()
+    # The same batching in front of a Gemini-speaking upstream (batchEmbedContents; no usage reported).
+    data["models"].append({**data["models"][0], "name": GEMINI_MODEL, "deployments": [
+        {"cluster": "demo-gemini-batch", "protocol": "gemini", "endpoints": [f"127.0.0.1:{free_port()}"]}]})
     kserve, kstats = free_port(), free_port()
     data["models"].append({
         "name": TEXT_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
@@ -175,6 +180,23 @@ def test_a_refused_input_fails_only_its_own_caller(stack, bad_first: bool) -> No
     # One merged call (refused), then each caller's own: 1 + 4.
     assert _upstream_calls(stack) - before == 5
     assert time.monotonic() - t0 < 10
+
+
+def test_a_gemini_upstream_gets_one_merged_call_and_each_caller_its_estimate(stack) -> None:
+    texts = [f"gemini bound text number {i}" for i in range(6)]
+    upstream = f"http://{stack.cfg.clusters()['demo-gemini-batch'].endpoints[0]}/stats"
+    before = httpx.get(upstream, timeout=5).json()["requests"]
+
+    async def burst():
+        client = _client(stack)
+        return await asyncio.gather(*(client.embeddings.create(model=GEMINI_MODEL, input=t) for t in texts))
+
+    outs = asyncio.run(burst())
+    assert httpx.get(upstream, timeout=5).json()["requests"] - before < len(texts)
+    for t, out in zip(texts, outs, strict=True):
+        assert np.array_equal(np.array(out.data[0].embedding, np.float32), _expected([t])[0])
+        # Gemini reports no usage: each caller is charged its own estimate, as alone.
+        assert out.usage.prompt_tokens == estimate_tokens(EmbeddingRequest(GEMINI_MODEL, (t,)))
 
 
 def _text_rows(texts: list[str]) -> np.ndarray:
