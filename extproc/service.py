@@ -301,7 +301,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         add_to_server(server.server, limiter, _rls_decisions(gateway))
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
     warmer = Warmer(config, gateway.dispatcher.scheduler)
-    reloader = Reloader(live, warmer)
+    waker = Waker(config, lambda: live.current.dispatcher.limits)  # scale_from_zero: held until a replica is ready
+    reloader = Reloader(live, warmer, waker)
     reloads: set[asyncio.Task[Outcome]] = set()
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_all, pool, reloader, path, reloads)
     # Pollers run in the background; the first readings are in before traffic is accepted.
@@ -320,7 +321,6 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         if not await asyncio.to_thread(gateway.key_admin.refresher.wait_loaded, 5.0):
             log.error("key store not read: serving config-file keys; store keys follow once it answers")
     warmer.start()  # before serving: the first requests already see which deployments are warming
-    waker = Waker(config, lambda: live.current.dispatcher.limits)  # scale_from_zero: held until a replica is ready
     await waker.start()
     feed = None
     if config.controlplane.enabled:  # the control plane's config, long-polled, applied as SIGHUP's is

@@ -364,11 +364,10 @@ class Deployment(_Model):
             raise ValueError(f"warmup: not available for protocol {self.protocol}")
         if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
             raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
-        if self.scale_from_zero is not None and (not self.max_inflight or self.health_check is None
-                                                 or self.health_check.http_path is None):
-            # Callers are held in the deployment's queue; readiness is its HTTP health check.
+        if self.scale_from_zero is not None and (not self.max_inflight or self.health_check is None):
+            # Callers are held in the deployment's queue; readiness is its health check (HTTP or gRPC).
             raise ValueError("scale_from_zero needs max_inflight (its queue holds the callers) and a "
-                             "health_check with http_path (it says when a replica is ready)")
+                             "health_check (http_path or grpc_service: it says when a replica is ready)")
         return self
 
     def credential(self) -> str | None:
