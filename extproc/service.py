@@ -50,6 +50,7 @@ from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
 from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, LATENCY_OBJECTIVES, serve_metrics
+from extproc.telemetry.metrics import LEARNING_STATE
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.warmup import Warmer
 from extproc.vision.batching import Batcher
@@ -313,6 +314,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         DEMAND.clusters = lambda: iter(live.current.dispatcher.scheduler.config.clusters())
         DEMAND.loads = lambda: live.current.dispatcher.limits.loads()
         LATENCY_OBJECTIVES.source = lambda: live.current.dispatcher.scheduler.latency.exposition(time.monotonic())
+        LEARNING_STATE.source = lambda: live.current.dispatcher.scheduler.learning_state(time.monotonic())
         serve_metrics(config.extproc.metrics_address)
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
         gateway.key_admin.refresher.start()

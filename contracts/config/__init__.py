@@ -553,6 +553,18 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
         if a.tenant is not None and a.tenant not in tenants:
             raise ConfigError(f"{source}: mcp.access[{i}].tenant: unknown tenant {a.tenant!r}")
     _check_guardrail_references(cfg, source)
+    _check_learning_references(cfg, source)
+
+
+def _check_learning_references(cfg: GatewayConfig, source: str) -> None:
+    """routing.adaptive.models and routing.breakers[].model name models of this file."""
+    models = {m.name for m in cfg.models}
+    for i, name in enumerate(cfg.routing.adaptive.models):
+        if name not in models:
+            raise ConfigError(f"{source}: routing.adaptive.models[{i}]: unknown model {name!r}")
+    for i, b in enumerate(cfg.routing.breakers):
+        if b.model is not None and b.model not in models:
+            raise ConfigError(f"{source}: routing.breakers[{i}].model: unknown model {b.model!r}")
 
 
 def _check_guardrail_references(cfg: GatewayConfig, source: str) -> None:

@@ -16,11 +16,11 @@ from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.choice import Choice
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
-from extproc.routing import RouteRequest, Scheduler
+from extproc.routing import NoRoute, RouteRequest, Scheduler
 from extproc.routing.decision import FailOpen
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord
-from extproc.telemetry.metrics import BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE, SPILLED
+from extproc.telemetry.metrics import BANDIT_PICKS, BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE, SPILLED
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 
@@ -31,6 +31,9 @@ _FAIL_OPEN_WHY: dict[FailOpen, str] = {
     "watermarks": "no deployment has a fresh watermark reading; routing as if unmonitored",
     "warming": "every deployment is still warming up; serving from them rather than refusing the model",
 }
+
+# The metering row's strategy for a call the learning strategy (routing.adaptive) routed.
+ADAPTIVE = "adaptive"
 
 # The rate-limit charge when a request does not say how many tokens it may produce.
 DEFAULT_OUTPUT_TOKENS = 256
@@ -72,6 +75,10 @@ class Dispatcher:
         DEMAND.touch(c.deployment.cluster)
         peers = tuple(p.deployment for p in d.candidates[1:] if p.model_config is c.model_config
                       and p.channel == c.channel and p.deployment.cluster != c.deployment.cluster)
+        if d.learned is not None:  # the bandit's pick: metered as strategy `adaptive`, arm = the cluster it chose
+            BANDIT_PICKS.labels(c.model, c.channel, d.learned.arm).inc()
+            return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=ADAPTIVE,
+                          arm=d.learned.arm, peers=peers, propensity=d.learned.propensity)
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
                       arm=d.arm, peers=peers)
 
@@ -107,7 +114,15 @@ class Dispatcher:
     def choose_for(self, ctx: RequestContext, route: RouteRequest) -> Choice:
         """`choose`, inside the request's routing span when tracing is on."""
         with ctx.span("routing"):
-            choice = self.choose(route)
+            try:
+                choice = self.choose(route)
+            except NoRoute as e:
+                breakers = sorted({r.reason for r in e.rejected if r.check == "breaker"})
+                if breakers:  # the audit row says which group breaker refused (or routed around) the call
+                    ctx.routing = {"reason": "group breaker open", "breakers": breakers}
+                raise
+        if choice.propensity is not None:
+            ctx.routing = {"strategy": ADAPTIVE, "arm": choice.arm, "propensity": round(choice.propensity, 6)}
         if ctx.trace is not None:
             d = choice.deployment
             ctx.trace.routed(route.model, choice.model.name, d.cluster, d.protocol, choice.channel, choice.strategy)
