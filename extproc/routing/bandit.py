@@ -100,7 +100,6 @@ class _Cache:
     arms: tuple[str, ...]
     shares: dict[str, float]
     at: float
-    dirty: bool = False
 
 
 @dataclass(slots=True)
@@ -123,7 +122,9 @@ class Bandit:
         arms_t = tuple(arms)
         c = self._cache.get(key)
         s = self.settings
-        if c is not None and c.arms == arms_t and (not c.dirty or now - c.at < s.refresh_s) and now >= c.at:
+        # Cached for refresh_s whatever was learned since (the hot path must not draw per call); decay
+        # alone moves the posteriors too, so an unchanged group is recomputed as well.
+        if c is not None and c.arms == arms_t and 0.0 <= now - c.at < s.refresh_s:
             return c.shares
         ev = self.evidence.get(key, {})
         posteriors = []
@@ -154,16 +155,10 @@ class Bandit:
         r = min(max(reward, 0.0), 1.0)
         ev = self.evidence.setdefault(key, {}).setdefault(arm, ArmEvidence(at=now))
         ev.add(weight * r, weight * (1.0 - r), now, self.settings.half_life_s)
-        c = self._cache.get(key)
-        if c is not None:
-            c.dirty = True
 
     def merge(self, key: GroupKey, arm: str, wins: float, losses: float, at: float) -> None:
         """Replace an arm's evidence with the shared store's (Redis sync)."""
         self.evidence.setdefault(key, {})[arm] = ArmEvidence(wins, losses, at)
-        c = self._cache.get(key)
-        if c is not None:
-            c.dirty = True
 
     def exposition(self, now: float) -> Iterator[tuple[GroupKey, str, dict[str, float]]]:
         """Every arm's share (the last computed), reward (posterior mean) and evidence (decayed calls)."""
