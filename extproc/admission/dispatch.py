@@ -17,6 +17,7 @@ from extproc.admission.choice import Choice
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
 from extproc.routing import NoRoute, RouteRequest, Scheduler
+from extproc.routing.bandit import ADAPTIVE
 from extproc.routing.decision import FailOpen
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord
@@ -31,9 +32,6 @@ _FAIL_OPEN_WHY: dict[FailOpen, str] = {
     "watermarks": "no deployment has a fresh watermark reading; routing as if unmonitored",
     "warming": "every deployment is still warming up; serving from them rather than refusing the model",
 }
-
-# The metering row's strategy for a call the learning strategy (routing.adaptive) routed.
-ADAPTIVE = "adaptive"
 
 # The rate-limit charge when a request does not say how many tokens it may produce.
 DEFAULT_OUTPUT_TOKENS = 256

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 from contracts.config.routing import AdaptiveSettings, RewardWeights
 
+# The metering row's strategy for a call the learning strategy routed (its `arm` is the cluster chosen).
+ADAPTIVE = "adaptive"
 # A group of arms: (model, channel, tenant or "").
 GroupKey = tuple[str, str, str]
 
