@@ -105,7 +105,7 @@ class Accountant:
             by_deployment.inc(cost)
             if self.budgets is not None:  # a stream that ran past its budget still counts in full
                 self.budgets.record(ctx, cost)
-        if choice.arm:
+        if choice.propensity is not None or choice.strategy in self.scheduler.settings.ab.weights_b:  # an experiment
             self._arm_outcome(ctx, choice, upstream_ok, latency_s, cost)
         if self.metering is not None:
             # A MeterRecord's values as a plain tuple: the row the writer inserts, nothing built per field.

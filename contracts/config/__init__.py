@@ -557,14 +557,15 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
 
 
 def _check_learning_references(cfg: GatewayConfig, source: str) -> None:
-    """routing.adaptive.models and routing.breakers[].model name models of this file."""
+    """routing.adaptive.models and routing.breakers[].model naming a model the file does not define: a
+    warning, as for guardrail policies (a model may leave by reload first); such an entry does nothing."""
     models = {m.name for m in cfg.models}
-    for i, name in enumerate(cfg.routing.adaptive.models):
+    named = [(f"routing.adaptive.models[{i}]", n) for i, n in enumerate(cfg.routing.adaptive.models)]
+    named += [(f"routing.breakers[{i}].model", b.model) for i, b in enumerate(cfg.routing.breakers) if b.model]
+    for where, name in named:
         if name not in models:
-            raise ConfigError(f"{source}: routing.adaptive.models[{i}]: unknown model {name!r}")
-    for i, b in enumerate(cfg.routing.breakers):
-        if b.model is not None and b.model not in models:
-            raise ConfigError(f"{source}: routing.breakers[{i}].model: unknown model {b.model!r}")
+            logging.getLogger("modelyard.config").warning(
+                "%s: %s: %r is not defined in this file (nothing to learn or break for it)", source, where, name)
 
 
 def _check_guardrail_references(cfg: GatewayConfig, source: str) -> None:

@@ -21,7 +21,7 @@ from extproc.routing.bandit import ADAPTIVE
 from extproc.routing.decision import FailOpen
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord
-from extproc.telemetry.metrics import BANDIT_PICKS, BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE, SPILLED
+from extproc.telemetry.metrics import BANDIT_PICKS, BREAKER_TRIPS, BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE, SPILLED
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 
@@ -62,6 +62,8 @@ class Dispatcher:
         self.limits = limits if limits is not None else ConcurrencyLimits(scheduler.config)
         self._failing_open: dict[str, set[FailOpen]] = {}  # by model
         _spill_series(scheduler.config)
+        for b in scheduler.breakers.all:  # every trip series exists at 0 from the start
+            BREAKER_TRIPS.labels(b.group)
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""

@@ -5,7 +5,6 @@ import random
 import pytest
 
 from contracts.config.routing import AdaptiveSettings, RewardWeights
-from contracts.errors import ConfigError
 from extproc.routing import RouteRequest, Scheduler
 from extproc.routing.bandit import Bandit, best_arm_shares, call_reward, floored
 
@@ -156,6 +155,7 @@ def test_feedback_counts_with_its_weight(learning):
     assert (ev.wins, ev.losses) == (0.0, 2.0)
 
 
-def test_unknown_model_in_adaptive_is_refused():
-    with pytest.raises(ConfigError, match=r"routing.adaptive.models\[0\]: unknown model 'nope'"):
-        make_config([model("m", [dep("m1")])], routing={"adaptive": {"models": ["nope"]}})
+def test_an_unknown_model_in_adaptive_is_a_warning(caplog):
+    """As for guardrail policies: a model may leave the file (or a test's trimmed copy) before its entry."""
+    make_config([model("m", [dep("m1")])], routing={"adaptive": {"models": ["nope"]}})
+    assert "routing.adaptive.models[0]: 'nope' is not defined in this file" in caplog.text
