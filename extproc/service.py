@@ -49,8 +49,13 @@ from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
-from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, LATENCY_OBJECTIVES, serve_metrics
-from extproc.telemetry.metrics import LEARNING_STATE
+from extproc.telemetry.metrics import (
+    DEPLOYMENT_STATES,
+    IMAGE_BACKEND,
+    LATENCY_OBJECTIVES,
+    LEARNING_STATE,
+    serve_metrics,
+)
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.warmup import Warmer
 from extproc.vision.batching import Batcher

@@ -5,9 +5,9 @@ import pytest
 from contracts.config.routing import GroupBreakerSettings
 from contracts.errors import ConfigError
 from extproc.routing import NoCapacity, RouteRequest, Scheduler
+from extproc.routing.breaker import GroupBreaker
 
 from .conftest import dep, make_config, model
-from extproc.routing.breaker import GroupBreaker
 
 
 def _b(**kw) -> GroupBreaker:
