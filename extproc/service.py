@@ -24,6 +24,7 @@ from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count, worker_socket
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.admission.shared_evidence import SharedEvidence
 from extproc.admission.waking import Waker
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
@@ -328,6 +329,12 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     warmer.start()  # before serving: the first requests already see which deployments are warming
     waker = Waker(config, lambda: live.current.dispatcher.limits)  # scale_from_zero: held until a replica is ready
     await waker.start()
+    shared_evidence = None
+    if config.routing.adaptive.store == "redis":  # the learning strategy's evidence, shared by every replica
+        rc = config.ratelimit.redis
+        shared_evidence = SharedEvidence(rc.url, lambda: live.current.dispatcher.scheduler.bandit,
+                                         prefix=rc.key_prefix, timeout_ms=rc.timeout_ms)
+        shared_evidence.start()
     feed = None
     if config.controlplane.enabled:  # the control plane's config, long-polled, applied as SIGHUP's is
         feed = ConfigFeed(config.controlplane.api_address, reloader, worker_id(worker_index()))
@@ -340,6 +347,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await asyncio.gather(*reloads, return_exceptions=True)
         await warmer.close()
         await waker.close()
+        if shared_evidence is not None:
+            await shared_evidence.close()
 
 
 def _rls_decisions(gateway: Gateway) -> DecisionHook | None:

@@ -111,6 +111,8 @@ class Bandit:
     settings: AdaptiveSettings
     rng: random.Random = field(default_factory=random.Random)
     evidence: dict[GroupKey, dict[str, ArmEvidence]] = field(default_factory=dict)
+    # Evidence learned here since the shared store last took it (store: redis); None: not shared.
+    pending: dict[tuple[GroupKey, str], ArmEvidence] | None = None
     _cache: dict[GroupKey, _Cache] = field(default_factory=dict)
 
     def group(self, model: str, channel: str, tenant: str) -> GroupKey:
@@ -157,9 +159,27 @@ class Bandit:
         r = min(max(reward, 0.0), 1.0)
         ev = self.evidence.setdefault(key, {}).setdefault(arm, ArmEvidence(at=now))
         ev.add(weight * r, weight * (1.0 - r), now, self.settings.half_life_s)
+        if self.pending is not None:
+            self.pending.setdefault((key, arm), ArmEvidence(at=now)).add(weight * r, weight * (1.0 - r), now,
+                                                                         self.settings.half_life_s)
+
+    def take_pending(self, now: float) -> dict[tuple[GroupKey, str], tuple[float, float]]:
+        """The evidence learned here since the last call, decayed to `now`, handed to the shared store."""
+        if not self.pending:
+            return {}
+        out = {k: e.decayed(now, self.settings.half_life_s) for k, e in self.pending.items()}
+        self.pending.clear()
+        return out
+
+    def groups(self) -> dict[GroupKey, set[str]]:
+        """Every group this process routes or learned for, with its arms (what a sync reads back)."""
+        out: dict[GroupKey, set[str]] = {k: set(c.arms) for k, c in self._cache.items()}
+        for k, arms in self.evidence.items():
+            out.setdefault(k, set()).update(arms)
+        return out
 
     def merge(self, key: GroupKey, arm: str, wins: float, losses: float, at: float) -> None:
-        """Replace an arm's evidence with the shared store's (Redis sync)."""
+        """Replace an arm's evidence with the shared store's (Redis sync), as of `at`."""
         self.evidence.setdefault(key, {})[arm] = ArmEvidence(wins, losses, at)
 
     def exposition(self, now: float) -> Iterator[tuple[GroupKey, str, dict[str, float]]]:

@@ -47,7 +47,7 @@ class Scheduler:
         self.warming: set[str] = set()
         self._resolved: dict[tuple[str, str], tuple[list[str], tuple[str, ...]]] = {}
         # The learning strategy (routing.adaptive) and the total breakers over groups (routing.breakers).
-        self.bandit = Bandit(s.adaptive)
+        self.bandit = Bandit(s.adaptive, pending={} if s.adaptive.store == "redis" else None)
         self.breakers = Breakers(s.breakers, ((m.name, d.cluster, d.channel)
                                               for m in config.models for d in m.deployments))
 
@@ -96,7 +96,7 @@ class Scheduler:
 
     def carry_learning(self, running: Scheduler) -> None:
         """A reload keeps what was learned: the bandit's evidence, and breakers whose settings stayed."""
-        self.bandit.evidence = running.bandit.evidence
+        self.bandit.evidence, self.bandit.pending = running.bandit.evidence, running.bandit.pending
         old = {b.settings: b for b in running.breakers.all}
         for i, b in enumerate(self.breakers.all):
             kept = old.get(b.settings)
