@@ -81,7 +81,7 @@ class SharedEvidence:
         ttl = max(60, round(s.half_life_s * 20))  # long after the evidence has faded to nothing
         try:
             for key, arms in groups.items():
-                args: list[object] = [s.half_life_s, ttl]
+                args: list[str | float] = [s.half_life_s, ttl]
                 for arm in sorted(arms):
                     w, lo = deltas.get((key, arm), (0.0, 0.0))
                     args += [arm, repr(w), repr(lo)]
