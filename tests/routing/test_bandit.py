@@ -159,3 +159,11 @@ def test_an_unknown_model_in_adaptive_is_a_warning(caplog):
     """As for guardrail policies: a model may leave the file (or a test's trimmed copy) before its entry."""
     make_config([model("m", [dep("m1")])], routing={"adaptive": {"models": ["nope"]}})
     assert "routing.adaptive.models[0]: 'nope' is not defined in this file" in caplog.text
+
+
+def test_explain_shows_the_bandits_draw_and_shares(learning):
+    from extproc.routing.explain import explain, format_explain
+
+    doc = explain(Scheduler(learning), RouteRequest("m", learning.tenants[0]), 100.0, {})
+    assert doc["adaptive"]["arm"] == doc["chosen"] and set(doc["adaptive"]["shares"]) == {"m1", "m2"}
+    assert "learning strategy (routing.adaptive) shares now: m1 0.5" in format_explain(doc)
