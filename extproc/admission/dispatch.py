@@ -75,12 +75,14 @@ class Dispatcher:
         DEMAND.touch(c.deployment.cluster)
         peers = tuple(p.deployment for p in d.candidates[1:] if p.model_config is c.model_config
                       and p.channel == c.channel and p.deployment.cluster != c.deployment.cluster)
+        around = tuple(sorted({r.reason for r in d.rejected if r.check == "breaker"})) \
+            if self.scheduler.breakers else ()
         if d.learned is not None:  # the bandit's pick: metered as strategy `adaptive`, arm = the cluster it chose
             BANDIT_PICKS.labels(c.model, c.channel, d.learned.arm).inc()
             return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=ADAPTIVE,
-                          arm=d.learned.arm, peers=peers, propensity=d.learned.propensity)
+                          arm=d.learned.arm, peers=peers, propensity=d.learned.propensity, routed_around=around)
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
-                      arm=d.arm, peers=peers)
+                      arm=d.arm, peers=peers, routed_around=around)
 
     def deployment_states(self) -> dict[str, str]:
         """Each deployment's state now (modelyard_deployment_state): cooldown, warming, else its slots' state."""
@@ -123,6 +125,8 @@ class Dispatcher:
                 raise
         if choice.propensity is not None:
             ctx.routing = {"strategy": ADAPTIVE, "arm": choice.arm, "propensity": round(choice.propensity, 6)}
+        if choice.routed_around:  # served past an open group breaker (a spill): the audit row says so
+            ctx.routing = {**(ctx.routing or {}), "routed_around": list(choice.routed_around)}
         if ctx.trace is not None:
             d = choice.deployment
             ctx.trace.routed(route.model, choice.model.name, d.cluster, d.protocol, choice.channel, choice.strategy)

@@ -32,7 +32,9 @@ def _config() -> dict:
     for d in learn["deployments"]:
         d["endpoints"] = [f"127.0.0.1:{free_port()}"]
     data = small_config()
-    trip = {"name": "demo-trip", "quality": 0.5, "latency_ms": 100,
+    # demo-trip leads its group (the best quality, fast, free); demo-gpt (small_config's) is the group's other model
+    data["models"][0]["groups"] = ["trip-group"]
+    trip = {"name": "demo-trip", "quality": 1.0, "latency_ms": 50, "groups": ["trip-group"],
             "deployments": [{"cluster": "demo-trip-a", "protocol": "openai", "endpoints": [f"127.0.0.1:{free_port()}"]}]}
     data["models"] += [learn, trip]
     data["routing"] = {
@@ -137,6 +139,11 @@ def test_a_group_breaker_fails_fast_in_the_callers_protocol_and_heals(stack) -> 
     with pytest.raises(anthropic.APIStatusError) as m:
         ac.messages.create(model="demo-trip", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
     assert m.value.status_code == 503 and m.value.body["type"] == "error"  # Anthropic's own error shape
+    # the group spills past the open breaker to its other model; the audit row says what it routed around
+    spilled = oa.chat.completions.with_raw_response.create(
+        model="trip-group", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-modelyard-strategy": "quality"})
+    assert spilled.http_response.status_code == 200 and spilled.headers["x-modelyard-model"] == "demo-gpt"
+    spilled_task = spilled.headers["x-modelyard-task-id"]
     metrics = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
     assert 'modelyard_breaker_trips_total{group="model:demo-trip"} 1.0' in metrics
     assert 'modelyard_breaker_state{group="model:demo-trip"} 1.0' in metrics
@@ -157,3 +164,11 @@ def test_a_group_breaker_fails_fast_in_the_callers_protocol_and_heals(stack) -> 
             break
         time.sleep(0.2)
     assert len(refused) == 3 and all(d["reason"] == "group breaker open" for d in refused)
+    row = None
+    while row is None and time.monotonic() < deadline:
+        with sqlite3.connect(stack.cfg.extproc.audit_db) as conn:
+            row = conn.execute("SELECT detail FROM audit WHERE task_id = ?", (spilled_task,)).fetchone()
+        time.sleep(0.1)
+    assert row is not None
+    around = orjson.loads(row[0])["routed_around"]
+    assert len(around) == 1 and around[0].startswith("group breaker model:demo-trip open ("), around
