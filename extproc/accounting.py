@@ -123,8 +123,8 @@ class Accountant:
     def _arm_outcome(self, ctx: RequestContext, choice: Choice, upstream_ok: bool | None, latency_s: float,
                      cost: float) -> None:
         """An A/B or bandit arm's call: its metrics and, for the learning strategy's, the reward it learns."""
-        # The arm answered itself: a failover to a peer (Envoy's retry) is the arm's failure.
-        ok = bool(upstream_ok) and choice.deployment.cluster == choice.arm
+        # The arm answered itself: a failover to a peer (Envoy's retry) is the arm's failure; a spill is not.
+        ok = bool(upstream_ok) and (choice.deployment.cluster == choice.arm or bool(choice.spilled_from))
         ARM_CALLS.labels(choice.strategy, choice.arm, "ok" if ok or upstream_ok is None else "error").inc()
         if cost:
             ARM_COST.labels(choice.strategy, choice.arm).inc(cost)
