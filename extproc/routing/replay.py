@@ -13,7 +13,9 @@ inverse propensity scoring weighs each logged reward by w = pi(logged arm) / pro
 Candidates: `uniform` (every arm alike), `fixed:<cluster>` (always that deployment), `adaptive`
 (the configured bandit, or `adaptive:half_life_s=10,floor=0.1` with settings changed). A learning
 candidate learns from every logged call in time order, so it sees more evidence than it would have
-alone: read its figure as optimistic. The arms of a group are those the log shows for it.
+alone: read its figure as optimistic. The arms of a group are those the log shows for it; a call
+logged with propensity 1 had one arm left (the rest filtered), and counts as one any candidate routes
+the same way.
 
 Pure: `replay` takes calls and returns estimates; `read_logged_calls` is the one reader.
 """
@@ -182,7 +184,9 @@ def replay(calls: Iterable[LoggedCall], strategy: Candidate, settings: AdaptiveS
         rewards, weights, share = [], [], dict.fromkeys(arms, 0.0)
         for c in group_calls:
             key = (model, channel, c.tenant if settings.per_tenant else "")
-            probs = strategy.probabilities(key, arms, c.ts)
+            # A propensity of 1: only that arm could serve then (the others cooling down, filtered): any
+            # strategy would have routed it there too.
+            probs = {c.arm: 1.0} if c.propensity >= 1.0 else strategy.probabilities(key, arms, c.ts)
             r = logged_reward(c, settings)
             rewards.append(r)
             weights.append(probs.get(c.arm, 0.0) / max(c.propensity, 1e-9))

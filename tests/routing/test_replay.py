@@ -98,3 +98,12 @@ def test_read_from_a_metering_store_and_the_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "modelyard.cli", "route", "replay", "-c", str(cfg),
                           "--strategy", "vibes", "--metering-db", str(db)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown strategy 'vibes'" in bad.stderr
+
+
+def test_a_call_with_one_arm_left_is_routed_alike_by_every_candidate():
+    """Propensity 1: the other arms were filtered (cooling down); the candidate had no choice either."""
+    calls = [LoggedCall(float(i), "m", "standard", "t", "b", "b", 200, 10.0, 0.0, 1.0) for i in range(10)]
+    calls.append(LoggedCall(10.0, "m", "standard", "t", "a", "a", 200, 10.0, 0.0, 0.5))
+    (g,) = replay(calls, candidate("uniform", SETTINGS), SETTINGS)
+    assert g.ips.value == pytest.approx((10 * 1.0 + 1.0) / 11)  # weights 1 for the forced calls, 0.5/0.5 for a
+    assert g.candidate_share["b"] == pytest.approx((10 + 0.5) / 11)
