@@ -65,3 +65,29 @@ def test_what_each_outcome_teaches() -> None:
     spilled.deployment = b  # our own limit moved it from a to b: nothing
     _finish(acc, spilled, True)
     assert _evidence(s, "demo-learn-a") == before and _evidence(s, "demo-learn-b") == (0.0, 0.0)
+
+
+async def test_feedback_on_an_adaptive_call_feeds_its_arm(tmp_path) -> None:
+    """POST /v1/feedback's flow: the score of a call the bandit routed is learned for the arm it chose."""
+    import orjson
+
+    from extproc.flows import feedback
+    from extproc.gateway import Gateway
+    from extproc.telemetry.metering import MeteringStore, MeterRecord
+
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["routing"]["adaptive"]["reward"] = {"success": 1, "latency": 0, "cost": 0, "feedback": 2}
+    cfg = parse_config(data)
+    store = MeteringStore(tmp_path / "metering.sqlite")
+    gw = Gateway.build(cfg, metering=store)
+    try:
+        store.record(MeterRecord(1.0, "task-1", "demo", "L1", "demo-learn", "demo-learn-b", "standard", 200, 10.0,
+                                 None, 1, 1, 0.0, "adaptive", "demo-learn-a", None, 0, 0, 0, 0.0, 0, 0.5))
+        ctx = RequestContext(task_id="fb", method="POST", path="/v1/feedback", query={}, headers={})
+        ctx.tenant = next(t for t in cfg.tenants if t.name == "demo")
+        await feedback.record(gw, ctx, orjson.dumps({"task_id": "task-1", "score": 0.25}))
+        s = gw.dispatcher.scheduler
+        # weight feedback / (success + latency + cost) = 2 calls: wins 0.5, losses 1.5, on the arm it chose
+        assert _evidence(s, "demo-learn-a") == (0.5, 1.5) and _evidence(s, "demo-learn-b") == (0.0, 0.0)
+    finally:
+        store.close()
