@@ -123,7 +123,7 @@ class Bandit:
 
     def shares(self, key: GroupKey, arms: Sequence[str], now: float) -> dict[str, float]:
         """The arms' shares now (floored), recomputed when evidence changed and `refresh_s` passed."""
-        arms_t = tuple(arms)
+        arms_t = tuple(sorted(arms))  # the score may reorder them call to call: one cache entry for the set
         c = self._cache.get(key)
         s = self.settings
         # Cached for refresh_s whatever was learned since (the hot path must not draw per call); decay
@@ -146,8 +146,9 @@ class Bandit:
         shares = self.shares(key, arms, now)
         u = self.rng.random()
         acc = 0.0
-        chosen = arms[-1]
-        for a in arms:
+        ordered = sorted(arms)
+        chosen = ordered[-1]
+        for a in ordered:
             acc += shares[a]
             if u < acc:
                 chosen = a

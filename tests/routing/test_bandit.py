@@ -167,3 +167,9 @@ def test_explain_shows_the_bandits_draw_and_shares(learning):
     doc = explain(Scheduler(learning), RouteRequest("m", learning.tenants[0]), 100.0, {})
     assert doc["adaptive"]["arm"] == doc["chosen"] and set(doc["adaptive"]["shares"]) == {"m1", "m2"}
     assert "learning strategy (routing.adaptive) shares now: m1 0.5" in format_explain(doc)
+
+
+def test_the_cache_holds_whatever_order_the_score_gives_the_arms():
+    b = Bandit(AdaptiveSettings(models=["m"], refresh_s=1.0), random.Random(10))
+    first = b.shares(KEY, ["a", "b"], 0.0)
+    assert b.shares(KEY, ["b", "a"], 0.5) is first
