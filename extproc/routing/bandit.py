@@ -122,7 +122,7 @@ class Bandit:
         return model in self.settings.models
 
     def shares(self, key: GroupKey, arms: Sequence[str], now: float) -> dict[str, float]:
-        """The arms' shares now (floored), recomputed when evidence changed and `refresh_s` passed."""
+        """The arms' shares now (floored), recomputed at most every `refresh_s`."""
         arms_t = tuple(sorted(arms))  # the score may reorder them call to call: one cache entry for the set
         c = self._cache.get(key)
         s = self.settings
