@@ -586,6 +586,19 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
         if a.tenant is not None and a.tenant not in tenants:
             raise ConfigError(f"{source}: mcp.access[{i}].tenant: unknown tenant {a.tenant!r}")
     _check_guardrail_references(cfg, source)
+    _check_learning_references(cfg, source)
+
+
+def _check_learning_references(cfg: GatewayConfig, source: str) -> None:
+    """routing.adaptive.models and routing.breakers[].model naming a model the file does not define: a
+    warning, as for guardrail policies (a model may leave by reload first); such an entry does nothing."""
+    models = {m.name for m in cfg.models}
+    named = [(f"routing.adaptive.models[{i}]", n) for i, n in enumerate(cfg.routing.adaptive.models)]
+    named += [(f"routing.breakers[{i}].model", b.model) for i, b in enumerate(cfg.routing.breakers) if b.model]
+    for where, name in named:
+        if name not in models:
+            logging.getLogger("modelyard.config").warning(
+                "%s: %s: %r is not defined in this file (nothing to learn or break for it)", source, where, name)
 
 
 def _check_guardrail_references(cfg: GatewayConfig, source: str) -> None:
