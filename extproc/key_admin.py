@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from console.sessions import SessionStore
 from contracts.config import GatewayConfig
 from contracts.errors import Unavailable
 from extproc.context import RequestContext
@@ -49,6 +50,7 @@ class KeyAdmin:
         self.audit = audit
         self.refresher = KeyRefresher(self.open_store, cache, config.keys.refresh_s, self._refreshed)
         self._store: KeyStore | None = None  # the admin API's own connection, opened at its first call
+        self._sessions: SessionStore | None = None  # the console's sign-ins, beside the keys (its first page)
         self._opening = threading.Lock()
         k = config.keys
         self.misses = MissGate(per_s=k.lookups_per_s, burst=k.lookup_burst, absent_ttl_s=k.absent_ttl_s)
@@ -175,9 +177,23 @@ class KeyAdmin:
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self._sessions is not None:
+            self._sessions.db.close()
+            self._sessions = None
 
     async def _call(self, op: Callable[[KeyStore], T]) -> T:
         return await asyncio.to_thread(self._in_thread, op)
+
+    async def sessions(self, op: Callable[[SessionStore], T]) -> T:
+        """The console's sessions and spent CSRF tokens (console/sessions.py), in a worker thread."""
+        return await asyncio.to_thread(self._in_sessions, op)
+
+    def _in_sessions(self, op: Callable[[SessionStore], T]) -> T:
+        with self._opening:
+            if self._sessions is None:
+                self._sessions = SessionStore(connect(self.dsn))
+            sessions = self._sessions
+        return op(sessions)
 
     def _in_thread(self, op: Callable[[KeyStore], T]) -> T:
         with self._opening:

@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from budgets.report import BY, read_calls, spend_report
+from budgets.report import BY, SpendRow, read_calls, spend_report
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
 from contracts.when import parse_when
 from extproc import messages as msg
@@ -64,7 +64,14 @@ def _admin(gw: Gateway, ctx: RequestContext) -> KeyAdmin:
 
 async def _audited(gw: Gateway, ctx: RequestContext, op: str, key_id: str,
                    work: Callable[[KeyAdmin], Awaitable[tuple[int, Any, str]]]) -> msg.ProcessingResponse:
-    """Run one operation and audit it, whatever it came to (refusals with their reason)."""
+    status, payload = await run_audited(gw, ctx, op, key_id, work)
+    return json_response(status, payload, ctx)
+
+
+async def run_audited(gw: Gateway, ctx: RequestContext, op: str, key_id: str,
+                      work: Callable[[KeyAdmin], Awaitable[tuple[int, Any, str]]]) -> tuple[int, Any]:
+    """Run one operation and audit it, whatever it came to (refusals with their reason): the admin
+    API's and the console's one path (`extproc/flows/console.py`)."""
     admin = _admin(gw, ctx)
     try:
         status, payload, tenant = await work(admin)
@@ -85,7 +92,7 @@ async def _audited(gw: Gateway, ctx: RequestContext, op: str, key_id: str,
         raise Unavailable("the key store cannot be reached; retry shortly", retry_after_s=1) from None
     admin.audited(ctx, op, status, key_id=payload.get("id", key_id) if isinstance(payload, dict) else key_id,
                   tenant=tenant)
-    return json_response(status, payload, ctx)
+    return status, payload
 
 
 async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
@@ -124,19 +131,24 @@ async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
 
 
 async def _spend(gw: Gateway, ctx: RequestContext) -> list[dict[str, object]]:
-    by = ctx.query.get("by", "tenant")
+    return [r.as_dict() for r in await spend_rows(gw, ctx.query)]
+
+
+async def spend_rows(gw: Gateway, query: dict[str, str]) -> list[SpendRow]:
+    """`modelyard spend` over this host's metering store, by `by` since `since` (the admin API's and the
+    console's one reading)."""
+    by = query.get("by", "tenant")
     if by not in BY:
         raise ClientError(f"by must be one of {', '.join(BY)}, not {by!r}")
     try:
-        since = parse_when(ctx.query["since"]) if ctx.query.get("since") else None
+        since = parse_when(query["since"]) if query.get("since") else None
     except ValueError:
-        raise ClientError(f"since {ctx.query['since']!r}: expected 7d, 12h, 30m or an ISO date") from None
+        raise ClientError(f"since {query['since']!r}: expected 7d, 12h, 30m or an ISO date") from None
     db = gw.config.extproc.metering_db
     if not db:
         raise NotFound("spend needs extproc.metering_db: this gateway meters nothing")
     # A read of the whole period's rows: in a thread, never on the event loop.
-    rows = await asyncio.to_thread(lambda: spend_report(read_calls([db], since), by, since))
-    return [r.as_dict() for r in rows]
+    return await asyncio.to_thread(lambda: spend_report(read_calls([db], since), by, since))
 
 
 class CreateKeyFlow(SelfAnswered):

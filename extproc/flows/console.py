@@ -1,0 +1,284 @@
+"""The operator's console under `/console/` (docs/console.md): the thin HTTP shell. It checks the
+session cookie and CSRF tokens, reads what each page shows through the parts the admin API and the
+CLI use (the key store through `keys_admin.run_audited`, spend through `keys_admin.spend_rows`, the
+audit log's `export`/`verify`, the control plane's apply and status), and hands plain data to the
+pure pages in `console/`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+from console import csrf
+from console import keys_page
+from console.assets import CSP, FILES
+from console.html import ROOT, Safe, notice, page, tag
+from console.sessions import ConsoleSession
+from contracts.errors import ModelyardError
+from extproc import messages as msg
+from extproc.context import RequestContext
+from extproc.flows import keys_admin
+from extproc.flows.body_answer import SelfAnswered
+from extproc.gateway import Gateway
+from extproc.key_admin import KeyAdmin
+from extproc.telemetry.audit import KEY_ADMIN, AuditEvent
+from keys.spec import spec_from_json
+
+COOKIE = "modelyard_console"
+_MAX_FORM = 1 << 20  # a config file pasted into the apply form fits; nothing else comes near it
+
+Page = Callable[[Gateway, RequestContext, ConsoleSession], Awaitable[Safe]]
+
+
+def matches(method: str, path: str) -> str | None:
+    """"get" or "post" for a console URL (the POSTs carry a form body), else None."""
+    if path != ROOT and not path.startswith(ROOT + "/"):
+        return None
+    return "post" if method == "POST" else "get"
+
+
+# ------------------------------------------------------------------ answers
+
+def _headers(ctx: RequestContext, content_type: str = "text/html; charset=utf-8") -> list[tuple[str, str]]:
+    return [("content-type", content_type), ("cache-control", "no-store"), ("content-security-policy", CSP),
+            ("x-frame-options", "DENY"), ("x-content-type-options", "nosniff"), ("referrer-policy", "no-referrer"),
+            *ctx.task_headers()]
+
+
+def _html(ctx: RequestContext, status: int, body: str, extra: list[tuple[str, str]] | None = None
+          ) -> msg.ProcessingResponse:
+    return msg.immediate(status, body.encode(), [*_headers(ctx), *(extra or [])])
+
+
+def _redirect(ctx: RequestContext, to: str, extra: list[tuple[str, str]] | None = None) -> msg.ProcessingResponse:
+    return msg.immediate(303, b"", [("location", to), ("cache-control", "no-store"), *ctx.task_headers(),
+                                    *(extra or [])])
+
+
+def _secure(ctx: RequestContext) -> bool:
+    """TLS on the caller's side of Envoy: the cookie then never travels in clear."""
+    return ctx.headers.get(":scheme") == "https" or ctx.headers.get("x-forwarded-proto") == "https"
+
+
+def _cookie(ctx: RequestContext, value: str, max_age: int) -> tuple[str, str]:
+    secure = "; Secure" if _secure(ctx) else ""
+    return ("set-cookie", f"{COOKIE}={value}; Path={ROOT}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}")
+
+
+def _cookie_value(ctx: RequestContext) -> str | None:
+    for part in ctx.headers.get("cookie", "").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == COOKIE and value:
+            return value
+    return None
+
+
+def _admin(gw: Gateway) -> KeyAdmin:
+    assert gw.key_admin is not None  # the session refuses the console without a key store
+    return gw.key_admin
+
+
+async def _session(gw: Gateway, ctx: RequestContext) -> ConsoleSession | None:
+    cookie = _cookie_value(ctx)
+    if cookie is None:
+        return None
+    sess = await _admin(gw).sessions(lambda s: s.find(cookie))
+    if sess is None or gw.admin_keys.check_digest(sess.admin) is None:  # an admin key removed ends its sessions
+        return None
+    ctx.admin = sess.admin  # audit rows name the admin key that signed in
+    return sess
+
+
+def _login_page(ctx: RequestContext, status: int = 200, error: str | None = None) -> msg.ProcessingResponse:
+    body = tag("div", [
+        tag("h1", "Modelyard console"),
+        notice(error, "bad"),
+        tag("form", [
+            tag("label", ["admin key", Safe('<input type="password" name="key" id="f-key" autocomplete="off"'
+                                            ' required autofocus>')], for_="f-key"),
+            Safe('<button type="submit" id="sign-in">Sign in</button>'),
+        ], method="post", action=f"{ROOT}/login"),
+        tag("p", "An admin key from keys.admin_keys (the demo's is in the README).", class_="empty"),
+    ], class_="login")
+    doc = ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign in · Modelyard console</title>"
+           f'<link rel="stylesheet" href="{ROOT}/static/console.css"></head><body>{body}</body></html>')
+    return _html(ctx, status, doc)
+
+
+# ------------------------------------------------------------------ GET
+
+async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    """Every GET: the static assets and the sign-in page without a session, the rest only with one."""
+    sub = ctx.path[len(ROOT):].strip("/")
+    if sub.startswith("static/"):
+        found = FILES.get(sub[len("static/"):])
+        if found is None:
+            return _html(ctx, 404, "not found")
+        return msg.immediate(200, found[1], [*_headers(ctx, found[0])[:1], ("cache-control", "max-age=300"),
+                                             ("x-content-type-options", "nosniff"), *ctx.task_headers()])
+    if ctx.method not in ("GET", "HEAD"):
+        return _html(ctx, 405, "method not allowed", [("allow", "GET, POST")])
+    sess = await _session(gw, ctx)
+    if sub == "login":
+        return _redirect(ctx, f"{ROOT}/keys") if sess is not None else _login_page(ctx)
+    if sess is None:
+        return _redirect(ctx, f"{ROOT}/login")
+    if sub == "":
+        return _redirect(ctx, f"{ROOT}/keys")
+    view = PAGES.get(sub)
+    if view is None:
+        return _html(ctx, 404, page("Not found", "", tag("p", f"No console page {sub!r}."),
+                                    token=csrf.mint(sess.csrf_secret, time.time())))
+    return await _render(gw, ctx, sess, sub, view)
+
+
+async def _render(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, slug: str, view: Page,
+                  status: int = 200) -> msg.ProcessingResponse:
+    try:
+        body = await view(gw, ctx, sess)
+    except ModelyardError as e:
+        body = notice(e.message, "bad")
+        status = e.status
+    title = dict(_TITLES).get(slug, slug)
+    return _html(ctx, status, page(title, slug, body, token=csrf.mint(sess.csrf_secret, time.time())))
+
+
+def _mint(sess: ConsoleSession) -> Callable[[], str]:
+    return lambda: csrf.mint(sess.csrf_secret, time.time())
+
+
+# ------------------------------------------------------------------ pages
+
+async def keys_view(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, *, shown: dict[str, Any] | None = None,
+                    message: str | None = None, error: str | None = None) -> Safe:
+    async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
+        recs = await admin.list(None)
+        return 200, [r.view() for r in recs], "-"
+
+    _, views = await keys_admin.run_audited(gw, ctx, "list", "", work)
+    return keys_page.render(views, tenants=[t.name for t in gw.config.tenants],
+                            models=[m.name for m in gw.config.models], mint=_mint(sess), shown=shown,
+                            message=message, error=error)
+
+
+async def _keys(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe:
+    return await keys_view(gw, ctx, sess)
+
+
+_TITLES = (("keys", "Keys"), ("spend", "Spend"), ("models", "Models and deployments"), ("limits", "Limits"),
+           ("config", "Config"), ("audit", "Audit"))
+PAGES: dict[str, Page] = {"keys": _keys}
+
+
+# ------------------------------------------------------------------ POST
+
+class ConsoleFlow(SelfAnswered):
+    """Every POST: a form body. Sign-in needs the admin key; every other change needs the session and
+    a CSRF token minted for it and never spent before."""
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        gw, ctx = self.gw, self.ctx
+        if len(body) > _MAX_FORM:
+            return _html(ctx, 413, "form too large")
+        fields = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+        sub = ctx.path[len(ROOT):].strip("/")
+        if sub == "login":
+            return await _login(gw, ctx, fields.get("key", ""))
+        sess = await _session(gw, ctx)
+        if sess is None:
+            return _html(ctx, 401, "sign in first")
+        refusal = await _spend_token(gw, sess, fields.get("csrf", ""))
+        if refusal is not None:
+            _admin(gw).audited(ctx, "csrf", 403, reason=refusal)
+            return _html(ctx, 403, page("Refused", "", notice(refusal, "bad"), token=_mint(sess)()))
+        if sub == "logout":
+            cookie = _cookie_value(ctx) or ""
+            await _admin(gw).sessions(lambda s: s.close(cookie))
+            _admin(gw).audited(ctx, "logout", 200)
+            return _redirect(ctx, f"{ROOT}/login", [_cookie(ctx, "", 0)])
+        action = ACTIONS.get(_action_name(sub))
+        if action is None:
+            return _html(ctx, 404, page("Not found", "", tag("p", f"No console action {sub!r}."), token=_mint(sess)()))
+        slug, run = action
+        return await _render(gw, ctx, sess, slug, lambda g, c, s: run(g, c, s, sub, fields))
+
+
+def _action_name(sub: str) -> str:
+    """keys/key_0123/rotate -> keys/*/rotate: the id is the action's argument."""
+    parts = sub.split("/")
+    if len(parts) == 3 and parts[0] == "keys":
+        return f"keys/*/{parts[2]}"
+    return sub
+
+
+async def _spend_token(gw: Gateway, sess: ConsoleSession, token: str) -> str | None:
+    now = time.time()
+    why = csrf.check(sess.csrf_secret, token, now)
+    if why is not None:
+        return why
+    nonce = csrf.nonce_of(token)
+    first = await _admin(gw).sessions(lambda s: s.spend(nonce, now + csrf.MAX_AGE_S + 60))
+    return None if first else "CSRF token already used: reload the page and try again"
+
+
+async def _login(gw: Gateway, ctx: RequestContext, key: str) -> msg.ProcessingResponse:
+    admin = _admin(gw)
+    digest = gw.admin_keys.check(key)  # every configured digest, compared in constant time
+    if digest is None:
+        if admin.audit is not None:  # the row the admin API writes for a refused admin key
+            admin.audit.record(AuditEvent(
+                event=KEY_ADMIN, time=time.time(), task_id=ctx.task_id, key_id="", client=ctx.client,
+                method=ctx.method, path=ctx.path, status=401,
+                detail={"op": "auth", "reason": "not an admin key" if key else "missing admin key"}))
+        return _login_page(ctx, 401, "Not an admin key.")
+    ttl = gw.config.console.session_ttl_s
+    cookie, _ = await admin.sessions(lambda s: s.open(digest, ttl))
+    ctx.admin = digest
+    admin.audited(ctx, "login", 200)
+    return _redirect(ctx, f"{ROOT}/keys", [_cookie(ctx, cookie, int(ttl))])
+
+
+Action = Callable[[Gateway, RequestContext, ConsoleSession, str, dict[str, str]], Awaitable[Safe]]
+
+
+async def _create_key(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, sub: str,
+                      fields: dict[str, str]) -> Safe:
+    async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
+        spec = spec_from_json(admin.config, keys_page.create_body(fields))
+        rec, secret = await admin.create(spec)
+        return 201, {**rec.view(), "key": secret}, rec.tenant
+
+    try:
+        _, shown = await keys_admin.run_audited(gw, ctx, "create", "", work)
+    except ModelyardError as e:
+        return await keys_view(gw, ctx, sess, error=f"Not created: {e.message}")
+    return await keys_view(gw, ctx, sess, shown=shown, message=f"Created {shown['id']}.")
+
+
+async def _key_op(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, sub: str, fields: dict[str, str]) -> Safe:
+    _, key_id, op = sub.split("/")
+
+    async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
+        if op == "rotate":
+            rec, secret = await admin.rotate(key_id)
+            return 200, {**rec.view(), "key": secret}, rec.tenant
+        rec = await admin.revoke(key_id)
+        return 200, rec.view(), rec.tenant
+
+    try:
+        _, view = await keys_admin.run_audited(gw, ctx, op, key_id, work)
+    except ModelyardError as e:
+        return await keys_view(gw, ctx, sess, error=f"Not {op}d: {e.message}")
+    if op == "rotate":
+        return await keys_view(gw, ctx, sess, shown=view, message=f"Rotated {key_id}: the old secret stopped.")
+    return await keys_view(gw, ctx, sess, message=f"Revoked {key_id}.")
+
+
+ACTIONS: dict[str, tuple[str, Action]] = {
+    "keys": ("keys", _create_key),
+    "keys/*/rotate": ("keys", _key_op),
+    "keys/*/revoke": ("keys", _key_op),
+}
+
