@@ -16,6 +16,8 @@ CONFIG_PATH = "/v1/config"
 ACK_PATH = "/v1/config/ack"
 APPLY_PATH = "/v1/apply"
 STATUS_PATH = "/v1/status"
+# The running text, the one before it and the recent applies (the console's Config page: its diff and history).
+TEXT_PATH = "/v1/config/text"
 WAIT_S = 25.0
 VERSION_HEADER = "x-modelyard-config-version"
 
