@@ -6,27 +6,38 @@ pure pages in `console/`."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
-from console import csrf
-from console import keys_page
+import aiohttp
+import orjson
+import yaml
+
+from budgets.periods import window
+from budgets.report import BY, read_calls, spend_report
+from console import audit_page, config_page, csrf, keys_page, spend_page
 from console.assets import CSP, FILES
 from console.html import ROOT, Safe, notice, page, tag
 from console.sessions import ConsoleSession
-from contracts.errors import ModelyardError
+from contracts.config import parse_config
+from contracts.errors import ConfigError, ModelyardError
+from contracts.live_config import APPLIED_BY_HEADER, APPLY_PATH, STATUS_PATH, TEXT_PATH, TOKEN_ENV, config_version
+from contracts.when import parse_when
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.flows import keys_admin
 from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
-from extproc.telemetry.audit import KEY_ADMIN, AuditEvent
+from extproc.telemetry.audit import KEY_ADMIN, AuditEvent, export, verify
 from keys.spec import spec_from_json
 
 COOKIE = "modelyard_console"
+APPLY_WAIT_S = 8.0  # under Envoy's ext_proc message timeout (10 s in the shipped environments)
 _MAX_FORM = 1 << 20  # a config file pasted into the apply form fits; nothing else comes near it
 
 Page = Callable[[Gateway, RequestContext, ConsoleSession], Awaitable[Safe]]
@@ -167,9 +178,107 @@ async def _keys(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe:
     return await keys_view(gw, ctx, sess)
 
 
+async def _spend(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe:
+    by, since = ctx.query.get("by", "key"), ctx.query.get("since", "24h")
+    if by not in BY:
+        by = "key"
+    try:
+        rows = await keys_admin.spend_rows(gw, {"by": by, "since": since})
+    except ModelyardError as e:
+        return spend_page.render([], by=by, since=since, budgets=[], error=e.message)
+    keys = [r.view() for r in await _admin(gw).list(None)]
+    caps = {t.name: (t.budget.usd, t.budget.period) for t in gw.config.tenants if t.budget is not None}
+    periods = {str(k.get("budget_period") or "month") for k in keys if k.get("budget_usd") is not None} | \
+        {p for _, p in caps.values()}
+    db = gw.config.extproc.metering_db or ""
+    spent, resets = await asyncio.to_thread(_spent_per_period, db, sorted(periods), time.time())
+    return spend_page.render(rows, by=by, since=since,
+                             budgets=spend_page.budget_uses(keys, caps, spent, resets))
+
+
+def _spent_per_period(db: str, periods: list[str], now: float) -> tuple[dict[tuple[str, str, str], float],
+                                                                       dict[str, str]]:
+    """In a thread: each budget period's spend so far by key and by tenant (`modelyard spend`'s reading)."""
+    spent: dict[tuple[str, str, str], float] = {}
+    resets: dict[str, str] = {}
+    for period in periods:
+        w = window(period, now)  # type: ignore[arg-type]
+        resets[period] = w.iso_end()
+        if not db:
+            continue
+        for by in ("key", "tenant"):
+            for row in spend_report(read_calls([db], w.start), by, w.start):  # type: ignore[arg-type]
+                name = row.key_id if by == "key" else row.tenant
+                if name:
+                    spent[(by, name, period)] = row.spend_usd
+    return spent, resets
+
+
+async def _audit(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe:
+    q = ctx.query
+    if gw.audit is None:
+        return audit_page.render([], 0, q, verdict=None, error="no audit log: set extproc.audit_db")
+    try:
+        search = audit_page.Search(
+            since=parse_when(q["since"]) if q.get("since") else None,
+            until=parse_when(q["until"]) if q.get("until") else None,
+            tenant=q.get("tenant", "").strip(), key=q.get("key", "").strip(), model=q.get("model", "").strip(),
+            status=q.get("status", "").strip(), event=q.get("event", "").strip())
+    except ValueError as e:
+        return audit_page.render([], 0, q, verdict=None, error=f"{e}: expected 7d, 12h, 30m or an ISO date")
+    path = gw.audit.path
+
+    def read() -> tuple[list[Any], int, tuple[bool, str]]:
+        lines = export(path, since=search.since, tenant=search.tenant or None, event=search.event or None)
+        rows, matched = audit_page.newest((orjson.loads(line) for line in lines), search)
+        report = verify(path)
+        verdict = (True, f"{report.rows} rows intact (from row {report.first_id}); head {report.head[:16]}") \
+            if report.intact else (False, f"BROKEN at {report.broken}")
+        return rows, matched, verdict
+
+    rows, matched, verdict = await asyncio.to_thread(read)
+    return audit_page.render(rows, matched, q, verdict=verdict)
+
+
+def _cp_url(gw: Gateway, path: str) -> str | None:
+    cp = gw.config.controlplane
+    return f"http://{cp.api_address}{path}" if cp.enabled else None
+
+
+async def _cp_get(gw: Gateway, path: str) -> dict[str, Any]:
+    url = _cp_url(gw, path)
+    assert url is not None
+    async with aiohttp.ClientSession() as http, \
+            http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
+        if resp.status != 200:
+            raise ValueError(f"{path} answered {resp.status}")
+        doc = await resp.json(content_type=None)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path} answered {type(doc).__name__}")
+    return doc
+
+
+async def config_view(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, *, draft: str | None = None,
+                      message: str | None = None, error: str | None = None) -> Safe:
+    if _cp_url(gw, "") is None:
+        return config_page.render(None, None, mint=_mint(sess), unavailable=(
+            "No control plane (controlplane.enabled is off): this gateway reads its config file at start and on "
+            "SIGHUP; the console applies configs through a control plane only."))
+    try:
+        status, text = await asyncio.gather(_cp_get(gw, STATUS_PATH), _cp_get(gw, TEXT_PATH))
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+        return config_page.render(None, None, mint=_mint(sess), message=message, error=error,
+                                  unavailable=f"the control plane does not answer: {e}")
+    return config_page.render(status, text, mint=_mint(sess), draft=draft, message=message, error=error)
+
+
+async def _config(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe:
+    return await config_view(gw, ctx, sess)
+
+
 _TITLES = (("keys", "Keys"), ("spend", "Spend"), ("models", "Models and deployments"), ("limits", "Limits"),
            ("config", "Config"), ("audit", "Audit"))
-PAGES: dict[str, Page] = {"keys": _keys}
+PAGES: dict[str, Page] = {"keys": _keys, "spend": _spend, "audit": _audit, "config": _config}
 
 
 # ------------------------------------------------------------------ POST
@@ -276,7 +385,60 @@ async def _key_op(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, sub: s
     return await keys_view(gw, ctx, sess, message=f"Revoked {key_id}.")
 
 
+async def _apply(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, sub: str, fields: dict[str, str]) -> Safe:
+    """`modelyard apply` from the page: validated here with the loader every command uses, then by the
+    control plane, which answers once Envoy and every worker run it. Audited as a `key_admin` row."""
+    admin, text = _admin(gw), fields.get("yaml", "").replace("\r\n", "\n")
+    url = _cp_url(gw, APPLY_PATH)
+    if url is None:
+        return await config_view(gw, ctx, sess, draft=text, error="no control plane to apply through")
+    try:
+        parse_config(yaml.safe_load(text), "the console's config")
+    except (ConfigError, yaml.YAMLError) as e:
+        admin.audited(ctx, "apply", 400, reason=str(e))
+        return await config_view(gw, ctx, sess, draft=text, error=f"Refused, nothing changed: {e}")
+    except (AttributeError, TypeError):
+        admin.audited(ctx, "apply", 400, reason="not a YAML mapping")
+        return await config_view(gw, ctx, sess, draft=text, error="Refused, nothing changed: not a YAML mapping")
+    who = f"console:{sess.admin[:12]}@{ctx.client or '?'}"
+    job = asyncio.ensure_future(_post_apply(url, text.encode(), who))
+    # An apply waits for Envoy and every worker (up to the control plane's timeout); the page waits a few
+    # seconds of Envoy's message timeout, then shows the status while the apply finishes and audits itself.
+    done, _ = await asyncio.wait({job}, timeout=APPLY_WAIT_S)
+    if not done:
+        job.add_done_callback(lambda j: _audit_apply(admin, ctx, j))
+        return await config_view(gw, ctx, sess, message=f"Applying {config_version(text.encode())}: "
+                                 "the status below shows who runs it yet.")
+    status, body = _audit_apply(admin, ctx, job)
+    if status == 200:
+        return await config_view(gw, ctx, sess, message=f"Applied version {body.get('version')}: Envoy and every "
+                                 "worker run it." + (" (It was already running.)" if body.get("unchanged") else ""))
+    return await config_view(gw, ctx, sess, draft=text, error=f"Not applied ({status}): {body.get('error', body)}")
+
+
+async def _post_apply(url: str, text: bytes, who: str) -> tuple[int, dict[str, Any]]:
+    headers = {"content-type": "application/yaml", APPLIED_BY_HEADER: who}
+    if token := os.environ.get(TOKEN_ENV):
+        headers["authorization"] = f"Bearer {token}"
+    try:
+        async with aiohttp.ClientSession() as http, \
+                http.post(url, data=text, headers=headers, timeout=aiohttp.ClientTimeout(total=120)) as resp:
+            doc = await resp.json(content_type=None)
+            return resp.status, doc if isinstance(doc, dict) else {"error": str(doc)}
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+        return 503, {"error": f"the control plane does not answer: {e}"}
+
+
+def _audit_apply(admin: KeyAdmin, ctx: RequestContext, job: asyncio.Future[tuple[int, dict[str, Any]]]
+                 ) -> tuple[int, dict[str, Any]]:
+    status, body = job.result() if not job.cancelled() else (503, {"error": "cancelled"})
+    admin.audited(ctx, "apply", status, key_id=str(body.get("version", "")),
+                  reason="" if status == 200 else str(body.get("error", "")))
+    return status, body
+
+
 ACTIONS: dict[str, tuple[str, Action]] = {
+    "config": ("config", _apply),
     "keys": ("keys", _create_key),
     "keys/*/rotate": ("keys", _key_op),
     "keys/*/revoke": ("keys", _key_op),
