@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, ReplicaMetrics, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
+from contracts.config.console import ConsoleConfig
 from contracts.config.endpoint_picker import EndpointPickerConfig
 from contracts.config.guardrails import GuardrailsConfig
-from contracts.config.console import ConsoleConfig
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
 from contracts.config.live import ControlPlaneConfig
 from contracts.config.mcp import McpServer, McpSettings

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
 import aiohttp
 import orjson
 import yaml
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from budgets.periods import window
-from budgets.report import BY, read_calls, spend_report
-from console import audit_page, config_page, csrf, keys_page, spend_page
+from budgets.report import BY, By, read_calls, spend_report
+from console import audit_page, config_page, csrf, keys_page, limits_page, models_page, spend_page
 from console.assets import CSP, FILES
 from console.html import ROOT, Safe, notice, page, tag
 from console.sessions import ConsoleSession
@@ -33,8 +37,20 @@ from extproc.flows import keys_admin
 from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
+from extproc.replicas.explain import add_replica_picks
+from extproc.routing.decision import RouteRequest
+from extproc.routing.explain import explain, latency_states, queue_states
 from extproc.telemetry.audit import KEY_ADMIN, AuditEvent, export, verify
 from keys.spec import spec_from_json
+from ratelimit.status import snapshot
+from ratelimit.tuning.frontier import auto_rates, sweep
+from ratelimit.tuning.report import Run as TuneRun
+from ratelimit.tuning.report import Span
+from ratelimit.tuning.report import as_json as tune_json
+from ratelimit.tuning.traces import TraceError, Unit
+from ratelimit.tuning.traces import Window as TuneWindow
+from ratelimit.tuning.traces import load as load_trace
+from ratelimit.tuning.whatif import simulate
 
 COOKIE = "modelyard_console"
 APPLY_WAIT_S = 8.0  # under Envoy's ext_proc message timeout (10 s in the shipped environments)
@@ -196,6 +212,9 @@ async def _spend(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe
                              budgets=spend_page.budget_uses(keys, caps, spent, resets))
 
 
+BUDGET_SCOPES: tuple[By, ...] = ("key", "tenant")
+
+
 def _spent_per_period(db: str, periods: list[str], now: float) -> tuple[dict[tuple[str, str, str], float],
                                                                        dict[str, str]]:
     """In a thread: each budget period's spend so far by key and by tenant (`modelyard spend`'s reading)."""
@@ -206,8 +225,8 @@ def _spent_per_period(db: str, periods: list[str], now: float) -> tuple[dict[tup
         resets[period] = w.iso_end()
         if not db:
             continue
-        for by in ("key", "tenant"):
-            for row in spend_report(read_calls([db], w.start), by, w.start):  # type: ignore[arg-type]
+        for by in BUDGET_SCOPES:
+            for row in spend_report(read_calls([db], w.start), by, w.start):
                 name = row.key_id if by == "key" else row.tenant
                 if name:
                     spent[(by, name, period)] = row.spend_usd
@@ -276,9 +295,101 @@ async def _config(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Saf
     return await config_view(gw, ctx, sess)
 
 
+def _metrics_samples() -> tuple[str, list[tuple[str, dict[str, str], float]]]:
+    """In a thread: this worker's own /metrics text (what `route explain --live` reads) and its samples."""
+    text = generate_latest(REGISTRY).decode("utf-8", "replace")
+    return text, [(s.name, dict(s.labels), float(s.value)) for fam in text_string_to_metric_families(text)
+                  for s in fam.samples]
+
+
+async def _models(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe:
+    cfg, q = gw.config, ctx.query
+    text, samples = await asyncio.to_thread(_metrics_samples)
+    queues = queue_states(cfg, text)
+    durations = models_page.histograms(samples, "modelyard_request_duration_seconds")
+    ttfts = models_page.histograms(samples, "modelyard_time_to_first_token_seconds")
+    states = gw.dispatcher.deployment_states()
+    stats = dict(gw.dispatcher.scheduler.feedback.stats)
+    readings = gw.watermarks.readings if gw.watermarks is not None else {}
+    rows = []
+    for m in cfg.models:
+        for d in m.deployments:
+            c = d.cluster
+            qs, st, reading = queues.get(c), stats.get(c), readings.get(c)
+            rows.append(models_page.DeploymentRow(
+                model=m.name, cluster=c, protocol=d.protocol, state=states.get(c, "-"),
+                reading="-" if reading is None else f"watermark {reading.watermark:.2f} ({reading.source})",
+                waiting=None if qs is None else sum(qs.waiting.values()), inflight=None if qs is None else qs.inflight,
+                max_inflight=None if qs is None else qs.max_inflight, requests=0 if st is None else st.requests,
+                error_rate=0.0 if st is None else st.error_rate,
+                p50_ms=models_page.ms(models_page.quantile(durations.get(c, []), 0.5)),
+                p99_ms=models_page.ms(models_page.quantile(durations.get(c, []), 0.99)),
+                ttft_ms=models_page.ms(models_page.quantile(ttfts.get(c, []), 0.5))))
+    explained, error = None, None
+    if q.get("explain"):
+        tenant = next((t for t in cfg.tenants if t.name == q.get("tenant")), None)
+        try:
+            prompt = max(0, int(q.get("prompt_tokens") or 0))
+            output = int(q["output_tokens"]) if q.get("output_tokens") else None
+        except ValueError:
+            tenant, error = None, "token counts are whole numbers"
+        if tenant is None:
+            error = error or f"no tenant {q.get('tenant')!r}"
+        else:
+            now = time.monotonic()
+            req = RouteRequest(model=q.get("model") or "auto", tenant=tenant, strategy_override=None,
+                               want_fast=q.get("fast") == "yes", est_prompt_tokens=prompt, est_output_tokens=output,
+                               needs_tools=q.get("tools") == "yes", needs_vision=False, stream=q.get("stream") == "yes",
+                               task_type="chat", task_id="console-explain")
+            explained = explain(gw.dispatcher.scheduler, req, now, readings, queues, latency_states(cfg, text))
+            add_replica_picks(cfg, explained, text, now)
+    return models_page.render(rows, tenants=[t.name for t in cfg.tenants], models=[m.name for m in cfg.models],
+                              query=q, explained=explained, worker=f"worker pid {os.getpid()}", error=error)
+
+
+async def _limits(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe:
+    q, limiter = ctx.query, gw.dispatcher.limiter
+    status = await snapshot(limiter, 60.0) if limiter is not None else None
+    tuned, tune_error = None, None
+    curves: dict[str, list[tuple[float, float]]] = {}
+    if q.get("tune"):
+        try:
+            tuned, curves = await asyncio.to_thread(_tune, gw, q)
+        except (ValueError, OSError, TraceError, sqlite3.Error) as e:
+            tune_error = str(e)
+    return limits_page.render(status, tuned, curves, q, error=None if limiter is not None else
+                              "rate limiting is off in this config", tune_error=tune_error)
+
+
+def _tune(gw: Gateway, q: dict[str, str]) -> tuple[dict[str, Any], dict[str, list[tuple[float, float]]]]:
+    """In a thread: `modelyard ratelimit tune --metering-db` over this host's store, with the running
+    config's limits as the what-if (the tuner's own functions, its defaults)."""
+    db = gw.config.extproc.metering_db
+    if not db:
+        raise ValueError("the tuner replays extproc.metering_db: this gateway meters nothing")
+    key = q.get("key", "tenant")
+    unit: Unit = "tokens" if q.get("unit") == "tokens" else "requests"
+    if key not in limits_page.KEYS:
+        raise ValueError(f"one bucket per {key!r}: expected one of {', '.join(limits_page.KEYS)}")
+    target = float(q.get("target") or 0.01)
+    if not 0 <= target < 1:
+        raise ValueError("target must be in [0, 1)")
+    now, since_arg = time.time(), q.get("since") or "7d"
+    window = TuneWindow(parse_when(since_arg, now), now)
+    trace = load_trace(Path(db), "metering", key, unit, window)
+    series = trace.series(key, unit) if len(trace) else {}
+    frontiers = [sweep(v, series[v], auto_rates(series[v], 12), target) for v in sorted(series)]
+    run = TuneRun(Path(db).name, key, unit, target, None, frontiers, series, span=Span(window, since_arg, None))
+    if len(trace):
+        run.current = simulate(trace, gw.config.ratelimit, key)
+    curves = {f.key: [(p.rate, float(p.burst)) for p in f.points if p.burst is not None] for f in frontiers}
+    return tune_json(run), curves
+
+
 _TITLES = (("keys", "Keys"), ("spend", "Spend"), ("models", "Models and deployments"), ("limits", "Limits"),
            ("config", "Config"), ("audit", "Audit"))
-PAGES: dict[str, Page] = {"keys": _keys, "spend": _spend, "audit": _audit, "config": _config}
+PAGES: dict[str, Page] = {"keys": _keys, "spend": _spend, "models": _models, "limits": _limits, "config": _config,
+                          "audit": _audit}
 
 
 # ------------------------------------------------------------------ POST
