@@ -192,6 +192,7 @@ def test_browser_key_lifecycle_through_envoy(stack: Any, browser: Any) -> None:
     assert d.current_url.endswith("/console/keys")
     by_css(d, "#f-name").send_keys("<i>browser</i> key")
     by_css(d, "#f-models").send_keys("demo-gpt")
+    by_css(d, "#f-budget_usd").send_keys("5")
     submit(d, "#create-key")
     secret = by_css(d, "#new-secret").text
     key_id = re.search(r"key_[0-9a-f]{16}", by_css(d, "#shown").text).group(0)  # type: ignore[union-attr]
@@ -208,6 +209,8 @@ def test_browser_key_lifecycle_through_envoy(stack: Any, browser: Any) -> None:
 
     until(spend_shows_key, 10, every=0.3)  # the metering writer batches its rows
     assert "<svg" in d.page_source and by_css(d, "#spend-chart")
+    budget = [r for r in by_css(d, "#budgets").text.splitlines() if key_id in r]
+    assert budget and "5.00" in budget[0] and "month" in budget[0], budget  # its use against its cap
     shot(d, "spend")
 
     d.get(f"{stack.url}/console/keys")
@@ -262,7 +265,24 @@ def test_browser_applies_a_config_on_every_worker(stack: Any, browser: Any) -> N
     r = httpx.post(f"{stack.url}/v1/chat/completions", headers={"authorization": f"Bearer {NEW_TENANT_KEY}"},
                    json={"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]}, timeout=10)
     assert r.status_code == 200, r.text  # the applied tenant's key answers through Envoy
-    for page in ("models", "limits"):
-        d.get(f"{stack.url}/console/{page}")
-        assert by_css(d, "h1").text
-        shot(d, page)
+
+
+def test_browser_explains_a_route_and_tunes_a_limit(stack: Any, browser: Any) -> None:
+    d = browser
+    d.get(f"{stack.url}/console/models")
+    assert "demo-openai" in by_css(d, "#deployments").text
+    by_css(d, "#f-prompt_tokens").clear()
+    by_css(d, "#f-prompt_tokens").send_keys("1200")
+    submit(d, "#explain-form")
+    assert "demo-openai" in by_css(d, "#explain-verdict").text
+    assert "demo-openai" in by_css(d, "#explain").text
+    shot(d, "models")
+    d.get(f"{stack.url}/console/limits")
+    assert by_css(d, "#limits-head").text.startswith("backend")
+    by_css(d, "#f-since").clear()
+    by_css(d, "#f-since").send_keys("1h")
+    submit(d, "#tune-form")
+    tuned = by_css(d, "#tune").text
+    assert "demo" in tuned, tuned  # the calls above, replayed from the metering store
+    assert d.find_elements("css selector", "svg.chart.line"), "the frontier plot"
+    shot(d, "limits")
