@@ -69,12 +69,6 @@ class SessionStore:
     def close(self, cookie: str) -> None:
         self.db.execute("DELETE FROM console_sessions WHERE digest = ?", (_digest(cookie),))
 
-    def end_for_admins(self, admins: set[str]) -> None:
-        """Sessions of admin keys no longer configured end with them."""
-        for row in self.db.fetchall("SELECT DISTINCT admin FROM console_sessions"):
-            if str(row[0]) not in admins:
-                self.db.execute("DELETE FROM console_sessions WHERE admin = ?", (row[0],))
-
     def spend(self, nonce: str, expires_at: float) -> bool:
         """Mark a CSRF token used: True the first time, False for a replay."""
         return self.db.execute("INSERT INTO console_spent_tokens (nonce, expires_at) VALUES (?, ?) "
