@@ -76,7 +76,7 @@ COMPILED_SUBSET := tests/adapters tests/core/test_session.py tests/core/test_com
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check modelyard contracts extproc guardrails adapters kernels ratelimit budgets keys controlplane devstack gpuagent tests bench
+	$(VENV)/bin/ruff check modelyard contracts extproc console guardrails adapters kernels ratelimit budgets keys controlplane devstack gpuagent tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
