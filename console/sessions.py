@@ -26,6 +26,7 @@ SCHEMA = (
         expires_at REAL NOT NULL
     )""",
 )
+_SCHEMA_LOCK = 7_306_322  # beside keys.store's 7_306_321
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,8 @@ class SessionStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         with db.transaction():
+            if db.dialect == "postgresql":  # replicas starting together create the tables once
+                db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
             for stmt in SCHEMA:
                 db.execute(stmt)
 

@@ -28,3 +28,16 @@ def test_a_csrf_token_is_spent_once_whichever_worker_sees_it(tmp_path: Path) -> 
     assert b.spend("n1", 2000.0) is False
     assert b.spend("n2", 2000.0) is True
 
+
+
+def test_sessions_and_tokens_on_postgresql() -> None:
+    """Replicas share PostgreSQL: two stores (two replicas) see one session, and a token spent once."""
+    from tests.keys.postgres_server import running_database
+
+    with running_database("console") as (_, dsn):
+        a, b = SessionStore(connect(dsn)), SessionStore(connect(dsn))
+        cookie, sess = a.open("e" * 64, ttl_s=60, now=1000.0)
+        assert b.find(cookie, now=1001.0) == sess
+        assert a.spend("n", 2000.0) is True and b.spend("n", 2000.0) is False
+        a.db.close()
+        b.db.close()
