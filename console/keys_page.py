@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from console.html import ROOT, Safe, esc, field, form, join, notice, select, table, tag
+from console.html import ROOT, Safe, field, form, join, notice, select, table, tag
 
 PERIODS = ("month", "week", "day")
 
@@ -34,6 +34,24 @@ def create_body(form_fields: Mapping[str, str]) -> dict[str, Any]:
     return body
 
 
+def update_body(form_fields: Mapping[str, str]) -> dict[str, Any]:
+    """The narrow/budget form as the admin API's update body (`keys.spec.change_from_json` checks it)."""
+    body = {k: v for k, v in create_body(form_fields).items() if k in ("models", "budget_usd", "budget_period")}
+    if "budget_usd" in body:
+        body["budget_period"] = form_fields.get("budget_period", "").strip() or "month"
+    return body
+
+
+def _change_form(k: Mapping[str, Any], token: str) -> Safe:
+    kid = str(k.get("id", ""))
+    models = ", ".join(k["models"]) if k.get("models") is not None else ""
+    return tag("details", [tag("summary", "Narrow / budget"), form(f"{ROOT}/keys/{kid}/update", [
+        field("models", "models", value=models, placeholder="within the key's models"),
+        field("budget USD", "budget_usd", value="" if k.get("budget_usd") is None else k["budget_usd"], type_="number"),
+        select("period", "budget_period", PERIODS, str(k.get("budget_period") or "month")),
+    ], "Save", token, id_=f"update-{kid}")])
+
+
 def render(keys: Sequence[Mapping[str, Any]], *, tenants: Sequence[str], models: Sequence[str],
            mint: Callable[[], str], shown: Mapping[str, Any] | None = None, message: str | None = None,
            error: str | None = None) -> Safe:
@@ -54,6 +72,7 @@ def render(keys: Sequence[Mapping[str, Any]], *, tenants: Sequence[str], models:
                                 confirm="A new secret; the old one stops working. Rotate?"))
             actions.append(form(f"{ROOT}/keys/{kid}/revoke", [], "Revoke", mint(),
                                 confirm="The key stops working on every worker. Revoke?"))
+            actions.append(_change_form(k, mint()))
         budget = "" if k.get("budget_usd") is None else f"${k['budget_usd']} / {k.get('budget_period')}"
         limits = " ".join(f"{u} {k[u]}" for u in ("rpm", "tpm") if k.get(u) is not None)
         rows.append([tag("code", kid), k.get("name") or "", k.get("tenant", ""),
@@ -77,6 +96,3 @@ def render(keys: Sequence[Mapping[str, Any]], *, tenants: Sequence[str], models:
                         ""], rows, id_="keys", empty="no keys in the store yet"))
     return join(parts)
 
-
-def models_note(models: Sequence[str]) -> str:
-    return "models: " + ", ".join(esc(m) for m in models)

@@ -35,7 +35,7 @@ from keys.db import StoreError, connect
 from keys.misses import MissGate, Verdict
 from keys.record import KeyRecord
 from keys.refresher import KeyRefresher
-from keys.spec import KeySpec
+from keys.spec import KeyChange, KeySpec
 from keys.store import KeyStore
 
 T = TypeVar("T")
@@ -79,6 +79,11 @@ class KeyAdmin:
         rec, secret = await self._call(lambda s: s.rotate(key_id))
         self.cache.apply([rec], advance=False)
         return rec, secret
+
+    async def update(self, key_id: str, change: KeyChange) -> KeyRecord:
+        rec = await self._call(lambda s: s.update(key_id, change))
+        self.cache.apply([rec], advance=False)
+        return rec
 
     async def revoke(self, key_id: str) -> KeyRecord:
         rec = await self._call(lambda s: s.revoke(key_id))

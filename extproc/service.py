@@ -186,6 +186,8 @@ def _keys_admin(method: str, path: str) -> Route | None:
         return None
     if found[0] == "create":
         return Route("openai", admin=True, flow=keys_admin.CreateKeyFlow, operation="admin")
+    if found[0] == "update":
+        return Route("openai", admin=True, flow=keys_admin.UpdateKeyFlow, operation="admin")
     return Route("openai", admin=True, answer=keys_admin.answer, operation="admin")
 
 

@@ -481,6 +481,8 @@ async def _key_op(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, sub: s
     _, key_id, op = sub.split("/")
 
     async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
+        if op == "update":
+            return await keys_admin.update_key(admin, key_id, keys_page.update_body(fields))
         if op == "rotate":
             rec, secret = await admin.rotate(key_id)
             return 200, {**rec.view(), "key": secret}, rec.tenant
@@ -490,9 +492,11 @@ async def _key_op(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, sub: s
     try:
         _, view = await keys_admin.run_audited(gw, ctx, op, key_id, work)
     except ModelyardError as e:
-        return await keys_view(gw, ctx, sess, error=f"Not {op}d: {e.message}")
+        return await keys_view(gw, ctx, sess, error=f"Not {op.removesuffix('e')}ed: {e.message}")
     if op == "rotate":
         return await keys_view(gw, ctx, sess, shown=view, message=f"Rotated {key_id}: the old secret stopped.")
+    if op == "update":
+        return await keys_view(gw, ctx, sess, message=f"Updated {key_id}: every worker has it within a refresh.")
     return await keys_view(gw, ctx, sess, message=f"Revoked {key_id}.")
 
 
@@ -553,5 +557,6 @@ ACTIONS: dict[str, tuple[str, Action]] = {
     "keys": ("keys", _create_key),
     "keys/*/rotate": ("keys", _key_op),
     "keys/*/revoke": ("keys", _key_op),
+    "keys/*/update": ("keys", _key_op),
 }
 

@@ -7,6 +7,7 @@ each call, refused or not, leaves one audit row (`key_admin`), never holding a s
     GET    /admin/v1/keys/{id}             one key
     POST   /admin/v1/keys/{id}/rotate      a new secret; the old one stops
     POST   /admin/v1/keys/{id}/revoke      (or DELETE /admin/v1/keys/{id})
+    POST   /admin/v1/keys/{id}/update      narrow its models, set its budget: {"models", "budget_usd", "budget_period"}
     GET    /admin/v1/spend?by=key|tenant|model[&since=7d]   `modelyard spend` over this host's metering store
     GET    /admin/v1/cache                 the response cache's entries and bytes (`modelyard cache stats`)
     DELETE /admin/v1/cache[?tenant=T&model=M]   drop entries (`modelyard cache purge`)
@@ -28,7 +29,7 @@ from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
 from keys.db import StoreError, redacted
-from keys.spec import KeySpecError, spec_from_json
+from keys.spec import KeySpecError, change_from_json, spec_from_json
 from keys.store import RevokedKey, UnknownKey
 
 PREFIX = "/admin/v1/keys"
@@ -51,7 +52,7 @@ def parse_path(method: str, path: str) -> tuple[str, str] | None:
     if len(parts) == 1 and parts[0]:
         return ("get", parts[0]) if method == "GET" else ("revoke", parts[0]) if method == "DELETE" \
             else ("bad_method", parts[0])
-    if len(parts) == 2 and parts[0] and parts[1] in ("rotate", "revoke"):
+    if len(parts) == 2 and parts[0] and parts[1] in ("rotate", "revoke", "update"):
         return (parts[1], parts[0]) if method == "POST" else ("bad_method", parts[0])
     return ("unknown", "")
 
@@ -162,3 +163,23 @@ class CreateKeyFlow(SelfAnswered):
             return 201, {**rec.view(), "key": secret}, rec.tenant
 
         return await _audited(self.gw, self.ctx, "create", "", work)
+
+
+class UpdateKeyFlow(SelfAnswered):
+    """`POST /admin/v1/keys/{id}/update`: narrow a key's models, set its budget (the checks of create)."""
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        key_id = (parse_path(self.ctx.method, self.ctx.path) or ("", ""))[1]
+
+        async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
+            doc = json_object(body, '{"models": [...], "budget_usd": ..., "budget_period": ...}')
+            return await update_key(admin, key_id, doc)
+
+        return await _audited(self.gw, self.ctx, "update", key_id, work)
+
+
+async def update_key(admin: KeyAdmin, key_id: str, doc: dict[str, Any]) -> tuple[int, Any, str]:
+    """The update's work (the admin API's and the console's): the key's tenant checks the models."""
+    rec = await admin.get(key_id)
+    rec = await admin.update(key_id, change_from_json(admin.config, rec.tenant, doc))
+    return 200, rec.view(), rec.tenant

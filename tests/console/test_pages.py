@@ -47,7 +47,7 @@ def test_the_keys_page_shows_a_secret_only_when_handed_one() -> None:
     n = iter(range(100))
     listed = keys_page.render([view], tenants=["demo"], models=["demo-gpt"], mint=lambda: f"t{next(n)}")
     assert "new-secret" not in listed and "<script>" not in listed and "$5.0 / month" in listed
-    assert len(set(re.findall(r'name="csrf" value="([^"]+)"', listed))) == 3  # one token per form
+    assert len(set(re.findall(r'name="csrf" value="([^"]+)"', listed))) == 4  # one token per form
     shown = keys_page.render([view], tenants=["demo"], models=[], mint=lambda: "t",
                              shown={"id": view["id"], "key": "my-secret"})
     assert shown.count("my-secret") == 1

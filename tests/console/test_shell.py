@@ -89,6 +89,15 @@ async def test_sign_in_sets_a_strict_cookie_secure_over_tls_and_audits(tmp_path:
     assert status == 200 and 'id="new-secret"' in page
     created = re.search(r"key_[0-9a-f]{16}", page)
     assert created is not None
+    kid = created.group(0)
+    _, _, page = await _get(gw, "/console/keys", cookie=value)
+    token = re.search(rf'action="/console/keys/{kid}/update"[^>]*><input type="hidden" name="csrf" value="([^"]+)"',
+                      page)
+    assert token is not None
+    status, _, page = await _post(gw, f"/console/keys/{kid}/update", {"models": "demo-mini", "budget_usd": "3",
+                                                                      "budget_period": "day", "csrf": token.group(1)},
+                                  cookie=value)
+    assert status == 200 and f"Updated {kid}" in page and "$3.0 / day" in page
     await gw.close()
     rows = _audit(tmp_path)
     ops = [(r["status"], r["detail"]) for r in rows]
@@ -96,3 +105,4 @@ async def test_sign_in_sets_a_strict_cookie_secure_over_tls_and_audits(tmp_path:
     create = [r for r in rows if '"create"' in r["detail"]]
     assert len(create) == 1 and create[0]["key_id"] == digest_of(ADMIN_KEY)[:12] and create[0]["tenant"] == "demo"
     assert created.group(0) in create[0]["detail"] and "my-" not in str(rows)  # never a secret
+    assert [r["status"] for r in rows if '"update"' in r["detail"]] == [200]
