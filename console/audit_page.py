@@ -3,6 +3,7 @@ table of them, newest first, with `modelyard audit verify`'s verdict above."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from console.html import ROOT, Safe, field, join, notice, select, table, tag
 
 EVENTS = ("", "call", "auth_failure", "key_admin", "config_reload", "limits_change", "prune")
 SHOWN = 200  # the newest rows a search shows
+DEFAULT_SINCE = "24h"  # a search names its window; the whole log is one click away (an empty since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +47,19 @@ class Search:
 
 def newest(rows: Iterable[Mapping[str, Any]], search: Search, limit: int = SHOWN) -> tuple[list[Mapping[str, Any]], int]:
     """The newest `limit` rows the search keeps, newest first, and how many it kept in all."""
-    kept = [r for r in rows if search.keeps(r)]
-    return list(reversed(kept[-limit:])), len(kept)
+    kept: deque[Mapping[str, Any]] = deque(maxlen=limit)  # a long log streams through; only the newest stay
+    matched = 0
+    for r in rows:
+        if search.keeps(r):
+            kept.append(r)
+            matched += 1
+    return list(reversed(kept)), matched
 
 
 def render(rows: Sequence[Mapping[str, Any]], matched: int, query: Mapping[str, str], *,
            verdict: tuple[bool, str] | None, error: str | None = None) -> Safe:
     form = tag("form", [
-        field("since", "since", value=query.get("since", ""), placeholder="24h or 2026-12-01"),
+        field("since", "since", value=query.get("since", DEFAULT_SINCE), placeholder="24h or 2026-12-01"),
         field("until", "until", value=query.get("until", ""), placeholder="1h"),
         field("tenant", "tenant", value=query.get("tenant", "")),
         field("key id", "key", value=query.get("key", ""), placeholder="hash prefix"),
@@ -60,9 +67,13 @@ def render(rows: Sequence[Mapping[str, Any]], matched: int, query: Mapping[str, 
         field("status", "status", value=query.get("status", ""), placeholder="429 or 4xx"),
         select("event", "event", EVENTS, query.get("event", "")),
         Safe('<button type="submit">Search</button>'),
+        Safe('<button type="submit" name="verify" value="1" class="secondary">Search and verify the chain</button>'),
     ], method="get", action=f"{ROOT}/audit", id="audit-search")
     parts = [notice(error, "bad")]
-    if verdict is not None:
+    if verdict is None:
+        parts.append(tag("p", "modelyard audit verify walks the whole chain: ask for it with the second button.",
+                         class_="empty", id="verdict-none"))
+    else:
         parts.append(tag("p", ["modelyard audit verify: ", tag("strong", verdict[1], class_="ok" if verdict[0] else "bad")],
                            id="verdict", class_="notice" if verdict[0] else "notice bad"))
     body = [(r.get("time_iso", ""), r.get("event", ""), r.get("tenant", ""), tag("code", r.get("key_id") or ""),

@@ -63,8 +63,10 @@ def field(label: str, name: str, *, value: object = "", type_: str = "text", pla
     return tag("label", [label, inp], for_=f"f-{name}")
 
 
-def select(label: str, name: str, options: Iterable[str], selected: str = "") -> Safe:
-    opts = join(tag("option", o, value=o, selected="selected" if o == selected else None) for o in options)
+def select(label: str, name: str, options: Iterable[str | tuple[str, str]], selected: str = "") -> Safe:
+    """Options as values, or (value, label) pairs."""
+    pairs = [(o, o) if isinstance(o, str) else o for o in options]
+    opts = join(tag("option", text, value=v, selected="selected" if v == selected else None) for v, text in pairs)
     return tag("label", [label, Safe(f'<select name="{esc(name)}" id="f-{esc(name)}">{opts}</select>')])
 
 

@@ -35,7 +35,7 @@ def group_of(row: SpendRow, by: str) -> str:
 def render(rows: Sequence[SpendRow], *, by: str, since: str, budgets: Sequence[BudgetUse],
            error: str | None = None) -> Safe:
     choose = tag("form", [
-        select("period", "since", [p for p, _ in PERIODS], since),
+        select("period", "since", PERIODS, since),
         select("by", "by", list(BY), by),
         Safe('<button type="submit">Show</button>'),
     ], method="get", action=f"{ROOT}/spend", id="spend-filter")

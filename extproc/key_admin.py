@@ -190,8 +190,17 @@ class KeyAdmin:
         return await asyncio.to_thread(self._in_thread, op)
 
     async def sessions(self, op: Callable[[SessionStore], T]) -> T:
-        """The console's sessions and spent CSRF tokens (console/sessions.py), in a worker thread."""
-        return await asyncio.to_thread(self._in_sessions, op)
+        """The console's sessions and spent CSRF tokens (console/sessions.py), in a worker thread; a store
+        that cannot answer is a 503, as for the admin API."""
+        try:
+            return await asyncio.to_thread(self._in_sessions, op)
+        except StoreError:
+            with self._opening:  # a broken connection is dropped, reopened at the next call
+                sessions, self._sessions = self._sessions, None
+            if sessions is not None:
+                with contextlib.suppress(Exception):
+                    sessions.db.close()
+            raise Unavailable("the key store cannot be reached; retry shortly", retry_after_s=1) from None
 
     def _in_sessions(self, op: Callable[[SessionStore], T]) -> T:
         with self._opening:

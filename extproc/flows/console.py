@@ -41,6 +41,7 @@ from extproc.replicas.explain import add_replica_picks
 from extproc.routing.decision import RouteRequest
 from extproc.routing.explain import explain, latency_states, queue_states
 from extproc.telemetry.audit import KEY_ADMIN, AuditEvent, export, verify
+from keys.db import StoreError, redacted
 from keys.spec import spec_from_json
 from ratelimit.status import snapshot
 from ratelimit.tuning.frontier import auto_rates, sweep
@@ -168,6 +169,9 @@ async def _render(gw: Gateway, ctx: RequestContext, sess: ConsoleSession, slug: 
     except ModelyardError as e:
         body = notice(e.message, "bad")
         status = e.status
+    except StoreError as e:  # the key store's reads outside the admin API's path (the Spend page's budgets)
+        body = notice(f"the key store cannot be reached: {redacted(str(e))}", "bad")
+        status = 503
     title = dict(_TITLES).get(slug, slug)
     return _html(ctx, status, page(title, slug, body, token=csrf.mint(sess.csrf_secret, time.time())))
 
@@ -238,8 +242,9 @@ async def _audit(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe
     if gw.audit is None:
         return audit_page.render([], 0, q, verdict=None, error="no audit log: set extproc.audit_db")
     try:
+        since = q.get("since", audit_page.DEFAULT_SINCE)
         search = audit_page.Search(
-            since=parse_when(q["since"]) if q.get("since") else None,
+            since=parse_when(since) if since else None,
             until=parse_when(q["until"]) if q.get("until") else None,
             tenant=q.get("tenant", "").strip(), key=q.get("key", "").strip(), model=q.get("model", "").strip(),
             status=q.get("status", "").strip(), event=q.get("event", "").strip())
@@ -247,9 +252,11 @@ async def _audit(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Safe
         return audit_page.render([], 0, q, verdict=None, error=f"{e}: expected 7d, 12h, 30m or an ISO date")
     path = gw.audit.path
 
-    def read() -> tuple[list[Any], int, tuple[bool, str]]:
+    def read() -> tuple[list[Any], int, tuple[bool, str] | None]:
         lines = export(path, since=search.since, tenant=search.tenant or None, event=search.event or None)
         rows, matched = audit_page.newest((orjson.loads(line) for line in lines), search)
+        if not q.get("verify"):
+            return rows, matched, None
         report = verify(path)
         verdict = (True, f"{report.rows} rows intact (from row {report.first_id}); head {report.head[:16]}") \
             if report.intact else (False, f"BROKEN at {report.broken}")

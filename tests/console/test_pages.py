@@ -75,6 +75,7 @@ def test_audit_search_keeps_what_it_names_newest_first() -> None:
     assert [r["id"] for r in kept] == [6, 3]
     html = audit_page.render([{"detail": MARKUP}], 1, {"tenant": MARKUP}, verdict=(False, "BROKEN at row 3"))
     assert "<script>" not in html and "BROKEN" in html
+    assert 'id="verdict-none"' in audit_page.render([], 0, {}, verdict=None)
 
 
 def test_config_diff_and_sync() -> None:

@@ -106,3 +106,17 @@ async def test_sign_in_sets_a_strict_cookie_secure_over_tls_and_audits(tmp_path:
     assert len(create) == 1 and create[0]["key_id"] == digest_of(ADMIN_KEY)[:12] and create[0]["tenant"] == "demo"
     assert created.group(0) in create[0]["detail"] and "my-" not in str(rows)  # never a secret
     assert [r["status"] for r in rows if '"update"' in r["detail"]] == [200]
+
+
+async def test_the_key_store_down_is_a_503_never_a_500(tmp_path: Path) -> None:
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["keys"] = {"admin_keys": [digest_of(ADMIN_KEY)]}
+    data["controlplane"] = {**data["controlplane"], "enabled": False}
+    cfg = parse_config(data)
+    (tmp_path / "not-a-dir").write_text("")  # the store's directory is a file: nothing can open it
+    gw = Gateway.build(cfg, key_admin=KeyAdmin(cfg, f"sqlite:///{tmp_path / 'not-a-dir' / 'keys.db'}", KeyCache(), None))
+    status, _, body = await _get(gw, "/console/keys", cookie="modelyard_console=x")
+    assert status == 503 and "key store" in body
+    status, _, body = await _post(gw, "/console/login", {"key": ADMIN_KEY})
+    assert status == 503
+    await gw.close()

@@ -228,7 +228,7 @@ def test_browser_key_lifecycle_through_envoy(stack: Any, browser: Any) -> None:
 
     until(refused, 3, every=0.2)  # every worker: its refresh (keys.refresh_s) or this one's own write
 
-    d.get(f"{stack.url}/console/audit?event=key_admin")
+    d.get(f"{stack.url}/console/audit?event=key_admin&verify=1")
     verdict = by_css(d, "#verdict").text
     assert "intact" in verdict
     audit = by_css(d, "#audit").text
