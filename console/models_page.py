@@ -60,6 +60,24 @@ def histograms(samples: Iterable[tuple[str, Mapping[str, str], float]], name: st
     return {c: sorted(b.items()) for c, b in per.items()}
 
 
+def replica_summary(replicas: Sequence[Mapping[str, float]]) -> str:
+    """One deployment's replica readings (the picker's view: waiting, running, KV cache use, held after a
+    failure) in a cell."""
+    if not replicas:
+        return "-"
+    read = [r for r in replicas if "waiting" in r]
+    parts = [f"{len(replicas)} replicas ({len(read)} read)"]
+    if read:
+        parts.append(f"waiting {sum(r['waiting'] for r in read):g}, running {sum(r['running'] for r in read):g}")
+        kv = [r["kv_usage"] for r in read if "kv_usage" in r]
+        if kv:
+            parts.append(f"KV {max(kv):.0%} max")
+    held = sum(1 for r in replicas if "held_seconds" in r)
+    if held:
+        parts.append(f"{held} held after a failure")
+    return "; ".join(parts)
+
+
 def ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 

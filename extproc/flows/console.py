@@ -10,7 +10,7 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -318,6 +318,9 @@ async def _models(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Saf
     states = gw.dispatcher.deployment_states()
     stats = dict(gw.dispatcher.scheduler.feedback.stats)
     readings = gw.watermarks.readings if gw.watermarks is not None else {}
+    replicas: dict[str, list[Mapping[str, float]]] = {}
+    for cluster, _, fields, _ in (gw.replicas.states() if gw.replicas is not None else ()):
+        replicas.setdefault(cluster, []).append(fields)
     rows = []
     for m in cfg.models:
         for d in m.deployments:
@@ -325,7 +328,8 @@ async def _models(gw: Gateway, ctx: RequestContext, sess: ConsoleSession) -> Saf
             qs, st, reading = queues.get(c), stats.get(c), readings.get(c)
             rows.append(models_page.DeploymentRow(
                 model=m.name, cluster=c, protocol=d.protocol, state=states.get(c, "-"),
-                reading="-" if reading is None else f"watermark {reading.watermark:.2f} ({reading.source})",
+                reading=f"watermark {reading.watermark:.2f} ({reading.source})" if reading is not None
+                else models_page.replica_summary(replicas.get(c, [])),
                 waiting=None if qs is None else sum(qs.waiting.values()), inflight=None if qs is None else qs.inflight,
                 max_inflight=None if qs is None else qs.max_inflight, requests=0 if st is None else st.requests,
                 error_rate=0.0 if st is None else st.error_rate,

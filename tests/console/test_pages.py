@@ -107,3 +107,10 @@ def test_limits_page_draws_the_frontier_with_its_pick() -> None:
                                                                   "refusals": 2, "last_refusal_s_ago": 0.5}]},
                               tuned, {"demo": [(1.0, 2.0), (2.0, 1.0)]}, {})
     assert "<polyline" in html and "pick 1/s, 2" in html and "25%" in html and "0.5 s ago" in html
+
+
+def test_replica_readings_in_one_cell() -> None:
+    cell = models_page.replica_summary([{"in_flight": 1, "waiting": 2, "running": 3, "kv_usage": 0.4},
+                                        {"in_flight": 0, "held_seconds": 1.0}])
+    assert cell == "2 replicas (1 read); waiting 2, running 3; KV 40% max; 1 held after a failure"
+    assert models_page.replica_summary([]) == "-"
