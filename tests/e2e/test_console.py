@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "build" / "artifacts" / "console"
 PAGES = ("keys", "spend", "models", "limits", "config", "audit")
 NEW_TENANT_KEY = "sk-console-applied"
+WORKERS_WITHIN_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with start_stack(workdir, data) as s:
         s.test_api = f"http://{api}"
         s.test_config = workdir / "modelyard.yaml"
-        until(lambda: len(httpx.get(s.test_api + STATUS_PATH, timeout=5).json()["workers"]) == 2, 20)
+        # Both workers subscribed: the second imports after the stack is up (a bound, not the plan: a
+        # second or two here, tens of seconds on a loaded 2-core box).
+        t0 = time.monotonic()
+        while len((st := httpx.get(s.test_api + STATUS_PATH, timeout=5).json())["workers"]) != 2:
+            log = (workdir / "extproc.log").read_text()[-2000:] if (workdir / "extproc.log").exists() else ""
+            assert time.monotonic() - t0 < WORKERS_WITHIN_S, f"workers subscribed: {st['workers']}\n{log}"
+            time.sleep(0.2)
         yield s
 
 
@@ -167,11 +174,25 @@ def by_css(driver: Any, css: str) -> Any:
 
 
 def submit(driver: Any, form_css: str, confirm: bool = False) -> None:
+    """Submit and wait for the answer's page: the old document must be gone first (right after the click,
+    readyState still reads the old page's "complete")."""
+    old = by_css(driver, "html")
     by_css(driver, f"{form_css} button[type=submit]").click()
     if confirm:
         until(lambda: _alert(driver), 5)
         driver.switch_to.alert.accept()
+    until(lambda: _gone(old), 20)
     until(lambda: driver.execute_script("return document.readyState") == "complete", 10)
+
+
+def _gone(element: Any) -> bool:
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        element.tag_name  # noqa: B018 (the property raises once the page it belonged to is gone)
+    except StaleElementReferenceException:
+        return True
+    return False
 
 
 def _alert(driver: Any) -> bool:
