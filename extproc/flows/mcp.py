@@ -9,6 +9,7 @@ from extproc import messages as msg
 from extproc.context import Interim, RequestContext
 from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
+from extproc.guard_tools import TOOL_GUARD, ToolGuard
 from extproc.mcp.part import McpHub, Reply
 
 PATHS = ("/mcp", "/mcp/")
@@ -38,6 +39,8 @@ class McpFlow(SelfAnswered):
         hub = _hub(self.gw, self.ctx)
 
         async def answer() -> msg.ProcessingResponse:
+            if self.gw.guardrails:  # the policies for tools/call checks (extproc/guard_tools.py), this task only
+                TOOL_GUARD.set(ToolGuard(self.gw.guardrails, self.gw.guard_hooks, self.gw.config))
             return _reply(await hub.handle(self.ctx, body, self.gw.dispatcher.limiter, self.gw.audit), self.ctx)
 
         # A tool may run past Envoy's message timeout: ask for the longest server timeout first.

@@ -35,6 +35,7 @@ from adapters.mcp.merge import LISTS, merge_lists
 from adapters.mcp.names import split_name
 from contracts.config import GatewayConfig
 from contracts.config.mcp import McpServer, longest_call_s
+from extproc.guard_tools import guarded_tool_call
 from extproc.mcp import metrics
 from extproc.mcp.policy import McpPolicy, ToolCaller
 from extproc.mcp.sessions import (
@@ -283,7 +284,8 @@ class McpHub:
                     raise RpcError(GATEWAY_ERROR, f"rate limit reached for {name[:128]}; retry in {retry}s",
                                    status=429, id=msg.id, data={"retry_after_s": retry, "limited_by": d.limited_by})
             forward = {"jsonrpc": "2.0", "id": msg.id, "method": "tools/call", "params": {**msg.params, "name": owner[1]}}
-            answer = await self._upstream(server, session, forward, msg.id)
+            # Guardrails on the call's arguments and result (docs/guardrails.md "MCP tools").
+            answer = await guarded_tool_call(ctx, name, forward, lambda f: self._upstream(server, session, f, msg.id))
             result_bytes = answer.body_bytes
             response = answer.response or {}
             result = response.get("result")
