@@ -173,33 +173,34 @@ def by_css(driver: Any, css: str) -> Any:
     return driver.find_element(By.CSS_SELECTOR, css)
 
 
+def _alert(driver: Any) -> bool:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    try:
+        driver.switch_to.alert  # noqa: B018 (the property raises without one)
+        return True
+    except NoAlertPresentException:
+        return False
+
+
 def submit(driver: Any, form_css: str, confirm: bool = False) -> None:
-    """Submit and wait for the answer's page: the old document must be gone first (right after the click,
-    readyState still reads the old page's "complete")."""
-    old = by_css(driver, "html")
+    """Submit and wait for the answer's page. The old document is marked first: right after the click it
+    still reads "complete", so only a document without the mark is the answer."""
+    driver.execute_script("document.documentElement.dataset.consoleOld = '1'")
     by_css(driver, f"{form_css} button[type=submit]").click()
     if confirm:
         until(lambda: _alert(driver), 5)
         driver.switch_to.alert.accept()
-    until(lambda: _gone(old), 20)
-    until(lambda: driver.execute_script("return document.readyState") == "complete", 10)
+    until(lambda: _answered(driver), 20)
 
 
-def _gone(element: Any) -> bool:
-    from selenium.common.exceptions import StaleElementReferenceException
+def _answered(driver: Any) -> bool:
+    from selenium.common.exceptions import WebDriverException
 
     try:
-        element.tag_name  # noqa: B018 (the property raises once the page it belonged to is gone)
-    except StaleElementReferenceException:
-        return True
-    return False
-
-
-def _alert(driver: Any) -> bool:
-    try:
-        driver.switch_to.alert  # noqa: B018 (the property raises without one)
-        return True
-    except Exception:
+        return bool(driver.execute_script(
+            "return document.readyState === 'complete' && !document.documentElement.dataset.consoleOld"))
+    except WebDriverException:  # the navigation is under way: no document to ask yet
         return False
 
 
