@@ -29,7 +29,7 @@ from extproc.admission.waking import Waker
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.context import ClientProtocol
-from extproc.flows import batches, feedback, keys_admin, local, mcp, tasks
+from extproc.flows import batches, console, feedback, keys_admin, local, mcp, tasks
 from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -193,7 +193,18 @@ def _keys_admin(method: str, path: str) -> Route | None:
         return None
     if found[0] == "create":
         return Route("openai", admin=True, flow=keys_admin.CreateKeyFlow, operation="admin")
+    if found[0] == "update":
+        return Route("openai", admin=True, flow=keys_admin.UpdateKeyFlow, operation="admin")
     return Route("openai", admin=True, answer=keys_admin.answer, operation="admin")
+
+
+def _console(method: str, path: str) -> Route | None:
+    found = console.matches(method, path)
+    if found is None:
+        return None
+    if found == "post":
+        return Route("openai", console=True, flow=console.ConsoleFlow, operation="admin")
+    return Route("openai", console=True, answer=console.answer, operation="admin")
 
 
 def _mcp(method: str, path: str) -> Route | None:
@@ -225,7 +236,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
+    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin, _console,
                        _batches, _gemini_models, _count_tokens, _feedback, _media, _mcp, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, ReplicaMetrics, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
+from contracts.config.console import ConsoleConfig
 from contracts.config.endpoint_picker import EndpointPickerConfig
 from contracts.config.guardrails import GuardrailsConfig
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
@@ -506,6 +507,7 @@ class GatewayConfig(_Model):
     mcp_servers: list[McpServer] = Field(default_factory=list)
     mcp: McpSettings = Field(default_factory=McpSettings)
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)  # docs/guardrails.md
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)  # the operator's console (docs/console.md)
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
