@@ -121,9 +121,15 @@ def start_stack(workdir: Path, data: dict[str, Any], env: Any = None, *, demos: 
     `modelyard up` itself launches only what `devstack.demo_upstreams` lists). With `shared_demos`,
     the HTTP demos run in one process (devstack.demo.host): for stacks of many demos whose tests
     neither stop nor re-argue one of them."""
-    clusters = [d["cluster"] for m in data["models"] for d in m["deployments"]]
-    data.setdefault("devstack", {})["demo_upstreams"] = [c for c in dict.fromkeys(clusters)
-                                                         if demos and c.startswith("demo-")]
+    # A demo-* cluster on an address another one already serves is the same server, not a second one.
+    chosen: list[str] = []
+    served: set[str] = set()
+    for d in (d for m in data["models"] for d in m["deployments"]):
+        eps = set(d.get("endpoints") or [])
+        if demos and d["cluster"].startswith("demo-") and (not eps or not eps <= served):
+            chosen.append(d["cluster"])
+            served |= eps
+    data.setdefault("devstack", {})["demo_upstreams"] = list(dict.fromkeys(chosen))
     from contracts.config import parse_config
     from controlplane.environments import EnvironmentConfig
     from devstack.launcher import Stack

@@ -13,7 +13,7 @@ from contracts.config import Deployment, ModelConfig
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.batches.native import LineResult
 from extproc.batches.record import BatchRecord
-from extproc.telemetry.metering import MeteringStore
+from extproc.telemetry.metering import MeterRecord, MeteringStore
 from extproc.telemetry.metrics import cost_series, model_series, requests_series
 
 STRATEGY = "native-batch"  # the metering row's strategy column: how the line was run
@@ -43,6 +43,9 @@ def meter_lines(rec: BatchRecord, dep: Deployment, model: ModelConfig, results: 
             if budgets is not None:
                 budgets.record_spend(rec.tenant, key_id, cost)
         if metering is not None:
-            metering.record((time.time(), ref.task_id, rec.tenant, tier, model.name, dep.cluster, dep.channel,
-                             res.status, 0.0, None, tin, tout, cost, STRATEGY, None, key_id, read, write, write_1h,
-                             saved, 0))
+            # By name, not position: a column added to the table must not shift this row's values.
+            metering.record(MeterRecord(
+                ts=time.time(), task_id=ref.task_id, tenant=rec.tenant, tier=tier, model=model.name,
+                cluster=dep.cluster, channel=dep.channel, status=res.status, latency_ms=0.0, ttft_ms=None,
+                input_tokens=tin, output_tokens=tout, cost=cost, strategy=STRATEGY, arm="", key_id=key_id,
+                cache_read_tokens=read, cache_write_tokens=write, cache_write_1h_tokens=write_1h, cache_saved=saved))

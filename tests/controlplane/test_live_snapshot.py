@@ -83,7 +83,8 @@ def test_bridge_keeps_what_the_new_config_removes() -> None:
     env = load_environment("dev")
     data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
     old = build_snapshot(parse_config(data), env, "old")
-    data["models"] = [m for m in data["models"] if m["name"] != "demo-claude"]
+    # Every model served by demo-anthropic goes (demo-claude and the others the demo shares it with).
+    data["models"] = [m for m in data["models"] if all(d["cluster"] != "demo-anthropic" for d in m["deployments"])]
     new = build_snapshot(parse_config(data), env, "new")
     assert "demo-anthropic" not in new.of(CLUSTER)
     step = bridge(new, old)
