@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import orjson
 
-from adapters.controls import lacking, refuse
-from adapters.internal import ChatRequest, RenderOptions, TextPart, UpstreamRequest
 from adapters.completions.request import PATH
 from adapters.completions.wire import CompletionRequest
+from adapters.controls import lacking, refuse
+from adapters.internal import ChatRequest, RenderOptions, TextPart, UpstreamRequest
 from adapters.passthrough import with_model
 from contracts.errors import ClientError
 

@@ -40,7 +40,7 @@ def _prompts(raw: object) -> tuple[tuple[str, ...], str | None]:
             raise ClientError("prompt: every prompt must be a non-empty string")
         return texts, (None if len(texts) == 1 else "several prompts in one call")
     if all(_token_ids(p) for p in raw):
-        return tuple(",".join(map(str, p)) for p in raw), "prompts of token ids"  # type: ignore[union-attr]
+        return tuple(",".join(map(str, p)) for p in raw), "prompts of token ids"
     raise ClientError("prompt must be a string, an array of strings, an array of token ids or of such arrays")
 
 

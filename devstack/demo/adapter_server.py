@@ -64,11 +64,18 @@ class AdapterDemo:
                             content_type="application/json")
 
     async def handle(self, request: web.Request, path_model: str | None = None,
-                     stream_hint: bool = False, adapter: ModuleType | None = None) -> web.StreamResponse:
-        """One call in `adapter`'s protocol (default: the server's own)."""
+                     stream_hint: bool = False) -> web.StreamResponse:
+        return await self._counted(request, path_model, stream_hint, self.adapter)
+
+    async def _in_protocol(self, adapter: ModuleType, request: web.Request) -> web.StreamResponse:
+        """A call on one of `app(also=...)`'s paths, in that path's protocol."""
+        return await self._counted(request, None, False, adapter)
+
+    async def _counted(self, request: web.Request, path_model: str | None, stream_hint: bool,
+                       adapter: ModuleType) -> web.StreamResponse:
         self.in_flight += 1
         try:
-            return await self._handle(request, path_model, stream_hint, adapter or self.adapter)
+            return await self._handle(request, path_model, stream_hint, adapter)
         finally:
             self.in_flight -= 1
 
@@ -115,9 +122,6 @@ class AdapterDemo:
                     await asyncio.sleep(self.chunk_delay)
         await out.write_eof()  # a CUT stream ends here: no terminator
         return out
-
-    async def _in_protocol(self, adapter: ModuleType, request: web.Request) -> web.StreamResponse:
-        return await self.handle(request, adapter=adapter)
 
     async def embed(self, request: web.Request, route: EmbeddingRoute) -> web.Response:
         """Deterministic vectors (`behaviour.demo_embedding`); the OpenAI shape reports usage (words),
