@@ -12,6 +12,7 @@ chat flow's.
 from __future__ import annotations
 
 from adapters.internal import ChatRequest
+from contracts.errors import ClientError
 from extproc import messages as msg
 from extproc.admission.choice import Choice
 from extproc.cache.part import ResponseCache
@@ -28,6 +29,16 @@ def serves_completions(choice: Choice) -> bool:
 class CompletionsFlow(ChatFlow):
     def _wire(self, choice: Choice) -> str:
         return "completions" if serves_completions(choice) else choice.deployment.protocol
+
+    def _send(self, body: bytes, req: ChatRequest) -> msg.ProcessingResponse:
+        choice = self.call.choice
+        assert choice is not None  # routed first
+        if req.native_only is not None and not serves_completions(choice):
+            dep = choice.deployment
+            raise ClientError(f"{req.native_only}: only a server answering /v1/completions itself can take this, and "
+                              f"{choice.model.name} was routed to {dep.cluster}, a {dep.protocol} chat deployment (a "
+                              "model whose servers answer it lists the `completion` task type)")
+        return super()._send(body, req)
 
     async def _cached(self, cache: ResponseCache, req: ChatRequest, body: bytes) -> msg.ProcessingResponse | None:
         if req.native_only is not None:  # several choices, logprobs, echo: no stored answer replays them
