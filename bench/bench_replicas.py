@@ -70,7 +70,8 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes] | None, what: str, timeo
 def _fleet_config(endpoints: list[str], variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     data = small_config()
     rm: dict[str, Any] = {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 500}
-    common = {"task_types": ["chat"], "capabilities": {"context_window": 65536, "max_output_tokens": 4096}}
+    # completion: the fleet answers /v1/completions (inference-perf's shared_prefix data) as sent.
+    common = {"task_types": ["chat", "completion"], "capabilities": {"context_window": 65536, "max_output_tokens": 4096}}
 
     def dep(cluster: str, **extra: Any) -> dict[str, Any]:
         # A stream at saturation can wait long in a replica's queue: no gateway timeout cuts it first.
@@ -236,11 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             gw = [stack.child("extproc").proc.pid, stack.child("envoy").proc.pid]
             targets: list[tuple[str, str, str, dict[str, str], list[int]]] = []
             for name, model in envoy.items():
-                if name in wanted and a.client == "inference-perf":
-                    # Its shared_prefix data is sent as text completions, a route the gateway does not serve.
-                    print(f"{name}: not run: inference-perf's shared_prefix workload posts /v1/completions, "
-                          "which Modelyard answers 404", flush=True)
-                elif name in wanted:
+                if name in wanted:
                     targets.append((name, f"{stack.url}/v1/chat/completions", model,
                                     {"authorization": f"Bearer {KEY}"}, gw))
             for name, port in routers.ports.items():
