@@ -14,7 +14,10 @@ prefix-aware `cache_aware` policy), run in front of the same replicas without En
 
 Every strategy gets the same open-loop workload (bench/fleet_load.py: shared system prompts,
 multi-turn conversations, uneven prompt and answer lengths; the same seed, so the same prompts)
-at each rate, the fleet emptied (caches, counters) before each run. Reported per strategy and
+at each rate, the fleet emptied (caches, counters) before each run. Then, where `make
+bench-routers` installed it, the same again driven by `inference-perf` (the Inference Extension's
+own benchmark client, bench/fleet_inference_perf.py: its shared_prefix workload, sent as
+/v1/completions) at the saturation rate (`--ip-rates`); `--client builtin|inference-perf|both`. Reported per strategy and
 rate: TTFT p50/p99, output tokens/s, preemptions, prefix-cache hit share. Strategies are
 interleaved within a round, so a noisy neighbour on the box hits them alike.
 """
@@ -204,9 +207,13 @@ def main(argv: list[str] | None = None) -> int:
                     "'blocks64={\"prefix_blocks\": 64};noprefix={\"weights\": {\"prefix\": 0}}'")
     ap.add_argument("--fleet-args", default="", help="extra fleet arguments (override the defaults), e.g. "
                     "'--kv-blocks 1024'")
-    ap.add_argument("--client", choices=["builtin", "inference-perf"], default="builtin",
-                    help="the load generator: bench/fleet_load.py's, or inference-perf (its venv: --inference-perf-venv)")
+    ap.add_argument("--client", choices=["builtin", "inference-perf", "both"], default=scaled("both", "builtin"),
+                    help="the load generator: bench/fleet_load.py's, inference-perf (its venv: "
+                    "--inference-perf-venv, make bench-routers installs it), or both, one after the other "
+                    "(inference-perf where installed); smoke mode: builtin unless asked")
     ap.add_argument("--inference-perf-venv", default=str(ROOT / ".peers" / "inference-perf"))
+    # Each inference-perf run costs ~20 s of its own start-up: by default only at saturation (run_all's 15 minutes).
+    ap.add_argument("--ip-rates", default=scaled("24", "4"), help="inference-perf's rates (default: saturation)")
     ap.add_argument("--json", default="", help="write every run's figures here")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
@@ -223,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                               *FLEET_ARGS, *a.fleet_args.split()], cwd=ROOT, stdout=fleet_log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     routers: Routers | None = None
-    results: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    results: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
     failed = False
     try:
         for p in ports:
@@ -244,27 +251,33 @@ def main(argv: list[str] | None = None) -> int:
                 if name in routers.procs:
                     targets.append((name, f"http://127.0.0.1:{port}/v1/chat/completions", "sim-llama", {},
                                     [routers.procs[name].pid]))
-            ip = None
-            if a.client == "inference-perf":
-                ipv = Path(a.inference_perf_venv)
-                ip = (ipv, fleet_inference_perf.tokenizer_dir(ipv, Path(tmp) / "tokenizer"), Path(tmp))
+            clients: list[tuple[str, tuple[Path, Path, Path] | None]] = []
+            if a.client in ("builtin", "both"):
+                clients.append(("builtin", None))
+            ipv = Path(a.inference_perf_venv)
+            if a.client == "inference-perf" or (a.client == "both" and (ipv / "bin" / "inference-perf").exists()):
+                clients.append(("inference-perf", (ipv, fleet_inference_perf.tokenizer_dir(ipv, Path(tmp) / "tok"),
+                                                   Path(tmp))))
+            elif a.client == "both":
+                print(f"inference-perf: not run: not installed ({ipv}: run make bench-routers)", flush=True)
             t0 = time.monotonic()
-            for rnd in range(a.rounds):
-                for rate in rates:
-                    for name, url, model, hdrs, pids in targets:
-                        s = _run(name, url, model, rate, a.duration, 1000 * rnd + int(rate * 10), endpoints, hdrs,
-                                 pids, ip)
-                        results.setdefault((name, rate), []).append(s)
-                        print(f"round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
-                              f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
-                              f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
-                              f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
-                              f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
-                              f"per replica {s['per_replica']}", flush=True)
-                        if s["errors"]:
-                            print(f"FAILED: {name} at {rate:g}/s: {s['errors']} errors: {s['first_errors']}",
-                                  flush=True)
-                            failed = True
+            for client, ip in clients:
+                for rnd in range(a.rounds):
+                    for rate in rates if ip is None else [float(r) for r in a.ip_rates.split(",")]:
+                        for name, url, model, hdrs, pids in targets:
+                            s = _run(name, url, model, rate, a.duration, 1000 * rnd + int(rate * 10), endpoints, hdrs,
+                                     pids, ip)
+                            results.setdefault((client, name, rate), []).append(s)
+                            print(f"{client} round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
+                                  f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
+                                  f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
+                                  f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
+                                  f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
+                                  f"per replica {s['per_replica']}", flush=True)
+                            if s["errors"]:
+                                print(f"FAILED: {name} at {rate:g}/s: {s['errors']} errors: {s['first_errors']}",
+                                      flush=True)
+                                failed = True
             bench_s = time.monotonic() - t0
         fleet_cpu = _proc_cpu(fleet.pid) - fleet_cpu0
     finally:
@@ -272,12 +285,18 @@ def main(argv: list[str] | None = None) -> int:
             routers.close()
         fleet.terminate()
         fleet.wait(10)
-    rows = _report(results, rates, [t for t in [*envoy, *ROUTERS] if any(k[0] == t for k in results)])
+    rows: list[dict[str, Any]] = []
+    for client in dict.fromkeys(k[0] for k in results):
+        mine = {(k[1], k[2]): v for k, v in results.items() if k[0] == client}
+        print(f"\n== client: {client} (medians of {a.rounds} round(s))")
+        rows += _report(mine, list(dict.fromkeys(k[1] for k in mine)),
+                        [t for t in [*envoy, *ROUTERS] if any(k[0] == t for k in mine)],
+                        "" if client == "builtin" else "ip:")
     print(f"\nfleet process CPU: {fleet_cpu:.1f} s over {bench_s:.0f} s of runs ({fleet_cpu / bench_s:.0%} of one core)")
     rows.append({"bench": "replicas", "case": "fleet-sim", "metric": "cpu_share", "value": round(fleet_cpu / bench_s, 3),
                  "unit": "cores"})
     if a.json:
-        Path(a.json).write_text(json.dumps({f"{k[0]}@{k[1]:g}": v for k, v in results.items()}, indent=1))
+        Path(a.json).write_text(json.dumps({f"{k[0]}:{k[1]}@{k[2]:g}": v for k, v in results.items()}, indent=1))
     print("SUMMARY " + json.dumps(rows))
     return 1 if failed else 0
 
@@ -289,7 +308,7 @@ def _proc_cpu(pid: int) -> float:
 
 
 def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[float],
-            names: list[str]) -> list[dict[str, Any]]:
+            names: list[str], prefix: str = "") -> list[dict[str, Any]]:
     """The table (medians over rounds), the ratios the issue asks about, and the SUMMARY rows."""
     def med(name: str, rate: float, key: str) -> float:
         return statistics.median(r[key] for r in results[(name, rate)])
@@ -309,7 +328,7 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
             base_p99 = med("least_request", rate, "ttft_p99_ms") if ("least_request", rate) in results else None
             base_tps = med("round_robin", rate, "output_tok_s") if ("round_robin", rate) in results else None
             base_f99 = med("least_request", rate, "fleet_ttft_p99_ms") if ("least_request", rate) in results else None
-            case = f"{name}@{rate:g}"
+            case = f"{prefix}{name}@{rate:g}"
             rows += [
                 {"bench": "replicas", "case": case, "metric": "ttft_p50", "value": round(p50, 1), "unit": "ms"},
                 {"bench": "replicas", "case": case, "metric": "ttft_p99", "value": round(p99, 1), "unit": "ms",

@@ -3,8 +3,9 @@ benchmark tool, PyPI; Python >= 3.12, so its own venv: --inference-perf-venv).
 
 Its `shared_prefix` data (groups of prompts on one system prompt, a group's prompts as the turns
 of one session with `enable_multi_turn_chat`), uneven question and answer lengths, Poisson
-arrivals. That data goes out as text completions (`/v1/completions`, even with `api.type: chat`),
-which Modelyard's gateway does not route: so this client drives the Rust routers only. It needs a
+arrivals. That data goes out as text completions (`/v1/completions`, even with `api.type: chat`):
+through the gateway (the fleet's models list the `completion` task type, so the bytes pass through
+to the replica the picker or Envoy's balancer chose) and to the Rust routers alike. It needs a
 tokenizer to size prompts: Hugging Face is out of reach here, so a word-level one is built on the
 spot from the workload's words (`tokenizer_dir`, run by the venv's own Python).
 """
