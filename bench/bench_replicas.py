@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -33,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -164,20 +166,67 @@ def _reset(endpoints: list[str]) -> None:
             time.sleep(0.2)
 
 
+class Tracer:
+    """Samples every replica's queue and KV cache (the fleet's GET /state) every `every_s` in a
+    thread, for `--trace`: where a run's tail is spent, replica by replica."""
+
+    def __init__(self, endpoints: list[str], every_s: float) -> None:
+        self.endpoints, self.every_s = endpoints, every_s
+        self.samples: list[list[Any]] = []  # [seconds since start, [[running, waiting, kv], ...]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Tracer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        t0 = time.monotonic()
+        with httpx.Client(timeout=5) as http:
+            while not self._stop.wait(self.every_s):
+                try:
+                    states = [http.get(f"http://{e}/state").json() for e in self.endpoints]
+                except httpx.HTTPError:
+                    continue
+                self.samples.append([round(time.monotonic() - t0, 2),
+                                     [[s["running"], s["waiting"], round(s["kv_usage"], 3)] for s in states]])
+
+
+def tail_balance(samples: list[list[Any]]) -> dict[str, float]:
+    """From a trace: the share of sampled time some replica sat idle while another had calls waiting
+    (balance lost), and how far apart the replicas' last busy samples were (the drain's spread)."""
+    if not samples:
+        return {"idle_while_waiting": 0.0, "drain_spread_s": 0.0}
+    lost = sum(1 for _, reps in samples if any(r + w == 0 for r, w, _ in reps) and any(w > 0 for _, w, _ in reps))
+    last = [max((t for t, reps in samples if reps[i][0] + reps[i][1] > 0), default=0.0)
+            for i in range(len(samples[0][1]))]
+    return {"idle_while_waiting": lost / len(samples), "drain_spread_s": max(last) - min(last)}
+
+
 def _run(name: str, url: str, model: str, rate: float, duration: float, seed: int, endpoints: list[str],
-         headers: dict[str, str], gateway_pids: list[int], ip: tuple[Path, Path, Path] | None) -> dict[str, Any]:
+         headers: dict[str, str], gateway_pids: list[int], ip: tuple[Path, Path, Path] | None,
+         trace_s: float = 0.0) -> dict[str, Any]:
     _reset(endpoints)
     cpu0 = sum(_proc_cpu(p) for p in gateway_pids)
     time.sleep(0.3)  # a poll interval or more: the picker's readings show the empty fleet
     # Smoke: short answers, so each run drains in a second or two.
     spec = scaled(WorkloadSpec(), WorkloadSpec(output_tokens=(4, 8, 16)))
-    if ip is not None:
-        venv, tok, work = ip
-        key = headers.get("authorization", "").removeprefix("Bearer ") or None
-        s = fleet_inference_perf.run(venv, tok, work, url.removesuffix("/v1/chat/completions"), model, key, rate,
-                                     duration, seed)
-    else:
-        s = asyncio.run(open_loop(url, model, rate, duration, seed, spec, headers)).summary()
+    tracer = Tracer(endpoints, trace_s) if trace_s else contextlib.nullcontext()
+    with tracer:
+        if ip is not None:
+            venv, tok, work = ip
+            key = headers.get("authorization", "").removeprefix("Bearer ") or None
+            s = fleet_inference_perf.run(venv, tok, work, url.removesuffix("/v1/chat/completions"), model, key,
+                                         rate, duration, seed)
+        else:
+            s = asyncio.run(open_loop(url, model, rate, duration, seed, spec, headers)).summary()
+    if isinstance(tracer, Tracer):
+        s["trace"] = tracer.samples
+        s.update(tail_balance(tracer.samples))
     # The gateway's own CPU (extproc and Envoy) for calls through it: it must not be what saturates.
     s["gateway_cpu_share"] = (sum(_proc_cpu(p) for p in gateway_pids) - cpu0) / s["wall_s"] if gateway_pids else 0.0
     stats = _fleet_stats(endpoints)
@@ -215,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     # Each inference-perf run costs ~20 s of its own start-up: by default only at saturation (run_all's 15 minutes).
     ap.add_argument("--ip-rates", default=scaled("24", "4"), help="inference-perf's rates (default: saturation)")
     ap.add_argument("--json", default="", help="write every run's figures here")
+    ap.add_argument("--trace", type=float, default=0.0, help="sample every replica's queue and KV cache this "
+                    "often (seconds) during each run: into --json, and the tail's balance into the run's line")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
     wanted = a.strategies.split(",")
@@ -266,14 +317,16 @@ def main(argv: list[str] | None = None) -> int:
                     for rate in rates if ip is None else [float(r) for r in a.ip_rates.split(",")]:
                         for name, url, model, hdrs, pids in targets:
                             s = _run(name, url, model, rate, a.duration, 1000 * rnd + int(rate * 10), endpoints, hdrs,
-                                     pids, ip)
+                                     pids, ip, a.trace)
                             results.setdefault((client, name, rate), []).append(s)
                             print(f"{client} round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
                                   f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
                                   f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
                                   f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
                                   f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
-                                  f"per replica {s['per_replica']}", flush=True)
+                                  f"per replica {s['per_replica']}  wall {s['wall_s']:.1f} s"
+                                  + (f"  idle-while-waiting {s['idle_while_waiting']:.0%} drain spread "
+                                     f"{s['drain_spread_s']:.1f} s" if a.trace else ""), flush=True)
                             if s["errors"]:
                                 print(f"FAILED: {name} at {rate:g}/s: {s['errors']} errors: {s['first_errors']}",
                                       flush=True)

@@ -13,7 +13,8 @@ A prompt's tokens are its characters / `chars_per_token`; its prefix-cache block
 the text (system and turns in order), so prompts sharing a start share cached blocks. The output
 is `max_tokens` tokens (as with vLLM's `ignore_eos`). Every answer says who gave it
 (`x-fleet-replica: host:port`). POST /reset empties the cache and zeroes the counters (idle only);
-GET /stats gives the counters as JSON. Also /health, /v1/models and SGLang's /get_model_info,
+GET /stats gives the counters as JSON, GET /state a cheap sample of the queue and KV cache. Also
+/health, /v1/models and SGLang's /get_model_info,
 /get_server_info, /get_load, /flush_cache, which the Rust routers probe.
 """
 
@@ -261,6 +262,12 @@ def make_app(replica: Replica) -> web.Application:
     async def stats(_: web.Request) -> web.Response:
         return web.json_response(replica.stats())
 
+    async def state(_: web.Request) -> web.Response:
+        e = replica.engine  # a cheap sample for traces (bench_replicas.py --trace): no TTFT list
+        return web.json_response({"running": len(e.running), "waiting": len(e.waiting), "kv_usage": e.kv_usage,
+                                  "busy_s": round(replica.busy_s, 3), "finished": e.finished,
+                                  "preemptions": e.preemptions})
+
     async def reset(_: web.Request) -> web.Response:
         if not replica.reset():
             return _error(409, "calls in flight")
@@ -296,6 +303,7 @@ def make_app(replica: Replica) -> web.Application:
     app.router.add_post("/generate", completions)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/state", state)
     app.router.add_post("/reset", reset)
     app.router.add_post("/flush_cache", reset)
     app.router.add_get("/health", health)
