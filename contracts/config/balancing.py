@@ -95,10 +95,6 @@ class ReplicaMetrics(BaseModel):
     weights: ReplicaWeights = ReplicaWeights()
     # The queue length at which the queue term halves: 1 / (1 + queue / queue_scale).
     queue_scale: float = Field(8.0, gt=0)
-    # Count a queue from the shortest fresh one (the calls it is behind), not from zero: at
-    # saturation every queue is deep and 1 / (1 + q / scale) goes flat, so the prefix term alone
-    # decided and piled conversations on hot replicas (bench/bench_replicas.py --trace).
-    queue_gap: bool = True
     # Prefix affinity: the first `prefix_blocks` blocks of `block_chars` prompt characters, hashed.
     # Deep enough (32 KB) to tell a conversation's history from its system prompt: at saturation the
     # shallower 8 x 256 held every call on a system prompt to one replica (bench/bench_replicas.py).

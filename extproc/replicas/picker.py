@@ -1,10 +1,11 @@
 """The replica picker: per request, a score over each endpoint's fresh reading; pure.
 
 score = (wq * queue + wkv * kv_headroom + wl * lora + wp * prefix) / (wq + wkv + wl + wp), with
-  queue       1 / (1 + (q - q_min) / queue_scale), q = waiting + running + in_flight (the gateway's
-              own calls to it now, which move between scrapes) and q_min the shortest fresh queue's
-              (`queue_gap`; 0 without it): what counts is how many calls more a replica is behind,
-              which stays as telling when every queue is deep;
+  queue       1 / (1 + (waiting + running + in_flight) / queue_scale), in-flight being the
+              gateway's own calls to it now, which move between scrapes (at saturation the term
+              goes flat and prefix affinity decides: that keeps a system prompt's KV blocks shared
+              on few replicas, which bench_replicas showed is the throughput there; counting queues
+              from the shortest one instead spread them and lost: docs/routing.md);
   kv_headroom 1 - kv_usage (1 where the server does not report it);
   lora        1 adapter loaded, 0.5 a free adapter slot, 0 none (the term is left out where the
               request names no adapter the fleet reports);
@@ -87,13 +88,11 @@ def pick_replica(settings: ReplicaMetrics, endpoints: list[str], readings: Mappi
                "lora": w.lora if use_lora else 0.0}
     total = sum(weights.values()) or 1.0
     depth = prefix_depth or {}
-    queues = {ep: readings[ep].waiting + readings[ep].running + in_flight.get(ep, 0) for ep in fresh}
-    base = min(queues.values()) if settings.queue_gap else 0.0
     scored = []
     for ep in fresh:
         r = readings[ep]
-        queue = queues[ep]
-        terms = {"queue": 1.0 / (1.0 + (queue - base) / settings.queue_scale),
+        queue = r.waiting + r.running + in_flight.get(ep, 0)
+        terms = {"queue": 1.0 / (1.0 + queue / settings.queue_scale),
                  "kv_cache": 1.0 - r.kv_usage if r.kv_usage is not None else 1.0,
                  "prefix": depth.get(ep, 0) / prefix_blocks if prefix_blocks else 0.0,
                  "lora": _lora_term(r, adapter) if use_lora else 0.0}

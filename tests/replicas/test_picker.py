@@ -112,17 +112,3 @@ def test_nothing_fresh_is_audited_as_envoys_fallback() -> None:
     pick = pick_replica(S, EPS, {EPS[0]: _r(at=1.0)}, {}, {}, 10.0)
     assert pick.audit() == {"replica": None, "reason": "stale", "fallback": "envoy"}
     assert pick.explain()["why"] == "stale"
-
-
-def test_the_queue_term_counts_calls_behind_the_shortest_queue_so_deep_queues_still_tell() -> None:
-    # Saturation: every queue deep. From zero, 40 vs 30 calls differ by 0.04 and a held prefix wins;
-    # counted from the shortest (queue_gap), 10 calls behind outweigh it.
-    depth = {EPS[0]: 4}
-    deep = {EPS[0]: _r(running=40), EPS[1]: _r(running=30)}
-    gap = pick_replica(S, EPS, deep, {}, {}, 10.0, prefix_depth=depth, prefix_blocks=4)
-    assert (gap.endpoint, gap.why) == (EPS[1], "queue") and gap.ranked[0].terms["queue"] == 1.0
-    level = S.model_copy(update={"queue_gap": False})
-    assert pick_replica(level, EPS, deep, {}, {}, 10.0, prefix_depth=depth, prefix_blocks=4).endpoint == EPS[0]
-    # A few calls behind: the prefix still holds the conversation where its blocks are.
-    near = {EPS[0]: _r(running=33), EPS[1]: _r(running=30)}
-    assert pick_replica(S, EPS, near, {}, {}, 10.0, prefix_depth=depth, prefix_blocks=4).endpoint == EPS[0]
