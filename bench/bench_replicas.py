@@ -235,6 +235,7 @@ def _run(name: str, url: str, model: str, rate: float, duration: float, seed: in
     s["prefix_hit_share"] = sum(x["prefix_hits"] for x in stats) / q if q else 0.0
     s["fleet_busy_s"] = sum(x["busy_s"] for x in stats)
     s["fleet_cpu_s"] = sum(x["cpu_s"] for x in stats)
+    s["fleet_late_s"] = sum(x.get("late_s", 0.0) for x in stats)  # the box's noise in the fleet's clock
     s["per_replica"] = [x["finished"] for x in stats]
     # TTFT at the replicas (arrival to first token, no network, no gateway): the routing's own effect,
     # which a busy box's CPU contention on the gateway or the client does not blur.
@@ -248,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default=scaled("6,12,24", "4"), help="arrivals per second, comma-separated")
     ap.add_argument("--duration", type=float, default=scaled(20.0, 2.0))  # 5 strategies x 3 rates: within run_all's 15 minutes
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--same-seed", action="store_true", help="every round the same workload (its variance is "
+                    "then the box's and the system's, not the workload's)")
     ap.add_argument("--replicas", type=int, default=scaled(4, 2))
     ap.add_argument("--strategies", default=",".join([*ENVOY, *ROUTERS]))
     ap.add_argument("--routers-venv", default=str(ROOT / ".peers" / "routers"))
@@ -316,15 +319,16 @@ def main(argv: list[str] | None = None) -> int:
                 for rnd in range(a.rounds):
                     for rate in rates if ip is None else [float(r) for r in a.ip_rates.split(",")]:
                         for name, url, model, hdrs, pids in targets:
-                            s = _run(name, url, model, rate, a.duration, 1000 * rnd + int(rate * 10), endpoints, hdrs,
-                                     pids, ip, a.trace)
+                            seed = (0 if a.same_seed else 1000 * rnd) + int(rate * 10)
+                            s = _run(name, url, model, rate, a.duration, seed, endpoints, hdrs, pids, ip, a.trace)
                             results.setdefault((client, name, rate), []).append(s)
                             print(f"{client} round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
                                   f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
                                   f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
                                   f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
                                   f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
-                                  f"per replica {s['per_replica']}  wall {s['wall_s']:.1f} s"
+                                  f"per replica {s['per_replica']}  wall {s['wall_s']:.1f} s  "
+                                  f"fleet late {s['fleet_late_s']:.1f} s"
                                   + (f"  idle-while-waiting {s['idle_while_waiting']:.0%} drain spread "
                                      f"{s['drain_spread_s']:.1f} s" if a.trace else ""), flush=True)
                             if s["errors"]:
