@@ -322,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                             seed = (0 if a.same_seed else 1000 * rnd) + int(rate * 10)
                             s = _run(name, url, model, rate, a.duration, seed, endpoints, hdrs, pids, ip, a.trace)
                             results.setdefault((client, name, rate), []).append(s)
+                            if a.json:  # after every run: a long bench stopped half way keeps what it ran
+                                _write_json(a.json, results)
                             print(f"{client} round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
                                   f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
                                   f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
@@ -353,9 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     rows.append({"bench": "replicas", "case": "fleet-sim", "metric": "cpu_share", "value": round(fleet_cpu / bench_s, 3),
                  "unit": "cores"})
     if a.json:
-        Path(a.json).write_text(json.dumps({f"{k[0]}:{k[1]}@{k[2]:g}": v for k, v in results.items()}, indent=1))
+        _write_json(a.json, results)
     print("SUMMARY " + json.dumps(rows))
     return 1 if failed else 0
+
+
+def _write_json(path: str, results: dict[tuple[str, str, float], list[dict[str, Any]]]) -> None:
+    Path(path).write_text(json.dumps({f"{k[0]}:{k[1]}@{k[2]:g}": v for k, v in results.items()}, indent=1))
 
 
 def _proc_cpu(pid: int) -> float:
