@@ -13,6 +13,8 @@ spot from the workload's words (`tokenizer_dir`, run by the venv's own Python).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -61,9 +63,16 @@ def run(venv: Path, tokenizer: Path, work: Path, base_url: str, model: str, api_
         "storage": {"local_storage": {"path": str(out)}},
     }
     (out / "config.yml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([str(venv / "bin" / "inference-perf"), "--config_file", str(out / "config.yml")],
-                          capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-                          timeout=max(600, 10 * duration))
+    # Its own process group: its load-generating worker processes go with it when a run is cut short.
+    with subprocess.Popen([str(venv / "bin" / "inference-perf"), "--config_file", str(out / "config.yml")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}) as popen:
+        try:
+            stdout, stderr = popen.communicate(timeout=max(600, 10 * duration))
+        except BaseException:
+            os.killpg(popen.pid, signal.SIGKILL)
+            raise
+    proc = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
     summary = out / "summary_lifecycle_metrics.json"
     if proc.returncode != 0 or not summary.exists():
         raise RuntimeError(f"inference-perf exited {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")
