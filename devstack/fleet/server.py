@@ -77,7 +77,10 @@ class Replica:
             c0 = time.process_time()
             out = self.engine.step()
             self.cpu_s += time.process_time() - c0
-            if out.duration_ms <= 0:
+            if out.duration_ms <= 0:  # nothing could run (the queue's head waits for room): wait for a change
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = loop.time()
                 continue
             self.steps += 1
             self.busy_s += out.duration_ms / 1000.0
@@ -113,6 +116,7 @@ class Replica:
     def cancel(self, call: Call) -> None:
         self._calls.pop(call.req, None)
         self.engine.cancel(call.req)
+        self._wake.set()
 
     # -- what it reports -----------------------------------------------------------------------
     def metrics(self) -> str:
@@ -207,6 +211,11 @@ def make_app(replica: Replica) -> web.Application:
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return _error(400, "max_tokens must be a positive integer")
         chat = "messages" in body
+        # As vLLM refuses a call past max_model_len: here the KV cache, which could never admit it.
+        limit, asked = replica.engine.spec.kv_tokens - 1, len(text) // replica.chars_per_token + max_tokens
+        if asked > limit:
+            return _error(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+                               f"{asked} tokens. Please reduce the length of the messages or completion.")
         call = replica.submit(text, max_tokens)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{call.req.rid}"
         created = int(time.time())
