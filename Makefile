@@ -108,11 +108,18 @@ $(PEERS_VENV)/.installed-stamp:
 # The Rust routers on PyPI (vLLM's and SGLang's, their own venv), then the replica benchmark with
 # them beside the picker and Envoy's balancers on the simulated fleet (bench/bench_replicas.py).
 ROUTERS_VENV := .peers/routers
-bench-routers: $(STAMP) system-tools $(ROUTERS_VENV)/.installed-stamp
+# inference-perf (the Inference Extension's benchmark client) needs Python 3.12: its own venv.
+IP_VENV := .peers/inference-perf
+PYTHON312 ?= python3.12
+bench-routers: $(STAMP) system-tools $(ROUTERS_VENV)/.installed-stamp $(IP_VENV)/.installed-stamp
 	$(PY) bench/run_all.py replicas
 $(ROUTERS_VENV)/.installed-stamp:
 	test -x $(ROUTERS_VENV)/bin/python || $(PYTHON) -m venv $(ROUTERS_VENV)
 	$(ROUTERS_VENV)/bin/pip install -q vllm-router sglang-router
+	touch $@
+$(IP_VENV)/.installed-stamp:
+	test -x $(IP_VENV)/bin/python || $(PYTHON312) -m venv $(IP_VENV)
+	$(IP_VENV)/bin/pip install -q inference-perf==0.7.0
 	touch $@
 
 # On a CUDA machine: CuPy, every test marked gpu, and the kernel benchmark. GPU_PY=python3 runs it

@@ -25,6 +25,7 @@ _SPELLING = {
 
 # Protocol names as their providers write them, for messages.
 _TARGETS = {"openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini", "responses": "Responses API",
+            "completions": "Completions API",
             "azure-openai": "Azure OpenAI", "bedrock": "Bedrock", "vertex": "Vertex AI"}
 
 

@@ -15,6 +15,7 @@ import orjson
 
 from adapters import openai
 from adapters.internal import StreamEnd, StreamError, StreamEvent
+from adapters.protocol import StreamDecoder
 from adapters.sse import SSEFramer, encode_event
 from adapters.stream_usage import StreamUsage
 
@@ -26,7 +27,7 @@ _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 # Streamed text and tool arguments, for the estimate a cut stream is charged (StreamUsage.partial).
 _NO_CHOICES = re.compile(rb'"choices": ?\[\]')  # the usage-only chunk's mark (is_usage_chunk confirms)
-_TEXT = re.compile(rb'"(?:content|refusal|arguments)":"((?:[^"\\]|\\.)*)"')
+_TEXT = re.compile(rb'"(?:content|refusal|arguments|text)":"((?:[^"\\]|\\.)*)"')  # text: a completion's
 
 
 def is_usage_chunk(raw: bytes) -> bool:
@@ -51,9 +52,10 @@ class InjectedUsageFilter:
 
     __slots__ = ("_buf", "_decoder", "meter", "finished", "error")
 
-    def __init__(self) -> None:
+    def __init__(self, decoder: StreamDecoder | None = None) -> None:
         self._buf = b""
-        self._decoder = openai.StreamDecoder()  # a reader alongside, for usage and the stream's end
+        # A reader alongside, for usage and the stream's end: Chat Completions', or Completions' chunks.
+        self._decoder = decoder if decoder is not None else openai.StreamDecoder()
         self.meter = StreamUsage()
         self.finished = False
         self.error: str | None = None

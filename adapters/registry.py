@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
-from adapters import anthropic, azure_openai, bedrock, gemini, openai, responses, vertex
+from adapters import anthropic, azure_openai, bedrock, completions, gemini, openai, responses, vertex
 from adapters.internal import ChatRequest, StreamEnd, StreamError, StreamEvent, StreamUntranslatable
 from adapters.protocol import ChatProtocol, StreamDecoder, StreamEncoder
 from adapters.reasoning import drop_reasoning
@@ -18,16 +18,18 @@ __all__ = ["PROTOCOLS", "CLIENT_AUTH_HEADERS", "ClientRoute", "StreamTranslator"
 
 # `responses` (the OpenAI Responses API) is both a client and an upstream protocol (`protocol: responses`).
 # The cloud protocols (azure-openai, ...) are upstream protocols only: no client path speaks them.
+# `completions` (OpenAI's legacy /v1/completions) is a client protocol whose upstream is the
+# deployment's own /v1/completions where it serves one, else the deployment's chat API.
 PROTOCOLS: dict[str, ChatProtocol] = {"openai": openai, "anthropic": anthropic, "gemini": gemini,
                                       "responses": responses, "azure-openai": azure_openai, "bedrock": bedrock,
-                                      "vertex": vertex}
+                                      "vertex": vertex, "completions": completions}
 # Every protocol's client credential header (and any bearer token): none of them may reach an upstream.
 CLIENT_AUTH_HEADERS: tuple[str, ...] = tuple(sorted({h for p in PROTOCOLS.values() for h in p.CLIENT_AUTH_HEADERS}
                                                     | {"authorization"}))
 
 
 # The chat protocols a client may speak (keys of PROTOCOLS).
-ChatProtocolName = Literal["openai", "anthropic", "gemini", "responses"]
+ChatProtocolName = Literal["openai", "anthropic", "gemini", "responses", "completions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
         return ClientRoute("anthropic")
     if p == "/v1/responses" or p == "/responses":
         return ClientRoute("responses")
+    if p == "/v1/completions" or p == "/completions":
+        return ClientRoute("completions")
     for prefix in _GEMINI_PREFIXES:
         if p.startswith(prefix):
             model, sep, action = p[len(prefix):].rpartition(":")

@@ -14,7 +14,10 @@ prefix-aware `cache_aware` policy), run in front of the same replicas without En
 
 Every strategy gets the same open-loop workload (bench/fleet_load.py: shared system prompts,
 multi-turn conversations, uneven prompt and answer lengths; the same seed, so the same prompts)
-at each rate, the fleet emptied (caches, counters) before each run. Reported per strategy and
+at each rate, the fleet emptied (caches, counters) before each run. Then, where `make
+bench-routers` installed it, the same again driven by `inference-perf` (the Inference Extension's
+own benchmark client, bench/fleet_inference_perf.py: its shared_prefix workload, sent as
+/v1/completions) at the saturation rate (`--ip-rates`); `--client builtin|inference-perf|both`. Reported per strategy and
 rate: TTFT p50/p99, output tokens/s, preemptions, prefix-cache hit share. Strategies are
 interleaved within a round, so a noisy neighbour on the box hits them alike.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -30,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -70,7 +75,8 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes] | None, what: str, timeo
 def _fleet_config(endpoints: list[str], variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     data = small_config()
     rm: dict[str, Any] = {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 500}
-    common = {"task_types": ["chat"], "capabilities": {"context_window": 65536, "max_output_tokens": 4096}}
+    # completion: the fleet answers /v1/completions (inference-perf's shared_prefix data) as sent.
+    common = {"task_types": ["chat", "completion"], "capabilities": {"context_window": 65536, "max_output_tokens": 4096}}
 
     def dep(cluster: str, **extra: Any) -> dict[str, Any]:
         # A stream at saturation can wait long in a replica's queue: no gateway timeout cuts it first.
@@ -160,20 +166,67 @@ def _reset(endpoints: list[str]) -> None:
             time.sleep(0.2)
 
 
+class Tracer:
+    """Samples every replica's queue and KV cache (the fleet's GET /state) every `every_s` in a
+    thread, for `--trace`: where a run's tail is spent, replica by replica."""
+
+    def __init__(self, endpoints: list[str], every_s: float) -> None:
+        self.endpoints, self.every_s = endpoints, every_s
+        self.samples: list[list[Any]] = []  # [seconds since start, [[running, waiting, kv], ...]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Tracer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        t0 = time.monotonic()
+        with httpx.Client(timeout=5) as http:
+            while not self._stop.wait(self.every_s):
+                try:
+                    states = [http.get(f"http://{e}/state").json() for e in self.endpoints]
+                except httpx.HTTPError:
+                    continue
+                self.samples.append([round(time.monotonic() - t0, 2),
+                                     [[s["running"], s["waiting"], round(s["kv_usage"], 3)] for s in states]])
+
+
+def tail_balance(samples: list[list[Any]]) -> dict[str, float]:
+    """From a trace: the share of sampled time some replica sat idle while another had calls waiting
+    (balance lost), and how far apart the replicas' last busy samples were (the drain's spread)."""
+    if not samples:
+        return {"idle_while_waiting": 0.0, "drain_spread_s": 0.0}
+    lost = sum(1 for _, reps in samples if any(r + w == 0 for r, w, _ in reps) and any(w > 0 for _, w, _ in reps))
+    last = [max((t for t, reps in samples if reps[i][0] + reps[i][1] > 0), default=0.0)
+            for i in range(len(samples[0][1]))]
+    return {"idle_while_waiting": lost / len(samples), "drain_spread_s": max(last) - min(last)}
+
+
 def _run(name: str, url: str, model: str, rate: float, duration: float, seed: int, endpoints: list[str],
-         headers: dict[str, str], gateway_pids: list[int], ip: tuple[Path, Path, Path] | None) -> dict[str, Any]:
+         headers: dict[str, str], gateway_pids: list[int], ip: tuple[Path, Path, Path] | None,
+         trace_s: float = 0.0) -> dict[str, Any]:
     _reset(endpoints)
     cpu0 = sum(_proc_cpu(p) for p in gateway_pids)
     time.sleep(0.3)  # a poll interval or more: the picker's readings show the empty fleet
     # Smoke: short answers, so each run drains in a second or two.
     spec = scaled(WorkloadSpec(), WorkloadSpec(output_tokens=(4, 8, 16)))
-    if ip is not None:
-        venv, tok, work = ip
-        key = headers.get("authorization", "").removeprefix("Bearer ") or None
-        s = fleet_inference_perf.run(venv, tok, work, url.removesuffix("/v1/chat/completions"), model, key, rate,
-                                     duration, seed)
-    else:
-        s = asyncio.run(open_loop(url, model, rate, duration, seed, spec, headers)).summary()
+    tracer = Tracer(endpoints, trace_s) if trace_s else contextlib.nullcontext()
+    with tracer:
+        if ip is not None:
+            venv, tok, work = ip
+            key = headers.get("authorization", "").removeprefix("Bearer ") or None
+            s = fleet_inference_perf.run(venv, tok, work, url.removesuffix("/v1/chat/completions"), model, key,
+                                         rate, duration, seed)
+        else:
+            s = asyncio.run(open_loop(url, model, rate, duration, seed, spec, headers)).summary()
+    if isinstance(tracer, Tracer):
+        s["trace"] = tracer.samples
+        s.update(tail_balance(tracer.samples))
     # The gateway's own CPU (extproc and Envoy) for calls through it: it must not be what saturates.
     s["gateway_cpu_share"] = (sum(_proc_cpu(p) for p in gateway_pids) - cpu0) / s["wall_s"] if gateway_pids else 0.0
     stats = _fleet_stats(endpoints)
@@ -182,6 +235,7 @@ def _run(name: str, url: str, model: str, rate: float, duration: float, seed: in
     s["prefix_hit_share"] = sum(x["prefix_hits"] for x in stats) / q if q else 0.0
     s["fleet_busy_s"] = sum(x["busy_s"] for x in stats)
     s["fleet_cpu_s"] = sum(x["cpu_s"] for x in stats)
+    s["fleet_late_s"] = sum(x.get("late_s", 0.0) for x in stats)  # the box's noise in the fleet's clock
     s["per_replica"] = [x["finished"] for x in stats]
     # TTFT at the replicas (arrival to first token, no network, no gateway): the routing's own effect,
     # which a busy box's CPU contention on the gateway or the client does not blur.
@@ -195,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default=scaled("6,12,24", "4"), help="arrivals per second, comma-separated")
     ap.add_argument("--duration", type=float, default=scaled(20.0, 2.0))  # 5 strategies x 3 rates: within run_all's 15 minutes
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--same-seed", action="store_true", help="every round the same workload (its variance is "
+                    "then the box's and the system's, not the workload's)")
     ap.add_argument("--replicas", type=int, default=scaled(4, 2))
     ap.add_argument("--strategies", default=",".join([*ENVOY, *ROUTERS]))
     ap.add_argument("--routers-venv", default=str(ROOT / ".peers" / "routers"))
@@ -203,10 +259,16 @@ def main(argv: list[str] | None = None) -> int:
                     "'blocks64={\"prefix_blocks\": 64};noprefix={\"weights\": {\"prefix\": 0}}'")
     ap.add_argument("--fleet-args", default="", help="extra fleet arguments (override the defaults), e.g. "
                     "'--kv-blocks 1024'")
-    ap.add_argument("--client", choices=["builtin", "inference-perf"], default="builtin",
-                    help="the load generator: bench/fleet_load.py's, or inference-perf (its venv: --inference-perf-venv)")
+    ap.add_argument("--client", choices=["builtin", "inference-perf", "both"], default=scaled("both", "builtin"),
+                    help="the load generator: bench/fleet_load.py's, inference-perf (its venv: "
+                    "--inference-perf-venv, make bench-routers installs it), or both, one after the other "
+                    "(inference-perf where installed); smoke mode: builtin unless asked")
     ap.add_argument("--inference-perf-venv", default=str(ROOT / ".peers" / "inference-perf"))
+    # Each inference-perf run costs ~20 s of its own start-up: by default only at saturation (run_all's 15 minutes).
+    ap.add_argument("--ip-rates", default=scaled("24", "4"), help="inference-perf's rates (default: saturation)")
     ap.add_argument("--json", default="", help="write every run's figures here")
+    ap.add_argument("--trace", type=float, default=0.0, help="sample every replica's queue and KV cache this "
+                    "often (seconds) during each run: into --json, and the tail's balance into the run's line")
     a = ap.parse_args(argv)
     rates = [float(r) for r in a.rates.split(",")]
     wanted = a.strategies.split(",")
@@ -222,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                               *FLEET_ARGS, *a.fleet_args.split()], cwd=ROOT, stdout=fleet_log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     routers: Routers | None = None
-    results: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    results: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
     failed = False
     try:
         for p in ports:
@@ -236,38 +298,45 @@ def main(argv: list[str] | None = None) -> int:
             gw = [stack.child("extproc").proc.pid, stack.child("envoy").proc.pid]
             targets: list[tuple[str, str, str, dict[str, str], list[int]]] = []
             for name, model in envoy.items():
-                if name in wanted and a.client == "inference-perf":
-                    # Its shared_prefix data is sent as text completions, a route the gateway does not serve.
-                    print(f"{name}: not run: inference-perf's shared_prefix workload posts /v1/completions, "
-                          "which Modelyard answers 404", flush=True)
-                elif name in wanted:
+                if name in wanted:
                     targets.append((name, f"{stack.url}/v1/chat/completions", model,
                                     {"authorization": f"Bearer {KEY}"}, gw))
             for name, port in routers.ports.items():
                 if name in routers.procs:
                     targets.append((name, f"http://127.0.0.1:{port}/v1/chat/completions", "sim-llama", {},
                                     [routers.procs[name].pid]))
-            ip = None
-            if a.client == "inference-perf":
-                ipv = Path(a.inference_perf_venv)
-                ip = (ipv, fleet_inference_perf.tokenizer_dir(ipv, Path(tmp) / "tokenizer"), Path(tmp))
+            clients: list[tuple[str, tuple[Path, Path, Path] | None]] = []
+            if a.client in ("builtin", "both"):
+                clients.append(("builtin", None))
+            ipv = Path(a.inference_perf_venv)
+            if a.client == "inference-perf" or (a.client == "both" and (ipv / "bin" / "inference-perf").exists()):
+                clients.append(("inference-perf", (ipv, fleet_inference_perf.tokenizer_dir(ipv, Path(tmp) / "tok"),
+                                                   Path(tmp))))
+            elif a.client == "both":
+                print(f"inference-perf: not run: not installed ({ipv}: run make bench-routers)", flush=True)
             t0 = time.monotonic()
-            for rnd in range(a.rounds):
-                for rate in rates:
-                    for name, url, model, hdrs, pids in targets:
-                        s = _run(name, url, model, rate, a.duration, 1000 * rnd + int(rate * 10), endpoints, hdrs,
-                                 pids, ip)
-                        results.setdefault((name, rate), []).append(s)
-                        print(f"round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
-                              f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
-                              f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
-                              f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
-                              f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
-                              f"per replica {s['per_replica']}", flush=True)
-                        if s["errors"]:
-                            print(f"FAILED: {name} at {rate:g}/s: {s['errors']} errors: {s['first_errors']}",
-                                  flush=True)
-                            failed = True
+            for client, ip in clients:
+                for rnd in range(a.rounds):
+                    for rate in rates if ip is None else [float(r) for r in a.ip_rates.split(",")]:
+                        for name, url, model, hdrs, pids in targets:
+                            seed = (0 if a.same_seed else 1000 * rnd) + int(rate * 10)
+                            s = _run(name, url, model, rate, a.duration, seed, endpoints, hdrs, pids, ip, a.trace)
+                            results.setdefault((client, name, rate), []).append(s)
+                            if a.json:  # after every run: a long bench stopped half way keeps what it ran
+                                _write_json(a.json, results)
+                            print(f"{client} round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
+                                  f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
+                                  f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
+                                  f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
+                                  f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
+                                  f"per replica {s['per_replica']}  wall {s['wall_s']:.1f} s  "
+                                  f"fleet late {s['fleet_late_s']:.1f} s"
+                                  + (f"  idle-while-waiting {s['idle_while_waiting']:.0%} drain spread "
+                                     f"{s['drain_spread_s']:.1f} s" if a.trace else ""), flush=True)
+                            if s["errors"]:
+                                print(f"FAILED: {name} at {rate:g}/s: {s['errors']} errors: {s['first_errors']}",
+                                      flush=True)
+                                failed = True
             bench_s = time.monotonic() - t0
         fleet_cpu = _proc_cpu(fleet.pid) - fleet_cpu0
     finally:
@@ -275,14 +344,24 @@ def main(argv: list[str] | None = None) -> int:
             routers.close()
         fleet.terminate()
         fleet.wait(10)
-    rows = _report(results, rates, [t for t in [*envoy, *ROUTERS] if any(k[0] == t for k in results)])
+    rows: list[dict[str, Any]] = []
+    for client in dict.fromkeys(k[0] for k in results):
+        mine = {(k[1], k[2]): v for k, v in results.items() if k[0] == client}
+        print(f"\n== client: {client} (medians of {a.rounds} round(s))")
+        rows += _report(mine, list(dict.fromkeys(k[1] for k in mine)),
+                        [t for t in [*envoy, *ROUTERS] if any(k[0] == t for k in mine)],
+                        "" if client == "builtin" else "ip:")
     print(f"\nfleet process CPU: {fleet_cpu:.1f} s over {bench_s:.0f} s of runs ({fleet_cpu / bench_s:.0%} of one core)")
     rows.append({"bench": "replicas", "case": "fleet-sim", "metric": "cpu_share", "value": round(fleet_cpu / bench_s, 3),
                  "unit": "cores"})
     if a.json:
-        Path(a.json).write_text(json.dumps({f"{k[0]}@{k[1]:g}": v for k, v in results.items()}, indent=1))
+        _write_json(a.json, results)
     print("SUMMARY " + json.dumps(rows))
     return 1 if failed else 0
+
+
+def _write_json(path: str, results: dict[tuple[str, str, float], list[dict[str, Any]]]) -> None:
+    Path(path).write_text(json.dumps({f"{k[0]}:{k[1]}@{k[2]:g}": v for k, v in results.items()}, indent=1))
 
 
 def _proc_cpu(pid: int) -> float:
@@ -292,7 +371,7 @@ def _proc_cpu(pid: int) -> float:
 
 
 def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[float],
-            names: list[str]) -> list[dict[str, Any]]:
+            names: list[str], prefix: str = "") -> list[dict[str, Any]]:
     """The table (medians over rounds), the ratios the issue asks about, and the SUMMARY rows."""
     def med(name: str, rate: float, key: str) -> float:
         return statistics.median(r[key] for r in results[(name, rate)])
@@ -312,7 +391,7 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
             base_p99 = med("least_request", rate, "ttft_p99_ms") if ("least_request", rate) in results else None
             base_tps = med("round_robin", rate, "output_tok_s") if ("round_robin", rate) in results else None
             base_f99 = med("least_request", rate, "fleet_ttft_p99_ms") if ("least_request", rate) in results else None
-            case = f"{name}@{rate:g}"
+            case = f"{prefix}{name}@{rate:g}"
             rows += [
                 {"bench": "replicas", "case": case, "metric": "ttft_p50", "value": round(p50, 1), "unit": "ms"},
                 {"bench": "replicas", "case": case, "metric": "ttft_p99", "value": round(p99, 1), "unit": "ms",

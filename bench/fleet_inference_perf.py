@@ -1,10 +1,11 @@
 """Drive one bench_replicas run with `inference-perf` (the Gateway API Inference Extension's
 benchmark tool, PyPI; Python >= 3.12, so its own venv: --inference-perf-venv).
 
-Its `shared_prefix` data (groups of prompts on one system prompt, a group's prompts as the turns
-of one session with `enable_multi_turn_chat`), uneven question and answer lengths, Poisson
-arrivals. That data goes out as text completions (`/v1/completions`, even with `api.type: chat`),
-which Modelyard's gateway does not route: so this client drives the Rust routers only. It needs a
+Its `shared_prefix` data (8 groups of prompts on one system prompt each; with
+`enable_multi_turn_chat` every prompt is a session whose rounds resend its history, about 4 rounds
+each), uneven question and answer lengths, Poisson arrivals. That data goes out as text completions (`/v1/completions`, even with `api.type: chat`):
+through the gateway (the fleet's models list the `completion` task type, so the bytes pass through
+to the replica the picker or Envoy's balancer chose) and to the Rust routers alike. It needs a
 tokenizer to size prompts: Hugging Face is out of reach here, so a word-level one is built on the
 spot from the workload's words (`tokenizer_dir`, run by the venv's own Python).
 """
@@ -12,6 +13,9 @@ spot from the workload's words (`tokenizer_dir`, run by the venv's own Python).
 from __future__ import annotations
 
 import json
+import math
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -51,8 +55,12 @@ def run(venv: Path, tokenizer: Path, work: Path, base_url: str, model: str, api_
         "server": {"type": "vllm", "model_name": model, "base_url": base_url, "ignore_eos": True,
                    **({"api_key": api_key} if api_key else {})},
         "tokenizer": {"pretrained_model_name_or_path": str(tokenizer)},
+        # Each prompt is a session whose every round resends its history: with a fixed 32 sessions a
+        # 24/s run gave each 15 rounds, past any replica's KV cache (the fleet's 400, as vLLM's past
+        # max_model_len); prompts per group grow with the run instead, about 4 rounds a session.
         "data": {"type": "shared_prefix", "shared_prefix": {
-            "num_groups": 8, "num_prompts_per_group": 4, "system_prompt_len": 1600, "seed": seed,
+            "num_groups": 8, "num_prompts_per_group": max(4, math.ceil(rate * duration / 32)),
+            "system_prompt_len": 1600, "seed": seed,
             "question_len": {"min": 20, "max": 1500, "mean": 200, "std_dev": 300},
             "output_len": {"min": 16, "max": 256, "mean": 100, "std_dev": 70},
             "enable_multi_turn_chat": True}},
@@ -60,9 +68,16 @@ def run(venv: Path, tokenizer: Path, work: Path, base_url: str, model: str, api_
         "storage": {"local_storage": {"path": str(out)}},
     }
     (out / "config.yml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([str(venv / "bin" / "inference-perf"), "--config_file", str(out / "config.yml")],
-                          capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-                          timeout=max(600, 10 * duration))
+    # Its own process group: its load-generating worker processes go with it when a run is cut short.
+    with subprocess.Popen([str(venv / "bin" / "inference-perf"), "--config_file", str(out / "config.yml")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}) as popen:
+        try:
+            stdout, stderr = popen.communicate(timeout=max(600, 10 * duration))
+        except BaseException:
+            os.killpg(popen.pid, signal.SIGKILL)
+            raise
+    proc = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
     summary = out / "summary_lifecycle_metrics.json"
     if proc.returncode != 0 or not summary.exists():
         raise RuntimeError(f"inference-perf exited {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")

@@ -96,7 +96,12 @@ def pct(xs: list[float], p: float) -> float:
 class Workload:
     def __init__(self, spec: WorkloadSpec, seed: int) -> None:
         self.spec = spec
-        self.rng = random.Random(seed)
+        # One generator per decision: whether a call continues an idle conversation depends on timing
+        # (which answers are in), and with one shared stream every later length and answer size
+        # shifted with it; now the i-th call's sizes are the same for every strategy (same tokens).
+        self.rng = random.Random(seed)  # continue or start, and which conversation
+        self.len_rng = random.Random(seed + 7)
+        self.out_rng = random.Random(seed + 13)
         srng = random.Random(1234)  # the system prompts are the same text in every run
         self.systems = [f"System prompt {i}. " + text_of(srng, n) for i, n in enumerate(spec.system_tokens)]
         weights = [1 / (i + 1) ** spec.zipf_s for i in range(len(self.systems))]
@@ -108,16 +113,17 @@ class Workload:
         """The next call: its conversation (messages include the new user turn) and max_tokens."""
         s, rng = self.spec, self.rng
         idle = [c for c in self.convs if not c.busy]
-        if idle and rng.random() >= s.new_share:
+        if rng.random() >= s.new_share and idle:
             conv = rng.choice(idle)
         else:
             sysi = rng.choices(range(len(self.systems)), self.weights)[0]
             conv = Conversation(sysi, [{"role": "system", "content": self.systems[sysi]}])
             self.convs.append(conv)
-        n = min(s.user_max_tokens, max(8, int(rng.lognormvariate(math.log(s.user_median_tokens), s.user_sigma))))
-        conv.messages.append({"role": "user", "content": text_of(rng, n)})
+        n = min(s.user_max_tokens, max(8, int(self.len_rng.lognormvariate(math.log(s.user_median_tokens),
+                                                                           s.user_sigma))))
+        conv.messages.append({"role": "user", "content": text_of(self.len_rng, n)})
         conv.busy = True
-        return conv, rng.choice(s.output_tokens)
+        return conv, self.out_rng.choice(s.output_tokens)
 
     def answered(self, conv: Conversation, tokens: int) -> None:
         conv.busy = False

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # only the composition root loads tracing, and only when it i
     from extproc.telemetry.tracing import RequestTrace
 
 # The caller's protocol: its errors come back in this shape.
-ClientProtocol = Literal["openai", "anthropic", "gemini", "responses", "kserve", "kserve-grpc", "mcp"]
+ClientProtocol = Literal["openai", "anthropic", "gemini", "responses", "completions", "kserve", "kserve-grpc", "mcp"]
 # What `RequestContext.span` gives when tracing is off: one shared do-nothing context manager.
 _NO_SPAN: AbstractContextManager[Any] = nullcontext()
 

@@ -32,6 +32,7 @@ from extproc.context import ClientProtocol
 from extproc.flows import batches, console, feedback, keys_admin, local, mcp, tasks
 from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
+from extproc.flows.completions import CompletionsFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
 from extproc.flows.kserve_grpc import add_to_server as add_kserve_answers
@@ -231,6 +232,8 @@ def _chat(method: str, path: str) -> Route | None:
     client = detect_client_protocol(method, path)
     if client is None:
         return None
+    if client.protocol == "completions":  # /v1/completions (flows/completions.py); a translation hop cannot re-render it
+        return Route("completions", flow=CompletionsFlow, operation="text_completion")
     return Route(client.protocol, path_model=client.model, stream=client.stream, translatable=True, flow=ChatFlow)
 
 

@@ -95,6 +95,10 @@ class ReplicaMetrics(BaseModel):
     weights: ReplicaWeights = ReplicaWeights()
     # The queue length at which the queue term halves: 1 / (1 + queue / queue_scale).
     queue_scale: float = Field(8.0, gt=0)
+    # A replica this many calls behind the shortest fresh queue loses its prefix affinity for the call:
+    # a popular system prompt otherwise pins every conversation on it to one replica at saturation
+    # (bench/bench_replicas.py --trace). None: affinity always counts.
+    balance_gap: float | None = Field(None, gt=0)
     # Prefix affinity: the first `prefix_blocks` blocks of `block_chars` prompt characters, hashed.
     # Deep enough (32 KB) to tell a conversation's history from its system prompt: at saturation the
     # shallower 8 x 256 held every call on a system prompt to one replica (bench/bench_replicas.py).

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hmac
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -51,6 +53,7 @@ class AdapterDemo:
         self.require_key = require_key
         self.chunk_delay = chunk_delay
         self.requests = 0
+        self.paths: Counter[str] = Counter()  # calls per path (/stats): which API a gateway used upstream
         self.in_flight = 0  # reported as vllm:num_requests_running
         self.fake_waiting = 0.0  # vllm:num_requests_waiting, set by POST /fake-queue (a deep queue on demand)
         self.fake_kv = 0.0  # vllm:kv_cache_usage_perc
@@ -67,20 +70,30 @@ class AdapterDemo:
 
     async def handle(self, request: web.Request, path_model: str | None = None,
                      stream_hint: bool = False) -> web.StreamResponse:
+        return await self._counted(request, path_model, stream_hint, self.adapter)
+
+    async def _in_protocol(self, adapter: ModuleType, request: web.Request) -> web.StreamResponse:
+        """A call on one of `app(also=...)`'s paths, in that path's protocol."""
+        return await self._counted(request, None, False, adapter)
+
+    async def _counted(self, request: web.Request, path_model: str | None, stream_hint: bool,
+                       adapter: ModuleType) -> web.StreamResponse:
         self.in_flight += 1
         try:
-            return await self._handle(request, path_model, stream_hint)
+            return await self._handle(request, path_model, stream_hint, adapter)
         finally:
             self.in_flight -= 1
 
-    async def _handle(self, request: web.Request, path_model: str | None, stream_hint: bool) -> web.StreamResponse:
+    async def _handle(self, request: web.Request, path_model: str | None, stream_hint: bool,
+                      adapter: ModuleType) -> web.StreamResponse:
         self.requests += 1
+        self.paths[request.path] += 1
         if self.require_key is not None:
-            got = self.adapter.client_api_key(request.headers, request.query)
+            got = adapter.client_api_key(request.headers, request.query)
             if got is None or not hmac.compare_digest(got.encode(), self.require_key.encode()):
                 return self._error(401, "invalid upstream API key", "authentication_error")
         try:
-            req = self.adapter.parse_request(await request.read(), path_model=path_model, stream_hint=stream_hint)
+            req = adapter.parse_request(await request.read(), path_model=path_model, stream_hint=stream_hint)
         except ModelyardError as e:
             return self._error(e.status, e.message, e.type)
         text = last_user_text(req)
@@ -99,12 +112,12 @@ class AdapterDemo:
                           explicit_cache=self.explicit_cache)
         if not req.stream:
             # With the request: an answer that echoes its settings (Responses) echoes them, as upstream.
-            return web.Response(body=self.adapter.render_response(resp, model=req.model, request=req),
+            return web.Response(body=adapter.render_response(resp, model=req.model, request=req),
                                 content_type="application/json")
-        ctype = getattr(self.adapter, "STREAM_CONTENT_TYPE", "text/event-stream")  # Bedrock's is binary
+        ctype = getattr(adapter, "STREAM_CONTENT_TYPE", "text/event-stream")  # Bedrock's is binary
         out = web.StreamResponse(headers={"content-type": ctype, "cache-control": "no-cache"})
         await out.prepare(request)
-        encoder = self.adapter.StreamEncoder(model=req.model, request=req)
+        encoder = adapter.StreamEncoder(model=req.model, request=req)
         events = demo_stream_events(resp)
         for ev in events[: len(events) // 2] if fault == CUT else events:
             data = encoder.encode([ev])
@@ -146,7 +159,8 @@ class AdapterDemo:
                             content_type="application/json")
 
     def app(self, path: str, path_info: PathInfo | None = None, *,
-            embeddings_path: str | None = None) -> web.Application:
+            embeddings_path: str | None = None, also: Mapping[str, ModuleType] | None = None) -> web.Application:
+        """`path` in the server's protocol; `also`: more paths, each in another adapter's protocol."""
         self.embeds = embeddings_path is not None
 
         async def route(request: web.Request) -> web.StreamResponse:
@@ -162,7 +176,7 @@ class AdapterDemo:
             return web.json_response({"status": "ok", "name": self.prefix.strip("[]")})
 
         async def stats(_: web.Request) -> web.Response:
-            return web.json_response({"requests": self.requests})
+            return web.json_response({"requests": self.requests, "paths": dict(self.paths)})
 
         async def metrics(_: web.Request) -> web.Response:
             """The load a vLLM server reports, under vLLM's names (the replica picker reads them)."""
@@ -190,6 +204,8 @@ class AdapterDemo:
         app.router.add_post(path, route)
         if embeddings_path is not None and embeddings_path != path:
             app.router.add_post(embeddings_path, route)
+        for other, adapter in (also or {}).items():
+            app.router.add_post(other, functools.partial(self._in_protocol, adapter))
         app.router.add_get("/health", health)
         app.router.add_get("/stats", stats)
         app.router.add_get("/metrics", metrics)

@@ -2,16 +2,17 @@
 
     python -m devstack.demo.openai_server --port 8101 [--name demo-openai] [--require-key-env VAR]
 
-Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]"; also POST /v1/embeddings,
-OpenAI's images and audio endpoints (`devstack.demo.media`), its Files + Batches
-(`devstack.demo.batch_api`) and /v1/moderations (`devstack.demo.moderation`).
+Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]"; also POST /v1/completions
+(OpenAI's legacy Completions, as vLLM serves it), POST /v1/embeddings, OpenAI's images and audio
+endpoints (`devstack.demo.media`), its Files + Batches (`devstack.demo.batch_api`) and /v1/moderations
+(`devstack.demo.moderation`).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from adapters import embeddings, openai
+from adapters import completions, embeddings, openai
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
 from devstack.demo.batch_api import add_openai_batch_routes
 from devstack.demo.media import add_media_routes
@@ -20,7 +21,8 @@ from devstack.demo.moderation import add_moderation_routes
 
 def make_app(name: str = "demo-openai", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:
     demo = AdapterDemo(openai, f"[{name}]", require_key=require_key, chunk_delay=chunk_delay)
-    app = demo.app(openai.PATH, embeddings_path=embeddings.OPENAI_PATH)
+    # /v1/completions too, as the OpenAI-compatible servers (vLLM) it stands in for answer it.
+    app = demo.app(openai.PATH, embeddings_path=embeddings.OPENAI_PATH, also={completions.PATH: completions})
     add_media_routes(app, f"[{name}]")  # images and audio (demo-image, demo-whisper, demo-tts)
     add_openai_batch_routes(app, openai, f"[{name}]", require_key)  # Files + Batches (native batches)
     add_moderation_routes(app)  # /v1/moderations (demo-moderation)

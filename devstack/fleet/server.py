@@ -13,7 +13,8 @@ A prompt's tokens are its characters / `chars_per_token`; its prefix-cache block
 the text (system and turns in order), so prompts sharing a start share cached blocks. The output
 is `max_tokens` tokens (as with vLLM's `ignore_eos`). Every answer says who gave it
 (`x-fleet-replica: host:port`). POST /reset empties the cache and zeroes the counters (idle only);
-GET /stats gives the counters as JSON. Also /health, /v1/models and SGLang's /get_model_info,
+GET /stats gives the counters as JSON, GET /state a cheap sample of the queue and KV cache. Also
+/health, /v1/models and SGLang's /get_model_info,
 /get_server_info, /get_load, /flush_cache, which the Rust routers probe.
 """
 
@@ -59,6 +60,9 @@ class Replica:
         self.steps = 0
         self.busy_s = 0.0  # simulated time spent in steps
         self.cpu_s = 0.0  # process CPU spent stepping and waking callers (the sim's own cost)
+        # Simulated time lost to a late event loop (woken past the catch-up window): a busy box's
+        # noise in the fleet's own clock, which no router causes.
+        self.late_s = 0.0
         self.ttfts: list[float] = []  # seconds from arrival to the first token, at the server (no network)
 
     # -- the batching loop ---------------------------------------------------------------------
@@ -73,11 +77,17 @@ class Replica:
             c0 = time.process_time()
             out = self.engine.step()
             self.cpu_s += time.process_time() - c0
-            if out.duration_ms <= 0:
+            if out.duration_ms <= 0:  # nothing could run (the queue's head waits for room): wait for a change
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = loop.time()
                 continue
             self.steps += 1
             self.busy_s += out.duration_ms / 1000.0
-            deadline = max(deadline + out.duration_ms / 1000.0, loop.time() - 0.05)
+            target, floor = deadline + out.duration_ms / 1000.0, loop.time() - 0.05
+            if floor > target:
+                self.late_s += floor - target
+            deadline = max(target, floor)
             await asyncio.sleep(max(0.0, deadline - loop.time()))
             c0 = time.process_time()
             now = loop.time()
@@ -106,6 +116,7 @@ class Replica:
     def cancel(self, call: Call) -> None:
         self._calls.pop(call.req, None)
         self.engine.cancel(call.req)
+        self._wake.set()
 
     # -- what it reports -----------------------------------------------------------------------
     def metrics(self) -> str:
@@ -155,14 +166,14 @@ class Replica:
                 "kv_usage": e.kv_usage, "preemptions": e.preemptions, "prefix_queries": e.prefix_queries,
                 "prefix_hits": e.prefix_hits, "prompt_tokens": e.prompt_tokens,
                 "generation_tokens": e.generation_tokens, "finished": e.finished, "steps": self.steps,
-                "busy_s": round(self.busy_s, 3), "cpu_s": round(self.cpu_s, 4),
+                "busy_s": round(self.busy_s, 3), "cpu_s": round(self.cpu_s, 4), "late_s": round(self.late_s, 3),
                 "ttft_ms": [round(t * 1000, 1) for t in self.ttfts]}
 
     def reset(self) -> bool:
         if not self.engine.idle:
             return False
         self.engine.reset()
-        self.steps, self.busy_s, self.cpu_s = 0, 0.0, 0.0
+        self.steps, self.busy_s, self.cpu_s, self.late_s = 0, 0.0, 0.0, 0.0
         self.ttfts = []
         return True
 
@@ -200,6 +211,11 @@ def make_app(replica: Replica) -> web.Application:
         if not isinstance(max_tokens, int) or max_tokens < 1:
             return _error(400, "max_tokens must be a positive integer")
         chat = "messages" in body
+        # As vLLM refuses a call past max_model_len: here the KV cache, which could never admit it.
+        limit, asked = replica.engine.spec.kv_tokens - 1, len(text) // replica.chars_per_token + max_tokens
+        if asked > limit:
+            return _error(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+                               f"{asked} tokens. Please reduce the length of the messages or completion.")
         call = replica.submit(text, max_tokens)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{call.req.rid}"
         created = int(time.time())
@@ -261,6 +277,12 @@ def make_app(replica: Replica) -> web.Application:
     async def stats(_: web.Request) -> web.Response:
         return web.json_response(replica.stats())
 
+    async def state(_: web.Request) -> web.Response:
+        e = replica.engine  # a cheap sample for traces (bench_replicas.py --trace): no TTFT list
+        return web.json_response({"running": len(e.running), "waiting": len(e.waiting), "kv_usage": e.kv_usage,
+                                  "busy_s": round(replica.busy_s, 3), "finished": e.finished,
+                                  "preemptions": e.preemptions})
+
     async def reset(_: web.Request) -> web.Response:
         if not replica.reset():
             return _error(409, "calls in flight")
@@ -296,6 +318,7 @@ def make_app(replica: Replica) -> web.Application:
     app.router.add_post("/generate", completions)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/state", state)
     app.router.add_post("/reset", reset)
     app.router.add_post("/flush_cache", reset)
     app.router.add_get("/health", health)

@@ -147,7 +147,7 @@ class Dispatcher:
             est_prompt_tokens=prompt_tokens, est_output_tokens=req.max_tokens,
             needs_tools=bool(req.tools),
             needs_vision=any(type(p) is ImagePart for m in req.messages for p in m.content),
-            stream=req.stream, task_type="chat", task_id=ctx.task_id))
+            stream=req.stream, task_type=req.task, task_id=ctx.task_id))  # "completion": /v1/completions
         choice.est_prompt_tokens = prompt_tokens
         return choice
 

@@ -220,8 +220,8 @@ class ChatFlow:
         ctx, choice = self.ctx, self.call.choice
         assert choice is not None
         dep = choice.deployment
-        self.wire = dep.protocol
-        self.upstream = PROTOCOLS[dep.protocol]
+        self.wire = self._wire(choice)
+        self.upstream = PROTOCOLS[self.wire]
         upstream_model = dep.upstream_model or choice.model.name
         if self.translating and req.native_only:
             raise ClientError(f"{req.native_only}: only a deployment speaking this API can take them, and "
@@ -246,6 +246,10 @@ class ChatFlow:
         prompt = functools.partial(prompt_text, req) if dep.replica_metrics is not None else None
         return self.call.request(path, out, up_headers, replace_body=out is not body, prompt=prompt,
                                  adapter=upstream_model)
+
+    def _wire(self, choice: Choice) -> str:
+        """The protocol the upstream is spoken in: the deployment's (flows/completions.py may keep the caller's)."""
+        return choice.deployment.protocol
 
     def _drop_params(self, req: ChatRequest, options: RenderOptions) -> ChatRequest:
         """`req` less the controls the deployment's protocol cannot express, where its drop_params
@@ -295,7 +299,8 @@ class ChatFlow:
                     self.stream_guard = StreamGuard(self.guard)
                 self.translator = (translate_stream(self.wire, self.ctx.protocol, self.request, keep_reasoning=keep,
                                                     stage=self._guard_stage if guarded else None)
-                                   if self.translating or guarded else InjectedUsageFilter())
+                                   if self.translating or guarded
+                                   else InjectedUsageFilter(PROTOCOLS[self.wire].StreamDecoder()))
                 if self.assembly is not None:  # the translator's events are its own: read the upstream's beside it
                     self.recorder = PROTOCOLS[self.wire].StreamDecoder()
                 remove.append("content-length")

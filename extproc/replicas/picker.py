@@ -2,11 +2,15 @@
 
 score = (wq * queue + wkv * kv_headroom + wl * lora + wp * prefix) / (wq + wkv + wl + wp), with
   queue       1 / (1 + (waiting + running + in_flight) / queue_scale), in-flight being the
-              gateway's own calls to it now, which move between scrapes;
+              gateway's own calls to it now, which move between scrapes (at saturation the term
+              goes flat and prefix affinity decides: that keeps a system prompt's KV blocks shared
+              on few replicas, which bench_replicas showed is the throughput there; counting queues
+              from the shortest one instead spread them and lost: docs/routing.md);
   kv_headroom 1 - kv_usage (1 where the server does not report it);
   lora        1 adapter loaded, 0.5 a free adapter slot, 0 none (the term is left out where the
               request names no adapter the fleet reports);
-  prefix      the share of the prompt's leading blocks last sent to this replica.
+  prefix      the share of the prompt's leading blocks last sent to this replica; 0 on a replica
+              more than `balance_gap` calls behind the shortest fresh queue (a hot prefix's guard).
 No fresh reading anywhere: no pick, and Envoy's own balancer chooses (fail open). A replica whose
 last call failed is left out for `failure_hold_s` unless no other one is fresh.
 
@@ -85,13 +89,15 @@ def pick_replica(settings: ReplicaMetrics, endpoints: list[str], readings: Mappi
                "lora": w.lora if use_lora else 0.0}
     total = sum(weights.values()) or 1.0
     depth = prefix_depth or {}
+    queues = {ep: readings[ep].waiting + readings[ep].running + in_flight.get(ep, 0) for ep in fresh}
+    hot = min(queues.values()) + settings.balance_gap if settings.balance_gap is not None else float("inf")
     scored = []
     for ep in fresh:
         r = readings[ep]
-        queue = r.waiting + r.running + in_flight.get(ep, 0)
+        queue = queues[ep]
         terms = {"queue": 1.0 / (1.0 + queue / settings.queue_scale),
                  "kv_cache": 1.0 - r.kv_usage if r.kv_usage is not None else 1.0,
-                 "prefix": depth.get(ep, 0) / prefix_blocks if prefix_blocks else 0.0,
+                 "prefix": depth.get(ep, 0) / prefix_blocks if prefix_blocks and queue <= hot else 0.0,
                  "lora": _lora_term(r, adapter) if use_lora else 0.0}
         score = sum(weights[k] * v for k, v in terms.items()) / total
         scored.append(ReplicaScore(ep, score, queue, terms))

@@ -49,7 +49,8 @@ def allowed_members(
 
 
 def task_type(e: Entry, req: RouteRequest) -> Rejection | None:
-    if req.task_type in e.task_types:
+    # A text completion goes to a model that serves them, or to a chat model as one user turn.
+    if req.task_type in e.task_types or (req.task_type == "completion" and "chat" in e.task_types):
         return None
     return Rejection(e.name, e.cluster, f"task type {req.task_type!r} not supported", "task_type")
 

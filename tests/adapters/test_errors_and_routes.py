@@ -77,7 +77,7 @@ def test_client_api_keys() -> None:
      ClientRoute("gemini", "gemini-2.0-flash", True)),
     ("POST", "/v1beta/models/a%2Fb:generateContent", ClientRoute("gemini", "a/b", False)),
     ("GET", "/v1/chat/completions", None),
-    ("POST", "/v1/completions", None),
+    ("POST", "/v1/completions", ClientRoute("completions")),
     ("POST", "/v1beta/models/x:countTokens", None),
     ("POST", "/v1beta/models/:generateContent", None),
     ("POST", "/", None),

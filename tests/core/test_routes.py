@@ -9,6 +9,7 @@ import pytest
 from adapters.embeddings import EmbeddingRoute
 from extproc.flows import batches, local
 from extproc.flows.chat import ChatFlow
+from extproc.flows.completions import CompletionsFlow
 from extproc.flows.embeddings import EmbeddingFlow
 from extproc.flows.kserve_grpc import GrpcInferFlow, answer_on_extproc
 from extproc.flows.media import MediaFlow
@@ -50,6 +51,8 @@ CASES = [
     ("POST", "/v2/models/colors/versions/3/infer", "kserve", KServeInferFlow, "colors", "3", False, False),
     ("POST", "/v1/images/classify", "openai", ClassifyFlow, None, None, False, False),
     ("POST", "/v1/responses", "responses", ChatFlow, None, None, False, False),
+    ("POST", "/v1/completions", "completions", CompletionsFlow, None, None, False, False),
+    ("POST", "/completions", "completions", CompletionsFlow, None, None, False, False),
     ("GET", "/v1/responses/resp_1", "responses", local.stored_response, None, None, False, False),
     ("DELETE", "/v1/responses/resp_1", "responses", local.stored_response, None, None, False, False),
     ("GET", "/v1/responses/resp_1/input_items", "responses", local.stored_response, None, None, False, False),
@@ -63,6 +66,7 @@ CASES = [
     ("POST", "/inference.GRPCInferenceService/RepositoryIndex", "openai", local.not_found, None, None, False, True),
     # Everything else: the public 404 in OpenAI's shape.
     ("GET", "/v1/chat/completions", "openai", local.not_found, None, None, False, True),
+    ("GET", "/v1/completions", "openai", local.not_found, None, None, False, True),
     ("POST", "/v1/models", "openai", local.not_found, None, None, False, True),
     ("GET", "/v2/models/colors/infer", "openai", local.not_found, None, None, False, True),
     ("POST", "/v1beta/models/gemini-x:countTokens", "openai", local.not_found, None, None, False, True),

@@ -81,3 +81,8 @@ def test_bad_input_is_a_400_in_openais_shape(fleet: list[str]) -> None:
     assert r.status_code == 400 and "error" in r.json()
     r = httpx.post(f"http://{ep}/v1/chat/completions", json={"messages": [], "max_tokens": -1})
     assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+    # A prompt no KV cache could hold: refused as vLLM refuses one past max_model_len (it once spun the loop).
+    r = httpx.post(f"http://{ep}/v1/completions", json={"prompt": "x" * 4 * 20_000, "max_tokens": 8})
+    assert r.status_code == 400 and "maximum context length is 16383 tokens" in r.json()["error"]["message"]
+    r = httpx.post(f"http://{ep}/v1/completions", json={"prompt": "still answering", "max_tokens": 2}, timeout=10)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == " t t"
