@@ -194,7 +194,9 @@ def _mcp(method: str, path: str) -> Route | None:
         return None
     if method == "POST":
         return Route("mcp", flow=mcp.McpFlow, operation="mcp")
-    return Route("mcp", answer=mcp.end_session if method == "DELETE" else mcp.no_stream, operation="mcp")
+    if method == "GET":
+        return Route("mcp", answer=mcp.listen, operation="mcp")
+    return Route("mcp", answer=mcp.end_session if method == "DELETE" else mcp.not_allowed, operation="mcp")
 
 
 def _batches(method: str, path: str) -> Route | None:

@@ -68,6 +68,8 @@ class Session:
                       ) -> msg.ProcessingResponse | Interim:
         try:
             resp = await then()
+            if isinstance(resp, msg.ProcessingResponse) and resp.WhichOneof("response") == "request_body":
+                self.dispatched = True  # answered later, but sent upstream (an MCP stream): the response is the flow's
         except ModelyardError as e:
             resp = self._error(e)
         except Exception:  # as in _handle: our bug, answered 502 with the traceback in our log

@@ -88,6 +88,12 @@ class McpSettings(_Model):
     sessions: Literal["memory", "sqlite", "redis"] = "sqlite"
     sqlite_path: str = "run/mcp-sessions.sqlite"
     session_ttl_s: float = Field(3600.0, gt=0)
+    # SSE streams (docs/mcp.md "Streams and resumption"): their events are kept this long, in the
+    # sessions' store, for a client that resumes with Last-Event-ID (on any replica).
+    event_ttl_s: float = Field(600.0, gt=0)
+    # The host Envoy dials for this extproc's stream relay (an ephemeral port on it); default: the
+    # extproc's own address host, 127.0.0.1 when that is a wildcard.
+    relay_host: str | None = None
     access: list[McpAccess] = Field(default_factory=list)  # no entry for a tenant: every exposed tool
     limits: list[McpLimit] = Field(default_factory=list)
 

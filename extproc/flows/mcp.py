@@ -1,7 +1,10 @@
-"""`/mcp` (MCP streamable HTTP): POST answered by the Gateway's MCP part, DELETE ends a session,
-GET is 405 (no server-initiated stream: the spec's answer for a server that offers none)."""
+"""`/mcp` (MCP streamable HTTP): POST answered by the Gateway's MCP part, or (a tools/call taken as
+SSE) carried on by Envoy to the extproc's stream relay; GET streams through the relay (the session's
+server-initiated messages, or a stream resumed with Last-Event-ID); DELETE ends a session."""
 
 from __future__ import annotations
+
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 
 from contracts.envoy_names import WAIT_MARGIN_S
 from contracts.errors import NotFound
@@ -9,7 +12,7 @@ from extproc import messages as msg
 from extproc.context import Interim, RequestContext
 from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
-from extproc.mcp.part import McpHub, Reply
+from extproc.mcp.part import McpHub, Relayed, Reply
 
 PATHS = ("/mcp", "/mcp/")
 
@@ -28,9 +31,20 @@ async def end_session(gw: Gateway, ctx: RequestContext) -> msg.ProcessingRespons
     return _reply(await _hub(gw, ctx).end_session(ctx), ctx)
 
 
-def no_stream(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+def not_allowed(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     _hub(gw, ctx)
-    return msg.immediate(405, b"", [("allow", "POST, DELETE"), *ctx.task_headers()])
+    return msg.immediate(405, b"", [("allow", "GET, POST, DELETE"), *ctx.task_headers()])
+
+
+async def listen(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    out = await _hub(gw, ctx).listen(ctx)
+    if isinstance(out, Reply):
+        return _reply(out, ctx)
+    r = msg.request_headers(set_headers=out.headers, clear_route_cache=True)
+    # The relay's stream goes to the client as it is written: no response step comes to us.
+    r.mode_override.response_header_mode = processing_mode_pb2.ProcessingMode.SKIP
+    r.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.NONE
+    return r
 
 
 class McpFlow(SelfAnswered):
@@ -38,7 +52,14 @@ class McpFlow(SelfAnswered):
         hub = _hub(self.gw, self.ctx)
 
         async def answer() -> msg.ProcessingResponse:
-            return _reply(await hub.handle(self.ctx, body, self.gw.dispatcher.limiter, self.gw.audit), self.ctx)
+            out = await hub.handle(self.ctx, body, self.gw.dispatcher.limiter, self.gw.audit)
+            if isinstance(out, Relayed):
+                return msg.request_body(set_headers=out.headers, clear_route_cache=True)
+            return _reply(out, self.ctx)
 
         # A tool may run past Envoy's message timeout: ask for the longest server timeout first.
         return Interim(msg.extend_timeout(hub.longest_call_s + WAIT_MARGIN_S), answer)
+
+    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
+        # The relay's SSE: each event to the client as it is written, never buffered for us.
+        return msg.response_headers(skip_body=True)
