@@ -353,6 +353,15 @@ class McpHub:
 
         async def pump(emit: Emit) -> None:
             status, outcome, result_bytes, result_json = 200, "ok", 0, b""
+            recorded = False
+
+            def record() -> None:  # before the answer goes out: a client's next call sees this one's row
+                nonlocal recorded
+                if not recorded:
+                    recorded = True
+                    _record_call(ctx, who, session, server, name, started, status, outcome, arg_json, result_bytes,
+                                 result_json, audit)
+
             try:
                 for attempt in (0, 1):
                     if server.name not in session.upstream:
@@ -371,6 +380,7 @@ class McpHub:
                                         else "rpc_error" if "error" in doc else "ok"
                                     if audit is not None and audit.capture_limit(ctx.tenant_name):
                                         result_json = orjson.dumps(result if result is not None else doc.get("error"))
+                                    record()
                                 await emit(doc)
                         metrics.UPSTREAM.labels(server.name, "tools/call", "200").inc()
                         return
@@ -389,10 +399,10 @@ class McpHub:
                 status, outcome = e.status, "error"
                 if e.id is None:
                     e.id = msg.id
+                record()
                 await emit(orjson.loads(error_body(e)))
             finally:
-                _record_call(ctx, who, session, server, name, started, status, outcome, arg_json, result_bytes,
-                             result_json, audit)
+                record()
 
         job = Job("call", session.id, rid=msg.id, pump=pump, deadline=time.time() + server.timeout_s + 30,
                   prime=session.protocol_version >= "2025-11-25")
@@ -416,7 +426,8 @@ class McpHub:
         stream, merged), or with `Last-Event-ID` the resumption of a stream this session lost."""
         who = ToolCaller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
         try:
-            if "text/event-stream" not in ctx.headers.get("accept", "text/event-stream"):
+            accept = ctx.headers.get("accept", "*/*")
+            if "text/event-stream" not in accept and "*/*" not in accept:
                 raise RpcError(INVALID_REQUEST, "Not Acceptable: GET /mcp answers text/event-stream", status=406)
             session = await self._session(who, ctx.headers.get("mcp-session-id"), None)
             last = ctx.headers.get("last-event-id")

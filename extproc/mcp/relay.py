@@ -28,6 +28,7 @@ from aiohttp import web
 
 from adapters.mcp.jsonrpc import GATEWAY_ERROR, SESSION_ERROR, RpcError, error_body, sse_event
 from contracts.envoy_names import MCP_TICKET_HEADER
+from extproc.mcp import metrics
 from extproc.mcp.events import EventStore, StreamInfo, event_id
 from extproc.mcp.sessions import SessionStoreDown
 
@@ -105,6 +106,7 @@ class McpRelay:
             return web.Response(status=409, content_type="application/json",
                                 body=error_body(RpcError(GATEWAY_ERROR, "this stream was already answered")))
         job = found[1]
+        metrics.STREAMS.labels(job.kind).inc()
         try:
             if job.kind == "call":
                 return await self._call(request, job)
@@ -151,6 +153,7 @@ class McpRelay:
                 await resp.write(b"id: " + event_id(stream, 0).encode() + b"\ndata: \n\n")
             while (item := await queue.get()) is not None:
                 await resp.write(sse_event(item[1], event_id(stream, item[0])))
+                metrics.EVENTS.labels("live").inc()
         except (ConnectionError, asyncio.CancelledError):
             pass  # the client left: the call goes on to its end, into the store, for a resume
         return resp
@@ -177,6 +180,7 @@ class McpRelay:
             rows, done = await self.events.after(stream, seq)
             for s, data in rows:
                 await resp.write(sse_event(data, event_id(stream, s)))
+                metrics.EVENTS.labels("replayed").inc()
                 seq = s
             if done:
                 return
@@ -212,6 +216,7 @@ class McpRelay:
             rows, _ = await self.events.after(stream, seq)
             for s, data in rows:  # a resume: what was stored after the client's last event
                 await resp.write(sse_event(data, event_id(stream, s)))
+                metrics.EVENTS.labels("replayed").inc()
                 seq = s
             while True:
                 try:
@@ -221,6 +226,7 @@ class McpRelay:
                     continue
                 if s > seq:  # replayed above already when it was stored before the replay read
                     await resp.write(sse_event(data, event_id(stream, s)))
+                    metrics.EVENTS.labels("live").inc()
                     seq = s
         except (ConnectionError, asyncio.CancelledError):
             pass

@@ -119,17 +119,24 @@ def test_merged_lists_and_routed_calls(stack: Any) -> None:
 
 def test_progress_reaches_the_client(stack: Any) -> None:
     for server in ("demo-http", "demo-stdio"):
-        seen: list[tuple[float, float | None, str | None]] = []
+        seen: list[tuple[float, float | None, str | None, float]] = []
 
         async def work(s: ClientSession, server: str = server, seen: list[Any] = seen) -> Any:
             async def progress(done: float, total: float | None, message: str | None) -> None:
-                seen.append((done, total, message))
-            # 3 x 1.2 s: longer than the stack's 2 s ext_proc message timeout, which the call extends
-            return await s.call_tool(f"{server}__count_slowly", {"n": 3, "step_ms": 1200}, progress_callback=progress)
+                seen.append((done, total, message, time.monotonic()))
+            # 3 x 1.2 s: longer than the stack's 2 s ext_proc message timeout; the relay carries it
+            result = await s.call_tool(f"{server}__count_slowly", {"n": 3, "step_ms": 1200},
+                                       progress_callback=progress)
+            return result, time.monotonic()
 
-        result = _run(_with_client(stack.url, DEMO_KEY, work))
+        result, answered = _run(_with_client(stack.url, DEMO_KEY, work))
         assert result.content[0].text == f"[{server}] counted to 3"
         assert [p[0] for p in seen] == [1, 2, 3] and seen[-1][2] == "counted 3 of 3", (server, seen)
+        # As it happens: the server reports before each 1.2 s step, so each report reaches the client
+        # a step apart and the last one a step before the result (buffered, all would come with it).
+        at = [p[3] for p in seen] + [answered]
+        gaps = [round(b - a, 2) for a, b in zip(at, at[1:], strict=False)]
+        assert all(g > 0.8 for g in gaps), (server, gaps)
 
 
 def test_a_tool_refused_for_one_key_is_allowed_for_another(stack: Any) -> None:
@@ -159,8 +166,9 @@ def _initialize(url: str, key: str = DEMO_KEY) -> str:
     return r.headers["mcp-session-id"]
 
 
-def _post(url: str, body: Any, sid: str | None = None, key: str | None = DEMO_KEY) -> httpx.Response:
-    headers = dict(JSON_SSE)
+def _post(url: str, body: Any, sid: str | None = None, key: str | None = DEMO_KEY,
+          accept: str | None = None) -> httpx.Response:
+    headers = dict(JSON_SSE) if accept is None else {**JSON_SSE, "accept": accept}
     if key:
         headers["authorization"] = f"Bearer {key}"
     if sid:
@@ -240,8 +248,14 @@ def test_bad_json_rpc_gets_clear_errors(stack: Any) -> None:
     method = _post(url, {"jsonrpc": "2.0", "id": 5, "method": "sampling/nothing"}, sid=sid)
     assert method.status_code == 200 and method.json()["error"]["code"] == -32601
     assert _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid=sid).status_code == 202
-    get = httpx.get(f"{url}/mcp", headers={"authorization": f"Bearer {DEMO_KEY}", "accept": "text/event-stream"})
-    assert get.status_code == 405
+    auth = {"authorization": f"Bearer {DEMO_KEY}"}
+    get = httpx.get(f"{url}/mcp", headers={**auth, "accept": "text/event-stream"})
+    assert get.status_code == 400 and "Mcp-Session-Id" in get.json()["error"]["message"]  # a GET stream is a session's
+    bad_id = httpx.get(f"{url}/mcp", headers={**auth, "mcp-session-id": sid, "last-event-id": "nope"})
+    assert bad_id.status_code == 400 and "Last-Event-ID" in bad_id.json()["error"]["message"]
+    lost = httpx.get(f"{url}/mcp", headers={**auth, "mcp-session-id": sid, "last-event-id": f"{'0' * 32}-1"})
+    assert lost.status_code == 404 and lost.json()["error"]["message"] == "Stream not found"
+    assert httpx.put(f"{url}/mcp", headers=auth).status_code == 405
     gone = httpx.delete(f"{url}/mcp", headers={"authorization": f"Bearer {DEMO_KEY}", "mcp-session-id": sid})
     assert gone.status_code == 200
     assert _post(url, {"jsonrpc": "2.0", "id": 6, "method": "ping"}, sid=sid).status_code == 404
@@ -321,15 +335,36 @@ def test_a_lost_upstream_session_is_opened_again(stack: Any) -> None:
 def test_a_server_that_dies_mid_call_gives_a_json_rpc_error(stack: Any) -> None:
     sid = _initialize(stack.url)
     for server in ("demo-stdio", "demo-http"):  # the stdio process, then the HTTP server itself
-        r = _post(stack.url, {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                              "params": {"name": f"{server}__crash", "arguments": {}}}, sid)
-        assert r.status_code == 502, r.text  # not 504: the failure, not the servers' 10 s timeout, answered
-        err = r.json()
-        assert err["id"] == 9 and err["error"]["code"] == -32000 and server in err["error"]["message"]
+        # Taken as SSE (the relay): headers went out with 200, the failure is the id's JSON-RPC error event.
+        r = _post(stack.url, {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+            "name": f"{server}__crash", "arguments": {}, "_meta": {"progressToken": "p9"}}}, sid)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+        events = _sse(r.text)
+        assert events[0][1]["method"] == "notifications/progress"  # sent before it died, with an event id
+        err = events[-1][1]
+        assert err["id"] == 9 and err["error"]["code"] == -32000 and server in err["error"]["message"], r.text
+        assert err["error"]["data"] == {"server": server} and all(e[0] for e in events)
+        # Taken as JSON only (the gateway answers itself): 502, not 504 (the servers' 10 s timeout).
+        r = _post(stack.url, {"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+                              "params": {"name": f"{server}__crash", "arguments": {}}}, sid, accept="application/json")
+        assert r.status_code == 502, r.text
+        assert r.json()["id"] == 10 and server in r.json()["error"]["message"]
 
-    async def work(s: ClientSession) -> Any:  # the SDK client: a failed call ends its transport, never hangs
-        return await s.call_tool("demo-stdio__crash", {})
+    async def work(s: ClientSession) -> Any:  # the SDK client: the call fails with the error, never hangs
+        with pytest.raises(McpError) as failed:
+            await s.call_tool("demo-stdio__crash", {})
+        return failed.value.error, await s.call_tool("demo-stdio__echo", {"text": "after"})
 
-    with pytest.raises(BaseException) as failed:
-        _run(_with_client(stack.url, DEMO_KEY, work))
-    assert "502" in repr(failed.value.exceptions if hasattr(failed.value, "exceptions") else failed.value)
+    error, after = _run(_with_client(stack.url, DEMO_KEY, work))
+    assert error.code == -32000 and "demo-stdio" in error.message
+    assert after.content[0].text == "[demo-stdio] after"  # the session and the restarted server carry on
+
+
+def _sse(text: str) -> list[tuple[str | None, Any]]:
+    """(id, message) of each SSE event that carries data."""
+    out = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line and not line.startswith(":"))
+        if fields.get("data"):
+            out.append((fields.get("id"), orjson.loads(fields["data"])))
+    return out
