@@ -44,6 +44,7 @@ async def listen(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     # The relay's stream goes to the client as it is written: no response step comes to us.
     r.mode_override.response_header_mode = processing_mode_pb2.ProcessingMode.SKIP
     r.mode_override.response_body_mode = processing_mode_pb2.ProcessingMode.NONE
+    r.mode_override.response_trailer_mode = processing_mode_pb2.ProcessingMode.SKIP
     return r
 
 
@@ -62,4 +63,6 @@ class McpFlow(SelfAnswered):
 
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
         # The relay's SSE: each event to the client as it is written, never buffered for us.
-        return msg.response_headers(skip_body=True)
+        r = msg.response_headers(skip_body=True)
+        r.mode_override.response_trailer_mode = processing_mode_pb2.ProcessingMode.SKIP
+        return r

@@ -332,7 +332,97 @@ def test_a_lost_upstream_session_is_opened_again(stack: Any) -> None:
     assert _run(client()) == ("[demo-stdio] one", "[demo-stdio] two")
 
 
-def test_a_server_that_dies_mid_call_gives_a_json_rpc_error(stack: Any) -> None:
+def _streams(metrics: str, kind: str) -> float:
+    r = httpx.get(f"http://{metrics}/metrics", timeout=5)
+    want = f'modelyard_mcp_streams_total{{kind="{kind}"}} '
+    return sum(float(line.split()[-1]) for line in r.text.splitlines() if line.startswith(want))
+
+
+def _served_by(stack: Any, kind: str, before: list[float]) -> int:
+    """The replica whose relay counted one more `kind` stream than `before`."""
+    now = [_streams(m, kind) for m in stack.replica_metrics]
+    moved = [i for i, (a, b) in enumerate(zip(before, now, strict=True)) if b > a]
+    assert len(moved) == 1, (kind, before, now)
+    return moved[0]
+
+
+def _read_events(r: httpx.Response, want: int) -> list[tuple[str, Any]]:
+    """Up to `want` message events from a streamed response, then stop reading (the caller drops it)."""
+    got: list[tuple[str, Any]] = []
+    block: list[str] = []
+    for line in r.iter_lines():
+        if line:
+            block.append(line)
+            continue
+        fields = dict(x.split(": ", 1) for x in block if ": " in x and not x.startswith(":"))
+        block = []
+        if fields.get("data"):
+            got.append((fields["id"], orjson.loads(fields["data"])))
+            if len(got) == want:
+                break
+    return got
+
+
+def test_a_dropped_stream_resumes_on_the_other_replica_with_nothing_lost_or_repeated(stack: Any) -> None:
+    url = stack.url
+    auth = {"authorization": f"Bearer {DEMO_KEY}"}
+    init = httpx.post(f"{url}/mcp", headers={**JSON_SSE, **auth}, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    sid = init.headers["mcp-session-id"]
+    call = {"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": {
+        "name": "demo-http__count_slowly", "arguments": {"n": 5, "step_ms": 400}, "_meta": {"progressToken": "t42"}}}
+    before = [_streams(m, "call") for m in stack.replica_metrics]
+    with httpx.stream("POST", f"{url}/mcp", headers={**JSON_SSE, **auth, "mcp-session-id": sid}, json=call,
+                      timeout=20) as r:
+        assert r.status_code == 200
+        got = _read_events(r, 1)  # the first progress report; then the client drops the stream
+    carrier = _served_by(stack, "call", before)
+    assert got[0][0].endswith("-1") and got[0][1]["params"]["progress"] == 1
+    resumed_on: list[int] = []
+    while "result" not in got[-1][1] and len(resumed_on) < 8:
+        before = [_streams(m, "resume") for m in stack.replica_metrics]
+        headers = {**auth, "accept": "text/event-stream", "mcp-session-id": sid, "last-event-id": got[-1][0]}
+        with httpx.stream("GET", f"{url}/mcp", headers=headers, timeout=20) as r:
+            assert r.status_code == 200, r.read()
+            # On the carrier, one event and drop again; on the other replica, read to the end.
+            resumed_on.append(_served_by(stack, "resume", before))
+            got += _read_events(r, 1 if resumed_on[-1] == carrier else 100)
+    assert any(i != carrier for i in resumed_on), resumed_on
+    ids = [int(e[0].rpartition("-")[2]) for e in got]
+    assert ids == list(range(1, 7)), got  # 5 reports and the result, each once, in order
+    assert [e[1]["params"]["progress"] for e in got[:5]] == [1, 2, 3, 4, 5]
+    assert got[5][1]["id"] == 42 and got[5][1]["result"]["content"][0]["text"] == "[demo-http] counted to 5"
+    assert len({e[0].rpartition("-")[0] for e in got}) == 1  # one stream throughout
+
+
+def test_server_initiated_messages_reach_the_client_on_its_get_stream(stack: Any) -> None:
+    logs: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        logs.append(params)
+
+    async def work() -> Any:
+        async with (httpx.AsyncClient(headers={"Authorization": f"Bearer {DEMO_KEY}"},
+                                      timeout=httpx.Timeout(30, read=300)) as http,
+                    streamable_http_client(f"{stack.url}/mcp", http_client=http) as (read, write, _),
+                    ClientSession(read, write, logging_callback=on_log) as s):
+            await s.initialize()
+            # The SDK opens its GET stream after initialize, the relay the server's behind it; a server
+            # drops a message sent while no GET stream is open (the spec's "MAY"): announce until one lands.
+            deadline = time.monotonic() + 10
+            while not logs and time.monotonic() < deadline:
+                answer = await s.call_tool("demo-http__announce", {"text": "hello from the server"})
+                assert answer.content[0].text == "[demo-http] announced"  # type: ignore[union-attr]
+                await asyncio.sleep(0.3)
+
+    listens = sum(_streams(m, "listen") for m in stack.replica_metrics)
+    _run(work())
+    assert logs and logs[0].data == "hello from the server" and logs[0].logger == "demo-http"
+    assert sum(_streams(m, "listen") for m in stack.replica_metrics) > listens  # the gateway's GET stream carried it
+
+
+def test_a_server_that_dies_mid_call_gives_a_json_rpc_error(stack: Any) -> None:  # last: it kills both servers
     sid = _initialize(stack.url)
     for server in ("demo-stdio", "demo-http"):  # the stdio process, then the HTTP server itself
         # Taken as SSE (the relay): headers went out with 200, the failure is the id's JSON-RPC error event.
