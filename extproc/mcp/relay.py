@@ -74,7 +74,9 @@ class McpRelay:
             if self._address is None:
                 app = web.Application()
                 app.router.add_route("*", "/{tail:.*}", self._handle)
-                runner = web.AppRunner(app, access_log=None, handle_signals=False)
+                # A client that leaves cancels its handler at once (a GET stream otherwise waits for its next write).
+                runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
+                                       shutdown_timeout=1.0)
                 await runner.setup()
                 site = web.TCPSite(runner, self.host, 0, reuse_address=True)
                 await site.start()
