@@ -190,6 +190,8 @@ def _keys_admin(method: str, path: str) -> Route | None:
 
 
 def _mcp(method: str, path: str) -> Route | None:
+    if method == "GET" and path.startswith(mcp.METADATA_PREFIX):  # OAuth resource metadata: public
+        return Route("mcp", public=True, answer=mcp.resource_metadata, operation="mcp")
     if path not in mcp.PATHS:
         return None
     if method == "POST":

@@ -552,6 +552,9 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
     for i, a in enumerate(cfg.mcp.access):
         if a.tenant is not None and a.tenant not in tenants:
             raise ConfigError(f"{source}: mcp.access[{i}].tenant: unknown tenant {a.tenant!r}")
+    for i, o in enumerate(cfg.mcp.oauth.subjects if cfg.mcp.oauth is not None else []):
+        if o.tenant not in tenants:
+            raise ConfigError(f"{source}: mcp.oauth.subjects[{i}].tenant: unknown tenant {o.tenant!r}")
     _check_guardrail_references(cfg, source)
 
 

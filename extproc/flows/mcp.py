@@ -4,6 +4,7 @@ server-initiated messages, or a stream resumed with Last-Event-ID); DELETE ends 
 
 from __future__ import annotations
 
+import orjson
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 
 from contracts.envoy_names import WAIT_MARGIN_S
@@ -12,9 +13,11 @@ from extproc import messages as msg
 from extproc.context import Interim, RequestContext
 from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
+from extproc.mcp.oauth import WELL_KNOWN, metadata_paths
 from extproc.mcp.part import McpHub, Relayed, Reply
 
 PATHS = ("/mcp", "/mcp/")
+METADATA_PREFIX = WELL_KNOWN
 
 
 def _hub(gw: Gateway, ctx: RequestContext) -> McpHub:
@@ -29,6 +32,15 @@ def _reply(reply: Reply, ctx: RequestContext) -> msg.ProcessingResponse:
 
 async def end_session(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     return _reply(await _hub(gw, ctx).end_session(ctx), ctx)
+
+
+def resource_metadata(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    """RFC 9728's Protected Resource Metadata: where a client gets a token for /mcp."""
+    hub = gw.mcp
+    if hub is None or hub.oauth is None or ctx.path not in metadata_paths(hub.oauth.settings.resource):
+        raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")
+    return msg.immediate(200, orjson.dumps(hub.oauth.metadata()),
+                         [("content-type", "application/json"), ("cache-control", "max-age=300")])
 
 
 def not_allowed(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:

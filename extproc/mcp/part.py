@@ -10,6 +10,8 @@ or as SSE when the server sent notifications (progress) before it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 import time
 import uuid
@@ -42,8 +44,11 @@ from contracts.envoy_names import (
     MCP_TICKET_HEADER,
     UPSTREAM_TIMEOUT_HEADER,
 )
+from contracts.keys import Caller
+from extproc.admission.auth import Identity
 from extproc.mcp import metrics
 from extproc.mcp.events import EventStore, MemoryEvents, RedisEvents, SqliteEvents, parse_event_id
+from extproc.mcp.oauth import TokenVerifier
 from extproc.mcp.policy import McpPolicy, ToolCaller
 from extproc.mcp.relay import Emit, Job, McpRelay
 from extproc.mcp.sessions import (
@@ -58,6 +63,7 @@ from extproc.mcp.upstream import Answer, SessionLost, UpstreamClient
 from extproc.telemetry.audit import AuditEvent
 
 if TYPE_CHECKING:
+    from extproc.admission.auth import KeyRing
     from extproc.context import RequestContext
     from extproc.telemetry.audit import AuditLog
     from ratelimit import Limiter
@@ -68,6 +74,7 @@ SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]
 MCP_CALL = "mcp_call"  # the audit event of one tool call
 _MAX_PAGES = 20
+_CLOSING: set[asyncio.Task[None]] = set()  # old verifiers closing after a reload (kept from the GC)
 _JSON = ("content-type", "application/json")
 
 
@@ -113,12 +120,17 @@ def relay_host(config: GatewayConfig) -> str:
 
 class McpHub:
     def __init__(self, config: GatewayConfig, *, store: SessionStore | None = None,
-                 client: UpstreamClient | None = None, relay: McpRelay | None = None) -> None:
+                 client: UpstreamClient | None = None, relay: McpRelay | None = None,
+                 oauth: TokenVerifier | None = None) -> None:
         self.policy = McpPolicy(config.mcp_servers, config.mcp)
         self.longest_call_s = longest_call_s(config.mcp_servers)
         self.store = store if store is not None else build_store(config)
         self.client = client if client is not None else UpstreamClient()
         self.relay = relay if relay is not None else McpRelay(relay_host(config), build_events(config))
+        settings = config.mcp.oauth
+        # A reload keeps the verifier (its cached keys and poller) while its settings stay.
+        self.oauth = oauth if oauth is not None and settings is not None and oauth.settings == settings else \
+            TokenVerifier(settings) if settings is not None else None
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> McpHub | None:
@@ -128,13 +140,43 @@ class McpHub:
         """A reload: the new servers and rules; the sessions and the connections stay."""
         if not config.mcp_servers:
             return None
-        return McpHub(config, store=self.store, client=self.client, relay=self.relay)
+        hub = McpHub(config, store=self.store, client=self.client, relay=self.relay, oauth=self.oauth)
+        if self.oauth is not None and hub.oauth is not self.oauth:
+            with contextlib.suppress(RuntimeError):  # settings changed: the old poller stops
+                task = asyncio.get_running_loop().create_task(self.oauth.close())
+                _CLOSING.add(task)
+                task.add_done_callback(_CLOSING.discard)
+        return hub
 
     async def close(self) -> None:
+        if self.oauth is not None:
+            await self.oauth.close()
         await self.relay.close()
         await self.relay.events.close()
         await self.client.close()
         await self.store.close()
+
+    # -- who calls -----------------------------------------------------------------------------------
+
+    def _caller(self, ctx: RequestContext) -> ToolCaller:
+        key_id = ctx.caller.key_id if ctx.caller else None
+        tools = self.oauth.tools_of(key_id) if self.oauth is not None else None
+        return ToolCaller(ctx.tenant_name, ctx.key_digest, key_id, tools)
+
+    def challenge(self) -> list[tuple[str, str]]:
+        """The 401's `WWW-Authenticate` when OAuth is on: where the resource metadata is."""
+        return [self.oauth.challenge()] if self.oauth is not None else []
+
+    async def bearer_identity(self, token: str, keyring: KeyRing) -> tuple[Identity, str]:
+        """A bearer JWT's identity (its tenant, the grant's client and subject as the key id) and the
+        digest that owns its sessions: the subject's, so a refreshed token keeps its session."""
+        assert self.oauth is not None
+        grant = await self.oauth.verify(token)
+        named = keyring.identity_named(grant.tenant)
+        if named is None:
+            raise self.oauth.refused(403, "insufficient_scope", "the token's tenant is not configured")
+        digest = hashlib.sha256(f"{self.oauth.settings.issuer}\0{grant.key_id}".encode()).hexdigest()
+        return Identity(named.tenant, Caller(grant.tenant, grant.key_id)), digest
 
     # -- one POST ------------------------------------------------------------------------------------
 
@@ -148,7 +190,7 @@ class McpHub:
             if version and version not in SUPPORTED_VERSIONS:
                 raise RpcError(INVALID_REQUEST, f"Bad Request: unsupported MCP-Protocol-Version {version[:40]!r}",
                                status=400, id=rid)
-            who = ToolCaller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
+            who = self._caller(ctx)
             if msg.is_response:
                 return Reply(202, b"", ())  # the gateway asks clients nothing: an answer has no taker
             if msg.method == "initialize":
@@ -424,7 +466,7 @@ class McpHub:
     async def listen(self, ctx: RequestContext) -> Reply | Relayed:
         """`GET /mcp`: the session's stream of server-initiated messages (each server's own GET
         stream, merged), or with `Last-Event-ID` the resumption of a stream this session lost."""
-        who = ToolCaller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
+        who = self._caller(ctx)
         try:
             accept = ctx.headers.get("accept", "*/*")
             if "text/event-stream" not in accept and "*/*" not in accept:
@@ -494,7 +536,7 @@ class McpHub:
     # -- DELETE /mcp -----------------------------------------------------------------------------------
 
     async def end_session(self, ctx: RequestContext) -> Reply:
-        who = ToolCaller(ctx.tenant_name, ctx.key_digest, ctx.caller.key_id if ctx.caller else None)
+        who = self._caller(ctx)
         try:
             session = await self._session(who, ctx.headers.get("mcp-session-id"), None)
             await self.store.delete(session.id)

@@ -10,12 +10,14 @@ import asyncio
 import copy
 import signal
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import orjson
 import pytest
 import redis
@@ -27,7 +29,7 @@ from mcp.shared.exceptions import McpError
 from controlplane.environments import EnvironmentConfig
 from tests.conftest import DEMO_KEY
 from tests.ratelimit.redis_server import RedisServer
-from tests.stack_config import ROOT, _remap, add_extproc_replica, small_config, start_stack
+from tests.stack_config import ROOT, _remap, add_extproc_replica, free_port, small_config, start_stack
 
 pytestmark = pytest.mark.e2e
 L3_KEY = "sk-modelyard-demo-l3"  # the shipped config lets tenant demo-l3 reach demo-stdio__echo only
@@ -62,9 +64,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
     data["mcp"]["sessions"] = "redis"
     data["ratelimit"] = {"backend": "redis", "redis": {"url": redis_url, "replicas": 2}, "limits": []}
     data["devstack"] = {"demo_mcp_servers": ["demo-http"]}
+    # OAuth beside the keys: the demo authorization server (the MCP SDK's own AS handlers), in a thread.
+    auth_server = AuthServer(f"http://127.0.0.1:{data['listener']['port']}/mcp")
+    data["mcp"]["oauth"] = {
+        "resource": auth_server.resource, "issuer": auth_server.issuer, "jwks_url": f"{auth_server.issuer}jwks",
+        "scopes": ["mcp"], "jwks_refresh_s": 60,
+        "subjects": [{"subject": "demo-user", "tenant": "demo", "tools": ["demo-http__echo", "demo-http__add"]}]}
     mp = pytest.MonkeyPatch()
     mp.setenv("DEMO_MCP_TOKEN", TOKEN)  # the HTTP demo refuses any other Authorization
     try:
+        auth_server.start()
         s = start_stack(workdir, data)
         second, second_metrics = add_extproc_replica(s, data, workdir)
         # A short ext_proc message timeout: a tool call longer than it must still be answered.
@@ -76,9 +85,37 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
             s.data = data
             s.redis_url = redis_url
             s.replica_metrics = [data["extproc"]["metrics_address"], second_metrics]
+            s.auth_server = auth_server
             yield s
     finally:
+        auth_server.stop()
         mp.undo()
+
+
+class AuthServer:
+    """devstack/demo/oauth_server.py's app under uvicorn in a thread: the test mints bad tokens with its key."""
+
+    def __init__(self, resource: str) -> None:
+        import uvicorn
+
+        from devstack.demo.oauth_server import build_app
+
+        self.port = free_port()
+        self.resource = resource
+        app, self.provider = build_app(f"http://127.0.0.1:{self.port}", resource)
+        self.issuer = self.provider.issuer
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
 
 
 def _run(coro: Any) -> Any:
@@ -420,6 +457,97 @@ def test_server_initiated_messages_reach_the_client_on_its_get_stream(stack: Any
     _run(work())
     assert logs and logs[0].data == "hello from the server" and logs[0].logger == "demo-http"
     assert sum(_streams(m, "listen") for m in stack.replica_metrics) > listens  # the gateway's GET stream carried it
+
+
+def test_oauth_resource_metadata_challenges_and_token_checks(stack: Any) -> None:
+    url, auth = stack.url, stack.auth_server
+    meta = httpx.get(f"{url}/.well-known/oauth-protected-resource/mcp")
+    assert meta.status_code == 200 and meta.json() == {
+        "resource": auth.resource, "authorization_servers": [auth.issuer], "scopes_supported": ["mcp"],
+        "bearer_methods_supported": ["header"], "resource_name": "Modelyard MCP gateway"}
+    assert httpx.get(f"{url}/.well-known/oauth-protected-resource").json() == meta.json()
+    assert httpx.get(f"{url}/.well-known/oauth-protected-resource/other").status_code == 404
+    none = _post(url, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, key=None)
+    assert none.status_code == 401 and none.headers["www-authenticate"] == (
+        f'Bearer resource_metadata="{url}/.well-known/oauth-protected-resource/mcp", scope="mcp"')
+    p = auth.provider
+    good = {"client_id": "c1", "subject": "demo-user", "scopes": ["mcp"], "resource": auth.resource}
+    cases = [  # (token, status, the challenge's error, what the message says)
+        (p.mint(**{**good, "resource": "http://elsewhere.example/mcp"}), 401, "invalid_token", "audience"),
+        (p.mint(**good, ttl_s=-120), 401, "invalid_token", "expired"),
+        (p.mint(**good, iss="http://127.0.0.1:1/"), 401, "invalid_token", "issuer"),
+        (p.mint(**{**good, "scopes": ["other"]}), 403, "insufficient_scope", "scope"),
+        (p.mint(**{**good, "subject": "stranger"}), 403, "insufficient_scope", "no tenant"),
+        (p.mint(**good)[:-4] + "AAAA", 401, "invalid_token", "invalid token"),  # a signature that does not verify
+    ]
+    for token, status, error, says in cases:
+        r = _post(url, {"jsonrpc": "2.0", "id": 2, "method": "ping"}, key=token)
+        assert r.status_code == status and says in r.json()["error"]["message"], (says, r.status_code, r.text)
+        assert f'error="{error}"' in r.headers["www-authenticate"], r.headers
+    # A good token initialises; the session is its subject's (a gateway key cannot ride it).
+    sid = _initialize(url, key=p.mint(**good))
+    assert _post(url, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, sid=sid, key=p.mint(**good)).status_code == 200
+    assert _post(url, {"jsonrpc": "2.0", "id": 4, "method": "ping"}, sid=sid).status_code == 404
+    assert _initialize(url)  # gateway keys work beside OAuth
+
+
+def test_the_sdk_oauth_client_flow_reaches_the_subjects_tools(stack: Any) -> None:
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+    class Storage:
+        def __init__(self) -> None:
+            self.tokens: OAuthToken | None = None
+            self.client: OAuthClientInformationFull | None = None
+
+        async def get_tokens(self) -> OAuthToken | None:
+            return self.tokens
+
+        async def set_tokens(self, tokens: OAuthToken) -> None:
+            self.tokens = tokens
+
+        async def get_client_info(self) -> OAuthClientInformationFull | None:
+            return self.client
+
+        async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+            self.client = client_info
+
+    redirected: dict[str, str] = {}
+
+    async def open_browser(authorization_url: str) -> None:  # the demo AS approves at once: follow it by hand
+        async with httpx.AsyncClient() as c:
+            r = await c.get(authorization_url)
+        assert r.status_code == 302, r.text
+        query = dict(httpx.URL(r.headers["location"]).params)
+        redirected.update(code=query["code"], state=query.get("state", ""))
+
+    async def callback() -> tuple[str, str | None]:
+        return redirected["code"], redirected["state"] or None
+
+    storage = Storage()
+    provider = OAuthClientProvider(
+        server_url=f"{stack.url}/mcp", storage=storage, redirect_handler=open_browser, callback_handler=callback,
+        client_metadata=OAuthClientMetadata(client_name="modelyard-test", redirect_uris=["http://127.0.0.1:9/cb"],
+                                            grant_types=["authorization_code", "refresh_token"],
+                                            response_types=["code"], scope="mcp"))
+
+    async def work() -> Any:
+        async with (httpx.AsyncClient(auth=provider, timeout=httpx.Timeout(30, read=300)) as http,
+                    streamable_http_client(f"{stack.url}/mcp", http_client=http) as (read, write, _),
+                    ClientSession(read, write) as s):
+            await s.initialize()
+            tools = {t.name for t in (await s.list_tools()).tools}
+            echo = await s.call_tool("demo-http__echo", {"text": "with a token"})
+            with pytest.raises(McpError, match="Unknown tool"):
+                await s.call_tool("demo-stdio__echo", {"text": "not mine"})
+            return tools, echo
+
+    tools, echo = _run(work())
+    assert tools == {"demo-http__echo", "demo-http__add"}  # the subject's tools narrow its tenant's
+    assert echo.content[0].text == "[demo-http] with a token"
+    assert storage.tokens is not None and storage.client is not None  # registered, authorised, exchanged
+    claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
+    assert claims["aud"] == stack.auth_server.resource and claims["sub"] == "demo-user"  # RFC 8707: bound to /mcp
 
 
 def test_a_server_that_dies_mid_call_gives_a_json_rpc_error(stack: Any) -> None:  # last: it kills both servers
