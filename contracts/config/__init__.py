@@ -448,6 +448,8 @@ class DevStackConfig(_Model):
     demo_upstreams: list[str] = Field(default_factory=list)
     # `mcp_servers` (by name, a url on this host) that `up` serves with its demo MCP server.
     demo_mcp_servers: list[str] = Field(default_factory=list)
+    # `up` runs the demo OAuth authorization server at `mcp.oauth.issuer` (devstack/demo/oauth_server.py).
+    demo_oauth: bool = False
     # Logs, the rendered Envoy config and its admin address; a relative path is under the config
     # file's directory (`up --run-dir` overrides it).
     run_dir: str = "run"
