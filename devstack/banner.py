@@ -45,6 +45,8 @@ def banner(cfg: GatewayConfig, *, url: str, run_dir: str, admin_url: str | None,
     lines.append(f"  Models:         {', '.join(m.name for m in cfg.models)}")
     if cfg.mcp_servers:
         lines.append(f"  MCP servers:    {', '.join(s.name for s in cfg.mcp_servers)} as one, at {url}/mcp (docs/mcp.md)")
+        if cfg.mcp.oauth is not None:
+            lines.append(f"  MCP OAuth:      bearer tokens from {cfg.mcp.oauth.issuer} beside the keys (docs/mcp.md)")
     if demo_upstreams:
         lines.append(f"  Demo upstreams: {', '.join(demo_upstreams)} (started here)")
     if cfg.extproc.metrics_address:
