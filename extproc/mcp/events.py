@@ -22,6 +22,7 @@ import orjson
 
 from extproc.mcp.sessions import SessionStoreDown
 
+_SWEEP_S = 30.0
 _EVENT_ID = re.compile(r"^([0-9a-f]{32})-([0-9]{1,9})$")
 
 
@@ -98,6 +99,7 @@ class SqliteEvents:
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._swept = 0.0
 
     def _run(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         try:
@@ -119,9 +121,11 @@ class SqliteEvents:
         now = time.time()
         await asyncio.to_thread(self._run, "INSERT OR REPLACE INTO mcp_streams VALUES (?, ?, ?, ?, 0, ?, ?)",
                                 (stream, session, kind, deadline, now + self.ttl_s, orjson.dumps(rid)))
-        await asyncio.to_thread(self._run, "DELETE FROM mcp_events WHERE stream IN "
-                                "(SELECT stream FROM mcp_streams WHERE expires < ?)", (now,))
-        await asyncio.to_thread(self._run, "DELETE FROM mcp_streams WHERE expires < ?", (now,))
+        if now - self._swept > _SWEEP_S:  # expired streams go now and then, not at every open
+            self._swept = now
+            await asyncio.to_thread(self._run, "DELETE FROM mcp_events WHERE stream IN "
+                                    "(SELECT stream FROM mcp_streams WHERE expires < ?)", (now,))
+            await asyncio.to_thread(self._run, "DELETE FROM mcp_streams WHERE expires < ?", (now,))
 
     async def append(self, stream: str, data: bytes) -> int:
         # One statement: the next number is taken and used atomically, whichever process appends.

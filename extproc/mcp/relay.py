@@ -156,8 +156,8 @@ class McpRelay:
             while (item := await queue.get()) is not None:
                 await resp.write(sse_event(item[1], event_id(stream, item[0])))
                 metrics.EVENTS.labels("live").inc()
-        except (ConnectionError, asyncio.CancelledError):
-            pass  # the client left: the call goes on to its end, into the store, for a resume
+        except ConnectionError:
+            pass  # the client left (a cancel, too): the call goes on to its end, into the store, for a resume
         return resp
 
     async def _resume(self, request: web.Request, job: Job) -> web.StreamResponse:
@@ -172,7 +172,7 @@ class McpRelay:
         try:
             await resp.prepare(request)
             await self._replay(resp, job.stream, job.after, info)
-        except (ConnectionError, asyncio.CancelledError):
+        except ConnectionError:
             pass
         return resp
 
@@ -230,7 +230,7 @@ class McpRelay:
                     await resp.write(sse_event(data, event_id(stream, s)))
                     metrics.EVENTS.labels("live").inc()
                     seq = s
-        except (ConnectionError, asyncio.CancelledError):
+        except ConnectionError:
             pass
         finally:
             if pump is not None:
