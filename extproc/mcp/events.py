@@ -47,7 +47,7 @@ class StreamInfo:
 
 class EventStore(Protocol):
     async def open(self, stream: str, session: str, kind: str, deadline: float, rid: Any) -> None: ...
-    async def append(self, stream: str, data: bytes) -> int: ...
+    async def append(self, stream: str, data: bytes, last: bool = False) -> int: ...
     async def end(self, stream: str) -> None: ...
     async def info(self, stream: str) -> StreamInfo | None: ...
     async def after(self, stream: str, seq: int) -> tuple[list[tuple[int, bytes]], bool]: ...
@@ -68,9 +68,11 @@ class MemoryEvents:
         self._sweep()
         self._streams[stream] = (time.time() + self.ttl_s, StreamInfo(session, kind, deadline, False, rid), [])
 
-    async def append(self, stream: str, data: bytes) -> int:
+    async def append(self, stream: str, data: bytes, last: bool = False) -> int:
         events = self._streams[stream][2]
         events.append(data)
+        if last:
+            await self.end(stream)
         return len(events)
 
     async def end(self, stream: str) -> None:
@@ -101,19 +103,27 @@ class SqliteEvents:
         self._conn: sqlite3.Connection | None = None
         self._swept = 0.0
 
-    def _run(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+    def _run(self, sql: str, args: tuple[Any, ...], then: tuple[str, tuple[Any, ...]] | None = None) -> list[Any]:
         try:
             with self._lock:
                 if self._conn is None:
                     Path(self.path).parent.mkdir(parents=True, exist_ok=True)
                     conn = sqlite3.connect(self.path, check_same_thread=False, timeout=5.0, isolation_level=None)
                     conn.execute("PRAGMA journal_mode=WAL")
+                    # A replay buffer, not a ledger: no fsync per event (WAL stays consistent on a crash).
+                    conn.execute("PRAGMA synchronous=NORMAL")
                     conn.execute("CREATE TABLE IF NOT EXISTS mcp_streams (stream TEXT PRIMARY KEY, session TEXT, "
                                  "kind TEXT, deadline REAL, done INTEGER, expires REAL, rid BLOB)")
                     conn.execute("CREATE TABLE IF NOT EXISTS mcp_events (stream TEXT, seq INTEGER, data BLOB, "
                                  "PRIMARY KEY (stream, seq))")
                     self._conn = conn
-                return self._conn.execute(sql, args).fetchall()
+                if then is None:
+                    return self._conn.execute(sql, args).fetchall()
+                with self._conn:  # one transaction: the last event and the end together
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    rows = self._conn.execute(sql, args).fetchall()
+                    self._conn.execute(*then)
+                return rows
         except (sqlite3.Error, OSError) as e:
             raise SessionStoreDown(f"sqlite {self.path}: {e}") from None
 
@@ -127,11 +137,12 @@ class SqliteEvents:
                                     "(SELECT stream FROM mcp_streams WHERE expires < ?)", (now,))
             await asyncio.to_thread(self._run, "DELETE FROM mcp_streams WHERE expires < ?", (now,))
 
-    async def append(self, stream: str, data: bytes) -> int:
+    async def append(self, stream: str, data: bytes, last: bool = False) -> int:
         # One statement: the next number is taken and used atomically, whichever process appends.
+        end = ("UPDATE mcp_streams SET done = 1 WHERE stream = ?", (stream,)) if last else None
         rows = await asyncio.to_thread(
             self._run, "INSERT INTO mcp_events SELECT ?, COALESCE(MAX(seq), 0) + 1, ? FROM mcp_events "
-            "WHERE stream = ? RETURNING seq", (stream, data, stream))
+            "WHERE stream = ? RETURNING seq", (stream, data, stream), end)
         return int(rows[0][0])
 
     async def end(self, stream: str) -> None:
@@ -184,9 +195,10 @@ class RedisEvents:
                         "rid", orjson.dumps(rid)),
                        ("EXPIRE", k, self.ttl_s))
 
-    async def append(self, stream: str, data: bytes) -> int:
+    async def append(self, stream: str, data: bytes, last: bool = False) -> int:
         k = f"modelyard:mcp:events:{stream}"
-        got = await self._do(("RPUSH", k, data), ("EXPIRE", k, self.ttl_s))
+        end = (("HSET", f"modelyard:mcp:stream:{stream}", "done", "1"),) if last else ()
+        got = await self._do(("RPUSH", k, data), ("EXPIRE", k, self.ttl_s), *end)
         return int(got[0])
 
     async def end(self, stream: str) -> None:

@@ -127,10 +127,14 @@ class McpRelay:
         stream = uuid.uuid4().hex
         await self.events.open(stream, job.session, "call", job.deadline, job.rid)
         queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue()
+        ended = False
 
         async def emit(doc: dict[str, Any]) -> None:
+            nonlocal ended
             data = orjson.dumps(doc)
-            queue.put_nowait((await self.events.append(stream, data), data))
+            last = "method" not in doc  # the call's response: the stream's end, stored with it
+            queue.put_nowait((await self.events.append(stream, data, last), data))
+            ended = ended or last
 
         async def carry() -> None:
             try:
@@ -141,8 +145,9 @@ class McpRelay:
                     await emit(orjson.loads(error_body(RpcError(GATEWAY_ERROR, "the gateway failed this call",
                                                                 id=job.rid))))
             finally:
-                with contextlib.suppress(Exception):
-                    await self.events.end(stream)
+                if not ended:
+                    with contextlib.suppress(Exception):
+                        await self.events.end(stream)
                 queue.put_nowait(None)
 
         task = asyncio.create_task(carry())
@@ -191,8 +196,7 @@ class McpRelay:
                 lost = RpcError(GATEWAY_ERROR, "the gateway replica carrying this call stopped", id=info.rid,
                                 status=502)
                 data = error_body(lost)
-                s = await self.events.append(stream, data)
-                await self.events.end(stream)
+                s = await self.events.append(stream, data, last=True)
                 await resp.write(sse_event(data, event_id(stream, s)))
                 return
             await asyncio.sleep(_FOLLOW_S)

@@ -59,6 +59,10 @@ async def test_one_log_numbered_across_stores_replayed_after_an_id(pair: tuple[E
     assert info is not None and (info.session, info.kind, info.deadline, info.done, info.rid) == (
         "session-1", "call", 123.5, True, {"id": 7})
     assert await b.info("cd" * 16) is None
+    other = "ef" * 16  # the last event and the end in one write
+    await b.open(other, "session-1", "call", 0.0, None)
+    assert await b.append(other, b"answer", last=True) == 1
+    assert await a.after(other, 0) == ([(1, b"answer")], True)
 
 
 def test_event_ids() -> None:
