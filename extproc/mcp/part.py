@@ -3,8 +3,10 @@
 initialize, the merged lists and ping are the gateway's own answers, made from a fan-out to the
 servers the caller may reach (concurrent async HTTP, never blocking the event loop); a tools/call,
 prompts/get or resources/read goes to the one server that owns the name, de-prefixed, in the
-client's session's upstream session, with the server's credentials. The answer comes back as JSON,
-or as SSE when the server sent notifications (progress) before it.
+client's session's upstream session, with the server's credentials. A tools/call the client takes
+as SSE, and GET /mcp, are authorised here and then carried by Envoy to this process's stream relay
+(relay.py: progress as it happens, event ids, Last-Event-ID resumption); a JSON-only client gets
+the answer as JSON (or SSE with the notifications before it), made here.
 """
 
 from __future__ import annotations
