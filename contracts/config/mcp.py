@@ -124,7 +124,7 @@ class McpSettings(_Model):
     # sessions' store, for a client that resumes with Last-Event-ID (on any replica).
     event_ttl_s: float = Field(600.0, gt=0)
     # The host Envoy dials for this extproc's stream relay (an ephemeral port on it); default: the
-    # extproc's own address host, 127.0.0.1 when that is a wildcard.
+    # extproc's own address host; with a wildcard (0.0.0.0: a container), what its hostname resolves to.
     relay_host: str | None = None
     oauth: McpOAuth | None = None  # bearer tokens beside gateway keys (an OAuth 2.1 resource server)
     access: list[McpAccess] = Field(default_factory=list)  # no entry for a tenant: every exposed tool

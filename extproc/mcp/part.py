@@ -113,11 +113,13 @@ def build_events(config: GatewayConfig) -> EventStore:
     return MemoryEvents(m.event_ttl_s)
 
 
-def relay_host(config: GatewayConfig) -> str:
+def relay_host(config: GatewayConfig) -> str | None:
+    """The address Envoy dials for the relay; None: the extproc binds every interface (a container),
+    so the relay does too and names this host's own address (its hostname's, as a pod's resolves)."""
     if config.mcp.relay_host:
         return config.mcp.relay_host
     host = config.extproc.address.rpartition(":")[0].strip("[]")
-    return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return None if host in ("", "0.0.0.0", "::") else host
 
 
 class McpHub:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -60,8 +61,8 @@ class Job:
 class McpRelay:
     """An aiohttp server on `host` (port 0: Envoy is told each time), started on first use."""
 
-    def __init__(self, host: str, events: EventStore) -> None:
-        self.host = host
+    def __init__(self, host: str | None, events: EventStore) -> None:
+        self.host = host  # None: bind every interface, name this host's address
         self.events = events
         self._tickets: dict[str, tuple[float, Job]] = {}
         self._runner: web.AppRunner | None = None
@@ -78,10 +79,10 @@ class McpRelay:
                 runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
                                        shutdown_timeout=1.0)
                 await runner.setup()
-                site = web.TCPSite(runner, self.host, 0, reuse_address=True)
+                site = web.TCPSite(runner, self.host or "0.0.0.0", 0, reuse_address=True)
                 await site.start()
                 port = runner.addresses[0][1]
-                self._runner, self._address = runner, f"{self.host}:{port}"
+                self._runner, self._address = runner, f"{self.host or await _own_address()}:{port}"
                 log.info("mcp relay listening on %s", self._address)
             return self._address
 
@@ -240,3 +241,12 @@ class McpRelay:
             if pump is not None:
                 pump.cancel()
         return resp
+
+
+async def _own_address() -> str:
+    """This host's address as its hostname resolves (a pod's or a container's IP), else loopback."""
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(socket.gethostname(), None, family=socket.AF_INET)
+        return str(found[0][4][0])
+    except (OSError, IndexError):
+        return "127.0.0.1"
