@@ -6,6 +6,7 @@ be billed in), the body for the upstream with the model renamed, and the units a
     POST /v1/audio/transcriptions multipart per second of audio
     POST /v1/audio/translations  multipart  per second of audio
     POST /v1/audio/speech        JSON       per character of `input`; the answer is audio bytes
+    POST /v1/moderations         JSON       per character of `input` (text, or text parts)
 
 These pass through to OpenAI-shaped deployments (OpenAI, vLLM, whisper servers): the caller's body
 goes as sent, only `model` renamed where the deployment's name differs.
@@ -25,7 +26,8 @@ from adapters.multipart import MultipartLimits, Part, boundary_of, parse_multipa
 from contracts.errors import ClientError
 
 Unit = Literal["image", "second", "character"]
-Kind = Literal["images.generations", "images.edits", "audio.transcriptions", "audio.translations", "audio.speech"]
+Kind = Literal["images.generations", "images.edits", "audio.transcriptions", "audio.translations", "audio.speech",
+               "moderations"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ ENDPOINTS: dict[str, Endpoint] = {e.path: e for e in (
     Endpoint("audio.transcriptions", "/v1/audio/transcriptions", True, "second", "transcription"),
     Endpoint("audio.translations", "/v1/audio/translations", True, "second", "transcription"),
     Endpoint("audio.speech", "/v1/audio/speech", False, "character", "speech"),
+    Endpoint("moderations", "/v1/moderations", False, "character", "moderation"),
 )}
 _MAX_IMAGES = 10  # OpenAI's bound on `n`
 _MAX_SPEECH_CHARS = 4096  # OpenAI's bound on `input`
@@ -71,6 +74,8 @@ def parse_request(endpoint: Endpoint, body: bytes, content_type: str | None, lim
         model = obj.get("model")
         if type(model) is not str or not model:
             raise ClientError("model is required and must be a non-empty string")
+        if endpoint.kind == "moderations":
+            return MediaRequest(endpoint, model, False, float(moderation_chars(obj.get("input"))), json=obj)
         if endpoint.kind == "audio.speech":
             text = obj.get("input")
             if type(text) is not str or not text:
@@ -104,6 +109,26 @@ def parse_request(endpoint: Endpoint, body: bytes, content_type: str | None, lim
     seconds = wav_seconds(uploads[0].data)
     return MediaRequest(endpoint, model, (_field(parts, "stream") or "") == "true", 0.0, parts=tuple(parts),
                         audio_seconds=seconds)
+
+
+def moderation_chars(value: object) -> int:
+    """The characters of a moderation `input`: a string, strings, or parts (`{"type": "text", "text"}`
+    and `image_url`, which count none); ClientError for anything else, as OpenAI refuses it."""
+    if type(value) is str:
+        items: list[object] = [value]
+    elif type(value) is list and value:
+        items = value
+    else:
+        raise ClientError("input is required: a string, an array of strings or an array of input parts")
+    total = 0
+    for item in items:
+        if type(item) is str:
+            total += len(item)
+        elif isinstance(item, dict) and item.get("type") == "text" and type(item.get("text")) is str:
+            total += len(item["text"])
+        elif not (isinstance(item, dict) and item.get("type") == "image_url"):
+            raise ClientError("input items are strings or parts of type text or image_url")
+    return total
 
 
 def wav_seconds(data: bytes) -> float | None:

@@ -103,6 +103,15 @@ class StreamTranslator:
         events = self._track(self._decoder.close())
         return self._encoder.encode(events if self._stage is None else self._stage(events, True))
 
+    # A caller that stages events itself, awaiting a check between decoding and encoding (a
+    # guardrail that asks another service): decode (the end's events too), stage, then encode.
+    def decode(self, chunk: bytes, end: bool) -> list[StreamEvent]:
+        events = self._track(self._decoder.feed(chunk))
+        return events + self._track(self._decoder.close()) if end else events
+
+    def encode(self, events: list[StreamEvent]) -> bytes:
+        return self._encoder.encode(events)
+
 
 def translate_stream(upstream: str, client: str, request: ChatRequest, *,
                      keep_reasoning: bool = True, stage: EventStage | None = None) -> StreamTranslator:

@@ -8,7 +8,12 @@ Cases, each against its baseline in the same run (medians of timed batches, us):
   same-protocol body rewrite, against parse alone; and the "no policy covers this call" lookup;
 - a streamed answer (a recorded OpenAI stream, ~300 chunks) decoded and encoded with the output
   window on (256 chars, email redaction, a block regex that never matches), against the same
-  decode/encode without it (what a translated stream pays anyway).
+  decode/encode without it (what a translated stream pays anyway);
+- national ids (all nine formats, with their check digits) on the 4 KB prompt, against parse alone;
+- the language limit (py3langid) on the 4 KB prompt and on a 200-character message, against parse
+  alone: the detector's cost per call;
+- a model check's verdict-cache lookup (digest of the 4 KB prompt text + a hit), against parse alone:
+  what a repeated text costs instead of a call to the moderation deployment.
 The last stdout line is `SUMMARY [...]`.
 """
 
@@ -30,6 +35,8 @@ from adapters.registry import translate_stream  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
 from contracts.config.guardrails import GuardrailsConfig  # noqa: E402
 from guardrails import CallGuard, PolicySet, StreamGuard, rewrite_json  # noqa: E402
+from guardrails.language import detect  # noqa: E402
+from guardrails.moderation import VerdictCache  # noqa: E402
 
 POLICY = GuardrailsConfig.model_validate({"policies": [{
     "name": "typical", "applies_to": {"tenants": ["t"]}, "window_chars": 256, "checks": [
@@ -104,6 +111,44 @@ def main() -> None:
 
     record(f"request_4KB_typical_policy ({len(body)} B)", guarded, parse, 200, 50)
     record("request_4KB_no_policy_covers_call", uncovered, parse, 200, 50)
+
+    extra = PolicySet(GuardrailsConfig.model_validate({"policies": [
+        {"name": "ids", "applies_to": {"tenants": ["ids"]}, "checks": [{"type": "national_id", "action": "redact"}]},
+        {"name": "lang", "applies_to": {"tenants": ["lang"]}, "checks": [
+            {"type": "language", "languages": ["en", "de", "fr"], "action": "block"}]}]}))
+    ids, lang = extra.for_call("ids", "", "m"), extra.for_call("lang", "", "m")
+    assert ids is not None and lang is not None
+
+    def national_ids() -> object:
+        return CallGuard(ids).request(openai.parse_request(body))
+
+    def language() -> object:
+        return CallGuard(lang).request(openai.parse_request(body))
+
+    short = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": (
+        "Please draft a short reply to the customer about the refund timeline and our support hours, "
+        "keep it polite and mention that the order ships on Monday morning from the Berlin warehouse.")}]})
+
+    def short_parse() -> object:
+        return openai.parse_request(short)
+
+    def short_language() -> object:
+        req = openai.parse_request(short)
+        return detect(req.messages[0].content[0].text)  # type: ignore[union-attr]
+
+    cache = VerdictCache()
+    text = "\n".join(p.text for m in openai.parse_request(body).messages for p in m.content  # type: ignore[union-attr]
+                     if hasattr(p, "text"))
+    cache.put(VerdictCache.key("p/c/m", text), [], 300)
+
+    def cached_verdict() -> object:
+        openai.parse_request(body)
+        return cache.get(VerdictCache.key("p/c/m", text))
+
+    record("request_4KB_national_ids_all_formats", national_ids, parse, 200, 50)
+    record("request_4KB_language_limit", language, parse, 100, 20)
+    record(f"message_{len(short) - 60}B_language_detect", short_language, short_parse, 100, 50)
+    record("request_4KB_model_check_cache_hit", cached_verdict, parse, 200, 50)
 
     recorded = (ROOT / "tests/adapters/conformance/data/vai-openai-text.chunks.txt").read_bytes()
     stream = b"".join(b"data: " + ln + b"\n\n" for ln in recorded.splitlines() if ln.strip()) + b"data: [DONE]\n\n"

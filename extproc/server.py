@@ -64,18 +64,26 @@ class ExtprocServer:
     def __init__(self, config: GatewayConfig, gateway: Gateway | LiveGateway, routes: RouteTable):
         self.config = config
         self.live = gateway if isinstance(gateway, LiveGateway) else LiveGateway(gateway)
+        # gRPC binds with SO_REUSEPORT by default: a second server on a taken port would silently share it.
         self.server = grpc.aio.server(options=[
+            ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", config.extproc.max_body_bytes + 1024 * 1024),
             ("grpc.max_send_message_length", config.extproc.max_body_bytes + 1024 * 1024),
         ])
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(self.live, routes), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.port = self.server.add_insecure_port(config.extproc.address)
+        self.port = self._listen(config.extproc.address, "extproc.address")
         if config.extproc.unix_socket:  # Envoy's way in when local; TCP stays for probes and remote peers
             Path(config.extproc.unix_socket).parent.mkdir(parents=True, exist_ok=True)
-            self.server.add_insecure_port(f"unix:{config.extproc.unix_socket}")
+            self._listen(f"unix:{config.extproc.unix_socket}", "extproc.unix_socket")
         self._stopping = asyncio.Event()
+
+    def _listen(self, address: str, field: str) -> int:
+        try:
+            return self.server.add_insecure_port(address)
+        except RuntimeError:  # grpc says only "failed to bind"; the operator needs the field and address
+            raise OSError(f"{field} {address}: cannot listen there (another process holds it?)") from None
 
     @property
     def gateway(self) -> Gateway:

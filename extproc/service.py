@@ -253,11 +253,12 @@ def build_gateway(config: GatewayConfig, config_file: Path | None = None) -> Gat
         dsn = store_dsn(config, config_file)
         key_admin = KeyAdmin(config, dsn, KeyCache(), audit)
     tasks_board = TaskBoard.from_config(config)
-    batch_desk = BatchDesk(config.extproc.batches, tasks_board) \
+    budgets = BudgetGuard.from_config(config, dsn)
+    batch_desk = BatchDesk(config.extproc.batches, tasks_board, config=config, metering=metering, budgets=budgets) \
         if config.extproc.batches is not None and tasks_board is not None else None
     return Gateway.build(config, scheduler=scheduler, limiter=limiter, watermarks=board, batcher=Batcher(),
                          image_backend=backend, metering=metering, tracing=build_tracing(config), audit=audit,
-                         tasks=tasks_board, limits=limits, budgets=BudgetGuard.from_config(config, dsn),
+                         tasks=tasks_board, limits=limits, budgets=budgets,
                          key_admin=key_admin, replicas=ReplicaBoard(list(config.clusters().values())),
                          response_cache=ResponseCache.from_config(config), batches=batch_desk)
 
@@ -304,7 +305,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         add_to_server(server.server, limiter, _rls_decisions(gateway))
         ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
     warmer = Warmer(config, gateway.dispatcher.scheduler)
-    reloader = Reloader(live, warmer)
+    waker = Waker(config, lambda: live.current.dispatcher.limits)  # scale_from_zero: held until a replica is ready
+    reloader = Reloader(live, warmer, waker)
     reloads: set[asyncio.Task[Outcome]] = set()
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, _reload_all, pool, reloader, path, reloads)
     # Pollers run in the background; the first readings are in before traffic is accepted.
@@ -323,7 +325,6 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         if not await asyncio.to_thread(gateway.key_admin.refresher.wait_loaded, 5.0):
             log.error("key store not read: serving config-file keys; store keys follow once it answers")
     warmer.start()  # before serving: the first requests already see which deployments are warming
-    waker = Waker(config, lambda: live.current.dispatcher.limits)  # scale_from_zero: held until a replica is ready
     await waker.start()
     feed = None
     if config.controlplane.enabled:  # the control plane's config, long-polled, applied as SIGHUP's is

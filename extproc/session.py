@@ -126,7 +126,8 @@ class Session:
                 headers = msg.header_map(req.response_headers)
                 self._seen_headers = headers.keys()  # scrub reads the names; no second scan
                 status = self._upstream_status = int(headers.get(":status", "200") or 200)
-                return self.flow.response_headers(status, headers)
+                out = self.flow.response_headers(status, headers)
+                return out if isinstance(out, msg.ProcessingResponse) else await out
             if kind == "response_body":
                 out = self.flow.response_body(req.response_body.body, req.response_body.end_of_stream)
                 return out if isinstance(out, msg.ProcessingResponse) else await out

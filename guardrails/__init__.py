@@ -6,9 +6,9 @@ over stream events with a bounded hold-back window. The chat flow is the thin st
 """
 
 from guardrails.json_rewrite import rewrite_json
-from guardrails.policies import CallChecks, Check, PolicySet, Webhook
+from guardrails.policies import CallChecks, Check, PolicySet, Remote
 from guardrails.scan import CallGuard, GuardrailBlocked, Verdict
 from guardrails.stream import StreamGuard
 
-__all__ = ["CallChecks", "CallGuard", "Check", "GuardrailBlocked", "PolicySet", "StreamGuard", "Verdict", "Webhook",
+__all__ = ["CallChecks", "CallGuard", "Check", "GuardrailBlocked", "PolicySet", "StreamGuard", "Verdict", "Remote",
            "rewrite_json"]

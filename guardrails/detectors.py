@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from contracts.config.guardrails import GuardCheck
 from guardrails.checksums import iban_valid, luhn_valid
+from guardrails.language import language_limit
+from guardrails.national_ids import national_ids
 
 Span = tuple[int, int]
 Finder = Callable[[str], list[Span]]
@@ -157,5 +159,9 @@ def finder(check: GuardCheck) -> Finder | None:
             words = sorted({w.strip() for w in check.words if w.strip()}, key=len, reverse=True)
             return _deny(words, re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, words)) + r")(?!\w)", flags),
                          check.case_sensitive)
-        case "size" | "webhook" | "json_schema":
+        case "national_id":
+            return national_ids(check.formats)
+        case "language":
+            return language_limit(check.languages, check.min_chars)
+        case "size" | "webhook" | "json_schema" | "moderation" | "classify":
             return None

@@ -5,17 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from adapters.json_types import JSONObject
-from contracts.config.guardrails import GuardPolicy, GuardrailsConfig
+from contracts.config.guardrails import REMOTE_TYPES, GuardCheck, GuardPolicy, GuardrailsConfig
 from guardrails.detectors import Finder, finder
 from guardrails.vault import label_of
 
 
 @dataclass(frozen=True, slots=True)
-class Webhook:
-    url: str
+class Remote:
+    """A check another service answers: an operator's webhook, or a moderation or classification model
+    of this gateway (`model`); `extproc/guard_hooks.py` asks it."""
+
+    kind: str  # webhook | moderation | classify
     timeout_s: float
     fail_open: bool
-    secret_env: str | None
+    url: str | None = None  # webhook
+    secret_env: str | None = None  # webhook
+    model: str | None = None  # moderation, classify
+    thresholds: tuple[tuple[str, float], ...] = ()  # moderation
+    prompt: str | None = None  # classify
+    cache_ttl_s: float = 0.0  # moderation, classify
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +35,9 @@ class Check:
     on_input: bool
     on_output: bool
     restore: bool
-    find: Finder | None  # None: a size or webhook check
+    find: Finder | None  # None: a size, json_schema or remote check
     max_chars: int | None = None
-    webhook: Webhook | None = None
+    remote: Remote | None = None
     structured: bool = False  # a json_schema check: the whole answer against `schema` or the request's
     schema: JSONObject | None = None
 
@@ -43,11 +51,22 @@ class CallChecks:
     outputs: tuple[Check, ...]
     window: int
     restores: bool  # a redaction on input is put back into the answer
-    webhooks: tuple[Check, ...] = ()  # input checks that ask an operator's service (the flow awaits them)
+    # The checks that ask another service (webhooks, moderation and classification models), by side:
+    # the flow awaits them (extproc/guard_hooks.py).
+    remote_inputs: tuple[Check, ...] = ()
+    remote_outputs: tuple[Check, ...] = ()
 
     @property
     def guards_output(self) -> bool:
         return bool(self.outputs) or self.restores
+
+
+def _remote(c: GuardCheck) -> Remote | None:
+    if c.type not in REMOTE_TYPES:
+        return None
+    return Remote(kind=c.type, timeout_s=c.timeout_ms / 1000, fail_open=c.fail == "open", url=c.url,
+                  secret_env=c.secret_env, model=c.model, thresholds=tuple(sorted(c.thresholds.items())),
+                  prompt=c.prompt, cache_ttl_s=c.cache_ttl_s)
 
 
 def _compile(policy: GuardPolicy) -> list[Check]:
@@ -56,8 +75,7 @@ def _compile(policy: GuardPolicy) -> list[Check]:
         out.append(Check(policy=policy.name, name=c.label, label=label_of(c.label), action=c.action,
                          on_input=c.direction in ("input", "both"), on_output=c.direction in ("output", "both"),
                          restore=c.restore, find=finder(c), max_chars=c.max_chars,
-                         webhook=Webhook(c.url, c.timeout_ms / 1000, c.fail == "open", c.secret_env)
-                         if c.url is not None else None,
+                         remote=_remote(c),
                          structured=c.type == "json_schema", schema=c.schema_))
     return out
 
@@ -69,28 +87,38 @@ class PolicySet:
 
     def __init__(self, config: GuardrailsConfig) -> None:
         self._policies = [(p, _compile(p)) for p in config.policies]
-        self._memo: dict[tuple[str, str, str], CallChecks | None] = {}
+        self._memo: dict[tuple[str, str, str, str], CallChecks | None] = {}
 
     def __bool__(self) -> bool:
         return bool(self._policies)
 
     def for_call(self, tenant: str, key_id: str, model: str) -> CallChecks | None:
-        memo_key = (tenant, key_id, model)
+        return self._covering(tenant, key_id, model, "")
+
+    def for_tool(self, tenant: str, key_id: str, tool: str) -> CallChecks | None:
+        """An MCP tools/call's checks: policies on its tenant or key, or naming the tool (`server__*`: all of them)."""
+        return self._covering(tenant, key_id, "", tool)
+
+    def _covering(self, tenant: str, key_id: str, model: str, tool: str) -> CallChecks | None:
+        memo_key = (tenant, key_id, model, tool)
         try:
             return self._memo[memo_key]
         except KeyError:
             pass
         checks: list[Check] = []
         window = 0
+        server_all = tool.split("__", 1)[0] + "__*" if tool else ""
         for p, compiled in self._policies:
             a = p.applies_to
-            if tenant in a.tenants or (key_id and key_id in a.keys) or model in a.models:
+            if (tenant in a.tenants or (key_id and key_id in a.keys) or (model and model in a.models)
+                    or (tool and (tool in a.tools or server_all in a.tools))):
                 checks += compiled
                 window = max(window, p.window_chars)
         found = None if not checks else CallChecks(
             inputs=tuple(c for c in checks if c.on_input), outputs=tuple(c for c in checks if c.on_output),
             window=window, restores=any(c.restore for c in checks),
-            webhooks=tuple(c for c in checks if c.webhook is not None))
+            remote_inputs=tuple(c for c in checks if c.remote is not None and c.on_input),
+            remote_outputs=tuple(c for c in checks if c.remote is not None and c.on_output))
         if len(self._memo) < 65536:  # bounded: callers name models; unknown ones are refused later anyway
             self._memo[memo_key] = found
         return found

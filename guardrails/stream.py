@@ -15,12 +15,15 @@ from guardrails.vault import MAX_PLACEHOLDER
 
 
 class StreamGuard:
-    __slots__ = ("guard", "window", "step", "pending", "calls", "blocked", "released_chars", "held")
+    __slots__ = ("guard", "window", "step", "pending", "calls", "blocked", "released_chars", "held", "remote")
 
     def __init__(self, guard: CallGuard) -> None:
         self.guard = guard
         self.window = guard.checks.window
-        self.step = max(8, self.window // 8)
+        # Checks another service answers see each released segment: a window's worth at a time, not
+        # every `step` (each segment costs a round trip the caller waits for).
+        self.remote = bool(guard.checks.remote_outputs)
+        self.step = self.window if self.remote else max(8, self.window // 8)
         self.pending = ""  # answer text not yet released
         # Tool calls held whole (start and argument fragments by index) until the next other event:
         # arguments are JSON, checked and released as one fragment.
@@ -72,6 +75,18 @@ class StreamGuard:
         elif len(self.pending) >= self.window + self.step:
             out += self._release(final=False)
         return out
+
+    def refuse(self, released: list[StreamEvent], e: GuardrailBlocked, chars: int) -> list[StreamEvent]:
+        """A remote check blocked the text `released` carried: the events before its first text or tool
+        call still go, then the error event; the caller got `chars` fewer characters than counted."""
+        self.blocked, self.pending, self.calls, self.held = e.verdict, "", {}, None
+        self.released_chars = max(0, self.released_chars - chars)
+        keep: list[StreamEvent] = []
+        for ev in released:
+            if isinstance(ev, TextDelta | ToolCallStart | ToolCallDelta | StreamError):
+                break
+            keep.append(ev)
+        return [*keep, StreamError(e.message, "invalid_request_error")]
 
     def _release_calls(self) -> list[StreamEvent]:
         out: list[StreamEvent] = []
@@ -145,3 +160,35 @@ class StreamGuard:
         self.blocked = v = Verdict(check.policy, check.name, "block", "output")
         self.guard.verdicts[v] = self.guard.verdicts.get(v, 0) + 1
         return [StreamError(GuardrailBlocked(v).message, "invalid_request_error")]
+
+
+# Released text is asked about in pieces of at least this many's share (so at most about twice this
+# many pieces at once, each a round trip).
+MAX_SEGMENTS = 16
+
+
+def segments(events: list[StreamEvent], size: int) -> list[list[StreamEvent]]:
+    """`events` in groups whose text is about `size` characters (more when there would be more than
+    MAX_SEGMENTS), text split at a space where one is near: remote checks see what was released a
+    window at a time, so a block lets the pieces before it out, as a stream that came slower would."""
+    total = sum(len(e.text) for e in events if isinstance(e, TextDelta) and not e.refusal)
+    size = max(size, -(-total // MAX_SEGMENTS), 1)
+    groups: list[list[StreamEvent]] = [[]]
+    filled = 0
+    for ev in events:
+        if not isinstance(ev, TextDelta) or ev.refusal:
+            groups[-1].append(ev)
+            continue
+        text = ev.text
+        while filled + len(text) > size:
+            cut = size - filled
+            space = text.rfind(" ", max(cut // 2, cut - 32), cut)  # a piece is at least half the size
+            cut = space + 1 if space >= 0 else cut
+            if cut > 0:
+                groups[-1].append(TextDelta(text[:cut]))
+            groups.append([])
+            filled, text = 0, text[cut:]
+        if text:
+            groups[-1].append(TextDelta(text))
+            filled += len(text)
+    return [g for g in groups if g]

@@ -30,7 +30,11 @@ def _cmd_serve(a: argparse.Namespace) -> int:
         print(f"modelyard serve: standby {os.getpid()} imported; waiting to take over", flush=True)
         if not sys.stdin.buffer.readline():
             return 0
-    return serve(a.config, worker=a.worker)
+    try:
+        return serve(a.config, worker=a.worker)
+    except OSError as e:  # an address in use, say: one line, not a traceback
+        print(f"modelyard serve: {e}", file=sys.stderr)
+        return 1
 
 
 def _cmd_epp(a: argparse.Namespace) -> int:

@@ -179,6 +179,9 @@ class Limiter:
             self._down = False
             metrics.DEGRADED.set(0)
             log.warning("ratelimit: Redis is back; shared buckets in force again")
+        if result.allowed and self._cfg.redis.failure_policy == "fallback":
+            # The local share follows what this replica took: a failover must not hand out a fresh burst.
+            self._memory.take_now([_scaled(c, self._cfg.redis.replicas) for c in charges])
         return result, "redis"
 
     def _redis_failed(self, e: BaseException) -> None:

@@ -16,6 +16,7 @@ that cannot be read raises `UpstreamError` (502); our own misuse raises `Modelya
 
 from __future__ import annotations
 
+from adapters.kserve.batch import TensorRows, merge_tensor_requests, tensor_rows
 from adapters.kserve.classify import (
     build_classify_request,
     classify_scores,
@@ -56,6 +57,7 @@ from adapters.kserve.wire import (
 )
 
 __all__ = [
+    "TensorRows", "tensor_rows", "merge_tensor_requests",
     "GRPC_SERVICE", "GRPC_INFER_PATH", "GRPC_CONTENT_TYPE", "MAX_DIMS", "DTYPES", "DATATYPES", "GRPC_TO_HTTP",
     "KServeError", "render_error", "grpc_status_to_http", "GrpcStatus", "grpc_status_from_headers", "frame",
     "unframe", "ParsedInfer", "parse_infer_request", "parse_request", "encode_infer_request", "output_array",

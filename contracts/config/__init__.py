@@ -43,7 +43,8 @@ Protocol = Literal["openai", "anthropic", "gemini", "responses", "kserve-grpc", 
 CLOUD_SECTIONS = {"azure-openai": "azure", "bedrock": "bedrock", "vertex": "vertex"}
 KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
 TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer",
-                   "image-generation", "transcription", "speech"]  # the last three: /v1/images, /v1/audio
+                   "image-generation", "transcription", "speech",  # these three: /v1/images, /v1/audio
+                   "moderation"]  # /v1/moderations (docs/guardrails.md)
 
 
 class _Model(BaseModel):
@@ -91,6 +92,25 @@ class TasksConfig(_Model):
     secret_env: str | None = None
 
 
+class S3FileStore(_Model):
+    """Files and batch outputs in an S3-compatible bucket (docs/batches.md "S3 file store"): the bytes
+    go there, SigV4-signed (botocore's signer); their records stay in `sqlite_path`. Credentials come
+    from the environment variables named here, or an AWS shared credentials file (a mounted secret),
+    read when used and never logged."""
+
+    kind: Literal["s3"] = "s3"
+    endpoint: str = Field(pattern=r"^https?://[^/\s]+$")  # scheme://host[:port]; path-style addressing
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    region: str = Field("us-east-1", pattern=r"^[a-z0-9-]+$")
+    prefix: str = ""  # every object key starts with it
+    access_key_env: str = "AWS_ACCESS_KEY_ID"
+    secret_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    session_token_env: str = "AWS_SESSION_TOKEN"
+    credentials_file: str | None = None  # [profile] aws_access_key_id / aws_secret_access_key; wins when set
+    profile: str = "default"
+    timeout_s: float = Field(30.0, gt=0)
+
+
 class BatchesConfig(_Model):
     """Files and batch APIs (`/v1/files`, `/v1/batches`, `/v1/messages/batches`; docs/batches.md): files
     and batch records in SQLite; each batch line runs as an async task (needs `extproc.tasks`)."""
@@ -101,6 +121,8 @@ class BatchesConfig(_Model):
     max_lines: int = Field(50_000, ge=1)  # requests in one batch, as OpenAI and Anthropic allow
     # How often open batches are checked for lines that ended, and finished ones written out.
     finalize_every_s: float = Field(1.0, gt=0)
+    # Where file bytes live: None keeps them in `sqlite_path` (the embedded default).
+    file_store: S3FileStore | None = None
 
 
 class ExtprocConfig(_Model):
@@ -241,6 +263,14 @@ class WatermarkSource(_Model):
     kind: Literal["agent", "dcgm"] = "agent"
 
 
+class NativeBatch(_Model):
+    """A batch whose every line names this deployment's model runs at the provider's own batch API
+    (OpenAI Files + Batches, Anthropic Message Batches), polled in the background (docs/batches.md)."""
+
+    mode: Literal["native", "replay"] = "native"  # replay: each line through the gateway (the default)
+    poll_every_s: float = Field(5.0, gt=0)
+
+
 class Deployment(_Model):
     cluster: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     protocol: Protocol
@@ -292,6 +322,8 @@ class Deployment(_Model):
     azure: AzureSettings | None = None
     bedrock: BedrockSettings | None = None
     vertex: VertexSettings | None = None
+    # Batches at the provider's own batch API (openai and anthropic deployments); None: lines replayed.
+    batch: NativeBatch | None = None
 
     _drop_params = field_validator("drop_params")(check_drop_params)
 
@@ -326,15 +358,16 @@ class Deployment(_Model):
             named = [ep for ep in self.endpoints if not _ip_literal(ep.rpartition(":")[0])]
             if named:  # Envoy's override-host matches the resolved IP:port, not a name
                 raise ValueError(f"replica_metrics needs IP endpoints, not {named[0]!r}")
+        if self.batch is not None and self.batch.mode == "native" and self.protocol not in ("openai", "anthropic"):
+            raise ValueError(f"batch: native batches run on openai and anthropic deployments, not {self.protocol}")
         if self.warmup and self.protocol in CLOUD_SECTIONS:  # a warm-up call would need the cloud's credentials
             raise ValueError(f"warmup: not available for protocol {self.protocol}")
         if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):
             raise ValueError(f"lb.weights names {', '.join(unknown)}, not in endpoints")
-        if self.scale_from_zero is not None and (not self.max_inflight or self.health_check is None
-                                                 or self.health_check.http_path is None):
-            # Callers are held in the deployment's queue; readiness is its HTTP health check.
+        if self.scale_from_zero is not None and (not self.max_inflight or self.health_check is None):
+            # Callers are held in the deployment's queue; readiness is its health check (HTTP or gRPC).
             raise ValueError("scale_from_zero needs max_inflight (its queue holds the callers) and a "
-                             "health_check with http_path (it says when a replica is ready)")
+                             "health_check (http_path or grpc_service: it says when a replica is ready)")
         return self
 
     def credential(self) -> str | None:

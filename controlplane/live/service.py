@@ -47,7 +47,8 @@ async def run(path: Path, env: EnvironmentConfig, *, watch: bool = False, timeou
     live = LiveConfig(env, first, timeout_s=timeout_s)
     cp = first.cfg.controlplane
     # Pings find an Envoy whose host vanished without a FIN: its stream closes, and applies stop waiting for it.
-    server = grpc.aio.server(options=[("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
+    # No SO_REUSEPORT (gRPC's default): a second control plane on a taken port must fail, not share it.
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 10_000),
                                       ("grpc.keepalive_permit_without_calls", 1)])
     add_to_server(live.ads, server)
     xds_at, api_at = _listen_at(cp.xds_address, bind), _listen_at(cp.api_address, bind)

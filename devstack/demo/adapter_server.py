@@ -24,6 +24,7 @@ from devstack.demo.behaviour import (
     last_user_text,
 )
 from devstack.demo.faults import (
+    BAD_INPUT,
     CUT,
     FAIL,
     GARBAGE,
@@ -55,6 +56,8 @@ class AdapterDemo:
         self.metrics_off = False  # POST /fake-queue {"metrics": false}: /metrics answers 503 (readings go stale)
         self.delay_s = 0.0  # POST /fake-queue {"delay_ms": N}: every answer waits N ms first (a slow server)
         self.embeds = False  # also answers embeddings (OpenAI /v1/embeddings or Gemini :embedContent)
+        # Embeddings take delay_s per call, one call at a time (a device's forward pass, however many inputs).
+        self._device: asyncio.Lock | None = None
 
     def _error(self, status: int, message: str, type_: str | None = None) -> web.Response:
         return web.Response(status=status, body=self.adapter.render_error(status, message, type_),
@@ -124,6 +127,12 @@ class AdapterDemo:
             return self._error(e.status, e.message, e.type)
         if any(fault_in(t) == FAIL for t in req.inputs):
             return self._error(500, "demo upstream failed on purpose", "api_error")
+        if any(BAD_INPUT in t for t in req.inputs):
+            return self._error(400, "an input was refused on purpose", "invalid_request_error")
+        if self.delay_s:
+            self._device = self._device or asyncio.Lock()
+            async with self._device:
+                await asyncio.sleep(self.delay_s)
         if req.dimensions is not None and req.dimensions > MAX_DEMO_EMBED_DIMS:
             return self._error(400, f"dimensions must be at most {MAX_DEMO_EMBED_DIMS}", "invalid_request_error")
         import numpy as np  # on the first embedding (behaviour.demo_embedding says why)

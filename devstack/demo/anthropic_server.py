@@ -2,7 +2,8 @@
 
     python -m devstack.demo.anthropic_server --port 8102 [--require-key-env VAR]
 
-Answers as described in `devstack.demo.behaviour`, prefixed "[demo-anthropic]".
+Answers as described in `devstack.demo.behaviour`, prefixed "[demo-anthropic]"; also Anthropic's
+Message Batches (`devstack.demo.batch_api`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from aiohttp import web
 
 from adapters import anthropic
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
+from devstack.demo.batch_api import add_anthropic_batch_routes
 
 
 def make_app(name: str = "demo-anthropic", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:
-    return AdapterDemo(anthropic, f"[{name}]", require_key=require_key, chunk_delay=chunk_delay).app(anthropic.PATH)
+    app = AdapterDemo(anthropic, f"[{name}]", require_key=require_key, chunk_delay=chunk_delay).app(anthropic.PATH)
+    add_anthropic_batch_routes(app, anthropic, f"[{name}]", require_key)  # Message Batches (native batches)
+    return app
 
 
 def build(argv: list[str] | None = None) -> DemoSite:

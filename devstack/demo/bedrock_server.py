@@ -1,5 +1,6 @@
-"""Demo AWS Bedrock upstream: Converse and ConverseStream, refusing any request whose SigV4
-signature does not verify (botocore computes it the way AWS does) against its credentials.
+"""Demo AWS Bedrock upstream: Converse, ConverseStream and InvokeModel (Titan Image), refusing any
+request whose SigV4 signature does not verify (botocore computes it the way AWS does) against its
+credentials.
 
     python -m devstack.demo.bedrock_server --port 8107 --region us-east-1 \
         [--credentials-file PATH [--profile NAME]]
@@ -25,6 +26,7 @@ from aiohttp import web
 from adapters import bedrock
 from adapters.bedrock.signing import verify
 from adapters.cloud_targets import AwsCredentials
+from devstack.demo import cloud_images
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, serve
 
 
@@ -70,14 +72,26 @@ def make_app(name: str = "demo-bedrock", region: str = "us-east-1", credentials:
     demo = AdapterDemo(bedrock, f"[{name}]", chunk_delay=chunk_delay, explicit_cache=True)
     source = credentials or CredentialSource(None, "default")
 
-    async def converse(request: web.Request) -> web.StreamResponse:
+    async def refused(request: web.Request) -> web.Response | None:
         creds = source.current()
         if creds is None:
             return _refuse(403, "UnrecognizedClientException", "The security token included in the request is invalid.")
         body = await request.read()  # aiohttp keeps it: handle() reads the same bytes
         why = verify(request.method, request.raw_path, dict(request.headers), body, region=region, creds=creds)
-        if why is not None:
-            return _refuse(403, "InvalidSignatureException", why)
+        return _refuse(403, "InvalidSignatureException", why) if why is not None else None
+
+    async def invoke(request: web.Request) -> web.StreamResponse:
+        """InvokeModel: the Titan Image Generator's text-to-image task (devstack/demo/cloud_images.py)."""
+        no = await refused(request)
+        if no is not None:
+            return no
+        demo.requests += 1
+        return cloud_images.titan(await request.read())
+
+    async def converse(request: web.Request) -> web.StreamResponse:
+        no = await refused(request)
+        if no is not None:
+            return no
         return await demo.handle(request, unquote(request.match_info["model"]), request.path.endswith("-stream"))
 
     async def health(_: web.Request) -> web.Response:
@@ -89,6 +103,7 @@ def make_app(name: str = "demo-bedrock", region: str = "us-east-1", credentials:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/model/{model}/converse", converse)
     app.router.add_post("/model/{model}/converse-stream", converse)
+    app.router.add_post("/model/{model}/invoke", invoke)
     app.router.add_get("/health", health)
     app.router.add_get("/stats", stats)
     return app

@@ -9,6 +9,7 @@ CUT = "demo-cut-stream"  # stream a few events, then end the response without th
 SLOW = "demo-slow"  # wait SLOW_SECONDS before answering: longer than the chaos deployments' timeout
 GARBAGE = "demo-garbage"  # answer 200 with bytes that are no protocol's reply
 TRACE = "demo-fail-traceback"  # answer 500 with a Python traceback as text, like a server in debug mode
+BAD_INPUT = "demo-bad-400"  # an embedding input the upstream refuses (400), as a real one refuses a bad input
 
 # "demo-hold-250": hold the answer 250 ms (at most HOLD_MAX_MS), so tests can keep a slot busy.
 _HOLD = re.compile(r"demo-hold-(\d{1,5})")

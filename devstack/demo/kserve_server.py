@@ -7,6 +7,8 @@ the `scores` output [N, len(labels)] FP32 holds the vote shares (they sum to 1).
 comes back top-1 `red`. A simulated device cost (fixed_ms per call + per_image_ms per image,
 one call at a time like one GPU), `GET /stats` ({"calls", "images", "failures"}) and
 `POST /control` ({"fail_next", "fixed_ms", "per_image_ms"}, for tests) serve the batching benchmark.
+A BYTES input is a text model's instead: one text per row in, `embedding` [N, 8] FP32 out (the demo
+embedding of each text); a text holding `demo-bad-400` is refused (INVALID_ARGUMENT).
 
     python -m devstack.demo.kserve_server --port 8201 --stats-port 8202 --fixed-ms 5 --per-image-ms 1
 """
@@ -20,6 +22,7 @@ import logging
 import math
 import random
 import signal
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +35,9 @@ from grpc_health.v1 import health, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from devstack.demo.behaviour import demo_embedding
+from devstack.demo.faults import BAD_INPUT
+
 log = logging.getLogger("modelyard.demo.kserve")
 
 DEFAULT_LABELS = ["red", "green", "blue", "white", "black", "yellow", "cyan", "magenta"]
@@ -41,6 +47,7 @@ PALETTE: dict[str, tuple[int, int, int]] = {
     "gray": (128, 128, 128), "orange": (255, 165, 0),
 }
 _DTYPES: dict[str, np.dtype] = {"FP32": np.dtype("<f4"), "FP16": np.dtype("<f2")}
+TEXT_OUTPUT, TEXT_DIMS = "embedding", 8  # the text model's output
 
 
 class TensorError(ValueError):
@@ -117,7 +124,7 @@ class Stats:
 
 class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(
-        self, models: Sequence[str] = ("demo-colors",), model: ColourModel | None = None,
+        self, models: Sequence[str] = ("demo-colors", "demo-text"), model: ColourModel | None = None,
         fixed_ms: float = 0.0, per_image_ms: float = 0.0, fail_rate: float = 0.0, fail_next: int = 0,
         max_concurrency: int = 1, output: str = "scores", seed: int | None = None,
     ) -> None:
@@ -163,6 +170,8 @@ class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
             self.fail_next = max(0, self.fail_next - 1)
             self.stats.failures += 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, "demo: simulated upstream failure")
+        if len(request.inputs) == 1 and request.inputs[0].datatype == "BYTES":
+            return await self._embed_texts(request, context)
         for o in request.outputs:
             if o.name != self.output:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown output {o.name!r}")
@@ -182,6 +191,53 @@ class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
         resp.outputs.add(name=self.output, datatype="FP32", shape=[n, len(self.model.labels)])
         resp.raw_output_contents.append(scores.astype("<f4").tobytes())
         return resp
+
+
+    async def _embed_texts(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        """A text model: BYTES [N] (or [N, 1]) -> `embedding` FP32 [N, TEXT_DIMS], each row
+        `behaviour.demo_embedding(text)`, so a caller can check its own rows exactly."""
+        t = request.inputs[0]
+        shape = list(t.shape)
+        try:
+            texts = read_texts(request)
+        except TensorError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        if any(BAD_INPUT in x for x in texts):
+            self.stats.failures += 1
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "demo: an input was refused on purpose")
+        for o in request.outputs:
+            if o.name != TEXT_OUTPUT:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown output {o.name!r}")
+        n = shape[0]
+        async with self._slots:
+            self.stats.calls += 1
+            self.stats.images += n
+            delay = (self.fixed_ms + self.per_image_ms * n) / 1000.0
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rows = np.array([demo_embedding(x, TEXT_DIMS) for x in texts], np.float32)
+        resp = pb.ModelInferResponse(model_name=request.model_name, model_version="1", id=request.id)
+        resp.outputs.add(name=TEXT_OUTPUT, datatype="FP32", shape=[n, TEXT_DIMS])
+        resp.raw_output_contents.append(rows.astype("<f4").tobytes())
+        return resp
+
+
+def read_texts(req: pb.ModelInferRequest) -> list[str]:
+    """The request's BYTES input, one text per row ([N] or [N, 1]), from raw or typed contents."""
+    t = req.inputs[0]
+    shape = list(t.shape)
+    if not 1 <= len(shape) <= 2 or shape[0] < 1 or math.prod(shape[1:]) != 1:
+        raise TensorError(f"input {t.name!r}: shape {shape} is not [N] or [N, 1] texts")
+    if not req.raw_input_contents:
+        return [b.decode("utf-8", "replace") for b in t.contents.bytes_contents][: shape[0]]
+    raw, out, pos = req.raw_input_contents[0], [], 0
+    while pos + 4 <= len(raw):
+        (size,) = struct.unpack_from("<I", raw, pos)
+        out.append(raw[pos + 4:pos + 4 + size].decode("utf-8", "replace"))
+        pos += 4 + size
+    if pos != len(raw) or len(out) != shape[0]:
+        raise TensorError(f"input {t.name!r}: raw contents do not hold {shape[0]} texts")
+    return out
 
 
 def _code(value: int) -> tuple[int, str]:
@@ -219,7 +275,7 @@ async def start(
 ) -> RunningServer:
     """Start the gRPC server (and /stats if stats_port is given; 0 picks a free port)."""
     servicer = KServeDemoServicer(**kwargs)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 256 * 1024 * 1024),
                                       ("grpc.max_send_message_length", 256 * 1024 * 1024)])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     # Standard gRPC health (server-wide status SERVING): what Envoy's grpc health check asks.
@@ -277,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8201)
     p.add_argument("--stats-port", type=int, default=None, help="serve GET /stats here")
-    p.add_argument("--models", nargs="+", default=["demo-colors"])
+    p.add_argument("--models", nargs="+", default=["demo-colors", "demo-text"])
     p.add_argument("--labels", nargs="+", default=DEFAULT_LABELS)
     p.add_argument("--mean", nargs=3, type=float, default=[0.485, 0.456, 0.406])
     p.add_argument("--std", nargs=3, type=float, default=[0.229, 0.224, 0.225])

@@ -3,7 +3,8 @@
     python -m devstack.demo.openai_server --port 8101 [--name demo-openai] [--require-key-env VAR]
 
 Answers as described in `devstack.demo.behaviour`, prefixed "[<name>]"; also POST /v1/embeddings,
-and OpenAI's images and audio endpoints (`devstack.demo.media`).
+OpenAI's images and audio endpoints (`devstack.demo.media`), its Files + Batches
+(`devstack.demo.batch_api`) and /v1/moderations (`devstack.demo.moderation`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ from aiohttp import web
 
 from adapters import embeddings, openai
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, parse, serve
+from devstack.demo.batch_api import add_openai_batch_routes
 from devstack.demo.media import add_media_routes
+from devstack.demo.moderation import add_moderation_routes
 
 
 def make_app(name: str = "demo-openai", require_key: str | None = None, chunk_delay: float = 0.0) -> web.Application:
     demo = AdapterDemo(openai, f"[{name}]", require_key=require_key, chunk_delay=chunk_delay)
     app = demo.app(openai.PATH, embeddings_path=embeddings.OPENAI_PATH)
     add_media_routes(app, f"[{name}]")  # images and audio (demo-image, demo-whisper, demo-tts)
+    add_openai_batch_routes(app, openai, f"[{name}]", require_key)  # Files + Batches (native batches)
+    add_moderation_routes(app)  # /v1/moderations (demo-moderation)
     return app
 
 

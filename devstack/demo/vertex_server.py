@@ -27,6 +27,7 @@ from google.auth import exceptions as google_exceptions
 from google.auth import jwt
 
 from adapters import anthropic, gemini
+from devstack.demo import cloud_images
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, serve
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -78,7 +79,7 @@ def make_app(account: ServiceAccount, *, project: str, location: str, name: str 
     demos = {"google": AdapterDemo(gemini, f"[{name}]", chunk_delay=chunk_delay),
              "anthropic": AdapterDemo(anthropic, f"[{name}]", chunk_delay=chunk_delay)}
     tokens: dict[str, float] = {}  # access token -> expiry (time.time())
-    stats = {"tokens_issued": 0}
+    stats = {"tokens_issued": 0, "images": 0}
 
     async def token(request: web.Request) -> web.Response:
         form = await request.post()
@@ -112,6 +113,14 @@ def make_app(account: ServiceAccount, *, project: str, location: str, name: str 
         if m["project"] != project or m["location"] != location:
             return _google_error(403, f"Permission denied on resource project {m['project']}.", "PERMISSION_DENIED")
         model, _, action = m["tail"].rpartition(":")
+        if m["publisher"] == "google" and action == "predict":  # Imagen (devstack/demo/cloud_images.py)
+            status, answer = cloud_images.imagen(await request.read())
+            stats["images"] += status == 200
+            return web.json_response(answer, status=status)
+        if m["publisher"] == "google" and action == "generateContent" and cloud_images.wants_image(await request.read()):
+            status, answer = cloud_images.gemini_image(await request.read())
+            stats["images"] += status == 200
+            return web.json_response(answer, status=status)
         demo = demos.get(m["publisher"])
         ok = {"google": ("generateContent", "streamGenerateContent"),
               "anthropic": ("rawPredict", "streamRawPredict")}.get(m["publisher"], ())

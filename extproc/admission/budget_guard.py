@@ -130,7 +130,11 @@ class BudgetGuard:
     def record(self, ctx: RequestContext, usd: float) -> None:
         """A metered call's cost, counted at once here and in the shared ledger within a round."""
         caller = ctx.caller
-        self.ledger.add(ctx.tenant_name, caller.key_id if caller is not None else None, usd, self.clock())
+        self.record_spend(ctx.tenant_name, caller.key_id if caller is not None else None, usd)
+
+    def record_spend(self, tenant: str, key_id: str | None, usd: float) -> None:
+        """Spend with no request of its own (a native batch's lines, metered when the provider ends it)."""
+        self.ledger.add(tenant, key_id, usd, self.clock())
 
     def _standing(self, scope: Scope, id: str, tenant: str, budget: Budget, now: float) -> Standing:
         w = window(budget.period, now)

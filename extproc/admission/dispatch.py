@@ -143,9 +143,11 @@ class Dispatcher:
         upstream spend), and no deployment slot is taken (nothing goes upstream)."""
         await self.admit(ctx, choice, 0, budgets=False)
 
-    async def choose_embedding(self, ctx: RequestContext, model: str, est_tokens: int, longest_input: int) -> Choice:
+    async def choose_embedding(self, ctx: RequestContext, model: str, est_tokens: int, longest_input: int, *,
+                               slot: bool = True) -> Choice:
         """Route (task type `embedding`) and admit an embeddings request: input tokens, no output.
-        Each input is embedded on its own, so the context window is checked against the longest."""
+        Each input is embedded on its own, so the context window is checked against the longest.
+        `slot=False`: the caller takes its slot itself, or none (a batch member shares its leader's call)."""
         assert ctx.tenant is not None
         choice = self.choose_for(ctx, RouteRequest(
             model=model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
@@ -154,7 +156,8 @@ class Dispatcher:
         choice.est_prompt_tokens = est_tokens
         self.spill_past_full_queue(ctx, choice)
         await self.admit(ctx, choice, est_tokens)
-        await self.wait_for_slot(ctx, choice)  # the deployment's queue, as for chat
+        if slot:
+            await self.wait_for_slot(ctx, choice)  # the deployment's queue, as for chat
         return choice
 
     def spill_past_full_queue(self, ctx: RequestContext, choice: Choice) -> None:

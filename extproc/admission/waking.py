@@ -8,6 +8,11 @@ warm-up runs, then the queue resumes and the waiters go in its order. When a rea
 `unhealthy_threshold` checks in a row, it is paused again. Scale-down is the autoscaler's: the
 gateway only reports idleness (extproc/telemetry/demand.py).
 
+Readiness is the deployment's own health check as Envoy reads it: an HTTP GET, or for a gRPC server
+(KServe v2 gRPC) the gRPC health protocol (grpc.health.v1 `Check`: SERVING), and a KServe gRPC warm-up
+asks `ModelReady`. A reload applies live (`reconfigure`): a deployment that gains `scale_from_zero` is
+probed and held if no replica is ready; one that loses it has its held callers let go.
+
 `scale_call` is pure (the request to send); `Waker` runs in the background, never on a request's path
 (the hold callback only starts a task).
 """
@@ -29,7 +34,7 @@ from contracts.config import Deployment, GatewayConfig
 from contracts.config.scaling import ScaleFromZero
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.telemetry.metrics import SCALE_FROM_ZERO_SECONDS, SCALE_READY, SCALE_REQUESTS
-from extproc.telemetry.warmup import warmup_call
+from extproc.telemetry.warmup import endpoint_healthy, send_warmup, warmup_call
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +67,58 @@ class Waker:
         self._asked: dict[str, float] = {}  # cluster -> when the last scale request left (monotonic)
         self._held_since: dict[str, float] = {}  # cluster -> when its first caller was held this time
         self._tasks: set[asyncio.Task[None]] = set()
+        self._watches: dict[str, asyncio.Task[None]] = {}  # cluster -> its watch
         self._session: aiohttp.ClientSession | None = None
+        self._started = False
 
     async def start(self) -> None:
         """Probe each deployment once (a ready one serves at once), pause the others, watch them all."""
+        self._started = True
         if not self._deps:
             return
-        self._session = aiohttp.ClientSession()
+        await asyncio.gather(*(self._adopt(cluster) for cluster in self._deps))
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """A reload (on the loop, from the commit): deployments that gained `scale_from_zero` are
+        probed and held until ready; those that lost it let their held callers go; changed ones are
+        watched with their new settings from the next probe on."""
+        deps = {c: d for c, d in config.clusters().items() if d.scale_from_zero is not None}
+        self._models = {d.cluster: m.name for m in config.models for d in m.deployments}
+        gone = set(self._deps) - set(deps)
+        added = set(deps) - set(self._deps)
+        self._deps = deps
+        limits = self._limits_of()
+        for cluster in gone:
+            watch = self._watches.pop(cluster, None)
+            if watch is not None:
+                watch.cancel()
+            self._asked.pop(cluster, None)
+            self._held_since.pop(cluster, None)
+            if cluster in limits.paused:
+                log.info("deployment %s: no longer scale_from_zero; its held callers go on", cluster)
+                limits.resume(cluster)
+        if self._started:
+            for cluster in added:
+                self._spawn(self._adopt(cluster))
+
+    async def _adopt(self, cluster: str) -> None:
+        dep = self._deps.get(cluster)
+        if dep is None:
+            return
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
         limits = self._limits_of()
         limits.on_hold = self._hold
-        ready = await asyncio.gather(*(self._healthy(d) for d in self._deps.values()))
-        for (cluster, dep), ok in zip(self._deps.items(), ready, strict=True):
-            if not ok:
-                limits.pause(cluster)
-            SCALE_READY.labels(cluster).set(1 if ok else 0)
-            self._spawn(self._watch(cluster, dep))
+        ok = await self._healthy(dep)
+        if cluster not in self._deps or cluster in self._watches:  # gone, or adopted twice, meanwhile
+            return
+        if not ok:
+            limits.pause(cluster)
+        SCALE_READY.labels(cluster).set(1 if ok else 0)
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._watch(cluster))
+        self._watches[cluster] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -128,14 +170,16 @@ class Waker:
         if outcome == "ok":
             log.info("deployment %s: asked for a replica (%s %s)", cluster, call.method, call.url)
 
-    async def _watch(self, cluster: str, dep: Deployment) -> None:
-        hc, sfz = dep.health_check, dep.scale_from_zero
-        assert hc is not None and sfz is not None
+    async def _watch(self, cluster: str) -> None:
         fails = 0
-        while True:
+        while (dep := self._deps.get(cluster)) is not None:  # the current config's, reloads included
+            hc, sfz = dep.health_check, dep.scale_from_zero
+            assert hc is not None and sfz is not None
             limits = self._limits_of()
             paused = cluster in limits.paused
             await asyncio.sleep(sfz.probe_s if paused else hc.interval_s)
+            if cluster not in self._deps:
+                return
             ok = await self._healthy(dep)
             if paused and ok:
                 await self._warm(dep)
@@ -155,18 +199,11 @@ class Waker:
                     limits.pause(cluster)
 
     async def _healthy(self, dep: Deployment) -> bool:
-        """Any endpoint passes the deployment's HTTP health check."""
-        hc = dep.health_check
-        assert hc is not None and self._session is not None
-        scheme = "https" if dep.tls else "http"
+        """Any endpoint passes the deployment's health check (HTTP, or gRPC health for a gRPC server)."""
+        assert self._session is not None
         for ep in dep.endpoints:
-            try:
-                async with self._session.get(f"{scheme}://{ep}{hc.http_path}",
-                                             timeout=aiohttp.ClientTimeout(total=hc.timeout_s)) as resp:
-                    if 200 <= resp.status < 300:
-                        return True
-            except (OSError, TimeoutError, aiohttp.ClientError, ssl.SSLError):
-                continue
+            if await endpoint_healthy(self._session, dep, ep):
+                return True
         return False
 
     async def _warm(self, dep: Deployment) -> None:
@@ -175,17 +212,9 @@ class Waker:
             return
         call = warmup_call(dep, self._models[dep.cluster])
         assert self._session is not None
-        scheme = "https" if dep.tls else "http"
         deadline = time.monotonic() + dep.warmup.timeout_s
         while time.monotonic() < deadline:
-            try:
-                async with self._session.request(call.method, f"{scheme}://{dep.endpoints[0]}{call.path}",
-                                                 data=call.body or None, headers=call.headers,
-                                                 timeout=aiohttp.ClientTimeout(total=dep.warmup.timeout_s)) as resp:
-                    await resp.read()
-                    if 200 <= resp.status < 300:
-                        return
-            except (OSError, TimeoutError, aiohttp.ClientError, ssl.SSLError):
-                pass
+            if await send_warmup(self._session, dep, call, dep.endpoints[0], dep.warmup.timeout_s):
+                return
             await asyncio.sleep(dep.warmup.retry_interval_s)
         log.warning("deployment %s: warm-up unanswered; serving its queue anyway", dep.cluster)

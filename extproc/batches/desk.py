@@ -11,35 +11,53 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from contracts.config import BatchesConfig
-from contracts.errors import ClientError, NotFound, Unavailable
+import orjson
+
+from contracts.config import BatchesConfig, Deployment, GatewayConfig
+from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
+from extproc.admission.budget_guard import BudgetGuard
 from extproc.batches import files as file_views
-from extproc.batches import ids, lines, record
+from extproc.batches import ids, lines, native, native_metering, record
 from extproc.batches.files import OUTPUT_PURPOSE, PURPOSES, FileRecord
-from extproc.batches.lines import LineRequest
+from extproc.batches.lines import LineRef, LineRequest
+from extproc.batches.native import LineResult, NativeTarget
+from extproc.batches.native_client import NativeClient
 from extproc.batches.record import BatchRecord
+from extproc.batches.s3_blobs import S3Blobs
 from extproc.batches.store import SqliteBatchStore
 from extproc.tasks import state as task_state
 from extproc.tasks.board import TaskBoard
 from extproc.tasks.state import StoredRequest, TaskRecord
+from extproc.telemetry.metering import MeteringStore
 
 log = logging.getLogger("modelyard.batches")
 _T = TypeVar("_T")
 
 _JSON = (("content-type", "application/json"),)
 _ANTHROPIC = (("content-type", "application/json"), ("anthropic-version", "2023-06-01"))
+# Picks where a batch runs whole at a provider's batch API, from the models its lines name (flows/batches.py).
+NativePick = Callable[[set[str]], NativeTarget | None]
 
 
 class BatchDesk:
-    def __init__(self, cfg: BatchesConfig, board: TaskBoard, store: SqliteBatchStore | None = None) -> None:
+    def __init__(self, cfg: BatchesConfig, board: TaskBoard, store: SqliteBatchStore | None = None, *,
+                 config: GatewayConfig | None = None, metering: MeteringStore | None = None,
+                 budgets: BudgetGuard | None = None, native_client: NativeClient | None = None) -> None:
         self.cfg = cfg
         self.board = board
+        self.config = config  # the deployments native batches run on, their prices, the tenants' tiers
+        self.metering = metering
+        self.budgets = budgets  # a native batch's lines are spend of its tenant (and the key that made it)
+        self.native_client = native_client or NativeClient()
         self.store = store or SqliteBatchStore(cfg.sqlite_path)
+        # File bytes in an S3-compatible bucket when configured; their records stay in the store.
+        self.blobs = S3Blobs(cfg.file_store) if cfg.file_store is not None else None
         self._finalizer: asyncio.Task[None] | None = None
 
     # -- files -----------------------------------------------------------------------------------
@@ -50,9 +68,20 @@ class BatchDesk:
             raise ClientError(f"the file is {len(data)} bytes; the gateway keeps files up to "
                               f"{self.cfg.max_file_bytes} bytes", status=413)
         rec = FileRecord(ids.new_file_id(), tenant, purpose, filename[:255] or "upload", len(data), time.time())
-        if not await self._store(self.store.put_file(rec, data, self.cfg.max_files_per_tenant)):
+        if not await self._put(rec, data, self.cfg.max_files_per_tenant):
             raise ClientError(f"this tenant already holds {self.cfg.max_files_per_tenant} files; delete some first")
         return rec
+
+    async def _put(self, rec: FileRecord, data: bytes, max_files: int | None = None) -> bool:
+        """The bytes, then the record: a record never names bytes that were not stored."""
+        if self.blobs is None:
+            return await self._store(self.store.put_file(rec, data, max_files))
+        key = self.blobs.key(rec.tenant, rec.id)
+        await self.blobs.put(key, data)
+        if await self._store(self.store.put_file(rec, b"", max_files)):
+            return True
+        await self.blobs.delete(key)  # refused (too many files): the bytes go too
+        return False
 
     async def file(self, file_id: str, tenant: str) -> FileRecord:
         rec = await self._store(self.store.get_file(file_id, tenant))
@@ -64,20 +93,41 @@ class BatchDesk:
         data = await self._store(self.store.file_data(file_id, tenant))
         if data is None:
             raise NotFound(f"No such File object: {file_id}")
-        return data
+        if data or self.blobs is None:  # bytes in SQLite (also those stored before the bucket was configured)
+            return data
+        rec = await self.file(file_id, tenant)  # the tenant's own record first: only then its key
+        if rec.bytes == 0:
+            return b""
+        try:
+            return await self.blobs.get(self.blobs.key(tenant, file_id))
+        except NotFound:
+            log.error("file %s: its record is here but its object is not in the bucket", file_id)
+            raise NotFound(f"No such File object: {file_id}") from None
 
     async def list_files(self, tenant: str, purpose: str | None, limit: int, after: str | None) -> dict[str, Any]:
         recs, more = await self._store(self.store.list_files(tenant, purpose, limit, after))
         return file_views.list_view(recs, more)
 
     async def delete_file(self, file_id: str, tenant: str) -> dict[str, Any]:
-        if not await self._store(self.store.delete_file(file_id, tenant)):
+        if not await self._delete_file(file_id, tenant):
             raise NotFound(f"No such File object: {file_id}")
         return file_views.deleted_view(file_id)
 
+    async def _delete_file(self, file_id: str, tenant: str) -> bool:
+        """The record, then the bytes (an object left behind by a failed delete names no file)."""
+        if not await self._store(self.store.delete_file(file_id, tenant)):
+            return False
+        if self.blobs is not None:
+            try:
+                await self.blobs.delete(self.blobs.key(tenant, file_id))
+            except Unavailable:
+                log.warning("file %s: deleted, but its object stays in the bucket", file_id)
+        return True
+
     # -- batches ---------------------------------------------------------------------------------
     async def create_openai(self, tenant: str, input_file_id: str, endpoint: str, window: str,
-                            metadata: dict[str, Any] | None) -> BatchRecord:
+                            metadata: dict[str, Any] | None, pick: NativePick | None = None,
+                            key_id: str | None = None) -> BatchRecord:
         if window not in record.WINDOWS:
             raise ClientError(f"completion_window must be one of {', '.join(record.WINDOWS)}, not {window!r}")
         if endpoint not in lines.OPENAI_ENDPOINTS:
@@ -89,14 +139,130 @@ class BatchDesk:
         batch_id = ids.new_batch_id("openai")
         reqs = await asyncio.to_thread(lines.parse_openai_input, data, batch_id, endpoint, self.cfg.max_lines)
         protocol = lines.OPENAI_ENDPOINTS[endpoint]
+        target = self._native_target(reqs, pick) if endpoint == native.OPENAI_PATH else None
+        if target is not None:
+            return await self._start_native(batch_id, tenant, "openai", endpoint, reqs, target, window,
+                                            input_file_id=input_file_id, metadata=metadata, key_id=key_id)
         return await self._start(batch_id, tenant, "openai", endpoint, protocol, reqs, _JSON, window,
                                  input_file_id=input_file_id, metadata=metadata)
 
-    async def create_anthropic(self, tenant: str, doc: Any) -> BatchRecord:
+    async def create_anthropic(self, tenant: str, doc: Any, pick: NativePick | None = None,
+                               key_id: str | None = None) -> BatchRecord:
         batch_id = ids.new_batch_id("anthropic")
         reqs = lines.parse_anthropic_requests(doc, batch_id, self.cfg.max_lines)
+        target = self._native_target(reqs, pick)
+        if target is not None:
+            return await self._start_native(batch_id, tenant, "anthropic", lines.ANTHROPIC_PATH, reqs, target, "24h",
+                                            key_id=key_id)
         return await self._start(batch_id, tenant, "anthropic", lines.ANTHROPIC_PATH, "anthropic", reqs,
                                  _ANTHROPIC, "24h")
+
+    # -- native batches: run whole at the provider's own batch API ---------------------------------
+    @staticmethod
+    def _native_target(reqs: list[LineRequest], pick: NativePick | None) -> NativeTarget | None:
+        """Where the batch runs whole, when every line that runs names one model whose deployment
+        says `batch: {mode: native}`; None: each line is replayed through the gateway."""
+        if pick is None:
+            return None
+        models: set[str] = set()
+        for r in reqs:
+            if r.ref.task_id is not None:
+                model = orjson.loads(r.body).get("model")
+                models.add(model if isinstance(model, str) else "")
+        return pick(models) if len(models) == 1 else None
+
+    async def _start_native(self, batch_id: str, tenant: str, api: record.Api, path: str, reqs: list[LineRequest],
+                            target: NativeTarget, window: str, *, input_file_id: str | None = None,
+                            metadata: dict[str, Any] | None = None, key_id: str | None = None) -> BatchRecord:
+        """Each line rendered for the provider (a line that cannot be is refused, as a malformed one
+        is), the provider's batch created, then the record naming it."""
+        dep = self._deployment(target.cluster)
+        if dep is None:
+            raise Unavailable(f"deployment {target.cluster} is not configured", retry_after_s=1.0)
+        refs: list[LineRef] = []
+        bodies: list[tuple[int, dict[str, Any]]] = []
+        for r in reqs:
+            if r.ref.task_id is None:
+                refs.append(r.ref)
+                continue
+            try:
+                bodies.append((r.ref.index, native.render_line(api, target, r.body)))
+                refs.append(r.ref)
+            except (ModelyardError, orjson.JSONDecodeError) as e:
+                message = e.message if isinstance(e, ModelyardError) else "the request body is not JSON"
+                refs.append(LineRef(r.ref.index, r.ref.custom_id, None, "invalid_request", message))
+        now = time.time()
+        rec = BatchRecord(id=batch_id, tenant=tenant, api=api, endpoint=path, created_at=now,
+                          expires_at=now + record.WINDOWS[window], lines=tuple(refs), input_file_id=input_file_id,
+                          completion_window=window, metadata=metadata,
+                          native={"model": target.model, "cluster": target.cluster, "protocol": target.protocol,
+                                  "upstream_model": target.upstream_model, "upstream_id": None, "key_id": key_id})
+        if bodies:
+            payload: bytes | dict[str, Any] = native.anthropic_input(bodies) if target.protocol == "anthropic" \
+                else native.openai_input(bodies)
+            try:
+                upstream = await self.native_client.submit(dep, target.protocol, payload, batch_id)
+            except ModelyardError as e:
+                log.warning("batch %s: the provider's batch API refused it: %s", batch_id, e.message)
+                raise Unavailable("the provider's batch API is unavailable; retry", retry_after_s=5.0) from None
+            assert rec.native is not None
+            rec = dataclasses.replace(rec, native={**rec.native, "upstream_id": upstream})
+        await self._store(self.store.create_batch(rec))
+        log.info("batch %s: %d lines at %s's own batch API (%d refused)", batch_id, len(reqs), target.cluster,
+                 len(reqs) - len(bodies))
+        if not bodies:
+            rec = await self._finalize(rec, native.line_tasks(rec, {})) or rec
+        return rec
+
+    def _deployment(self, cluster: str) -> Deployment | None:
+        return self.config.clusters().get(cluster) if self.config is not None else None
+
+    async def _native_step(self, rec: BatchRecord) -> None:
+        """One look at the provider's batch: cancel it when asked, bring its results back once it ended."""
+        assert rec.native is not None
+        n = rec.native
+        dep = self._deployment(n["cluster"])
+        if dep is None or n.get("upstream_id") is None:
+            log.warning("batch %s: deployment %s is no longer configured", rec.id, n["cluster"])
+            return
+        every = dep.batch.poll_every_s if dep.batch is not None else 5.0
+        now = time.time()
+
+        def claim(r: BatchRecord) -> BatchRecord | None:
+            # One poll per interval among every finalizer (workers, replicas on one store), not one each.
+            if not r.open or r.native is None or now - r.native.get("polled_at", 0.0) < every:
+                return None
+            return dataclasses.replace(r, native={**r.native, "polled_at": now})
+
+        claimed = await self._store(self.store.update_batch(rec.id, claim))
+        if claimed is None:
+            return
+        rec = claimed
+        target = NativeTarget(n["model"], n["cluster"], n["protocol"], n["upstream_model"])
+        client, upstream = self.native_client, n["upstream_id"]
+        if rec.status == "cancelling" and not n.get("cancel_sent"):
+            await client.cancel(dep, target.protocol, upstream)
+            await self._store(self.store.update_batch(
+                rec.id, lambda r: dataclasses.replace(r, native={**(r.native or {}), "cancel_sent": True})))
+        doc = await client.status(dep, target.protocol, upstream)
+        if not native.ended(target.protocol, doc):
+            return
+        out, err = await client.results(dep, target.protocol, upstream, doc)
+        if target.protocol == "anthropic":
+            results = await asyncio.to_thread(native.anthropic_results, rec.api, target, out)
+        else:
+            results = await asyncio.to_thread(native.openai_results, rec.api, target, out, err)
+        done = await self._finalize(rec, native.line_tasks(rec, results))
+        if done is not None:  # this finalizer closed it: its lines are metered once, here
+            self._meter_native(done, target, dep, results)
+
+    def _meter_native(self, rec: BatchRecord, target: NativeTarget, dep: Deployment,
+                      results: dict[int, LineResult]) -> None:
+        model = self.config.model(target.model) if self.config is not None else None
+        if model is None or self.config is None:
+            return
+        tier = next((t.tier for t in self.config.tenants if t.name == rec.tenant), "-")
+        native_metering.meter_lines(rec, dep, model, results, tier=tier, metering=self.metering, budgets=self.budgets)
 
     async def _start(self, batch_id: str, tenant: str, api: record.Api, path: str, protocol: str,
                      reqs: list[LineRequest], headers: tuple[tuple[str, str], ...], window: str, *,
@@ -124,6 +290,8 @@ class BatchDesk:
             raise NotFound(f"No such batch: {batch_id}" if api == "openai" else f"No such message batch: {batch_id}")
         if not rec.open:
             return rec, rec.counts
+        if rec.native is not None:  # the provider runs its lines: the poller brings them back
+            return rec, record.counts(rec, native.line_tasks(rec, None))
         tasks = await self.board.read_many(rec.task_ids)
         if record.all_ended(rec, tasks):
             done = await self._finalize(rec, tasks)
@@ -146,7 +314,8 @@ class BatchDesk:
         rec, _ = await self.batch(batch_id, tenant, api)
         if rec.open:
             await self._store(self.store.update_batch(batch_id, lambda r: record.cancelling(r, time.time())))
-            await self._cancel_lines(rec)
+            if rec.native is None:  # a native batch is cancelled at the provider by the poller
+                await self._cancel_lines(rec)
         return await self.batch(batch_id, tenant, api)
 
     async def _cancel_lines(self, rec: BatchRecord) -> None:
@@ -163,7 +332,7 @@ class BatchDesk:
             raise ClientError(f"batch {batch_id} is still in progress; cancel it, then delete it once it ended")
         await self._store(self.store.delete_batch(batch_id, tenant))
         if rec.results_file_id is not None:
-            await self._store(self.store.delete_file(rec.results_file_id, tenant))
+            await self._delete_file(rec.results_file_id, tenant)
 
     async def results(self, batch_id: str, tenant: str) -> bytes:
         """Anthropic's results JSONL, once the batch ended."""
@@ -198,13 +367,20 @@ class BatchDesk:
 
     async def _result_file(self, rec: BatchRecord, kind: str, name: str, data: bytes, now: float) -> str:
         f = FileRecord(ids.result_file_id(rec.id, kind), rec.tenant, OUTPUT_PURPOSE, name, len(data), now)
-        await self._store(self.store.put_file(f, data))
+        await self._put(f, data)
         return f.id
 
     async def _pass(self) -> None:
         """One look at every open batch: expire what ran out of time, close what ended."""
         now = time.time()
         for batch_id in await self.store.open_batches():
+            found = await self.store.read_batch(batch_id)
+            if found is not None and found.native is not None:  # the provider keeps its own window
+                try:
+                    await self._native_step(found)
+                except ModelyardError as e:  # the provider is away: ask again next pass
+                    log.warning("batch %s: %s", batch_id, e.message)
+                continue
             rec = await self.store.update_batch(batch_id, lambda r: record.expiring(r, now))
             if rec is not None:  # the window ended: lines still waiting never run
                 log.warning("batch %s: completion window ended; cancelling the lines still open", batch_id)
@@ -243,4 +419,7 @@ class BatchDesk:
             self._finalizer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._finalizer
+        if self.blobs is not None:
+            await self.blobs.close()
+        await self.native_client.close()
         await self.store.close()

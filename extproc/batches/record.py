@@ -46,6 +46,9 @@ class BatchRecord:
     error_file_id: str | None = None
     results_file_id: str | None = None  # Anthropic's results JSONL
     counts: dict[str, int] = field(default_factory=dict)  # frozen at the end
+    # A batch run at the provider's own batch API (extproc/batches/native.py): the target (model,
+    # cluster, protocol, upstream_model) and the provider's batch id; None: lines replayed here.
+    native: dict[str, Any] | None = None
 
     @property
     def open(self) -> bool:

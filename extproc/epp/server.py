@@ -48,7 +48,8 @@ class EppServer:
             self.members.load_file(self.members.read_file())
         self._set_members(self.members.current)
         limit = config.max_body_bytes + 1024 * 1024
-        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+        # No SO_REUSEPORT (gRPC's default): a picker started on a taken port must fail, not share it.
+        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", limit),
                                                ("grpc.max_send_message_length", limit)])
         self.health = health.aio.HealthServicer()
         ext_grpc.add_ExternalProcessorServicer_to_server(EndpointPicker(config, self.board), self.server)

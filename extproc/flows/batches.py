@@ -17,8 +17,9 @@ from adapters.multipart import MultipartLimits, parse_multipart
 from contracts.errors import ClientError, NotFound
 from extproc import messages as msg
 from extproc.batches import record
-from extproc.batches.desk import BatchDesk
+from extproc.batches.desk import BatchDesk, NativePick
 from extproc.batches.files import file_view
+from extproc.batches.native import NativeTarget
 from extproc.context import RequestContext, json_object, json_response
 from extproc.gateway import Gateway
 
@@ -92,6 +93,30 @@ def _results_url(ctx: RequestContext, batch_id: str) -> str:
     return f"{scheme}://{host}{MESSAGE_BATCHES}/{batch_id}/results"
 
 
+def _key_id(ctx: RequestContext) -> str | None:
+    return ctx.caller.key_id if ctx.caller is not None else None
+
+
+def _native_pick(gw: Gateway, ctx: RequestContext) -> NativePick:
+    """A batch whose lines all name one model the tenant may use, with a deployment that says
+    `batch: {mode: native}`, runs whole at that deployment's own batch API."""
+    tenant = ctx.tenant
+    assert tenant is not None
+
+    def pick(models: set[str]) -> NativeTarget | None:
+        (name,) = models
+        model = gw.config.model(name)
+        if model is None or not tenant.may_use(name):
+            return None
+        for dep in model.deployments:
+            if dep.batch is not None and dep.batch.mode == "native" and dep.protocol in ("openai", "anthropic"):
+                return NativeTarget(model.name, dep.cluster, "anthropic" if dep.protocol == "anthropic" else "openai",
+                                    dep.upstream_model or model.name)
+        return None
+
+    return pick
+
+
 # -- bodies -------------------------------------------------------------------------------------------
 async def upload(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
     desk = _desk(gw, ctx)
@@ -123,7 +148,8 @@ async def create_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Pro
                                  or not all(isinstance(v, str) for v in metadata.values())):
         raise ClientError("metadata: at most 16 string values")
     desk = _desk(gw, ctx)
-    rec = await desk.create_openai(_tenant(ctx), file_id, endpoint, window, metadata)
+    rec = await desk.create_openai(_tenant(ctx), file_id, endpoint, window, metadata, _native_pick(gw, ctx),
+                                   _key_id(ctx))
     rec, counts = await desk.batch(rec.id, rec.tenant, "openai")
     return json_response(200, record.openai_view(rec, counts), ctx)
 
@@ -131,7 +157,7 @@ async def create_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Pro
 async def create_message_batch(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
     doc = json_object(body)
     desk = _desk(gw, ctx)
-    rec = await desk.create_anthropic(_tenant(ctx), doc)
+    rec = await desk.create_anthropic(_tenant(ctx), doc, _native_pick(gw, ctx), _key_id(ctx))
     rec, counts = await desk.batch(rec.id, rec.tenant, "anthropic")
     return json_response(200, record.anthropic_view(rec, counts, _results_url(ctx, rec.id)), ctx)
 

@@ -37,13 +37,14 @@ from extproc.cache.replay import events as replay_events
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
 from extproc.flows import answer_limit
-from extproc.flows.guard import guard_for, record
+from extproc.flows.guard import answer_text, guard_for, record, released_text
 from extproc.flows.offload import inline, sized
 from extproc.flows.upstream import ROUTE_ANSWER_HEADERS, UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.replicas.prefix import prompt_text
 from extproc.telemetry.metrics import DROPPED_PARAMS
 from guardrails import CallGuard, GuardrailBlocked, StreamGuard, rewrite_json
+from guardrails.stream import segments
 
 log = logging.getLogger("modelyard.chat")
 
@@ -100,9 +101,9 @@ class ChatFlow:
         if (guard := guard_for(self.gw, ctx, req)) is not None:
             self.guard = guard
             req = self.request = await self._guarded_request(guard, req, body)
-            if guard.checks.webhooks:
+            if guard.checks.remote_inputs:
                 try:
-                    await self.gw.guard_hooks.check_input(guard, req, ctx.tenant_name, ctx.task_id)
+                    await self.gw.guard_hooks.check_input(guard, req, ctx.tenant_name, ctx.task_id, self.gw.config)
                 finally:
                     record(guard, ctx)
         if ctx.deferred and req.stream:
@@ -160,11 +161,28 @@ class ChatFlow:
         ctx.response_headers.append(step.header)
         if step.hit is not None:
             await dispatcher.admit_hit(ctx, choice)
+            if self.guard is not None and self.guard.checks.remote_outputs:
+                return await self._remote_checked_hit(choice, req, step.hit)
             return self._hit(choice, req, step.hit)
         await dispatcher.admit_chat(ctx, choice, req)
         self.call.choice = choice
         self.cache_step = step if step.writes else None
         return None
+
+    async def _remote_checked_hit(self, choice: Choice, req: ChatRequest, resp: ChatResponse) -> msg.ProcessingResponse:
+        """A stored answer under remote output checks: asked about as a fresh one would be."""
+        guard, ctx = self.guard, self.ctx
+        assert guard is not None
+        try:
+            await self.gw.guard_hooks.check_output(guard, answer_text(resp), ctx.requested_model or "",
+                                                   ctx.tenant_name, ctx.task_id, self.gw.config)
+        except GuardrailBlocked as e:
+            self.gw.accountant.record_hit(ctx, choice, latency_s=time.monotonic() - ctx.started, usage=resp.usage)
+            return msg.immediate(e.status, render_error_body(ctx.protocol, e.status, e.message, e.type),
+                                 [("content-type", "application/json"), *ctx.task_headers()])
+        finally:
+            record(guard, ctx)
+        return self._hit(choice, req, resp)
 
     def _hit(self, choice: Choice, req: ChatRequest, resp: ChatResponse) -> msg.ProcessingResponse:
         """The stored answer in the caller's protocol: a body, or (asked for a stream) the whole
@@ -332,13 +350,82 @@ class ChatFlow:
     def response_body(self, chunk: bytes,
                       end_of_stream: bool) -> msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]:
         if self.streaming:
+            if self.stream_guard is not None and self.stream_guard.remote:
+                return self._remote_checked_chunk(chunk, end_of_stream)
             return self._stream_chunk(chunk, end_of_stream)
+        if self.guard is not None and self.guard.checks.remote_outputs and self.status < 400:
+            return self._remote_checked_body(chunk)
         if not inline(len(chunk)):
             return self._large_body(chunk)
         with self.ctx.span("translate response",
                            self._translation_attributes() if self.ctx.trace is not None else None):
             body = self._whole_body(chunk)
         return self._replaced(body)
+
+    async def _remote_checked_body(self, chunk: bytes) -> msg.ProcessingResponse:
+        """A whole answer under remote output checks (webhooks, moderation, classification): the
+        answer's text as the model wrote it is asked about first; a block replaces the answer."""
+        guard = self.guard
+        assert guard is not None
+        try:
+            resp = await sized(functools.partial(self.upstream.parse_response, chunk), len(chunk))
+        except ModelyardError:
+            resp = None  # unreadable: _whole_body says so in the caller's protocol
+        if resp is not None:
+            try:
+                await self.gw.guard_hooks.check_output(guard, answer_text(resp), self.ctx.requested_model or "",
+                                                       self.ctx.tenant_name, self.ctx.task_id, self.gw.config)
+            except GuardrailBlocked as e:
+                self.usage = resp.usage
+                self.client_status = e.status
+                return self._replaced(render_error_body(self.ctx.protocol, e.status, e.message, e.type))
+            finally:
+                record(guard, self.ctx)
+        return await self._large_body(chunk) if not inline(len(chunk)) else self._replaced(self._whole_body(chunk))
+
+    async def _remote_checked_chunk(self, chunk: bytes, end: bool) -> msg.ProcessingResponse:
+        """A stream under remote output checks: decoded, held back and checked as usual, then each
+        released segment is asked about before it is encoded; a block ends the stream there."""
+        translator, sg, guard = self.translator, self.stream_guard, self.guard
+        assert isinstance(translator, StreamTranslator) and sg is not None and guard is not None
+        if self.first_chunk_at is None and chunk:
+            self.first_chunk_at = time.monotonic()
+        events = translator.decode(chunk, end)
+        if self.recorder is not None:
+            self._record(self.recorder.feed(chunk) + (self.recorder.close() if end else []), end)
+        out = self._guard_stage(events, end)
+        if released_text(out):
+            out = await self._remote_checked_events(out)
+        body = translator.encode(out)
+        if end:
+            self.upstream_failed = translator.error is not None and not translator.untranslatable
+            self.usage = translator.meter.reported
+            if sg.blocked is not None:
+                self._blocked_usage(sg)
+            self._finish()
+        return msg.response_body(body=body)
+
+    async def _remote_checked_events(self, out: list[StreamEvent]) -> list[StreamEvent]:
+        """Released events, asked about a window at a time (all at once); the first block in order ends
+        the stream after the pieces before it."""
+        sg, guard, ctx = self.stream_guard, self.guard, self.ctx
+        assert sg is not None and guard is not None
+        groups = segments(out, sg.window)
+        texts = [released_text(g) for g in groups]
+        at = sg.released_chars - sum(len(t) for t in texts)
+        offsets = [max(0, at + sum(len(t) for t in texts[:i])) for i in range(len(texts))]
+        results = await asyncio.gather(*(
+            self.gw.guard_hooks.check_output(guard, t, ctx.requested_model or "", ctx.tenant_name, ctx.task_id,
+                                             self.gw.config, offset=o) for t, o in zip(texts, offsets, strict=True)),
+            return_exceptions=True)
+        record(guard, ctx)
+        for i, r in enumerate(results):
+            if isinstance(r, GuardrailBlocked):
+                kept = [e for g in groups[:i] for e in g]
+                return kept + sg.refuse(groups[i], r, sum(len(t) for t in texts[i:]))
+            if isinstance(r, BaseException):
+                raise r
+        return out
 
     async def _large_body(self, chunk: bytes) -> msg.ProcessingResponse:
         """A large answer is decoded, translated and encoded in a worker thread (offload.py)."""

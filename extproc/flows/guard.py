@@ -3,11 +3,13 @@ counted and kept for the audit row. The checks themselves are pure (`guardrails/
 
 from __future__ import annotations
 
-from adapters.internal import ChatRequest
+from adapters.internal import ChatRequest, ChatResponse, StreamEvent, TextDelta, ToolCallDelta
 from extproc.context import RequestContext
 from extproc.gateway import Gateway
-from extproc.telemetry.metrics import GUARDRAIL_VERDICTS
+from extproc.guard_hooks import record
 from guardrails import CallGuard
+
+__all__ = ["answer_text", "guard_for", "record", "released_text"]
 
 
 def guard_for(gw: Gateway, ctx: RequestContext, req: ChatRequest) -> CallGuard | None:
@@ -19,14 +21,12 @@ def guard_for(gw: Gateway, ctx: RequestContext, req: ChatRequest) -> CallGuard |
     return CallGuard(checks) if checks is not None else None
 
 
-def record(guard: CallGuard, ctx: RequestContext) -> None:
-    """The verdicts so far as metrics (once each) and on the context for the call's audit row."""
-    seen = ctx.guardrail_verdicts
-    if seen is None:
-        seen = ctx.guardrail_verdicts = []
-    for v in guard.verdicts:
-        row = {"policy": v.policy, "check": v.check, "action": v.action, "direction": v.direction}
-        if row in seen:
-            continue
-        seen.append(row)
-        GUARDRAIL_VERDICTS.labels(v.policy, v.check, v.action, v.direction).inc()
+def answer_text(resp: ChatResponse) -> str:
+    """What remote output checks are asked about: the answer's text, refusal and tool calls' arguments."""
+    return "\n".join(t for t in (resp.content, resp.refusal or "", *(tc.arguments for tc in resp.tool_calls)) if t)
+
+
+def released_text(events: list[StreamEvent]) -> str:
+    """The text (and tool-call arguments) a stream guard released in `events`."""
+    return "".join(e.text if isinstance(e, TextDelta) else e.arguments for e in events
+                   if isinstance(e, TextDelta | ToolCallDelta))

@@ -41,7 +41,7 @@ from extproc.admission.auth import Identity, client_key, key_digest
 from extproc.context import RequestContext
 from extproc.flows import local
 from extproc.flows.upstream import upstream_error_status
-from extproc.flows.vision import KServeInferFlow
+from extproc.flows.vision import Job, KServeInferFlow
 from extproc.gateway import Gateway, LiveGateway
 from extproc.vision.batching import Batch, BatchPolicy
 
@@ -105,6 +105,14 @@ class GrpcInferFlow(KServeInferFlow):
         if job is None:
             return self._send(kserve.encode_infer_request(req))
         return await self._dispatch(job)
+
+    def _batch_job(self, req: Any) -> Job | None:
+        job = super()._batch_job(req)
+        if job is not None and job.text is not None:
+            # Its reply must be a message with trailers: a refused batch's leader answering in the
+            # response-headers step cannot give one, so a REST member leads where there is one.
+            job.answers_alone = False
+        return job
 
     def _answer_member(self, batch: Batch, response: Any, start: int) -> msg.ProcessingResponse | None:
         """This member's slice, sent through Envoy to the extproc's echo, so that it comes back

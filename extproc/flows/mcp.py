@@ -13,6 +13,7 @@ from extproc import messages as msg
 from extproc.context import Interim, RequestContext
 from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
+from extproc.guard_tools import TOOL_GUARD, ToolGuard
 from extproc.mcp.oauth import WELL_KNOWN, metadata_paths
 from extproc.mcp.part import McpHub, Relayed, Reply
 
@@ -65,6 +66,8 @@ class McpFlow(SelfAnswered):
         hub = _hub(self.gw, self.ctx)
 
         async def answer() -> msg.ProcessingResponse:
+            if self.gw.guardrails:  # the policies for tools/call checks (extproc/guard_tools.py), this task only
+                TOOL_GUARD.set(ToolGuard(self.gw.guardrails, self.gw.guard_hooks, self.gw.config))
             out = await hub.handle(self.ctx, body, self.gw.dispatcher.limiter, self.gw.audit)
             if isinstance(out, Relayed):
                 return msg.request_body(set_headers=out.headers, clear_route_cache=True)

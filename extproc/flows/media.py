@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
-from adapters import media, upstream_errors
+from adapters import image_translation, media, upstream_errors
+from adapters.image_generation import ImageAsk
 from adapters.media import Endpoint, MediaRequest
 from adapters.multipart import MultipartLimits
 from adapters.upstream_errors import log_excerpt
 from contracts.envoy_names import CHANNEL_HEADER, STRATEGY_HEADER
-from contracts.errors import ClientError, default_type
+from contracts.errors import ClientError, UpstreamError, default_type
 from extproc import messages as msg
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
@@ -42,6 +44,7 @@ class MediaFlow:
         self.status = 0
         self.client_status = 0
         self.upstream_failed = False
+        self.translated: tuple[image_translation.Kind, ImageAsk] | None = None  # (provider API, what was asked)
 
     # -- request ---------------------------------------------------------------------------
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
@@ -56,20 +59,27 @@ class MediaFlow:
             want_fast=ctx.headers.get(CHANNEL_HEADER, "").lower() == "fast", est_output_tokens=0,
             task_type=self.endpoint.task_type, task_id=ctx.task_id))
         dep = choice.deployment
-        if dep.protocol not in PASSTHROUGH:
+        translate = self.endpoint.kind == "images.generations" and dep.protocol in image_translation.TRANSLATED
+        if dep.protocol not in PASSTHROUGH and not translate:
             raise ClientError(f"model `{req.model}` is served over {dep.protocol}; {self.endpoint.path} passes "
                               "through to OpenAI-shaped deployments only")
         await gw.dispatcher.admit(ctx, choice, 0)
         self.call.choice = choice
         await gw.dispatcher.wait_for_slot(ctx, choice)
         auth = await self.call.authorize()
+        upstream_model = dep.upstream_model or choice.model.name
+        ctx.response_headers += choice.response_headers()
+        if translate:  # Imagen/Gemini on Vertex or the Gemini API, Titan Image on Bedrock: rendered for the provider
+            assert req.json is not None
+            up, ask, kind = image_translation.render_request(dep.protocol, req.json, upstream_model=upstream_model,
+                                                             credential=auth.credential, cloud=auth.cloud)
+            self.translated = (kind, ask)
+            return self.call.request(up.path, up.body, up.headers, cluster=dep.cluster)
         headers = {"content-type": content_type or "application/json"}
         if auth.credential:
             headers["authorization"] = "Bearer " + auth.credential
-        upstream_model = dep.upstream_model or choice.model.name
         renamed = await sized(functools.partial(media.render_body, req, body, content_type, upstream_model),
                               len(body))
-        ctx.response_headers += choice.response_headers()
         return self.call.request(self.endpoint.path, renamed if renamed is not None else body, headers,
                                  cluster=dep.cluster, replace_body=renamed is not None)
 
@@ -90,6 +100,9 @@ class MediaFlow:
             # Audio (and any stream) goes to the caller as it comes; its units are known already.
             self._finish(req.est_units if req.endpoint.unit == "character" else req.audio_seconds or req.est_units)
             return msg.response_headers(set_h, remove, skip_body=True)
+        if self.translated is not None:  # the body is replaced by OpenAI's shape
+            set_h.append(("content-type", "application/json"))
+            remove.append("content-length")
         return msg.response_headers(set_h, remove)
 
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
@@ -103,6 +116,17 @@ class MediaFlow:
                                      upstream_errors.client_text(self.status, chunk, self.ctx.task_id),
                                      default_type(self.client_status))
             return msg.replaced_body(body, self.client_status if self.client_status != self.status else None)
+        if self.translated is not None:
+            kind, ask = self.translated
+            try:
+                answer = image_translation.render_answer(kind, chunk, ask, int(time.time()))
+            except UpstreamError as e:
+                self.upstream_failed, self.client_status = True, 502
+                log.warning("task %s: %s", self.ctx.task_id, e.message)
+                self._finish(0.0)
+                return msg.replaced_body(render_error_body(self.ctx.protocol, 502, e.message, default_type(502)), 502)
+            self._finish(media.answer_units(req, answer))
+            return msg.replaced_body(answer)
         self._finish(media.answer_units(req, chunk))
         return msg.replaced_body(None)
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import grpc
 import numpy as np
 
 from adapters import kserve, kserve_binary
@@ -26,11 +28,13 @@ from adapters.kserve import slice_response
 from adapters.multipart import MultipartLimits, parse_multipart, read_classify_form
 from adapters.upstream_errors import client_text, log_excerpt, sanitize
 from contracts.config import TensorInput
+from contracts.envoy_names import UPSTREAM_HOST_HEADER
 from contracts.errors import ClientError, ModelyardError, UpstreamError, default_type
 from extproc import messages as msg
 from extproc.admission.choice import Choice
 from extproc.context import RequestContext
 from extproc.errors import render_error_body
+from extproc.flows.embedding_batch import refused
 from extproc.flows.upstream import UpstreamCall, upstream_error_status
 from extproc.gateway import Gateway
 from extproc.routing import RouteRequest
@@ -66,6 +70,8 @@ class Job:
     rows: int
     images: list[np.ndarray] | None = None
     tensor: np.ndarray | None = None
+    text: kserve.TensorRows | None = None  # a model without `vision`: raw rows of any tensor (BYTES texts, token ids)
+    answers_alone: bool = True  # as leader of a refused text batch, it can make its own call (a REST caller)
 
 
 def _spec(ti: TensorInput) -> PreprocessSpec:
@@ -111,6 +117,7 @@ class _VisionFlow:
         self.rest_header_length: str | None = None  # a REST upstream's binary reply
         self.parsed: kserve.ParsedInfer | None = None  # a v2 infer: how the caller wants its outputs
         self.upstream_status = 0
+        self.request: Any = None  # a v2 infer's ModelInferRequest (what a text batch's leader merges into)
 
     # -- hooks the two flows fill in ---------------------------------------------------------
     def _render_ok(self, resp: Any) -> tuple[bytes, ContentHeaders]:
@@ -157,7 +164,7 @@ class _VisionFlow:
         if self.ctx.deferred:
             return None  # an acceptance for later joins no batch: its replay will
         choice = self.call.choice
-        if cfg is None or not cfg.enabled or self.gw.batcher is None or self.model.vision is None or not choice:
+        if cfg is None or not cfg.enabled or self.gw.batcher is None or not choice:
             return None
         return BatchPolicy.from_config(cfg, len(choice.deployment.endpoints))
 
@@ -172,8 +179,13 @@ class _VisionFlow:
         policy = self._policy()
         member = None
         if policy is not None and self.call.choice is not None:
-            ti = self.model.vision.input
-            key = BatchKey(self.model.name, self.call.choice.deployment.cluster, (3, ti.height, ti.width), ti.datatype)
+            cluster = self.call.choice.deployment.cluster
+            if job.text is not None:
+                t = job.text
+                key = BatchKey(self.model.name, cluster, t.row_shape, t.datatype, t.variant)
+            else:
+                ti = self.model.vision.input
+                key = BatchKey(self.model.name, cluster, (3, ti.height, ti.width), ti.datatype)
             member = self._batcher.join(key, policy, job, job.rows)
         if member is None:
             return self._send(await self._own_body())
@@ -195,6 +207,14 @@ class _VisionFlow:
 
     async def _lead(self, batch: Batch) -> msg.ProcessingResponse:
         self.role, self.batch = "leader", batch
+        if self.job is not None and self.job.text is not None:
+            try:
+                merged = kserve.merge_tensor_requests(self.request, [m.payload.text for m in batch.members],
+                                                      self.ctx.task_id)
+            except BaseException:
+                self._batcher.fail(batch, "the leader could not build the merged tensor")
+                raise
+            return self._send(kserve.encode_infer_request(merged))
         v = self.model.vision
         try:
             with self.ctx.span("translate request"):  # the whole batch's tensor, built by its leader
@@ -253,10 +273,13 @@ class _VisionFlow:
             [(":status", str(status)), _JSON, ("content-length", str(len(body))), *self.ctx.task_headers()],
             _STRIP_RESPONSE, body)
 
-    def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:
+    def response_headers(self, status: int,
+                         headers: dict[str, str]) -> msg.ProcessingResponse | Awaitable[msg.ProcessingResponse]:
         self.upstream_status = status
         gs = kserve.grpc_status_from_headers(headers) if self.grpc else None
         if gs is not None:  # trailers-only: no body follows
+            if gs.code != 0 and self._refused_text_batch(gs.http_status):
+                return self._own_call(headers.get(UPSTREAM_HOST_HEADER, ""), gs.code)
             if gs.code != 0:
                 log.info("task %s: upstream answered gRPC status %d: %r", self.ctx.task_id, gs.code,
                          gs.message[:2000])
@@ -273,6 +296,35 @@ class _VisionFlow:
             self.rest_header_length = headers.get(kserve_binary.HEADER)
             return msg.response_headers(set_h, ["content-length"])
         return msg.response_headers([*set_h, _JSON], _STRIP_RESPONSE)
+
+    def _refused_text_batch(self, http_status: int) -> bool:
+        """The merged text call was refused for its contents (someone's input may be the bad one)."""
+        return (self.role == "leader" and self.batch is not None and self.job is not None
+                and self.job.text is not None and len(self.batch.members) > 1 and refused(http_status))
+
+    async def _own_call(self, host: str, code: int) -> msg.ProcessingResponse:
+        """The leader's own rows, straight at the deployment (its stream spent its upstream call on the
+        merged one); every other member went back to its own call through its own stream."""
+        choice = self.call.choice
+        assert choice is not None and self.request is not None
+        self._fail_batch(f"the merged call was refused (gRPC status {code})")
+        self.role, self.batch = "single", None
+        log.info("task %s: merged KServe call refused (gRPC status %d); own call", self.ctx.task_id, code)
+        dep = choice.deployment
+        endpoint = host if host in dep.endpoints else dep.endpoints[0]
+        try:
+            resp = await self.gw.kserve_probe.infer(dep, endpoint, self.request, dep.timeout_ms / 1000)
+            body, content = self._render_ok(resp)
+        except grpc.aio.AioRpcError as e:
+            own = e.code().value[0]
+            return self._immediate_error(kserve.grpc_status_to_http(own),
+                                         sanitize(e.details() or "") or f"upstream gRPC status {own}")
+        except (ModelyardError, ValueError) as e:
+            return self._immediate_error(502, f"upstream sent an unusable reply: {getattr(e, 'message', str(e))}")
+        self._finish(200)
+        return msg.response_headers_replacing_body(
+            [(":status", "200"), *content, ("content-length", str(len(body))), *self.ctx.task_headers()],
+            _STRIP_RESPONSE, body)
 
     def response_body(self, chunk: bytes, end_of_stream: bool) -> msg.ProcessingResponse:
         if self.error_status:
@@ -352,7 +404,6 @@ class KServeInferFlow(_VisionFlow):
 
     def __init__(self, gw: Gateway, ctx: RequestContext):
         super().__init__(gw, ctx)
-        self.request: Any = None
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
@@ -388,6 +439,9 @@ class KServeInferFlow(_VisionFlow):
     def _batch_job(self, req: Any) -> Job | None:
         """The request as one batchable tensor, or None when it must go alone (as sent)."""
         v = self.model.vision
+        if v is None and self._policy() is not None:
+            rows = kserve.tensor_rows(req)  # a text model's tensor: merged as raw rows
+            return Job(rows=rows.rows, text=rows) if rows is not None else None
         if v is None or self._policy() is None or len(req.inputs) != 1 or req.parameters:
             return None
         t = req.inputs[0]

@@ -38,6 +38,7 @@ from extproc.accounting import Accountant
 from extproc.admission.auth import KeyRing
 from extproc.admission.concurrency import LimitsPlan
 from extproc.admission.dispatch import Dispatcher
+from extproc.admission.waking import Waker
 from extproc.cache.part import ResponseCache
 from extproc.catalog import Catalog
 from extproc.gateway import Gateway, LiveGateway, guardrail_policies
@@ -145,7 +146,8 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     return Prepared(new, plan, _changes(old, config), restart)
 
 
-def commit(live: LiveGateway, ready: Prepared, version: str, warmer: Warmer | None = None) -> None:
+def commit(live: LiveGateway, ready: Prepared, version: str, warmer: Warmer | None = None,
+           waker: Waker | None = None) -> None:
     """Swap `ready` in: synchronous and infallible, so no request sees half of it."""
     gw, config = ready.gateway, ready.gateway.config
     clusters = config.clusters()
@@ -169,12 +171,16 @@ def commit(live: LiveGateway, ready: Prepared, version: str, warmer: Warmer | No
         IMAGE_BACKEND.labels(gw.image_backend.name).set(1)  # the first vision model: the path picked now
     if gw.key_admin is not None:  # the admin API checks new keys' tenants and models against this config
         gw.key_admin.config = config
+    if gw.batches is not None:  # native batches: the deployments, prices and tiers their poller reads
+        gw.batches.config = config
     live.current = gw  # the swap: every stream from here on gets the new snapshot
     before, live.version = live.version, version
     show_version(before, version)
     if warmer is not None:  # as on SIGHUP before: every deployment's server may have been restarted too
         warmer.reconfigure(config, scheduler)
         warmer.warm_all()
+    if waker is not None:  # scale_from_zero gained, lost or changed applies now, not at the next start
+        waker.reconfigure(config)
 
 
 def show_version(before: str, after: str) -> None:
@@ -189,9 +195,10 @@ class Reloader:
     """Applies a config (file bytes) to the running snapshot and says so in the log, metrics and audit log.
     Parsing runs in a worker thread; reloads are applied one at a time, in the order they came."""
 
-    def __init__(self, live: LiveGateway, warmer: Warmer | None = None) -> None:
+    def __init__(self, live: LiveGateway, warmer: Warmer | None = None, waker: Waker | None = None) -> None:
         self.live = live
         self.warmer = warmer
+        self.waker = waker
         self._one_at_a_time = asyncio.Lock()
 
     async def apply_text(self, text: bytes, *, source: str, origin: str, applied_by: str = "") -> Outcome:
@@ -212,7 +219,7 @@ class Reloader:
             ready = prepare(self.live.current, config)
         except ConfigError as e:
             return self._refused(e, version, source, origin, applied_by)
-        commit(self.live, ready, version, self.warmer)
+        commit(self.live, ready, version, self.warmer, self.waker)
         out = Outcome(True, source, before, version, changes=ready.changes, restart_needed=ready.restart_needed,
                       applied_by=applied_by)
         CONFIG_RELOADS.labels(source, "applied").inc()

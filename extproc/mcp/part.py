@@ -48,6 +48,7 @@ from contracts.envoy_names import (
 )
 from contracts.keys import Caller
 from extproc.admission.auth import Identity
+from extproc.guard_tools import checked_arguments, guarded_tool_call
 from extproc.mcp import metrics
 from extproc.mcp.events import EventStore, MemoryEvents, RedisEvents, SqliteEvents, parse_event_id
 from extproc.mcp.oauth import TokenVerifier
@@ -368,12 +369,15 @@ class McpHub:
             forward = {"jsonrpc": "2.0", "id": msg.id, "method": "tools/call", "params": {**msg.params, "name": owner[1]}}
             if "text/event-stream" in ctx.headers.get("accept", ""):
                 # Streamed: progress reaches the client as it happens; the relay audits at the end.
+                # Guardrails check the arguments here (a block is this step's answer); the result is the relay's.
+                forward = await checked_arguments(ctx, name, forward)
                 if server.name not in session.upstream:
                     await self._open(server, session)
                     await self.store.put(session)
                 relayed = True
                 return await self._relayed_call(ctx, who, session, server, msg, forward, started, arg_json, audit)
-            answer = await self._upstream(server, session, forward, msg.id)
+            # Guardrails on the call's arguments and result (docs/guardrails.md "MCP tools").
+            answer = await guarded_tool_call(ctx, name, forward, lambda f: self._upstream(server, session, f, msg.id))
             result_bytes = answer.body_bytes
             response = answer.response or {}
             result = response.get("result")

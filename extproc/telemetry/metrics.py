@@ -103,7 +103,7 @@ def cost_series(model: str, tenant: str, cluster: str, channel: str) -> tuple[Co
     return COST.labels(model, tenant), DEPLOYMENT_COST.labels(cluster, channel)
 
 # Dynamic batching of image inference (extproc/vision/batching.py).
-BATCH_SIZE = Histogram("modelyard_batch_size", "Images (tensor rows) per merged upstream call", ["model"],
+BATCH_SIZE = Histogram("modelyard_batch_size", "Rows (images, texts, embeddings inputs) per merged upstream call", ["model"],
                        buckets=(1, 2, 4, 8, 12, 16, 24, 32))
 BATCH_MEMBERS = Histogram("modelyard_batch_members", "Requests merged into one upstream call", ["model"],
                           buckets=(1, 2, 4, 8, 12, 16, 24, 32))

@@ -68,7 +68,7 @@ def warmup_call(dep: Deployment, model: str) -> WarmupCall:
                       upstream_model)
 
 
-def _ssl_context(dep: Deployment) -> ssl.SSLContext | bool:
+def ssl_context(dep: Deployment) -> ssl.SSLContext | bool:
     if not dep.tls:
         return False
     if dep.tls_insecure_skip_verify:
@@ -187,20 +187,8 @@ class Warmer:
             WARMUPS.labels(cluster, outcome).inc()
 
     async def _send(self, dep: Deployment, call: WarmupCall, endpoint: str, deadline: float) -> bool:
-        timeout = max(0.1, deadline - time.monotonic())
-        try:
-            if call.kind == "grpc-ready":
-                return await _grpc_ready(dep, endpoint, call.model, timeout)
-            assert self._session is not None
-            scheme = "https" if dep.tls else "http"
-            async with self._session.request(call.method, f"{scheme}://{endpoint}{call.path}", data=call.body or None,
-                                             headers=call.headers, ssl=_ssl_context(dep),
-                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                await resp.read()
-                return 200 <= resp.status < 300
-        except (TimeoutError, aiohttp.ClientError, grpc.RpcError, OSError, ssl.SSLError) as e:
-            log.debug("warm-up of %s at %s: %s", dep.cluster, endpoint, e)
-            return False
+        assert self._session is not None
+        return await send_warmup(self._session, dep, call, endpoint, max(0.1, deadline - time.monotonic()))
 
     async def _watch_health(self, cluster: str) -> None:
         """The deployment's own health check, read as Envoy reads it: when every endpoint has failed
@@ -229,18 +217,8 @@ class Warmer:
                 self.warm(cluster)
 
     async def _probe(self, dep: Deployment, endpoint: str) -> bool:
-        hc = dep.health_check
-        assert hc is not None
-        try:
-            if hc.grpc_service is not None:
-                return await _grpc_serving(dep, endpoint, hc.grpc_service, hc.timeout_s)
-            assert self._session is not None
-            scheme = "https" if dep.tls else "http"
-            async with self._session.get(f"{scheme}://{endpoint}{hc.http_path}", ssl=_ssl_context(dep),
-                                         timeout=aiohttp.ClientTimeout(total=hc.timeout_s)) as resp:
-                return 200 <= resp.status < 300
-        except (TimeoutError, aiohttp.ClientError, grpc.RpcError, OSError, ssl.SSLError):
-            return False
+        assert self._session is not None
+        return await endpoint_healthy(self._session, dep, endpoint)
 
     async def _watch_cooldowns(self) -> None:
         """A deployment that starts a cooldown is marked warming at once, and warmed when it ends."""
@@ -251,6 +229,39 @@ class Warmer:
                 until = self.scheduler.feedback.cooling_until(cluster, now)
                 if until is not None:
                     self.warm(cluster, after=until - now)
+
+
+async def send_warmup(session: aiohttp.ClientSession, dep: Deployment, call: WarmupCall, endpoint: str,
+                      timeout: float) -> bool:
+    """The warm-up call at one endpoint: answered (2xx, or the KServe model ready)."""
+    try:
+        if call.kind == "grpc-ready":
+            return await _grpc_ready(dep, endpoint, call.model, timeout)
+        scheme = "https" if dep.tls else "http"
+        async with session.request(call.method, f"{scheme}://{endpoint}{call.path}", data=call.body or None,
+                                   headers=call.headers, ssl=ssl_context(dep),
+                                   timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            await resp.read()
+            return 200 <= resp.status < 300
+    except (TimeoutError, aiohttp.ClientError, grpc.RpcError, OSError, ssl.SSLError) as e:
+        log.debug("warm-up of %s at %s: %s", dep.cluster, endpoint, e)
+        return False
+
+
+async def endpoint_healthy(session: aiohttp.ClientSession, dep: Deployment, endpoint: str) -> bool:
+    """One endpoint passes the deployment's health check, read as Envoy reads it: an HTTP GET of
+    `http_path` (2xx), or the gRPC health protocol (grpc.health.v1 `Check` of `grpc_service`: SERVING)."""
+    hc = dep.health_check
+    assert hc is not None
+    try:
+        if hc.grpc_service is not None:
+            return await _grpc_serving(dep, endpoint, hc.grpc_service, hc.timeout_s)
+        scheme = "https" if dep.tls else "http"
+        async with session.get(f"{scheme}://{endpoint}{hc.http_path}", ssl=ssl_context(dep),
+                               timeout=aiohttp.ClientTimeout(total=hc.timeout_s)) as resp:
+            return 200 <= resp.status < 300
+    except (TimeoutError, aiohttp.ClientError, grpc.RpcError, OSError, ssl.SSLError):
+        return False
 
 
 async def _channel(dep: Deployment, endpoint: str) -> grpc.aio.Channel:

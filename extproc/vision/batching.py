@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,8 +41,9 @@ class BatchKey:
 
     model: str
     cluster: str
-    shape: tuple[int, ...]  # one row's shape, e.g. (3, H, W)
+    shape: tuple[int, ...]  # one row's shape, e.g. (3, H, W); () for text
     datatype: str
+    variant: Hashable = None  # anything else members must share (an embeddings request's merge key)
 
 
 # A waiting member's part: lead the batch, take a result cut from the leader's reply, or fall back.
@@ -233,7 +234,9 @@ class Batcher:
             return
         batch.state = "dispatched"
         batch.dispatched_at = self.clock()
-        batch.leader = live[0]
+        # The first member that can answer on its own if the merged call is refused (a text batch's
+        # REST caller, not a gRPC one: docs/batching.md), else the first.
+        batch.leader = next((m for m in live if getattr(m.payload, "answers_alone", True)), live[0])
         self._inflight.setdefault(batch.key, []).append(batch)
         self._on_flush(batch)
         batch.leader.future.set_result(Outcome("leader", batch, start=batch.leader.start))

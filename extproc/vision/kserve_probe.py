@@ -188,6 +188,11 @@ class KServeProbe:
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise Unavailable(f"deployment {dep.cluster} is not reachable ({type(e).__name__})") from None
 
+    async def infer(self, dep: Deployment, endpoint: str, request: Any, timeout_s: float) -> Any:
+        """One `ModelInfer` straight at an endpoint, on the probe's channel (a refused text batch's
+        leader asks for its own rows: docs/batching.md); raises grpc.aio.AioRpcError as the upstream said."""
+        return await (await self._stub(dep, endpoint)).ModelInfer(request, timeout=timeout_s)
+
     async def _grpc(self, dep: Deployment, endpoint: str, method: str, request: Any) -> Any:
         self.calls += 1
         try:

@@ -577,3 +577,41 @@ async def test_grpc_tensor_that_is_not_raw_or_lies_about_its_size_goes_alone(vis
     assert vision_gateway.batcher is not None and not vision_gateway.batcher.queue_rows(
         BatchKey("demo-colors", "demo-kserve", (3, 32, 32), "FP32"))
     s.close()
+
+
+async def test_a_member_that_can_answer_alone_leads_before_one_that_cannot() -> None:
+    # A text batch's gRPC caller cannot answer on its own if the merged call is refused: a REST one leads.
+    b, flushed, _ = _batcher()
+    grpc_job, rest_job = Job(rows=1, answers_alone=False), Job(rows=1)
+    ms = [b.join(KEY, SLOW, job, 1) for job in (grpc_job, rest_job, grpc_job, rest_job)]
+    assert flushed and flushed[0].leader is ms[1]
+    assert ms[1].future.result().role == "leader" and not ms[0].future.done()
+    b.complete(flushed[0], "reply")  # the key is idle again: the next batch flushes at min_size
+    only_grpc = [b.join(KEY, SLOW, grpc_job, 1) for _ in range(4)]
+    assert flushed[1].leader is only_grpc[0]  # none can: the first leads, as before
+
+
+def test_text_tensor_rows_merge_only_when_they_fit() -> None:
+    from adapters.kserve import merge_tensor_requests, tensor_rows
+
+    def req(texts: list[bytes], shape: list[int] | None = None, raw: bytes | None = None) -> pb.ModelInferRequest:
+        r = pb.ModelInferRequest(model_name="m", id="caller")
+        r.inputs.add(name="text", datatype="BYTES", shape=shape or [len(texts)])
+        r.raw_input_contents.append(raw if raw is not None else b"".join(len(t).to_bytes(4, "little") + t
+                                                                          for t in texts))
+        return r
+
+    a, b = tensor_rows(req([b"one"])), tensor_rows(req([b"two", b"three!"]))
+    assert a is not None and b is not None and a.rows == 1 and b.rows == 2 and a.variant == b.variant
+    merged = merge_tensor_requests(req([b"one"]), [a, b], "task")
+    assert list(merged.inputs[0].shape) == [3] and merged.id == "task"
+    assert merged.raw_input_contents[0] == req([b"one", b"two", b"three!"]).raw_input_contents[0]
+    assert tensor_rows(req([b"one"], shape=[2])) is None  # the size lies: it goes alone
+    assert tensor_rows(req([b"x"], raw=b"\x05\x00\x00\x00ab")) is None  # truncated
+    ids = pb.ModelInferRequest(model_name="m")
+    ids.inputs.add(name="ids", datatype="INT64", shape=[2, 3])
+    ids.raw_input_contents.append(np.arange(6, dtype="<i8").tobytes())
+    rows = tensor_rows(ids)
+    assert rows is not None and rows.row_shape == (3,) and rows.datatype == "INT64"
+    ids.parameters["priority"].int64_param = 1
+    assert tensor_rows(ids) is None  # parameters: as sent, alone

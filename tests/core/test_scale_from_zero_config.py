@@ -19,8 +19,11 @@ def _dep(**over: object) -> Deployment:
     return Deployment.model_validate({**base, **over})
 
 
-def test_needs_a_queue_and_an_http_health_check_and_one_way_to_ask() -> None:
+def test_needs_a_queue_and_a_health_check_and_one_way_to_ask() -> None:
     assert _dep().scale_from_zero is not None
+    # A gRPC model server's readiness is the gRPC health protocol.
+    grpc_dep = _dep(protocol="kserve-grpc", health_check={"grpc_service": ""})
+    assert grpc_dep.health_check is not None and grpc_dep.health_check.grpc_service == ""
     for bad in ({"max_inflight": None}, {"health_check": None}):
         with pytest.raises(ValidationError, match="scale_from_zero needs"):
             _dep(**bad)

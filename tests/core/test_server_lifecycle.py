@@ -49,3 +49,21 @@ async def test_sigterm_drains_open_stream(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_a_taken_port_stops_the_start_instead_of_sharing_it(tmp_path: Path) -> None:
+    # gRPC binds with SO_REUSEPORT unless told not to: a second extproc would split the first one's calls.
+    other = grpc.aio.server()
+    port = other.add_insecure_port("127.0.0.1:0")
+    await other.start()
+    try:
+        data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+        data["extproc"] = {"address": f"127.0.0.1:{port}", "metrics_address": f"127.0.0.1:{free_port()}"}
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(yaml.safe_dump(data))
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "modelyard.cli", "serve", "--config",
+                                                         str(cfg)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1
+        assert f"127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+    finally:
+        await other.stop(0)

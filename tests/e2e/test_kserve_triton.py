@@ -1,12 +1,17 @@
 """Modelyard in front of NVIDIA Triton (nvidia-pytriton, CPU): a server that announces the binary
 tensor extension, so binary REST bodies pass through as sent, and one whose replies the gateway
-renames in the binary framing. tritonclient.http and tritonclient.grpc, REST and gRPC upstreams."""
+renames in the binary framing. tritonclient.http and tritonclient.grpc, REST and gRPC upstreams. And
+KServe v2 text tensors (BYTES) of concurrent callers batched into fewer calls to Triton's `textlen`
+(docs/batching.md "KServe text tensors"), counted by Triton's own metrics."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
@@ -22,6 +27,7 @@ AUTH = {"authorization": f"Bearer {DEMO_KEY}"}  # copied per call: tritonclient 
 _TENANT = {"name": "demo", "tier": "L1", "allowed_models": ["*"],
            "api_keys": ["sha256:c898d9f492d2577070136e9b8f2852e4f208ee9f1f4a5dff1385dcea7966f81e"]}
 MODELS = {"doubler": "kserve-rest", "doubler-grpc": "kserve-grpc"}
+TEXT_CALLERS = 8
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +38,21 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                "deployments": [{"cluster": f"triton-{protocol}", "protocol": protocol, "upstream_model": "double",
                                 "endpoints": [f"127.0.0.1:{ports['http' if protocol == 'kserve-rest' else 'grpc']}"]}]}
               for name, protocol in MODELS.items()]
+    models.append({"name": "textlen", "task_types": ["infer"], "capabilities": {"streaming": False},
+                   "batching": {"max_delay_ms": 1000, "min_size": TEXT_CALLERS, "max_size": 32},
+                   "deployments": [{"cluster": "triton-text", "protocol": "kserve-grpc", "upstream_model": "textlen",
+                                    "endpoints": [f"127.0.0.1:{ports['grpc']}"]}]})
     data = {"listener": {"address": "127.0.0.1", "port": free_port()},
             "extproc": {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}"},
             "models": models, "tenants": [_TENANT]}
     stack = start_stack(workdir, data, demos=False)
     stack.children.insert(0, triton_child(ports))
     with stack:
+        stack.triton = ports
+        deadline = time.monotonic() + 60  # the second model may load after the first said ready
+        while httpx.get(f"http://127.0.0.1:{ports['http']}/v2/models/textlen/ready", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "Triton never loaded textlen"
+            time.sleep(0.2)
         yield stack
 
 
@@ -72,3 +87,47 @@ def test_tritonclient_grpc(triton_stack, name: str) -> None:
     result = c.infer(name, [inp], headers=dict(AUTH), client_timeout=30)
     np.testing.assert_allclose(result.as_numpy("y"), _x() * 2)
     assert result.get_response().model_name == name
+
+
+def _triton_requests(stack, model: str) -> int:
+    """Requests Triton itself counted for `model` (its Prometheus metrics): the gateway's upstream calls."""
+    text = httpx.get(f"http://127.0.0.1:{stack.triton['metrics']}/metrics", timeout=5).text
+    return int(sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+                   if ln.startswith("nv_inference_request_success{") and f'model="{model}"' in ln))
+
+
+def _features(texts: list[str]) -> np.ndarray:
+    return np.array([(len(t.encode()), sum(t.encode())) for t in texts], np.float32)
+
+
+def _text_call(stack, i: int, texts: list[str]) -> np.ndarray:
+    """Caller i: REST JSON (even) or tritonclient.grpc (odd), [n, 1] BYTES texts -> its features."""
+    if i % 2 == 0:
+        r = httpx.post(f"{stack.url}/v2/models/textlen/infer", headers=dict(AUTH), timeout=30, json={
+            "id": f"rest-{i}", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts), 1],
+                                           "data": texts}]})
+        assert r.status_code == 200, r.text
+        out = r.json()["outputs"][0]
+        assert r.json()["id"] == f"rest-{i}"
+        return np.array(out["data"], np.float32).reshape(out["shape"])
+    inp = triton_grpc.InferInput("text", [len(texts), 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
+    c = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
+    try:
+        res = c.infer("textlen", [inp], headers=dict(AUTH), request_id=f"grpc-{i}", client_timeout=30)
+    finally:
+        c.close()
+    assert res.get_response().id == f"grpc-{i}"
+    return res.as_numpy("features")
+
+
+def test_text_tensors_of_concurrent_callers_are_batched_into_fewer_triton_calls(triton_stack) -> None:
+    texts = [[f"caller {i} text"] + ([f"a second, longer text from caller {i}"] if i % 3 == 0 else [])
+             for i in range(TEXT_CALLERS)]
+    before = _triton_requests(triton_stack, "textlen")
+    with ThreadPoolExecutor(TEXT_CALLERS) as pool:
+        got = list(pool.map(lambda it: _text_call(triton_stack, *it), enumerate(texts)))
+    calls = _triton_requests(triton_stack, "textlen") - before
+    assert 1 <= calls < TEXT_CALLERS, f"{TEXT_CALLERS} callers made {calls} calls to Triton"
+    for i, (t, rows) in enumerate(zip(texts, got, strict=True)):
+        assert np.array_equal(rows, _features(t)), f"caller {i} got someone else's rows"

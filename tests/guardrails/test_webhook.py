@@ -97,6 +97,6 @@ def test_webhook_config_is_checked() -> None:
     from contracts.config.guardrails import GuardCheck
     for bad in ({"type": "webhook"}, {"type": "webhook", "url": "ftp://x"},
                 {"type": "webhook", "url": "http://x", "action": "redact"},
-                {"type": "webhook", "url": "http://x", "direction": "output"}, {"type": "email", "url": "http://x"}):
+                {"type": "email", "url": "http://x"}):
         with pytest.raises(ValueError):
             GuardCheck.model_validate(bad)

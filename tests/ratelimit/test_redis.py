@@ -85,7 +85,8 @@ async def test_redis_down_fallback_then_recovery(redis_server):
     redis_server.stop()
     got = [await lim.acquire(CTX) for _ in range(7)]
     assert {d.store for d in got} == {"local"}
-    assert [d.allowed for d in got] == [True] * 5 + [False] * 2  # burst 10 over 2 replicas
+    # Burst 10 over 2 replicas is 5 locally, less the one call this replica took while Redis answered.
+    assert [d.allowed for d in got] == [True] * 4 + [False] * 3
     assert _errors("fallback") >= before + 7 and lim.degraded
     assert REGISTRY.get_sample_value("modelyard_ratelimit_degraded") == 1
     redis_server.start()

@@ -1,0 +1,272 @@
+"""Text batched across callers (docs/batching.md "Embeddings", "KServe text tensors") through a real
+Envoy: `openai` SDK callers of two tenants (and a Gemini-shaped caller) become fewer upstream calls,
+counted at the demo upstream, each caller answered with exactly its own vectors, metered for its own
+inputs; a caller's input the upstream refuses fails that caller alone, whether it led the batch or
+waited in it. KServe v2 BYTES tensors from REST and tritonclient.grpc callers to a KServe gRPC text
+model (the demo KServe server in its own process) are batched and split the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import tritonclient.grpc as triton_grpc
+import yaml
+
+from adapters.embeddings import EmbeddingRequest, estimate_tokens
+from devstack.demo.behaviour import demo_embedding
+from devstack.demo.faults import BAD_INPUT
+from extproc.flows.offload import INLINE_PARSE_BYTES
+from tests.conftest import DEMO_KEY
+from tests.e2e.metered import metered_row
+from tests.stack_config import ROOT, _remap, _static_envoy, free_port, start_stack, without_mcp
+
+pytestmark = pytest.mark.e2e
+MODEL = "demo-embed-batched"
+CALLERS = 16
+L2_KEY = "sk-modelyard-demo-l2"
+GEMINI_MODEL = "embed-batched-gemini"
+TEXT_MODEL = "text-kserve"  # a KServe v2 text model: BYTES in, the demo embedding (8 dims) out
+TEXT_CALLERS = 8
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    data = without_mcp(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    data["models"] = [m for m in data["models"] if m["name"] == MODEL]
+    # A window long enough that a burst on a busy box lands in one batch: the count below is then exact.
+    data["models"][0]["batching"] = {"max_delay_ms": 1000, "min_size": CALLERS, "max_size": 32}
+    data.pop("ratelimit", None)
+    data = _remap(data, {})
+    data["listener"]["port"] = free_port()
+    # The same batching in front of a Gemini-speaking upstream (batchEmbedContents; no usage reported).
+    data["models"].append({**data["models"][0], "name": GEMINI_MODEL, "deployments": [
+        {"cluster": "demo-gemini-batch", "protocol": "gemini", "endpoints": [f"127.0.0.1:{free_port()}"]}]})
+    kserve, kstats = free_port(), free_port()
+    data["models"].append({
+        "name": TEXT_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
+        "batching": {"max_delay_ms": 1000, "min_size": TEXT_CALLERS, "max_size": 32},
+        "deployments": [{"cluster": "text-kserve", "protocol": "kserve-grpc", "upstream_model": "demo-text",
+                         "endpoints": [f"127.0.0.1:{kserve}"]}]})
+    _static_envoy(data)
+    stack = start_stack(tmp_path_factory.mktemp("embed-batch"), data)
+    from devstack.launcher import Child
+
+    argv = [sys.executable, "-m", "devstack.demo.kserve_server", "--port", str(kserve), "--stats-port", str(kstats),
+            "--models", "demo-text"]
+    stack.children.insert(0, Child("kserve-demo", argv, ("http", f"http://127.0.0.1:{kstats}/stats")))
+    with stack as s:
+        s.upstream = f"http://{data['models'][0]['deployments'][0]['endpoints'][0]}"
+        s.kserve_stats = f"http://127.0.0.1:{kstats}/stats"
+        yield s
+
+
+def _upstream_calls(stack) -> int:
+    return int(httpx.get(f"{stack.upstream}/stats", timeout=5).json()["requests"])
+
+
+def _expected(texts: list[str]) -> np.ndarray:
+    return np.array([demo_embedding(t, None) for t in texts], np.float32)
+
+
+def _client(stack, key: str = DEMO_KEY) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def test_concurrent_callers_share_upstream_calls_and_get_their_own_vectors(stack) -> None:
+    # Callers of two tenants, one or two inputs each, float or base64, and one Gemini-shaped caller.
+    texts = [[f"caller {i} says hello"] + ([f"and a second text from {i}"] if i % 3 == 0 else [])
+             for i in range(CALLERS - 1)]
+
+    async def openai_call(i: int):
+        client = _client(stack, L2_KEY if i % 2 else DEMO_KEY)
+        inp = texts[i] if len(texts[i]) > 1 else texts[i][0]
+        return await client.embeddings.with_raw_response.create(
+            model=MODEL, input=inp, encoding_format="float" if i % 4 == 1 else openai.NOT_GIVEN)  # the SDK's own: base64
+
+    async def gemini_call():
+        async with httpx.AsyncClient(timeout=30) as http:
+            return await http.post(f"{stack.url}/v1beta/models/{MODEL}:embedContent",
+                                   headers={"x-goog-api-key": DEMO_KEY},
+                                   json={"content": {"parts": [{"text": "the gemini caller"}]}})
+
+    async def burst():
+        return await asyncio.gather(*(openai_call(i) for i in range(CALLERS - 1)), gemini_call())
+
+    before = _upstream_calls(stack)
+    *raws, gem = asyncio.run(burst())
+    calls = _upstream_calls(stack) - before
+    assert calls < CALLERS, f"{CALLERS} callers made {calls} upstream calls"
+    assert gem.status_code == 200, gem.text
+    assert np.array_equal(np.array(gem.json()["embedding"]["values"], np.float32), _expected(["the gemini caller"])[0])
+    total = 0
+    for i, raw in enumerate(raws):
+        out = raw.parse()
+        got = np.array([d.embedding for d in out.data], np.float32)
+        assert [d.index for d in out.data] == list(range(len(texts[i])))
+        assert np.array_equal(got, _expected(texts[i])), f"caller {i} got someone else's vectors"
+        assert out.model == MODEL and out.usage.prompt_tokens > 0
+        total += out.usage.prompt_tokens
+        # Each caller metered under its own tenant, for the tokens its answer reports.
+        task = raw.headers["x-modelyard-task-id"]
+        row = metered_row(stack, task)
+        assert row[0] == MODEL and row[2] == 200 and row[3] == out.usage.prompt_tokens
+        with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+            tenant, = conn.execute("SELECT tenant FROM requests WHERE task_id = ?", (task,)).fetchone()
+        assert tenant == ("demo-l2" if i % 2 else "demo")
+    # The demo reports words; the shares of the OpenAI callers and the Gemini caller sum to them.
+    gem_row = metered_row(stack, gem.headers["x-modelyard-task-id"])
+    gemini_text = "the gemini caller"
+    words = sum(len(t.split()) for ts in [*texts, [gemini_text]] for t in ts)
+    assert total + gem_row[3] == words
+
+
+def test_a_large_merged_answer_read_off_the_loop_is_split_exactly(stack) -> None:
+    # 8 x 2048 floats as base64 (87 KB): past the 64 KB inline limit, the merged answer is read in a worker thread.
+    texts = [f"wide vector {i}" for i in range(8)]
+    wide = 2048
+    assert 8 * wide * 4 * 4 // 3 > INLINE_PARSE_BYTES
+
+    async def burst():
+        client = _client(stack)
+        return await asyncio.gather(*(client.embeddings.create(model=MODEL, input=t, dimensions=wide)
+                                      for t in texts))
+
+    before = _upstream_calls(stack)
+    outs = asyncio.run(burst())
+    assert _upstream_calls(stack) - before < len(texts)
+    for t, out in zip(texts, outs, strict=True):
+        assert np.array_equal(np.array(out.data[0].embedding, np.float32), demo_embedding(t, wide))
+
+
+async def _with_bad(stack, bad_first: bool) -> tuple[list, object]:
+    good = [f"good text number {i}" for i in range(3)]
+    client = _client(stack)
+
+    async def call(text: str):
+        try:
+            return await client.embeddings.create(model=MODEL, input=text)
+        except openai.BadRequestError as e:
+            return e
+
+    bad = asyncio.ensure_future(call(f"this one is {BAD_INPUT}")) if bad_first else None
+    await asyncio.sleep(0.3 if bad_first else 0)  # the first to arrive leads the batch
+    goods = [asyncio.ensure_future(call(t)) for t in good]
+    if not bad_first:
+        await asyncio.sleep(0.3)
+        bad = asyncio.ensure_future(call(f"this one is {BAD_INPUT}"))
+    assert bad is not None
+    outs = await asyncio.gather(*goods)
+    for text, out in zip(good, outs, strict=True):
+        assert isinstance(out, openai.types.CreateEmbeddingResponse), out
+        assert np.array_equal(np.array(out.data[0].embedding, np.float32), _expected([text])[0])
+    return outs, await bad
+
+
+@pytest.mark.parametrize("bad_first", [True, False], ids=["bad-leader", "bad-member"])
+def test_a_refused_input_fails_only_its_own_caller(stack, bad_first: bool) -> None:
+    before = _upstream_calls(stack)
+    t0 = time.monotonic()
+    _, bad = asyncio.run(_with_bad(stack, bad_first))
+    assert isinstance(bad, openai.BadRequestError) and bad.status_code == 400
+    assert "refused on purpose" in str(bad)
+    # One merged call (refused), then each caller's own: 1 + 4.
+    assert _upstream_calls(stack) - before == 5
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_gemini_upstream_gets_one_merged_call_and_each_caller_its_estimate(stack) -> None:
+    texts = [f"gemini bound text number {i}" for i in range(6)]
+    upstream = f"http://{stack.cfg.clusters()['demo-gemini-batch'].endpoints[0]}/stats"
+    before = httpx.get(upstream, timeout=5).json()["requests"]
+
+    async def burst():
+        client = _client(stack)
+        return await asyncio.gather(*(client.embeddings.create(model=GEMINI_MODEL, input=t) for t in texts))
+
+    outs = asyncio.run(burst())
+    assert httpx.get(upstream, timeout=5).json()["requests"] - before < len(texts)
+    for t, out in zip(texts, outs, strict=True):
+        assert np.array_equal(np.array(out.data[0].embedding, np.float32), _expected([t])[0])
+        # Gemini reports no usage: each caller is charged its own estimate, as alone.
+        assert out.usage.prompt_tokens == estimate_tokens(EmbeddingRequest(GEMINI_MODEL, (t,)))
+
+
+def _text_rows(texts: list[str]) -> np.ndarray:
+    return np.array([demo_embedding(t, 8) for t in texts], np.float32)
+
+
+def _rest_text(stack, texts: list[str]) -> httpx.Response:
+    body = {"id": f"rest-{texts[0]}", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts)],
+                                                  "data": texts}],
+            "outputs": [{"name": "embedding"}]}
+    return httpx.post(f"{stack.url}/v2/models/{TEXT_MODEL}/infer", json=body, timeout=30,
+                      headers={"authorization": f"Bearer {DEMO_KEY}"})
+
+
+def _grpc_text(stack, texts: list[str]) -> triton_grpc.InferResult:
+    inp = triton_grpc.InferInput("text", [len(texts)], "BYTES")
+    inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
+    client = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
+    try:
+        return client.infer(TEXT_MODEL, [inp], outputs=[triton_grpc.InferRequestedOutput("embedding")],
+                            request_id=f"grpc-{texts[0]}", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                            client_timeout=30)
+    finally:
+        client.close()
+
+
+def test_kserve_text_tensors_from_rest_and_grpc_callers_share_upstream_calls(stack) -> None:
+    texts = [[f"kserve text {i}"] + ([f"and its second row {i}"] if i % 3 == 0 else []) for i in range(TEXT_CALLERS)]
+    before = httpx.get(stack.kserve_stats, timeout=5).json()["calls"]
+    with ThreadPoolExecutor(TEXT_CALLERS) as pool:
+        futures = [pool.submit(_grpc_text if i % 2 else _rest_text, stack, t) for i, t in enumerate(texts)]
+        results = [f.result() for f in futures]
+    calls = httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before
+    assert calls < TEXT_CALLERS, f"{TEXT_CALLERS} callers made {calls} upstream calls"
+    for i, (t, res) in enumerate(zip(texts, results, strict=True)):
+        if i % 2:
+            got, rid = res.as_numpy("embedding"), res.get_response().id
+            assert rid == f"grpc-{t[0]}"
+        else:
+            assert res.status_code == 200, res.text
+            doc = res.json()
+            out = doc["outputs"][0]
+            assert doc["model_name"] == TEXT_MODEL and doc["id"] == f"rest-{t[0]}" and out["shape"] == [len(t), 8]
+            got = np.array(out["data"], np.float32).reshape(out["shape"])
+        assert np.array_equal(got, _text_rows(t)), f"caller {i} got someone else's rows"
+
+
+@pytest.mark.parametrize("bad_first", [True, False], ids=["bad-leader", "bad-member"])
+def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool) -> None:
+    good = [[f"good kserve text {i}"] for i in range(3)]
+    bad = [f"this text is {BAD_INPUT}"]
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(_rest_text, stack, bad if bad_first else good[0])
+        time.sleep(0.3)  # the first to arrive leads the batch
+        # The last good caller speaks gRPC (tritonclient): a REST member leads before it, and it falls back alike.
+        rest = [pool.submit(_grpc_text if t is good[2] else _rest_text, stack, t)
+                for t in (good if bad_first else [*good[1:], bad])]
+        answers = [first.result(), *(f.result() for f in rest)]
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    by_text = dict(zip([bad[0], *(t[0] for t in good)] if bad_first else [good[0][0], good[1][0], good[2][0], bad[0]],
+                       answers, strict=True))
+    r = by_text.pop(bad[0])
+    assert r.status_code == 400 and "refused on purpose" in r.text
+    for text, r in by_text.items():
+        if isinstance(r, triton_grpc.InferResult):
+            got = r.as_numpy("embedding")
+        else:
+            assert r.status_code == 200, r.text
+            got = np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8)
+        assert np.array_equal(got, _text_rows([text]))
+    # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
+    assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
