@@ -48,7 +48,7 @@ from contracts.envoy_names import (
 )
 from contracts.keys import Caller
 from extproc.admission.auth import Identity
-from extproc.guard_tools import checked_arguments, guarded_tool_call
+from extproc.guard_tools import StreamGuard, guarded_tool_call, stream_guard
 from extproc.mcp import metrics
 from extproc.mcp.events import EventStore, MemoryEvents, RedisEvents, SqliteEvents, parse_event_id
 from extproc.mcp.oauth import TokenVerifier
@@ -369,13 +369,16 @@ class McpHub:
             forward = {"jsonrpc": "2.0", "id": msg.id, "method": "tools/call", "params": {**msg.params, "name": owner[1]}}
             if "text/event-stream" in ctx.headers.get("accept", ""):
                 # Streamed: progress reaches the client as it happens; the relay audits at the end.
-                # Guardrails check the arguments here (a block is this step's answer); the result is the relay's.
-                forward = await checked_arguments(ctx, name, forward)
+                # Guardrails: the arguments here (a block is this step's answer), the result in the relay.
+                guard = stream_guard(ctx, name)
+                if guard is not None:
+                    forward = await guard.arguments(forward)
                 if server.name not in session.upstream:
                     await self._open(server, session)
                     await self.store.put(session)
                 relayed = True
-                return await self._relayed_call(ctx, who, session, server, msg, forward, started, arg_json, audit)
+                return await self._relayed_call(ctx, who, session, server, msg, forward, started, arg_json, audit,
+                                                guard)
             # Guardrails on the call's arguments and result (docs/guardrails.md "MCP tools").
             answer = await guarded_tool_call(ctx, name, forward, lambda f: self._upstream(server, session, f, msg.id))
             result_bytes = answer.body_bytes
@@ -396,7 +399,7 @@ class McpHub:
 
     async def _relayed_call(self, ctx: RequestContext, who: ToolCaller, session: McpSession, server: McpServer,
                             msg: Message, forward: dict[str, Any], started: float, arg_json: bytes,
-                            audit: AuditLog | None) -> Relayed:
+                            audit: AuditLog | None, guard: StreamGuard | None) -> Relayed:
         """A tools/call answered as it happens by the stream relay: every server message (progress)
         goes to the client as it arrives; the audit row and metrics when the call ends."""
         name = str(msg.params.get("name"))
@@ -422,8 +425,9 @@ class McpHub:
                         async with asyncio.timeout(server.timeout_s):
                             async for doc in self.client.stream(server, forward, session_id=sid or None,
                                                                 protocol_version=version, rid=msg.id):
-                                data = orjson.dumps(doc)
-                                result_bytes += len(data)
+                                result_bytes += len(orjson.dumps(doc))
+                                if "method" not in doc and guard is not None:  # the result's output checks
+                                    doc = await guard.result(doc)
                                 if "method" not in doc:  # the response: the last message
                                     result = doc.get("result")
                                     outcome = "tool_error" if isinstance(result, dict) and result.get("isError") \
