@@ -24,6 +24,7 @@ COPY controlplane ./controlplane
 COPY devstack ./devstack
 COPY gpuagent ./gpuagent
 COPY guardrails ./guardrails
+COPY console ./console
 # With the tracing extra, OpenTelemetry's own protos must win over xds-protos' older copy of them.
 RUN /opt/modelyard/bin/pip install ".[${EXTRAS}]" \
  && if v=$(/opt/modelyard/bin/python -c "import importlib.metadata as m; print(m.version('opentelemetry-proto'))" 2>/dev/null); \

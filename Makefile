@@ -40,9 +40,12 @@ pure:
 APT_TOOLS := redis-server wrk openssl prometheus gcc
 # Packages whose binaries are not on PATH: PostgreSQL (the key store tests start it themselves).
 APT_PACKAGES := postgresql
+# The console's browser tests (tests/e2e/test_console.py): Debian's Chromium and its WebDriver.
+BROWSER_PACKAGES := chromium chromium-driver
 system-tools:
 	@missing=""; for t in $(APT_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing $(APT_PACKAGES)"; \
+	  command -v chromium >/dev/null && command -v chromedriver >/dev/null || missing="$$missing $(BROWSER_PACKAGES)"; \
 	  test -e "$$($(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('INCLUDEPY'))")/Python.h" || missing="$$missing python3-dev"; \
 	  test -z "$$missing" || { (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; }
@@ -73,7 +76,7 @@ COMPILED_SUBSET := tests/adapters tests/core/test_session.py tests/core/test_com
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check modelyard contracts extproc guardrails adapters kernels ratelimit budgets keys controlplane devstack gpuagent tests bench
+	$(VENV)/bin/ruff check modelyard contracts extproc console guardrails adapters kernels ratelimit budgets keys controlplane devstack gpuagent tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

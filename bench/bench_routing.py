@@ -4,7 +4,10 @@ Synthetic configs with 10 and 1,000 deployments. Cases: `group` routes `auto` ac
 deployment (the worst case: all of them are scored), `model` routes one concrete model of the
 large config (the index makes its cost independent of the config's size); `model-slo` is that case
 with a latency objective on every deployment (`slo:`, 200 measured answers each in the window): its
-cost over `model` is what latency in admission adds to a decision.
+cost over `model` is what latency in admission adds to a decision. `model-adaptive` routes the same
+model with the learning strategy (routing.adaptive) on its cached shares, `model-adaptive-draw`
+recomputing them (256 posterior draws per arm) for every decision: their cost over `model` is what
+the bandit adds.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from extproc.routing import RouteRequest, Scheduler  # noqa: E402
 DEPLOYMENTS_PER_MODEL = 4
 
 
-def synthetic(n_deployments: int, slo: bool = False) -> GatewayConfig:
+def synthetic(n_deployments: int, slo: bool = False, adaptive: dict | None = None) -> GatewayConfig:
     models = []
     n_models = max(1, n_deployments // DEPLOYMENTS_PER_MODEL)
     for m in range(n_models):
@@ -53,7 +56,7 @@ def synthetic(n_deployments: int, slo: bool = False) -> GatewayConfig:
             }
         )
     tenants = [{"name": "t", "tier": "L2", "api_keys": ["0" * 64]}]
-    return parse_config({"models": models, "tenants": tenants})
+    return parse_config({"models": models, "tenants": tenants, "routing": {"adaptive": adaptive or {}}})
 
 
 def _median_us(fn, n: int) -> float:
@@ -73,8 +76,14 @@ def main() -> int:
         (1000, "group", "auto", scaled(300, 5)),
         (1000, "model", "model-17", scaled(5000, 50)),
         (1000, "model-slo", "model-17", scaled(5000, 50)),
+        # the learning strategy over model-17's standard deployments: shares cached (the default
+        # refresh_s, every decision here in one instant) and recomputed for every decision (refresh_s 0)
+        (1000, "model-adaptive", "model-17", scaled(5000, 50)),
+        (1000, "model-adaptive-draw", "model-17", scaled(2000, 20)),
     ]:
-        cfg = synthetic(n, slo=case.endswith("-slo"))
+        adaptive = ({"models": [model], "refresh_s": 0 if case.endswith("-draw") else 0.1}
+                    if "adaptive" in case else None)
+        cfg = synthetic(n, slo=case.endswith("-slo"), adaptive=adaptive)
         sched = Scheduler(cfg)
         tenant = cfg.tenants[0]
         marks = {c: Reading((i % 9) / 10, 1e9) for i, c in enumerate(cfg.clusters())}

@@ -16,6 +16,14 @@ CONFIG_PATH = "/v1/config"
 ACK_PATH = "/v1/config/ack"
 APPLY_PATH = "/v1/apply"
 STATUS_PATH = "/v1/status"
+# The running text, the one before it and the recent applies (the console's Config page: its diff and history).
+TEXT_PATH = "/v1/config/text"
+# Set in the control plane's environment: an apply must carry it as a bearer token (`modelyard apply` and
+# the console send it from theirs).
+TOKEN_ENV = "MODELYARD_CONTROLPLANE_TOKEN"
+# Who applied a config (the CLI sends user@host, the console console:<admin key id>@<client>): the log,
+# /v1/status, and the long poll's answer.
+APPLIED_BY_HEADER = "x-modelyard-applied-by"
 WAIT_S = 25.0
 VERSION_HEADER = "x-modelyard-config-version"
 

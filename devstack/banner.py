@@ -15,6 +15,7 @@ from contracts.config import GatewayConfig, hash_api_key
 
 DEMO_KEY = "sk-modelyard-demo"  # public: its digest ships in modelyard.yaml for the demo tenants
 KEY_PLACEHOLDER = "$MODELYARD_API_KEY"
+DEMO_ADMIN_KEY = "adm-modelyard-demo"  # public: the shipped config's admin key, for the console (README)
 
 
 def accepts_demo_key(cfg: GatewayConfig) -> bool:
@@ -57,6 +58,9 @@ def banner(cfg: GatewayConfig, *, url: str, run_dir: str, admin_url: str | None,
         lines.append(f"  Metrics:        http://{cfg.extproc.metrics_address}/metrics")
     if admin_url:
         lines.append(f"  Envoy admin:    {admin_url}")
+    if cfg.console.enabled and cfg.keys.admin_keys:
+        who = DEMO_ADMIN_KEY if hash_api_key(DEMO_ADMIN_KEY) in cfg.keys.admin_keys else "an admin key of keys.admin_keys"
+        lines.append(f"  Console:        {url}/console (sign in with {who}; docs/console.md)")
     if cfg.controlplane.enabled:
         lines.append(f"  Live config:    edit the config, then `modelyard apply` (control plane "
                      f"http://{cfg.controlplane.api_address}; `modelyard status`)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from adapters.internal import NO_CACHE, Usage
@@ -12,9 +13,14 @@ from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.choice import Choice
 from extproc.context import CallOutcome, RequestContext
 from extproc.routing import Scheduler
+from extproc.routing.breaker import GroupBreaker
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import MeteringStore
 from extproc.telemetry.metrics import (
+    ARM_CALLS,
+    ARM_COST,
+    ARM_REWARD,
+    BREAKER_TRIPS,
     MEDIA_UNITS,
     cache_series,
     channel_series,
@@ -24,6 +30,15 @@ from extproc.telemetry.metrics import (
     tenant_token_series,
 )
 from ratelimit import Limiter
+
+log = logging.getLogger("modelyard.accounting")
+
+
+def _tripped(breakers: list[GroupBreaker]) -> None:
+    for b in breakers:
+        BREAKER_TRIPS.labels(b.group).inc()
+        log.warning("group breaker %s opened: error rate over %.0f%% in %gs; routing around it for %gs",
+                    b.group, b.settings.error_rate * 100, b.settings.window_s, b.settings.open_s)
 
 
 def media_cost(price: Cost, unit: str, amount: float) -> float:
@@ -51,8 +66,8 @@ class Accountant:
         DEMAND.touch(choice.deployment.cluster)
         model = choice.model
         if upstream_ok is not None:  # a client that leaves or our own error must not cool a deployment down
-            self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s, now=time.monotonic(),
-                                  tenant=ctx.tenant_name)
+            _tripped(self.scheduler.record(choice.deployment.cluster, latency_s, upstream_ok, ttft_s,
+                                           now=time.monotonic(), tenant=ctx.tenant_name))
         latency, ttft, tokens_in, tokens_out = model_series(model.name, choice.deployment.cluster)
         requests_series(model.name, choice.deployment.cluster, status).inc()
         latency.observe(latency_s)
@@ -90,18 +105,35 @@ class Accountant:
             by_deployment.inc(cost)
             if self.budgets is not None:  # a stream that ran past its budget still counts in full
                 self.budgets.record(ctx, cost)
+        if choice.propensity is not None or choice.strategy in self.scheduler.settings.ab.weights_b:  # an experiment
+            self._arm_outcome(ctx, choice, upstream_ok, latency_s, cost)
         if self.metering is not None:
             # A MeterRecord's values as a plain tuple: the row the writer inserts, nothing built per field.
             self.metering.record((
                 time.time(), ctx.task_id, ctx.tenant_name, tier, model.name, choice.deployment.cluster,
                 choice.channel, status, latency_s * 1000, ttft_s * 1000 if ttft_s is not None else None, tin, tout,
                 cost, choice.strategy, choice.arm, ctx.caller.key_id if ctx.caller is not None else None,
-                cache.read, cache.write, cache.write_1h, saved, 0))
+                cache.read, cache.write, cache.write_1h, saved, 0, choice.propensity))
         if choice.reservation is not None and self.limiter is not None:
             # Hand back (or take) the difference between the estimate and the reported usage.
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, tin + tout))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    def _arm_outcome(self, ctx: RequestContext, choice: Choice, upstream_ok: bool | None, latency_s: float,
+                     cost: float) -> None:
+        """An A/B or bandit arm's call: its metrics and, for the learning strategy's, the reward it learns."""
+        # The arm answered itself: a failover to a peer (Envoy's retry) is the arm's failure; a spill is not.
+        ok = bool(upstream_ok) and (choice.deployment.cluster == choice.arm or bool(choice.spilled_from))
+        ARM_CALLS.labels(choice.strategy, choice.arm, "ok" if ok or upstream_ok is None else "error").inc()
+        if cost:
+            ARM_COST.labels(choice.strategy, choice.arm).inc(cost)
+        # A spill (our own limit refused the arm) or a call the upstream never answered teaches nothing.
+        if choice.propensity is None or upstream_ok is None or choice.spilled_from:
+            return
+        reward = self.scheduler.learn(choice.model.name, choice.channel, ctx.tenant_name, choice.arm, ok=ok,
+                                      latency_s=latency_s, cost=cost, now=time.monotonic())
+        ARM_REWARD.labels(choice.strategy, choice.arm).inc(reward)
 
     def record_hit(self, ctx: RequestContext, choice: Choice, *, latency_s: float, usage: Usage) -> float:
         """A response-cache hit: no upstream call (no scheduler feedback, no spend, no budget), metered
@@ -117,7 +149,7 @@ class Accountant:
             self.metering.record((
                 time.time(), ctx.task_id, ctx.tenant_name, tier, model, cluster, choice.channel, 200,
                 latency_s * 1000, None, 0, 0, 0.0, choice.strategy, choice.arm,
-                ctx.caller.key_id if ctx.caller is not None else None, 0, 0, 0, saved, 1))
+                ctx.caller.key_id if ctx.caller is not None else None, 0, 0, 0, saved, 1, None))
         if choice.reservation is not None and self.limiter is not None:  # the request counted; no tokens
             task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, 0))
             self._background.add(task)
@@ -135,7 +167,7 @@ class Accountant:
 
     def record_failure(self, cluster: str, tenant: str) -> None:
         """A deployment failed `tenant`'s call before answering (Envoy failed over to a peer)."""
-        self.scheduler.record(cluster, 0.0, False, now=time.monotonic(), tenant=tenant)
+        _tripped(self.scheduler.record(cluster, 0.0, False, now=time.monotonic(), tenant=tenant))
 
     async def close(self) -> None:
         if self._background:

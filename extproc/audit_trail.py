@@ -80,7 +80,11 @@ class CallTrail:
 
 
 def _call_detail(ctx: RequestContext) -> dict[str, object] | None:
-    """A call row's detail: the replica picker's choice (replica_metrics) and the guardrail verdicts."""
-    if not ctx.guardrail_verdicts:
+    """A call row's detail: the replica picker's choice (replica_metrics), the learning strategy's pick or
+    the group breaker that refused it, and the guardrail verdicts."""
+    if not ctx.guardrail_verdicts and ctx.routing is None:
         return ctx.replica
-    return {**(ctx.replica or {}), "guardrails": ctx.guardrail_verdicts}
+    out = {**(ctx.replica or {}), **(ctx.routing or {})}
+    if ctx.guardrail_verdicts:
+        out["guardrails"] = ctx.guardrail_verdicts
+    return out

@@ -73,6 +73,9 @@ class RequestContext:
     replica: dict[str, object] | None = None
     # Guardrail verdicts (policy, check, action, direction; never the matched text) for the audit row.
     guardrail_verdicts: list[dict[str, str]] | None = None
+    # Routing that learns, for the audit row's detail: the bandit's arm and propensity, or the group breaker
+    # that refused the call.
+    routing: dict[str, object] | None = None
 
     def span(self, name: str, attributes: dict[str, Any] | None = None) -> AbstractContextManager[Any]:
         """A child span around a step when tracing is on (it yields the span); else a shared no-op

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from console.sessions import SessionStore
 from contracts.config import GatewayConfig
 from contracts.errors import Unavailable
 from extproc.context import RequestContext
@@ -34,7 +35,7 @@ from keys.db import StoreError, connect
 from keys.misses import MissGate, Verdict
 from keys.record import KeyRecord
 from keys.refresher import KeyRefresher
-from keys.spec import KeySpec
+from keys.spec import KeyChange, KeySpec
 from keys.store import KeyStore
 
 T = TypeVar("T")
@@ -49,6 +50,7 @@ class KeyAdmin:
         self.audit = audit
         self.refresher = KeyRefresher(self.open_store, cache, config.keys.refresh_s, self._refreshed)
         self._store: KeyStore | None = None  # the admin API's own connection, opened at its first call
+        self._sessions: SessionStore | None = None  # the console's sign-ins, beside the keys (its first page)
         self._opening = threading.Lock()
         k = config.keys
         self.misses = MissGate(per_s=k.lookups_per_s, burst=k.lookup_burst, absent_ttl_s=k.absent_ttl_s)
@@ -77,6 +79,11 @@ class KeyAdmin:
         rec, secret = await self._call(lambda s: s.rotate(key_id))
         self.cache.apply([rec], advance=False)
         return rec, secret
+
+    async def update(self, key_id: str, change: KeyChange) -> KeyRecord:
+        rec = await self._call(lambda s: s.update(key_id, change))
+        self.cache.apply([rec], advance=False)
+        return rec
 
     async def revoke(self, key_id: str) -> KeyRecord:
         rec = await self._call(lambda s: s.revoke(key_id))
@@ -175,9 +182,32 @@ class KeyAdmin:
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self._sessions is not None:
+            self._sessions.db.close()
+            self._sessions = None
 
     async def _call(self, op: Callable[[KeyStore], T]) -> T:
         return await asyncio.to_thread(self._in_thread, op)
+
+    async def sessions(self, op: Callable[[SessionStore], T]) -> T:
+        """The console's sessions and spent CSRF tokens (console/sessions.py), in a worker thread; a store
+        that cannot answer is a 503, as for the admin API."""
+        try:
+            return await asyncio.to_thread(self._in_sessions, op)
+        except StoreError:
+            with self._opening:  # a broken connection is dropped, reopened at the next call
+                sessions, self._sessions = self._sessions, None
+            if sessions is not None:
+                with contextlib.suppress(Exception):
+                    sessions.db.close()
+            raise Unavailable("the key store cannot be reached; retry shortly", retry_after_s=1) from None
+
+    def _in_sessions(self, op: Callable[[SessionStore], T]) -> T:
+        with self._opening:
+            if self._sessions is None:
+                self._sessions = SessionStore(connect(self.dsn))
+            sessions = self._sessions
+        return op(sessions)
 
     def _in_thread(self, op: Callable[[KeyStore], T]) -> T:
         with self._opening:

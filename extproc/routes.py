@@ -33,6 +33,7 @@ class Route:
     translatable: bool = False  # a chat request a translation hop may re-render for a peer
     any_key: bool = False  # the API key may come in any protocol's header (task polls)
     admin: bool = False  # the admin API: an admin key (`keys.admin_keys`), not a tenant's
+    console: bool = False  # the operator's console: its own sign-in (a session cookie), docs/console.md
     answer: Answer | None = None
     flow: FlowFactory | None = None
     operation: str = "chat"  # gen_ai.operation.name on the request's span (tracing)

@@ -24,11 +24,12 @@ from contracts.live_config import config_version
 from contracts.workers import shifted, worker_count, worker_socket
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.concurrency import ConcurrencyLimits
+from extproc.admission.shared_evidence import SharedEvidence
 from extproc.admission.waking import Waker
 from extproc.batches.desk import BatchDesk
 from extproc.cache.part import ResponseCache
 from extproc.context import ClientProtocol
-from extproc.flows import batches, feedback, keys_admin, local, mcp, tasks
+from extproc.flows import batches, console, feedback, keys_admin, local, mcp, tasks
 from extproc.flows.body_answer import BodyAnswer
 from extproc.flows.chat import ChatFlow
 from extproc.flows.embeddings import EmbeddingFlow
@@ -49,7 +50,13 @@ from extproc.tasks.board import TaskBoard
 from extproc.telemetry.audit import AuditLog
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord, MeteringStore
-from extproc.telemetry.metrics import DEPLOYMENT_STATES, IMAGE_BACKEND, LATENCY_OBJECTIVES, serve_metrics
+from extproc.telemetry.metrics import (
+    DEPLOYMENT_STATES,
+    IMAGE_BACKEND,
+    LATENCY_OBJECTIVES,
+    LEARNING_STATE,
+    serve_metrics,
+)
 from extproc.telemetry.pollers import WatermarkBoard
 from extproc.telemetry.warmup import Warmer
 from extproc.vision.batching import Batcher
@@ -186,7 +193,18 @@ def _keys_admin(method: str, path: str) -> Route | None:
         return None
     if found[0] == "create":
         return Route("openai", admin=True, flow=keys_admin.CreateKeyFlow, operation="admin")
+    if found[0] == "update":
+        return Route("openai", admin=True, flow=keys_admin.UpdateKeyFlow, operation="admin")
     return Route("openai", admin=True, answer=keys_admin.answer, operation="admin")
+
+
+def _console(method: str, path: str) -> Route | None:
+    found = console.matches(method, path)
+    if found is None:
+        return None
+    if found == "post":
+        return Route("openai", console=True, flow=console.ConsoleFlow, operation="admin")
+    return Route("openai", console=True, answer=console.answer, operation="admin")
 
 
 def _mcp(method: str, path: str) -> Route | None:
@@ -222,7 +240,7 @@ def _chat(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin,
+    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin, _console,
                        _batches, _gemini_models, _count_tokens, _feedback, _media, _mcp, _chat],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
@@ -319,6 +337,7 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         DEMAND.clusters = lambda: iter(live.current.dispatcher.scheduler.config.clusters())
         DEMAND.loads = lambda: live.current.dispatcher.limits.loads()
         LATENCY_OBJECTIVES.source = lambda: live.current.dispatcher.scheduler.latency.exposition(time.monotonic())
+        LEARNING_STATE.source = lambda: live.current.dispatcher.scheduler.learning_state(time.monotonic())
         serve_metrics(config.extproc.metrics_address)
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
         gateway.key_admin.refresher.start()
@@ -326,6 +345,12 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
             log.error("key store not read: serving config-file keys; store keys follow once it answers")
     warmer.start()  # before serving: the first requests already see which deployments are warming
     await waker.start()
+    shared_evidence = None
+    if config.routing.adaptive.store == "redis":  # the learning strategy's evidence, shared by every replica
+        rc = config.ratelimit.redis
+        shared_evidence = SharedEvidence(rc.url, lambda: live.current.dispatcher.scheduler.bandit,
+                                         prefix=rc.key_prefix, timeout_ms=rc.timeout_ms)
+        shared_evidence.start()
     feed = None
     if config.controlplane.enabled:  # the control plane's config, long-polled, applied as SIGHUP's is
         feed = ConfigFeed(config.controlplane.api_address, reloader, worker_id(worker_index()))
@@ -338,6 +363,8 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await asyncio.gather(*reloads, return_exceptions=True)
         await warmer.close()
         await waker.close()
+        if shared_evidence is not None:
+            await shared_evidence.close()
 
 
 def _rls_decisions(gateway: Gateway) -> DecisionHook | None:

@@ -189,6 +189,8 @@ class Session:
             return self._translation_hop(ctx, route, self.xlate)
         if route.admin:
             return await self._admin(req, route, ctx)
+        if route.console:
+            return await self._console(req, route, ctx)
         if route.public and route.answer is not None:
             return await _answer(route, self.gw, ctx)
         key: str | None = None  # a replay has none: its marker says whose it is
@@ -274,6 +276,22 @@ class Session:
         assert route.flow is not None
         self.flow = route.flow(self.gw, ctx)
         if req.request_headers.end_of_stream:  # no body coming: the flow answers (and audits) an empty one
+            return await self.flow.request_body(b"")
+        return _STRIP_RESERVED
+
+    async def _console(self, req: msg.ProcessingRequest, route: Route, ctx: RequestContext
+                       ) -> msg.ProcessingResponse | Interim:
+        """The console (docs/console.md): off, it is any unknown URL; on, its shell checks the session
+        cookie itself and audits its changes as the admin API's (not a tenant's call)."""
+        self.trail = None
+        if not self.gw.config.console.enabled or not self.gw.admin_keys.enabled or self.gw.key_admin is None:
+            raise NotFound(f"Unknown request URL: {ctx.method} {ctx.path}")
+        ctx.client = msg.client_address(req, ctx.headers)
+        if route.answer is not None:
+            return await _answer(route, self.gw, ctx)
+        assert route.flow is not None
+        self.flow = route.flow(self.gw, ctx)
+        if req.request_headers.end_of_stream:
             return await self.flow.request_body(b"")
         return _STRIP_RESERVED
 

@@ -17,7 +17,7 @@ from contracts.errors import ConfigError
 from keys.db import StoreError, connect, redacted
 from keys.location import store_dsn
 from keys.record import KeyRecord
-from keys.spec import PERIODS, KeySpecError, build_spec
+from keys.spec import PERIODS, KeySpecError, build_change, build_spec
 from keys.store import KeyStore, RevokedKey, UnknownKey
 
 
@@ -42,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--tpm", default=None, help="the key's own tokens per minute (estimated, then reconciled with usage)")
     ls = common(sub.add_parser("list", help="every key (no secrets)"))
     ls.add_argument("--tenant", default=None)
+    u = common(sub.add_parser("update", help="narrow a key's models, set its budget (the secret stays)"))
+    u.add_argument("id")
+    u.add_argument("--models", default=None, help="comma-separated: within the key's own models")
+    u.add_argument("--budget-usd", default=None, help="the key's new spend cap per period")
+    u.add_argument("--budget-period", default=None, help=f"one of {', '.join(PERIODS)} (default month)")
     for name, what in (("rotate", "a new secret for the key; the old one stops working"),
                        ("revoke", "the key stops working")):
         sp = common(sub.add_parser(name, help=what))
@@ -81,6 +86,11 @@ def run(a: argparse.Namespace) -> int:
         elif a.cmd == "rotate":
             rec, secret = store.rotate(a.id)
             _print_secret(rec, secret, a.json)
+        elif a.cmd == "update":
+            change = build_change(config, store.get(a.id).tenant, models=a.models, budget_usd=a.budget_usd,
+                                  budget_period=a.budget_period)
+            rec = store.update(a.id, change)
+            print(json.dumps(rec.view()) if a.json else f"updated {rec.id}\n{_row(rec)}")
         elif a.cmd == "revoke":
             rec = store.revoke(a.id)
             print(json.dumps(rec.view()) if a.json else f"revoked {rec.id} (tenant {rec.tenant})")

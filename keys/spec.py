@@ -132,3 +132,45 @@ def spec_from_json(config: GatewayConfig, body: Mapping[str, Any]) -> KeySpec:
     return build_spec(config, tenant=body.get("tenant"), name=body.get("name") or "", models=body.get("models"),
                       budget_usd=body.get("budget_usd"), budget_period=body.get("budget_period"),
                       expires=body.get("expires"), rpm=body.get("rpm"), tpm=body.get("tpm"))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyChange:
+    """A change to a live key (`modelyard keys update`, the admin API's update, the console): narrow its
+    models, set its budget. None leaves a field as it is; the secret, tenant and limits stay."""
+
+    models: tuple[str, ...] | None = None
+    budget_usd: float | None = None
+    budget_period: str | None = None
+
+
+_CHANGE_FIELDS = {"models", "budget_usd", "budget_period"}
+
+
+def build_change(config: GatewayConfig, tenant: str, *, models: Any = None, budget_usd: Any = None,
+                 budget_period: Any = None) -> KeyChange:
+    """A checked change, with create's checks (known models, a finite budget, a known period)."""
+    if models is None and budget_usd is None and budget_period is None:
+        raise KeySpecError("nothing to change: give models, budget_usd or budget_period")
+    spec = build_spec(config, tenant=tenant, models=models, budget_usd=budget_usd, budget_period=budget_period)
+    return KeyChange(models=spec.models, budget_usd=spec.budget_usd, budget_period=spec.budget_period)
+
+
+def change_from_json(config: GatewayConfig, tenant: str, body: Mapping[str, Any]) -> KeyChange:
+    """The admin API's update body: the same fields as the CLI's flags."""
+    extra = sorted(set(body) - _CHANGE_FIELDS)
+    if extra:
+        raise KeySpecError(f"{extra[0]}: cannot change on a key (changeable: {', '.join(sorted(_CHANGE_FIELDS))}; "
+                           "create a new key for anything else)")
+    return build_change(config, tenant, models=body.get("models"), budget_usd=body.get("budget_usd"),
+                        budget_period=body.get("budget_period"))
+
+
+def narrowing(current: tuple[str, ...] | None, wanted: tuple[str, ...]) -> None:
+    """A key's models only narrow: a key that names models may not gain one (a new key may)."""
+    if current is None:
+        return
+    wider = [m for m in wanted if m not in current]
+    if wider:
+        raise KeySpecError(f"models: {wider[0]!r} is not among the key's models ({', '.join(current)}): a key only "
+                           "narrows; create a new key to widen")

@@ -14,7 +14,7 @@ from typing import Any
 from keys.db import Database
 from keys.record import KeyRecord
 from keys.secret import digest_of, new_id, new_secret
-from keys.spec import KeySpec
+from keys.spec import KeyChange, KeySpec, narrowing
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS keys (
@@ -112,6 +112,27 @@ class KeyStore:
             self.db.execute("UPDATE keys SET digest = ?, updated_at = ?, version = ? WHERE id = ?",
                             (digest_of(secret), now, self._next_version(), key_id))
         return self.get(key_id), secret
+
+    def update(self, key_id: str, change: KeyChange, now: float | None = None) -> KeyRecord:
+        """Narrow a live key's models and/or set its budget (the secret and id stay); every worker sees it at
+        its next refresh, as a rotation."""
+        now = time.time() if now is None else now
+        with self.db.transaction(lock="keys"):
+            rec = self.get(key_id)
+            if rec.revoked_at is not None:
+                raise RevokedKey(f"key {key_id} is revoked: it cannot be changed (create a new one)")
+            sets: list[str] = []
+            args: list[Any] = []
+            if change.models is not None:
+                narrowing(rec.models, change.models)
+                sets.append("models = ?")
+                args.append(json.dumps(list(change.models)))
+            if change.budget_usd is not None:
+                sets += ["budget_usd = ?", "budget_period = ?"]
+                args += [change.budget_usd, change.budget_period or "month"]
+            self.db.execute(f"UPDATE keys SET {', '.join(sets)}, updated_at = ?, version = ? WHERE id = ?",
+                            (*args, now, self._next_version(), key_id))
+        return self.get(key_id)
 
     def revoke(self, key_id: str, now: float | None = None) -> KeyRecord:
         """The key stops working everywhere within a refresh; revoking twice is a no-op."""

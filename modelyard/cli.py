@@ -227,6 +227,23 @@ def _cmd_route_ab(a: argparse.Namespace) -> int:
     return _report(a, [e.as_dict() for e in experiments], lambda: render_table(experiments))
 
 
+def _cmd_route_replay(a: argparse.Namespace) -> int:
+    from extproc.routing.replay import candidate, read_logged_calls, render_table, replay
+
+    since, until = _since(a, "route replay"), _since(a, "route replay", "until")
+    if isinstance(since, int) or isinstance(until, int):
+        return 2
+    try:
+        settings = load_config(a.config).routing.adaptive
+        strategies = [candidate(spec, settings) for spec in a.strategy or ["adaptive"]]
+        calls = list(read_logged_calls(_metering_dbs(a), since, until))
+    except (ValueError, FileNotFoundError, sqlite3.Error) as e:  # ConfigError included
+        print(f"modelyard: route replay: {e}", file=sys.stderr)
+        return 2
+    results = [g for s in strategies for g in replay(calls, s, settings)]
+    return _report(a, [g.as_dict() for g in results], lambda: render_table(results))
+
+
 def _cmd_controlplane(a: argparse.Namespace) -> int:
     import asyncio
 
@@ -385,8 +402,10 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("probe", help="container health check: `probe grpc|http|tcp TARGET`, exit 0 when healthy")
     sub.add_parser("demo", help="run a demo upstream: openai|anthropic|gemini|kserve")
     route = sub.add_parser("route", help="`route explain`: every candidate for a sample request; "
-                                         "`route ab`: the A/B experiments' arms side by side")
-    ab = with_config(route.add_subparsers(dest="route_command").add_parser(
+                                         "`route ab`: the A/B experiments' arms side by side; "
+                                         "`route replay`: a strategy scored offline on logged calls")
+    route_sub = route.add_subparsers(dest="route_command")
+    ab = with_config(route_sub.add_parser(
         "ab", help="per A/B experiment and arm: requests, error rate, latency p50/p99, TTFT, cost per request, "
                    "feedback, with 95% intervals and which arm is better (metering store)"))
     ab.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC); default: everything")
@@ -396,6 +415,18 @@ def parser() -> argparse.ArgumentParser:
     ab.add_argument("--metering-db", action="append", default=[], metavar="PATH",
                     help="a metering SQLite file; repeat for replicas on other hosts (default: extproc.metering_db)")
     ab.set_defaults(func=_cmd_route_ab)
+    rp = with_config(route_sub.add_parser(
+        "replay", help="what a candidate strategy would have earned on the learning strategy's logged calls "
+                       "(IPS and self-normalised IPS with 95% intervals, from the metering store)"))
+    rp.add_argument("--strategy", action="append", default=[], metavar="SPEC",
+                    help="uniform, fixed:<cluster>, adaptive or adaptive:half_life_s=10,floor=0.1; repeat to "
+                         "compare (default: adaptive as configured)")
+    rp.add_argument("--since", default=None, help="7d, 12h, 30m or an ISO date/time (UTC); default: everything")
+    rp.add_argument("--until", default=None, help="the same; default: now")
+    rp.add_argument("--json", action="store_true", help="a JSON array, one object per strategy and group")
+    rp.add_argument("--metering-db", action="append", default=[], metavar="PATH",
+                    help="a metering SQLite file; repeat for replicas on other hosts (default: extproc.metering_db)")
+    rp.set_defaults(func=_cmd_route_replay)
     sub.add_parser("ratelimit", help="`ratelimit tune`: limits from recorded traffic; `ratelimit status`: live buckets")
     sub.add_parser("keys", help="virtual keys: `keys create|list|rotate|revoke` (docs/keys.md)")
     return p

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.config.balancing import HealthCheckConfig, LoadBalancing, ReplicaMetrics, WarmupConfig
 from contracts.config.clouds import AzureSettings, BedrockSettings, VertexSettings
+from contracts.config.console import ConsoleConfig
 from contracts.config.endpoint_picker import EndpointPickerConfig
 from contracts.config.guardrails import GuardrailsConfig
 from contracts.config.keys import Budget, KeysConfig, sha256_digests
@@ -508,6 +509,7 @@ class GatewayConfig(_Model):
     mcp_servers: list[McpServer] = Field(default_factory=list)
     mcp: McpSettings = Field(default_factory=McpSettings)
     guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)  # docs/guardrails.md
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)  # the operator's console (docs/console.md)
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:
@@ -591,6 +593,19 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
         if o.tenant not in tenants:
             raise ConfigError(f"{source}: mcp.oauth.subjects[{i}].tenant: unknown tenant {o.tenant!r}")
     _check_guardrail_references(cfg, source)
+    _check_learning_references(cfg, source)
+
+
+def _check_learning_references(cfg: GatewayConfig, source: str) -> None:
+    """routing.adaptive.models and routing.breakers[].model naming a model the file does not define: a
+    warning, as for guardrail policies (a model may leave by reload first); such an entry does nothing."""
+    models = {m.name for m in cfg.models}
+    named = [(f"routing.adaptive.models[{i}]", n) for i, n in enumerate(cfg.routing.adaptive.models)]
+    named += [(f"routing.breakers[{i}].model", b.model) for i, b in enumerate(cfg.routing.breakers) if b.model]
+    for where, name in named:
+        if name not in models:
+            logging.getLogger("modelyard.config").warning(
+                "%s: %s: %r is not defined in this file (nothing to learn or break for it)", source, where, name)
 
 
 def _check_guardrail_references(cfg: GatewayConfig, source: str) -> None:

@@ -7,7 +7,7 @@ validation failure into a ConfigError whose message names the key path (`routing
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -109,6 +109,67 @@ class WatermarkSettings(_Model):
         return self.interval_s * self.stale_after_intervals
 
 
+class RewardWeights(_Model):
+    """What one call is worth to the learning strategy, each term in [0, 1]: the answer came
+    (success), how fast against `latency_target_ms`, how cheap against `cost_target`, and the
+    caller's own score (`POST /v1/feedback`, learned when it arrives). Only ratios matter."""
+
+    success: float = Field(1.0, ge=0)
+    latency: float = Field(0.5, ge=0)
+    cost: float = Field(0.0, ge=0)
+    feedback: float = Field(0.0, ge=0)
+
+
+class AdaptiveSettings(_Model):
+    """`routing.adaptive`: a bandit picks among a model's deployments on one channel (docs/routing.md)."""
+
+    # Models whose deployments the bandit picks among (the filters run first; it reorders survivors).
+    models: list[str] = Field(default_factory=list)
+    reward: RewardWeights = RewardWeights()
+    # The latency term is target / (target + latency): 0.5 at the target, toward 1 when much faster.
+    latency_target_ms: float = Field(1000.0, gt=0)
+    # The cost term is target / (target + cost), per call, in the price table's currency.
+    cost_target: float = Field(0.01, gt=0)
+    # Every arm keeps at least this share of the calls (exploration that never stops).
+    floor: float = Field(0.05, ge=0, le=0.5)
+    # Evidence halves every half_life_s: an arm that failed is tried again as its lesson fades.
+    half_life_s: float = Field(60.0, gt=0)
+    # Draws of the posterior that estimate each arm's chance to be best (Thompson, probability matching).
+    draws: int = Field(256, ge=16, le=10_000)
+    # The shares are recomputed at most this often (seconds; the hot path reads the cached ones).
+    refresh_s: float = Field(0.1, ge=0)
+    # Per-tenant learning, or one shared lesson for all tenants.
+    per_tenant: bool = False
+    # Where the evidence lives: this process (memory) or Redis (ratelimit.redis.url), shared by replicas.
+    store: Literal["memory", "redis"] = "memory"
+    sync_s: float = Field(0.5, gt=0)
+
+
+class GroupBreakerSettings(_Model):
+    """A total breaker over a group (a model, or a channel): its deployments' combined error rate
+    over `window_s` past `error_rate` opens it for `open_s`; then `probes` calls test it (half-open).
+    Open, its deployments are routed around (another model of the asked group or the other channel
+    serves: a spill), and with none left the call is refused at once (503, retry-after)."""
+
+    model: str | None = None
+    channel: Literal["standard", "fast"] | None = None
+    window_s: float = Field(30.0, gt=0)
+    min_calls: int = Field(10, ge=1)
+    error_rate: float = Field(0.5, gt=0, le=1)
+    open_s: float = Field(10.0, gt=0)
+    probes: int = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _one_group(self) -> GroupBreakerSettings:
+        if (self.model is None) == (self.channel is None):
+            raise ValueError("a breaker names exactly one of `model` or `channel`")
+        return self
+
+    @property
+    def group(self) -> str:
+        return f"model:{self.model}" if self.model is not None else f"channel:{self.channel}"
+
+
 class RoutingSettings(_Model):
     strategies: dict[str, Weights] = Field(default_factory=lambda: dict(DEFAULT_STRATEGIES))
     ab: ABSettings = ABSettings()
@@ -126,6 +187,10 @@ class RoutingSettings(_Model):
     # Strategies under which an idle spot / preemptible deployment (`spot: true`, a free slot) goes
     # first among its channel's deployments, whatever its score; busy spot capacity is scored as usual.
     spot_first: list[str] = Field(default_factory=lambda: ["cost"])
+    # The learning strategy (issue 41): a bandit over the deployments of the models it names.
+    adaptive: AdaptiveSettings = AdaptiveSettings()
+    # Total breakers over groups (a model's or a channel's deployments together).
+    breakers: list[GroupBreakerSettings] = Field(default_factory=list)
 
     @field_validator("strategies")
     @classmethod

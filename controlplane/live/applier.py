@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.errors import ConfigError
+from contracts.live_config import config_version
 from controlplane.environments import EnvironmentConfig
 from controlplane.live.ads import AdsService
 from controlplane.live.ledger import Ledger
@@ -27,6 +28,7 @@ from controlplane.live.subscribers import Subscribers
 from controlplane.live.validation import Candidate, candidate, restart_only
 
 log = logging.getLogger("modelyard.controlplane")
+HISTORY = 20  # applies kept for `TEXT_PATH` (the console shows who applied what and when)
 
 
 class Signal:
@@ -73,6 +75,8 @@ class LiveConfig:
         self.applied_at = time.time()
         self.applied_by = "start"  # who applied the running version (`start`: the file the control plane began with)
         self.counts = Counts()
+        self.previous: Candidate | None = None  # what ran before the last apply that moved `running`
+        self.history: list[dict[str, Any]] = []  # the recent applies, oldest first (the console's Config page)
         self._lock = asyncio.Lock()
         self.ledger.publish(initial.snapshot)
 
@@ -81,6 +85,9 @@ class LiveConfig:
 
     async def apply(self, text: bytes, source: str = "<apply>", applied_by: str = "unknown") -> ApplyResult:
         result = await self._apply(text, source, applied_by)
+        self.history = [*self.history[-(HISTORY - 1):], {
+            "at": time.time(), "applied_by": applied_by, "status": result.status,
+            "version": result.body.get("version", config_version(text)), "error": result.body.get("error")}]
         self.counts.count({200: "ok", 400: "invalid", 422: "refused", 504: "timeout"}.get(result.status, "error"))
         level = logging.INFO if result.status == 200 else logging.WARNING
         log.log(level, "apply by %s (%s): %d %s", applied_by, source, result.status, result.body)
@@ -102,6 +109,7 @@ class LiveConfig:
             step = bridge(cand.snapshot, self.ledger.current.snapshot)
             if (failed := await self._to_envoy(step, deadline)) is not None:
                 return failed
+            self.previous = self.running
             self.running, self.applied_at, self.applied_by = cand, time.time(), applied_by
             self.published.fire()
             if (failed := await self._to_workers(cand.version, deadline)) is not None:
@@ -152,6 +160,14 @@ class LiveConfig:
             # Re-check at least every second: a worker going stale leaves the set without an event.
             await self.changed.wait(min(left, 1.0))
         return True
+
+    def text(self) -> dict[str, Any]:
+        """The running text, the one before it and the recent applies (`TEXT_PATH`)."""
+        prev = self.previous
+        return {"version": self.running.version, "yaml": self.running.text.decode("utf-8", "replace"),
+                "applied_by": self.applied_by, "applied_at": self.applied_at, "history": self.history,
+                "previous": None if prev is None else {"version": prev.version,
+                                                       "yaml": prev.text.decode("utf-8", "replace")}}
 
     def status(self) -> dict[str, Any]:
         ledger = self.ledger

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from contracts.live_config import ACK_PATH, APPLY_PATH, CONFIG_PATH, STATUS_PATH, VERSION_HEADER, WAIT_S
+from contracts.live_config import ACK_PATH, APPLY_PATH, CONFIG_PATH, STATUS_PATH, TEXT_PATH, VERSION_HEADER, WAIT_S
 from controlplane.live.applier import LiveConfig
 from controlplane.live.metrics import registry
 from controlplane.live.wire import APPLIED_BY_HEADER, TOKEN_ENV
@@ -93,6 +93,11 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response(live.status(), headers={VERSION_HEADER: live.running.version})
 
 
+async def text(request: web.Request) -> web.Response:
+    live = request.app[LIVE]
+    return web.json_response(live.text(), headers={VERSION_HEADER: live.running.version})
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = generate_latest(request.app[REGISTRY])
     return web.Response(body=body, headers={"content-type": CONTENT_TYPE_LATEST})
@@ -106,5 +111,6 @@ def build_app(live: LiveConfig) -> web.Application:
     app.router.add_get(CONFIG_PATH, config)
     app.router.add_post(ACK_PATH, ack)
     app.router.add_get(STATUS_PATH, status)
+    app.router.add_get(TEXT_PATH, text)
     app.router.add_get("/metrics", metrics)
     return app

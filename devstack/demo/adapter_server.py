@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import hmac
 import os
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -55,6 +56,7 @@ class AdapterDemo:
         self.fake_kv = 0.0  # vllm:kv_cache_usage_perc
         self.metrics_off = False  # POST /fake-queue {"metrics": false}: /metrics answers 503 (readings go stale)
         self.delay_s = 0.0  # POST /fake-queue {"delay_ms": N}: every answer waits N ms first (a slow server)
+        self.fail_rate = 0.0  # POST /fake-queue {"fail_rate": F}: that share of calls answers 500 (a failing server)
         self.embeds = False  # also answers embeddings (OpenAI /v1/embeddings or Gemini :embedContent)
         # Embeddings take delay_s per call, one call at a time (a device's forward pass, however many inputs).
         self._device: asyncio.Lock | None = None
@@ -85,7 +87,7 @@ class AdapterDemo:
         if hold := hold_seconds(text) + self.delay_s:
             await asyncio.sleep(hold)
         fault = fault_in(text)
-        if fault == FAIL:
+        if fault == FAIL or (self.fail_rate and random.random() < self.fail_rate):
             return self._error(500, "demo upstream failed on purpose", "api_error")
         if fault == TRACE:
             return web.Response(status=500, text=TRACEBACK, content_type="text/plain")
@@ -176,11 +178,13 @@ class AdapterDemo:
                 self.fake_kv = float(body.get("kv", self.fake_kv))
                 self.metrics_off = not bool(body.get("metrics", not self.metrics_off))
                 self.delay_s = min(max(float(body.get("delay_ms", self.delay_s * 1000)), 0.0), 10_000) / 1000
+                self.fail_rate = min(max(float(body.get("fail_rate", self.fail_rate)), 0.0), 1.0)
             except (ValueError, TypeError, AttributeError):
                 return web.json_response({"error": "want {\"waiting\": N, \"kv\": F, \"metrics\": bool, "
-                                                   "\"delay_ms\": N}"}, status=400)
+                                                   "\"delay_ms\": N, \"fail_rate\": F}"}, status=400)
             return web.json_response({"waiting": self.fake_waiting, "kv": self.fake_kv,
-                                      "metrics": not self.metrics_off, "delay_ms": self.delay_s * 1000})
+                                      "metrics": not self.metrics_off, "delay_ms": self.delay_s * 1000,
+                                      "fail_rate": self.fail_rate})
 
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post(path, route)

@@ -143,6 +143,12 @@ class AdminKeys:
         return digest if any(hits) else None
 
 
+    def check_digest(self, digest: str) -> str | None:
+        """A digest a console session holds, still configured? (An admin key removed ends its sessions.)"""
+        hits = [hmac.compare_digest(digest, d) for d in self._digests]
+        return digest if any(hits) else None
+
+
 def key_digest(key: str) -> str:
     """The sha256 hex digest the config holds for `key` (`sha256:<digest>`)."""
     return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()

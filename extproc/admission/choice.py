@@ -36,6 +36,10 @@ class Choice:
     # spills when this deployment's own cluster bucket or queue refuses it (docs/routing.md, "Spill").
     peers: tuple[Deployment, ...] = ()
     spilled_from: tuple[str, ...] = ()  # the clusters that refused it, in order
+    # The learning strategy chose `arm` (a cluster) with this probability (metered: route replay reads it).
+    propensity: float | None = None
+    # The group breakers open for deployments the call could have had (routed around them: a spill).
+    routed_around: tuple[str, ...] = ()
 
     def spill(self) -> bool:
         """Move to the next peer deployment; False when none is left."""

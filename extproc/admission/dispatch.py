@@ -16,11 +16,12 @@ from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.choice import Choice
 from extproc.admission.concurrency import ConcurrencyLimits
 from extproc.context import RequestContext
-from extproc.routing import RouteRequest, Scheduler
+from extproc.routing import NoRoute, RouteRequest, Scheduler
+from extproc.routing.bandit import ADAPTIVE
 from extproc.routing.decision import FailOpen
 from extproc.telemetry.demand import DEMAND
 from extproc.telemetry.metering import DecisionRecord
-from extproc.telemetry.metrics import BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE, SPILLED
+from extproc.telemetry.metrics import BANDIT_PICKS, BREAKER_TRIPS, BUDGET_REFUSED, FAIL_OPEN, FAIL_OPEN_ACTIVE, SPILLED
 from ratelimit import Limiter
 from ratelimit import RequestContext as RateLimitContext
 
@@ -61,6 +62,8 @@ class Dispatcher:
         self.limits = limits if limits is not None else ConcurrencyLimits(scheduler.config)
         self._failing_open: dict[str, set[FailOpen]] = {}  # by model
         _spill_series(scheduler.config)
+        for b in scheduler.breakers.all:  # every trip series exists at 0 from the start
+            BREAKER_TRIPS.labels(b.group)
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
@@ -72,8 +75,14 @@ class Dispatcher:
         DEMAND.touch(c.deployment.cluster)
         peers = tuple(p.deployment for p in d.candidates[1:] if p.model_config is c.model_config
                       and p.channel == c.channel and p.deployment.cluster != c.deployment.cluster)
+        around = tuple(sorted({r.reason for r in d.rejected if r.check == "breaker"})) \
+            if self.scheduler.breakers else ()
+        if d.learned is not None:  # the bandit's pick: metered as strategy `adaptive`, arm = the cluster it chose
+            BANDIT_PICKS.labels(c.model, c.channel, d.learned.arm).inc()
+            return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=ADAPTIVE,
+                          arm=d.learned.arm, peers=peers, propensity=d.learned.propensity, routed_around=around)
         return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=d.strategy,
-                      arm=d.arm, peers=peers)
+                      arm=d.arm, peers=peers, routed_around=around)
 
     def deployment_states(self) -> dict[str, str]:
         """Each deployment's state now (modelyard_deployment_state): cooldown, warming, else its slots' state."""
@@ -107,7 +116,17 @@ class Dispatcher:
     def choose_for(self, ctx: RequestContext, route: RouteRequest) -> Choice:
         """`choose`, inside the request's routing span when tracing is on."""
         with ctx.span("routing"):
-            choice = self.choose(route)
+            try:
+                choice = self.choose(route)
+            except NoRoute as e:
+                breakers = sorted({r.reason for r in e.rejected if r.check == "breaker"})
+                if breakers:  # the audit row says which group breaker refused (or routed around) the call
+                    ctx.routing = {"reason": "group breaker open", "breakers": breakers}
+                raise
+        if choice.propensity is not None:
+            ctx.routing = {"strategy": ADAPTIVE, "arm": choice.arm, "propensity": round(choice.propensity, 6)}
+        if choice.routed_around:  # served past an open group breaker (a spill): the audit row says so
+            ctx.routing = {**(ctx.routing or {}), "routed_around": list(choice.routed_around)}
         if ctx.trace is not None:
             d = choice.deployment
             ctx.trace.routed(route.model, choice.model.name, d.cluster, d.protocol, choice.channel, choice.strategy)

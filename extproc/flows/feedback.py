@@ -19,6 +19,7 @@ from contracts.errors import ClientError, NotFound, Unavailable
 from extproc import messages as msg
 from extproc.context import RequestContext, json_object, json_response
 from extproc.gateway import Gateway
+from extproc.routing.bandit import ADAPTIVE
 from extproc.telemetry.metering import FeedbackRecord
 
 MAX_LABELS = 16
@@ -35,15 +36,18 @@ async def record(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Processin
     if store is None:
         raise NotFound("feedback needs the metering store (extproc.metering_db)")
     try:
-        owner = await asyncio.to_thread(_owner, store.path, task_id)
+        row = await asyncio.to_thread(_owner, store.path, task_id)
     except sqlite3.Error as e:  # locked past its timeout, or the disk: a retry may find it
         raise Unavailable(f"the metering store cannot be read now ({e})", retry_after_s=1) from None
-    if owner != ctx.tenant.name:
+    if row is None or row[0] != ctx.tenant.name:
         raise NotFound(f"task {task_id!r} not found")
+    owner, model, channel, strategy, arm = row
     label_json = orjson.dumps(labels).decode() if labels else None
     key_id = ctx.caller.key_id if ctx.caller is not None else None
     if not store.record_feedback(FeedbackRecord(time.time(), task_id, owner, key_id, score, label_json)):
         raise Unavailable("the metering store is behind; retry", retry_after_s=1)
+    if strategy == ADAPTIVE and arm:  # the learning strategy routed it: the score is part of its reward
+        gw.dispatcher.scheduler.learn_feedback(model, channel, owner, arm, score, time.monotonic())
     return json_response(201, {"object": "feedback", "task_id": task_id, "score": score, "labels": labels}, ctx)
 
 
@@ -66,15 +70,17 @@ def _parse(body: bytes) -> tuple[str, float, dict[str, object]]:
     return task_id, score, labels
 
 
-def _owner(path: Path, task_id: str) -> str | None:
-    """The tenant of the call `task_id` names, from the metering store (off the event loop)."""
+def _owner(path: Path, task_id: str) -> tuple[str, str, str, str, str] | None:
+    """The tenant, model, channel, strategy and arm of the call `task_id` names, from the metering
+    store (off the event loop)."""
     deadline = time.monotonic() + _FIND_FOR_S
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
     try:
         while True:
-            row = conn.execute("SELECT tenant FROM requests WHERE task_id = ? LIMIT 1", (task_id,)).fetchone()
+            row = conn.execute("SELECT tenant, model, channel, strategy, arm FROM requests WHERE task_id = ? LIMIT 1",
+                               (task_id,)).fetchone()
             if row is not None or time.monotonic() > deadline:
-                return None if row is None else str(row[0])
+                return None if row is None else tuple(str(v or "") for v in row)  # type: ignore[return-value]
             time.sleep(0.05)
     finally:
         conn.close()

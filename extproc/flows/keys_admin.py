@@ -7,6 +7,7 @@ each call, refused or not, leaves one audit row (`key_admin`), never holding a s
     GET    /admin/v1/keys/{id}             one key
     POST   /admin/v1/keys/{id}/rotate      a new secret; the old one stops
     POST   /admin/v1/keys/{id}/revoke      (or DELETE /admin/v1/keys/{id})
+    POST   /admin/v1/keys/{id}/update      narrow its models, set its budget: {"models", "budget_usd", "budget_period"}
     GET    /admin/v1/spend?by=key|tenant|model[&since=7d]   `modelyard spend` over this host's metering store
     GET    /admin/v1/cache                 the response cache's entries and bytes (`modelyard cache stats`)
     DELETE /admin/v1/cache[?tenant=T&model=M]   drop entries (`modelyard cache purge`)
@@ -18,7 +19,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from budgets.report import BY, read_calls, spend_report
+from budgets.report import BY, SpendRow, read_calls, spend_report
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable
 from contracts.when import parse_when
 from extproc import messages as msg
@@ -28,7 +29,7 @@ from extproc.flows.body_answer import SelfAnswered
 from extproc.gateway import Gateway
 from extproc.key_admin import KeyAdmin
 from keys.db import StoreError, redacted
-from keys.spec import KeySpecError, spec_from_json
+from keys.spec import KeySpecError, change_from_json, spec_from_json
 from keys.store import RevokedKey, UnknownKey
 
 PREFIX = "/admin/v1/keys"
@@ -51,7 +52,7 @@ def parse_path(method: str, path: str) -> tuple[str, str] | None:
     if len(parts) == 1 and parts[0]:
         return ("get", parts[0]) if method == "GET" else ("revoke", parts[0]) if method == "DELETE" \
             else ("bad_method", parts[0])
-    if len(parts) == 2 and parts[0] and parts[1] in ("rotate", "revoke"):
+    if len(parts) == 2 and parts[0] and parts[1] in ("rotate", "revoke", "update"):
         return (parts[1], parts[0]) if method == "POST" else ("bad_method", parts[0])
     return ("unknown", "")
 
@@ -64,7 +65,14 @@ def _admin(gw: Gateway, ctx: RequestContext) -> KeyAdmin:
 
 async def _audited(gw: Gateway, ctx: RequestContext, op: str, key_id: str,
                    work: Callable[[KeyAdmin], Awaitable[tuple[int, Any, str]]]) -> msg.ProcessingResponse:
-    """Run one operation and audit it, whatever it came to (refusals with their reason)."""
+    status, payload = await run_audited(gw, ctx, op, key_id, work)
+    return json_response(status, payload, ctx)
+
+
+async def run_audited(gw: Gateway, ctx: RequestContext, op: str, key_id: str,
+                      work: Callable[[KeyAdmin], Awaitable[tuple[int, Any, str]]]) -> tuple[int, Any]:
+    """Run one operation and audit it, whatever it came to (refusals with their reason): the admin
+    API's and the console's one path (`extproc/flows/console.py`)."""
     admin = _admin(gw, ctx)
     try:
         status, payload, tenant = await work(admin)
@@ -85,7 +93,7 @@ async def _audited(gw: Gateway, ctx: RequestContext, op: str, key_id: str,
         raise Unavailable("the key store cannot be reached; retry shortly", retry_after_s=1) from None
     admin.audited(ctx, op, status, key_id=payload.get("id", key_id) if isinstance(payload, dict) else key_id,
                   tenant=tenant)
-    return json_response(status, payload, ctx)
+    return status, payload
 
 
 async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
@@ -124,19 +132,24 @@ async def answer(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
 
 
 async def _spend(gw: Gateway, ctx: RequestContext) -> list[dict[str, object]]:
-    by = ctx.query.get("by", "tenant")
+    return [r.as_dict() for r in await spend_rows(gw, ctx.query)]
+
+
+async def spend_rows(gw: Gateway, query: dict[str, str]) -> list[SpendRow]:
+    """`modelyard spend` over this host's metering store, by `by` since `since` (the admin API's and the
+    console's one reading)."""
+    by = query.get("by", "tenant")
     if by not in BY:
         raise ClientError(f"by must be one of {', '.join(BY)}, not {by!r}")
     try:
-        since = parse_when(ctx.query["since"]) if ctx.query.get("since") else None
+        since = parse_when(query["since"]) if query.get("since") else None
     except ValueError:
-        raise ClientError(f"since {ctx.query['since']!r}: expected 7d, 12h, 30m or an ISO date") from None
+        raise ClientError(f"since {query['since']!r}: expected 7d, 12h, 30m or an ISO date") from None
     db = gw.config.extproc.metering_db
     if not db:
         raise NotFound("spend needs extproc.metering_db: this gateway meters nothing")
     # A read of the whole period's rows: in a thread, never on the event loop.
-    rows = await asyncio.to_thread(lambda: spend_report(read_calls([db], since), by, since))
-    return [r.as_dict() for r in rows]
+    return await asyncio.to_thread(lambda: spend_report(read_calls([db], since), by, since))
 
 
 class CreateKeyFlow(SelfAnswered):
@@ -150,3 +163,23 @@ class CreateKeyFlow(SelfAnswered):
             return 201, {**rec.view(), "key": secret}, rec.tenant
 
         return await _audited(self.gw, self.ctx, "create", "", work)
+
+
+class UpdateKeyFlow(SelfAnswered):
+    """`POST /admin/v1/keys/{id}/update`: narrow a key's models, set its budget (the checks of create)."""
+
+    async def request_body(self, body: bytes) -> msg.ProcessingResponse:
+        key_id = (parse_path(self.ctx.method, self.ctx.path) or ("", ""))[1]
+
+        async def work(admin: KeyAdmin) -> tuple[int, Any, str]:
+            doc = json_object(body, '{"models": [...], "budget_usd": ..., "budget_period": ...}')
+            return await update_key(admin, key_id, doc)
+
+        return await _audited(self.gw, self.ctx, "update", key_id, work)
+
+
+async def update_key(admin: KeyAdmin, key_id: str, doc: dict[str, Any]) -> tuple[int, Any, str]:
+    """The update's work (the admin API's and the console's): the key's tenant checks the models."""
+    rec = await admin.get(key_id)
+    rec = await admin.update(key_id, change_from_json(admin.config, rec.tenant, doc))
+    return 200, rec.view(), rec.tenant

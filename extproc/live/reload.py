@@ -119,6 +119,7 @@ def prepare(gw: Gateway, config: GatewayConfig) -> Prepared:
     # One of each across snapshots: a request that started before records into the same feedback.
     scheduler.feedback, scheduler.admission, scheduler.warming = running.feedback, running.admission, running.warming
     scheduler.latency = running.latency  # the measured latencies span snapshots; commit retunes the objectives
+    scheduler.carry_learning(running)  # the bandit's evidence and unchanged group breakers span snapshots
     image_backend = gw.image_backend
     if image_backend is None and any(m.vision is not None for m in config.models):
         image_backend = select_backend(config.extproc.image_backend)

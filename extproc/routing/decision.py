@@ -15,10 +15,11 @@ Arm = Literal["A", "B"]
 Check = Literal[
     "task_type", "tools", "vision", "streaming", "channel", "context_window", "max_output_tokens",
     "cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier", "reserved",
+    "breaker",
 ]
 # Checks that may pass later (a retry can help, so no route is a 503); the rest never change.
 RUNTIME_CHECKS: frozenset[Check] = frozenset(
-    {"cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier"}
+    {"cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier", "breaker"}
 )
 
 
@@ -76,6 +77,15 @@ class Rejection:
 
 
 @dataclass(frozen=True, slots=True)
+class Learned:
+    """The bandit chose `arm` (a cluster) with probability `propensity` among `shares`."""
+
+    arm: str
+    propensity: float
+    shares: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     candidates: tuple[Candidate, ...]
     strategy: str
@@ -85,6 +95,8 @@ class Decision:
     rejected: tuple[Rejection, ...] = ()
     # Checks set aside because they would have rejected every deployment (see `FailOpen`).
     fail_open: tuple[FailOpen, ...] = ()
+    # The learning strategy's pick (routing.adaptive): the chosen deployment, its propensity, the shares.
+    learned: Learned | None = None
 
     @property
     def chosen(self) -> Candidate:

@@ -116,6 +116,9 @@ def explain(
             chosen=d.chosen.cluster,
         )
         rejected, candidates = d.rejected, d.candidates
+        if d.learned is not None:  # routing.adaptive: this explain's own draw, and every arm's share now
+            out["adaptive"] = {"arm": d.learned.arm, "propensity": round(d.learned.propensity, 4),
+                               "shares": {a: round(p, 4) for a, p in d.learned.shares.items()}}
         if d.chosen.cluster in queues:
             out["queue"] = queues[d.chosen.cluster].outlook(req.tenant.tier)
     rows: list[dict[str, Any]] = [
@@ -157,6 +160,11 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             + (" (fast not admitted: downgraded)" if doc["downgraded"] else "")
             + (f"; queue: {doc['queue']}" if doc.get("queue") else ""),
         ]
+        if doc.get("adaptive"):
+            a = doc["adaptive"]
+            lines.append("learning strategy (routing.adaptive) shares now: "
+                         + ", ".join(f"{k} {v:.2f}" for k, v in a["shares"].items())
+                         + f"; this draw: {a['arm']} (p={a['propensity']:.2f})")
     lines.append("")
     lines.append(
         f"{'#':>2}  {'model':<16} {'cluster':<20} {'channel':<8} {'score':>6}  "

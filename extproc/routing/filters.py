@@ -14,6 +14,7 @@ from contracts.config.routing import TierAdmission
 from contracts.config.service_levels import Tier
 from contracts.watermarks import Reading
 from extproc.routing.admission import tier_allows
+from extproc.routing.breaker import Breakers
 from extproc.routing.decision import Rejection, RouteRequest
 from extproc.routing.errors import ModelNotFound
 from extproc.routing.feedback import StatsLookup
@@ -129,6 +130,20 @@ def max_output(entries: list[Entry], asked: int | None, rejected: Rejected) -> l
             if asked > e.max_output_tokens:
                 why = f"asks {asked} output tokens, over max_output_tokens {e.max_output_tokens}"
                 rejected.append((e, Rejection(e.name, e.cluster, why, "max_output_tokens")))
+    return out
+
+
+def breaker(entries: list[Entry], breakers: Breakers, now: float, rejected: Rejected) -> list[Entry]:
+    """Deployments whose group breaker is open (or half-open with its probes out) stay out."""
+    out = []
+    for e in entries:
+        b = breakers.blocking(e.name, e.cluster, now)
+        if b is None:
+            out.append(e)
+        else:
+            why = (f"group breaker {b.group} open ({b.retry_after(now):.1f}s left)" if b.state == "open"
+                   else f"group breaker {b.group} half-open (probes out)")
+            rejected.append((e, Rejection(e.name, e.cluster, why, "breaker")))
     return out
 
 

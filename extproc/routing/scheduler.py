@@ -8,14 +8,16 @@ returns every usable deployment best first so the caller can fail over, or raise
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from contracts.config import GatewayConfig, TenantConfig
 from contracts.config.routing import RoutingSettings, Weights
 from contracts.watermarks import Reading
 from extproc.routing import filters
 from extproc.routing.admission import FastAdmission
-from extproc.routing.decision import Arm, Decision, FailOpen, Rejection, RouteRequest
+from extproc.routing.bandit import Bandit, GroupKey, call_reward
+from extproc.routing.breaker import STATE_VALUE, Breakers, GroupBreaker
+from extproc.routing.decision import Arm, Candidate, Decision, FailOpen, Learned, Rejection, RouteRequest
 from extproc.routing.errors import BadRouteRequest, NoCapacity, NoRoute
 from extproc.routing.feedback import Feedback, StatsLookup
 from extproc.routing.index import Entry, entries_of, groups_of
@@ -44,6 +46,10 @@ class Scheduler:
         # Deployments whose warm-up request has not answered yet (extproc/telemetry/warmup.py).
         self.warming: set[str] = set()
         self._resolved: dict[tuple[str, str], tuple[list[str], tuple[str, ...]]] = {}
+        # The learning strategy (routing.adaptive) and the total breakers over groups (routing.breakers).
+        self.bandit = Bandit(s.adaptive, pending={} if s.adaptive.store == "redis" else None)
+        self.breakers = Breakers(s.breakers, ((m.name, d.cluster, d.channel)
+                                              for m in config.models for d in m.deployments))
 
     # -- public -------------------------------------------------------------------------------
 
@@ -58,11 +64,45 @@ class Scheduler:
     def record(
         self, cluster: str, latency_s: float, ok: bool, ttft_s: float | None = None, *, now: float,
         tenant: str = "",
-    ) -> None:
-        """Feed one finished upstream attempt (monotonic `now`) of `tenant`'s into EWMAs and cooldowns."""
+    ) -> list[GroupBreaker]:
+        """Feed one finished upstream attempt (monotonic `now`) of `tenant`'s into EWMAs, cooldowns and
+        group breakers; returns the breakers it tripped."""
         self.feedback.record(cluster, latency_s, ok, ttft_s, now=now, tenant=tenant)
         if ok:  # failures feed the error rate and cooldowns; a latency objective is about answers
             self.latency.record(cluster, latency_s, ttft_s, now)
+        return self.breakers.record(cluster, ok, now) if self.breakers else []
+
+    def learn(self, model: str, channel: str, tenant: str, arm: str, *, ok: bool, latency_s: float, cost: float,
+              now: float) -> float:
+        """Feed the learning strategy one call of the arm it chose; returns the reward it counted."""
+        s = self.settings.adaptive
+        reward = call_reward(s.reward, ok, latency_s, cost, latency_target_ms=s.latency_target_ms,
+                             cost_target=s.cost_target)
+        self.bandit.learn(self.bandit.group(model, channel, tenant), arm, reward, now)
+        return reward
+
+    def learn_feedback(self, model: str, channel: str, tenant: str, arm: str, score: float, now: float) -> None:
+        """A caller's score of a call the learning strategy routed, weighed by `reward.feedback`."""
+        w = self.settings.adaptive.reward
+        total = w.success + w.latency + w.cost
+        if w.feedback > 0 and self.bandit.learns(model):
+            # Relative to one call's weight: feedback 1 with success 1 counts as much as the call did.
+            weight = w.feedback / total if total > 0 else 1.0
+            self.bandit.learn(self.bandit.group(model, channel, tenant), arm, score, now, weight)
+
+    def learning_state(self, now: float) -> tuple[Iterator[tuple[GroupKey, str, dict[str, float]]], dict[str, int]]:
+        """What /metrics shows of the bandit's arms and the group breakers (modelyard_bandit_arm, _breaker_state)."""
+        return self.bandit.exposition(now), {g: STATE_VALUE[st] for g, st in self.breakers.states(now).items()}
+
+    def carry_learning(self, running: Scheduler) -> None:
+        """A reload keeps what was learned: the bandit's evidence, and breakers whose settings stayed."""
+        self.bandit.evidence, self.bandit.pending = running.bandit.evidence, running.bandit.pending
+        old = {b.settings: b for b in running.breakers.all}
+        for i, b in enumerate(self.breakers.all):
+            kept = old.get(b.settings)
+            if kept is not None:
+                self.breakers.all[i] = kept
+        self.breakers.reindex()
 
     def decide(
         self,
@@ -97,11 +137,30 @@ class Scheduler:
         top = pick(scored, s.max_candidates, idle_spot=(lambda e: e.spot and occupancy.get(e.cluster, 0.0) < 1.0)
                    if idle_spot else None)
         candidates = tuple(scored.candidate(i) for i in top)
+        learned = None
+        if self.bandit.settings.models and self.bandit.learns(candidates[0].model):
+            candidates, learned = self._learned(req, candidates, now)
         if not dry_run and req.want_fast and candidates[0].fast_admitted:
             self.admission.consume(req.tenant.name, req.tenant.tier, now)
-        return Decision(candidates, strategy, arm, weights, req.want_fast, rejected, fail_open)
+        if not dry_run and self.breakers:
+            self.breakers.routed(candidates[0].model, candidates[0].cluster, now)
+        return Decision(candidates, strategy, arm, weights, req.want_fast, rejected, fail_open, learned)
 
     # -- the stages ---------------------------------------------------------------------------
+
+    def _learned(self, req: RouteRequest, candidates: tuple[Candidate, ...],
+                 now: float) -> tuple[tuple[Candidate, ...], Learned]:
+        """The bandit picks among the first choice's model's deployments on its channel (the filters
+        have run: it learns among what may serve now); the others keep their order behind it."""
+        first = candidates[0]
+        arms = [c for c in candidates if c.model == first.model and c.channel == first.channel
+                and c.fast_admitted == first.fast_admitted]
+        if len(arms) < 2:
+            return candidates, Learned(first.cluster, 1.0, {first.cluster: 1.0})
+        key = self.bandit.group(first.model, first.channel, req.tenant.name)
+        pick = self.bandit.choose(key, [c.cluster for c in arms], now)
+        chosen = next(c for c in arms if c.cluster == pick.arm)
+        return (chosen, *(c for c in candidates if c is not chosen)), Learned(pick.arm, pick.propensity, pick.shares)
 
     def _weights(self, req: RouteRequest) -> tuple[str, Arm, Weights]:
         """The strategy in force, the A/B arm and the weight set that arm scores with."""
@@ -151,6 +210,8 @@ class Scheduler:
         entries = filters.reserved(list(eligible), req.tenant, dropped)
         entries = filters.context_window(entries, req.est_prompt_tokens, dropped)
         entries = filters.max_output(entries, req.est_output_tokens, dropped)
+        if self.breakers:
+            entries = filters.breaker(entries, self.breakers, now, dropped)
         cooling: filters.Rejected = []
         cooled = filters.cooldown(entries, stats, now, cooling)
         if cooled or not entries:
@@ -207,6 +268,13 @@ class Scheduler:
 
     def _no_route(self, model: str, rejected: tuple[Rejection, ...], now: float) -> NoRoute:
         runtime = [r for r in rejected if r.runtime]
+        if runtime and all(r.check == "breaker" for r in runtime):
+            # Every deployment left sits behind an open group breaker: fail fast until it half-opens.
+            wait = min((b.retry_after(now) for r in runtime
+                        if (b := self.breakers.blocking(r.model, r.cluster, now)) is not None), default=1.0)
+            return NoCapacity(f"no deployment of {model!r} is available now: "
+                              + "; ".join(sorted({r.reason for r in runtime})),
+                              rejected=rejected, retry_after_s=max(wait, 1.0))
         if runtime:
             # Saturated by real readings (cooldowns and dark monitoring fail open): the next reading may differ.
             return NoCapacity(f"no deployment of {model!r} is available now", rejected=rejected,

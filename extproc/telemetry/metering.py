@@ -56,7 +56,9 @@ _ADDED_COLUMNS = (("requests", "key_id", "TEXT"), ("decisions", "key_id", "TEXT"
                   ("requests", "cache_read_tokens", "INTEGER"), ("requests", "cache_write_tokens", "INTEGER"),
                   ("requests", "cache_write_1h_tokens", "INTEGER"), ("requests", "cache_saved", "REAL"),
                   # 1: answered from the response cache (no upstream call; cost 0, cache_saved what it would cost)
-                  ("requests", "response_cache_hit", "INTEGER"))
+                  ("requests", "response_cache_hit", "INTEGER"),
+                  # issue 41: the learning strategy's probability of the arm it chose (`arm`); NULL otherwise
+                  ("requests", "propensity", "REAL"))
 
 
 class MeterRecord(NamedTuple):
@@ -83,6 +85,7 @@ class MeterRecord(NamedTuple):
     cache_write_1h_tokens: int = 0  # of cache_write_tokens: with a 1-hour TTL
     cache_saved: float = 0.0  # cost with every prompt token at the input price, minus cost
     response_cache_hit: int = 0  # 1: answered from the response cache (docs/cache.md)
+    propensity: float | None = None  # routing.adaptive: the chosen arm's probability (route replay weighs by it)
 
 
 class DecisionRecord(NamedTuple):

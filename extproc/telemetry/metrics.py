@@ -290,3 +290,45 @@ SCALE_READY = Gauge("modelyard_scale_ready", "1 while a scale_from_zero deployme
 SCALE_FROM_ZERO_SECONDS = Histogram("modelyard_scale_from_zero_seconds",
                                     "From the first caller held to the replica ready and warmed", ["cluster"],
                                     buckets=(0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300))
+
+# Routing that learns (docs/routing.md, "The learning strategy"): the bandit's picks per arm, every call
+# of an A/B or bandit arm with its outcome and cost (Grafana's arm panels), trips of group breakers.
+BANDIT_PICKS = Counter("modelyard_bandit_picks_total", "Calls the learning strategy sent to each deployment (arm)",
+                       ["model", "channel", "cluster"])
+ARM_CALLS = Counter("modelyard_arm_calls_total", "Calls of each A/B or bandit arm by outcome (ok, error)",
+                    ["strategy", "arm", "outcome"])
+ARM_COST = Counter("modelyard_arm_cost_total", "Cost of each A/B or bandit arm's calls", ["strategy", "arm"])
+ARM_REWARD = Counter("modelyard_arm_reward_total", "Reward the learning strategy counted per arm (sum; "
+                     "divide by modelyard_arm_calls_total for the mean)", ["strategy", "arm"])
+BREAKER_TRIPS = Counter("modelyard_breaker_trips_total", "Times a group breaker opened (a model's or a "
+                        "channel's combined error rate passed its threshold)", ["group"])
+
+
+class LearningState(Collector):
+    """`modelyard_bandit_arm{model,channel,tenant,cluster,field}` (share: its probability now,
+    reward: posterior mean, evidence: decayed calls) and `modelyard_breaker_state{group}` (0 closed,
+    1 open, 2 half-open), read at scrape time from the scheduler (`source`, set by the composition root)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], tuple[Iterator[tuple[tuple[str, str, str], str, Mapping[str, float]]],
+                                        Mapping[str, int]]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        arms = GaugeMetricFamily("modelyard_bandit_arm", "The learning strategy's arms: share (probability of "
+                                 "being picked now), reward (posterior mean), evidence (decayed calls)",
+                                 labels=["model", "channel", "tenant", "cluster", "field"])
+        breakers = GaugeMetricFamily("modelyard_breaker_state", "A group breaker's state: 0 closed, 1 open, "
+                                     "2 half-open", labels=["group"])
+        if self.source is not None:
+            rows, states = self.source()
+            for (model, channel, tenant), cluster, fields in rows:
+                for name, value in fields.items():
+                    arms.add_metric([model, channel, tenant, cluster, name], value)
+            for group, value in states.items():
+                breakers.add_metric([group], float(value))
+        yield arms
+        yield breakers
+
+
+LEARNING_STATE = LearningState()
+REGISTRY.register(LEARNING_STATE)

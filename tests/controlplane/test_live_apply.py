@@ -13,7 +13,7 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from contracts.errors import ConfigError
-from contracts.live_config import ACK_PATH, APPLY_PATH, CONFIG_PATH, STATUS_PATH, config_version
+from contracts.live_config import ACK_PATH, APPLY_PATH, CONFIG_PATH, STATUS_PATH, TEXT_PATH, config_version
 from controlplane.environments import EnvironmentConfig
 from controlplane.live.applier import LiveConfig
 from controlplane.live.http_api import build_app
@@ -208,3 +208,24 @@ def test_a_poll_with_the_refused_version_does_not_count_as_running_it() -> None:
     subs.polled("w", "v2")  # the extproc asks with the last version it was offered
     assert subs.workers["w"].version == "v1"
     assert subs.progress("v2").refused == {"w": "bad limit"}
+
+
+async def test_the_text_endpoint_keeps_the_previous_text_and_the_applies(client: TestClient,
+                                                                          base: dict[str, Any]) -> None:
+    """`TEXT_PATH`, for the console's Config page: the running text, the one it replaced, who applied what."""
+    live = live_of(client)
+    v0, old = live.running.version, live.running.text.decode()
+    start = await (await client.get(TEXT_PATH)).json()
+    assert start["version"] == v0 and start["yaml"] == old and start["previous"] is None and start["history"] == []
+    assert (await client.post(APPLY_PATH, data=b"models: [")).status == 400
+    worker = asyncio.create_task(subscriber(client, "w0", v0))
+    await asyncio.sleep(0.2)
+    new = text_of(with_model(base))
+    r = await client.post(APPLY_PATH, data=new, headers={"x-modelyard-applied-by": "console:abc@1.2.3.4"})
+    assert r.status == 200, await r.text()
+    await worker
+    doc = await (await client.get(TEXT_PATH)).json()
+    assert doc["version"] == config_version(new) and doc["yaml"] == new.decode()
+    assert doc["previous"] == {"version": v0, "yaml": old}
+    assert [(h["status"], h["applied_by"]) for h in doc["history"]] == [(400, "unknown"), (200, "console:abc@1.2.3.4")]
+    assert "not valid YAML" in doc["history"][0]["error"] and doc["history"][1]["version"] == config_version(new)

@@ -37,5 +37,7 @@ def test_every_query_uses_the_datasource_variable_and_the_series_needed() -> Non
                    "modelyard_budget_spent_usd", "modelyard_budget_used_ratio", "modelyard_budget_refused_total",
                    "modelyard_budget_soft_crossings_total", "modelyard_response_cache_requests_total",
                    "modelyard_response_cache_saved_usd_total", "modelyard_response_cache_lookup_seconds_bucket",
-                   "modelyard_deployment_cost_total"):
+                   "modelyard_deployment_cost_total", "modelyard_arm_calls_total", "modelyard_arm_cost_total",
+                   "modelyard_arm_reward_total", "modelyard_bandit_arm", "modelyard_bandit_picks_total",
+                   "modelyard_breaker_state", "modelyard_breaker_trips_total"):
         assert series in exprs, series

@@ -45,7 +45,8 @@ def _stack_config(redis_url: str, workdir: Path) -> dict[str, Any]:
     """The demo config, trimmed to one chat model (standard + fast, each with a GPU agent) and the
     image model, on Redis buckets; budgets on the demo tenant (roomy) and a broke one."""
     data, _ = demo_config_free_ports()
-    data["models"] = [m for m in data["models"] if m["name"] in ("demo-gpt", "demo-colors", "demo-gpt-cached")]
+    data["models"] = [m for m in data["models"]
+                      if m["name"] in ("demo-gpt", "demo-colors", "demo-gpt-cached", "demo-learn")]
     data["response_cache"] = {"sqlite_path": str(workdir / "rcache.sqlite")}
     for m in data["models"]:
         for d in m["deployments"]:
@@ -177,6 +178,11 @@ def _drive_traffic(url: str) -> None:
         model="demo-gpt", messages=[{"role": "user", "content": "fast"}],
         extra_headers={"x-modelyard-channel": "fast"})
     assert fast.headers.get("x-modelyard-channel") == "fast", dict(fast.headers)
+    # The learning strategy's arms (demo-learn's bandit) and the shipped A/B experiment's (speed).
+    for i in range(4):
+        oa.chat.completions.create(model="demo-learn", messages=[{"role": "user", "content": f"learn {i}"}])
+        oa.chat.completions.create(model="demo-gpt", messages=[{"role": "user", "content": f"ab {i}"}],
+                                   extra_headers={"x-modelyard-strategy": "speed"})
     # An Anthropic caller with a bad key: an error in another protocol.
     an = anthropic.Anthropic(base_url=url, api_key="sk-wrong", max_retries=0, timeout=20)
     with pytest.raises(anthropic.AuthenticationError):

@@ -18,7 +18,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_config_and_rules() -> None:
     rules = _promtool("check", "rules", "modelyard.rules.yml")
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 22 rules found" in rules.stdout
+    assert "SUCCESS: 24 rules found" in rules.stdout
     config = _promtool("check", "config", "prometheus.yml")
     assert config.returncode == 0, config.stdout + config.stderr
 

@@ -61,6 +61,9 @@ def test_banner_reflects_the_config() -> None:
     assert f"Demo API key:   {DEMO_KEY}" in text and f"Bearer {DEMO_KEY}" in text and '"model":"demo-gpt"' in text
     assert "Envoy admin:    http://127.0.0.1:9901" in text
     assert "InferencePool:  http://127.0.0.1:10012 (demo-vllm-pool" in text  # `modelyard epp` and its listener
+    # The console and the admin key the README names (docs/console.md); a team config without one says neither.
+    assert "Console:        http://127.0.0.1:1/console (sign in with adm-modelyard-demo" in text
+    assert "Console" not in banner(cfg, url="http://127.0.0.1:1", run_dir="/x/run", admin_url=None, demo_upstreams=[])
 
 
 def test_only_declared_clusters_get_demo_servers() -> None:

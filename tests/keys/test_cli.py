@@ -58,6 +58,12 @@ def test_create_list_rotate_revoke(config_file: Path) -> None:
     assert sqlite3.connect(db).execute("SELECT digest FROM keys WHERE id = ?", (created["id"],)).fetchone() == (
         digest_of(new_key),)
 
+    updated = keys(config_file, "update", created["id"], "--models", "demo-mini", "--budget-usd", "2", "--json")
+    assert updated.returncode == 0, updated.stderr
+    assert json.loads(updated.stdout)["models"] == ["demo-mini"] and json.loads(updated.stdout)["budget_usd"] == 2
+    wider = keys(config_file, "update", created["id"], "--models", "demo-gpt")
+    assert wider.returncode == 2 and "only narrows" in wider.stderr
+
     revoked = keys(config_file, "revoke", created["id"], "--json")
     assert revoked.returncode == 0 and json.loads(revoked.stdout)["status"] == "revoked"
     again = keys(config_file, "rotate", created["id"])

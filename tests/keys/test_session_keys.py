@@ -228,3 +228,26 @@ async def test_the_admin_api_refuses_a_bad_limit(tmp_path: Path) -> None:
         status, reply = immediate_reply(r)
         assert status == 400 and message in reply["error"]["message"], reply
     await gw.close()
+
+
+async def test_admin_api_narrows_a_key_and_sets_its_budget(tmp_path: Path) -> None:
+    gw = _gateway(tmp_path)
+    _, r = await call_session(gw, _admin("POST", "/admin/v1/keys"), orjson.dumps(
+        {"tenant": "demo", "models": ["demo-gpt", "demo-mini"]}))
+    status, created = immediate_reply(r)
+    kid = created["id"]
+    _, r = await call_session(gw, _admin("POST", f"/admin/v1/keys/{kid}/update"), orjson.dumps(
+        {"models": ["demo-mini"], "budget_usd": 4, "budget_period": "week"}))
+    status, view = immediate_reply(r)
+    assert status == 200 and view["models"] == ["demo-mini"] and (view["budget_usd"], view["budget_period"]) == (4, "week")
+    s, r = await call_session(gw, *chat_call(created["key"]))  # this worker's copy has the change at once
+    assert immediate_reply(r)[0] == 404  # demo-gpt: outside the key now, as an unknown model
+    s, r = await call_session(gw, *chat_call(created["key"], model="demo-mini"))
+    assert s.ctx is not None and s.ctx.caller is not None and s.ctx.caller.budget is not None
+    assert s.ctx.caller.budget.usd == 4
+    _, r = await call_session(gw, _admin("POST", f"/admin/v1/keys/{kid}/update"), orjson.dumps({"models": ["demo-gpt"]}))
+    status, err = immediate_reply(r)
+    assert status == 400 and "only narrows" in err["error"]["message"]
+    await gw.close()
+    ops = [(orjson.loads(r["detail"])["op"], r["status"]) for r in _audit_rows(tmp_path / "audit.sqlite")]
+    assert ops == [("create", 201), ("update", 200), ("update", 400)]

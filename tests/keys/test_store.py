@@ -19,7 +19,7 @@ from keys.db import StoreError, connect
 from keys.location import store_dsn
 from keys.refresher import KeyRefresher
 from keys.secret import SECRET_PREFIX, digest_of
-from keys.spec import KeySpec, KeySpecError, build_spec, parse_expiry, spec_from_json
+from keys.spec import KeySpec, KeySpecError, build_change, build_spec, change_from_json, parse_expiry, spec_from_json
 from keys.store import KeyStore, RevokedKey, UnknownKey
 
 
@@ -340,3 +340,29 @@ def test_an_older_sqlite_store_gains_the_limit_columns(tmp_path: Path) -> None:
     assert columns[-2:] == ["rpm", "tpm"] and columns.count("rpm") == 1
     store.close()
     again.close()
+
+
+def test_update_narrows_models_and_sets_the_budget(sqlite_dsn: str, demo_config: GatewayConfig) -> None:
+    """`modelyard keys update`, the admin API's update and the console's: narrow only, same secret, a new
+    version (every worker's refresh sees it), never on a revoked key."""
+    store = _store(sqlite_dsn)
+    rec, secret = store.create(build_spec(demo_config, tenant="demo", models="demo-gpt,demo-mini"))
+    narrowed = store.update(rec.id, build_change(demo_config, "demo", models="demo-mini", budget_usd=3,
+                                                 budget_period="day"))
+    assert narrowed.models == ("demo-mini",) and narrowed.budget_usd == 3 and narrowed.budget_period == "day"
+    assert narrowed.digest == digest_of(secret) and narrowed.version > rec.version
+    with pytest.raises(KeySpecError, match="only narrows"):
+        store.update(rec.id, build_change(demo_config, "demo", models="demo-mini,demo-gpt"))
+    assert store.get(rec.id).models == ("demo-mini",)  # the refused change left nothing behind
+    kept = store.update(rec.id, build_change(demo_config, "demo", budget_usd=7))
+    assert kept.models == ("demo-mini",) and (kept.budget_usd, kept.budget_period) == (7, "month")
+    anyone, _ = store.create(build_spec(demo_config, tenant="demo"))  # all of the tenant's: any model narrows it
+    assert store.update(anyone.id, build_change(demo_config, "demo", models="demo-gpt")).models == ("demo-gpt",)
+    with pytest.raises(KeySpecError, match="nothing to change"):
+        build_change(demo_config, "demo")
+    with pytest.raises(KeySpecError, match="cannot change on a key"):
+        change_from_json(demo_config, "demo", {"tenant": "other"})
+    store.revoke(rec.id)
+    with pytest.raises(RevokedKey):
+        store.update(rec.id, build_change(demo_config, "demo", budget_usd=1))
+    store.close()

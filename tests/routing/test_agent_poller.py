@@ -125,13 +125,16 @@ async def test_poller_sees_a_change_within_one_interval(agent):
         poller = board.pollers["gpu-a"]
         async with aiohttp.ClientSession() as s, s.post(base + "/fake", data=b'{"util": 0.95}') as r:
             assert r.status == 200
-        changed_at = time.monotonic()
+        # Counted in polls, not wall time (a loaded box stretches both): a poll already in flight
+        # may bring the old reading, the next one must bring the change.
+        polls = 0
         while True:
-            reading = await poller.wait_for_update(timeout=2 * INTERVAL)
-            assert reading is not None, "no poll within two intervals"
+            reading = await poller.wait_for_update(timeout=10 * INTERVAL)
+            assert reading is not None, "no poll within ten intervals"
+            polls += 1
             if reading.watermark >= 0.95:
                 break
-        assert time.monotonic() - changed_at <= INTERVAL * 1.5
+        assert polls <= 2
         assert board.readings["gpu-a"].watermark == pytest.approx(0.95)
     finally:
         await board.stop()
@@ -155,7 +158,10 @@ async def test_scheduler_with_live_board_and_dead_agent(agent):
         # Saturate the live one: within an interval the scheduler has nowhere to go.
         async with aiohttp.ClientSession() as c, c.post(base + "/fake", data=b'{"util": 0.95}') as r:
             assert r.status == 200
-        await board.pollers["live"].wait_for_update(timeout=2 * INTERVAL)
+        while (reading := await board.pollers["live"].wait_for_update(timeout=10 * INTERVAL)) is not None \
+                and reading.watermark < 0.95:
+            pass  # a poll sent before the change may answer with the old reading
+        assert reading is not None, "no poll within ten intervals"
         with pytest.raises(NoRoute) as e:
             s.decide(RouteRequest("m", cfg.tenants[0]), time.monotonic(), board.readings)
         assert e.value.status == 503
