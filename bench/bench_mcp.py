@@ -1,7 +1,9 @@
 """/mcp: what the gateway adds to a tool call, against calling the MCP server directly, same run.
 
 - a tools/call (the HTTP demo's `echo`), sequential, median latency: direct to the FastMCP server,
-  then through Envoy + extproc (key, session map, allow-list, buckets, audit row, metrics);
+  then through Envoy + extproc (key, session map, allow-list, buckets, audit row, metrics), taken
+  as SSE (the spec's clients: carried by the extproc's stream relay, event ids in the event log)
+  and as JSON only (answered by the extproc itself);
 - gateway CPU per call (Envoy + extproc CPU-time deltas over the calls) beside the server's own;
 - tools/list through the gateway (a fan-out to both demo servers, merged) against one server's.
 
@@ -83,7 +85,8 @@ def main(argv: list[str]) -> int:
             for url, h, body in ((server_url, direct_h, call), (gw_url, gw_h, gw_call)):  # warm-up
                 _timed(c, url, h, body, scaled(20, 2), "warm-up", failures, pids)
             med: dict[str, list[float]] = {k: [] for k in ("direct", "gateway", "envoy", "extproc", "server",
-                                                           "list1", "list2")}
+                                                           "list1", "list2", "json", "json_cpu")}
+            json_h = {**gw_h, "accept": "application/json"}  # a JSON-only client: the extproc answers itself
             for _ in range(a.rounds):
                 lat, _cpu = _timed(c, server_url, direct_h, call, a.n, "direct call", failures, pids)
                 med["direct"].append(statistics.median(lat))
@@ -92,6 +95,9 @@ def main(argv: list[str]) -> int:
                 med["envoy"].append(cpu[0])
                 med["extproc"].append(cpu[1])
                 med["server"].append(cpu[2])
+                lat, cpu = _timed(c, gw_url, json_h, gw_call, a.n, "gateway call (JSON)", failures, pids)
+                med["json"].append(statistics.median(lat))
+                med["json_cpu"].append(cpu[0] + cpu[1])
                 lat, _cpu = _timed(c, server_url, direct_h, listing, max(1, a.n // 5), "direct list", failures, pids)
                 med["list1"].append(statistics.median(lat))
                 lat, _cpu = _timed(c, gw_url, gw_h, listing, max(1, a.n // 5), "gateway list", failures, pids)
@@ -106,6 +112,8 @@ def main(argv: list[str]) -> int:
          "unit": "ms", "ratio": 1.0},
         {"case": "tools/call through the gateway", "metric": "p50_latency", "value": round(m["gateway"] * 1e3, 3),
          "unit": "ms", "ratio": round(m["gateway"] / m["direct"], 3)},
+        {"case": "tools/call through the gateway, JSON only (no relay)", "metric": "p50_latency",
+         "value": round(m["json"] * 1e3, 3), "unit": "ms", "ratio": round(m["json"] / m["direct"], 3)},
         {"case": "tools/call added by the gateway", "metric": "p50_latency",
          "value": round((m["gateway"] - m["direct"]) * 1e3, 3), "unit": "ms"},
         {"case": "tools/call: the server's own CPU (baseline)", "metric": "cpu_per_call",
@@ -113,6 +121,8 @@ def main(argv: list[str]) -> int:
         {"case": "tools/call: gateway CPU (Envoy + extproc)", "metric": "cpu_per_call",
          "value": round((m["envoy"] + m["extproc"]) * 1e6, 1), "unit": "us",
          "ratio": round((m["envoy"] + m["extproc"]) / m["server"], 3)},
+        {"case": "tools/call JSON only: gateway CPU (Envoy + extproc)", "metric": "cpu_per_call",
+         "value": round(m["json_cpu"] * 1e6, 1), "unit": "us", "ratio": round(m["json_cpu"] / m["server"], 3)},
         {"case": "tools/call: extproc CPU", "metric": "cpu_per_call", "value": round(m["extproc"] * 1e6, 1),
          "unit": "us"},
         {"case": "tools/list one server direct (baseline)", "metric": "p50_latency",

@@ -81,3 +81,9 @@ def parse_xlate_metadata(value: str) -> tuple[str, str] | None:
     """`openai~demo-claude` -> ("openai", "demo-claude"); None without a `~` and a cluster."""
     from_protocol, sep, cluster = value.partition("~")
     return (from_protocol, cluster) if sep and cluster else None
+# /mcp streams (docs/mcp.md "Streams and resumption"): the extproc authorises a call or a GET, then
+# Envoy carries it to that extproc's own SSE relay: an ORIGINAL_DST cluster dialling the address
+# the extproc put in MCP_RELAY_HEADER; MCP_TICKET_HEADER names the job it prepared for it.
+MCP_RELAY_CLUSTER = "modelyard-mcp-relay"
+MCP_RELAY_HEADER = "x-modelyard-mcp-relay"
+MCP_TICKET_HEADER = "x-modelyard-mcp-ticket"

@@ -45,6 +45,7 @@ from envoy_data_plane.envoy.config.cluster.v3 import (
     ClusterCustomClusterType,
     ClusterDiscoveryType,
     ClusterLbPolicy,
+    ClusterOriginalDstLbConfig,
     OutlierDetection,
 )
 from envoy_data_plane.envoy.config.common.mutation_rules.v3 import HeaderMutationRules
@@ -125,6 +126,8 @@ from contracts.envoy_names import (
     CLUSTER_HEADER,
     EXT_PROC_FILTER,
     EXTPROC_CLUSTER,
+    MCP_RELAY_CLUSTER,
+    MCP_RELAY_HEADER,
     SOURCE_ADDRESS_ATTRIBUTE,
     TENANT_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
@@ -514,6 +517,8 @@ def build_resources(cfg: GatewayConfig, env: EnvironmentConfig) -> EnvoyResource
     listeners = [listener, *(_hop_listener(f, t, cfg, env) for f, t in hops),
                  *(_grpc_bridge_listener(c, cfg, env) for c in bridged)]
     clusters = _upstream_clusters(cfg, env)
+    if cfg.mcp_servers:  # /mcp streams: the extproc names its own relay's address (docs/mcp.md)
+        clusters.append(mcp_relay_cluster())
     if env.stats and env.admin:
         listeners.append(stats_listener(env.stats))
         clusters.append(admin_cluster(env.admin))
@@ -524,6 +529,15 @@ def build_resources(cfg: GatewayConfig, env: EnvironmentConfig) -> EnvoyResource
         clusters.extend(pool_clusters)
     return EnvoyResources(listeners=listeners, clusters=clusters, extproc=extproc_cluster(cfg, env),
                           internal_listeners=bool(hops or bridged))
+
+
+def mcp_relay_cluster() -> Cluster:
+    """The extproc's SSE relay for /mcp streams: the address comes with each request (the extproc
+    that authorised it), so the stream and its prepared job are in the same process."""
+    return Cluster(name=MCP_RELAY_CLUSTER, type=ClusterDiscoveryType.ORIGINAL_DST,
+                   lb_policy=ClusterLbPolicy.CLUSTER_PROVIDED, connect_timeout=_secs(2),
+                   original_dst_lb_config=ClusterOriginalDstLbConfig(use_http_header=True,
+                                                                     http_header_name=MCP_RELAY_HEADER))
 
 
 def extproc_cluster(cfg: GatewayConfig, env: EnvironmentConfig) -> Cluster:

@@ -46,6 +46,8 @@ def banner(cfg: GatewayConfig, *, url: str, run_dir: str, admin_url: str | None,
     lines.append(f"  Models:         {', '.join(m.name for m in cfg.models)}")
     if cfg.mcp_servers:
         lines.append(f"  MCP servers:    {', '.join(s.name for s in cfg.mcp_servers)} as one, at {url}/mcp (docs/mcp.md)")
+        if cfg.mcp.oauth is not None:
+            lines.append(f"  MCP OAuth:      bearer tokens from {cfg.mcp.oauth.issuer} beside the keys (docs/mcp.md)")
     if cfg.guardrails.policies:
         covers = [f"{p.name} ({', '.join([*p.applies_to.tenants, *p.applies_to.keys, *p.applies_to.models, *p.applies_to.tools])})"
                   for p in cfg.guardrails.policies]

@@ -159,6 +159,12 @@ def mcp_children(cfg: GatewayConfig, python: str = sys.executable, *, demos: boo
             if token_env and os.environ.get(token_env):  # the demo checks the credential the gateway injects
                 argv += ["--require-token-env", token_env]
             out.append(Child(f"mcp-{s.name}", argv, ("http", f"http://{u.netloc}/health")))
+    oauth = cfg.mcp.oauth
+    if demos and cfg.devstack.demo_oauth and oauth is not None:  # the demo AS tokens for /mcp come from
+        u = urlparse(oauth.issuer)
+        argv = [python, "-m", "devstack.demo.oauth_server", "--host", u.hostname or "127.0.0.1",
+                "--port", str(u.port or 80), "--resource", oauth.resource]
+        out.append(Child("mcp-oauth", argv, ("http", f"http://{u.netloc}/health")))
     return out
 
 

@@ -12,7 +12,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from adapters.mcp.jsonrpc import INVALID_PARAMS, RpcError
+import orjson
+
+from adapters.mcp.jsonrpc import INVALID_PARAMS, RpcError, error_body
 from contracts.config import GatewayConfig
 from extproc.context import RequestContext
 from extproc.guard_hooks import GuardHooks, record
@@ -75,6 +77,47 @@ async def checked_arguments(ctx: RequestContext, name: str, forward: dict[str, A
         raise _refusal(e, forward) from None
     finally:
         record(guard, ctx)
+
+
+@dataclass(slots=True)
+class StreamGuard:
+    """A relayed (streamed) tools/call's checks: its arguments in the ext_proc step, its result when the
+    MCP relay has it, in another task (no TOOL_GUARD there: the guard travels with the call)."""
+
+    tg: ToolGuard
+    guard: CallGuard
+    ctx: RequestContext
+    name: str
+
+    async def arguments(self, forward: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await _arguments(self.tg, self.guard, self.ctx, self.name, forward)
+        except GuardrailBlocked as e:
+            raise _refusal(e, forward) from None
+        finally:
+            record(self.guard, self.ctx)
+
+    async def result(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The server's response with its result checked, or the JSON-RPC refusal for its id."""
+        try:
+            result = response.get("result")
+            if result is None or not self.guard.checks.outputs:
+                return response
+            checked = scan_json(self.guard, result, "output")
+            if self.guard.checks.remote_outputs:
+                await self.tg.hooks.check_text(self.guard, "output", json_text(checked), self.name,
+                                               self.ctx.tenant_name, self.ctx.task_id, self.tg.config)
+            return response if checked is result else {**response, "result": checked}
+        except GuardrailBlocked as e:
+            return orjson.loads(error_body(_refusal(e, response)))
+        finally:
+            record(self.guard, self.ctx)
+
+
+def stream_guard(ctx: RequestContext, name: str) -> StreamGuard | None:
+    """The checks of a tools/call the MCP relay streams (None: no policy covers it)."""
+    found = _guard(ctx, name)
+    return StreamGuard(found[0], found[1], ctx, name) if found is not None else None
 
 
 def _guard(ctx: RequestContext, name: str) -> tuple[ToolGuard, CallGuard] | None:

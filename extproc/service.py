@@ -209,11 +209,15 @@ def _console(method: str, path: str) -> Route | None:
 
 
 def _mcp(method: str, path: str) -> Route | None:
+    if method == "GET" and path.startswith(mcp.METADATA_PREFIX):  # OAuth resource metadata: public
+        return Route("mcp", public=True, answer=mcp.resource_metadata, operation="mcp")
     if path not in mcp.PATHS:
         return None
     if method == "POST":
         return Route("mcp", flow=mcp.McpFlow, operation="mcp")
-    return Route("mcp", answer=mcp.end_session if method == "DELETE" else mcp.no_stream, operation="mcp")
+    if method == "GET":
+        return Route("mcp", answer=mcp.listen, operation="mcp")
+    return Route("mcp", answer=mcp.end_session if method == "DELETE" else mcp.not_allowed, operation="mcp")
 
 
 def _batches(method: str, path: str) -> Route | None:

@@ -27,6 +27,7 @@ from extproc.batches.ids import is_batch_line
 from extproc.context import Flow, Interim, RequestContext
 from extproc.errors import error_response, render_error_body
 from extproc.gateway import Gateway
+from extproc.mcp.oauth import looks_like_jwt
 from extproc.public_headers import scrub
 from extproc.routes import Route, RouteTable
 from extproc.tasks import state as task_state
@@ -68,6 +69,8 @@ class Session:
                       ) -> msg.ProcessingResponse | Interim:
         try:
             resp = await then()
+            if isinstance(resp, msg.ProcessingResponse) and resp.WhichOneof("response") == "request_body":
+                self.dispatched = True  # answered later, but sent upstream (an MCP stream): the response is the flow's
         except ModelyardError as e:
             resp = self._error(e)
         except Exception:  # as in _handle: our bug, answered 502 with the traceback in our log
@@ -207,7 +210,11 @@ class Session:
             else:
                 key = client_key(ctx.protocol, ctx.headers, ctx.query)
             digest = key_digest(key) if key else None  # once: the key lookup's and the audit row's
-            found = await self.gw.keyring.identify_at_once(digest)
+            mcp = self.gw.mcp if ctx.protocol == "mcp" else None
+            if key and mcp is not None and mcp.oauth is not None and looks_like_jwt(key):
+                found, digest = await mcp.bearer_identity(key, self.gw.keyring)  # OAuth bearer (docs/mcp.md)
+            else:
+                found = await self.gw.keyring.identify_at_once(digest)
             if isinstance(found, Identity):
                 ctx.tenant, ctx.caller = found.tenant, found.caller
                 ctx.key_digest = digest or ""
@@ -221,7 +228,10 @@ class Session:
                 self.trail = None
                 raise Unavailable("the gateway is behind on its audit log; retry shortly", retry_after_s=1)
         if ctx.tenant is None:
-            raise ClientError("API key expired" if found is EXPIRED else "invalid or missing API key", status=401)
+            # /mcp with OAuth on: the challenge says where the resource metadata is (RFC 9728).
+            challenge = self.gw.mcp.challenge() if ctx.protocol == "mcp" and self.gw.mcp is not None else []
+            raise ClientError("API key expired" if found is EXPIRED else "invalid or missing API key", status=401,
+                              headers=challenge)
         if route.answer is not None:
             return await _answer(route, self.gw, ctx)
         if h.end_of_stream:

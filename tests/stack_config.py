@@ -86,6 +86,7 @@ def without_mcp(data: dict[str, Any]) -> dict[str, Any]:
     data.pop("mcp_servers", None)
     data.pop("mcp", None)
     data.get("devstack", {}).pop("demo_mcp_servers", None)
+    data.get("devstack", {}).pop("demo_oauth", None)
     return data
 
 

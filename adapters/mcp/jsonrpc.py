@@ -94,6 +94,8 @@ def render_error(status: int, message: str, type: str | None = None) -> bytes:
     return error_body(RpcError(code, message, status=status, data=data))
 
 
-def sse_event(payload: bytes) -> bytes:
-    """One server-sent event carrying one JSON-RPC message (JSON has no raw newlines)."""
-    return b"event: message\ndata: " + payload + b"\n\n"
+def sse_event(payload: bytes, event_id: str | None = None) -> bytes:
+    """One server-sent event carrying one JSON-RPC message (JSON has no raw newlines); with an id,
+    the one a client sends back as `Last-Event-ID` to resume after it."""
+    head = b"id: " + event_id.encode() + b"\n" if event_id else b""
+    return head + b"event: message\ndata: " + payload + b"\n\n"

@@ -482,6 +482,8 @@ class DevStackConfig(_Model):
     demo_upstreams: list[str] = Field(default_factory=list)
     # `mcp_servers` (by name, a url on this host) that `up` serves with its demo MCP server.
     demo_mcp_servers: list[str] = Field(default_factory=list)
+    # `up` runs the demo OAuth authorization server at `mcp.oauth.issuer` (devstack/demo/oauth_server.py).
+    demo_oauth: bool = False
     # Logs, the rendered Envoy config and its admin address; a relative path is under the config
     # file's directory (`up --run-dir` overrides it).
     run_dir: str = "run"
@@ -587,6 +589,9 @@ def _check_references(cfg: GatewayConfig, source: str) -> None:
     for i, a in enumerate(cfg.mcp.access):
         if a.tenant is not None and a.tenant not in tenants:
             raise ConfigError(f"{source}: mcp.access[{i}].tenant: unknown tenant {a.tenant!r}")
+    for i, o in enumerate(cfg.mcp.oauth.subjects if cfg.mcp.oauth is not None else []):
+        if o.tenant not in tenants:
+            raise ConfigError(f"{source}: mcp.oauth.subjects[{i}].tenant: unknown tenant {o.tenant!r}")
     _check_guardrail_references(cfg, source)
     _check_learning_references(cfg, source)
 

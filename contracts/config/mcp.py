@@ -82,12 +82,51 @@ class McpAccess(_Model):
         return self
 
 
+class McpOAuthSubject(_Model):
+    """Which tenant a bearer token acts for: the first entry whose globs match the token's client
+    (`client_id`/`azp`) and subject (`sub`); `tools` narrows the tenant's list, as a key's entry does."""
+
+    client: str = "*"
+    subject: str = "*"
+    tenant: str
+    tools: list[str] = Field(default_factory=lambda: ["*"])
+
+
+class McpOAuth(_Model):
+    """`/mcp` as an OAuth 2.1 resource server (the MCP authorization spec; docs/mcp.md "OAuth"):
+    bearer JWTs from `issuer`, checked against its JWKS, for the audience `resource`. Gateway keys
+    keep working beside it."""
+
+    resource: str  # this gateway's /mcp URL as clients use it: the audience every token must name
+    issuer: str  # the authorization server (the `iss` tokens carry; listed in the resource metadata)
+    jwks_url: str  # its signing keys, fetched in the background and cached
+    scopes: list[str] = Field(default_factory=lambda: ["mcp"])  # every token must hold all of them
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256", "PS256", "EdDSA"])
+    jwks_refresh_s: float = Field(300.0, gt=0)
+    leeway_s: float = Field(30.0, ge=0, le=300)  # clock skew allowed on exp / nbf / iat
+    subjects: list[McpOAuthSubject] = Field(default_factory=list)  # no match: 403
+
+    @field_validator("algorithms")
+    @classmethod
+    def _no_none(cls, v: list[str]) -> list[str]:
+        if not v or any(a.lower() == "none" or a.upper().startswith("HS") for a in v):
+            raise ValueError("asymmetric algorithms only (a JWKS of public keys; never none or HS*)")
+        return v
+
+
 class McpSettings(_Model):
     # Where a client session's upstream sessions are kept: memory (one process), sqlite (every
     # worker and replica on this host), redis (replicas anywhere: ratelimit.redis.url).
     sessions: Literal["memory", "sqlite", "redis"] = "sqlite"
     sqlite_path: str = "run/mcp-sessions.sqlite"
     session_ttl_s: float = Field(3600.0, gt=0)
+    # SSE streams (docs/mcp.md "Streams and resumption"): their events are kept this long, in the
+    # sessions' store, for a client that resumes with Last-Event-ID (on any replica).
+    event_ttl_s: float = Field(600.0, gt=0)
+    # The host Envoy dials for this extproc's stream relay (an ephemeral port on it); default: the
+    # extproc's own address host; with a wildcard (0.0.0.0: a container), what its hostname resolves to.
+    relay_host: str | None = None
+    oauth: McpOAuth | None = None  # bearer tokens beside gateway keys (an OAuth 2.1 resource server)
     access: list[McpAccess] = Field(default_factory=list)  # no entry for a tenant: every exposed tool
     limits: list[McpLimit] = Field(default_factory=list)
 

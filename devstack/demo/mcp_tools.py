@@ -32,6 +32,13 @@ def build(name: str) -> FastMCP:
         return f"[{name}] counted to {n}"
 
     @server.tool()
+    async def announce(text: str, ctx: Context) -> str:
+        """Send `text` as a log message on the session's own stream (GET), not this call's answer."""
+        # No related request: the SDK's transport puts it on the standalone GET stream.
+        await ctx.session.send_log_message(level="info", data=text, logger=name)
+        return f"[{name}] announced"
+
+    @server.tool()
     async def crash(ctx: Context) -> str:
         """Report progress once, then exit the server process mid-call (for failure drills)."""
         await ctx.report_progress(1, 2, "about to crash")

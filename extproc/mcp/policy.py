@@ -19,7 +19,8 @@ from ratelimit.rules import BucketScope, Charge
 class ToolCaller:
     tenant: str
     key: str  # the key's digest (hex), "" when unknown
-    key_id: str | None  # a store key's id
+    key_id: str | None  # a store key's id (an OAuth grant's "oauth:<client>:<subject>")
+    tools: tuple[str, ...] | None = None  # an OAuth grant's globs (mcp.oauth.subjects): narrow the rest
 
 
 class McpPolicy:
@@ -42,14 +43,17 @@ class McpPolicy:
         key = self._keys.get(who.key) if who.key else None
         if key is None and who.key_id:
             key = self._keys.get(who.key_id)
-        return key is None or allowed(key, prefixed)
+        if key is not None and not allowed(key, prefixed):
+            return False
+        return who.tools is None or allowed(list(who.tools), prefixed)
 
     def servers_for(self, who: ToolCaller) -> list[McpServer]:
         """The servers of which the caller may see anything: `notes__*`-style globs decide it."""
         return [s for s in self.servers.values() if self._may_reach(who, s.name)]
 
     def _may_reach(self, who: ToolCaller, server: str) -> bool:
-        for globs in (self._tenants.get(who.tenant), self._keys.get(who.key) if who.key else None):
+        for globs in (self._tenants.get(who.tenant), self._keys.get(who.key) if who.key else None,
+                      list(who.tools) if who.tools is not None else None):
             if globs is not None and not any(_may_match(g, server) for g in globs):
                 return False
         return True

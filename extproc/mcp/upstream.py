@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,61 @@ class UpstreamClient:
             # Refused, reset, or closed mid-answer (a server that died during the call).
             raise RpcError(GATEWAY_ERROR, f"MCP server {server.name} failed: {type(e).__name__}",
                            status=502, id=rid, data={"server": server.name}) from None
+
+    async def stream(self, server: McpServer, message: dict[str, Any], *, session_id: str | None,
+                     protocol_version: str | None, rid: RequestId | None = None) -> AsyncIterator[dict[str, Any]]:
+        """`message`'s answer as it comes: each notification the server sends before its response,
+        then the response (last). The caller bounds the whole (the server's timeout_s); failures
+        are the gateway's RpcErrors, a lost session `SessionLost` (before anything was yielded)."""
+        headers = self._headers(server, session_id, protocol_version)
+        expect = message.get("id")
+        try:
+            async with self._client().post(server.endpoint, data=orjson.dumps(message), headers=headers) as r:
+                if r.status == 404 and session_id:
+                    raise SessionLost(server.name)
+                if not r.headers.get("Content-Type", "").lower().startswith("text/event-stream"):
+                    answer = await _read(server, r, expect, session_id, rid)
+                    if answer.response is not None:
+                        yield answer.response
+                    return
+                async for payload in _events(r):
+                    doc = _json(payload)
+                    if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
+                        continue
+                    if "method" in doc and "id" not in doc:
+                        yield doc
+                    elif doc.get("id") == expect and ("result" in doc or "error" in doc):
+                        await _drain(r)
+                        yield doc
+                        return
+        except (aiohttp.ClientError, OSError) as e:
+            raise RpcError(GATEWAY_ERROR, f"MCP server {server.name} failed: {type(e).__name__}",
+                           status=502, id=rid, data={"server": server.name}) from None
+        raise RpcError(GATEWAY_ERROR, f"MCP server {server.name} ended its stream without an answer",
+                       status=502, id=rid, data={"server": server.name})
+
+    async def listen(self, server: McpServer, session_id: str, protocol_version: str | None
+                     ) -> AsyncIterator[dict[str, Any]]:
+        """The server's own GET stream for our upstream session (server-initiated messages), until it
+        ends; nothing when the server offers none (405)."""
+        headers = self._headers(server, session_id, protocol_version)
+        headers["Accept"] = "text/event-stream"
+        async with self._client().get(server.endpoint, headers=headers,
+                                      timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as r:
+            if r.status != 200 or not r.headers.get("Content-Type", "").lower().startswith("text/event-stream"):
+                return
+            async for payload in _events(r):
+                doc = _json(payload)
+                if isinstance(doc, dict) and doc.get("jsonrpc") == "2.0":
+                    yield doc
+
+    def _headers(self, server: McpServer, session_id: str | None, protocol_version: str | None) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": _ACCEPT, **upstream_headers(server)}
+        if session_id:
+            headers[SESSION_HEADER] = session_id
+        if protocol_version:
+            headers[VERSION_HEADER] = protocol_version
+        return headers
 
     async def delete(self, server: McpServer, session_id: str) -> None:
         """End an upstream session (best effort: the server may be gone)."""

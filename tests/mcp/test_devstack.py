@@ -15,7 +15,10 @@ from tests.stack_config import ROOT, small_config
 def test_the_shipped_config_runs_a_bridge_and_the_http_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEMO_MCP_TOKEN", "Bearer x")
     shipped = load_config(ROOT / "modelyard.yaml")
-    demo, bridge = mcp_children(shipped, "py")  # config order
+    demo, bridge, issuer = mcp_children(shipped, "py")  # config order, then the demo OAuth issuer
+    assert issuer.name == "mcp-oauth" and issuer.ready == ("http", "http://127.0.0.1:8140/health")
+    assert issuer.argv[2:] == ["devstack.demo.oauth_server", "--host", "127.0.0.1", "--port", "8140",
+                               "--resource", "http://127.0.0.1:10000/mcp"]
     assert bridge.name == "mcp-demo-stdio" and bridge.argv[:5] == ["py", "-m", "devstack.mcp_bridge", "--listen",
                                                                    "127.0.0.1:8132"]
     assert bridge.argv[6:] == ["python", "-m", "devstack.demo.mcp_stdio_server"]
