@@ -157,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--builds", action="store_true",
                    help="also the shipped config over loopback TCP, compiled and pure-Python (issue 38: pure vs "
                         "compiled vs compiled + Unix socket; `make compiled` first)")
+    p.add_argument("--base", type=Path, default=None,
+                   help="also the shipped config with another checkout's extproc (a `git worktree` or `git archive` of "
+                        "the commit before a change): its before/after ratios in the same run")
     p.add_argument("--floor3", action="store_true",
                    help="also the 3-message floor (response headers skipped, bench/floor_designs.py), unary only")
     a = p.parse_args(argv)
@@ -203,6 +206,18 @@ def main(argv: list[str] | None = None) -> int:
                                     {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
                                     lambda s=bstack: [_pid(s, c) for c in ("envoy", "extproc")],
                                     metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
+    if a.base is not None:  # the same shipped config and stack; only the extproc's code is the other checkout's
+        bdata, _ = demo_config_free_ports()
+        (work / "base").mkdir()
+        bstack = start_stack(work / "base", bdata)
+        bstack.quiet = True
+        bstack.child("extproc").cwd = a.base.resolve()
+        bstack.child("extproc").env["PYTHONPATH"] = str(a.base.resolve())
+        extra_stacks.append(bstack)
+        gateways.append(Gateway("base", f"{bstack.url}/v1/chat/completions",
+                                {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
+                                lambda s=bstack: [_pid(s, c) for c in ("envoy", "extproc")],
+                                metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
     # The floor of the 4-message design beside the peers: what no gateway logic at all costs here.
     floor = _floor_stack(work / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor \
         else None
@@ -349,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     # Issue 38's levers, each a pair in this run: the compiler (comp-tcp / pure-tcp), the Unix socket
     # (modelyard / comp-tcp), both (modelyard / pure-tcp), and the floor against the pure build.
     for name, base in (("comp-tcp", "pure-tcp"), ("modelyard", "comp-tcp"), ("modelyard", "pure-tcp"),
-                       ("floor", "pure-tcp"), ("floor", "modelyard")):
+                       ("floor", "pure-tcp"), ("floor", "modelyard"), ("modelyard", "base"), ("base", "floor"),
+                       ("modelyard", "floor")):
         for shape, conns, metric in (("unary", 16, "cpu_us"), ("unary", 16, "rps"), ("unary", 1, "p50_ms"),
                                      ("unary", 1, "p99_ms"), ("stream", 16, "cpu_us")):
             n, d = med.get((name, shape, conns)), med.get((base, shape, conns))

@@ -69,7 +69,9 @@ _LINE = b"a"
 # Calls refused (503) past this many queued rows (extproc.audit_max_queued).
 BACKLOG_LIMIT = 100_000
 _BATCH = 500
-_GATHER_S = 0.05
+# After a batch's first row, wait this long for more: one commit (and fdatasync) per batch is most of
+# the writer's CPU (docs/performance.md, "Issue 38, second pass": 41 -> 22 us per request at 200 ms).
+_GATHER_S = 0.2
 _BUSY_TIMEOUT_S = 5.0
 _RETRY_S = 0.2
 _WARN_EVERY_S = 10.0

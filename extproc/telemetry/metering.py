@@ -148,8 +148,9 @@ _INT64_MAX = 2**63 - 1
 QUEUE_LIMIT = 200_000
 _BATCH = 1000
 # After the first row of a batch, wait this long for more (writer_queue.next_batch); rows a crash
-# catches here are in the journal and replayed at the next start.
-_GATHER_S = 0.02
+# catches here are in the journal and replayed at the next start. 100 ms, not 20: a commit per batch
+# is most of the writer's CPU (docs/performance.md, "Issue 38, second pass": 56 -> 26 us per request).
+_GATHER_S = 0.1
 _WARN_EVERY_S = 10.0
 # Rows the disk refused, kept for a retry: half a million is about 100 MiB of tuples, minutes of
 # traffic at a few thousand requests a second; a full disk lasting longer loses the newest.
