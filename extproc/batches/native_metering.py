@@ -13,7 +13,7 @@ from contracts.config import Deployment, ModelConfig
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.batches.native import LineResult
 from extproc.batches.record import BatchRecord
-from extproc.telemetry.metering import MeterRecord, MeteringStore
+from extproc.telemetry.metering import MeteringStore, MeterRecord
 from extproc.telemetry.metrics import cost_series, model_series, requests_series
 
 STRATEGY = "native-batch"  # the metering row's strategy column: how the line was run
