@@ -220,12 +220,13 @@ def test_mcp_tool_calls_checked_on_arguments_and_results(stack: Any) -> None:
         "params": {"name": "demo-stdio__echo", "arguments": {"text": "json 234-56-7890 stab"}}}).json()
     assert whole["id"] == 9 and "'tool-answers'" in whole["error"]["message"]
 
-    # Every verdict is in its call's mcp_call audit row as the chat flow's rows carry it, never the text.
+    # Every verdict is in its call's mcp_call audit row as the chat flow's rows carry it, never the text
+    # (in call order: each row is queued before its answer goes out; workers write in their own batches).
     def rows() -> list[tuple[str, str]]:
         conn = sqlite3.connect(stack.audit_db)
         try:
             return conn.execute("SELECT detail, coalesce(request_body, '') || coalesce(response_body, '') FROM audit "
-                                "WHERE event = 'mcp_call' AND model = 'demo-stdio__echo' ORDER BY id").fetchall()
+                                "WHERE event = 'mcp_call' AND model = 'demo-stdio__echo' ORDER BY time").fetchall()
         finally:
             conn.close()
 
