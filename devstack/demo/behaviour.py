@@ -12,6 +12,8 @@ input-dependent, so a test can tell which upstream answered and that the input a
   an upstream with explicit caching only (Bedrock) does so only when the request carried a cache
   marker (a `cachePoint`), and counts a write as a 1-hour write when a marker asked for 1h;
 - streams send one text event per word (and tool arguments in two fragments);
+- a model named `llama-guard*` answers as a safety classifier instead (`devstack.demo.guard_classifier`:
+  `safe`, or `unsafe` and the categories), for the `classify` guardrail;
 - embeddings (`demo_embedding`) depend on the text alone: the same text gets the same vector from
   every demo upstream, whatever protocol it speaks; similar texts get similar vectors (trigram hashing).
 """
@@ -41,6 +43,7 @@ from adapters.internal import (
     UsageUpdate,
     message_text,
 )
+from devstack.demo.guard_classifier import is_classifier, verdict
 
 _PUNCT = ".,!?;:\"'()[]{}"
 
@@ -75,6 +78,9 @@ def demo_reply(req: ChatRequest, prefix: str, *, response_id: str = "demo-0",
     for m in req.messages:
         words_in += len(message_text(m).split())
     last = req.messages[-1]
+    if is_classifier(req.model):  # a Llama-Guard-style verdict on the text, not an echo
+        text = verdict(last_user_text(req))
+        return ChatResponse(response_id, req.model, text, (), "stop", Usage(words_in, len(text.split()), NO_CACHE))
     if last.role == "tool":
         text = f"{prefix} tool said: {message_text(last)}"
     else:

@@ -582,7 +582,9 @@ def _record_call(ctx: RequestContext, who: ToolCaller, session: McpSession, serv
             model=name, cluster=server.name, status=status,
             detail={"server": server.name, "tool": tool, "outcome": outcome,
                     "latency_ms": round(elapsed * 1000, 3), "argument_bytes": len(arg_json),
-                    "result_bytes": result_bytes, "session": session.id[:8]},
+                    "result_bytes": result_bytes, "session": session.id[:8],
+                    # The guardrail verdicts as the chat flow's rows carry them (policy, check, action, direction).
+                    **({"guardrails": ctx.guardrail_verdicts} if ctx.guardrail_verdicts else {})},
             request_body=arg_json[:cap] if cap else None, request_size=len(arg_json),
             response_body=result_json[:cap] if cap else None, response_size=len(result_json)))
 

@@ -2,13 +2,16 @@
 /v1/moderations answering as OpenAI's does (the demo moderation upstream); the shipped demo-safety
 policy (moderation of prompts, national ids redacted, a language limit); moderation and a signed
 webhook on answers, whole and streamed with the hold-back window, a slow webhook failing closed and
-open (the anthropic SDK's stream too); MCP tools/call arguments and results through the MCP SDK.
+open (the anthropic SDK's stream too); the shipped classify policy through the demo Llama-Guard-style
+classifier; MCP tools/call arguments and results through the MCP SDK, streamed and whole, and their
+verdicts in the mcp_call audit rows.
 One stack; the webhook service is a real HTTP server on loopback."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -67,9 +70,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     endpoint = data["models"][0]["deployments"][0]["endpoints"][0]
     moderation = next(m for m in shipped["models"] if m["name"] == "demo-moderation")
     moderation["deployments"][0]["endpoints"] = [f"127.0.0.1:{free_port()}"]
+    # The shipped classifier and the model it guards, on demo-gpt's demo server (no key: small_config's has none).
+    shipped_alias = [m for m in shipped["models"] if m["name"] in ("demo-llama-guard", "demo-classified")]
+    for m in shipped_alias:
+        m["deployments"][0].update(endpoints=[endpoint])
+        m["deployments"][0].pop("api_key_env")
     data["models"] += [moderation, _alias("demo-guarded", endpoint), _alias("answers", endpoint),
-                       _alias("slow-closed", endpoint), _alias("slow-open", endpoint)]
-    assert [p["name"] for p in data["guardrails"]["policies"]] == ["demo-pii", "demo-safety", "demo-tools"]
+                       _alias("slow-closed", endpoint), _alias("slow-open", endpoint), *shipped_alias]
+    assert [p["name"] for p in data["guardrails"]["policies"]] == ["demo-pii", "demo-safety", "demo-tools",
+                                                                   "demo-classify"]
+    data["extproc"]["audit_db"] = "audit.sqlite"
     mcp = _remap({k: shipped[k] for k in ("mcp_servers", "mcp")}, {})  # the stdio demo server, on a free port
     data.update(mcp_servers=[m for m in mcp["mcp_servers"] if m["name"] == "demo-stdio"], mcp=mcp["mcp"])
     data["devstack"] = {"demo_mcp_servers": []}
@@ -86,7 +96,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         if p["name"] == "demo-tools":
             p["applies_to"]["tools"] = ["demo-stdio__echo"]
     try:
-        with start_stack(tmp_path_factory.mktemp("guardrails-models"), data) as s:
+        workdir = tmp_path_factory.mktemp("guardrails-models")
+        with start_stack(workdir, data) as s:
+            s.audit_db = workdir / "audit.sqlite"
             yield s
     finally:
         hooks.shutdown()
@@ -149,6 +161,19 @@ def test_answers_moderated_and_webhooked_whole_and_streamed(stack: Any) -> None:
     assert "calm words calm words" in "".join(claude_got) and "shoot" not in "".join(claude_got)
 
 
+def test_shipped_classify_policy_asks_the_demo_llama_guard(stack: Any) -> None:
+    """The shipped demo-classify policy: demo-llama-guard (a chat model of this gateway, asked with the
+    operator's prompt) calls a prompt unsafe: a 400 naming the policy and check, never the text."""
+    with pytest.raises(openai.BadRequestError) as e:
+        _ask(stack, "demo-classified", "how do I murder a houseplant quietly")
+    assert e.value.status_code == 400 and "'demo-classify'" in str(e.value) and "'classify'" in str(e.value)
+    assert "murder" not in str(e.value)
+    assert "echo: water the ferns on Sunday" in _ask(stack, "demo-classified", "water the ferns on Sunday")
+    guard = _oa(stack).chat.completions.create(model="demo-llama-guard", messages=[
+        {"role": "user", "content": "a counterfeit pipe bomb"}]).choices[0].message.content
+    assert guard == "unsafe\nS2,S9"  # the classifier answers as Llama Guard does, called directly too
+
+
 def test_a_slow_output_webhook_fails_closed_or_open(stack: Any) -> None:
     with pytest.raises(openai.BadRequestError, match="'slow'"):
         _ask(stack, "slow-closed", "hello")
@@ -183,3 +208,34 @@ def test_mcp_tool_calls_checked_on_arguments_and_results(stack: Any) -> None:
     assert "[NATIONAL_ID_1]" in echoed.content[0].text and "6789" not in echoed.content[0].text
     assert refused is not None and "'demo-tools'" in refused and "sk-proj" not in refused
     assert violent is not None and "'tool-answers'" in violent and "'moderation'" in violent  # the result refused
+    # The same call on the JSON path (no event-stream accepted): answered whole, not relayed.
+    json_only = {"authorization": f"Bearer {DEMO_KEY}", "accept": "application/json",
+                 "content-type": "application/json"}
+    init = httpx.post(f"{stack.url}/mcp", headers=json_only, timeout=20, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    sid = init.headers["mcp-session-id"]
+    whole = httpx.post(f"{stack.url}/mcp", headers={**json_only, "mcp-session-id": sid}, timeout=20, json={
+        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "demo-stdio__echo", "arguments": {"text": "json 234-56-7890 stab"}}}).json()
+    assert whole["id"] == 9 and "'tool-answers'" in whole["error"]["message"]
+
+    # Every verdict is in its call's mcp_call audit row as the chat flow's rows carry it, never the text
+    # (in call order: each row is queued before its answer goes out; workers write in their own batches).
+    def rows() -> list[tuple[str, str]]:
+        conn = sqlite3.connect(stack.audit_db)
+        try:
+            return conn.execute("SELECT detail, coalesce(request_body, '') || coalesce(response_body, '') FROM audit "
+                                "WHERE event = 'mcp_call' AND model = 'demo-stdio__echo' ORDER BY time").fetchall()
+        finally:
+            conn.close()
+
+    deadline = time.monotonic() + 10
+    while len(rows()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    got = [json.loads(d).get("guardrails") for d, _ in rows()]
+    pii = {"policy": "demo-tools", "check": "national_id", "action": "redact", "direction": "input"}
+    secret = {"policy": "demo-tools", "check": "secret", "action": "block", "direction": "input"}
+    violence = {"policy": "tool-answers", "check": "moderation", "action": "block", "direction": "output"}
+    assert got == [[pii], [secret], [violence], [pii, violence]]  # streamed (the SDK's three), then JSON
+    assert all("6789" not in d and "7890" not in d and "sk-proj" not in d for d, _ in rows())

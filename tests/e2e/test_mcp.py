@@ -231,9 +231,9 @@ def test_a_limit_answers_429_as_a_json_rpc_error_and_every_call_is_audited(stack
         conn = sqlite3.connect(stack.audit_db)
         conn.row_factory = sqlite3.Row
         try:
+            # In call order: two extproc replicas write the file, each in its own batches (rowid is write order).
             return [dict(r) for r in conn.execute("SELECT * FROM audit WHERE event = 'mcp_call' AND model = ? "
-                                                  "ORDER BY time",
-                                                  ("demo-http__add",))]
+                                                  "ORDER BY time", ("demo-http__add",))]
         finally:
             conn.close()
 

@@ -88,3 +88,20 @@ def test_fuzzed_moderation_answers_never_crash(answer: object, thresholds: dict[
 def test_fuzzed_classifier_answers_never_crash(answer: str) -> None:
     flags = classify_flags(answer)
     assert flags is None or all(isinstance(f, str) and len(f) <= 64 for f in flags)
+
+
+def test_the_demo_llama_guard_answers_as_llama_guard_is_read() -> None:
+    """devstack/demo/guard_classifier.py: its answers read back as the classify check reads Llama Guard's."""
+    from adapters.internal import ChatRequest, Message, TextPart
+    from devstack.demo.behaviour import demo_reply
+    from devstack.demo.guard_classifier import verdict
+
+    assert classify_flags(verdict("water the ferns")) == []
+    assert classify_flags(verdict("How to MURDER and launder")) == ["S1", "S2"]
+    assert classify_flags(verdict("a pipe bomb")) == ["S9"] and classify_flags(verdict("pipe bombing")) == []
+
+    def ask(model: str, text: str) -> str:
+        return demo_reply(ChatRequest(model=model, messages=(Message("user", (TextPart(text),)),)), "[d]").content
+
+    assert ask("llama-guard-3-demo", "User: kidnap\n") == "unsafe\nS1"  # by upstream model name only
+    assert ask("gpt-4o", "kidnap") == "[d] echo: kidnap"
