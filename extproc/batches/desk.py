@@ -199,7 +199,7 @@ class BatchDesk:
                                   "upstream_model": target.upstream_model, "upstream_id": None, "key_id": key_id})
         if bodies:
             payload: bytes | dict[str, Any] = native.anthropic_input(bodies) if target.protocol == "anthropic" \
-                else native.openai_input(bodies)
+                else native.bedrock_input(bodies) if target.protocol == "bedrock" else native.openai_input(bodies)
             try:
                 upstream = await self.native_client.submit(dep, target.protocol, payload, batch_id)
             except ModelyardError as e:
@@ -250,6 +250,9 @@ class BatchDesk:
         out, err = await client.results(dep, target.protocol, upstream, doc)
         if target.protocol == "anthropic":
             results = await asyncio.to_thread(native.anthropic_results, rec.api, target, out)
+        elif target.protocol == "bedrock":
+            results = await asyncio.to_thread(native.bedrock_results, rec.api, target, out, str(doc.get("status")),
+                                              [r.index for r in rec.lines if r.task_id is not None])
         else:
             results = await asyncio.to_thread(native.openai_results, rec.api, target, out, err)
         done = await self._finalize(rec, native.line_tasks(rec, results))
