@@ -223,8 +223,8 @@ def bedrock_results(api: str, target: NativeTarget, output: bytes, status: str,
             out[i] = _answer(api, wire, 200, answer)
         else:
             if isinstance(answer, dict):  # Claude's own error body
-                inner = answer.get("error") if isinstance(answer.get("error"), dict) else {}
-                code, message = inner.get("type"), inner.get("message")
+                inner = answer.get("error")
+                code, message = (inner.get("type"), inner.get("message")) if isinstance(inner, dict) else (None, None)
             else:
                 code = err.get("errorCode") if isinstance(err, dict) else None
                 message = err.get("errorMessage") if isinstance(err, dict) else None
