@@ -281,6 +281,9 @@ class NativeBatch(_Model):
     # plane (default: the runtime endpoint with `bedrock-runtime.` as `bedrock.`).
     s3_endpoint: str | None = Field(None, pattern=r"^https?://[^/]+$")
     control_endpoint: str | None = Field(None, pattern=r"^https?://[^/]+$")
+    # Bedrock refuses a job of fewer records (its per-account quota, 100 by default): a smaller
+    # batch is replayed line by line instead.
+    min_records: int = Field(100, ge=1)
 
 
 class Deployment(_Model):

@@ -158,8 +158,7 @@ class BatchDesk:
                                  _ANTHROPIC, "24h")
 
     # -- native batches: run whole at the provider's own batch API ---------------------------------
-    @staticmethod
-    def _native_target(reqs: list[LineRequest], pick: NativePick | None) -> NativeTarget | None:
+    def _native_target(self, reqs: list[LineRequest], pick: NativePick | None) -> NativeTarget | None:
         """Where the batch runs whole, when every line that runs names one model whose deployment
         says `batch: {mode: native}`; None: each line is replayed through the gateway."""
         if pick is None:
@@ -169,7 +168,14 @@ class BatchDesk:
             if r.ref.task_id is not None:
                 model = orjson.loads(r.body).get("model")
                 models.add(model if isinstance(model, str) else "")
-        return pick(models) if len(models) == 1 else None
+        target = pick(models) if len(models) == 1 else None
+        if target is not None and target.protocol == "bedrock":
+            # Bedrock refuses a job of fewer records than its quota: a smaller batch is replayed.
+            dep = self._deployment(target.cluster)
+            least = dep.batch.min_records if dep is not None and dep.batch is not None else 1
+            if sum(r.ref.task_id is not None for r in reqs) < least:
+                return None
+        return target
 
     async def _start_native(self, batch_id: str, tenant: str, api: record.Api, path: str, reqs: list[LineRequest],
                             target: NativeTarget, window: str, *, input_file_id: str | None = None,

@@ -48,7 +48,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
                     "cluster": "demo-bedrock-batch", "protocol": "bedrock", "endpoints": [f"127.0.0.1:{free_port()}"],
                     "upstream_model": UPSTREAM,
                     "bedrock": {"region": "us-east-1", "profile": "modelyard-demo", "credentials_file": str(creds)},
+                    # min_records 2: a one-line batch is replayed (Bedrock's own minimum is 100)
                     "batch": {"mode": "native", "poll_every_s": 0.2, "bucket": s3.bucket, "prefix": "jobs/",
+                              "min_records": 2,
                               "role_arn": "arn:aws:iam::000000000000:role/modelyard-batch",
                               "s3_endpoint": s3.endpoint}}]}]
             data.pop("ratelimit", None)
@@ -132,18 +134,33 @@ def test_an_openai_batch_runs_as_a_bedrock_batch_inference_job(stack) -> None:
 
 
 def test_an_anthropic_message_batch_runs_on_bedrock_untranslated(stack) -> None:
-    s, _ = stack
+    s, s3 = stack
     anth = anthropic.Anthropic(base_url=s.url, api_key=DEMO_KEY, max_retries=0)
-    mb = anth.messages.batches.create(requests=[{"custom_id": "m1", "params": {
-        "model": MODEL, "max_tokens": 32, "messages": [{"role": "user", "content": "claude on bedrock"}]}}])
+    mb = anth.messages.batches.create(requests=[{"custom_id": f"m{i}", "params": {
+        "model": MODEL, "max_tokens": 32, "messages": [{"role": "user", "content": f"claude on bedrock {i}"}]}}
+        for i in (1, 2)])
     deadline = time.monotonic() + 60
     while (mb := anth.messages.batches.retrieve(mb.id)).processing_status != "ended":
         assert time.monotonic() < deadline, mb
         time.sleep(0.2)
-    (result,) = list(anth.messages.batches.results(mb.id))
-    assert result.custom_id == "m1" and result.result.type == "succeeded"
-    message = result.result.message  # type: ignore[union-attr]
-    assert message.model == MODEL and message.content[0].text.endswith("claude on bedrock")  # type: ignore[union-attr]
+    results = list(anth.messages.batches.results(mb.id))
+    assert [(r.custom_id, r.result.type) for r in results] == [("m1", "succeeded"), ("m2", "succeeded")]
+    message = results[1].result.message  # type: ignore[union-attr]
+    assert message.model == MODEL and message.content[0].text.endswith("claude on bedrock 2")  # type: ignore[union-attr]
+    assert f"jobs/{mb.id}/input.jsonl" in s3.object_keys()
+    assert [r[6] for r in _metered(s, mb.id, 2)] == ["native-batch"] * 2
+
+
+def test_a_batch_under_the_job_minimum_is_replayed_line_by_line(stack) -> None:
+    s, s3 = stack
+    oai = openai.OpenAI(base_url=f"{s.url}/v1", api_key=DEMO_KEY, max_retries=0)
+    done = _until_done(oai, _batch(oai, [_line("solo", "just me")]).id)
+    assert done.status == "completed" and done.request_counts is not None and done.request_counts.completed == 1
+    (row,) = _jsonl(oai.files.content(done.output_file_id or "").content)
+    assert row["response"]["body"]["choices"][0]["message"]["content"].endswith("just me")
+    assert not any(k.startswith(f"jobs/{done.id}/") for k in s3.object_keys())  # no job: Converse, line by line
+    (metered,) = _metered(s, done.id, 1)
+    assert metered[6] != "native-batch"
 
 
 def test_a_cancel_stops_the_bedrock_job(stack) -> None:
