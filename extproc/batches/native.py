@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
-from adapters import anthropic, openai
+from adapters import anthropic, gemini, openai
 from adapters.internal import Usage
 from contracts.errors import ModelyardError
 from extproc.batches.record import BatchRecord
@@ -28,13 +28,17 @@ from extproc.tasks.state import StoredRequest, TaskRecord
 
 # bedrock: Bedrock batch inference, each record's modelInput in the model's native body (Anthropic's
 # Messages on Bedrock for the Claude models, the only family run natively there so far).
-Protocol = Literal["openai", "anthropic", "bedrock"]
-ADAPTERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic}
+# vertex: Vertex AI batch prediction, each line `{"request": <Gemini's generateContent body>}`.
+Protocol = Literal["openai", "anthropic", "bedrock", "vertex", "gemini"]
+ADAPTERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_VERSION = "2023-06-01"
 # Provider batch states that mean "no more results will come".
 OPENAI_ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 BEDROCK_ENDED = frozenset({"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"})
+VERTEX_ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_PARTIALLY_SUCCEEDED", "JOB_STATE_FAILED",
+                          "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
+VERTEX_LINE_LABEL = "modelyard_line"  # Gemini's request labels come back with each prediction: the line
 BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"  # InvokeModel's body for Claude names this, not a header
 
 
@@ -79,8 +83,10 @@ def bedrock_native(upstream_model: str) -> bool:
 
 
 def _wire(target: NativeTarget) -> NativeTarget:
-    """The protocol each line's body is written in: a Bedrock Claude record holds Anthropic's Messages."""
-    return dataclasses.replace(target, protocol="anthropic") if target.protocol == "bedrock" else target
+    """The protocol each line's body is written in: a Bedrock Claude record holds Anthropic's Messages,
+    a Vertex batch line Gemini's generateContent."""
+    wire = {"bedrock": "anthropic", "vertex": "gemini"}.get(target.protocol)
+    return dataclasses.replace(target, protocol=wire) if wire else target  # type: ignore[arg-type]
 
 
 def render_line(api: str, target: NativeTarget, body: bytes) -> dict[str, Any]:
@@ -90,6 +96,10 @@ def render_line(api: str, target: NativeTarget, body: bytes) -> dict[str, Any]:
         obj.pop("model", None)  # the job names the model; InvokeModel's body does not
         obj.pop("stream", None)
         return {"anthropic_version": BEDROCK_ANTHROPIC_VERSION, **obj}
+    if target.protocol == "vertex":
+        caller = caller_protocol(api)
+        req = ADAPTERS[caller].parse_request(body)
+        return orjson.loads(gemini.render_request(req, upstream_model=target.upstream_model, credential=None).body)
     caller = caller_protocol(api)
     if caller == target.protocol:
         obj = orjson.loads(body)
@@ -111,6 +121,12 @@ def bedrock_input(lines: Iterable[tuple[int, dict[str, Any]]]) -> bytes:
     return b"".join(orjson.dumps({"recordId": bedrock_record_id(i), "modelInput": b}) + b"\n" for i, b in lines)
 
 
+def vertex_input(lines: Iterable[tuple[int, dict[str, Any]]]) -> bytes:
+    """Vertex's batch input file: one `{"request": ...}` a line, its line number in the request's labels."""
+    return b"".join(orjson.dumps({"request": {**b, "labels": {**(b.get("labels") or {}), VERTEX_LINE_LABEL: str(i)}}})
+                    + b"\n" for i, b in lines)
+
+
 def anthropic_input(lines: Iterable[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     return {"requests": [{"custom_id": upstream_id(i), "params": b} for i, b in lines]}
 
@@ -122,6 +138,8 @@ def ended(protocol: Protocol, batch: Any) -> bool:
         return batch.get("status") in OPENAI_ENDED
     if protocol == "bedrock":
         return batch.get("status") in BEDROCK_ENDED
+    if protocol == "vertex":
+        return batch.get("state") in VERTEX_ENDED
     return batch.get("processing_status") == "ended"
 
 
@@ -235,6 +253,33 @@ def bedrock_results(api: str, target: NativeTarget, output: bytes, status: str,
     if status in ("Stopped", "Expired"):
         for i in indexes:
             out.setdefault(i, LineResult("cancelled", error=f"the provider's batch job {status.lower()} "
+                                                            "before this request ran"))
+    return out
+
+
+def vertex_results(api: str, target: NativeTarget, output: bytes, state: str,
+                   indexes: Iterable[int]) -> dict[int, LineResult]:
+    """Vertex's predictions JSONL, by line (the label the gateway put in each request): `response`
+    (Gemini's generateContent answer), else `status` (why it failed). A job cancelled or expired
+    before a line ran leaves it without one: that line was cancelled."""
+    wire = _wire(target)
+    out: dict[int, LineResult] = {}
+    for row in _jsonl(output):
+        req = row.get("request") if isinstance(row, dict) else None
+        labels = req.get("labels") if isinstance(req, dict) else None
+        line = labels.get(VERTEX_LINE_LABEL) if isinstance(labels, dict) else None
+        if not (isinstance(line, str) and line.isdigit()):
+            continue
+        answer, status = row.get("response"), row.get("status")
+        if isinstance(answer, dict) and not status:
+            out[int(line)] = _answer(api, wire, 200, answer)
+        else:
+            body = {"error": {"code": 400, "message": str(status or "Vertex returned no prediction"),
+                              "status": "INVALID_ARGUMENT"}}
+            out[int(line)] = _answer(api, wire, 400, body)
+    if state in ("JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"):
+        for i in indexes:
+            out.setdefault(i, LineResult("cancelled", error=f"the provider's batch job {state[10:].lower()} "
                                                             "before this request ran"))
     return out
 

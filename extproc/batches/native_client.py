@@ -17,6 +17,7 @@ from contracts.config import Deployment
 from contracts.errors import UpstreamError
 from extproc.batches.bedrock_jobs import BedrockJobs
 from extproc.batches.native import ANTHROPIC_VERSION, OPENAI_PATH, Protocol
+from extproc.batches.vertex_jobs import VertexJobs
 from extproc.cloud_credentials import upstream_auth
 
 
@@ -37,6 +38,7 @@ class NativeClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self.bedrock = BedrockJobs(self._timeout)  # Bedrock's jobs read and write S3: their own client
+        self.vertex = VertexJobs(self._timeout)  # Vertex's read and write Cloud Storage
 
     async def _call(self, dep: Deployment, protocol: Protocol, method: str, path: str, *,
                     json_body: Any = None, form: aiohttp.FormData | None = None) -> bytes:
@@ -81,6 +83,9 @@ class NativeClient:
         if protocol == "bedrock":
             assert isinstance(payload, bytes)
             return await self.bedrock.submit(dep, payload, batch_id)
+        if protocol == "vertex":
+            assert isinstance(payload, bytes)
+            return await self.vertex.submit(dep, payload, batch_id)
         if protocol == "anthropic":
             doc = await self._json(dep, protocol, "POST", "/v1/messages/batches", json_body=payload)
         else:
@@ -100,12 +105,16 @@ class NativeClient:
     async def status(self, dep: Deployment, protocol: Protocol, upstream: str) -> dict[str, Any]:
         if protocol == "bedrock":
             return await self.bedrock.status(dep, upstream)
+        if protocol == "vertex":
+            return await self.vertex.status(dep, upstream)
         path = f"/v1/messages/batches/{upstream}" if protocol == "anthropic" else f"/v1/batches/{upstream}"
         return await self._json(dep, protocol, "GET", path)
 
     async def cancel(self, dep: Deployment, protocol: Protocol, upstream: str) -> None:
         if protocol == "bedrock":
             return await self.bedrock.cancel(dep, upstream)
+        if protocol == "vertex":
+            return await self.vertex.cancel(dep, upstream)
         path = f"/v1/messages/batches/{upstream}/cancel" if protocol == "anthropic" \
             else f"/v1/batches/{upstream}/cancel"
         await self._call(dep, protocol, "POST", path)
@@ -116,6 +125,8 @@ class NativeClient:
         `.jsonl.out` records, b"")."""
         if protocol == "bedrock":
             return await self.bedrock.results(dep, upstream, doc), b""
+        if protocol == "vertex":
+            return await self.vertex.results(dep, doc), b""
         if protocol == "anthropic":
             return await self._call(dep, protocol, "GET", f"/v1/messages/batches/{upstream}/results"), b""
         out = err = b""
@@ -127,5 +138,6 @@ class NativeClient:
 
     async def close(self) -> None:
         await self.bedrock.close()
+        await self.vertex.close()
         if self._session is not None:
             await self._session.close()

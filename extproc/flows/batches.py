@@ -118,6 +118,8 @@ def _native_pick(gw: Gateway, ctx: RequestContext) -> NativePick:
                                     upstream)
             if dep.protocol == "bedrock" and dep.upstream_model and native_bedrock(upstream):
                 return NativeTarget(model.name, dep.cluster, "bedrock", upstream)
+            if dep.protocol == "vertex":  # Gemini (the config refuses other publishers' native batches)
+                return NativeTarget(model.name, dep.cluster, "vertex", upstream)
         return None
 
     return pick
