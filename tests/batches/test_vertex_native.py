@@ -4,13 +4,20 @@ with its line number in the request's labels, the job's request and where its pr
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import orjson
 import pytest
 from pydantic import ValidationError
 
-from contracts.config import Deployment
+from contracts.config import BatchesConfig, Deployment, TasksConfig, parse_config
 from extproc.batches import native, vertex_jobs
+from extproc.batches.desk import BatchDesk
 from extproc.batches.native import NativeTarget
+from extproc.tasks.board import TaskBoard
+from extproc.tasks.marker import ReplayMarker
+from extproc.tasks.store import SqliteTaskStore
 
 VERTEX = NativeTarget("gw-gemini", "c-vertex", "vertex", "gemini-2.0-flash-001")
 CHAT = orjson.dumps({"model": "gw-gemini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16})
@@ -77,3 +84,21 @@ def test_a_native_vertex_batch_needs_a_bucket_and_gemini() -> None:
         Deployment.model_validate({"cluster": "c", "protocol": "vertex", "endpoints": ["127.0.0.1:1"],
                                    "vertex": {"project": "p", "location": "l", "publisher": "anthropic"},
                                    "batch": {"mode": "native", "bucket": "b-1"}})
+
+
+def test_a_shared_cluster_gives_each_model_its_own_deployment(tmp_path: Path) -> None:
+    # demo-vertex serves a chat model and the batch model: the batch reads its own model's `batch:`.
+    plain = {"cluster": "c-vertex", "protocol": "vertex", "endpoints": ["127.0.0.1:1"],
+             "upstream_model": "gemini-2.0-flash-001", "vertex": {"project": "p", "location": "l"}}
+    config = parse_config({
+        "listener": {"address": "127.0.0.1", "port": 1},
+        "tenants": [{"name": "acme", "api_keys": ["0" * 64]}],
+        "models": [{"name": "chat", "deployments": [plain]},
+                   {"name": "batch", "deployments": [{**plain, "batch": {"mode": "native", "bucket": "b-1"}}]}]})
+    tasks = TasksConfig(sqlite_path=str(tmp_path / "tasks.sqlite"))
+    board = TaskBoard(tasks, "http://127.0.0.1:1", SqliteTaskStore(tasks.sqlite_path), ReplayMarker(None), {})
+    desk = BatchDesk(BatchesConfig(sqlite_path=str(tmp_path / "batches.sqlite")), board, config=config)
+    dep = desk._deployment("c-vertex", "batch")
+    assert dep is not None and dep.batch is not None and dep.batch.bucket == "b-1"
+    assert config.clusters()["c-vertex"].batch is None  # what a lookup by cluster alone would have read
+    asyncio.run(desk.close())
