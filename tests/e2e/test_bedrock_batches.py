@@ -26,6 +26,7 @@ pytestmark = pytest.mark.e2e
 MODEL = "demo-claude-bedrock-batch"
 UPSTREAM = "anthropic.claude-3-5-sonnet-20240620-v1:0"
 OTHER_KEY = "sk-modelyard-demo-l2"  # tenant demo-l2
+BAD_MODEL = "demo-claude-bedrock-batch-badcreds"
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
                               "min_records": 2,
                               "role_arn": "arn:aws:iam::000000000000:role/modelyard-batch",
                               "s3_endpoint": s3.endpoint}}]}]
+            # The same deployment with a secret S3 does not know: its job input is refused (SignatureDoesNotMatch).
+            wrong = workdir / "aws-credentials-wrong"
+            wrong.write_text(f"[modelyard-demo]\naws_access_key_id = {s3.access_key}\n"
+                             f"aws_secret_access_key = not-{s3.secret_key}\n")
+            bad = json.loads(json.dumps(data["models"][0]))
+            bad["name"] = BAD_MODEL
+            bad["deployments"][0].update(cluster="demo-bedrock-batch-bad", endpoints=[f"127.0.0.1:{free_port()}"])
+            bad["deployments"][0]["bedrock"]["credentials_file"] = str(wrong)
+            data["models"].append(bad)
             data.pop("ratelimit", None)
             data["extproc"]["tasks"] = {"sqlite_path": str(workdir / "tasks.sqlite")}
             data["extproc"]["batches"] = {"sqlite_path": str(workdir / "batches.sqlite"), "finalize_every_s": 0.2}
@@ -174,3 +184,14 @@ def test_a_cancel_stops_the_bedrock_job(stack) -> None:
     errors = _jsonl(oai.files.content(done.error_file_id or "").content)
     assert sorted(e["custom_id"] for e in errors) == ["x1", "x2"]
     assert all(e["error"]["code"] == "batch_cancelled" for e in errors)
+
+
+def test_a_bucket_that_refuses_the_input_is_a_503_and_nothing_is_stored(stack) -> None:
+    s, s3 = stack
+    oai = openai.OpenAI(base_url=f"{s.url}/v1", api_key=DEMO_KEY, max_retries=0)
+    objects, batches = s3.object_keys(), [b.id for b in oai.batches.list(limit=100).data]
+    with pytest.raises(openai.InternalServerError) as e:
+        _batch(oai, [_line("a", "refused", BAD_MODEL), _line("b", "refused too", BAD_MODEL)])
+    assert e.value.status_code == 503 and e.value.response.headers.get("retry-after")
+    assert s3.object_keys() == objects  # the bucket refused the input: no job, no record
+    assert [b.id for b in oai.batches.list(limit=100).data] == batches
