@@ -53,7 +53,9 @@ def _cloud_demo_args(dep: Deployment) -> list[str]:
     if dep.bedrock is not None:
         b = dep.bedrock
         return ["--region", b.region, "--profile", b.profile or "default",
-                *(["--credentials-file", b.credentials_file] if b.credentials_file else [])]
+                *(["--credentials-file", b.credentials_file] if b.credentials_file else []),
+                # its batch jobs read and write the bucket the deployment's batches name
+                *(["--s3-endpoint", dep.batch.s3_endpoint] if dep.batch and dep.batch.s3_endpoint else [])]
     if dep.vertex is not None and dep.vertex.credentials_file:
         v = dep.vertex
         return ["--project", v.project, "--location", v.location, "--service-account-file", dep.vertex.credentials_file]

@@ -34,11 +34,11 @@ def _signer(creds: AwsCredentials, region: str) -> SigV4Auth:
 
 
 def sign(host: str, path: str, body: bytes, headers: dict[str, str], region: str,
-         creds: AwsCredentials) -> dict[str, str]:
+         creds: AwsCredentials, method: str = "POST") -> dict[str, str]:
     """The headers to add: host, x-amz-date, authorization (and x-amz-security-token)."""
     from botocore.awsrequest import AWSRequest
 
-    req = AWSRequest(method="POST", url=f"https://{host}{path}", data=body, headers={**headers, "host": host})
+    req = AWSRequest(method=method, url=f"https://{host}{path}", data=body, headers={**headers, "host": host})
     _signer(creds, region).add_auth(req)
     out = {"host": host, "x-amz-date": req.headers["X-Amz-Date"], "authorization": req.headers["Authorization"]}
     if creds.session_token:

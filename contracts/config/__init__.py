@@ -41,6 +41,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "modelyard.yaml"
 Protocol = Literal["openai", "anthropic", "gemini", "responses", "kserve-grpc", "kserve-rest", "azure-openai", "bedrock",
                    "vertex"]
 # Each cloud protocol and the settings section it requires (extproc/config/clouds.py).
+NATIVE_BATCH_PROTOCOLS = ("openai", "anthropic", "bedrock", "vertex")  # deployments with a batch API the gateway drives
 CLOUD_SECTIONS = {"azure-openai": "azure", "bedrock": "bedrock", "vertex": "vertex"}
 KSERVE_PROTOCOLS = ("kserve-grpc", "kserve-rest")
 TaskType = Literal["chat", "completion", "embedding", "image-classification", "infer",
@@ -270,6 +271,21 @@ class NativeBatch(_Model):
 
     mode: Literal["native", "replay"] = "native"  # replay: each line through the gateway (the default)
     poll_every_s: float = Field(5.0, gt=0)
+    # Bedrock batch inference and Vertex batch prediction (docs/batches.md): the job reads its input
+    # from and writes its output to this bucket (S3 or GCS; Bedrock as the IAM role `role_arn`); the
+    # gateway signs with the deployment's AWS credentials or Google token.
+    bucket: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+    role_arn: str | None = Field(None, pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
+    prefix: str = "modelyard-batches/"  # every key the gateway writes starts with it
+    # scheme://host[:port] of S3 (path-style; default AWS's for the region) and of Bedrock's control
+    # plane (default: the runtime endpoint with `bedrock-runtime.` as `bedrock.`).
+    s3_endpoint: str | None = Field(None, pattern=r"^https?://[^/]+$")
+    control_endpoint: str | None = Field(None, pattern=r"^https?://[^/]+$")
+    # Vertex: scheme://host[:port] of the Cloud Storage JSON API (default Google's).
+    gcs_endpoint: str | None = Field(None, pattern=r"^https?://[^/]+$")
+    # A provider refuses a job of fewer records (Bedrock: its per-account quota, 100 by default):
+    # a smaller batch is replayed line by line instead. Default: 100 on bedrock, else 1.
+    min_records: int | None = Field(None, ge=1)
 
 
 class Deployment(_Model):
@@ -359,8 +375,17 @@ class Deployment(_Model):
             named = [ep for ep in self.endpoints if not _ip_literal(ep.rpartition(":")[0])]
             if named:  # Envoy's override-host matches the resolved IP:port, not a name
                 raise ValueError(f"replica_metrics needs IP endpoints, not {named[0]!r}")
-        if self.batch is not None and self.batch.mode == "native" and self.protocol not in ("openai", "anthropic"):
-            raise ValueError(f"batch: native batches run on openai and anthropic deployments, not {self.protocol}")
+        if self.batch is not None and self.batch.mode == "native" and self.protocol not in NATIVE_BATCH_PROTOCOLS:
+            raise ValueError(f"batch: native batches run on openai, anthropic and bedrock deployments, "
+                             f"not {self.protocol}")
+        if self.batch is not None and self.batch.mode == "native" and self.protocol == "bedrock" \
+                and not (self.batch.bucket and self.batch.role_arn):
+            raise ValueError("batch: a native batch on bedrock needs `bucket` and `role_arn` (its job reads and "
+                             "writes S3)")
+        if self.batch is not None and self.batch.mode == "native" and self.protocol == "vertex" \
+                and not (self.batch.bucket and self.vertex is not None and self.vertex.publisher == "google"):
+            raise ValueError("batch: a native batch on vertex needs `bucket` (its job reads and writes Cloud "
+                             "Storage) and a Gemini model (publisher google)")
         if self.warmup and self.protocol in CLOUD_SECTIONS:  # a warm-up call would need the cloud's credentials
             raise ValueError(f"warmup: not available for protocol {self.protocol}")
         if unknown := sorted(set(self.lb.weights) - set(self.endpoints)):

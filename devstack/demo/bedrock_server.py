@@ -1,4 +1,5 @@
-"""Demo AWS Bedrock upstream: Converse, ConverseStream and InvokeModel (Titan Image), refusing any
+"""Demo AWS Bedrock upstream: Converse, ConverseStream, InvokeModel (Titan Image) and batch
+inference jobs (devstack/demo/bedrock_jobs.py, with `--s3-endpoint`), refusing any
 request whose SigV4 signature does not verify (botocore computes it the way AWS does) against its
 credentials.
 
@@ -28,6 +29,7 @@ from adapters.bedrock.signing import verify
 from adapters.cloud_targets import AwsCredentials
 from devstack.demo import cloud_images
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, serve
+from devstack.demo.bedrock_jobs import add_job_routes
 
 
 class CredentialSource:
@@ -67,7 +69,7 @@ def _refuse(status: int, error_type: str, message: str) -> web.Response:
 
 
 def make_app(name: str = "demo-bedrock", region: str = "us-east-1", credentials: CredentialSource | None = None,
-             chunk_delay: float = 0.0) -> web.Application:
+             chunk_delay: float = 0.0, s3_endpoint: str | None = None) -> web.Application:
     # Bedrock caches only what a cachePoint marks: so does its demo.
     demo = AdapterDemo(bedrock, f"[{name}]", chunk_delay=chunk_delay, explicit_cache=True)
     source = credentials or CredentialSource(None, "default")
@@ -106,6 +108,9 @@ def make_app(name: str = "demo-bedrock", region: str = "us-east-1", credentials:
     app.router.add_post("/model/{model}/invoke", invoke)
     app.router.add_get("/health", health)
     app.router.add_get("/stats", stats)
+    # Batch inference jobs (devstack/demo/bedrock_jobs.py), reading and writing the S3 at s3_endpoint.
+    add_job_routes(app, refused, prefix=f"[{name}]", region=region, credentials=source.current,
+                   s3_endpoint=s3_endpoint)
     return app
 
 
@@ -118,9 +123,10 @@ def build(argv: list[str] | None = None) -> DemoSite:
     p.add_argument("--credentials-file", default=None, help="AWS shared credentials file (created when missing)")
     p.add_argument("--profile", default="default")
     p.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between stream events")
+    p.add_argument("--s3-endpoint", default=None, help="the S3 its batch inference jobs read and write")
     a = p.parse_args(argv)
-    return DemoSite(make_app(a.name, a.region, CredentialSource(a.credentials_file, a.profile), a.chunk_delay),
-                    a.host, a.port)
+    return DemoSite(make_app(a.name, a.region, CredentialSource(a.credentials_file, a.profile), a.chunk_delay,
+                             a.s3_endpoint), a.host, a.port)
 
 
 def main(argv: list[str] | None = None) -> int:

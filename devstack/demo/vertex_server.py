@@ -1,6 +1,7 @@
 """Demo Vertex AI upstream: Gemini and Claude at Vertex's publisher paths, refusing any call without
 an OAuth2 access token it issued, and the token endpoint that issues them (Google's OAuth2 JWT
-bearer grant, the exchange google-auth makes for a service-account key).
+bearer grant, the exchange google-auth makes for a service-account key); batch prediction jobs and a
+Cloud Storage JSON API stand-in for them (devstack/demo/vertex_jobs.py).
 
     python -m devstack.demo.vertex_server --port 8108 --project P --location L \
         --service-account-file PATH [--token-ttl 3600]
@@ -29,6 +30,7 @@ from google.auth import jwt
 from adapters import anthropic, gemini
 from devstack.demo import cloud_images
 from devstack.demo.adapter_server import AdapterDemo, DemoSite, serve
+from devstack.demo.vertex_jobs import add_job_routes
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 # google-auth signs its assertion for Google's token endpoint whatever the file's token_uri says.
@@ -102,13 +104,18 @@ def make_app(account: ServiceAccount, *, project: str, location: str, name: str 
         stats["tokens_issued"] += 1
         return web.json_response({"access_token": access, "expires_in": token_ttl, "token_type": "Bearer"})
 
-    async def predict(request: web.Request) -> web.StreamResponse:
+    def unauthenticated(request: web.Request) -> web.Response | None:
         auth = request.headers.get("authorization", "")
         exp = tokens.get(auth[7:]) if auth[:7].lower() == "bearer " else None
         if exp is None or exp < time.time():
             return _google_error(401, "Request had invalid authentication credentials. Expected OAuth 2 access "
                                       "token, login cookie or other valid authentication credential.",
                                  "UNAUTHENTICATED")
+        return None
+
+    async def predict(request: web.Request) -> web.StreamResponse:
+        if (no := unauthenticated(request)) is not None:
+            return no
         m = request.match_info
         if m["project"] != project or m["location"] != location:
             return _google_error(403, f"Permission denied on resource project {m['project']}.", "PERMISSION_DENIED")
@@ -147,6 +154,8 @@ def make_app(account: ServiceAccount, *, project: str, location: str, name: str 
     app.router.add_post("/v1/projects/{project}/locations/{location}/publishers/{publisher}/models/{tail}", predict)
     app.router.add_get("/health", health)
     app.router.add_get("/stats", stats_view)
+    # Batch prediction jobs and the Cloud Storage stand-in they read and write (devstack/demo/vertex_jobs.py).
+    add_job_routes(app, unauthenticated, prefix=f"[{name}]", project=project, location=location)
     return app
 
 

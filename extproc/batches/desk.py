@@ -158,8 +158,7 @@ class BatchDesk:
                                  _ANTHROPIC, "24h")
 
     # -- native batches: run whole at the provider's own batch API ---------------------------------
-    @staticmethod
-    def _native_target(reqs: list[LineRequest], pick: NativePick | None) -> NativeTarget | None:
+    def _native_target(self, reqs: list[LineRequest], pick: NativePick | None) -> NativeTarget | None:
         """Where the batch runs whole, when every line that runs names one model whose deployment
         says `batch: {mode: native}`; None: each line is replayed through the gateway."""
         if pick is None:
@@ -169,14 +168,21 @@ class BatchDesk:
             if r.ref.task_id is not None:
                 model = orjson.loads(r.body).get("model")
                 models.add(model if isinstance(model, str) else "")
-        return pick(models) if len(models) == 1 else None
+        target = pick(models) if len(models) == 1 else None
+        dep = self._deployment(target.cluster, target.model) if target is not None else None
+        if target is not None and dep is not None and dep.batch is not None:
+            # Bedrock refuses a job of fewer records than its quota: a smaller batch is replayed.
+            least = dep.batch.min_records or (100 if target.protocol == "bedrock" else 1)
+            if sum(r.ref.task_id is not None for r in reqs) < least:
+                return None
+        return target
 
     async def _start_native(self, batch_id: str, tenant: str, api: record.Api, path: str, reqs: list[LineRequest],
                             target: NativeTarget, window: str, *, input_file_id: str | None = None,
                             metadata: dict[str, Any] | None = None, key_id: str | None = None) -> BatchRecord:
         """Each line rendered for the provider (a line that cannot be is refused, as a malformed one
         is), the provider's batch created, then the record naming it."""
-        dep = self._deployment(target.cluster)
+        dep = self._deployment(target.cluster, target.model)
         if dep is None:
             raise Unavailable(f"deployment {target.cluster} is not configured", retry_after_s=1.0)
         refs: list[LineRef] = []
@@ -199,7 +205,8 @@ class BatchDesk:
                                   "upstream_model": target.upstream_model, "upstream_id": None, "key_id": key_id})
         if bodies:
             payload: bytes | dict[str, Any] = native.anthropic_input(bodies) if target.protocol == "anthropic" \
-                else native.openai_input(bodies)
+                else native.bedrock_input(bodies) if target.protocol == "bedrock" \
+                else native.vertex_input(bodies) if target.protocol == "vertex" else native.openai_input(bodies)
             try:
                 upstream = await self.native_client.submit(dep, target.protocol, payload, batch_id)
             except ModelyardError as e:
@@ -214,14 +221,19 @@ class BatchDesk:
             rec = await self._finalize(rec, native.line_tasks(rec, {})) or rec
         return rec
 
-    def _deployment(self, cluster: str) -> Deployment | None:
-        return self.config.clusters().get(cluster) if self.config is not None else None
+    def _deployment(self, cluster: str, model: str) -> Deployment | None:
+        """The model's own deployment on `cluster`: a cluster shared by models has one `batch:` per model."""
+        if self.config is None:
+            return None
+        m = self.config.model(model)
+        mine = [d for d in m.deployments if d.cluster == cluster] if m is not None else []
+        return mine[0] if mine else self.config.clusters().get(cluster)
 
     async def _native_step(self, rec: BatchRecord) -> None:
         """One look at the provider's batch: cancel it when asked, bring its results back once it ended."""
         assert rec.native is not None
         n = rec.native
-        dep = self._deployment(n["cluster"])
+        dep = self._deployment(n["cluster"], n["model"])
         if dep is None or n.get("upstream_id") is None:
             log.warning("batch %s: deployment %s is no longer configured", rec.id, n["cluster"])
             return
@@ -250,6 +262,12 @@ class BatchDesk:
         out, err = await client.results(dep, target.protocol, upstream, doc)
         if target.protocol == "anthropic":
             results = await asyncio.to_thread(native.anthropic_results, rec.api, target, out)
+        elif target.protocol == "vertex":
+            results = await asyncio.to_thread(native.vertex_results, rec.api, target, out, str(doc.get("state")),
+                                              [r.index for r in rec.lines if r.task_id is not None])
+        elif target.protocol == "bedrock":
+            results = await asyncio.to_thread(native.bedrock_results, rec.api, target, out, str(doc.get("status")),
+                                              [r.index for r in rec.lines if r.task_id is not None])
         else:
             results = await asyncio.to_thread(native.openai_results, rec.api, target, out, err)
         done = await self._finalize(rec, native.line_tasks(rec, results))

@@ -19,19 +19,27 @@ from typing import Any, Literal
 
 import orjson
 
-from adapters import anthropic, openai
+from adapters import anthropic, gemini, openai
 from adapters.internal import Usage
 from contracts.errors import ModelyardError
 from extproc.batches.record import BatchRecord
 from extproc.tasks import state as task_state
 from extproc.tasks.state import StoredRequest, TaskRecord
 
-Protocol = Literal["openai", "anthropic"]
-ADAPTERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic}
+# bedrock: Bedrock batch inference, each record's modelInput in the model's native body (Anthropic's
+# Messages on Bedrock for the Claude models, the only family run natively there so far).
+# vertex: Vertex AI batch prediction, each line `{"request": <Gemini's generateContent body>}`.
+Protocol = Literal["openai", "anthropic", "bedrock", "vertex", "gemini"]
+ADAPTERS: dict[str, ModuleType] = {"openai": openai, "anthropic": anthropic, "gemini": gemini}
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_VERSION = "2023-06-01"
 # Provider batch states that mean "no more results will come".
 OPENAI_ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+BEDROCK_ENDED = frozenset({"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"})
+VERTEX_ENDED = frozenset({"JOB_STATE_SUCCEEDED", "JOB_STATE_PARTIALLY_SUCCEEDED", "JOB_STATE_FAILED",
+                          "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"})
+VERTEX_LINE_LABEL = "modelyard_line"  # Gemini's request labels come back with each prediction: the line
+BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"  # InvokeModel's body for Claude names this, not a header
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +71,35 @@ def upstream_id(index: int) -> str:
     return f"line-{index}"
 
 
+def bedrock_record_id(index: int) -> str:
+    """Bedrock's recordId: 11 alphanumeric characters."""
+    return f"L{index:010d}"
+
+
+def bedrock_native(upstream_model: str) -> bool:
+    """A Bedrock model whose batch records the gateway can write: Anthropic's Claude (InvokeModel's
+    Messages body); other families' bodies differ model by model, so their batches are replayed."""
+    return "anthropic.claude" in upstream_model  # a model id, or a cross-region profile (us.anthropic.claude-...)
+
+
+def _wire(target: NativeTarget) -> NativeTarget:
+    """The protocol each line's body is written in: a Bedrock Claude record holds Anthropic's Messages,
+    a Vertex batch line Gemini's generateContent."""
+    wire = {"bedrock": "anthropic", "vertex": "gemini"}.get(target.protocol)
+    return dataclasses.replace(target, protocol=wire) if wire else target  # type: ignore[arg-type]
+
+
 def render_line(api: str, target: NativeTarget, body: bytes) -> dict[str, Any]:
     """The line's request as the provider's batch API takes it (ModelyardError: not translatable)."""
+    if target.protocol == "bedrock":
+        obj = render_line(api, _wire(target), body)
+        obj.pop("model", None)  # the job names the model; InvokeModel's body does not
+        obj.pop("stream", None)
+        return {"anthropic_version": BEDROCK_ANTHROPIC_VERSION, **obj}
+    if target.protocol == "vertex":
+        caller = caller_protocol(api)
+        req = ADAPTERS[caller].parse_request(body)
+        return orjson.loads(gemini.render_request(req, upstream_model=target.upstream_model, credential=None).body)
     caller = caller_protocol(api)
     if caller == target.protocol:
         obj = orjson.loads(body)
@@ -81,6 +116,17 @@ def openai_input(lines: Iterable[tuple[int, dict[str, Any]]]) -> bytes:
                     + b"\n" for i, b in lines)
 
 
+def bedrock_input(lines: Iterable[tuple[int, dict[str, Any]]]) -> bytes:
+    """Bedrock's batch input file: one `{recordId, modelInput}` a line."""
+    return b"".join(orjson.dumps({"recordId": bedrock_record_id(i), "modelInput": b}) + b"\n" for i, b in lines)
+
+
+def vertex_input(lines: Iterable[tuple[int, dict[str, Any]]]) -> bytes:
+    """Vertex's batch input file: one `{"request": ...}` a line, its line number in the request's labels."""
+    return b"".join(orjson.dumps({"request": {**b, "labels": {**(b.get("labels") or {}), VERTEX_LINE_LABEL: str(i)}}})
+                    + b"\n" for i, b in lines)
+
+
 def anthropic_input(lines: Iterable[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     return {"requests": [{"custom_id": upstream_id(i), "params": b} for i, b in lines]}
 
@@ -90,6 +136,10 @@ def ended(protocol: Protocol, batch: Any) -> bool:
         return False
     if protocol == "openai":
         return batch.get("status") in OPENAI_ENDED
+    if protocol == "bedrock":
+        return batch.get("status") in BEDROCK_ENDED
+    if protocol == "vertex":
+        return batch.get("state") in VERTEX_ENDED
     return batch.get("processing_status") == "ended"
 
 
@@ -172,6 +222,65 @@ def anthropic_results(api: str, target: NativeTarget, results: bytes) -> dict[in
             out[i] = _answer(api, target, status, body)
         else:  # canceled, expired
             out[i] = LineResult("cancelled", error=f"the provider's batch {kind} before this request ran")
+    return out
+
+
+def bedrock_results(api: str, target: NativeTarget, output: bytes, status: str,
+                    indexes: Iterable[int]) -> dict[int, LineResult]:
+    """Bedrock's `.jsonl.out` records, by line: `modelOutput` (Claude's message) or `error`. A job
+    stopped or expired before a record ran leaves it without one: that line was cancelled."""
+    wire = _wire(target)
+    out: dict[int, LineResult] = {}
+    for row in _jsonl(output):
+        rid = row.get("recordId") if isinstance(row, dict) else None
+        if not (isinstance(rid, str) and len(rid) == 11 and rid[0] == "L" and rid[1:].isdigit()):
+            continue
+        i, answer, err = int(rid[1:]), row.get("modelOutput"), row.get("error")
+        if isinstance(answer, dict) and answer.get("type") != "error":
+            answer.setdefault("model", target.upstream_model)  # Bedrock's Claude answer may omit it
+            out[i] = _answer(api, wire, 200, answer)
+        else:
+            if isinstance(answer, dict):  # Claude's own error body
+                inner = answer.get("error")
+                code, message = (inner.get("type"), inner.get("message")) if isinstance(inner, dict) else (None, None)
+            else:
+                code = err.get("errorCode") if isinstance(err, dict) else None
+                message = err.get("errorMessage") if isinstance(err, dict) else None
+            status_code = code if isinstance(code, int) else _ERROR_STATUS.get(str(code), 400)
+            body = {"type": "error", "error": {"type": "invalid_request_error" if status_code < 500 else "api_error",
+                                               "message": str(message or "Bedrock refused this record")}}
+            out[i] = _answer(api, wire, status_code if 400 <= status_code < 600 else 400, body)
+    if status in ("Stopped", "Expired"):
+        for i in indexes:
+            out.setdefault(i, LineResult("cancelled", error=f"the provider's batch job {status.lower()} "
+                                                            "before this request ran"))
+    return out
+
+
+def vertex_results(api: str, target: NativeTarget, output: bytes, state: str,
+                   indexes: Iterable[int]) -> dict[int, LineResult]:
+    """Vertex's predictions JSONL, by line (the label the gateway put in each request): `response`
+    (Gemini's generateContent answer), else `status` (why it failed). A job cancelled or expired
+    before a line ran leaves it without one: that line was cancelled."""
+    wire = _wire(target)
+    out: dict[int, LineResult] = {}
+    for row in _jsonl(output):
+        req = row.get("request") if isinstance(row, dict) else None
+        labels = req.get("labels") if isinstance(req, dict) else None
+        line = labels.get(VERTEX_LINE_LABEL) if isinstance(labels, dict) else None
+        if not (isinstance(line, str) and line.isdigit()):
+            continue
+        answer, status = row.get("response"), row.get("status")
+        if isinstance(answer, dict) and not status:
+            out[int(line)] = _answer(api, wire, 200, answer)
+        else:
+            body = {"error": {"code": 400, "message": str(status or "Vertex returned no prediction"),
+                              "status": "INVALID_ARGUMENT"}}
+            out[int(line)] = _answer(api, wire, 400, body)
+    if state in ("JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"):
+        for i in indexes:
+            out.setdefault(i, LineResult("cancelled", error=f"the provider's batch job {state[10:].lower()} "
+                                                            "before this request ran"))
     return out
 
 

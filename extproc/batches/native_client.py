@@ -15,7 +15,9 @@ import orjson
 
 from contracts.config import Deployment
 from contracts.errors import UpstreamError
+from extproc.batches.bedrock_jobs import BedrockJobs
 from extproc.batches.native import ANTHROPIC_VERSION, OPENAI_PATH, Protocol
+from extproc.batches.vertex_jobs import VertexJobs
 from extproc.cloud_credentials import upstream_auth
 
 
@@ -35,6 +37,8 @@ class NativeClient:
     def __init__(self, timeout_s: float = 60.0) -> None:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self.bedrock = BedrockJobs(self._timeout)  # Bedrock's jobs read and write S3: their own client
+        self.vertex = VertexJobs(self._timeout)  # Vertex's read and write Cloud Storage
 
     async def _call(self, dep: Deployment, protocol: Protocol, method: str, path: str, *,
                     json_body: Any = None, form: aiohttp.FormData | None = None) -> bytes:
@@ -74,7 +78,14 @@ class NativeClient:
 
     async def submit(self, dep: Deployment, protocol: Protocol, payload: bytes | dict[str, Any],
                      batch_id: str) -> str:
-        """The provider's batch id for a new batch of `payload` (OpenAI's input JSONL, Anthropic's requests)."""
+        """The provider's batch id for a new batch of `payload` (OpenAI's input JSONL, Anthropic's
+        requests, Bedrock's records: the job's ARN)."""
+        if protocol == "bedrock":
+            assert isinstance(payload, bytes)
+            return await self.bedrock.submit(dep, payload, batch_id)
+        if protocol == "vertex":
+            assert isinstance(payload, bytes)
+            return await self.vertex.submit(dep, payload, batch_id)
         if protocol == "anthropic":
             doc = await self._json(dep, protocol, "POST", "/v1/messages/batches", json_body=payload)
         else:
@@ -92,17 +103,30 @@ class NativeClient:
         return upstream
 
     async def status(self, dep: Deployment, protocol: Protocol, upstream: str) -> dict[str, Any]:
+        if protocol == "bedrock":
+            return await self.bedrock.status(dep, upstream)
+        if protocol == "vertex":
+            return await self.vertex.status(dep, upstream)
         path = f"/v1/messages/batches/{upstream}" if protocol == "anthropic" else f"/v1/batches/{upstream}"
         return await self._json(dep, protocol, "GET", path)
 
     async def cancel(self, dep: Deployment, protocol: Protocol, upstream: str) -> None:
+        if protocol == "bedrock":
+            return await self.bedrock.cancel(dep, upstream)
+        if protocol == "vertex":
+            return await self.vertex.cancel(dep, upstream)
         path = f"/v1/messages/batches/{upstream}/cancel" if protocol == "anthropic" \
             else f"/v1/batches/{upstream}/cancel"
         await self._call(dep, protocol, "POST", path)
 
     async def results(self, dep: Deployment, protocol: Protocol, upstream: str,
                       doc: dict[str, Any]) -> tuple[bytes, bytes]:
-        """(OpenAI's output file, its error file) or (Anthropic's results JSONL, b"")."""
+        """(OpenAI's output file, its error file), (Anthropic's results JSONL, b"") or (Bedrock's
+        `.jsonl.out` records, b"")."""
+        if protocol == "bedrock":
+            return await self.bedrock.results(dep, upstream, doc), b""
+        if protocol == "vertex":
+            return await self.vertex.results(dep, doc), b""
         if protocol == "anthropic":
             return await self._call(dep, protocol, "GET", f"/v1/messages/batches/{upstream}/results"), b""
         out = err = b""
@@ -113,5 +137,7 @@ class NativeClient:
         return out, err
 
     async def close(self) -> None:
+        await self.bedrock.close()
+        await self.vertex.close()
         if self._session is not None:
             await self._session.close()

@@ -20,6 +20,7 @@ from extproc.batches import record
 from extproc.batches.desk import BatchDesk, NativePick
 from extproc.batches.files import file_view
 from extproc.batches.native import NativeTarget
+from extproc.batches.native import bedrock_native as native_bedrock
 from extproc.context import RequestContext, json_object, json_response
 from extproc.gateway import Gateway
 
@@ -109,9 +110,16 @@ def _native_pick(gw: Gateway, ctx: RequestContext) -> NativePick:
         if model is None or not tenant.may_use(name):
             return None
         for dep in model.deployments:
-            if dep.batch is not None and dep.batch.mode == "native" and dep.protocol in ("openai", "anthropic"):
+            if dep.batch is None or dep.batch.mode != "native":
+                continue
+            upstream = dep.upstream_model or model.name
+            if dep.protocol in ("openai", "anthropic"):
                 return NativeTarget(model.name, dep.cluster, "anthropic" if dep.protocol == "anthropic" else "openai",
-                                    dep.upstream_model or model.name)
+                                    upstream)
+            if dep.protocol == "bedrock" and dep.upstream_model and native_bedrock(upstream):
+                return NativeTarget(model.name, dep.cluster, "bedrock", upstream)
+            if dep.protocol == "vertex":  # Gemini (the config refuses other publishers' native batches)
+                return NativeTarget(model.name, dep.cluster, "vertex", upstream)
         return None
 
     return pick
