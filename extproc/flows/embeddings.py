@@ -82,7 +82,7 @@ class EmbeddingFlow:
         ctx.response_headers += choice.response_headers()
         if policy is not None and self.gw.batcher is not None:
             self.member = self.gw.batcher.join(embedding_batch.batch_key(choice.model, dep, req), policy,
-                                               TextJob(req), len(req.inputs))
+                                               TextJob(req), len(req.inputs), arrived=ctx.started)
         if self.member is not None:
             answer = await self._batched(self.gw.batcher, self.member, auth.credential)
             if answer is not None:
