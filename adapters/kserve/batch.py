@@ -6,6 +6,11 @@ elements) with no parameters anywhere: its rows are dim 0, and two requests merg
 else matches (input name, datatype, the shape of one row, the outputs asked for). Token-id tensors
 merge at equal sequence length (the row shape), BYTES texts whatever their lengths. The reply is
 cut back per caller by `slice_response`, as for images.
+
+With a `pad` config (docs/batching.md "Padding to buckets"), token ids `[n, L]` (and their attention
+mask) of any L up to the largest bucket merge with others of the same bucket (the smallest that holds
+L): the merged tensor is padded to that bucket with `pad_id` (the mask with 0s). Only calls that ask
+for the declared per-sequence outputs alone are padded, so every output row is one caller's sequence.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ import struct
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from adapters.kserve.wire import DATATYPES, DTYPES
+from contracts.config import BatchPadConfig
+
+_TOKEN_TYPES = ("INT64", "INT32")  # token ids and masks that may be padded
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +38,8 @@ class TensorRows:
     row_shape: tuple[int, ...]
     datatype: str
     variant: Hashable  # the input's name and the outputs asked for: what else must match
+    seq_len: int = 0  # a padded part: its own sequence length (row_shape is the bucket's)
+    inputs: tuple[bytes, ...] = ()  # a padded part: each input's raw rows, in the request's input order
 
 
 def _bytes_elements(raw: bytes) -> int | None:
@@ -43,8 +54,44 @@ def _bytes_elements(raw: bytes) -> int | None:
     return count if pos == len(raw) else None
 
 
-def tensor_rows(req: pb.ModelInferRequest) -> TensorRows | None:
+def bucket_for(length: int, buckets: Sequence[int]) -> int | None:
+    """The smallest bucket that holds `length`, None past the largest."""
+    return next((b for b in buckets if b >= length), None)
+
+
+def padded_rows(req: pb.ModelInferRequest, pad: BatchPadConfig) -> TensorRows | None:
+    """The request's rows for a padded merge, or None when it is not token ids the config pads."""
+    names = [t.name for t in req.inputs]
+    wanted = {pad.input} if pad.mask is None else {pad.input, pad.mask}
+    if req.parameters or len(names) != len(wanted) or set(names) != wanted:
+        return None
+    if len(req.raw_input_contents) != len(names) or not req.outputs:
+        return None
+    if any(o.parameters or o.name not in pad.outputs for o in req.outputs):
+        return None  # an output not declared per-sequence may depend on positions: no padding
+    first = req.inputs[0]
+    shape = list(first.shape)
+    if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+        return None
+    for t, raw in zip(req.inputs, req.raw_input_contents, strict=True):
+        if t.parameters or t.datatype not in _TOKEN_TYPES or list(t.shape) != shape:
+            return None
+        if len(raw) != shape[0] * shape[1] * DTYPES[t.datatype].itemsize:
+            return None
+    bucket = bucket_for(shape[1], pad.buckets)
+    if bucket is None:
+        return None
+    variant = ("pad", tuple((t.name, t.datatype) for t in req.inputs), tuple(o.name for o in req.outputs))
+    return TensorRows(shape[0], b"", (bucket,), first.datatype, variant, seq_len=shape[1],
+                      inputs=tuple(req.raw_input_contents))
+
+
+def tensor_rows(req: pb.ModelInferRequest, pad: BatchPadConfig | None = None) -> TensorRows | None:
     """The request's rows when it may join a batch, else None (it goes alone, as sent)."""
+    if pad is not None:
+        padded = padded_rows(req, pad)
+        if padded is not None:
+            return padded
     if len(req.inputs) != 1 or req.parameters or len(req.raw_input_contents) != 1:
         return None
     t = req.inputs[0]
@@ -62,12 +109,30 @@ def tensor_rows(req: pb.ModelInferRequest) -> TensorRows | None:
 
 
 def merge_tensor_requests(template: pb.ModelInferRequest, parts: Sequence[TensorRows],
-                          request_id: str) -> pb.ModelInferRequest:
+                          request_id: str, pad: BatchPadConfig | None = None) -> pb.ModelInferRequest:
     """`template` (any member's request: the same input and outputs) with every part's rows, in order."""
     out = pb.ModelInferRequest()
     out.CopyFrom(template)
     out.id = request_id
+    if pad is not None and parts and parts[0].seq_len:
+        return _merge_padded(out, parts, pad)
     out.inputs[0].shape[0] = sum(p.rows for p in parts)
     del out.raw_input_contents[:]
     out.raw_input_contents.append(b"".join(p.raw for p in parts))
+    return out
+
+
+def _merge_padded(out: pb.ModelInferRequest, parts: Sequence[TensorRows], pad: BatchPadConfig) -> pb.ModelInferRequest:
+    """Every part's rows padded on the right to the bucket: the ids with `pad_id`, a mask with 0s."""
+    total, bucket = sum(p.rows for p in parts), parts[0].row_shape[0]
+    del out.raw_input_contents[:]
+    for i, t in enumerate(out.inputs):
+        dtype = DTYPES[t.datatype]
+        merged = np.full((total, bucket), pad.pad_id if t.name == pad.input else 0, dtype=dtype)
+        row = 0
+        for p in parts:
+            merged[row:row + p.rows, :p.seq_len] = np.frombuffer(p.inputs[i], dtype=dtype).reshape(p.rows, p.seq_len)
+            row += p.rows
+        t.shape[:] = [total, bucket]
+        out.raw_input_contents.append(merged.tobytes())
     return out

@@ -237,11 +237,32 @@ class VisionConfig(_Model):
     max_decoded_bytes: int = Field(384 * 1024 * 1024, ge=1)
 
 
+class BatchPadConfig(_Model):
+    """Token ids of different lengths padded to a bucket so they merge (docs/batching.md "Padding").
+    `outputs` declares the outputs that hold one row per sequence, whatever its padded length (an
+    embedding, logits per sequence): only calls asking for those alone are padded."""
+
+    input: str
+    buckets: list[int] = Field(min_length=1)
+    pad_id: int = 0
+    mask: str | None = None  # the attention-mask input, padded with 0s
+    outputs: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> BatchPadConfig:
+        if any(b < 1 or b > 65536 for b in self.buckets) or self.buckets != sorted(set(self.buckets)):
+            raise ValueError("pad.buckets must be distinct lengths from 1 to 65536, ascending")
+        if self.mask == self.input:
+            raise ValueError("pad.mask must name another input than pad.input")
+        return self
+
+
 class BatchingConfig(_Model):
     enabled: bool = True
     max_delay_ms: float = Field(5.0, ge=0, le=1000)
     min_size: int = Field(4, ge=1, le=32)
     max_size: int = Field(16, ge=1, le=32)
+    pad: BatchPadConfig | None = None
 
     @model_validator(mode="after")
     def _sizes(self) -> BatchingConfig:

@@ -8,7 +8,10 @@ comes back top-1 `red`. A simulated device cost (fixed_ms per call + per_image_m
 one call at a time like one GPU), `GET /stats` ({"calls", "images", "failures"}) and
 `POST /control` ({"fail_next", "fixed_ms", "per_image_ms"}, for tests) serve the batching benchmark.
 A BYTES input is a text model's instead: one text per row in, `embedding` [N, 8] FP32 out (the demo
-embedding of each text); a text holding `demo-bad-400` is refused (INVALID_ARGUMENT).
+embedding of each text); a text holding `demo-bad-400` is refused (INVALID_ARGUMENT). INT64/INT32
+`input_ids` [N, L] (with an optional `attention_mask` [N, L]) are token ids: `embedding` [N, 8], each
+row the demo embedding of its ids where the mask is 1 (so right padding under a 0 mask changes
+nothing); `/stats` `seq_lens` lists the L of every such call.
 
     python -m devstack.demo.kserve_server --port 8201 --stats-port 8202 --fixed-ms 5 --per-image-ms 1
 """
@@ -48,6 +51,7 @@ PALETTE: dict[str, tuple[int, int, int]] = {
 }
 _DTYPES: dict[str, np.dtype] = {"FP32": np.dtype("<f4"), "FP16": np.dtype("<f2")}
 TEXT_OUTPUT, TEXT_DIMS = "embedding", 8  # the text model's output
+TOKEN_INPUT, MASK_INPUT = "input_ids", "attention_mask"  # the text model's token-id inputs
 
 
 class TensorError(ValueError):
@@ -120,6 +124,7 @@ class Stats:
     calls: int = 0
     images: int = 0
     failures: int = 0
+    seq_lens: list[int] = field(default_factory=list)  # token-id calls: the sequence length each came with
 
 
 class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -172,6 +177,8 @@ class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "demo: simulated upstream failure")
         if len(request.inputs) == 1 and request.inputs[0].datatype == "BYTES":
             return await self._embed_texts(request, context)
+        if any(t.name == TOKEN_INPUT for t in request.inputs):
+            return await self._embed_tokens(request, context)
         for o in request.outputs:
             if o.name != self.output:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown output {o.name!r}")
@@ -220,6 +227,57 @@ class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
         resp.outputs.add(name=TEXT_OUTPUT, datatype="FP32", shape=[n, TEXT_DIMS])
         resp.raw_output_contents.append(rows.astype("<f4").tobytes())
         return resp
+
+
+    async def _embed_tokens(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        """Token ids `[N, L]` (+ `attention_mask`) -> `embedding` [N, TEXT_DIMS]: each row the demo
+        embedding of the row's ids under a 1 in the mask, a per-sequence output padding cannot change."""
+        try:
+            ids, mask = read_tokens(request)
+        except TensorError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        for o in request.outputs:
+            if o.name != TEXT_OUTPUT:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown output {o.name!r}")
+        n = ids.shape[0]
+        async with self._slots:
+            self.stats.calls += 1
+            self.stats.images += n
+            self.stats.seq_lens.append(int(ids.shape[1]))
+            delay = (self.fixed_ms + self.per_image_ms * n) / 1000.0
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rows = np.array([demo_embedding(token_text(r, m), TEXT_DIMS) for r, m in zip(ids, mask, strict=True)],
+                            np.float32)
+        resp = pb.ModelInferResponse(model_name=request.model_name, model_version="1", id=request.id)
+        resp.outputs.add(name=TEXT_OUTPUT, datatype="FP32", shape=[n, TEXT_DIMS])
+        resp.raw_output_contents.append(rows.astype("<f4").tobytes())
+        return resp
+
+
+def token_text(ids: np.ndarray, mask: np.ndarray) -> str:
+    """The text the demo embeds for one row of token ids: its ids under the mask, space-separated."""
+    return " ".join(str(int(i)) for i, m in zip(ids, mask, strict=True) if m)
+
+
+def read_tokens(req: pb.ModelInferRequest) -> tuple[np.ndarray, np.ndarray]:
+    """`input_ids` [N, L] and `attention_mask` (all ones when absent), raw contents, INT64 or INT32."""
+    out: dict[str, np.ndarray] = {}
+    if len(req.raw_input_contents) != len(req.inputs):
+        raise TensorError("token ids must come as raw contents")
+    for t, raw in zip(req.inputs, req.raw_input_contents, strict=True):
+        shape = list(t.shape)
+        if t.name not in (TOKEN_INPUT, MASK_INPUT) or t.datatype not in ("INT64", "INT32") or len(shape) != 2:
+            raise TensorError(f"input {t.name!r}: want input_ids / attention_mask INT64 [N, L]")
+        dtype = np.dtype("<i8" if t.datatype == "INT64" else "<i4")
+        if len(raw) != math.prod(shape) * dtype.itemsize:
+            raise TensorError(f"input {t.name!r}: raw contents do not hold {shape}")
+        out[t.name] = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    ids = out[TOKEN_INPUT]
+    mask = out.get(MASK_INPUT, np.ones_like(ids))
+    if mask.shape != ids.shape:
+        raise TensorError("attention_mask must have input_ids' shape")
+    return ids, mask
 
 
 def read_texts(req: pb.ModelInferRequest) -> list[str]:
@@ -288,7 +346,7 @@ async def start(
     if stats_port is not None:
         async def stats(_: web.Request) -> web.Response:
             s = servicer.stats
-            body = {"calls": s.calls, "images": s.images, "failures": s.failures}
+            body = {"calls": s.calls, "images": s.images, "failures": s.failures, "seq_lens": s.seq_lens[-100:]}
             return web.Response(body=orjson.dumps(body), content_type="application/json")
 
         async def control(request: web.Request) -> web.Response:

@@ -58,6 +58,7 @@ class EmbeddingFlow:
         self._parts: list[EmbeddingResponse] | None = None
         self._batch_failure = ""
         self.upstream_host = ""
+        self._solo: Batch | None = None  # a batch of one that this stream carries as its own call
 
     @property
     def passthrough(self) -> bool:
@@ -82,7 +83,7 @@ class EmbeddingFlow:
         ctx.response_headers += choice.response_headers()
         if policy is not None and self.gw.batcher is not None:
             self.member = self.gw.batcher.join(embedding_batch.batch_key(choice.model, dep, req), policy,
-                                               TextJob(req), len(req.inputs))
+                                               TextJob(req), len(req.inputs), arrived=ctx.started)
         if self.member is not None:
             answer = await self._batched(self.gw.batcher, self.member, auth.credential)
             if answer is not None:
@@ -104,6 +105,9 @@ class EmbeddingFlow:
             if span is not None:
                 span.set_attributes({"modelyard.batch.role": outcome.role, "modelyard.batch.rows": member.rows})
         batch = outcome.batch
+        if outcome.role == "leader" and batch is not None and len(batch.members) == 1:
+            self._solo = batch  # alone in its batch: its own call, as sent (no merge, no split)
+            return None
         if outcome.role == "leader" and batch is not None:
             self.batch = batch
             dep, model = self.call.choice.deployment, self.call.choice.model
@@ -289,6 +293,9 @@ class EmbeddingFlow:
 
     # -- accounting ------------------------------------------------------------------------
     def _finish(self, *, upstream_answered: bool = True) -> None:
+        if self._solo is not None and self.gw.batcher is not None:
+            self.gw.batcher.complete(self._solo, [])  # its key is free again (nobody else waits on it)
+            self._solo = None
         self.call.finish(self.client_status or self.status, usage=self.usage,
                          upstream_ok=(not self.upstream_failed) if upstream_answered and self.status else None)
 

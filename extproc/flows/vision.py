@@ -186,7 +186,8 @@ class _VisionFlow:
             else:
                 ti = self.model.vision.input
                 key = BatchKey(self.model.name, cluster, (3, ti.height, ti.width), ti.datatype)
-            member = self._batcher.join(key, policy, job, job.rows)
+            # The window counts from the request's arrival: its own parsing and routing are part of the wait.
+            member = self._batcher.join(key, policy, job, job.rows, arrived=self.ctx.started)
         if member is None:
             return self._send(await self._own_body())
         self.member = member
@@ -208,9 +209,12 @@ class _VisionFlow:
     async def _lead(self, batch: Batch) -> msg.ProcessingResponse:
         self.role, self.batch = "leader", batch
         if self.job is not None and self.job.text is not None:
+            if len(batch.members) == 1:  # alone in its batch: as sent, no merge, no padding, no split
+                return self._send(kserve.encode_infer_request(self.request))
             try:
+                pad = self.model.batching.pad if self.model.batching is not None else None
                 merged = kserve.merge_tensor_requests(self.request, [m.payload.text for m in batch.members],
-                                                      self.ctx.task_id)
+                                                      self.ctx.task_id, pad)
             except BaseException:
                 self._batcher.fail(batch, "the leader could not build the merged tensor")
                 raise
@@ -231,6 +235,9 @@ class _VisionFlow:
         other members; any other reply as it is. Raises (ModelyardError, ValueError) for a reply
         of the wrong shape before any member gets it: the caller fails the batch."""
         if self.role != "leader" or self.batch is None or self.member is None or not self.job:
+            return resp
+        if self.job.text is not None and len(self.batch.members) == 1:
+            self._batcher.complete(self.batch, resp)  # it went as sent: the reply is its own
             return resp
         own = slice_response(resp, self.member.start, self.job.rows, total=self.batch.rows,
                              request_id=self.request_id)
@@ -440,7 +447,8 @@ class KServeInferFlow(_VisionFlow):
         """The request as one batchable tensor, or None when it must go alone (as sent)."""
         v = self.model.vision
         if v is None and self._policy() is not None:
-            rows = kserve.tensor_rows(req)  # a text model's tensor: merged as raw rows
+            # A text model's tensor: merged as raw rows (token ids padded to a bucket where configured).
+            rows = kserve.tensor_rows(req, self.model.batching.pad)
             return Job(rows=rows.rows, text=rows) if rows is not None else None
         if v is None or self._policy() is None or len(req.inputs) != 1 or req.parameters:
             return None

@@ -119,8 +119,11 @@ class Batcher:
         self._on_fallback = on_fallback or _observe_fallback
 
     # -- members -----------------------------------------------------------------------------
-    def join(self, key: BatchKey, policy: BatchPolicy, payload: Any, rows: int) -> Member | None:
-        """Join the key's open batch (opening one if needed); None: too big to batch, go alone."""
+    def join(self, key: BatchKey, policy: BatchPolicy, payload: Any, rows: int,
+             arrived: float | None = None) -> Member | None:
+        """Join the key's open batch (opening one if needed); None: too big to batch, go alone.
+        `arrived` (this clock): when the request reached the gateway; a batch it opens leaves
+        `max_delay` after that, not after the join."""
         if rows < 1 or rows > policy.max_size or policy.max_size <= 1:
             return None
         loop = asyncio.get_running_loop()
@@ -131,8 +134,10 @@ class Batcher:
         if batch is None:
             batch = Batch(key, policy, self.clock())
             self._open[key] = batch
-            batch._timers.append(loop.call_later(policy.max_delay_s, self._deadline, batch))
-            batch._timers.append(loop.call_later(policy.max_delay_s + self.hold_cap_s, self._flush, batch))
+            now = self.clock()
+            delay = max(0.0, policy.max_delay_s - max(0.0, now - arrived)) if arrived is not None else policy.max_delay_s
+            batch._timers.append(loop.call_later(delay, self._deadline, batch))
+            batch._timers.append(loop.call_later(delay + self.hold_cap_s, self._flush, batch))
         m = Member(payload, rows, loop.create_future(), self.clock(), batch, batch.rows)
         batch.members.append(m)
         batch.rows += rows

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from contracts.config import BatchingConfig, TensorInput
+from contracts.config import BatchingConfig, BatchPadConfig, TensorInput
 from extproc.flows.vision import Job, merge_batch
 from extproc.vision.batching import HARD_CAP, Batcher, BatchKey, BatchPolicy
 from kernels import PreprocessSpec, preprocess
@@ -615,3 +616,68 @@ def test_text_tensor_rows_merge_only_when_they_fit() -> None:
     assert rows is not None and rows.row_shape == (3,) and rows.datatype == "INT64"
     ids.parameters["priority"].int64_param = 1
     assert tensor_rows(ids) is None  # parameters: as sent, alone
+
+
+PAD = BatchPadConfig(input="input_ids", mask="attention_mask", buckets=[16, 32, 64], pad_id=7,
+                     outputs=["embedding"])
+
+
+def _ids(n: int, length: int, *, outputs: tuple[str, ...] = ("embedding",), mask: bool = True,
+         start: int = 1) -> pb.ModelInferRequest:
+    r = pb.ModelInferRequest(model_name="m", id="caller")
+    ids = np.arange(start, start + n * length, dtype="<i8").reshape(n, length)
+    r.inputs.add(name="input_ids", datatype="INT64", shape=[n, length])
+    r.raw_input_contents.append(ids.tobytes())
+    if mask:
+        r.inputs.add(name="attention_mask", datatype="INT64", shape=[n, length])
+        r.raw_input_contents.append(np.ones((n, length), "<i8").tobytes())
+    for o in outputs:
+        r.outputs.add(name=o)
+    return r
+
+
+def test_token_ids_of_different_lengths_pad_to_one_bucket() -> None:
+    from adapters.kserve import merge_tensor_requests, tensor_rows
+
+    a, b = tensor_rows(_ids(1, 20), PAD), tensor_rows(_ids(2, 30, start=100), PAD)
+    assert a is not None and b is not None
+    # Same bucket (32), same inputs and outputs: the same batch key.
+    assert (a.row_shape, a.datatype, a.variant) == (b.row_shape, b.datatype, b.variant) == ((32,), "INT64", a.variant)
+    merged = merge_tensor_requests(_ids(1, 20), [a, b], "task", PAD)
+    assert [list(t.shape) for t in merged.inputs] == [[3, 32], [3, 32]] and merged.id == "task"
+    ids = np.frombuffer(merged.raw_input_contents[0], "<i8").reshape(3, 32)
+    mask = np.frombuffer(merged.raw_input_contents[1], "<i8").reshape(3, 32)
+    assert ids[0, :20].tolist() == list(range(1, 21)) and (ids[0, 20:] == 7).all()  # pad_id on the right
+    assert ids[2, :30].tolist() == list(range(130, 160)) and (ids[1:, 30:] == 7).all()
+    assert mask[0].tolist() == [1] * 20 + [0] * 12 and mask[1].tolist() == [1] * 30 + [0] * 2
+    assert tensor_rows(_ids(1, 40), PAD).row_shape == (64,)  # the next bucket: another batch
+    assert tensor_rows(_ids(1, 16), PAD).row_shape == (16,)  # a length on a bucket stays there
+
+
+def test_padding_only_for_declared_per_sequence_outputs() -> None:
+    from adapters.kserve import tensor_rows
+
+    # Not padded, so (two inputs) not batched at all: past the largest bucket; an undeclared output
+    # (it may depend on positions); no output named (every output, unknown ones too).
+    assert tensor_rows(_ids(1, 65), PAD) is None
+    assert tensor_rows(_ids(1, 20, outputs=("embedding", "token_logits")), PAD) is None
+    assert tensor_rows(_ids(1, 20, outputs=()), PAD) is None
+    unmasked = tensor_rows(_ids(1, 20, mask=False), PAD)  # no mask: merged as before, at equal length only
+    assert unmasked is not None and unmasked.seq_len == 0 and unmasked.row_shape == (20,)
+    no_mask = BatchPadConfig(input="input_ids", buckets=[32], outputs=["embedding"])
+    assert tensor_rows(_ids(1, 20, mask=False), no_mask).seq_len == 20
+    with pytest.raises(ValueError):
+        BatchPadConfig(input="input_ids", buckets=[32])  # outputs undeclared: refused
+    with pytest.raises(ValueError):
+        BatchPadConfig(input="input_ids", buckets=[64, 32], outputs=["embedding"])
+
+
+async def test_a_batch_leaves_max_delay_after_its_first_member_arrived() -> None:
+    b = Batcher()
+    policy = BatchPolicy(max_delay_s=0.05, min_size=4, max_size=8)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    m = b.join(BatchKey("m", "c", (), "BYTES"), policy, Job(rows=1), 1, arrived=time.monotonic() - 0.04)
+    assert m is not None
+    assert (await b.wait(m, 1.0)).role == "leader"
+    assert loop.time() - t0 < 0.04  # 10 ms left of the window, not 50

@@ -35,6 +35,7 @@ L2_KEY = "sk-modelyard-demo-l2"
 GEMINI_MODEL = "embed-batched-gemini"
 TEXT_MODEL = "text-kserve"  # a KServe v2 text model: BYTES in, the demo embedding (8 dims) out
 TEXT_CALLERS = 8
+TOKENS_MODEL = "tokens-kserve"  # the same text model fed token ids: padded to buckets (batching.pad)
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         "name": TEXT_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
         "batching": {"max_delay_ms": 1000, "min_size": TEXT_CALLERS, "max_size": 32},
         "deployments": [{"cluster": "text-kserve", "protocol": "kserve-grpc", "upstream_model": "demo-text",
+                         "endpoints": [f"127.0.0.1:{kserve}"]}]})
+    data["models"].append({
+        "name": TOKENS_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
+        "batching": {"max_delay_ms": 1000, "min_size": 2, "max_size": 32,
+                     "pad": {"input": "input_ids", "mask": "attention_mask", "buckets": [16, 32, 64, 128],
+                             "pad_id": 0, "outputs": ["embedding"]}},
+        "deployments": [{"cluster": "tokens-kserve", "protocol": "kserve-grpc", "upstream_model": "demo-text",
                          "endpoints": [f"127.0.0.1:{kserve}"]}]})
     _static_envoy(data)
     stack = start_stack(tmp_path_factory.mktemp("embed-batch"), data)
@@ -270,3 +278,58 @@ def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool)
         assert np.array_equal(got, _text_rows([text]))
     # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
     assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
+
+
+def _token_ids(length: int, start: int) -> np.ndarray:
+    return np.arange(start, start + length, dtype=np.int64).reshape(1, length)
+
+
+def _rest_tokens(stack, ids: np.ndarray) -> httpx.Response:
+    shape = list(ids.shape)
+    body = {"id": f"rest-{shape[1]}", "outputs": [{"name": "embedding"}], "inputs": [
+        {"name": "input_ids", "datatype": "INT64", "shape": shape, "data": ids.ravel().tolist()},
+        {"name": "attention_mask", "datatype": "INT64", "shape": shape, "data": [1] * ids.size}]}
+    return httpx.post(f"{stack.url}/v2/models/{TOKENS_MODEL}/infer", json=body, timeout=30,
+                      headers={"authorization": f"Bearer {DEMO_KEY}"})
+
+
+def _grpc_tokens(stack, ids: np.ndarray) -> triton_grpc.InferResult:
+    inputs = [triton_grpc.InferInput("input_ids", list(ids.shape), "INT64"),
+              triton_grpc.InferInput("attention_mask", list(ids.shape), "INT64")]
+    inputs[0].set_data_from_numpy(ids)
+    inputs[1].set_data_from_numpy(np.ones_like(ids))
+    client = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
+    try:
+        return client.infer(TOKENS_MODEL, inputs, outputs=[triton_grpc.InferRequestedOutput("embedding")],
+                            request_id=f"grpc-{ids.shape[1]}", headers={"authorization": f"Bearer {DEMO_KEY}"},
+                            client_timeout=30)
+    finally:
+        client.close()
+
+
+def _token_rows(ids: np.ndarray) -> np.ndarray:
+    return np.array([demo_embedding(" ".join(str(int(i)) for i in row), 8) for row in ids], np.float32)
+
+
+def test_token_ids_of_lengths_20_and_30_share_one_call_padded_to_32(stack) -> None:
+    a, b = _token_ids(20, 1000), _token_ids(30, 5000)
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(2) as pool:
+        rest, grpc_ = pool.submit(_rest_tokens, stack, a), pool.submit(_grpc_tokens, stack, b)
+        r, g = rest.result(), grpc_.result()
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    # One upstream call for both, its tensor padded to the bucket 32 (the demo records each call's length).
+    assert after["calls"] - before["calls"] == 1 and after["seq_lens"][-1] == 32
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["id"] == "rest-20" and doc["model_name"] == TOKENS_MODEL and doc["outputs"][0]["shape"] == [1, 8]
+    assert np.array_equal(np.array(doc["outputs"][0]["data"], np.float32).reshape(1, 8), _token_rows(a))
+    assert g.get_response().id == "grpc-30" and np.array_equal(g.as_numpy("embedding"), _token_rows(b))
+
+
+def test_a_lone_token_id_call_goes_as_sent(stack) -> None:
+    ids = _token_ids(20, 9000)
+    r = _rest_tokens(stack, ids)  # alone for the whole window (min_size 2): no padding, no merge
+    assert r.status_code == 200, r.text
+    assert httpx.get(stack.kserve_stats, timeout=5).json()["seq_lens"][-1] == 20
+    assert np.array_equal(np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8), _token_rows(ids))
