@@ -145,7 +145,7 @@ def test_a_group_breaker_fails_fast_in_the_callers_protocol_and_heals(stack) -> 
     assert spilled.http_response.status_code == 200 and spilled.headers["x-modelyard-model"] == "demo-gpt"
     spilled_task = spilled.headers["x-modelyard-task-id"]
     metrics = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
-    assert 'modelyard_breaker_trips_total{group="model:demo-trip"} 1.0' in metrics
+    assert 'modelyard_breaker_trips_total{group="model:demo-trip",reason="error_rate"} 1.0' in metrics
     assert 'modelyard_breaker_state{group="model:demo-trip"} 1.0' in metrics
     # past open_s one probe goes through; its answer closes the breaker
     time.sleep(max(OPEN_S - (time.monotonic() - tripped_at), 0) + 0.2)
