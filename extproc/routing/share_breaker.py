@@ -1,8 +1,9 @@
 """Concentration breakers over groups of models (`routing.share_breakers`).
 
 A strategy that scores one model best (the cheapest, say) sends it every call of a group such as
-`auto` until it buckles. A share breaker counts the group's routed calls per member over a sliding
-window; when one member took more than `max_share` of them (with at least `min_calls`), that member
+`auto` until it buckles. A share breaker counts the group's routed calls (those where routing chose among
+two or more of its members: a call asking for one model by name does not count) per member over a
+sliding window; when one member took more than `max_share` of them (with at least `min_calls`), that member
 trips: the scheduler skips it while another member can take the call, for `open_s` and until its
 share is back at `max_share` or under (the others' calls bring it down). With no other member left
 the tripped one still serves: the breaker moves load, it never refuses a call.
@@ -72,9 +73,10 @@ class ShareBreaker:
         del self.tripped[member]
         return False
 
-    def routed(self, member: str, now: float) -> ShareTrip | None:
-        """A call of the group went to `member`; the trip it caused, if any."""
-        if member not in self.members:
+    def routed(self, member: str, now: float, choice: Iterable[str] = ()) -> ShareTrip | None:
+        """A call went to `member` where routing chose among `choice` (the models the caller's name
+        resolved to): it counts when two or more of them are this group's; the trip it caused, if any."""
+        if member not in self.members or len(self.members.intersection(choice)) < 2:
             return None
         self.window.append((now, member))
         self.counts[member] += 1
@@ -117,9 +119,9 @@ class ShareBreakers:
                 return b
         return None
 
-    def routed(self, member: str, now: float) -> list[ShareTrip]:
-        """Count one routed call in every group holding `member`; returns the trips it caused."""
-        return [t for b in self.by_member.get(member, ()) if (t := b.routed(member, now)) is not None]
+    def routed(self, member: str, choice: tuple[str, ...], now: float) -> list[ShareTrip]:
+        """Count one call routed to `member` among `choice` in every group holding it; returns the trips."""
+        return [t for b in self.by_member.get(member, ()) if (t := b.routed(member, now, choice)) is not None]
 
     def states(self, now: float) -> dict[str, int]:
         """Each (breaker, member): 1 tripped, 0 not (modelyard_breaker_state)."""

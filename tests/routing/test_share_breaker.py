@@ -10,6 +10,8 @@ from extproc.routing.share_breaker import ShareBreaker
 
 from .conftest import dep, make_config, model
 
+AB = ("a", "b")
+
 
 def _b(**kw) -> ShareBreaker:
     s = ShareBreakerSettings(models=["a", "b"], **{"window_s": 10, "min_calls": 4, "max_share": 0.6, "open_s": 5,
@@ -19,13 +21,13 @@ def _b(**kw) -> ShareBreaker:
 
 def test_trips_past_max_share_with_enough_calls_and_heals_when_the_share_falls():
     b = _b()
-    assert [b.routed("a", t) for t in range(3)] == [None] * 3  # 3 of 3, under min_calls
-    trip = b.routed("a", 3)
+    assert [b.routed("a", t, AB) for t in range(3)] == [None] * 3  # 3 of 3, under min_calls
+    trip = b.routed("a", 3, AB)
     assert trip is not None and (trip.label, trip.member, trip.calls, trip.share) == ("share:a+b:a", "a", 4, 1.0)
     assert b.skips("a", 3.5) and not b.skips("b", 3.5) and b.trips == 1
-    assert b.routed("a", 3.6) is None  # served while tripped (nothing else could): no second trip
+    assert b.routed("a", 3.6, AB) is None  # served while tripped (nothing else could): no second trip
     for t in (4, 4.5, 5, 5.5):
-        b.routed("b", t)
+        b.routed("b", t, AB)
     assert b.share("a", 6) == pytest.approx(5 / 9)  # under max_share, but open_s not over
     assert b.skips("a", 7.9)
     assert not b.skips("a", 8.1) and b.tripped == {}  # 5 s after the trip, share 56%: healed
@@ -34,15 +36,16 @@ def test_trips_past_max_share_with_enough_calls_and_heals_when_the_share_falls()
 def test_stays_tripped_past_open_s_while_the_share_is_still_high():
     b = _b()
     for t in range(4):
-        b.routed("a", t)
-    b.routed("b", 4)
+        b.routed("a", t, AB)
+    b.routed("b", 4, AB)
     assert b.skips("a", 9)  # open_s over, yet a still has 4 of 5 calls
     assert not b.skips("a", 13.5)  # the window slid past the old calls: too few to judge
 
 
-def test_other_groups_models_do_not_count():
+def test_only_calls_routed_among_two_members_count():
     b = _b()
-    assert all(b.routed("c", t) is None for t in range(10))
+    assert all(b.routed("c", t, ("a", "c")) is None for t in range(10))  # not a member
+    assert all(b.routed("a", t, ("a", "c")) is None for t in range(10))  # no choice among the group
     assert len(b.window) == 0
 
 
@@ -90,8 +93,10 @@ def test_a_tripped_member_still_serves_when_nothing_else_can(cheap_and_dear):
     t = cheap_and_dear.tenants[0]
     for i in range(4):
         s.decide(RouteRequest("g", t, "cost"), 100 + i * 0.1, {})
+    n = len(s.shares.all[0].window)
     d = s.decide(RouteRequest("cheap", t, "cost"), 100.5, {})  # asked by name: the only member that may serve
     assert d.chosen.model == "cheap" and d.rejected == ()
+    assert len(s.shares.all[0].window) == n  # and no choice among the group: not counted
 
 
 def test_a_reload_keeps_a_tripped_breaker_and_unknown_names_warn(cheap_and_dear, caplog):
