@@ -219,6 +219,10 @@ class RoutingSettings(_Model):
     breakers: list[GroupBreakerSettings] = Field(default_factory=list)
     # Concentration breakers over groups of models: no member takes more than max_share of the calls.
     share_breakers: list[ShareBreakerSettings] = Field(default_factory=list)
+    # A call asking more output tokens than a model's capabilities.max_output_tokens: `filter` leaves
+    # such models out (none left: 400); `clamp` does too while another can give it, and else routes
+    # anyway, lowering the cap to the model's limit on translated calls (x-modelyard-output-clamped).
+    output_limit: Literal["filter", "clamp"] = "filter"
 
     @field_validator("strategies")
     @classmethod

@@ -216,7 +216,12 @@ class Scheduler:
         fail_open: list[FailOpen] = []
         entries = filters.reserved(list(eligible), req.tenant, dropped)
         entries = filters.context_window(entries, req.est_prompt_tokens, dropped)
-        entries = filters.max_output(entries, req.est_output_tokens, dropped)
+        over: filters.Rejected = []
+        capped = filters.max_output(entries, req.est_output_tokens, over)
+        if capped or not entries or s.output_limit == "filter":
+            dropped += over
+            entries = capped
+        # else (clamp): no model can give what was asked; all stay, and the flow lowers the cap
         if self.breakers:
             entries = filters.breaker(entries, self.breakers, now, dropped)
         cooling: filters.Rejected = []

@@ -1,7 +1,10 @@
 """Routing that learns, through a real Envoy with the openai and anthropic SDKs: the shipped
 `demo-learn` model's bandit moves its traffic off a failing demo server and back when the other
 one turns slow; a group breaker over a model trips on its failures, fails fast in the caller's
-protocol with a retry-after, and heals through a half-open probe. One stack for the module."""
+protocol with a retry-after, and heals through a half-open probe; a share breaker moves a group's
+calls off the model the cost strategy piles them onto, and back when its share has fallen; under
+`output_limit: clamp` a translated call's output cap is lowered to the model's limit. One stack for
+the module."""
 
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ def _config() -> dict:
         # cooldowns judge one deployment: kept out of the way so what moves traffic here is the bandit
         "share_breakers": [{"group": "pile-group", "window_s": 60, "min_calls": PILE_MIN, "max_share": 0.6,
                             "open_s": OPEN_S}],
+        # demo-gpt (max_output_tokens 2048) is the only model of its name: a larger cap is clamped
+        "output_limit": "clamp",
         "cooldown": {"failures": 1000}}
     data["extproc"]["audit_db"] = "audit.sqlite"
     return data
@@ -220,3 +225,20 @@ def test_a_share_breaker_moves_calls_off_the_cheap_model_and_back(stack) -> None
     assert ask(99)[0] == "demo-cheap"
     metrics = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
     assert 'modelyard_breaker_state{group="share:pile-group:demo-cheap"} 0.0' in metrics
+
+
+def test_output_limit_clamp_lowers_a_translated_calls_cap_to_the_models_limit(stack) -> None:
+    gpt = stack.cfg.model("demo-gpt")
+    assert gpt is not None
+    limit = gpt.capabilities.max_output_tokens
+    ac = anthropic.Anthropic(base_url=stack.url, api_key=DEMO_KEY, max_retries=0)
+    # Anthropic in, OpenAI upstream: the rendered request carries the model's limit, and the reply says so
+    r = ac.messages.with_raw_response.create(model="demo-gpt", max_tokens=limit + 3000,
+                                             messages=[{"role": "user", "content": "demo-show-max-tokens"}])
+    assert r.http_response.status_code == 200
+    assert r.headers["x-modelyard-output-clamped"] == f"{limit + 3000}->{limit}"
+    assert r.parse().content[0].text.endswith(f"max_tokens={limit}")
+    # a cap within the limit goes as asked
+    r = ac.messages.with_raw_response.create(model="demo-gpt", max_tokens=100,
+                                             messages=[{"role": "user", "content": "demo-show-max-tokens"}])
+    assert "x-modelyard-output-clamped" not in r.headers and r.parse().content[0].text.endswith("max_tokens=100")

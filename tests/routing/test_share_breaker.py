@@ -123,3 +123,4 @@ def test_auto_is_a_group_too():
         ["cheap", "cheap", "dear"]
     with pytest.raises(ConfigError):
         make_config([model("m", [dep("m1")])], routing={"share_breakers": [{"group": "g", "max_share": 1.0}]})
+
