@@ -13,6 +13,7 @@ Pure: times are passed in (monotonic seconds).
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -90,6 +91,8 @@ class ShareBreaker:
 
     def reason(self, member: str, now: float) -> str:
         left = max(self.tripped.get(member, now) - now, 0.0)
+        if math.isinf(left):
+            return f"share breaker {self.settings.name}: {member} tripped (as the running extproc reports)"
         return (f"share breaker {self.settings.name}: {member} took {self.share(member, now):.0%} of "
                 f"{len(self.window)} calls in {self.settings.window_s:g}s (max {self.settings.max_share:.0%}; "
                 + (f"{left:.1f}s left)" if left > 0 else "until its share falls)"))
@@ -122,6 +125,14 @@ class ShareBreakers:
     def routed(self, member: str, choice: tuple[str, ...], now: float) -> list[ShareTrip]:
         """Count one call routed to `member` among `choice` in every group holding it; returns the trips."""
         return [t for b in self.by_member.get(member, ()) if (t := b.routed(member, now, choice)) is not None]
+
+    def hold(self, label: str) -> None:
+        """Trip the member a running extproc reports tripped (`route explain --live`): its counts are not
+        known here, so it stays tripped for this scheduler's life."""
+        for b in self.all:
+            for m in b.members:
+                if b.label(m) == label:
+                    b.tripped[m] = math.inf
 
     def states(self, now: float) -> dict[str, int]:
         """Each (breaker, member): 1 tripped, 0 not (modelyard_breaker_state)."""

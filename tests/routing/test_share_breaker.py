@@ -6,6 +6,7 @@ import pytest
 from contracts.config.routing import ShareBreakerSettings
 from contracts.errors import ConfigError
 from extproc.routing import RouteRequest, Scheduler
+from extproc.routing.explain import explain, hold_share_trips
 from extproc.routing.share_breaker import ShareBreaker
 
 from .conftest import dep, make_config, model
@@ -124,3 +125,21 @@ def test_auto_is_a_group_too():
     with pytest.raises(ConfigError):
         make_config([model("m", [dep("m1")])], routing={"share_breakers": [{"group": "g", "max_share": 1.0}]})
 
+
+
+def test_route_explain_shows_the_skip_and_live_reads_the_trip_from_metrics(cheap_and_dear):
+    s = Scheduler(cheap_and_dear)
+    t = cheap_and_dear.tenants[0]
+    for i in range(4):
+        s.decide(RouteRequest("g", t, "cost"), 100 + i * 0.1, {})
+    doc = explain(s, RouteRequest("g", t, "cost"), 100.5, {})
+    assert doc["chosen"] == "d1"
+    assert [r["filtered"] for r in doc["rows"] if r["rank"] is None] == \
+        ["share breaker g: cheap took 100% of 4 calls in 30s (max 60%; 1.8s left)"]
+    # `route explain --live`: a fresh scheduler learns the trip from the running extproc's /metrics
+    live = Scheduler(cheap_and_dear)
+    hold_share_trips(live, 'modelyard_breaker_state{group="share:g:cheap"} 1.0\n'
+                           'modelyard_breaker_state{group="share:g:dear"} 0.0\n')
+    doc = explain(live, RouteRequest("g", t, "cost"), 1, {})
+    assert doc["chosen"] == "d1" and doc["rows"][-1]["filtered"] == \
+        "share breaker g: cheap tripped (as the running extproc reports)"
