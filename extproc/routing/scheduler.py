@@ -150,7 +150,7 @@ class Scheduler:
             self.admission.consume(req.tenant.name, req.tenant.tier, now)
         if not dry_run and self.breakers:
             self.breakers.routed(candidates[0].model, candidates[0].cluster, now)
-        trips = tuple(self.shares.routed(candidates[0].model, members, now)) if not dry_run and self.shares else ()
+        trips = tuple(self.shares.routed(candidates[0].model, req.model, members, now)) if not dry_run and self.shares else ()
         return Decision(candidates, strategy, arm, weights, req.want_fast, rejected, fail_open, learned, trips)
 
     # -- the stages ---------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Concentration breakers over groups of models (`routing.share_breakers`).
 
 A strategy that scores one model best (the cheapest, say) sends it every call of a group such as
-`auto` until it buckles. A share breaker counts the group's routed calls (those where routing chose among
-two or more of its members: a call asking for one model by name does not count) per member over a
-sliding window; when one member took more than `max_share` of them (with at least `min_calls`), that member
+`auto` until it buckles. A share breaker counts the group's routed calls (those asking for the group by
+name; for a listed set of models, those where routing chose among two or more of them) per member
+over a sliding window; when one member took more than `max_share` of them (with at least `min_calls`), that member
 trips: the scheduler skips it while another member can take the call, for `open_s` and until its
 share is back at `max_share` or under (the others' calls bring it down). With no other member left
 the tripped one still serves: the breaker moves load, it never refuses a call.
@@ -74,10 +74,16 @@ class ShareBreaker:
         del self.tripped[member]
         return False
 
-    def routed(self, member: str, now: float, choice: Iterable[str] = ()) -> ShareTrip | None:
-        """A call went to `member` where routing chose among `choice` (the models the caller's name
-        resolved to): it counts when two or more of them are this group's; the trip it caused, if any."""
-        if member not in self.members or len(self.members.intersection(choice)) < 2:
+    def counts_call(self, asked: str, choice: Iterable[str]) -> bool:
+        """A call for `asked` that routing chose among `choice` (the models that name resolved to) is the
+        group's: asked by the group's name, or (a listed set) with two or more members to choose from."""
+        if self.settings.group is not None:
+            return asked == self.settings.group
+        return len(self.members.intersection(choice)) >= 2
+
+    def routed(self, member: str, now: float, asked: str = "", choice: Iterable[str] = ()) -> ShareTrip | None:
+        """A call for `asked` went to `member` among `choice`; the trip it caused, if any."""
+        if member not in self.members or not self.counts_call(asked, choice):
             return None
         self.window.append((now, member))
         self.counts[member] += 1
@@ -122,9 +128,10 @@ class ShareBreakers:
                 return b
         return None
 
-    def routed(self, member: str, choice: tuple[str, ...], now: float) -> list[ShareTrip]:
-        """Count one call routed to `member` among `choice` in every group holding it; returns the trips."""
-        return [t for b in self.by_member.get(member, ()) if (t := b.routed(member, now, choice)) is not None]
+    def routed(self, member: str, asked: str, choice: tuple[str, ...], now: float) -> list[ShareTrip]:
+        """Count one call for `asked` routed to `member` among `choice` in every group it is the
+        group's call of; returns the trips."""
+        return [t for b in self.by_member.get(member, ()) if (t := b.routed(member, now, asked, choice)) is not None]
 
     def hold(self, label: str) -> None:
         """Trip the member a running extproc reports tripped (`route explain --live`): its counts are not

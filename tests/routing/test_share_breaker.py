@@ -22,13 +22,13 @@ def _b(**kw) -> ShareBreaker:
 
 def test_trips_past_max_share_with_enough_calls_and_heals_when_the_share_falls():
     b = _b()
-    assert [b.routed("a", t, AB) for t in range(3)] == [None] * 3  # 3 of 3, under min_calls
-    trip = b.routed("a", 3, AB)
+    assert [b.routed("a", t, "", AB) for t in range(3)] == [None] * 3  # 3 of 3, under min_calls
+    trip = b.routed("a", 3, "", AB)
     assert trip is not None and (trip.label, trip.member, trip.calls, trip.share) == ("share:a+b:a", "a", 4, 1.0)
     assert b.skips("a", 3.5) and not b.skips("b", 3.5) and b.trips == 1
-    assert b.routed("a", 3.6, AB) is None  # served while tripped (nothing else could): no second trip
+    assert b.routed("a", 3.6, "", AB) is None  # served while tripped (nothing else could): no second trip
     for t in (4, 4.5, 5, 5.5):
-        b.routed("b", t, AB)
+        b.routed("b", t, "", AB)
     assert b.share("a", 6) == pytest.approx(5 / 9)  # under max_share, but open_s not over
     assert b.skips("a", 7.9)
     assert not b.skips("a", 8.1) and b.tripped == {}  # 5 s after the trip, share 56%: healed
@@ -37,16 +37,16 @@ def test_trips_past_max_share_with_enough_calls_and_heals_when_the_share_falls()
 def test_stays_tripped_past_open_s_while_the_share_is_still_high():
     b = _b()
     for t in range(4):
-        b.routed("a", t, AB)
-    b.routed("b", 4, AB)
+        b.routed("a", t, "", AB)
+    b.routed("b", 4, "", AB)
     assert b.skips("a", 9)  # open_s over, yet a still has 4 of 5 calls
     assert not b.skips("a", 13.5)  # the window slid past the old calls: too few to judge
 
 
 def test_only_calls_routed_among_two_members_count():
     b = _b()
-    assert all(b.routed("c", t, ("a", "c")) is None for t in range(10))  # not a member
-    assert all(b.routed("a", t, ("a", "c")) is None for t in range(10))  # no choice among the group
+    assert all(b.routed("c", t, "", ("a", "c")) is None for t in range(10))  # not a member
+    assert all(b.routed("a", t, "", ("a", "c")) is None for t in range(10))  # no choice among the group
     assert len(b.window) == 0
 
 
@@ -112,6 +112,21 @@ def test_a_reload_keeps_a_tripped_breaker_and_unknown_names_warn(cheap_and_dear,
                                                                                   {"models": ["m", "x"]}]}))
     assert "routing.share_breakers[0].group: 'nope' is no model group" in caplog.text
     assert "routing.share_breakers[1].models[1]: 'x' is not defined" in caplog.text
+
+
+def test_a_group_breaker_counts_only_calls_asking_for_the_group():
+    cfg = make_config([model("cheap", [dep("c1", monitored=False)], groups=["g"], cost={"input_per_1k": 0.01}),
+                       model("dear", [dep("d1", monitored=False)], groups=["g"], cost={"input_per_1k": 1.0})],
+                      routing={"share_breakers": [{"group": "g", "min_calls": 2, "max_share": 0.5}]})
+    s = Scheduler(cfg)
+    t = cfg.tenants[0]
+    # `auto` resolves to the same two models, but it is not the group's name: nothing counted
+    assert [s.decide(RouteRequest("auto", t, "cost"), 1 + i, {}).chosen.model for i in range(5)] == ["cheap"] * 5
+    assert len(s.shares.all[0].window) == 0
+    assert [s.decide(RouteRequest("g", t, "cost"), 10 + i, {}).chosen.model for i in range(3)] == \
+        ["cheap", "cheap", "dear"]
+    # tripped, the member is skipped for any call that has another model to go to
+    assert s.decide(RouteRequest("auto", t, "cost"), 13, {}).chosen.model == "dear"
 
 
 def test_auto_is_a_group_too():
