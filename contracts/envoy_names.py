@@ -49,6 +49,9 @@ QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"
 SPILLED_FROM_HEADER = "x-modelyard-spilled-from"
 # On a reply whose request lost controls its deployment cannot express (drop_params): their names.
 DROPPED_PARAMS_HEADER = "x-modelyard-dropped-params"
+# On a reply whose output cap was lowered to the model's max_output_tokens (routing.output_limit: clamp):
+# `<asked>-><sent>`.
+OUTPUT_CLAMPED_HEADER = "x-modelyard-output-clamped"
 CACHE_HEADER = "x-modelyard-cache"  # hit | miss | bypass: the response cache's verdict (docs/cache.md)
 
 # A deployment with failover peers: Envoy's aggregate cluster `<cluster>~failover` (contracts/failover.py).

@@ -36,7 +36,7 @@ log = logging.getLogger("modelyard.accounting")
 
 def _tripped(breakers: list[GroupBreaker]) -> None:
     for b in breakers:
-        BREAKER_TRIPS.labels(b.group).inc()
+        BREAKER_TRIPS.labels(b.group, "error_rate").inc()
         log.warning("group breaker %s opened: error rate over %.0f%% in %gs; routing around it for %gs",
                     b.group, b.settings.error_rate * 100, b.settings.window_s, b.settings.open_s)
 

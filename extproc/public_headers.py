@@ -19,6 +19,7 @@ from contracts.envoy_names import (
     CLUSTER_HEADER,
     DROPPED_PARAMS_HEADER,
     MODEL_HEADER,
+    OUTPUT_CLAMPED_HEADER,
     QUEUE_WAIT_HEADER,
     SPILLED_FROM_HEADER,
     STRATEGY_HEADER,
@@ -29,7 +30,7 @@ from extproc import messages as msg
 PREFIX = "x-modelyard-"
 PUBLIC_RESPONSE_HEADERS = frozenset({TASK_ID_HEADER, CLUSTER_HEADER, MODEL_HEADER, CHANNEL_HEADER, STRATEGY_HEADER,
                                      ARM_HEADER, QUEUE_WAIT_HEADER, DROPPED_PARAMS_HEADER, CACHE_HEADER,
-                                     SPILLED_FROM_HEADER})
+                                     SPILLED_FROM_HEADER, OUTPUT_CLAMPED_HEADER})
 
 
 # Any case: header names are case-insensitive, and one matched here is lowered before the check.

@@ -648,6 +648,14 @@ def _check_learning_references(cfg: GatewayConfig, source: str) -> None:
     models = {m.name for m in cfg.models}
     named = [(f"routing.adaptive.models[{i}]", n) for i, n in enumerate(cfg.routing.adaptive.models)]
     named += [(f"routing.breakers[{i}].model", b.model) for i, b in enumerate(cfg.routing.breakers) if b.model]
+    named += [(f"routing.share_breakers[{i}].models[{j}]", n) for i, b in enumerate(cfg.routing.share_breakers)
+              for j, n in enumerate(b.models or ())]
+    groups = {g for m in cfg.models for g in m.groups} | {"auto"}
+    for i, b in enumerate(cfg.routing.share_breakers):
+        if b.group is not None and b.group not in groups:
+            logging.getLogger("modelyard.config").warning(
+                "%s: routing.share_breakers[%d].group: %r is no model group in this file (it breaks nothing)",
+                source, i, b.group)
     for where, name in named:
         if name not in models:
             logging.getLogger("modelyard.config").warning(

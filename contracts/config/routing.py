@@ -170,6 +170,32 @@ class GroupBreakerSettings(_Model):
         return f"model:{self.model}" if self.model is not None else f"channel:{self.channel}"
 
 
+class ShareBreakerSettings(_Model):
+    """A total breaker over a group of models (a model group such as `auto`, or listed `models`) that
+    trips on concentration: when one member took more than `max_share` of the group's routed calls
+    over `window_s` (with at least `min_calls`), that member is skipped for `open_s` and until its
+    share falls back to `max_share` or under; it still serves when no other member can take a call."""
+
+    group: str | None = None
+    models: list[str] | None = None
+    window_s: float = Field(30.0, gt=0)
+    min_calls: int = Field(10, ge=1)
+    max_share: float = Field(0.6, gt=0, lt=1)
+    open_s: float = Field(10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_group(self) -> ShareBreakerSettings:
+        if (self.group is None) == (self.models is None):
+            raise ValueError("a share breaker names exactly one of `group` or `models`")
+        if self.models is not None and len(set(self.models)) < 2:
+            raise ValueError("a share breaker's `models` lists at least two models")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.group if self.group is not None else "+".join(self.models or ())
+
+
 class RoutingSettings(_Model):
     strategies: dict[str, Weights] = Field(default_factory=lambda: dict(DEFAULT_STRATEGIES))
     ab: ABSettings = ABSettings()
@@ -191,6 +217,12 @@ class RoutingSettings(_Model):
     adaptive: AdaptiveSettings = AdaptiveSettings()
     # Total breakers over groups (a model's or a channel's deployments together).
     breakers: list[GroupBreakerSettings] = Field(default_factory=list)
+    # Concentration breakers over groups of models: no member takes more than max_share of the calls.
+    share_breakers: list[ShareBreakerSettings] = Field(default_factory=list)
+    # A call asking more output tokens than a model's capabilities.max_output_tokens: `filter` leaves
+    # such models out (none left: 400); `clamp` does too while another can give it, and else routes
+    # anyway, lowering the cap to the model's limit on translated calls (x-modelyard-output-clamped).
+    output_limit: Literal["filter", "clamp"] = "filter"
 
     @field_validator("strategies")
     @classmethod

@@ -93,6 +93,8 @@ def demo_reply(req: ChatRequest, prefix: str, *, response_id: str = "demo-0",
             return ChatResponse(response_id, req.model, "", (call,), "tool_calls",
                                 Usage(words_in, len(args.split()), _cache(req, words_in, explicit_cache)))
         text = f"{prefix} echo: {user_text}"
+        if "demo-show-max-tokens" in user_text:  # what output cap reached the upstream (routing.output_limit)
+            text += f" max_tokens={req.max_tokens}"
     return ChatResponse(response_id, req.model, text, (), "stop", Usage(words_in, len(text.split()), _cache(req, words_in, explicit_cache)))
 
 

@@ -63,7 +63,10 @@ class Dispatcher:
         self._failing_open: dict[str, set[FailOpen]] = {}  # by model
         _spill_series(scheduler.config)
         for b in scheduler.breakers.all:  # every trip series exists at 0 from the start
-            BREAKER_TRIPS.labels(b.group)
+            BREAKER_TRIPS.labels(b.group, "error_rate")
+        for sb in scheduler.shares.all:
+            for m in sb.members:
+                BREAKER_TRIPS.labels(sb.label(m), "share")
 
     def choose(self, route: RouteRequest) -> Choice:
         """The scheduler's pick (filter, score, admission) as a Choice; `NoRoute` when none."""
@@ -71,12 +74,17 @@ class Dispatcher:
                                   occupancy=self.limits.occupancy)
         if d.fail_open or route.model in self._failing_open:
             self._note_fail_open(route.model, set(d.fail_open))
+        for t in d.share_trips:
+            BREAKER_TRIPS.labels(t.label, "share").inc()
+            log.warning("share breaker %s tripped: %s took %.0f%% of %d calls (max %.0f%%); routing to the group's "
+                        "other models for %gs and until its share falls", t.settings.name, t.member, t.share * 100,
+                        t.calls, t.settings.max_share * 100, t.settings.open_s)
         c = d.chosen
         DEMAND.touch(c.deployment.cluster)
         peers = tuple(p.deployment for p in d.candidates[1:] if p.model_config is c.model_config
                       and p.channel == c.channel and p.deployment.cluster != c.deployment.cluster)
-        around = tuple(sorted({r.reason for r in d.rejected if r.check == "breaker"})) \
-            if self.scheduler.breakers else ()
+        around = tuple(sorted({r.reason for r in d.rejected if r.check in ("breaker", "share")})) \
+            if self.scheduler.breakers or self.scheduler.shares else ()
         if d.learned is not None:  # the bandit's pick: metered as strategy `adaptive`, arm = the cluster it chose
             BANDIT_PICKS.labels(c.model, c.channel, d.learned.arm).inc()
             return Choice(model=c.model_config, deployment=c.deployment, channel=c.channel, strategy=ADAPTIVE,

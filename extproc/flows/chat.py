@@ -7,6 +7,7 @@ provider-specific fields survive; cross-protocol requests go through the interna
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -23,6 +24,7 @@ from adapters.upstream_errors import log_excerpt
 from contracts.envoy_names import (
     CLUSTER_HEADER,
     DROPPED_PARAMS_HEADER,
+    OUTPUT_CLAMPED_HEADER,
     UPSTREAM_ATTEMPTS_HEADER,
     UPSTREAM_HOST_HEADER,
 )
@@ -231,6 +233,7 @@ class ChatFlow:
                 auth = self.call.auth
                 options = RenderOptions(legacy_max_tokens=dep.max_tokens_field == "max_tokens", cloud=auth.cloud)
                 req = self._drop_params(req, options)
+                req = self._clamped(req, choice.model.capabilities.max_output_tokens)
                 up = self.upstream.render_request(req, upstream_model=upstream_model, credential=auth.credential,
                                                   options=options)
                 path, up_headers, out = up.path, up.headers, up.body
@@ -267,6 +270,14 @@ class ChatFlow:
                 DROPPED_PARAMS.labels(choice.model.name, dep.cluster, name).inc()
         self.ctx.response_headers.append((DROPPED_PARAMS_HEADER, ",".join(dropped)))
         return controls.without(req, dropped)
+
+    def _clamped(self, req: ChatRequest, limit: int) -> ChatRequest:
+        """Under routing.output_limit clamp, an output cap over the model's limit is lowered to it (and
+        the reply says so); under filter the scheduler has kept such models out."""
+        if req.max_tokens is None or req.max_tokens <= limit or self.gw.config.routing.output_limit != "clamp":
+            return req
+        self.ctx.response_headers.append((OUTPUT_CLAMPED_HEADER, f"{req.max_tokens}->{limit}"))
+        return dataclasses.replace(req, max_tokens=limit)
 
     def _deployment_reasoning(self) -> str:
         choice = self.call.choice

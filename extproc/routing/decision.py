@@ -9,17 +9,18 @@ from typing import Literal
 from contracts.config import Deployment, ModelConfig, TenantConfig
 from contracts.config.routing import Weights
 from contracts.config.service_levels import Channel
+from extproc.routing.share_breaker import ShareTrip
 
 Arm = Literal["A", "B"]
 # Which check dropped a deployment; `Rejection.reason` is the human-readable account of it.
 Check = Literal[
     "task_type", "tools", "vision", "streaming", "channel", "context_window", "max_output_tokens",
     "cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier", "reserved",
-    "breaker",
+    "breaker", "share",
 ]
 # Checks that may pass later (a retry can help, so no route is a 503); the rest never change.
 RUNTIME_CHECKS: frozenset[Check] = frozenset(
-    {"cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier", "breaker"}
+    {"cooldown", "warming", "no_reading", "stale_reading", "saturated", "fast_quota", "fast_tier", "breaker", "share"}
 )
 
 
@@ -97,6 +98,8 @@ class Decision:
     fail_open: tuple[FailOpen, ...] = ()
     # The learning strategy's pick (routing.adaptive): the chosen deployment, its propensity, the shares.
     learned: Learned | None = None
+    # Share breakers this call tripped (routing.share_breakers): the caller meters and logs them.
+    share_trips: tuple[ShareTrip, ...] = ()
 
     @property
     def chosen(self) -> Candidate:

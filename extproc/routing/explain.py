@@ -68,6 +68,17 @@ def queue_states(config: GatewayConfig, metrics_text: str = "") -> dict[str, Que
     return out
 
 
+def hold_share_trips(scheduler: Scheduler, metrics_text: str) -> None:
+    """The share breakers' members a running extproc has tripped (`modelyard_breaker_state{group="share:..."}` 1)
+    are tripped in `scheduler` too, so the explain skips them as the extproc does."""
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "modelyard_breaker_state":
+            for sample in family.samples:
+                label = sample.labels.get("group", "")
+                if label.startswith("share:") and sample.value == 1:
+                    scheduler.shares.hold(label)
+
+
 def latency_states(config: GatewayConfig, metrics_text: str) -> dict[str, LatencyState]:
     """Every deployment with an `slo:` as a running extproc measured it (`modelyard_latency_objective`
     in its /metrics; an empty text: nothing measured)."""
@@ -316,6 +327,8 @@ def explain_main(argv: list[str], add: Addition | None = None) -> int:
         except OSError as e:
             print(f"error: cannot read {config.extproc.metrics_address}/metrics: {e}", file=sys.stderr)
             return 2
+    if metrics_text and scheduler.shares:
+        hold_share_trips(scheduler, metrics_text)
     doc = explain(scheduler, req, now, readings, queue_states(config, metrics_text),
                   latency_states(config, metrics_text) if args.live else None)
     if add is not None:

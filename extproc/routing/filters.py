@@ -19,6 +19,7 @@ from extproc.routing.decision import Rejection, RouteRequest
 from extproc.routing.errors import ModelNotFound
 from extproc.routing.feedback import StatsLookup
 from extproc.routing.index import Entry
+from extproc.routing.share_breaker import ShareBreakers
 
 # -- tenant access --------------------------------------------------------------------------
 
@@ -146,6 +147,24 @@ def breaker(entries: list[Entry], breakers: Breakers, now: float, rejected: Reje
                    else f"group breaker {b.group} half-open (probes out)")
             rejected.append((e, Rejection(e.name, e.cluster, why, "breaker")))
     return out
+
+
+def share(admitted: list[tuple[Entry, float, bool]], shares: ShareBreakers, now: float,
+          rejected: Rejected) -> list[tuple[Entry, float, bool]]:
+    """Deployments of a member a share breaker tripped stay out, unless no other member can take the call."""
+    kept = []
+    skipped: Rejected = []
+    for a in admitted:
+        e = a[0]
+        b = shares.skipping(e.name, now)
+        if b is None:
+            kept.append(a)
+        else:
+            skipped.append((e, Rejection(e.name, e.cluster, b.reason(e.name, now), "share")))
+    if not kept:
+        return admitted  # the breaker moves load; it never refuses a call
+    rejected += skipped
+    return kept
 
 
 def cooldown(entries: list[Entry], stats: StatsLookup, now: float, rejected: Rejected) -> list[Entry]:

@@ -23,6 +23,7 @@ from extproc.routing.feedback import Feedback, StatsLookup
 from extproc.routing.index import Entry, entries_of, groups_of
 from extproc.routing.latency import LatencyBook
 from extproc.routing.score import pick, score
+from extproc.routing.share_breaker import ShareBreakers
 
 _SHAPE_CACHE_SIZE = 1024
 _AB_SCALE = 2**64
@@ -50,6 +51,7 @@ class Scheduler:
         self.bandit = Bandit(s.adaptive, pending={} if s.adaptive.store == "redis" else None)
         self.breakers = Breakers(s.breakers, ((m.name, d.cluster, d.channel)
                                               for m in config.models for d in m.deployments))
+        self.shares = ShareBreakers(s.share_breakers, self._groups)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -92,7 +94,8 @@ class Scheduler:
 
     def learning_state(self, now: float) -> tuple[Iterator[tuple[GroupKey, str, dict[str, float]]], dict[str, int]]:
         """What /metrics shows of the bandit's arms and the group breakers (modelyard_bandit_arm, _breaker_state)."""
-        return self.bandit.exposition(now), {g: STATE_VALUE[st] for g, st in self.breakers.states(now).items()}
+        states = {g: STATE_VALUE[st] for g, st in self.breakers.states(now).items()}
+        return self.bandit.exposition(now), {**states, **self.shares.states(now)}
 
     def carry_learning(self, running: Scheduler) -> None:
         """A reload keeps what was learned: the bandit's evidence, and breakers whose settings stayed."""
@@ -103,6 +106,9 @@ class Scheduler:
             if kept is not None:
                 self.breakers.all[i] = kept
         self.breakers.reindex()
+        kept_shares = {(b.settings, b.members): b for b in running.shares.all}
+        self.shares.all = [kept_shares.get((b.settings, b.members), b) for b in self.shares.all]
+        self.shares.reindex()
 
     def decide(
         self,
@@ -144,7 +150,8 @@ class Scheduler:
             self.admission.consume(req.tenant.name, req.tenant.tier, now)
         if not dry_run and self.breakers:
             self.breakers.routed(candidates[0].model, candidates[0].cluster, now)
-        return Decision(candidates, strategy, arm, weights, req.want_fast, rejected, fail_open, learned)
+        trips = tuple(self.shares.routed(candidates[0].model, req.model, members, now)) if not dry_run and self.shares else ()
+        return Decision(candidates, strategy, arm, weights, req.want_fast, rejected, fail_open, learned, trips)
 
     # -- the stages ---------------------------------------------------------------------------
 
@@ -209,7 +216,12 @@ class Scheduler:
         fail_open: list[FailOpen] = []
         entries = filters.reserved(list(eligible), req.tenant, dropped)
         entries = filters.context_window(entries, req.est_prompt_tokens, dropped)
-        entries = filters.max_output(entries, req.est_output_tokens, dropped)
+        over: filters.Rejected = []
+        capped = filters.max_output(entries, req.est_output_tokens, over)
+        if capped or not entries or s.output_limit == "filter":
+            dropped += over
+            entries = capped
+        # else (clamp): no model can give what was asked; all stay, and the flow lowers the cap
         if self.breakers:
             entries = filters.breaker(entries, self.breakers, now, dropped)
         cooling: filters.Rejected = []
@@ -248,6 +260,8 @@ class Scheduler:
             admitted = filters.fast_admission(loads, quota_left, self.admission.rule(tier), tier, dropped, slow)
         else:
             admitted = [(e, wm, False) for e, wm in loads]
+        if self.shares and len(admitted) > 1:
+            admitted = filters.share(admitted, self.shares, now, dropped)
         if len(dropped) > 1:
             # Each entry fails one check at most: list them as a single pass over the config would.
             position = {id(e): i for i, e in enumerate(eligible)}

@@ -300,8 +300,9 @@ ARM_CALLS = Counter("modelyard_arm_calls_total", "Calls of each A/B or bandit ar
 ARM_COST = Counter("modelyard_arm_cost_total", "Cost of each A/B or bandit arm's calls", ["strategy", "arm"])
 ARM_REWARD = Counter("modelyard_arm_reward_total", "Reward the learning strategy counted per arm (sum; "
                      "divide by modelyard_arm_calls_total for the mean)", ["strategy", "arm"])
-BREAKER_TRIPS = Counter("modelyard_breaker_trips_total", "Times a group breaker opened (a model's or a "
-                        "channel's combined error rate passed its threshold)", ["group"])
+BREAKER_TRIPS = Counter("modelyard_breaker_trips_total", "Times a group breaker opened (reason error_rate: a "
+                        "model's or a channel's combined error rate passed its threshold; reason share: one "
+                        "model took more than its share of a group's calls)", ["group", "reason"])
 
 
 class LearningState(Collector):

@@ -1,7 +1,10 @@
 """Routing that learns, through a real Envoy with the openai and anthropic SDKs: the shipped
 `demo-learn` model's bandit moves its traffic off a failing demo server and back when the other
 one turns slow; a group breaker over a model trips on its failures, fails fast in the caller's
-protocol with a retry-after, and heals through a half-open probe. One stack for the module."""
+protocol with a retry-after, and heals through a half-open probe; a share breaker moves a group's
+calls off the model the cost strategy piles them onto, and back when its share has fallen; under
+`output_limit: clamp` a translated call's output cap is lowered to the model's limit. One stack for
+the module."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from tests.stack_config import ROOT, free_port, small_config, start_stack
 pytestmark = pytest.mark.e2e
 HALF_LIFE_S = 3.0
 OPEN_S = 2.0
+PILE_MIN = 5
 
 
 def _config() -> dict:
@@ -33,10 +37,14 @@ def _config() -> dict:
         d["endpoints"] = [f"127.0.0.1:{free_port()}"]
     data = small_config()
     # demo-trip leads its group (the best quality, fast, free); demo-gpt (small_config's) is the group's other model
-    data["models"][0]["groups"] = ["trip-group"]
+    data["models"][0]["groups"] = ["trip-group", "pile-group"]
     trip = {"name": "demo-trip", "quality": 1.0, "latency_ms": 50, "groups": ["trip-group"],
             "deployments": [{"cluster": "demo-trip-a", "protocol": "openai", "endpoints": [f"127.0.0.1:{free_port()}"]}]}
-    data["models"] += [learn, trip]
+    # demo-cheap costs next to nothing: the cost strategy sends pile-group's every call there
+    cheap = {"name": "demo-cheap", "quality": 0.5, "groups": ["pile-group"], "cost": {"input_per_1k": 0.01},
+             "deployments": [{"cluster": "demo-cheap-a", "protocol": "openai",
+                              "endpoints": [f"127.0.0.1:{free_port()}"]}]}
+    data["models"] += [learn, trip, cheap]
     data["routing"] = {
         # the shipped reward, on a shorter memory so the test sees it forget within seconds
         "adaptive": {**shipped["routing"]["adaptive"], "half_life_s": HALF_LIFE_S, "latency_target_ms": 50,
@@ -44,6 +52,10 @@ def _config() -> dict:
         "breakers": [{"model": "demo-trip", "window_s": 10, "min_calls": 3, "error_rate": 0.5, "open_s": OPEN_S,
                       "probes": 1}],
         # cooldowns judge one deployment: kept out of the way so what moves traffic here is the bandit
+        "share_breakers": [{"group": "pile-group", "window_s": 60, "min_calls": PILE_MIN, "max_share": 0.6,
+                            "open_s": OPEN_S}],
+        # demo-gpt (max_output_tokens 2048) is the only model of its name: a larger cap is clamped
+        "output_limit": "clamp",
         "cooldown": {"failures": 1000}}
     data["extproc"]["audit_db"] = "audit.sqlite"
     return data
@@ -145,7 +157,7 @@ def test_a_group_breaker_fails_fast_in_the_callers_protocol_and_heals(stack) -> 
     assert spilled.http_response.status_code == 200 and spilled.headers["x-modelyard-model"] == "demo-gpt"
     spilled_task = spilled.headers["x-modelyard-task-id"]
     metrics = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
-    assert 'modelyard_breaker_trips_total{group="model:demo-trip"} 1.0' in metrics
+    assert 'modelyard_breaker_trips_total{group="model:demo-trip",reason="error_rate"} 1.0' in metrics
     assert 'modelyard_breaker_state{group="model:demo-trip"} 1.0' in metrics
     # past open_s one probe goes through; its answer closes the breaker
     time.sleep(max(OPEN_S - (time.monotonic() - tripped_at), 0) + 0.2)
@@ -172,3 +184,61 @@ def test_a_group_breaker_fails_fast_in_the_callers_protocol_and_heals(stack) -> 
     assert row is not None
     around = orjson.loads(row[0])["routed_around"]
     assert len(around) == 1 and around[0].startswith("group breaker model:demo-trip open ("), around
+
+
+def _audit_detail(stack, task: str) -> dict:
+    deadline = time.monotonic() + 10
+    row = None
+    while row is None and time.monotonic() < deadline:
+        with sqlite3.connect(stack.cfg.extproc.audit_db) as conn:
+            row = conn.execute("SELECT detail FROM audit WHERE task_id = ?", (task,)).fetchone()
+        time.sleep(0.1)
+    assert row is not None
+    return orjson.loads(row[0])
+
+
+def test_a_share_breaker_moves_calls_off_the_cheap_model_and_back(stack) -> None:
+    oa = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=DEMO_KEY, max_retries=0)
+
+    def ask(i: int) -> tuple[str, str]:
+        r = oa.chat.completions.with_raw_response.create(
+            model="pile-group", messages=[{"role": "user", "content": f"pile {i}"}],
+            extra_headers={"x-modelyard-strategy": "cost"})
+        assert r.http_response.status_code == 200
+        return r.headers["x-modelyard-model"], r.headers["x-modelyard-task-id"]
+
+    # the cheap model takes every call until it holds them all with min_calls counted: that call trips it
+    assert [ask(i)[0] for i in range(PILE_MIN)] == ["demo-cheap"] * PILE_MIN
+    tripped_at = time.monotonic()
+    # the group's next calls go to demo-gpt until demo-cheap's share (5 of 5, 6, 7, 8) is back to 60%
+    moved = [ask(PILE_MIN + i) for i in range(4)]
+    assert [m for m, _ in moved] == ["demo-gpt"] * 4
+    metrics = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    assert 'modelyard_breaker_trips_total{group="share:pile-group:demo-cheap",reason="share"} 1.0' in metrics
+    assert 'modelyard_breaker_trips_total{group="share:pile-group:demo-gpt",reason="share"} 0.0' in metrics
+    assert 'modelyard_breaker_state{group="share:pile-group:demo-cheap"} 1.0' in metrics
+    around = _audit_detail(stack, moved[0][1])["routed_around"]
+    assert around == ["share breaker pile-group: demo-cheap took 100% of 5 calls in 60s (max 60%; "
+                      + around[0].rsplit("; ", 1)[1]], around
+    # past open_s, with its share at 5 of 9, the cheap model is back
+    time.sleep(max(OPEN_S - (time.monotonic() - tripped_at), 0) + 0.2)
+    assert ask(99)[0] == "demo-cheap"
+    metrics = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    assert 'modelyard_breaker_state{group="share:pile-group:demo-cheap"} 0.0' in metrics
+
+
+def test_output_limit_clamp_lowers_a_translated_calls_cap_to_the_models_limit(stack) -> None:
+    gpt = stack.cfg.model("demo-gpt")
+    assert gpt is not None
+    limit = gpt.capabilities.max_output_tokens
+    ac = anthropic.Anthropic(base_url=stack.url, api_key=DEMO_KEY, max_retries=0)
+    # Anthropic in, OpenAI upstream: the rendered request carries the model's limit, and the reply says so
+    r = ac.messages.with_raw_response.create(model="demo-gpt", max_tokens=limit + 3000,
+                                             messages=[{"role": "user", "content": "demo-show-max-tokens"}])
+    assert r.http_response.status_code == 200
+    assert r.headers["x-modelyard-output-clamped"] == f"{limit + 3000}->{limit}"
+    assert r.parse().content[0].text.endswith(f"max_tokens={limit}")
+    # a cap within the limit goes as asked
+    r = ac.messages.with_raw_response.create(model="demo-gpt", max_tokens=100,
+                                             messages=[{"role": "user", "content": "demo-show-max-tokens"}])
+    assert "x-modelyard-output-clamped" not in r.headers and r.parse().content[0].text.endswith("max_tokens=100")
