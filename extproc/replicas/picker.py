@@ -94,7 +94,7 @@ def pick_replica(settings: ReplicaMetrics, endpoints: list[str], readings: Mappi
     queues = {ep: readings[ep].waiting + readings[ep].running + in_flight.get(ep, 0) for ep in fresh}
     hot = min(queues.values()) + settings.balance_gap if settings.balance_gap is not None else float("inf")
     if settings.load_bound is not None and depth:
-        depth = bounded_affinity(depth, queues, prefix_key, settings.load_bound)
+        depth = bounded_affinity(depth, queues, prefix_key, settings.load_bound, settings.queue_scale)
     scored = []
     for ep in fresh:
         r = readings[ep]

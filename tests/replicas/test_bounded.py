@@ -18,6 +18,7 @@ NEW = OLD.model_copy(update={"load_bound": 0.25, "prefix_ways": 4})
 def test_the_bound_is_the_mean_queue_with_this_call_times_one_plus_eps() -> None:
     assert load_bound({"a": 10, "b": 2, "c": 2, "d": 2}, 0.25) == 6  # ceil(1.25 * 17 / 4)
     assert load_bound({"a": 0}, 0.0) == 1
+    assert load_bound({"a": 2, "b": 0}, 0.25, floor=8) == 8  # light load: the floor (queue_scale) holds
     # The shortest queue always fits, so a spill always finds a replica.
     for qs in ({"a": 5, "b": 5, "c": 5, "d": 5}, {"a": 0, "b": 9}, {"a": 3, "b": 3, "c": 4}):
         assert min(qs.values()) + 1 <= load_bound(qs, 0.0)
@@ -29,6 +30,8 @@ def test_a_cold_prefix_stays_on_its_replica_while_within_the_bound() -> None:
     pick = pick_replica(NEW, ["a", "b"], readings, {}, {}, 10.0, prefix_depth={"a": 4}, prefix_blocks=4,
                         prefix_key=b"k")
     assert pick.endpoint == "a" and pick.why == "prefix"
+    # Light load: two calls behind is within the floor (queue_scale 8), so a conversation stays put.
+    assert bounded_affinity({"a": 4}, {"a": 2, "b": 0}, b"k", 0.25, floor=8) == {"a": 4}
 
 
 def test_a_full_home_spills_to_the_next_replica_on_the_prefix_ring() -> None:
@@ -60,7 +63,7 @@ def _saturate(settings: ReplicaMetrics, calls: int = 96) -> tuple[Counter[str], 
         ep = pick.endpoint
         assert ep is not None
         queues = {e: 40 + in_flight.get(e, 0) for e in EPS4}
-        worst = max(worst, queues[ep] + 1 - load_bound(queues, 0.25))
+        worst = max(worst, queues[ep] + 1 - load_bound(queues, 0.25, settings.queue_scale))
         in_flight[ep] = in_flight.get(ep, 0) + 1
         idx.record(hashes, ep)
         if i % 4:
