@@ -105,6 +105,12 @@ class ReplicaMetrics(BaseModel):
     block_chars: int = Field(512, ge=16, le=65_536)
     prefix_blocks: int = Field(64, ge=0, le=64)
     prefix_entries: int = Field(10_000, ge=0, le=1_000_000)  # the LRU's bound
+    # Bounded-load prefix placement (extproc/replicas/bounded.py): a replica keeps a call's prefix
+    # affinity only within (1 + load_bound) x the mean queue, else it spills along the prefix's ring;
+    # None and prefix_ways 1: the earlier placement (wherever the prefix was last sent), which
+    # bench_replicas measured worse at saturation (docs/routing.md). `prefix_ways`: replicas per block.
+    load_bound: float | None = Field(0.25, ge=0, le=10)
+    prefix_ways: int = Field(4, ge=1, le=16)
     # A replica whose call failed is not picked again for this long (unless nothing else is fresh).
     failure_hold_ms: int = Field(2_000, ge=0, le=600_000)
 

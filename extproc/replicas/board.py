@@ -41,16 +41,17 @@ class ReplicaSet:
     prefix: PrefixIndex = field(init=False)
 
     def __post_init__(self) -> None:
-        self.prefix = PrefixIndex(self.settings.prefix_entries)
+        self.prefix = PrefixIndex(self.settings.prefix_entries, self.settings.prefix_ways)
 
     def retune(self, settings: ReplicaMetrics) -> None:
         """A reload that keeps the endpoints: new weights and settings from the next pick on, with the
         readings, in-flight counts and failure holds kept (the pollers read the settings each round)."""
         old, self.settings = self.settings, settings
         if (old.block_chars, old.prefix_blocks) != (settings.block_chars, settings.prefix_blocks):
-            self.prefix = PrefixIndex(settings.prefix_entries)  # other blocks: the old hashes never match
+            self.prefix = PrefixIndex(settings.prefix_entries, settings.prefix_ways)  # other blocks: never match
         else:
             self.prefix.max_entries = settings.prefix_entries
+            self.prefix.ways = settings.prefix_ways
 
     def metrics_url(self, endpoint: str) -> str:
         host, _, port = endpoint.rpartition(":")
@@ -89,7 +90,7 @@ class ReplicaBoard:
         hashes = block_hashes(prompt, s.block_chars, s.prefix_blocks) if prompt and s.prefix_blocks else []
         pick = pick_replica(s, rs.endpoints if among is None else among, rs.readings, rs.in_flight, rs.failed_at,
                             self._clock(), adapter=adapter, prefix_depth=rs.prefix.match(hashes) if hashes else None,
-                            prefix_blocks=len(hashes))
+                            prefix_blocks=len(hashes), prefix_key=hashes[0] if hashes else b"")
         REPLICA_PICKS.labels(cluster, pick.endpoint or "").inc()
         return pick, hashes
 

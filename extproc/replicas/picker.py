@@ -10,7 +10,8 @@ score = (wq * queue + wkv * kv_headroom + wl * lora + wp * prefix) / (wq + wkv +
   lora        1 adapter loaded, 0.5 a free adapter slot, 0 none (the term is left out where the
               request names no adapter the fleet reports);
   prefix      the share of the prompt's leading blocks last sent to this replica; 0 on a replica
-              more than `balance_gap` calls behind the shortest fresh queue (a hot prefix's guard).
+              more than `balance_gap` calls behind the shortest fresh queue (a hot prefix's guard);
+              with `load_bound`, only replicas within the bounded load keep it (bounded.py).
 No fresh reading anywhere: no pick, and Envoy's own balancer chooses (fail open). A replica whose
 last call failed is left out for `failure_hold_s` unless no other one is fresh.
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contracts.config.balancing import ReplicaMetrics
+from extproc.replicas.bounded import bounded_affinity
 from extproc.replicas.readings import ReplicaReading
 
 
@@ -64,7 +66,7 @@ class Pick:
 def pick_replica(settings: ReplicaMetrics, endpoints: list[str], readings: Mapping[str, ReplicaReading],
                  in_flight: Mapping[str, int], failed_at: Mapping[str, float], now: float, *,
                  adapter: str | None = None, prefix_depth: Mapping[str, int] | None = None,
-                 prefix_blocks: int = 0) -> Pick:
+                 prefix_blocks: int = 0, prefix_key: bytes = b"") -> Pick:
     stale_after = settings.stale_after_s
     fresh: list[str] = []
     left_out: list[tuple[str, str]] = []
@@ -91,6 +93,8 @@ def pick_replica(settings: ReplicaMetrics, endpoints: list[str], readings: Mappi
     depth = prefix_depth or {}
     queues = {ep: readings[ep].waiting + readings[ep].running + in_flight.get(ep, 0) for ep in fresh}
     hot = min(queues.values()) + settings.balance_gap if settings.balance_gap is not None else float("inf")
+    if settings.load_bound is not None and depth:
+        depth = bounded_affinity(depth, queues, prefix_key, settings.load_bound, settings.queue_scale)
     scored = []
     for ep in fresh:
         r = readings[ep]

@@ -35,13 +35,15 @@ def block_hashes(text: str, block_chars: int, max_blocks: int) -> list[bytes]:
 
 
 class PrefixIndex:
-    """Block hash -> replica, least recently used out past `max_entries`."""
+    """Block hash -> the last `ways` replicas it was sent to (newest first), least recently used out
+    past `max_entries`. `ways` > 1: a hot prefix spilled onto other replicas is remembered on each."""
 
-    __slots__ = ("max_entries", "_where")
+    __slots__ = ("max_entries", "ways", "_where")
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, ways: int = 1) -> None:
         self.max_entries = max_entries
-        self._where: OrderedDict[bytes, str] = OrderedDict()
+        self.ways = ways
+        self._where: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._where)
@@ -50,16 +52,19 @@ class PrefixIndex:
         """replica -> how many of the leading blocks it was last sent (the longest match wins a tie)."""
         out: dict[str, int] = {}
         for depth, h in enumerate(hashes, 1):
-            replica = self._where.get(h)
-            if replica is None:
+            replicas = self._where.get(h)
+            if replicas is None:
                 break  # chained: no later block can match once one does not
-            out[replica] = depth
+            for replica in replicas:
+                out[replica] = depth
         return out
 
     def record(self, hashes: list[bytes], replica: str) -> None:
         where = self._where
+        ways = self.ways
         for h in hashes:
-            where[h] = replica
+            old = where.get(h)
+            where[h] = (replica,) if old is None or ways == 1 else (replica, *[r for r in old if r != replica][:ways - 1])
             where.move_to_end(h)
         while len(where) > self.max_entries:
             where.popitem(last=False)

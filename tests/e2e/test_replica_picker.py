@@ -1,6 +1,7 @@
 """The replica picker through a real Envoy: two demo replicas report vLLM metrics; the call lands
 on the replica the picker chose (the replica says so in `x-demo-replica`), stale readings fall
-back to Envoy's own balancer, and prefix affinity holds a conversation on one replica."""
+back to Envoy's own balancer, and prefix affinity holds a conversation on one replica (until that
+replica is past the load bound)."""
 
 from __future__ import annotations
 
@@ -109,6 +110,32 @@ def test_prefix_affinity_holds_a_conversation_on_one_replica(replicas: tuple[Any
     assert _chat(client, other) == b
     _fake(b, waiting=0)
     _fake(a, waiting=0)
+
+
+def test_a_conversation_spills_off_a_replica_past_the_load_bound(replicas: tuple[Any, list[str]]) -> None:
+    """Saturation: the prefix holds a conversation on a while a is within 1.25x the mean queue (the
+    old placement held it there however deep), and moves it to b once a is past that bound."""
+    stack, (a, b) = replicas
+    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+    _fake(a, waiting=0, metrics=True)
+    _fake(b, waiting=2, metrics=True)
+    _settle(stack, client, a)
+    messages = [{"role": "system", "content": "A hot system prompt of the spill test. " * 20},
+                {"role": "user", "content": "hello"}]
+    assert _chat(client, messages) == a
+    _fake(a, waiting=60)  # 61 <= ceil(1.25 * 101 / 2): within the bound, the prefix holds
+    _fake(b, waiting=40)
+    _settle(stack, client, b)
+    messages += [{"role": "assistant", "content": "answer"}, {"role": "user", "content": "more?"}]
+    assert _chat(client, messages) == a
+    _fake(a, waiting=80)  # 81 > ceil(1.25 * 121 / 2): past it, the conversation spills to b
+    _settle(stack, client, b)
+    for turn in range(3):
+        messages += [{"role": "assistant", "content": f"answer {turn}"},
+                     {"role": "user", "content": f"and then {turn}?"}]
+        assert _chat(client, messages) == b, turn
+    _fake(a, waiting=0)
+    _fake(b, waiting=0)
 
 
 def _audit_detail(stack: Any, task_id: str) -> dict[str, Any]:

@@ -115,12 +115,14 @@ def test_nothing_fresh_is_audited_as_envoys_fallback() -> None:
 
 
 def test_balance_gap_takes_the_prefix_from_a_replica_far_behind_the_shortest_queue() -> None:
-    # Saturation: every queue deep, the level term flat; the prefix pins the call to the hot replica ...
+    # Saturation: every queue deep, the level term flat; without the load bound (test_bounded.py)
+    # the prefix pins the call to the hot replica ...
+    unbounded = ReplicaMetrics(kind="vllm", interval_ms=50, stale_after_ms=200, load_bound=None)
     depth = {EPS[0]: 4}
     hot = {EPS[0]: _r(running=48, waiting=30), EPS[1]: _r(running=40)}
-    assert pick_replica(S, EPS, hot, {}, {}, 10.0, prefix_depth=depth, prefix_blocks=4).endpoint == EPS[0]
+    assert pick_replica(unbounded, EPS, hot, {}, {}, 10.0, prefix_depth=depth, prefix_blocks=4).endpoint == EPS[0]
     # ... unless it is more than balance_gap calls behind: then it scores as any other.
-    guard = S.model_copy(update={"balance_gap": 32})
+    guard = unbounded.model_copy(update={"balance_gap": 32})
     pick = pick_replica(guard, EPS, hot, {}, {}, 10.0, prefix_depth=depth, prefix_blocks=4)
     assert pick.endpoint == EPS[1] and pick.ranked[1].terms["prefix"] == 0.0
     near = {EPS[0]: _r(running=48, waiting=10), EPS[1]: _r(running=40)}  # 18 behind: the prefix holds
