@@ -8,7 +8,7 @@ import uuid
 import orjson
 
 from adapters.completions.wire import FINISH_IN, FINISH_OUT, ChoiceOut, TextCompletion
-from adapters.fields import error_message, token_count
+from adapters.fields import token_count
 from adapters.internal import (
     NO_CACHE,
     ChatRequest,
@@ -22,6 +22,7 @@ from adapters.internal import (
     UsageUpdate,
 )
 from adapters.openai.errors import render_error
+from adapters.openai.stream import chunk_object, stream_start
 from adapters.openai.usage import cache_of, render_usage
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 
@@ -36,27 +37,13 @@ class StreamDecoder(SSEDecoder):
         self._started = False
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
-        data = ev.data
-        if data == b"[DONE]":
+        obj = chunk_object(ev.data, out)
+        if obj is None:
             self._done = True
-            out.append(StreamEnd())
-            return
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            obj = None
-        if type(obj) is not dict:
-            self._done = True
-            out.append(StreamError("upstream sent a malformed stream chunk", "api_error"))
-            return
-        if "error" in obj:
-            self._done = True
-            out.append(StreamError(error_message(data, 500), "api_error"))
             return
         if not self._started:
             self._started = True
-            rid, model = obj.get("id"), obj.get("model")
-            out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
+            out.append(stream_start(obj))
         choices = obj.get("choices")
         if type(choices) is list:
             for ch in choices:  # several prompts or n > 1: choice 0 is the answer's text, every token counts

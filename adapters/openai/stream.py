@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import orjson
 
@@ -31,6 +32,31 @@ from adapters.openai.wire import _FINISH_IN, _FINISH_OUT, ChatCompletionChunk, D
 from adapters.sse import SSEDecoder, SSEEvent, encode_event
 
 
+def chunk_object(data: bytes, out: list[StreamEvent]) -> dict[str, Any] | None:
+    """An OpenAI-style SSE chunk's object; None once `out` holds the end ([DONE]) or the error
+    (a malformed chunk, an error object) it means, and the stream is over."""
+    if data == b"[DONE]":
+        out.append(StreamEnd())
+        return None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        obj = None
+    if type(obj) is not dict:
+        out.append(StreamError("upstream sent a malformed stream chunk", "api_error"))
+        return None
+    if "error" in obj:
+        out.append(StreamError(error_message(data, 500), "api_error"))
+        return None
+    return obj
+
+
+def stream_start(obj: dict[str, Any]) -> StreamStart:
+    """The stream's start from its first chunk's id and model."""
+    rid, model = obj.get("id"), obj.get("model")
+    return StreamStart(rid if type(rid) is str else "", model if type(model) is str else "")
+
+
 class StreamDecoder(SSEDecoder):
     """Upstream OpenAI SSE bytes -> internal stream events."""
 
@@ -45,27 +71,13 @@ class StreamDecoder(SSEDecoder):
         self._refused = False
 
     def _event(self, ev: SSEEvent, out: list[StreamEvent]) -> None:
-        data = ev.data
-        if data == b"[DONE]":
+        obj = chunk_object(ev.data, out)
+        if obj is None:
             self._done = True
-            out.append(StreamEnd())
-            return
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            obj = None
-        if type(obj) is not dict:
-            self._done = True
-            out.append(StreamError("upstream sent a malformed stream chunk", "api_error"))
-            return
-        if "error" in obj:
-            self._done = True
-            out.append(StreamError(error_message(data, 500), "api_error"))
             return
         if not self._started:
             self._started = True
-            rid, model = obj.get("id"), obj.get("model")
-            out.append(StreamStart(rid if type(rid) is str else "", model if type(model) is str else ""))
+            out.append(stream_start(obj))
         choices = obj.get("choices")
         if type(choices) is list and choices and type(choices[0]) is dict:
             ch = choices[0]

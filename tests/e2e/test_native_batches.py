@@ -8,11 +8,8 @@ the provider. One stack for the module."""
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import signal
-import sqlite3
 import time
 
 import anthropic
@@ -20,6 +17,12 @@ import openai
 import pytest
 
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS
+from tests.e2e.batch_calls import chat_line as _line
+from tests.e2e.batch_calls import demo_batch_seconds
+from tests.e2e.batch_calls import jsonl as _jsonl
+from tests.e2e.batch_calls import metered as _metered
+from tests.e2e.batch_calls import openai_batch as _openai_batch
+from tests.e2e.batch_calls import until_done as _until_done
 from tests.stack_config import demo_config_free_ports, start_stack
 
 pytestmark = pytest.mark.e2e
@@ -38,53 +41,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     data["extproc"]["batches"] = {"sqlite_path": str(workdir / "batches.sqlite"), "finalize_every_s": 0.2}
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
-    before = os.environ.get("MODELYARD_DEMO_BATCH_SECONDS")
-    os.environ["MODELYARD_DEMO_BATCH_SECONDS"] = BATCH_SECONDS
-    try:
-        with start_stack(workdir, data, shared_demos=True) as s:
-            yield s
-    finally:
-        if before is None:
-            os.environ.pop("MODELYARD_DEMO_BATCH_SECONDS", None)
-        else:
-            os.environ["MODELYARD_DEMO_BATCH_SECONDS"] = before
+    with demo_batch_seconds(BATCH_SECONDS), start_stack(workdir, data, shared_demos=True) as s:
+        yield s
 
 
 def _oai(stack, key: str = DEMO_KEY) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0)
-
-
-def _line(custom_id: str, model: str, text: str) -> str:
-    return json.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
-                       "body": {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 32}})
-
-
-def _openai_batch(oai: openai.OpenAI, lines: list[str]):
-    f = oai.files.create(file=("in.jsonl", io.BytesIO(("\n".join(lines) + "\n").encode())), purpose="batch")
-    return oai.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
-
-
-def _until_done(oai: openai.OpenAI, batch_id: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while (b := oai.batches.retrieve(batch_id)).status not in ("completed", "failed", "cancelled", "expired"):
-        assert time.monotonic() < deadline, b
-        time.sleep(0.2)
-    return b
-
-
-def _jsonl(raw: bytes) -> list[dict]:
-    return [json.loads(x) for x in raw.decode().splitlines() if x.strip()]
-
-
-def _metered(stack, batch_id: str, n: int) -> list[tuple]:
-    rows: list = []
-    deadline = time.monotonic() + 10
-    while len(rows) < n and time.monotonic() < deadline:
-        with sqlite3.connect(stack.cfg.extproc.metering_db) as db:
-            rows = db.execute("SELECT task_id, model, status, input_tokens, output_tokens, cost, strategy FROM "
-                              "requests WHERE task_id LIKE ? ORDER BY task_id", (batch_id + "-%",)).fetchall()
-        time.sleep(0.1)
-    return rows
 
 
 def test_an_openai_batch_runs_at_the_providers_batch_api(stack) -> None:
