@@ -16,6 +16,7 @@ from collections.abc import Awaitable
 from adapters import controls, upstream_errors
 from adapters.injected_usage import InjectedUsageFilter
 from adapters.internal import ChatRequest, ChatResponse, RenderOptions, StreamError, StreamEvent, StreamStart, Usage
+from adapters.output_cap import with_output_cap
 from adapters.protocol import ChatProtocol, StreamDecoder
 from adapters.reasoning import without_reasoning
 from adapters.registry import PROTOCOLS, StreamTranslator, translate_stream
@@ -242,6 +243,8 @@ class ChatFlow:
                                                                 credential=self.call.auth.credential)
                 # Redacted input: the same replacements in the body's strings, every other field kept.
                 src = self.guarded_body if self.guarded_body is not None else body
+                if (cap := self._clamp_to(req, choice.model.capabilities.max_output_tokens)) is not None:
+                    src = with_output_cap(ctx.protocol, src, cap)
                 out, self.usage_injected = self.upstream.passthrough_body(src, req, upstream_model=upstream_model)
         if ctx.trace is not None:
             self.response_model = upstream_model  # until the upstream reports its own
@@ -272,12 +275,16 @@ class ChatFlow:
         return controls.without(req, dropped)
 
     def _clamped(self, req: ChatRequest, limit: int) -> ChatRequest:
-        """Under routing.output_limit clamp, an output cap over the model's limit is lowered to it (and
-        the reply says so); under filter the scheduler has kept such models out."""
+        cap = self._clamp_to(req, limit)
+        return req if cap is None else dataclasses.replace(req, max_tokens=cap)
+
+    def _clamp_to(self, req: ChatRequest, limit: int) -> int | None:
+        """Under routing.output_limit clamp, the model's limit where the asked output cap is over it
+        (and the reply says so); None otherwise (under filter the scheduler kept such models out)."""
         if req.max_tokens is None or req.max_tokens <= limit or self.gw.config.routing.output_limit != "clamp":
-            return req
+            return None
         self.ctx.response_headers.append((OUTPUT_CLAMPED_HEADER, f"{req.max_tokens}->{limit}"))
-        return dataclasses.replace(req, max_tokens=limit)
+        return limit
 
     def _deployment_reasoning(self) -> str:
         choice = self.call.choice
