@@ -68,6 +68,7 @@ MODULES: tuple[str, ...] = (
     "adapters.gemini.stream",
     "adapters.responses.stream",
     "adapters.azure_openai.stream",
+    "adapters.completions.stream",  # a StreamDecoder: an interpreted class cannot subclass a compiled one
 )
 
 # mypyc's one shared library for every listed module: contracts/request_path__mypyc.<suffix>.
