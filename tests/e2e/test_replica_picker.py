@@ -58,6 +58,16 @@ def _settle(stack: Any, client: openai.OpenAI, expect: str, limit_s: float = 10.
         assert time.monotonic() < deadline, f"never landed on {expect}"
 
 
+def _read(stack: Any, ep: str, waiting: int, limit_s: float = 10.0) -> None:
+    """Until the extproc's picker reads `waiting` for `ep` (its modelyard_replica_state): a call that lands
+    where expected does not prove it (the old reading may pick the same replica)."""
+    line = f'endpoint="{ep}",field="waiting"}} {float(waiting)}'
+    deadline = time.monotonic() + limit_s
+    while line not in httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text:
+        assert time.monotonic() < deadline, f"the picker never read waiting={waiting} for {ep}"
+        time.sleep(0.05)
+
+
 def test_every_call_goes_to_the_replica_with_the_short_queue(replicas: tuple[Any, list[str]]) -> None:
     stack, (a, b) = replicas
     _fake(a, waiting=50, metrics=True)
@@ -125,11 +135,12 @@ def test_a_conversation_spills_off_a_replica_past_the_load_bound(replicas: tuple
     assert _chat(client, messages) == a
     _fake(a, waiting=60)  # 61 <= ceil(1.25 * 101 / 2): within the bound, the prefix holds
     _fake(b, waiting=40)
-    _settle(stack, client, b)
+    _read(stack, a, 60)
+    _read(stack, b, 40)
     messages += [{"role": "assistant", "content": "answer"}, {"role": "user", "content": "more?"}]
     assert _chat(client, messages) == a
     _fake(a, waiting=80)  # 81 > ceil(1.25 * 121 / 2): past it, the conversation spills to b
-    _settle(stack, client, b)
+    _read(stack, a, 80)  # a call landing on b proves nothing: at 60 against 40 it lands there too
     for turn in range(3):
         messages += [{"role": "assistant", "content": f"answer {turn}"},
                      {"role": "user", "content": f"and then {turn}?"}]
