@@ -250,11 +250,14 @@ def test_browser_key_lifecycle_through_envoy(stack: Any, browser: Any) -> None:
 
     until(refused, 3, every=0.2)  # every worker: its refresh (keys.refresh_s) or this one's own write
 
-    d.get(f"{stack.url}/console/audit?event=key_admin&verify=1")
-    verdict = by_css(d, "#verdict").text
-    assert "intact" in verdict
-    audit = by_css(d, "#audit").text
+    def audited() -> str:  # the audit writer gathers rows for up to 200 ms before it commits them
+        d.get(f"{stack.url}/console/audit?event=key_admin&verify=1")
+        text = by_css(d, "#audit").text
+        return text if "create" in text and "revoke" in text and key_id in text else ""
+
+    audit = until(audited, 10, every=0.3)
     assert "create" in audit and "revoke" in audit and key_id in audit
+    assert "intact" in by_css(d, "#verdict").text
     shot(d, "audit")
 
 
