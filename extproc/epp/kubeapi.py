@@ -1,0 +1,259 @@
+"""The endpoint picker's view of the cluster, from the Kubernetes API (aiohttp, in the background):
+the InferencePool named in config, then a list+watch of the pods it selects and of the
+InferenceObjectives in its namespace. Each change hands the pool's ready endpoints, or the
+objectives' priorities, to the server (which re-points the replica board). The protocol's state
+is the sans-I/O `watch.Collection`; what counts as a replica is `cluster.py`.
+
+Access: the in-cluster service account (token re-read each request, as the kubelet rotates it;
+its CA; its namespace; $KUBERNETES_SERVICE_HOST/PORT), or a kubeconfig's current context, or a
+plain `api_server` URL (a local stand-in). A failed list or watch is retried with exponential
+backoff (0.5 s doubling to `backoff_max_s`); the last known members stay in force meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import random
+import ssl
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from contracts.config.endpoint_picker import KubernetesSource
+from contracts.errors import ConfigError
+from extproc.epp import cluster
+from extproc.epp.watch import Collection, Expired, WatchFailed, status_error
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class AccessError(ValueError):
+    """No way to reach the API (not in a pod, and no kubeconfig or api_server given)."""
+
+
+@dataclass(frozen=True)
+class Access:
+    server: str
+    namespace: str
+    token: str | None = None
+    token_file: str | None = None
+    ca_file: str | None = None
+    ca_data: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    insecure: bool = False
+
+    def headers(self) -> dict[str, str]:
+        token = self.token
+        if self.token_file:
+            token = Path(self.token_file).read_text().strip()  # projected tokens rotate: read each time
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        if not self.server.startswith("https:"):
+            return False
+        if self.insecure:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            return ctx
+        ctx = ssl.create_default_context(cafile=self.ca_file, cadata=self.ca_data)
+        if self.cert_file and self.key_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+
+def kubeconfig_access(doc: Mapping[str, Any], base: Path, namespace: str | None) -> Access:
+    """A kubeconfig's current context; relative file paths are relative to the kubeconfig."""
+    def named(section: str, name: str | None) -> Mapping[str, Any]:
+        for entry in doc.get(section) or []:
+            if entry.get("name") == name:
+                return entry.get(section[:-1]) or {}
+        raise AccessError(f"kubeconfig: no {section[:-1]} {name!r}")
+
+    def path(p: str | None) -> str | None:
+        return None if p is None else str(base / p)
+
+    ctx = named("contexts", doc.get("current-context"))
+    cl, user = named("clusters", ctx.get("cluster")), named("users", ctx.get("user")) if ctx.get("user") else {}
+    if not cl.get("server"):
+        raise AccessError("kubeconfig: the cluster has no server")
+    ca_data = cl.get("certificate-authority-data")
+    return Access(server=str(cl["server"]).rstrip("/"), namespace=namespace or ctx.get("namespace") or "default",
+                  token=user.get("token"), token_file=path(user.get("tokenFile")),
+                  ca_file=path(cl.get("certificate-authority")),
+                  ca_data=base64.b64decode(ca_data).decode() if ca_data else None,
+                  cert_file=path(user.get("client-certificate")), key_file=path(user.get("client-key")),
+                  insecure=bool(cl.get("insecure-skip-tls-verify")))
+
+
+def resolve_access(src: KubernetesSource, environ: Mapping[str, str] = os.environ,
+                   account: Path = SERVICE_ACCOUNT) -> Access:
+    """The config's api_server, else its kubeconfig, else the pod's service account."""
+    if src.api_server:
+        return Access(server=src.api_server.rstrip("/"), namespace=src.namespace or "default")
+    if src.kubeconfig:
+        try:
+            doc = yaml.safe_load(Path(src.kubeconfig).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise AccessError(f"kubeconfig {src.kubeconfig}: {e}") from None
+        return kubeconfig_access(doc or {}, Path(src.kubeconfig).parent, src.namespace)
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
+    if not host or not (account / "token").exists():
+        raise AccessError("not in a pod (no $KUBERNETES_SERVICE_HOST or service account token): "
+                          "set endpoint_picker.kubernetes.kubeconfig or api_server")
+    ns = src.namespace
+    if ns is None:
+        try:
+            ns = (account / "namespace").read_text().strip()
+        except OSError:
+            ns = "default"
+    host = f"[{host}]" if ":" in host else host
+    return Access(server=f"https://{host}:{port}", namespace=ns, token_file=str(account / "token"),
+                  ca_file=str(account / "ca.crt"))
+
+
+class Backoff:
+    def __init__(self, first_s: float = 0.5, max_s: float = 30.0) -> None:
+        self.first_s, self.max_s, self.next_s = first_s, max_s, first_s
+
+    def reset(self) -> None:
+        self.next_s = self.first_s
+
+    def take(self) -> float:
+        delay, self.next_s = self.next_s, min(self.next_s * 2, self.max_s)
+        return delay * random.uniform(0.8, 1.0)  # jitter: many pickers do not reconnect in step
+
+
+def api_path(api_version: str, namespace: str, plural: str) -> str:
+    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{root}/namespaces/{namespace}/{plural}"
+
+
+class ClusterSource:
+    """Background tasks keeping `on_members` and `on_objectives` current from the API."""
+
+    def __init__(self, src: KubernetesSource, pool: str, on_members: Callable[[list[str]], None],
+                 on_objectives: Callable[[dict[str, int]], None], access: Access | None = None) -> None:
+        self.src, self.pool_name = src, pool
+        try:
+            self.access = access or resolve_access(src)
+        except AccessError as e:
+            raise ConfigError(f"endpoint_picker.kubernetes: {e}") from None
+        self.on_members, self.on_objectives = on_members, on_objectives
+        self.pods, self.objectives = Collection(), Collection()
+        self.pool: cluster.PoolSpec | None = None
+        self.members: list[str] | None = None
+        self.synced = asyncio.Event()  # the first pod list is in
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- HTTP -------------------------------------------------------------------------------
+    async def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        assert self._session is not None
+        async with self._session.get(self.access.server + path, params=params, headers=self.access.headers(),
+                                     ssl=self.access.ssl_context(),
+                                     timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status != 200:
+                raise status_error(body) if isinstance(body, dict) and body.get("kind") == "Status" else \
+                    WatchFailed(f"HTTP {resp.status} from {path}")
+            return body
+
+    async def _watch(self, path: str, params: Mapping[str, str], coll: Collection, changed: Callable[[], None],
+                     backoff: Backoff) -> None:
+        """One watch connection from `coll.resource_version`, until the server ends it."""
+        assert self._session is not None and coll.resource_version is not None
+        q = {**params, "watch": "1", "resourceVersion": coll.resource_version, "allowWatchBookmarks": "true",
+             "timeoutSeconds": str(self.src.watch_timeout_s)}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.src.watch_timeout_s + 30)
+        async with self._session.get(self.access.server + path, params=q, headers=self.access.headers(),
+                                     ssl=self.access.ssl_context(), timeout=timeout) as resp:
+            if resp.status != 200:
+                try:
+                    body = json.loads(await resp.read())
+                except ValueError:
+                    body = None
+                raise status_error(body) if isinstance(body, dict) else WatchFailed(f"HTTP {resp.status} watching {path}")
+            coll.start_watch()
+            backoff.reset()
+            async for chunk in resp.content.iter_any():
+                if coll.feed(chunk):
+                    changed()
+
+    async def _list_watch(self, what: str, path: Callable[[], str], params: Callable[[], dict[str, str]],
+                          coll: Collection, changed: Callable[[], None], before_list: Callable[[], Any]) -> None:
+        backoff = Backoff(max_s=self.src.backoff_max_s)
+        while True:
+            try:
+                if coll.resource_version is None:
+                    await before_list()
+                    coll.replace(await self._get(path(), params()))
+                    changed()
+                    log.info("kubernetes: listed %s (%d) at resourceVersion %s", what, len(coll.items),
+                             coll.resource_version)
+                await self._watch(path(), params(), coll, changed, backoff)
+                # The server ended the watch (its timeout): resume from the last version seen.
+            except Expired as e:
+                log.info("kubernetes: %s watch expired (%s): listing again", what, e)
+                coll.expire()
+            except (aiohttp.ClientError, OSError, TimeoutError, WatchFailed, cluster.PoolError, ValueError) as e:
+                delay = backoff.take()
+                log.warning("kubernetes: %s: %s: %s (retrying in %.1fs)", what, type(e).__name__, e, delay)
+                await asyncio.sleep(delay)
+
+    # -- the pool's pods and objectives -------------------------------------------------------
+    async def _read_pool(self) -> None:
+        api = self.src.pool_api
+        body = await self._get(f"{api_path(api, self.access.namespace, 'inferencepools')}/{self.pool_name}")
+        spec = cluster.read_pool(body)
+        if spec != self.pool:
+            log.info("kubernetes: InferencePool %s/%s selects %s, ports %s", self.access.namespace,
+                     self.pool_name, spec.label_selector(), ",".join(map(str, spec.ports)))
+        self.pool = spec
+
+    def _pods_changed(self) -> None:
+        assert self.pool is not None
+        members = cluster.pool_endpoints(self.pods.items.values(), self.pool)
+        self.synced.set()
+        if members != self.members:
+            self.members = members
+            self.on_members(members)
+
+    def _objectives_changed(self) -> None:
+        self.on_objectives(cluster.objective_priorities(self.objectives.items.values(), self.pool_name))
+
+    async def _nothing(self) -> None:
+        return None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession()
+        ns = self.access.namespace
+        self._tasks.append(asyncio.create_task(self._list_watch(
+            "pods", lambda: api_path("v1", ns, "pods"),
+            lambda: {"labelSelector": self.pool.label_selector()} if self.pool else {},
+            self.pods, self._pods_changed, self._read_pool), name="epp:pods"))
+        if self.src.objectives_api:
+            path = api_path(self.src.objectives_api, ns, "inferenceobjectives")
+            self._tasks.append(asyncio.create_task(self._list_watch(
+                "inferenceobjectives", lambda: path, dict, self.objectives, self._objectives_changed,
+                self._nothing), name="epp:objectives"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
