@@ -195,10 +195,12 @@ class ClusterSource:
                           coll: Collection, changed: Callable[[], None], before_list: Callable[[], Any]) -> None:
         backoff = Backoff(max_s=self.src.backoff_max_s)
         while True:
+            listed = False
             try:
                 if coll.resource_version is None:
                     await before_list()
                     coll.replace(await self._get(path(), params()))
+                    listed = True
                     changed()
                     log.info("kubernetes: listed %s (%d) at resourceVersion %s", what, len(coll.items),
                              coll.resource_version)
@@ -207,6 +209,8 @@ class ClusterSource:
             except Expired as e:
                 log.info("kubernetes: %s watch expired (%s): listing again", what, e)
                 coll.expire()
+                if listed:  # expired at once from a fresh list: a server in trouble, not a relist loop
+                    await asyncio.sleep(backoff.take())
             except (aiohttp.ClientError, OSError, TimeoutError, WatchFailed, cluster.PoolError, ValueError) as e:
                 delay = backoff.take()
                 log.warning("kubernetes: %s: %s: %s (retrying in %.1fs)", what, type(e).__name__, e, delay)

@@ -1,0 +1,209 @@
+"""`modelyard epp` learning its InferencePool's replicas from the Kubernetes API, through a real
+Envoy configured as the Inference Extension documents (the same gateway as
+test_endpoint_picker.py): it reads the pool, lists and watches the pods it selects and the
+InferenceObjectives, and the picks follow. The API is tests/kube_apiserver.py, a stand-in serving
+recorded real responses (no kube-apiserver installs here: tests/replicas/kube/SOURCES.md).
+
+The pool's pods are demo model servers on 127.0.0.2-4 at one port (pods have their own IPs and
+share the pool's targetPort); each answer says which one served it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import openai
+import pytest
+import yaml
+
+from devstack.launcher import envoy_binary
+from tests.e2e.test_endpoint_picker import Gateway, _chat, _client, _fake, _settle, _wait_port, inference_gateway_envoy
+from tests.kube_apiserver import OBJECTIVES, PODS, KubeApiStandIn
+from tests.stack_config import free_port
+
+IPS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+
+
+def _port_free_on_every_ip() -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((IPS[0], 0))
+            port = s.getsockname()[1]
+        try:
+            for ip in IPS:
+                with socket.socket() as s:
+                    s.bind((ip, port))
+            return int(port)
+        except OSError:
+            continue
+    raise AssertionError("no port free on all of 127.0.0.2-4")
+
+
+@dataclass
+class Pool:
+    gw: Gateway
+    api: KubeApiStandIn
+    a: str
+    b: str
+    c: str
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    work = tmp_path_factory.mktemp("epp-kube")
+    port = _port_free_on_every_ip()
+    a, b, c = (f"{ip}:{port}" for ip in IPS)
+    api = KubeApiStandIn("modelyard", "demo-pool", {"app.kubernetes.io/name": "vllm-demo"}, port).start()
+    api.put_pod("vllm-demo-a", IPS[0])
+    api.put_pod("vllm-demo-b", IPS[1])
+    api.put_pod("not-in-the-pool", "127.0.0.9", labels={"app": "other"})  # the selector leaves it out
+    epp_port, listen, admin = free_port(), free_port(), free_port()
+    (work / "epp.yaml").write_text(yaml.safe_dump({
+        "pool": "demo-pool", "address": f"127.0.0.1:{epp_port}",
+        "kubernetes": {"api_server": api.url, "namespace": "modelyard", "backoff_max_s": 1.0},
+        "replica_metrics": {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 400}, "shed_queue": 10}))
+    (work / "envoy.yaml").write_text(yaml.safe_dump(inference_gateway_envoy(listen, admin, epp_port, [a, b])))
+    demos: list[str] = []
+    for ip in IPS:
+        demos += ["--", "devstack.demo.openai_server", "--host", ip, "--port", str(port)]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for name, cmd, wait in (
+                ("demos", [sys.executable, "-m", "devstack.demo.host", *demos[1:]], None),
+                ("epp", [sys.executable, "-m", "modelyard.cli", "epp", "--config", str(work / "epp.yaml")], epp_port),
+                ("envoy", [envoy_binary(), "-c", str(work / "envoy.yaml"), "--concurrency", "1",
+                           "--disable-hot-restart", "--log-level", "warn"], listen)):
+            log = work / f"{name}.log"
+            with open(log, "wb") as out:
+                procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
+            if wait is not None:
+                _wait_port(wait, procs[-1], log)
+        api.wait_for(lambda: api.watches(PODS) and api.watches(OBJECTIVES))
+        yield Pool(Gateway(f"http://127.0.0.1:{listen}", [a, b]), api, a, b, c)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=15)
+        api.stop()
+
+
+def _landed(client: openai.OpenAI, n: int = 10) -> Counter[str]:
+    return Counter(_chat(client, [{"role": "user", "content": f"k{i}"}]) for i in range(n))
+
+
+def _settle_off(client: openai.OpenAI, avoid: str, limit_s: float = 10.0) -> None:
+    """Calls until one lands elsewhere than `avoid` (the picker has seen the change)."""
+    deadline = time.monotonic() + limit_s
+    while _chat(client, [{"role": "user", "content": "off"}]) == avoid:
+        assert time.monotonic() < deadline, f"still landing on {avoid}"
+
+
+def _shed_eventually(client: openai.OpenAI, limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    with pytest.raises(openai.RateLimitError) as e:
+        while time.monotonic() < deadline:
+            _chat(client, [{"role": "user", "content": "x"}])
+    assert e.value.status_code == 429 and "sheddable" in e.value.message
+
+
+def _served_eventually(client: openai.OpenAI, limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            _chat(client, [{"role": "user", "content": "y"}])
+            return
+        except openai.RateLimitError:
+            assert time.monotonic() < deadline, "still shed"
+
+
+def test_the_pools_pods_come_from_the_api(pool: Pool) -> None:
+    client = _client(pool.gw)
+    _fake(pool.a, waiting=8, metrics=True)
+    _fake(pool.b, waiting=0, metrics=True)
+    _settle(client, pool.b)
+    assert _landed(client) == {pool.b: 10}
+    _fake(pool.a, waiting=0)
+    _fake(pool.b, waiting=8)
+    _settle(client, pool.a)
+    assert _landed(client) == {pool.a: 10}
+    # It read the pool, listed the pods its selector names, and watches from the list's version.
+    assert any(path.endswith("/inferencepools/demo-pool") for path, _ in pool.api.requests)
+    [listed] = [q for c, q in pool.api.requests if c == PODS and q.get("watch") != "1"]
+    assert listed["labelSelector"] == "app.kubernetes.io/name=vllm-demo"
+    first = pool.api.watches(PODS)[0]
+    assert first["allowWatchBookmarks"] == "true" and first["labelSelector"] == listed["labelSelector"]
+    assert int(first["resourceVersion"]) >= 1003
+
+
+def test_a_pod_added_is_picked_and_one_not_ready_or_deleted_is_not(pool: Pool) -> None:
+    client = _client(pool.gw)
+    _fake(pool.a, waiting=8, metrics=True)
+    _fake(pool.b, waiting=8, metrics=True)
+    _fake(pool.c, waiting=0, metrics=True)
+    assert pool.c not in _landed(client)  # c serves, but is no pod of the pool yet
+    pool.api.put_pod("vllm-demo-c", IPS[2])
+    _settle(client, pool.c)  # its first reading comes 50 ms after the watch event
+    assert _landed(client) == {pool.c: 10}
+    pool.api.put_pod("vllm-demo-c", IPS[2], ready=False)  # its readiness probe fails
+    _settle_off(client, pool.c)
+    assert pool.c not in _landed(client)
+    pool.api.put_pod("vllm-demo-c", IPS[2])
+    _settle(client, pool.c)
+    pool.api.delete_pod("vllm-demo-c")
+    _settle_off(client, pool.c)
+    assert pool.c not in _landed(client)
+
+
+def test_a_watch_the_server_closes_resumes_without_losing_events(pool: Pool) -> None:
+    client = _client(pool.gw)
+    _fake(pool.a, waiting=8, metrics=True)
+    _fake(pool.b, waiting=8, metrics=True)
+    _fake(pool.c, waiting=0, metrics=True)
+    lists, watches = pool.api.lists(PODS), len(pool.api.watches(PODS))
+    rv = pool.api.rv
+    pool.api.hold_watches()
+    pool.api.close_watches()
+    pool.api.wait_for(lambda: len(pool.api.watches(PODS)) > watches)  # it reconnected, and waits
+    pool.api.put_pod("vllm-demo-c", IPS[2])  # while no watch is open
+    pool.api.release_watches()
+    _settle(client, pool.c)
+    assert _landed(client) == {pool.c: 10}
+    assert pool.api.lists(PODS) == lists  # resumed, not listed again
+    assert int(pool.api.watches(PODS)[-1]["resourceVersion"]) >= rv
+
+
+def test_a_410_lists_again(pool: Pool) -> None:
+    client = _client(pool.gw)
+    lists, watches = pool.api.lists(PODS), len(pool.api.watches(PODS))
+    pool.api.hold_watches()
+    pool.api.close_watches()
+    pool.api.wait_for(lambda: len(pool.api.watches(PODS)) > watches)
+    pool.api.delete_pod("vllm-demo-c")
+    pool.api.expire()  # that deletion is compacted away: only a new list shows it
+    pool.api.release_watches()
+    pool.api.wait_for(lambda: pool.api.lists(PODS) == lists + 1)
+    _settle_off(client, pool.c)
+    assert pool.c not in _landed(client)
+
+
+def test_inference_objectives_from_the_api_decide_what_is_shed(pool: Pool) -> None:
+    _fake(pool.a, waiting=30, metrics=True)
+    _fake(pool.b, waiting=20, metrics=True)
+    batch = _client(pool.gw, **{"x-gateway-inference-objective": "batch-jobs"})
+    _settle(batch, pool.b)  # no such objective yet: priority 0, served though saturated
+    pool.api.put_objective("batch-jobs", -1)
+    _shed_eventually(batch)
+    pool.api.put_objective("batch-jobs", 1)  # raised: served again
+    _served_eventually(batch)
+    pool.api.put_objective("batch-jobs", -1)
+    _shed_eventually(batch)
+    pool.api.put_objective("batch-jobs", -1, pool="another-pool")  # now names another pool: not ours
+    _served_eventually(batch)
+    _fake(pool.a, waiting=0)
+    _fake(pool.b, waiting=0)
