@@ -42,10 +42,11 @@ def read_pool(pool: Mapping[str, Any]) -> PoolSpec:
     labels = sel.get("matchLabels") if isinstance(sel.get("matchLabels"), Mapping) else sel
     if not isinstance(labels, Mapping) or not labels or not all(isinstance(v, str) for v in labels.values()):
         raise PoolError("InferencePool has no spec.selector.matchLabels")
-    ports = [p.get("number") for p in spec.get("targetPorts") or [] if isinstance(p, Mapping)]
-    if not ports and spec.get("targetPortNumber") is not None:  # v1alpha2
-        ports = [spec["targetPortNumber"]]
-    if not ports or not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
+    raw: list[Any] = [p.get("number") for p in spec.get("targetPorts") or [] if isinstance(p, Mapping)]
+    if not raw and spec.get("targetPortNumber") is not None:  # v1alpha2
+        raw = [spec["targetPortNumber"]]
+    ports = [p for p in raw if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536]
+    if not ports or len(ports) != len(raw):
         raise PoolError("InferencePool has no valid spec.targetPorts")
     return PoolSpec(tuple(sorted((str(k), v) for k, v in labels.items())), tuple(dict.fromkeys(ports)))
 

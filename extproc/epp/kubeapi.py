@@ -99,19 +99,26 @@ def kubeconfig_access(doc: Mapping[str, Any], base: Path, namespace: str | None)
 
 def resolve_access(src: KubernetesSource, environ: Mapping[str, str] = os.environ,
                    account: Path = SERVICE_ACCOUNT) -> Access:
-    """The config's api_server, else its kubeconfig, else the pod's service account."""
+    """The config's api_server, else its kubeconfig, else the pod's service account, else $KUBECONFIG
+    (its first file), as client-go's order goes."""
     if src.api_server:
         return Access(server=src.api_server.rstrip("/"), namespace=src.namespace or "default")
-    if src.kubeconfig:
-        try:
-            doc = yaml.safe_load(Path(src.kubeconfig).read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise AccessError(f"kubeconfig {src.kubeconfig}: {e}") from None
-        return kubeconfig_access(doc or {}, Path(src.kubeconfig).parent, src.namespace)
     host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if not host or not (account / "token").exists():
-        raise AccessError("not in a pod (no $KUBERNETES_SERVICE_HOST or service account token): "
-                          "set endpoint_picker.kubernetes.kubeconfig or api_server")
+    kubeconfig = src.kubeconfig
+    if kubeconfig is None and (not host or not (account / "token").exists()):
+        kubeconfig = (environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
+        if kubeconfig is None:
+            raise AccessError("not in a pod (no $KUBERNETES_SERVICE_HOST or service account token) and no "
+                              "$KUBECONFIG: set endpoint_picker.kubernetes.kubeconfig or api_server")
+    if kubeconfig:
+        try:
+            doc = yaml.safe_load(Path(kubeconfig).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise AccessError(f"kubeconfig {kubeconfig}: {e}") from None
+        if not isinstance(doc, dict):
+            raise AccessError(f"kubeconfig {kubeconfig}: not a mapping")
+        return kubeconfig_access(doc, Path(kubeconfig).parent, src.namespace)
+    assert host is not None
     ns = src.namespace
     if ns is None:
         try:

@@ -85,10 +85,13 @@ class Collection:
 
     def apply(self, line: bytes | Mapping[str, Any]) -> bool:
         """One watch event; True when an object was put or dropped."""
-        try:
-            event = json.loads(line) if isinstance(line, bytes | bytearray) else line
-        except ValueError:
-            raise WatchFailed(f"not a watch event: {bytes(line)[:200]!r}") from None
+        if isinstance(line, bytes | bytearray):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                raise WatchFailed(f"not a watch event: {bytes(line)[:200]!r}") from None
+        else:
+            event = line
         if not isinstance(event, Mapping) or not isinstance(event.get("object"), Mapping):
             raise WatchFailed(f"not a watch event: {str(event)[:200]}")
         kind, obj = event.get("type"), event["object"]

@@ -179,6 +179,8 @@ def test_api_access_in_a_pod_from_a_kubeconfig_or_a_url(tmp_path: Path) -> None:
     a = resolve_access(KubernetesSource(kubeconfig=str(kc)), {}, sa)
     assert (a.server, a.namespace, a.ca_data, a.headers()) == ("https://127.0.0.1:6443", "ns1", "PEM",
                                                                {"Authorization": "Bearer abc"})
+    assert resolve_access(KubernetesSource(), {"KUBECONFIG": f"{kc}:/elsewhere"}, sa) == a  # outside a pod
+    assert resolve_access(KubernetesSource(namespace="ns2"), {"KUBECONFIG": str(kc)}, sa).namespace == "ns2"
     a = resolve_access(KubernetesSource(api_server="http://127.0.0.1:9/", namespace="x"), env, sa)
     assert (a.server, a.namespace, a.headers(), a.ssl_context()) == ("http://127.0.0.1:9", "x", {}, False)
     assert api_path("v1", "x", "pods") == "/api/v1/namespaces/x/pods"
