@@ -47,15 +47,15 @@ class EppServer:
     def __init__(self, config: EndpointPickerConfig) -> None:
         self.config = config
         self.board = ReplicaBoard([])
-        self.members = PoolMembers(config, self._set_members)
-        if config.endpoints_file is not None:
-            self.members.load_file(self.members.read_file())
         self.objectives = dict(config.objectives)
         self.from_cluster: list[str] = []  # the pool's ready pods, when the picker watches the API
         self.cluster: ClusterSource | None = None
         if config.kubernetes is not None:
             self.cluster = ClusterSource(config.kubernetes, config.pool, self._set_cluster_members,
                                          self._set_cluster_objectives)
+        self.members = PoolMembers(config, self._set_members)
+        if config.endpoints_file is not None:
+            self.members.load_file(self.members.read_file())
         self._set_members(self.members.current)
         limit = config.max_body_bytes + 1024 * 1024
         # No SO_REUSEPORT (gRPC's default): a picker started on a taken port must fail, not share it.
