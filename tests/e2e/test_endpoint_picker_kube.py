@@ -22,7 +22,12 @@ import pytest
 import yaml
 
 from devstack.launcher import envoy_binary
-from tests.e2e.test_endpoint_picker import Gateway, _chat, _client, _fake, _settle, _wait_port, inference_gateway_envoy
+from tests.inference_gateway import Gateway, inference_gateway_envoy
+from tests.inference_gateway import chat as _chat
+from tests.inference_gateway import client as _client
+from tests.inference_gateway import fake as _fake
+from tests.inference_gateway import settle as _settle
+from tests.inference_gateway import wait_port as _wait_port
 from tests.kube_apiserver import OBJECTIVES, PODS, KubeApiStandIn
 from tests.stack_config import free_port
 
