@@ -20,6 +20,7 @@ import copy
 import itertools
 import json
 import queue
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,7 +47,11 @@ def _selects(selector: str, obj: dict[str, Any]) -> bool:
 
 
 class KubeApiStandIn:
-    def __init__(self, namespace: str, pool_name: str, selector: dict[str, str], port: int) -> None:
+    def __init__(self, namespace: str, pool_name: str, selector: dict[str, str], port: int, *,
+                 tls: tuple[Path, Path] | None = None, token: str | None = None) -> None:
+        """`tls`: (certificate, key) to serve HTTPS; `token`: the bearer token every request must carry
+        (401 otherwise), as a real server with a service account's token would check it."""
+        self.token = token
         self.ns = namespace
         self.selector = selector
         self.pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
@@ -66,7 +71,12 @@ class KubeApiStandIn:
         self._uids = itertools.count(1)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.port = int(self.server.server_address[1])
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     # -- the test's side ---------------------------------------------------------------------
@@ -181,6 +191,10 @@ class KubeApiStandIn:
             def do_GET(self) -> None:  # noqa: N802
                 url = urlsplit(self.path)
                 q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                if api.token is not None and self.headers.get("Authorization") != f"Bearer {api.token}":
+                    api.requests.append(("unauthorized", q))
+                    return self._json(401, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                            "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
                 pools = POOLS_PREFIX.format(ns=api.ns)
                 if url.path.startswith(pools):
                     api.requests.append((url.path, q))

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -56,6 +57,13 @@ class Pool:
     a: str
     b: str
     c: str
+    metrics: str
+
+    def polled(self) -> set[str]:
+        """The endpoints the picker holds state for (`modelyard_replica_state`, from its board)."""
+        text = httpx.get(self.metrics, timeout=5).text
+        return {ep for ep in (self.a, self.b, self.c)
+                if f'modelyard_replica_state{{cluster="demo-pool",endpoint="{ep}"' in text}
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +75,9 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     api.put_pod("vllm-demo-a", IPS[0])
     api.put_pod("vllm-demo-b", IPS[1])
     api.put_pod("not-in-the-pool", "127.0.0.9", labels={"app": "other"})  # the selector leaves it out
-    epp_port, listen, admin = free_port(), free_port(), free_port()
+    epp_port, listen, admin, metrics = free_port(), free_port(), free_port(), free_port()
     (work / "epp.yaml").write_text(yaml.safe_dump({
-        "pool": "demo-pool", "address": f"127.0.0.1:{epp_port}",
+        "pool": "demo-pool", "address": f"127.0.0.1:{epp_port}", "metrics_address": f"127.0.0.1:{metrics}",
         "kubernetes": {"api_server": api.url, "namespace": "modelyard", "backoff_max_s": 1.0},
         "replica_metrics": {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 400}, "shed_queue": 10}))
     (work / "envoy.yaml").write_text(yaml.safe_dump(inference_gateway_envoy(listen, admin, epp_port, [a, b])))
@@ -89,7 +97,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
             if wait is not None:
                 _wait_port(wait, procs[-1], log)
         api.wait_for(lambda: api.watches(PODS) and api.watches(OBJECTIVES))
-        yield Pool(Gateway(f"http://127.0.0.1:{listen}", [a, b]), api, a, b, c)
+        yield Pool(Gateway(f"http://127.0.0.1:{listen}", [a, b]), api, a, b, c, f"http://127.0.0.1:{metrics}/metrics")
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -152,9 +160,11 @@ def test_a_pod_added_is_picked_and_one_not_ready_or_deleted_is_not(pool: Pool) -
     _fake(pool.b, waiting=8, metrics=True)
     _fake(pool.c, waiting=0, metrics=True)
     assert pool.c not in _landed(client)  # c serves, but is no pod of the pool yet
+    assert pool.polled() == {pool.a, pool.b}
     pool.api.put_pod("vllm-demo-c", IPS[2])
     _settle(client, pool.c)  # its first reading comes 50 ms after the watch event
     assert _landed(client) == {pool.c: 10}
+    assert pool.polled() == {pool.a, pool.b, pool.c}
     pool.api.put_pod("vllm-demo-c", IPS[2], ready=False)  # its readiness probe fails
     _settle_off(client, pool.c)
     assert pool.c not in _landed(client)
@@ -163,6 +173,7 @@ def test_a_pod_added_is_picked_and_one_not_ready_or_deleted_is_not(pool: Pool) -
     pool.api.delete_pod("vllm-demo-c")
     _settle_off(client, pool.c)
     assert pool.c not in _landed(client)
+    assert pool.polled() == {pool.a, pool.b}  # its reading and poller are gone with it
 
 
 def test_a_watch_the_server_closes_resumes_without_losing_events(pool: Pool) -> None:
