@@ -223,3 +223,36 @@ def test_inference_objectives_from_the_api_decide_what_is_shed(pool: Pool) -> No
     _served_eventually(batch)
     _fake(pool.a, waiting=0)
     _fake(pool.b, waiting=0)
+
+
+def test_modelyard_up_runs_the_demo_api_and_the_picker_watches_it(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The shipped shape: `devstack.demo_kube_api` makes `up` run devstack/demo/kube_api.py at
+    `endpoint_picker.kubernetes.api_server`, one pod serving both demo engines (two target ports);
+    the picker takes its replicas from there, and a pod marked NotReady there leaves the pool."""
+    from tests.stack_config import small_config, start_stack
+
+    data = small_config()
+    p1, p2, kube = free_port(), free_port(), free_port()
+    eps = [f"127.0.0.1:{p1}", f"127.0.0.1:{p2}"]
+    data["models"].append({"name": "pooled", "task_types": ["chat"], "deployments": [{
+        "cluster": "demo-pooled", "protocol": "openai", "endpoints": eps}]})
+    listener = f"127.0.0.1:{free_port()}"
+    data["endpoint_picker"] = {"pool": "demo-pool", "address": f"127.0.0.1:{free_port()}", "listener": listener,
+                               "kubernetes": {"api_server": f"http://127.0.0.1:{kube}", "namespace": "demo"},
+                               "replica_metrics": {"kind": "vllm", "interval_ms": 50}}
+    data.setdefault("devstack", {})["demo_kube_api"] = {"target_ports": [p1, p2], "pods": {"demo-vllm-0": "127.0.0.1"}}
+    with start_stack(tmp_path_factory.mktemp("epp-up-kube"), data, shared_demos=True) as stack:
+        assert stack.child("kube-api").is_ready() and stack.child("epp").is_ready()
+        client = _client(Gateway(f"http://{listener}", eps))
+        _fake(eps[0], waiting=6)
+        _settle(client, eps[1])
+        assert _landed(client) == {eps[1]: 10}
+        httpx.post(f"http://127.0.0.1:{kube}/demo/pods/demo-vllm-0", json={"ready": False}, timeout=5).raise_for_status()
+        deadline = time.monotonic() + 10
+        with pytest.raises(openai.InternalServerError) as e:  # its only pod NotReady: no replica at all
+            while time.monotonic() < deadline:
+                _chat(client, [{"role": "user", "content": "anyone?"}])
+        assert e.value.status_code == 503 and "no ready endpoint" in e.value.message
+        httpx.post(f"http://127.0.0.1:{kube}/demo/pods/demo-vllm-0", json={"ready": True}, timeout=5).raise_for_status()
+        _settle(client, eps[1])
+        _fake(eps[0], waiting=0)
