@@ -34,16 +34,26 @@ EXPIRED_FRAME, BOOKMARK_FRAME = (json.loads(line) for line in (RECORDED / "watch
 
 PODS = "pods"
 OBJECTIVES = "inferenceobjectives"
+POOLS = "inferencepools"
 POOLS_PREFIX = "/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools/"
 COLLECTIONS = {"/api/v1/namespaces/{ns}/pods": PODS,
-               "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/{ns}/inferenceobjectives": OBJECTIVES}
-KINDS = {PODS: "Pod", OBJECTIVES: "InferenceObjective"}
+               "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/{ns}/inferenceobjectives": OBJECTIVES,
+               "/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools": POOLS}
+KINDS = {PODS: "Pod", OBJECTIVES: "InferenceObjective", POOLS: "InferencePool"}
 _END = object()
 
 
 def _selects(selector: str, obj: dict[str, Any]) -> bool:
-    labels = obj.get("metadata", {}).get("labels") or {}
-    return all(labels.get(k) == v for k, _, v in (term.partition("=") for term in selector.split(",") if term))
+    """`labelSelector=k=v,...`, and `fieldSelector=metadata.name=N` (written here as `name:N`)."""
+    meta = obj.get("metadata", {})
+    labels = meta.get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        if term.startswith("name:"):
+            if meta.get("name") != term[5:]:
+                return False
+        elif labels.get(term.partition("=")[0]) != term.partition("=")[2]:
+            return False
+    return True
 
 
 class KubeApiStandIn:
@@ -58,7 +68,7 @@ class KubeApiStandIn:
                      "metadata": {"name": pool_name, "namespace": namespace, "resourceVersion": "1"},
                      "spec": {"selector": {"matchLabels": selector}, "targetPorts": [{"number": port}],
                               "endpointPickerRef": {"name": "modelyard-epp", "port": {"number": 9002}}}}
-        self.items: dict[str, dict[str, dict[str, Any]]] = {PODS: {}, OBJECTIVES: {}}
+        self.items: dict[str, dict[str, dict[str, Any]]] = {PODS: {}, OBJECTIVES: {}, POOLS: {pool_name: self.pool}}
         self.rv = 1000
         self.history: list[tuple[int, str, bytes]] = []  # (resourceVersion, collection, frame)
         self.oldest = 0  # a watch from before this version is answered 410
@@ -100,6 +110,16 @@ class KubeApiStandIn:
             if cond["type"] in ("Ready", "ContainersReady"):
                 cond["status"] = "True" if ready else "False"
         self._change(PODS, name, pod)
+
+    def put_pool(self, selector: dict[str, str] | None = None, port: int | None = None) -> None:
+        """The InferencePool edited: another selector or target port."""
+        pool = copy.deepcopy(self.pool)
+        if selector is not None:
+            pool["spec"]["selector"]["matchLabels"] = selector
+        if port is not None:
+            pool["spec"]["targetPorts"] = [{"number": port}]
+        self.pool = pool
+        self._change(POOLS, pool["metadata"]["name"], pool)
 
     def delete_pod(self, name: str) -> None:
         self._change(PODS, name, None)
@@ -208,6 +228,9 @@ class KubeApiStandIn:
                                             "reason": "NotFound", "code": 404})
                 api.requests.append((collection, q))
                 selector = q.get("labelSelector", "")
+                field = q.get("fieldSelector", "")
+                if field.startswith("metadata.name="):
+                    selector = ",".join(filter(None, [selector, f"name:{field[len('metadata.name='):]}"]))
                 if q.get("watch") != "1":
                     return self._json(200, api._list(collection, selector))
                 self._watch(collection, selector, q)

@@ -2,7 +2,7 @@
 api_server` on this host; `devstack.demo_kube_api` says what is in it). It holds one InferencePool
 (inference.networking.k8s.io/v1: `spec.selector.matchLabels`, `spec.targetPorts`), its pods and
 InferenceObjectives, and answers them as kube-apiserver does for the picker's calls: GET of the
-pool; list (with `metadata.resourceVersion`, filtered by `labelSelector`) and watch
+pool; list (with `metadata.resourceVersion`, filtered by `labelSelector` or `fieldSelector=metadata.name=`) and watch
 (`watch=1&resourceVersion=RV`: the events after RV, then live ones as newline-delimited JSON, a
 BOOKMARK every 5 s with `allowWatchBookmarks=true`, the end at `timeoutSeconds`).
 
@@ -27,8 +27,8 @@ from aiohttp import web
 
 from devstack.demo.adapter_server import DemoSite, serve
 
-PODS, OBJECTIVES = "pods", "inferenceobjectives"
-KINDS = {PODS: "Pod", OBJECTIVES: "InferenceObjective"}
+PODS, OBJECTIVES, POOLS = "pods", "inferenceobjectives", "inferencepools"
+KINDS = {PODS: "Pod", OBJECTIVES: "InferenceObjective", POOLS: "InferencePool"}
 BOOKMARK_S = 5.0
 
 
@@ -45,7 +45,7 @@ class DemoCluster:
                      "spec": {"selector": {"matchLabels": selector},
                               "targetPorts": [{"number": p} for p in target_ports],
                               "endpointPickerRef": {"name": "modelyard-epp", "port": {"number": 9002}}}}
-        self.items: dict[str, dict[str, dict[str, Any]]] = {PODS: {}, OBJECTIVES: {}}
+        self.items: dict[str, dict[str, dict[str, Any]]] = {PODS: {}, OBJECTIVES: {}, POOLS: {pool: self.pool}}
         self.rv = 100
         self.history: list[tuple[int, str, bytes]] = []  # kept whole: a demo's history is short
         self.watchers: list[tuple[str, asyncio.Queue[bytes | None]]] = []
@@ -92,13 +92,15 @@ class DemoCluster:
         return web.json_response(self.pool)
 
     async def collection(self, request: web.Request) -> web.StreamResponse:
-        coll = PODS if request.path.endswith("/pods") else OBJECTIVES
+        coll = request.path.rpartition("/")[2]
         if request.match_info["ns"] != self.ns:
             return web.json_response({"kind": f"{KINDS[coll]}List", "apiVersion": "v1",
                                       "metadata": {"resourceVersion": str(self.rv)}, "items": []})
         q = request.query
         wanted = dict(t.partition("=")[::2] for t in q.get("labelSelector", "").split(",") if t)
-        match = lambda o: all(o["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())  # noqa: E731
+        named = q.get("fieldSelector", "").partition("metadata.name=")[2] or None  # the picker's pool watch
+        match = lambda o: (all(o["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())  # noqa: E731
+                           and named in (None, o["metadata"]["name"]))
         if q.get("watch") not in ("1", "true"):
             return web.json_response({"kind": f"{KINDS[coll]}List", "apiVersion": "v1",
                                       "metadata": {"resourceVersion": str(self.rv)},
@@ -168,6 +170,7 @@ class DemoCluster:
         r.add_get("/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools/{name}", self.get_pool)
         r.add_get("/api/v1/namespaces/{ns}/pods", self.collection)
         r.add_get("/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/{ns}/inferenceobjectives", self.collection)
+        r.add_get("/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools", self.collection)
         r.add_post("/demo/pods/{name}", self.put_pod)
         r.add_delete("/demo/pods/{name}", self.delete_pod)
         r.add_post("/demo/objectives/{name}", self.put_objective)

@@ -1,6 +1,7 @@
 """The endpoint picker's view of the cluster, from the Kubernetes API (aiohttp, in the background):
-the InferencePool named in config, then a list+watch of the pods it selects and of the
-InferenceObjectives in its namespace. Each change hands the pool's ready endpoints, or the
+a list+watch of the InferencePool named in config (by `fieldSelector=metadata.name=`), of the pods
+its selector names (listed again when the selector changes) and of the InferenceObjectives in its
+namespace. Each change hands the pool's ready endpoints, or the
 objectives' priorities, to the server (which re-points the replica board). The protocol's state
 is the sans-I/O `watch.Collection`; what counts as a replica is `cluster.py`.
 
@@ -19,7 +20,7 @@ import logging
 import os
 import random
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,12 +159,13 @@ class ClusterSource:
         except AccessError as e:
             raise ConfigError(f"endpoint_picker.kubernetes: {e}") from None
         self.on_members, self.on_objectives = on_members, on_objectives
-        self.pods, self.objectives = Collection(), Collection()
+        self.pools, self.pods, self.objectives = Collection(), Collection(), Collection()
         self.pool: cluster.PoolSpec | None = None
+        self._pool_known = asyncio.Event()
         self.members: list[str] | None = None
         self.synced = asyncio.Event()  # the first pod list is in
         self._session: aiohttp.ClientSession | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
 
     # -- HTTP -------------------------------------------------------------------------------
     async def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
@@ -223,15 +225,32 @@ class ClusterSource:
                 log.warning("kubernetes: %s: %s: %s (retrying in %.1fs)", what, type(e).__name__, e, delay)
                 await asyncio.sleep(delay)
 
-    # -- the pool's pods and objectives -------------------------------------------------------
-    async def _read_pool(self) -> None:
-        api = self.src.pool_api
-        body = await self._get(f"{api_path(api, self.access.namespace, 'inferencepools')}/{self.pool_name}")
-        spec = cluster.read_pool(body)
-        if spec != self.pool:
-            log.info("kubernetes: InferencePool %s/%s selects %s, ports %s", self.access.namespace,
-                     self.pool_name, spec.label_selector(), ",".join(map(str, spec.ports)))
-        self.pool = spec
+    # -- the pool, its pods and objectives ---------------------------------------------------
+    def _pool_changed(self) -> None:
+        """The InferencePool's watch: a new selector lists the pods again; new ports re-point at once."""
+        obj = self.pools.items.get(f"{self.access.namespace}/{self.pool_name}")
+        if obj is None:
+            log.warning("kubernetes: InferencePool %s/%s not found (keeping %s)", self.access.namespace,
+                        self.pool_name, "its last pods" if self.pool else "no pods")
+            return
+        try:
+            spec = cluster.read_pool(obj)
+        except cluster.PoolError as e:
+            log.warning("kubernetes: InferencePool %s/%s: %s (keeping the last)", self.access.namespace,
+                        self.pool_name, e)
+            return
+        old, self.pool = self.pool, spec
+        if spec == old:
+            return
+        log.info("kubernetes: InferencePool %s/%s selects %s, ports %s", self.access.namespace,
+                 self.pool_name, spec.label_selector(), ",".join(map(str, spec.ports)))
+        self._pool_known.set()
+        if old is None:
+            return  # the pod watch starts on it
+        if old.selector != spec.selector:  # other pods: a new list with the new labelSelector
+            self._restart_pods()
+        elif self.pods.resource_version is not None:
+            self._pods_changed()
 
     def _pods_changed(self) -> None:
         assert self.pool is not None
@@ -247,24 +266,44 @@ class ClusterSource:
     async def _nothing(self) -> None:
         return None
 
+    async def _pool_read(self) -> None:
+        await self._pool_known.wait()
+
+    def _start_task(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        self._tasks[name] = asyncio.create_task(coro, name=f"epp:{name}")
+
+    def _watch_pods(self) -> Coroutine[Any, Any, None]:
+        return self._list_watch("pods", lambda: api_path("v1", self.access.namespace, "pods"),
+                                lambda: {"labelSelector": self.pool.label_selector()} if self.pool else {},
+                                self.pods, self._pods_changed, self._pool_read)
+
+    def _restart_pods(self) -> None:
+        task = self._tasks.pop("pods", None)
+        if task is not None:
+            task.cancel()
+        self.pods.expire()
+        self._start_task("pods", self._watch_pods())
+
     async def start(self) -> None:
         self._session = aiohttp.ClientSession()
         ns = self.access.namespace
-        self._tasks.append(asyncio.create_task(self._list_watch(
-            "pods", lambda: api_path("v1", ns, "pods"),
-            lambda: {"labelSelector": self.pool.label_selector()} if self.pool else {},
-            self.pods, self._pods_changed, self._read_pool), name="epp:pods"))
+        pools = api_path(self.src.pool_api, ns, "inferencepools")
+        self._start_task("inferencepools", self._list_watch(
+            "inferencepools", lambda: pools, lambda: {"fieldSelector": f"metadata.name={self.pool_name}"},
+            self.pools, self._pool_changed, self._nothing))
+        self._start_task("pods", self._watch_pods())
         if self.src.objectives_api:
-            path = api_path(self.src.objectives_api, ns, "inferenceobjectives")
-            self._tasks.append(asyncio.create_task(self._list_watch(
-                "inferenceobjectives", lambda: path, dict, self.objectives, self._objectives_changed,
-                self._nothing), name="epp:objectives"))
+            objectives = api_path(self.src.objectives_api, ns, "inferenceobjectives")
+            self._start_task("inferenceobjectives", self._list_watch(
+                "inferenceobjectives", lambda: objectives, dict, self.objectives, self._objectives_changed,
+                self._nothing))
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        tasks = list(self._tasks.values())
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = {}
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -29,7 +29,7 @@ from tests.inference_gateway import client as _client
 from tests.inference_gateway import fake as _fake
 from tests.inference_gateway import settle as _settle
 from tests.inference_gateway import wait_port as _wait_port
-from tests.kube_apiserver import OBJECTIVES, PODS, KubeApiStandIn
+from tests.kube_apiserver import OBJECTIVES, PODS, POOLS, KubeApiStandIn
 from tests.stack_config import free_port
 
 IPS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -145,8 +145,8 @@ def test_the_pools_pods_come_from_the_api(pool: Pool) -> None:
     _fake(pool.b, waiting=8)
     _settle(client, pool.a)
     assert _landed(client) == {pool.a: 10}
-    # It read the pool, listed the pods its selector names, and watches from the list's version.
-    assert any(path.endswith("/inferencepools/demo-pool") for path, _ in pool.api.requests)
+    # It watches the pool, listed the pods its selector names, and watches them from the list's version.
+    assert pool.api.watches(POOLS)[0]["fieldSelector"] == "metadata.name=demo-pool"
     [listed] = [q for c, q in pool.api.requests if c == PODS and q.get("watch") != "1"]
     assert listed["labelSelector"] == "app.kubernetes.io/name=vllm-demo"
     first = pool.api.watches(PODS)[0]
@@ -206,6 +206,25 @@ def test_a_410_lists_again(pool: Pool) -> None:
     pool.api.wait_for(lambda: pool.api.lists(PODS) == lists + 1)
     _settle_off(client, pool.c)
     assert pool.c not in _landed(client)
+
+
+def test_the_pools_own_edits_are_watched(pool: Pool) -> None:
+    client = _client(pool.gw)
+    for ep in (pool.a, pool.b, pool.c):
+        _fake(ep, waiting=0, metrics=True)
+    lists = pool.api.lists(PODS)
+    pool.api.put_pod("canary", IPS[2], labels={"app.kubernetes.io/name": "vllm-canary"})
+    assert pool.c not in _landed(client)  # a pod the selector does not name
+    pool.api.put_pool(selector={"app.kubernetes.io/name": "vllm-canary"})  # now it names only that one
+    _settle(client, pool.c)
+    assert _landed(client) == {pool.c: 10}
+    pool.api.wait_for(lambda: pool.api.lists(PODS) == lists + 1)  # a new selector: a new list, not a patch
+    last = [q for c, q in pool.api.requests if c == PODS and q.get("watch") != "1"][-1]
+    assert last["labelSelector"] == "app.kubernetes.io/name=vllm-canary"
+    pool.api.put_pool(selector={"app.kubernetes.io/name": "vllm-demo"})
+    _settle_off(client, pool.c)
+    assert pool.c not in _landed(client)
+    pool.api.delete_pod("canary")
 
 
 def test_inference_objectives_from_the_api_decide_what_is_shed(pool: Pool) -> None:
