@@ -111,9 +111,15 @@ def _landed(client: openai.OpenAI, n: int = 10) -> Counter[str]:
 
 
 def _settle_off(client: openai.OpenAI, avoid: str, limit_s: float = 10.0) -> None:
-    """Calls until one lands elsewhere than `avoid` (the picker has seen the change)."""
+    """Calls until one lands elsewhere than `avoid` (the picker has seen the change). Endpoints that
+    (re)join the pool are not ready until their first reading (50 ms): 503 till then, as `_settle`."""
     deadline = time.monotonic() + limit_s
-    while _chat(client, [{"role": "user", "content": "off"}]) == avoid:
+    while True:
+        try:
+            if _chat(client, [{"role": "user", "content": "off"}]) != avoid:
+                return
+        except openai.InternalServerError as e:
+            assert e.status_code == 503, e
         assert time.monotonic() < deadline, f"still landing on {avoid}"
 
 
