@@ -62,6 +62,7 @@ class KubeApiStandIn:
         """`tls`: (certificate, key) to serve HTTPS; `token`: the bearer token every request must carry
         (401 otherwise), as a real server with a service account's token would check it."""
         self.token = token
+        self.gone_as_status = False  # a too-old watch gets HTTP 410 instead of 200 and the ERROR frame
         self.ns = namespace
         self.selector = selector
         self.pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
@@ -241,6 +242,11 @@ class KubeApiStandIn:
                 api.held.wait()
                 with api.lock:
                     api.waiting -= 1
+                    gone = int(q.get("resourceVersion") or 0) < api.oldest and api.gone_as_status
+                if gone:
+                    status = copy.deepcopy(EXPIRED_FRAME["object"])
+                    status["message"] = f"too old resource version: {q.get('resourceVersion')} ({api.rv})"
+                    return self._json(410, status)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")

@@ -1,7 +1,8 @@
 """The endpoint picker's cluster watch (extproc/epp/kubeapi.py) as it runs in a pod: HTTPS to
 $KUBERNETES_SERVICE_HOST:PORT verified against the service account's CA, its token as the bearer
 (re-read on every request), its namespace; the API is the stand-in of tests/kube_apiserver.py,
-serving recorded responses over TLS and refusing a wrong token with 401."""
+serving recorded responses over TLS and refusing a wrong token with 401; a watch refused with
+HTTP 410 lists again."""
 
 from __future__ import annotations
 
@@ -53,6 +54,17 @@ async def test_in_a_pod_over_tls_with_the_service_accounts_token_rotated(tmp_pat
         api.put_objective("elsewhere", 5, pool="pool-b")
         await _until(lambda: priorities and priorities[-1] == {"batch": -1})
         assert api.lists(PODS) == 1
+        # A watch refused with HTTP 410 (not 200 and the ERROR frame): listed again all the same.
+        watches = len(api.watches(PODS))
+        api.hold_watches()
+        api.close_watches()
+        await _until(lambda: len(api.watches(PODS)) > watches)
+        api.delete_pod("vllm-0")
+        api.expire()
+        api.gone_as_status = True
+        api.release_watches()
+        await _until(lambda: members[-1] == ["10.0.0.8:8000"])
+        assert api.lists(PODS) == 2
     finally:
         await source.stop()
         api.stop()
