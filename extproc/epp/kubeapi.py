@@ -195,8 +195,8 @@ class ClusterSource:
                     body = None
                 raise status_error(body) if isinstance(body, dict) else WatchFailed(f"HTTP {resp.status} watching {path}")
             coll.start_watch()
-            backoff.reset()
             async for chunk in resp.content.iter_any():
+                backoff.reset()  # the server answers: a later failure starts from the shortest wait
                 if coll.feed(chunk):
                     changed()
 
@@ -213,8 +213,12 @@ class ClusterSource:
                     changed()
                     log.info("kubernetes: listed %s (%d) at resourceVersion %s", what, len(coll.items),
                              coll.resource_version)
+                began = asyncio.get_running_loop().time()
                 await self._watch(path(), params(), coll, changed, backoff)
-                # The server ended the watch (its timeout): resume from the last version seen.
+                # The server ended the watch (its timeout): resume from the last version seen; one
+                # that ends at once, again and again (a proxy's idle cut), is not a hot loop.
+                if asyncio.get_running_loop().time() - began < 1.0:
+                    await asyncio.sleep(backoff.take())
             except Expired as e:
                 log.info("kubernetes: %s watch expired (%s): listing again", what, e)
                 coll.expire()
