@@ -68,6 +68,9 @@ def banner(cfg: GatewayConfig, *, url: str, run_dir: str, admin_url: str | None,
     if epp is not None and epp.listener:
         lines.append(f"  InferencePool:  http://{epp.listener} ({epp.pool}: Envoy + `modelyard epp` on {epp.address}, "
                      "the Inference Extension's protocol; docs/routing.md)")
+        if epp.kubernetes is not None and cfg.devstack.demo_kube_api is not None:
+            lines.append(f"  Pool's pods:    watched at {epp.kubernetes.api_server} (the demo Kubernetes API; "
+                         "POST /demo/pods/NAME {\"ready\": false})")
     lines.append(f"  Logs:           {run_dir}")
     lines.append(f"  Try: {try_command(cfg, url)}")
     lines.append("Ctrl-C stops everything.")

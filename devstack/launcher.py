@@ -116,6 +116,24 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable, *, shared: b
     return _share_demos(out, python) if shared else out
 
 
+def demo_kube_api_child(cfg: GatewayConfig, python: str = sys.executable) -> Child | None:
+    """devstack.demo.kube_api where the endpoint picker watches an API on this host over plain http and
+    `devstack.demo_kube_api` says what its pool holds (docs/routing.md "Endpoint-picker mode")."""
+    epp, demo = cfg.endpoint_picker, cfg.devstack.demo_kube_api
+    kube = epp.kubernetes if epp is not None else None
+    if epp is None or kube is None or demo is None or not kube.api_server:
+        return None
+    u = urlparse(kube.api_server)
+    if u.scheme != "http" or u.hostname not in ("127.0.0.1", "localhost") or not u.port:
+        return None
+    argv = [python, "-m", "devstack.demo.kube_api", "--host", u.hostname, "--port", str(u.port),
+            "--namespace", kube.namespace or "default", "--pool", epp.pool,
+            "--target-ports", ",".join(map(str, demo.target_ports))]
+    for name, ip in demo.pods.items():
+        argv += ["--pod", f"{name}={ip}"]
+    return Child("kube-api", argv, ("http", f"http://{u.netloc}/healthz"))
+
+
 def _scaler_child(name: str, dep: Deployment, python: str) -> Child:
     """devstack.demo.scaler where the deployment asks for a replica (its webhook, or the Kubernetes API
     it names), starting the demo server on the deployment's endpoint when asked."""
@@ -196,6 +214,8 @@ class Stack:
         self.children.append(Child("extproc", serve, ("tcp", cfg.extproc.address), role="replica",
                                    standby_argv=[*serve, "--standby"]))
         epp = cfg.endpoint_picker
+        if demos and (kube := demo_kube_api_child(cfg)) is not None:  # before the picker that watches it
+            self.children.append(kube)
         if epp is not None and epp.listener:  # the Inference Extension's picker, with its own listener in Envoy
             self.children.append(Child("epp", [sys.executable, "-m", "modelyard.cli", "epp", "--config",
                                                str(config_path)], ("tcp", epp.address)))

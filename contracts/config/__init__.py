@@ -520,6 +520,14 @@ class TenantConfig(_Model):
         return "*" in self.allowed_models or model in self.allowed_models
 
 
+class DemoKubeApi(_Model):
+    """The demo Kubernetes API `up` runs at `endpoint_picker.kubernetes.api_server` (devstack/demo/kube_api.py):
+    the pool's InferencePool target ports and its pods (name -> IP), all Running and Ready at the start."""
+
+    target_ports: list[int] = Field(min_length=1)
+    pods: dict[str, str] = Field(default_factory=dict)
+
+
 class DevStackConfig(_Model):
     """What `modelyard up` starts and where it writes (docs/operations.md); the extproc ignores it."""
 
@@ -530,6 +538,8 @@ class DevStackConfig(_Model):
     demo_mcp_servers: list[str] = Field(default_factory=list)
     # `up` runs the demo OAuth authorization server at `mcp.oauth.issuer` (devstack/demo/oauth_server.py).
     demo_oauth: bool = False
+    # `up` runs a demo Kubernetes API for the endpoint picker's pool (endpoint_picker.kubernetes.api_server).
+    demo_kube_api: DemoKubeApi | None = None
     # Logs, the rendered Envoy config and its admin address; a relative path is under the config
     # file's directory (`up --run-dir` overrides it).
     run_dir: str = "run"

@@ -27,6 +27,25 @@ def check_endpoint(ep: str) -> str:
     return ep
 
 
+class KubernetesSource(BaseModel):
+    """Pool membership and objectives from the Kubernetes API: the InferencePool named by `pool`
+    (its selector and target ports), then a list+watch of the pods it selects and of the
+    InferenceObjectives naming it (extproc/epp/kubeapi.py). Inside a pod every field may stay
+    unset: the service account's token, CA and namespace, and $KUBERNETES_SERVICE_HOST/PORT."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str | None = None  # default: the service account's namespace
+    # A kubeconfig file (its current context: server, CA, token or client certificate) instead of
+    # the in-cluster service account; `api_server` alone (plain http) is for a local stand-in.
+    kubeconfig: str | None = None
+    api_server: str | None = None
+    pool_api: str = "inference.networking.k8s.io/v1"  # group/version of the InferencePool
+    objectives_api: str | None = "inference.networking.x-k8s.io/v1alpha2"  # None: no InferenceObjective watch
+    watch_timeout_s: int = Field(300, ge=1, le=3600)  # the server ends each watch by then; resumed from its version
+    backoff_max_s: float = Field(30.0, gt=0)
+
+
 class EndpointPickerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,6 +59,7 @@ class EndpointPickerConfig(BaseModel):
     # Kubernetes pod watch would keep current; $MODELYARD_EPP_ENDPOINTS adds to both).
     endpoints: list[str] = Field(default_factory=list)
     endpoints_file: str | None = None
+    kubernetes: KubernetesSource | None = None  # the pool's pods and objectives from the cluster's API
     replica_metrics: ReplicaMetrics = ReplicaMetrics(kind="vllm")
     # Shedding (the protocol's 429): a request whose objective's priority is below 0 is sheddable, and
     # is refused when every candidate waits over `shed_queue` requests (or its KV cache is over `shed_kv`).

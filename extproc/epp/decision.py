@@ -84,10 +84,13 @@ def candidates(pool: list[str], hint: list[str] | None) -> list[str]:
     return [ep for ep in pool if ep in allowed or ep.rpartition(":")[0] in allowed]
 
 
-def priority(config: EndpointPickerConfig, headers: Mapping[str, str]) -> int:
-    """The request's InferenceObjective (named in a header) gives its priority; below 0 is sheddable."""
+def priority(config: EndpointPickerConfig, headers: Mapping[str, str],
+             objectives: Mapping[str, int] | None = None) -> int:
+    """The request's InferenceObjective (named in a header) gives its priority; below 0 is sheddable.
+    `objectives`: those in force (the config's, and the cluster's where the picker watches them)."""
     name = headers.get(OBJECTIVE_HEADER)
-    return config.objectives.get(name, config.default_priority) if name else config.default_priority
+    table = config.objectives if objectives is None else objectives
+    return table.get(name, config.default_priority) if name else config.default_priority
 
 
 def saturated(config: EndpointPickerConfig, reading: ReplicaReading) -> bool:

@@ -9,6 +9,8 @@ through chunk by chunk. No I/O: the board's pick reads the last readings.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from google.protobuf import json_format
 
@@ -27,9 +29,11 @@ def _metadata(req: pb.ProcessingRequest, namespace: str) -> dict[str, object] | 
 
 
 class EppStream:
-    def __init__(self, config: EndpointPickerConfig, board: ReplicaBoard) -> None:
+    def __init__(self, config: EndpointPickerConfig, board: ReplicaBoard,
+                 objectives: Mapping[str, int] | None = None) -> None:
         self.config = config
         self.board = board
+        self.objectives = objectives  # None: the config's
         self.headers: dict[str, str] = {}
         self.hint: list[str] | None = None
         self.body = bytearray()
@@ -97,7 +101,7 @@ class EppStream:
         rs = board.sets[cfg.pool]
         among = decision.candidates(rs.endpoints, self.hint)
         pick, hashes = board.pick(cfg.pool, prompt=ask.prompt, among=among)
-        endpoints = decision.decide(cfg, pick, rs.readings, decision.priority(cfg, self.headers), cfg.pool)
+        endpoints = decision.decide(cfg, pick, rs.readings, decision.priority(cfg, self.headers, self.objectives), cfg.pool)
         self.sent = board.sent(cfg.pool, endpoints[0], hashes)
         EPP_DECISIONS.labels(cfg.pool, "picked").inc()
         return destination_reply(",".join(endpoints), content_length)

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from contracts.config.endpoint_picker import load_endpoint_picker, parse_endpoints
+from contracts.config.endpoint_picker import load_endpoint_picker
 from tests.deploy.tools import tool
+from tests.kube_apiserver import KubeApiStandIn
 from tests.stack_config import ROOT, free_port
 
 EPP = ROOT / "deploy/kubernetes/endpoint-picker"
@@ -77,7 +78,7 @@ def test_core_resources_pass_kubernetes_validate_and_the_pool_its_crd_schema(tmp
     out = subprocess.run([tool("kubernetes-validate"), "--strict", "--kubernetes-version", KUBERNETES_VERSION,
                           str(manifest)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert (out.stdout + out.stderr).count(" passed for resource ") == len(core) == 5
+    assert (out.stdout + out.stderr).count(" passed for resource ") == len(core) == 7
     [pool] = [r for r in resources if r["kind"] == "InferencePool"]
     jsonschema.validate(pool, INFERENCE_POOL_V1)
     numbers = [p["number"] for p in pool["spec"]["targetPorts"]]
@@ -98,7 +99,6 @@ def test_the_pool_the_picker_and_the_model_servers_are_wired_together() -> None:
     deployment = _res(resources, "Deployment", "modelyard-epp")
     servers = _res(resources, "Deployment", "vllm-demo")
     config = _res(resources, "ConfigMap", "epp-config-")
-    endpoints = _res(resources, "ConfigMap", "epp-endpoints")
     assert all(r["metadata"]["namespace"] == "modelyard" for r in resources)
     # The pool selects the model-server pods at their port, and names the picker's Service and port.
     labels = servers["spec"]["template"]["metadata"]["labels"]
@@ -126,23 +126,56 @@ def test_the_pool_the_picker_and_the_model_servers_are_wired_together() -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["config"]["configMap"]["name"] == config["metadata"]["name"]
     assert mounts["config"]["mountPath"] == "/etc/modelyard-epp"  # the entrypoint's default config path
-    assert volumes["endpoints"]["configMap"]["name"] == endpoints["metadata"]["name"]
-    assert epp.endpoints_file == f"{mounts['endpoints']['mountPath']}/endpoints"
-    assert all("subPath" not in m for m in container["volumeMounts"])  # updates reach the file
-    assert parse_endpoints(endpoints["data"]["endpoints"]) == []  # comments only: no pods listed yet
+    assert epp.endpoints_file is None and epp.endpoints == []  # the pods come from the API alone
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_pickers_service_account_may_read_the_pool_its_pods_and_objectives_and_nothing_more() -> None:
+    resources = _build()
+    pool = _res(resources, "InferencePool")
+    deployment = _res(resources, "Deployment", "modelyard-epp")
+    account = _res(resources, "ServiceAccount")
+    role = _res(resources, "Role")
+    binding = _res(resources, "RoleBinding")
+    epp = load_endpoint_picker(EPP / "epp.yaml")
+    assert epp.kubernetes is not None
+    pod = deployment["spec"]["template"]["spec"]
+    # The picker runs as the account, with its token mounted (the API access it resolves in a pod).
+    assert pod["serviceAccountName"] == account["metadata"]["name"] and pod["automountServiceAccountToken"] is True
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": "modelyard"}]
+    # Read-only, on exactly what it lists and watches: the pool's API group and the objectives' own.
+    grants = {(g, r): sorted(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"]
+              for r in rule["resources"]}
+    assert epp.kubernetes.pool_api == pool["apiVersion"]
+    assert epp.kubernetes.objectives_api is not None
+    assert grants == {("", "pods"): ["get", "list", "watch"],
+                      (pool["apiVersion"].split("/")[0], "inferencepools"): ["get", "list", "watch"],
+                      (epp.kubernetes.objectives_api.split("/")[0], "inferenceobjectives"): ["get", "list", "watch"]}
+    # The model servers get no token: they never call the API.
+    servers = _res(resources, "Deployment", "vllm-demo")
+    assert servers["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
 def test_the_images_epp_role_serves_the_shipped_config_and_is_healthy(tmp_path: Path) -> None:
     port = free_port()
-    members = tmp_path / "endpoints"
-    members.write_text((EPP / "endpoints").read_text())
+    # Outside a pod the picker takes $KUBECONFIG: here a stand-in API (tests/kube_apiserver.py) with the pool.
+    pool = yaml.safe_load((EPP / "inferencepool.yaml").read_text())
+    api = KubeApiStandIn("modelyard", pool["metadata"]["name"], pool["spec"]["selector"]["matchLabels"],
+                         pool["spec"]["targetPorts"][0]["number"]).start()
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump({
+        "current-context": "stand-in", "contexts": [{"name": "stand-in", "context": {
+            "cluster": "stand-in", "namespace": "modelyard"}}],
+        "clusters": [{"name": "stand-in", "cluster": {"server": api.url}}]}))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "MODELYARD_ROLE_FILE": str(tmp_path / "role"), "MODELYARD_EPP_PORT": str(port),
-           "MODELYARD_EPP_CONFIG": str(EPP / "epp.yaml")}
-    # The manifest's config; the addresses and the file path moved where this test may bind and write.
+           "MODELYARD_EPP_CONFIG": str(EPP / "epp.yaml"), "KUBECONFIG": str(tmp_path / "kubeconfig")}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    # The manifest's config; the addresses moved where this test may bind.
     proc = subprocess.Popen(["sh", str(ENTRYPOINT), "epp", "--address", f"127.0.0.1:{port}",
-                             "--metrics-address", f"127.0.0.1:{free_port()}", "--endpoints-file", str(members)],
+                             "--metrics-address", f"127.0.0.1:{free_port()}"],
                             env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "epp.log").open("wb"))
     # The picker's own log goes with any failure: a start that fails must say why, not only its signal.
     said = lambda: (tmp_path / "epp.log").read_text(errors="replace")[-3000:]  # noqa: E731
@@ -158,7 +191,9 @@ def test_the_images_epp_role_serves_the_shipped_config_and_is_healthy(tmp_path: 
             time.sleep(0.2)
         assert healthy is not None and healthy.returncode == 0, (healthy and healthy.stderr, said())
         assert (tmp_path / "role").read_text().strip() == "epp"
+        assert api.watches("pods") and api.watches("inferenceobjectives")  # it read the cluster
     finally:
         proc.terminate()
         code = proc.wait(timeout=15)
+        api.stop()
     assert code == 0, said()

@@ -9,118 +9,26 @@ header-to-metadata rule (as a comma-separated string) and forwarded by ext_proc'
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
-import httpx
 import openai
 import pytest
 import yaml
 
 from devstack.launcher import envoy_binary
+from tests.inference_gateway import Gateway, inference_gateway_envoy
+from tests.inference_gateway import chat as _chat
+from tests.inference_gateway import client as _client
+from tests.inference_gateway import fake as _fake
+from tests.inference_gateway import settle as _settle
+from tests.inference_gateway import wait_port as _wait_port
 from tests.stack_config import free_port
 
 SYSTEM = "You are the demo assistant of the endpoint-picker tests. " * 12  # several prompt blocks
-
-
-def inference_gateway_envoy(listen: int, admin: int, epp: int, pool: list[str]) -> dict[str, Any]:
-    """The Inference Extension's Envoy, trimmed to what the protocol needs, plus the subset-hint rule
-    and a second way to the pool (`x-test-lb: metadata`): a cluster of the pool's endpoints whose
-    override-host policy reads the `envoy.lb` metadata instead of the header, round robin else."""
-    return {
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}},
-        "static_resources": {
-            "listeners": [{
-                "name": "vllm",
-                "address": {"socket_address": {"address": "127.0.0.1", "port_value": listen}},
-                "filter_chains": [{"filters": [{
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3"
-                                 ".HttpConnectionManager",
-                        "stat_prefix": "inference",
-                        "route_config": {"name": "vllm", "virtual_hosts": [{
-                            "name": "vllm-default", "domains": ["*"],
-                            "routes": [{"match": {"prefix": "/", "headers": [
-                                            {"name": "x-test-lb", "string_match": {"exact": "metadata"}}]},
-                                        "route": {"cluster": "pool_by_metadata", "timeout": "60s"}},
-                                       {"match": {"prefix": "/"},
-                                        "route": {"cluster": "original_destination_cluster", "timeout": "60s"}}]}]},
-                        "http_filters": [
-                            {"name": "envoy.filters.http.header_to_metadata",
-                             "typed_config": {
-                                 "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3"
-                                          ".Config",
-                                 "request_rules": [{"header": "x-test-subset", "remove": True, "on_header_present": {
-                                     "metadata_namespace": "envoy.lb.subset_hint",
-                                     "key": "x-gateway-destination-endpoint-subset", "type": "STRING"}}]}},
-                            {"name": "envoy.filters.http.ext_proc",
-                             "typed_config": {
-                                 "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3"
-                                          ".ExternalProcessor",
-                                 "grpc_service": {"envoy_grpc": {"cluster_name": "ext_proc"}, "timeout": "10s"},
-                                 "processing_mode": {
-                                     "request_header_mode": "SEND", "response_header_mode": "SEND",
-                                     "request_body_mode": "FULL_DUPLEX_STREAMED",
-                                     "response_body_mode": "FULL_DUPLEX_STREAMED",
-                                     "request_trailer_mode": "SEND", "response_trailer_mode": "SEND"},
-                                 "metadata_options": {"forwarding_namespaces": {"untyped": ["envoy.lb.subset_hint"]},
-                                                      "receiving_namespaces": {"untyped": ["envoy.lb"]}},
-                                 "message_timeout": "30s"}},
-                            {"name": "envoy.filters.http.router",
-                             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3"
-                                                       ".Router", "suppress_envoy_headers": True}}]}}]}]}],
-            "clusters": [
-                {"name": "original_destination_cluster", "type": "ORIGINAL_DST", "connect_timeout": "2s",
-                 "lb_policy": "CLUSTER_PROVIDED",
-                 "original_dst_lb_config": {"use_http_header": True,
-                                            "http_header_name": "x-gateway-destination-endpoint"}},
-                {"name": "pool_by_metadata", "type": "STATIC", "connect_timeout": "2s",
-                 "load_balancing_policy": {"policies": [{"typed_extension_config": {
-                     "name": "envoy.load_balancing_policies.override_host",
-                     "typed_config": {
-                         "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3"
-                                  ".OverrideHost",
-                         "override_host_sources": [{"metadata": {
-                             "key": "envoy.lb", "path": [{"key": "x-gateway-destination-endpoint"}]}}],
-                         "fallback_policy": {"policies": [{"typed_extension_config": {
-                             "name": "envoy.load_balancing_policies.round_robin",
-                             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies"
-                                                       ".round_robin.v3.RoundRobin"}}}]}}}}]},
-                 "load_assignment": {"cluster_name": "pool_by_metadata", "endpoints": [{"lb_endpoints": [
-                     {"endpoint": {"address": {"socket_address": {"address": ep.rpartition(":")[0],
-                                                                  "port_value": int(ep.rpartition(":")[2])}}}}
-                     for ep in pool]}]}},
-                {"name": "ext_proc", "type": "STATIC", "connect_timeout": "2s",
-                 "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                     "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                     "explicit_http_config": {"http2_protocol_options": {}}}},
-                 "load_assignment": {"cluster_name": "ext_proc", "endpoints": [{"lb_endpoints": [{"endpoint": {
-                     "address": {"socket_address": {"address": "127.0.0.1", "port_value": epp}}}}]}]}}]}}
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, limit_s: float = 30.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}; see {log}")
-
-
-class Gateway:
-    def __init__(self, url: str, replicas: list[str]) -> None:
-        self.url = url
-        self.replicas = replicas
 
 
 @pytest.fixture(scope="module")
@@ -153,33 +61,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             p.terminate()
         for p in procs:
             p.wait(timeout=15)
-
-
-def _fake(ep: str, **body: Any) -> None:
-    httpx.post(f"http://{ep}/fake-queue", json=body, timeout=5).raise_for_status()
-
-
-def _client(gw: Gateway, **headers: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused-by-the-pool", max_retries=0,
-                         default_headers=headers or None)
-
-
-def _chat(client: openai.OpenAI, messages: list[dict[str, str]]) -> str:
-    raw = client.chat.completions.with_raw_response.create(model="demo", messages=messages)  # type: ignore[arg-type]
-    return raw.headers["x-demo-replica"]
-
-
-def _settle(client: openai.OpenAI, expect: str, limit_s: float = 10.0) -> None:
-    """Readings arrive every 50 ms: calls until one lands as expected, then the test counts (a
-    replica whose /metrics was just switched back on is not ready until its next poll: 503 till then)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        try:
-            if _chat(client, [{"role": "user", "content": "settle"}]) == expect:
-                return
-        except openai.InternalServerError as e:
-            assert e.status_code == 503, e
-        assert time.monotonic() < deadline, f"never landed on {expect}"
 
 
 def test_every_call_lands_on_the_replica_with_the_short_queue(gateway: Gateway) -> None:
