@@ -11,7 +11,9 @@ A BYTES input is a text model's instead: one text per row in, `embedding` [N, 8]
 embedding of each text); a text holding `demo-bad-400` is refused (INVALID_ARGUMENT). INT64/INT32
 `input_ids` [N, L] (with an optional `attention_mask` [N, L]) are token ids: `embedding` [N, 8], each
 row the demo embedding of its ids where the mask is 1 (so right padding under a 0 mask changes
-nothing); `/stats` `seq_lens` lists the L of every such call.
+nothing); `/stats` `seq_lens` lists the L of every such call. The stats port also speaks KServe v2
+REST (JSON: `POST /v2/models/{m}/infer`, readiness, `GET /v2`) for the same models, a REST upstream;
+`--rest` serves that on `--port` (the gRPC server then takes any free port).
 
     python -m devstack.demo.kserve_server --port 8201 --stats-port 8202 --fixed-ms 5 --per-image-ms 1
 """
@@ -38,6 +40,8 @@ from grpc_health.v1 import health, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from adapters import kserve
+from contracts.errors import ModelyardError
 from devstack.demo.behaviour import demo_embedding
 from devstack.demo.faults import BAD_INPUT
 
@@ -298,6 +302,54 @@ def read_texts(req: pb.ModelInferRequest) -> list[str]:
     return out
 
 
+class _Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class _RestContext:
+    """What the servicer's `ModelInfer` needs of a gRPC context, for a REST call: abort raises."""
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Refused(code, details)
+
+
+def rest_routes(app: web.Application, servicer: KServeDemoServicer) -> None:
+    """KServe v2 REST (JSON) in front of the same servicer: the demo as a REST upstream."""
+
+    def _json(doc: Any, status: int = 200) -> web.Response:
+        return web.Response(status=status, body=orjson.dumps(doc), content_type="application/json")
+
+    async def ready(_: web.Request) -> web.Response:
+        return _json({"ready": True})
+
+    async def server(_: web.Request) -> web.Response:
+        return _json({"name": "modelyard-demo-kserve", "version": "1", "extensions": []})
+
+    async def model_ready(request: web.Request) -> web.Response:
+        known = request.match_info["name"] in servicer.models
+        return _json({"ready": known}, 200 if known else 404)
+
+    async def infer(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            req = kserve.parse_request(await request.read(), name).request
+            resp = await servicer.ModelInfer(req, _RestContext())
+        except ModelyardError as e:
+            return _json({"error": e.message}, 400)
+        except _Refused as e:
+            return _json({"error": e.details}, kserve.grpc_status_to_http(e.code.value[0]))
+        return web.Response(body=kserve.render_infer_reply(resp)[0], content_type="application/json")
+
+    app.router.add_get("/health", ready)
+    app.router.add_get("/v2", server)
+    app.router.add_get("/v2/health/ready", ready)
+    app.router.add_get("/v2/health/live", ready)
+    app.router.add_get("/v2/models/{name}/ready", model_ready)
+    app.router.add_post("/v2/models/{name}/infer", infer)
+
+
 def _code(value: int) -> tuple[int, str]:
     for c in grpc.StatusCode:
         if c.value[0] == value:
@@ -363,6 +415,7 @@ async def start(
         app = web.Application()
         app.router.add_get("/stats", stats)
         app.router.add_post("/control", control)
+        rest_routes(app, servicer)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, stats_port)
@@ -390,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="demo KServe v2 gRPC model server (dominant-colour classifier)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8201)
-    p.add_argument("--stats-port", type=int, default=None, help="serve GET /stats here")
+    p.add_argument("--stats-port", type=int, default=None, help="serve GET /stats (and KServe v2 REST) here")
+    p.add_argument("--rest", action="store_true", help="serve KServe v2 REST (and /stats) on --port instead")
     p.add_argument("--models", nargs="+", default=["demo-colors", "demo-text"])
     p.add_argument("--labels", nargs="+", default=DEFAULT_LABELS)
     p.add_argument("--mean", nargs=3, type=float, default=[0.485, 0.456, 0.406])
@@ -407,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     model = ColourModel(list(a.labels), tuple(a.mean), tuple(a.std), a.scale, a.channel_order)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(
-            a.port, host=a.host, stats_port=a.stats_port, models=a.models, model=model,
+            0 if a.rest else a.port, host=a.host, stats_port=a.port if a.rest else a.stats_port, models=a.models, model=model,
             fixed_ms=a.fixed_ms, per_image_ms=a.per_image_ms, fail_rate=a.fail_rate,
             fail_next=a.fail_next, max_concurrency=a.max_concurrency,
         ))

@@ -110,7 +110,8 @@ class GrpcInferFlow(KServeInferFlow):
         job = super()._batch_job(req)
         if job is not None and job.text is not None:
             # Its reply must be a message with trailers: a refused batch's leader answering in the
-            # response-headers step cannot give one, so a REST member leads where there is one.
+            # response-headers step cannot give one, so a REST member leads where there is one; a
+            # batch of gRPC callers only has its merged call made by the extproc (`_lead_directly`).
             job.answers_alone = False
         return job
 

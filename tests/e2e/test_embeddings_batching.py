@@ -19,6 +19,7 @@ import openai
 import pytest
 import tritonclient.grpc as triton_grpc
 import yaml
+from tritonclient.utils import InferenceServerException
 
 from adapters.embeddings import EmbeddingRequest, estimate_tokens
 from devstack.demo.behaviour import demo_embedding
@@ -36,6 +37,7 @@ GEMINI_MODEL = "embed-batched-gemini"
 TEXT_MODEL = "text-kserve"  # a KServe v2 text model: BYTES in, the demo embedding (8 dims) out
 TEXT_CALLERS = 8
 TOKENS_MODEL = "tokens-kserve"  # the same text model fed token ids: padded to buckets (batching.pad)
+REST_TEXT_MODEL = "text-kserve-rest"  # the same text model behind the demo's KServe v2 REST front
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +65,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
                              "pad_id": 0, "outputs": ["embedding"]}},
         "deployments": [{"cluster": "tokens-kserve", "protocol": "kserve-grpc", "upstream_model": "demo-text",
                          "endpoints": [f"127.0.0.1:{kserve}"]}]})
+    data["models"].append({
+        "name": REST_TEXT_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
+        "batching": {"max_delay_ms": 1000, "min_size": TEXT_CALLERS, "max_size": 32},
+        "deployments": [{"cluster": "text-kserve-rest", "protocol": "kserve-rest", "upstream_model": "demo-text",
+                         "endpoints": [f"127.0.0.1:{kstats}"]}]})
     _static_envoy(data)
     stack = start_stack(tmp_path_factory.mktemp("embed-batch"), data)
     from devstack.launcher import Child
@@ -211,12 +218,39 @@ def _text_rows(texts: list[str]) -> np.ndarray:
     return np.array([demo_embedding(t, 8) for t in texts], np.float32)
 
 
-def _rest_text(stack, texts: list[str]) -> httpx.Response:
+def _rest_text(stack, texts: list[str], model: str = TEXT_MODEL) -> httpx.Response:
     body = {"id": f"rest-{texts[0]}", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts)],
                                                   "data": texts}],
             "outputs": [{"name": "embedding"}]}
-    return httpx.post(f"{stack.url}/v2/models/{TEXT_MODEL}/infer", json=body, timeout=30,
+    return httpx.post(f"{stack.url}/v2/models/{model}/infer", json=body, timeout=30,
                       headers={"authorization": f"Bearer {DEMO_KEY}"})
+
+
+def _grpc_text_or_error(stack, texts: list[str]) -> triton_grpc.InferResult | InferenceServerException:
+    try:
+        return _grpc_text(stack, texts)
+    except InferenceServerException as e:
+        return e
+
+
+def _metered_statuses(stack, model: str, after_rowid: int, count: int, timeout: float = 5.0) -> list[int]:
+    """The statuses of the requests metered for `model` past `after_rowid`, once `count` are there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+            rows = [r[0] for r in conn.execute("SELECT status FROM requests WHERE model = ? AND rowid > ?",
+                                               (model, after_rowid))]
+        if len(rows) >= count or time.monotonic() > deadline:
+            time.sleep(0.3)  # the writer gathers rows for 100 ms: a second row for one caller would show by now
+            with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+                return sorted(r[0] for r in conn.execute("SELECT status FROM requests WHERE model = ? AND rowid > ?",
+                                                         (model, after_rowid)))
+        time.sleep(0.05)
+
+
+def _last_rowid(stack) -> int:
+    with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+        return int(conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM requests").fetchone()[0])
 
 
 def _grpc_text(stack, texts: list[str]) -> triton_grpc.InferResult:
@@ -277,6 +311,79 @@ def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool)
             got = np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8)
         assert np.array_equal(got, _text_rows([text]))
     # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
+    assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
+
+
+def test_grpc_callers_only_share_one_call_made_by_the_extproc(stack) -> None:
+    # No REST caller to lead: the extproc makes the merged call, every gRPC caller gets its slice.
+    texts = [[f"grpc only text {i}"] + ([f"its second row {i}"] if i == 2 else []) for i in range(4)]
+    before, rowid = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], _last_rowid(stack)
+    with ThreadPoolExecutor(len(texts)) as pool:
+        results = list(pool.map(lambda t: _grpc_text(stack, t), texts))
+    assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
+    for t, res in zip(texts, results, strict=True):
+        assert res.get_response().id == f"grpc-{t[0]}" and res.get_response().model_name == TEXT_MODEL
+        assert np.array_equal(res.as_numpy("embedding"), _text_rows(t))
+    # Each caller metered once, as itself (the extproc's own call is nobody's row).
+    assert _metered_statuses(stack, TEXT_MODEL, rowid, len(texts)) == [200] * len(texts)
+
+
+@pytest.mark.parametrize("bad_first", [True, False], ids=["bad-first", "bad-last"])
+def test_a_refused_input_of_grpc_callers_only_fails_its_own_caller(stack, bad_first: bool) -> None:
+    good = [[f"good grpc text {i}"] for i in range(3)]
+    bad = [f"grpc text {BAD_INPUT}"]
+    order = [bad, *good] if bad_first else [*good, bad]
+    before, rowid = httpx.get(stack.kserve_stats, timeout=5).json(), _last_rowid(stack)
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(_grpc_text_or_error, stack, order[0])
+        time.sleep(0.3)  # the first to arrive would lead the batch
+        rest = [pool.submit(_grpc_text_or_error, stack, t) for t in order[1:]]
+        answers = [first.result(), *(f.result() for f in rest)]
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    for t, res in zip(order, answers, strict=True):
+        if t is bad:
+            assert isinstance(res, InferenceServerException), res
+            assert res.status() == "StatusCode.INVALID_ARGUMENT" and "refused on purpose" in res.message()
+        else:
+            assert isinstance(res, triton_grpc.InferResult), res
+            assert res.get_response().id == f"grpc-{t[0]}" and np.array_equal(res.as_numpy("embedding"), _text_rows(t))
+    # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
+    assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
+    assert _metered_statuses(stack, TEXT_MODEL, rowid, 4) == [200, 200, 200, 400]
+
+
+def _rest_answer_rows(r: httpx.Response, texts: list[str]) -> np.ndarray:
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    out = doc["outputs"][0]
+    assert doc["model_name"] == REST_TEXT_MODEL and doc["id"] == f"rest-{texts[0]}" and out["shape"] == [len(texts), 8]
+    return np.array(out["data"], np.float32).reshape(out["shape"])
+
+
+def test_kserve_rest_text_deployment_batches_rest_callers(stack) -> None:
+    texts = [[f"rest upstream text {i}"] + ([f"and row two {i}"] if i % 3 == 0 else []) for i in range(6)]
+    before, rowid = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], _last_rowid(stack)
+    with ThreadPoolExecutor(len(texts)) as pool:
+        results = list(pool.map(lambda t: _rest_text(stack, t, REST_TEXT_MODEL), texts))
+    assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
+    for t, r in zip(texts, results, strict=True):
+        assert np.array_equal(_rest_answer_rows(r, t), _text_rows(t)), "a caller got someone else's rows"
+    assert _metered_statuses(stack, REST_TEXT_MODEL, rowid, len(texts)) == [200] * len(texts)
+
+
+def test_a_refused_input_to_a_kserve_rest_deployment_fails_only_its_caller(stack) -> None:
+    good = [[f"good rest upstream text {i}"] for i in range(3)]
+    bad = [f"rest text {BAD_INPUT}"]
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(_rest_text, stack, bad, REST_TEXT_MODEL)
+        time.sleep(0.3)
+        rest = [pool.submit(_rest_text, stack, t, REST_TEXT_MODEL) for t in good]
+        answers = [first.result(), *(f.result() for f in rest)]
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    assert answers[0].status_code == 400 and "refused on purpose" in answers[0].text
+    for t, r in zip(good, answers[1:], strict=True):
+        assert np.array_equal(_rest_answer_rows(r, t), _text_rows(t))
     assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
 
 
