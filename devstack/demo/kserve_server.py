@@ -9,9 +9,9 @@ one call at a time like one GPU), `GET /stats` ({"calls", "images", "failures"})
 `POST /control` ({"fail_next", "fixed_ms", "per_image_ms"}, for tests) serve the batching benchmark.
 A BYTES input is a text model's instead: one text per row in, `embedding` [N, 8] FP32 out (the demo
 embedding of each text); a text holding `demo-bad-400` is refused (INVALID_ARGUMENT). INT64/INT32
-`input_ids` [N, L] (with an optional `attention_mask` [N, L]) are token ids: `embedding` [N, 8], each
-row the demo embedding of its ids where the mask is 1 (so right padding under a 0 mask changes
-nothing); `/stats` `seq_lens` lists the L of every such call. The stats port also speaks KServe v2
+`input_ids` [N, L] (with an optional `attention_mask` [N, L] and/or `seq_len` [N]) are token ids:
+`embedding` [N, 8], each row the demo embedding of its ids where the mask is 1 and within its length
+(so right padding under a 0 mask or past `seq_len` changes nothing); `/stats` `seq_lens` lists the L of every such call. The stats port also speaks KServe v2
 REST (JSON: `POST /v2/models/{m}/infer`, readiness, `GET /v2`) for the same models, a REST upstream;
 `--rest` serves that on `--port` (the gRPC server then takes any free port).
 
@@ -56,6 +56,7 @@ PALETTE: dict[str, tuple[int, int, int]] = {
 _DTYPES: dict[str, np.dtype] = {"FP32": np.dtype("<f4"), "FP16": np.dtype("<f2")}
 TEXT_OUTPUT, TEXT_DIMS = "embedding", 8  # the text model's output
 TOKEN_INPUT, MASK_INPUT = "input_ids", "attention_mask"  # the text model's token-id inputs
+LENGTHS_INPUT = "seq_len"  # or each row's length, [N] (or [N, 1])
 
 
 class TensorError(ValueError):
@@ -265,14 +266,17 @@ def token_text(ids: np.ndarray, mask: np.ndarray) -> str:
 
 
 def read_tokens(req: pb.ModelInferRequest) -> tuple[np.ndarray, np.ndarray]:
-    """`input_ids` [N, L] and `attention_mask` (all ones when absent), raw contents, INT64 or INT32."""
+    """`input_ids` [N, L] and the mask (`attention_mask`, ones when absent, zero past `seq_len` where
+    given), raw contents, INT64 or INT32."""
     out: dict[str, np.ndarray] = {}
     if len(req.raw_input_contents) != len(req.inputs):
         raise TensorError("token ids must come as raw contents")
     for t, raw in zip(req.inputs, req.raw_input_contents, strict=True):
         shape = list(t.shape)
-        if t.name not in (TOKEN_INPUT, MASK_INPUT) or t.datatype not in ("INT64", "INT32") or len(shape) != 2:
-            raise TensorError(f"input {t.name!r}: want input_ids / attention_mask INT64 [N, L]")
+        if t.name == LENGTHS_INPUT and t.datatype in ("INT64", "INT32") and 1 <= len(shape) <= 2:
+            shape = [math.prod(shape)]  # [N] or [N, 1]
+        elif t.name not in (TOKEN_INPUT, MASK_INPUT) or t.datatype not in ("INT64", "INT32") or len(shape) != 2:
+            raise TensorError(f"input {t.name!r}: want input_ids / attention_mask INT64 [N, L], seq_len [N]")
         dtype = np.dtype("<i8" if t.datatype == "INT64" else "<i4")
         if len(raw) != math.prod(shape) * dtype.itemsize:
             raise TensorError(f"input {t.name!r}: raw contents do not hold {shape}")
@@ -281,6 +285,11 @@ def read_tokens(req: pb.ModelInferRequest) -> tuple[np.ndarray, np.ndarray]:
     mask = out.get(MASK_INPUT, np.ones_like(ids))
     if mask.shape != ids.shape:
         raise TensorError("attention_mask must have input_ids' shape")
+    if LENGTHS_INPUT in out:
+        lengths = out[LENGTHS_INPUT]
+        if lengths.shape != (ids.shape[0],) or (lengths < 0).any() or (lengths > ids.shape[1]).any():
+            raise TensorError("seq_len must hold one length per row, each within the row")
+        mask = mask * (np.arange(ids.shape[1]) < lengths[:, None])
     return ids, mask
 
 

@@ -37,6 +37,7 @@ GEMINI_MODEL = "embed-batched-gemini"
 TEXT_MODEL = "text-kserve"  # a KServe v2 text model: BYTES in, the demo embedding (8 dims) out
 TEXT_CALLERS = 8
 TOKENS_MODEL = "tokens-kserve"  # the same text model fed token ids: padded to buckets (batching.pad)
+LENGTHS_MODEL = "tokens-lengths"  # token ids with a per-sequence lengths input (batching.pad.lengths)
 REST_TEXT_MODEL = "text-kserve-rest"  # the same text model behind the demo's KServe v2 REST front
 
 
@@ -64,6 +65,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
                      "pad": {"input": "input_ids", "mask": "attention_mask", "buckets": [16, 32, 64, 128],
                              "pad_id": 0, "outputs": ["embedding"]}},
         "deployments": [{"cluster": "tokens-kserve", "protocol": "kserve-grpc", "upstream_model": "demo-text",
+                         "endpoints": [f"127.0.0.1:{kserve}"]}]})
+    data["models"].append({
+        "name": LENGTHS_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
+        "batching": {"max_delay_ms": 1000, "min_size": 4, "max_size": 32,  # 3 rows below: they wait for the window
+                     "pad": {"input": "input_ids", "lengths": "seq_len", "buckets": [16, 32, 64, 128],
+                             "pad_id": 0, "outputs": ["embedding"]}},
+        "deployments": [{"cluster": "tokens-lengths", "protocol": "kserve-grpc", "upstream_model": "demo-text",
                          "endpoints": [f"127.0.0.1:{kserve}"]}]})
     data["models"].append({
         "name": REST_TEXT_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
@@ -440,3 +448,35 @@ def test_a_lone_token_id_call_goes_as_sent(stack) -> None:
     assert r.status_code == 200, r.text
     assert httpx.get(stack.kserve_stats, timeout=5).json()["seq_lens"][-1] == 20
     assert np.array_equal(np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8), _token_rows(ids))
+
+
+def test_token_ids_with_a_lengths_input_share_one_call_padded_to_32(stack) -> None:
+    # A REST caller's 20 ids, a gRPC caller's two rows of 30 (its second only 25 long, by its own seq_len).
+    a, b = _token_ids(20, 2000), np.arange(7000, 7060, dtype=np.int64).reshape(2, 30)
+    body = {"id": "rest-lengths", "outputs": [{"name": "embedding"}], "inputs": [
+        {"name": "input_ids", "datatype": "INT64", "shape": [1, 20], "data": a.ravel().tolist()},
+        {"name": "seq_len", "datatype": "INT64", "shape": [1], "data": [20]}]}
+
+    def grpc_call() -> triton_grpc.InferResult:
+        inputs = [triton_grpc.InferInput("input_ids", [2, 30], "INT64"), triton_grpc.InferInput("seq_len", [2], "INT64")]
+        inputs[0].set_data_from_numpy(b)
+        inputs[1].set_data_from_numpy(np.array([30, 25], np.int64))
+        client = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
+        try:
+            return client.infer(LENGTHS_MODEL, inputs, outputs=[triton_grpc.InferRequestedOutput("embedding")],
+                                headers={"authorization": f"Bearer {DEMO_KEY}"}, client_timeout=30)
+        finally:
+            client.close()
+
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(2) as pool:
+        rest = pool.submit(httpx.post, f"{stack.url}/v2/models/{LENGTHS_MODEL}/infer", json=body, timeout=30,
+                           headers={"authorization": f"Bearer {DEMO_KEY}"})
+        g = pool.submit(grpc_call).result()
+        r = rest.result()
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    assert after["calls"] - before["calls"] == 1 and after["seq_lens"][-1] == 32
+    assert r.status_code == 200, r.text
+    # Exact only if each row's own length went with it: the demo would embed the padding's 0s otherwise.
+    assert np.array_equal(np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8), _token_rows(a))
+    assert np.array_equal(g.as_numpy("embedding"), np.concatenate([_token_rows(b[:1]), _token_rows(b[1:, :25])]))
