@@ -250,7 +250,9 @@ class _VisionFlow:
         assert choice is not None and member is not None and job is not None
         dep = choice.deployment
         endpoint = random.choice(dep.endpoints)  # the merged call's share of balancing over the endpoints
-        timeout = min(dep.timeout_ms / 1000, MEMBER_WAIT_S)  # under Envoy's ext_proc message timeout
+        # Within what the members wait (then they make their own calls), under Envoy's ext_proc message timeout.
+        waited = self._batcher.clock() - member.joined
+        timeout = min(dep.timeout_ms / 1000, max(0.5, MEMBER_WAIT_S - waited))
         try:
             with self.ctx.span("batched call"):
                 if self.grpc:
