@@ -18,6 +18,7 @@ import numpy as np
 import openai
 import pytest
 import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
 import yaml
 from tritonclient.utils import InferenceServerException
 
@@ -368,15 +369,48 @@ def _rest_answer_rows(r: httpx.Response, texts: list[str]) -> np.ndarray:
     return np.array(out["data"], np.float32).reshape(out["shape"])
 
 
+def _binary_rest_text(stack, texts: list[str]) -> triton_http.InferResult:
+    """tritonclient.http: binary tensors in, the output asked for as binary."""
+    inp = triton_http.InferInput("text", [len(texts)], "BYTES")
+    inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_), binary_data=True)
+    client = triton_http.InferenceServerClient(stack.url.removeprefix("http://"), network_timeout=30)
+    try:
+        return client.infer(REST_TEXT_MODEL, [inp], outputs=[triton_http.InferRequestedOutput("embedding", binary_data=True)],
+                            request_id=f"rest-{texts[0]}", headers={"authorization": f"Bearer {DEMO_KEY}"})
+    finally:
+        client.close()
+
+
 def test_kserve_rest_text_deployment_batches_rest_callers(stack) -> None:
+    # JSON callers and one tritonclient.http caller with binary tensors (answered in binary, as it asked).
     texts = [[f"rest upstream text {i}"] + ([f"and row two {i}"] if i % 3 == 0 else []) for i in range(6)]
     before, rowid = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], _last_rowid(stack)
     with ThreadPoolExecutor(len(texts)) as pool:
-        results = list(pool.map(lambda t: _rest_text(stack, t, REST_TEXT_MODEL), texts))
+        results = list(pool.map(lambda t: _binary_rest_text(stack, t) if t is texts[3] else
+                                _rest_text(stack, t, REST_TEXT_MODEL), texts))
     assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
     for t, r in zip(texts, results, strict=True):
-        assert np.array_equal(_rest_answer_rows(r, t), _text_rows(t)), "a caller got someone else's rows"
+        if isinstance(r, triton_http.InferResult):
+            doc = r.get_response()
+            assert doc["id"] == f"rest-{t[0]}" and "binary_data_size" in doc["outputs"][0]["parameters"]
+            got = r.as_numpy("embedding")
+        else:
+            got = _rest_answer_rows(r, t)
+        assert np.array_equal(got, _text_rows(t)), "a caller got someone else's rows"
     assert _metered_statuses(stack, REST_TEXT_MODEL, rowid, len(texts)) == [200] * len(texts)
+
+
+def test_a_failed_merged_call_of_grpc_callers_sends_each_on_its_own(stack) -> None:
+    # The extproc's merged call answered UNAVAILABLE: every caller makes its own call and gets its own rows.
+    texts = [[f"unlucky grpc text {i}"] for i in range(3)]
+    httpx.post(stack.kserve_stats.removesuffix("/stats") + "/control", json={"fail_next": 1}, timeout=5).raise_for_status()
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(len(texts)) as pool:
+        results = list(pool.map(lambda t: _grpc_text(stack, t), texts))
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    for t, res in zip(texts, results, strict=True):
+        assert res.get_response().id == f"grpc-{t[0]}" and np.array_equal(res.as_numpy("embedding"), _text_rows(t))
+    assert after["failures"] - before["failures"] == 1 and after["calls"] - before["calls"] == len(texts)
 
 
 def test_a_refused_input_to_a_kserve_rest_deployment_fails_only_its_caller(stack) -> None:
