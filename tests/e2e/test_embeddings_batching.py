@@ -235,9 +235,9 @@ def _rest_text(stack, texts: list[str], model: str = TEXT_MODEL) -> httpx.Respon
                       headers={"authorization": f"Bearer {DEMO_KEY}"})
 
 
-def _grpc_text_or_error(stack, texts: list[str]) -> triton_grpc.InferResult | InferenceServerException:
+def _grpc_text_or_error(stack, texts: list[str], model: str = TEXT_MODEL) -> triton_grpc.InferResult | InferenceServerException:
     try:
-        return _grpc_text(stack, texts)
+        return _grpc_text(stack, texts, model)
     except InferenceServerException as e:
         return e
 
@@ -262,12 +262,12 @@ def _last_rowid(stack) -> int:
         return int(conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM requests").fetchone()[0])
 
 
-def _grpc_text(stack, texts: list[str]) -> triton_grpc.InferResult:
+def _grpc_text(stack, texts: list[str], model: str = TEXT_MODEL) -> triton_grpc.InferResult:
     inp = triton_grpc.InferInput("text", [len(texts)], "BYTES")
     inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
     client = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
     try:
-        return client.infer(TEXT_MODEL, [inp], outputs=[triton_grpc.InferRequestedOutput("embedding")],
+        return client.infer(model, [inp], outputs=[triton_grpc.InferRequestedOutput("embedding")],
                             request_id=f"grpc-{texts[0]}", headers={"authorization": f"Bearer {DEMO_KEY}"},
                             client_timeout=30)
     finally:
@@ -382,15 +382,26 @@ def _binary_rest_text(stack, texts: list[str]) -> triton_http.InferResult:
 
 
 def test_kserve_rest_text_deployment_batches_rest_callers(stack) -> None:
-    # JSON callers and one tritonclient.http caller with binary tensors (answered in binary, as it asked).
+    # JSON callers, a tritonclient.http caller with binary tensors (answered in binary, as it asked)
+    # and two tritonclient.grpc callers (answered through the echo; alone they take the bridge hop).
     texts = [[f"rest upstream text {i}"] + ([f"and row two {i}"] if i % 3 == 0 else []) for i in range(6)]
+
+    def call(i: int):
+        if i == 3:
+            return _binary_rest_text(stack, texts[i])
+        if i in (1, 4):
+            return _grpc_text(stack, texts[i], REST_TEXT_MODEL)
+        return _rest_text(stack, texts[i], REST_TEXT_MODEL)
+
     before, rowid = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], _last_rowid(stack)
     with ThreadPoolExecutor(len(texts)) as pool:
-        results = list(pool.map(lambda t: _binary_rest_text(stack, t) if t is texts[3] else
-                                _rest_text(stack, t, REST_TEXT_MODEL), texts))
+        results = list(pool.map(call, range(len(texts))))
     assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
     for t, r in zip(texts, results, strict=True):
-        if isinstance(r, triton_http.InferResult):
+        if isinstance(r, triton_grpc.InferResult):
+            assert r.get_response().id == f"grpc-{t[0]}" and r.get_response().model_name == REST_TEXT_MODEL
+            got = r.as_numpy("embedding")
+        elif isinstance(r, triton_http.InferResult):
             doc = r.get_response()
             assert doc["id"] == f"rest-{t[0]}" and "binary_data_size" in doc["outputs"][0]["parameters"]
             got = r.as_numpy("embedding")
@@ -414,18 +425,22 @@ def test_a_failed_merged_call_of_grpc_callers_sends_each_on_its_own(stack) -> No
 
 
 def test_a_refused_input_to_a_kserve_rest_deployment_fails_only_its_caller(stack) -> None:
+    # The bad REST caller first, then two good REST callers and a good gRPC one; then the same with
+    # the bad caller on gRPC (its own call through the bridge hop: the upstream's 400 as INVALID_ARGUMENT).
     good = [[f"good rest upstream text {i}"] for i in range(3)]
     bad = [f"rest text {BAD_INPUT}"]
     before = httpx.get(stack.kserve_stats, timeout=5).json()
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(_rest_text, stack, bad, REST_TEXT_MODEL)
         time.sleep(0.3)
-        rest = [pool.submit(_rest_text, stack, t, REST_TEXT_MODEL) for t in good]
+        rest = [pool.submit(_grpc_text, stack, t, REST_TEXT_MODEL) if t is good[2] else
+                pool.submit(_rest_text, stack, t, REST_TEXT_MODEL) for t in good]
         answers = [first.result(), *(f.result() for f in rest)]
     after = httpx.get(stack.kserve_stats, timeout=5).json()
     assert answers[0].status_code == 400 and "refused on purpose" in answers[0].text
     for t, r in zip(good, answers[1:], strict=True):
-        assert np.array_equal(_rest_answer_rows(r, t), _text_rows(t))
+        got = r.as_numpy("embedding") if isinstance(r, triton_grpc.InferResult) else _rest_answer_rows(r, t)
+        assert np.array_equal(got, _text_rows(t))
     assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
 
 
@@ -514,3 +529,17 @@ def test_token_ids_with_a_lengths_input_share_one_call_padded_to_32(stack) -> No
     # Exact only if each row's own length went with it: the demo would embed the padding's 0s otherwise.
     assert np.array_equal(np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8), _token_rows(a))
     assert np.array_equal(g.as_numpy("embedding"), np.concatenate([_token_rows(b[:1]), _token_rows(b[1:, :25])]))
+
+
+def test_a_refused_grpc_input_to_a_kserve_rest_deployment_fails_only_its_caller(stack) -> None:
+    good = [[f"good rest-bound grpc text {i}"] for i in range(2)]
+    bad = [f"rest-bound grpc text {BAD_INPUT}"]
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(_grpc_text_or_error, stack, t, REST_TEXT_MODEL) for t in (good[0], bad, good[1])]
+        answers = [f.result() for f in futures]
+    assert isinstance(answers[1], InferenceServerException), answers[1]
+    assert answers[1].status() == "StatusCode.INVALID_ARGUMENT" and "refused on purpose" in answers[1].message()
+    for t, res in zip(good, (answers[0], answers[2]), strict=True):
+        assert isinstance(res, triton_grpc.InferResult), res
+        assert np.array_equal(res.as_numpy("embedding"), _text_rows(t))
+
