@@ -3,7 +3,9 @@
 Both flows parse and validate in the client's shape, route and admit, then either send their own
 `ModelInfer` call upstream through Envoy or join a batch (`extproc/vision/batching.py`, docs/batching.md):
 the batch's leader carries the merged tensor upstream, the other members wait inside their
-request-body step and answer with an immediate response cut from the leader's reply.
+request-body step and answer with an immediate response cut from the leader's reply. A text batch
+with no REST caller to lead it, or to a KServe REST deployment, has its merged call made by the
+extproc itself (`_lead_directly`), and every caller answers with its slice.
 
 gRPC replies: errors usually come trailers-only (grpc-status in the response headers, no body),
 answered at once with an immediate response; a success has its message in the body and
