@@ -262,6 +262,20 @@ def _last_rowid(stack) -> int:
         return int(conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM requests").fetchone()[0])
 
 
+def _audited_statuses(stack, model: str, since: float, count: int, timeout: float = 5.0) -> list[int]:
+    """The statuses of the calls audited for `model` since `since`, once `count` are there."""
+    query = "SELECT status FROM audit WHERE model = ? AND time >= ?"
+    deadline = time.monotonic() + timeout
+    while True:
+        with sqlite3.connect(stack.cfg.extproc.audit_db) as conn:
+            rows = [r[0] for r in conn.execute(query, (model, since))]
+        if len(rows) >= count or time.monotonic() > deadline:
+            time.sleep(0.4)  # the writer gathers rows for 200 ms: a second row for one caller would show by now
+            with sqlite3.connect(stack.cfg.extproc.audit_db) as conn:
+                return sorted(r[0] for r in conn.execute(query, (model, since)))
+        time.sleep(0.05)
+
+
 def _grpc_text(stack, texts: list[str], model: str = TEXT_MODEL) -> triton_grpc.InferResult:
     inp = triton_grpc.InferInput("text", [len(texts)], "BYTES")
     inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
@@ -326,15 +340,16 @@ def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool)
 def test_grpc_callers_only_share_one_call_made_by_the_extproc(stack) -> None:
     # No REST caller to lead: the extproc makes the merged call, every gRPC caller gets its slice.
     texts = [[f"grpc only text {i}"] + ([f"its second row {i}"] if i == 2 else []) for i in range(4)]
-    before, rowid = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], _last_rowid(stack)
+    before, rowid, mark = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], _last_rowid(stack), time.time()
     with ThreadPoolExecutor(len(texts)) as pool:
         results = list(pool.map(lambda t: _grpc_text(stack, t), texts))
     assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
     for t, res in zip(texts, results, strict=True):
         assert res.get_response().id == f"grpc-{t[0]}" and res.get_response().model_name == TEXT_MODEL
         assert np.array_equal(res.as_numpy("embedding"), _text_rows(t))
-    # Each caller metered once, as itself (the extproc's own call is nobody's row).
+    # Each caller metered and audited once, as itself (the extproc's own call is nobody's row).
     assert _metered_statuses(stack, TEXT_MODEL, rowid, len(texts)) == [200] * len(texts)
+    assert _audited_statuses(stack, TEXT_MODEL, mark, len(texts)) == [200] * len(texts)
 
 
 @pytest.mark.parametrize("bad_first", [True, False], ids=["bad-first", "bad-last"])
@@ -342,7 +357,7 @@ def test_a_refused_input_of_grpc_callers_only_fails_its_own_caller(stack, bad_fi
     good = [[f"good grpc text {i}"] for i in range(3)]
     bad = [f"grpc text {BAD_INPUT}"]
     order = [bad, *good] if bad_first else [*good, bad]
-    before, rowid = httpx.get(stack.kserve_stats, timeout=5).json(), _last_rowid(stack)
+    before, rowid, mark = httpx.get(stack.kserve_stats, timeout=5).json(), _last_rowid(stack), time.time()
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(_grpc_text_or_error, stack, order[0])
         time.sleep(0.3)  # the first to arrive would lead the batch
@@ -359,6 +374,7 @@ def test_a_refused_input_of_grpc_callers_only_fails_its_own_caller(stack, bad_fi
     # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
     assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
     assert _metered_statuses(stack, TEXT_MODEL, rowid, 4) == [200, 200, 200, 400]
+    assert _audited_statuses(stack, TEXT_MODEL, mark, 4) == [200, 200, 200, 400]
 
 
 def _rest_answer_rows(r: httpx.Response, texts: list[str]) -> np.ndarray:
