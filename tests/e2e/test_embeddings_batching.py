@@ -242,24 +242,19 @@ def _grpc_text_or_error(stack, texts: list[str], model: str = TEXT_MODEL) -> tri
         return e
 
 
-def _metered_statuses(stack, model: str, after_rowid: int, count: int, timeout: float = 5.0) -> list[int]:
-    """The statuses of the requests metered for `model` past `after_rowid`, once `count` are there."""
+def _metered_statuses(stack, model: str, since: float, count: int, timeout: float = 5.0) -> list[int]:
+    """The statuses of the requests metered for `model` since `since` (wall clock), once `count` are there
+    (a row the writer commits late for an earlier test is older than `since`)."""
+    query = "SELECT status FROM requests WHERE model = ? AND ts >= ?"
     deadline = time.monotonic() + timeout
     while True:
         with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
-            rows = [r[0] for r in conn.execute("SELECT status FROM requests WHERE model = ? AND rowid > ?",
-                                               (model, after_rowid))]
+            rows = [r[0] for r in conn.execute(query, (model, since))]
         if len(rows) >= count or time.monotonic() > deadline:
             time.sleep(0.3)  # the writer gathers rows for 100 ms: a second row for one caller would show by now
             with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
-                return sorted(r[0] for r in conn.execute("SELECT status FROM requests WHERE model = ? AND rowid > ?",
-                                                         (model, after_rowid)))
+                return sorted(r[0] for r in conn.execute(query, (model, since)))
         time.sleep(0.05)
-
-
-def _last_rowid(stack) -> int:
-    with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
-        return int(conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM requests").fetchone()[0])
 
 
 def _audited_statuses(stack, model: str, since: float, count: int, timeout: float = 5.0) -> list[int]:
@@ -340,7 +335,7 @@ def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool)
 def test_grpc_callers_only_share_one_call_made_by_the_extproc(stack) -> None:
     # No REST caller to lead: the extproc makes the merged call, every gRPC caller gets its slice.
     texts = [[f"grpc only text {i}"] + ([f"its second row {i}"] if i == 2 else []) for i in range(4)]
-    before, rowid, mark = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], _last_rowid(stack), time.time()
+    before, mark = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], time.time()
     with ThreadPoolExecutor(len(texts)) as pool:
         results = list(pool.map(lambda t: _grpc_text(stack, t), texts))
     assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
@@ -348,7 +343,7 @@ def test_grpc_callers_only_share_one_call_made_by_the_extproc(stack) -> None:
         assert res.get_response().id == f"grpc-{t[0]}" and res.get_response().model_name == TEXT_MODEL
         assert np.array_equal(res.as_numpy("embedding"), _text_rows(t))
     # Each caller metered and audited once, as itself (the extproc's own call is nobody's row).
-    assert _metered_statuses(stack, TEXT_MODEL, rowid, len(texts)) == [200] * len(texts)
+    assert _metered_statuses(stack, TEXT_MODEL, mark, len(texts)) == [200] * len(texts)
     assert _audited_statuses(stack, TEXT_MODEL, mark, len(texts)) == [200] * len(texts)
 
 
@@ -357,7 +352,7 @@ def test_a_refused_input_of_grpc_callers_only_fails_its_own_caller(stack, bad_fi
     good = [[f"good grpc text {i}"] for i in range(3)]
     bad = [f"grpc text {BAD_INPUT}"]
     order = [bad, *good] if bad_first else [*good, bad]
-    before, rowid, mark = httpx.get(stack.kserve_stats, timeout=5).json(), _last_rowid(stack), time.time()
+    before, mark = httpx.get(stack.kserve_stats, timeout=5).json(), time.time()
     with ThreadPoolExecutor(4) as pool:
         first = pool.submit(_grpc_text_or_error, stack, order[0])
         time.sleep(0.3)  # the first to arrive would lead the batch
@@ -373,7 +368,7 @@ def test_a_refused_input_of_grpc_callers_only_fails_its_own_caller(stack, bad_fi
             assert res.get_response().id == f"grpc-{t[0]}" and np.array_equal(res.as_numpy("embedding"), _text_rows(t))
     # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
     assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
-    assert _metered_statuses(stack, TEXT_MODEL, rowid, 4) == [200, 200, 200, 400]
+    assert _metered_statuses(stack, TEXT_MODEL, mark, 4) == [200, 200, 200, 400]
     assert _audited_statuses(stack, TEXT_MODEL, mark, 4) == [200, 200, 200, 400]
 
 
@@ -409,7 +404,7 @@ def test_kserve_rest_text_deployment_batches_rest_callers(stack) -> None:
             return _grpc_text(stack, texts[i], REST_TEXT_MODEL)
         return _rest_text(stack, texts[i], REST_TEXT_MODEL)
 
-    before, rowid = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], _last_rowid(stack)
+    before, mark = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], time.time()
     with ThreadPoolExecutor(len(texts)) as pool:
         results = list(pool.map(call, range(len(texts))))
     assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
@@ -424,7 +419,7 @@ def test_kserve_rest_text_deployment_batches_rest_callers(stack) -> None:
         else:
             got = _rest_answer_rows(r, t)
         assert np.array_equal(got, _text_rows(t)), "a caller got someone else's rows"
-    assert _metered_statuses(stack, REST_TEXT_MODEL, rowid, len(texts)) == [200] * len(texts)
+    assert _metered_statuses(stack, REST_TEXT_MODEL, mark, len(texts)) == [200] * len(texts)
 
 
 def test_a_failed_merged_call_of_grpc_callers_sends_each_on_its_own(stack) -> None:
