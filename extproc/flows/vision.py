@@ -191,7 +191,9 @@ class _VisionFlow:
             cluster = self.call.choice.deployment.cluster
             if job.text is not None:
                 t = job.text
-                key = BatchKey(self.model.name, cluster, t.row_shape, t.datatype, t.variant)
+                # The version asked for is part of the call: requests for different versions never merge.
+                key = BatchKey(self.model.name, cluster, t.row_shape, t.datatype,
+                               (t.variant, self.ctx.path_version or ""))
             else:
                 ti = self.model.vision.input
                 key = BatchKey(self.model.name, cluster, (3, ti.height, ti.width), ti.datatype)

@@ -554,3 +554,15 @@ def test_a_refused_grpc_input_to_a_kserve_rest_deployment_fails_only_its_caller(
         assert isinstance(res, triton_grpc.InferResult), res
         assert np.array_equal(res.as_numpy("embedding"), _text_rows(t))
 
+
+
+def test_text_tensors_for_different_versions_do_not_merge(stack) -> None:
+    body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["versioned text"]}]}
+    paths = [f"/v2/models/{TEXT_MODEL}/versions/1/infer", f"/v2/models/{TEXT_MODEL}/infer"]
+    before = httpx.get(stack.kserve_stats, timeout=5).json()["calls"]
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda p: httpx.post(f"{stack.url}{p}", json=body, timeout=30,
+                                                     headers={"authorization": f"Bearer {DEMO_KEY}"}), paths))
+    assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
+    # Each went as sent, alone in its own batch: one call per version.
+    assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 2
