@@ -41,6 +41,7 @@ _DEMO_SERVERS = {
     "gemini": "devstack.demo.gemini_server",
     "responses": "devstack.demo.responses_server",
     "kserve-grpc": "devstack.demo.kserve_server",
+    "kserve-rest": "devstack.demo.kserve_server",  # --rest: its v2 REST front on the port
     "azure-openai": "devstack.demo.azure_server",
     "bedrock": "devstack.demo.bedrock_server",
     "vertex": "devstack.demo.vertex_server",
@@ -63,7 +64,7 @@ def _cloud_demo_args(dep: Deployment) -> list[str]:
 
 
 # The demos devstack.demo.host can run together (each module has a `build`); KServe's is gRPC.
-_HOSTED = frozenset(m for p, m in _DEMO_SERVERS.items() if p != "kserve-grpc") | {"devstack.demo.scaler"}
+_HOSTED = frozenset(m for p, m in _DEMO_SERVERS.items() if not p.startswith("kserve-")) | {"devstack.demo.scaler"}
 
 
 def envoy_binary() -> str:
@@ -97,14 +98,16 @@ def demo_children(cfg: GatewayConfig, python: str = sys.executable, *, shared: b
             host, _, port = ep.rpartition(":")
             if module:
                 argv = [python, "-m", module, "--host", host, "--port", port]
-                if dep.protocol != "kserve-grpc":
+                if dep.protocol == "kserve-rest":
+                    argv += ["--rest"]
+                elif dep.protocol != "kserve-grpc":
                     argv += ["--name", name]
                 # A demo that knows the provider key proves the gateway injects it (and not the client's).
                 # It names the variable; the value reaches it through the environment, off `ps`.
                 if dep.api_key_env and os.environ.get(dep.api_key_env) and dep.protocol != "kserve-grpc":
                     argv += ["--require-key-env", dep.api_key_env]
                 argv += _cloud_demo_args(dep)
-                ready = ("tcp", ep) if dep.protocol == "kserve-grpc" else ("http", f"http://{ep}/health")
+                ready = ("tcp", ep) if dep.protocol.startswith("kserve-") else ("http", f"http://{ep}/health")
                 out.append(Child(f"{name}@{port}", argv, ready))
         if dep.watermark and dep.watermark.kind == "agent":
             u = urlparse(dep.watermark.url)

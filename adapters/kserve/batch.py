@@ -9,8 +9,10 @@ cut back per caller by `slice_response`, as for images.
 
 With a `pad` config (docs/batching.md "Padding to buckets"), token ids `[n, L]` (and their attention
 mask) of any L up to the largest bucket merge with others of the same bucket (the smallest that holds
-L): the merged tensor is padded to that bucket with `pad_id` (the mask with 0s). Only calls that ask
-for the declared per-sequence outputs alone are padded, so every output row is one caller's sequence.
+L): the merged tensor is padded to that bucket with `pad_id` (the mask with 0s); a lengths input
+(`[n]` or `[n, 1]`, each row's own length) is not padded: each caller's rows keep their values. Only
+calls that ask for the declared per-sequence outputs alone are padded, so every output row is one
+caller's sequence.
 """
 
 from __future__ import annotations
@@ -62,26 +64,33 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int | None:
 def padded_rows(req: pb.ModelInferRequest, pad: BatchPadConfig) -> TensorRows | None:
     """The request's rows for a padded merge, or None when it is not token ids the config pads."""
     names = [t.name for t in req.inputs]
-    wanted = {pad.input} if pad.mask is None else {pad.input, pad.mask}
+    wanted = {pad.input, *(n for n in (pad.mask, pad.lengths) if n is not None)}
     if req.parameters or len(names) != len(wanted) or set(names) != wanted:
         return None
     if len(req.raw_input_contents) != len(names) or not req.outputs:
         return None
     if any(o.parameters or o.name not in pad.outputs for o in req.outputs):
         return None  # an output not declared per-sequence may depend on positions: no padding
-    first = req.inputs[0]
+    first = req.inputs[names.index(pad.input)]
     shape = list(first.shape)
     if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
         return None
     for t, raw in zip(req.inputs, req.raw_input_contents, strict=True):
-        if t.parameters or t.datatype not in _TOKEN_TYPES or list(t.shape) != shape:
+        if t.parameters or t.datatype not in _TOKEN_TYPES:
             return None
-        if len(raw) != shape[0] * shape[1] * DTYPES[t.datatype].itemsize:
+        dtype = DTYPES[t.datatype]
+        if t.name == pad.lengths:
+            if list(t.shape) not in ([shape[0]], [shape[0], 1]) or len(raw) != shape[0] * dtype.itemsize:
+                return None
+            lengths = np.frombuffer(raw, dtype=dtype)
+            if (lengths < 0).any() or (lengths > shape[1]).any():
+                return None  # a length past its own sequence would reach into another's padding
+        elif list(t.shape) != shape or len(raw) != shape[0] * shape[1] * dtype.itemsize:
             return None
     bucket = bucket_for(shape[1], pad.buckets)
     if bucket is None:
         return None
-    variant = ("pad", tuple((t.name, t.datatype) for t in req.inputs), tuple(o.name for o in req.outputs))
+    variant = ("pad", tuple((t.name, t.datatype, len(t.shape)) for t in req.inputs), tuple(o.name for o in req.outputs))
     return TensorRows(shape[0], b"", (bucket,), first.datatype, variant, seq_len=shape[1],
                       inputs=tuple(req.raw_input_contents))
 
@@ -123,10 +132,15 @@ def merge_tensor_requests(template: pb.ModelInferRequest, parts: Sequence[Tensor
 
 
 def _merge_padded(out: pb.ModelInferRequest, parts: Sequence[TensorRows], pad: BatchPadConfig) -> pb.ModelInferRequest:
-    """Every part's rows padded on the right to the bucket: the ids with `pad_id`, a mask with 0s."""
+    """Every part's rows padded on the right to the bucket: the ids with `pad_id`, a mask with 0s; a
+    lengths input's rows as each part sent them."""
     total, bucket = sum(p.rows for p in parts), parts[0].row_shape[0]
     del out.raw_input_contents[:]
     for i, t in enumerate(out.inputs):
+        if t.name == pad.lengths:
+            t.shape[0] = total
+            out.raw_input_contents.append(b"".join(p.inputs[i] for p in parts))
+            continue
         dtype = DTYPES[t.datatype]
         merged = np.full((total, bucket), pad.pad_id if t.name == pad.input else 0, dtype=dtype)
         row = 0

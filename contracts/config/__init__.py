@@ -246,6 +246,7 @@ class BatchPadConfig(_Model):
     buckets: list[int] = Field(min_length=1)
     pad_id: int = 0
     mask: str | None = None  # the attention-mask input, padded with 0s
+    lengths: str | None = None  # a per-sequence lengths input ([n] or [n, 1]: seq_len), each row its own length
     outputs: list[str] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -254,6 +255,8 @@ class BatchPadConfig(_Model):
             raise ValueError("pad.buckets must be distinct lengths from 1 to 65536, ascending")
         if self.mask == self.input:
             raise ValueError("pad.mask must name another input than pad.input")
+        if self.lengths is not None and self.lengths in (self.input, self.mask):
+            raise ValueError("pad.lengths must name another input than pad.input and pad.mask")
         return self
 
 

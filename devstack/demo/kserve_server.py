@@ -9,9 +9,11 @@ one call at a time like one GPU), `GET /stats` ({"calls", "images", "failures"})
 `POST /control` ({"fail_next", "fixed_ms", "per_image_ms"}, for tests) serve the batching benchmark.
 A BYTES input is a text model's instead: one text per row in, `embedding` [N, 8] FP32 out (the demo
 embedding of each text); a text holding `demo-bad-400` is refused (INVALID_ARGUMENT). INT64/INT32
-`input_ids` [N, L] (with an optional `attention_mask` [N, L]) are token ids: `embedding` [N, 8], each
-row the demo embedding of its ids where the mask is 1 (so right padding under a 0 mask changes
-nothing); `/stats` `seq_lens` lists the L of every such call.
+`input_ids` [N, L] (with an optional `attention_mask` [N, L] and/or `seq_len` [N]) are token ids:
+`embedding` [N, 8], each row the demo embedding of its ids where the mask is 1 and within its length
+(so right padding under a 0 mask or past `seq_len` changes nothing); `/stats` `seq_lens` lists the L of every such call. The stats port also speaks KServe v2
+REST (JSON: `POST /v2/models/{m}/infer`, readiness, `GET /v2`) for the same models, a REST upstream;
+`--rest` serves that on `--port` (the gRPC server then takes any free port).
 
     python -m devstack.demo.kserve_server --port 8201 --stats-port 8202 --fixed-ms 5 --per-image-ms 1
 """
@@ -38,6 +40,8 @@ from grpc_health.v1 import health, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from adapters import kserve
+from contracts.errors import ModelyardError
 from devstack.demo.behaviour import demo_embedding
 from devstack.demo.faults import BAD_INPUT
 
@@ -52,6 +56,7 @@ PALETTE: dict[str, tuple[int, int, int]] = {
 _DTYPES: dict[str, np.dtype] = {"FP32": np.dtype("<f4"), "FP16": np.dtype("<f2")}
 TEXT_OUTPUT, TEXT_DIMS = "embedding", 8  # the text model's output
 TOKEN_INPUT, MASK_INPUT = "input_ids", "attention_mask"  # the text model's token-id inputs
+LENGTHS_INPUT = "seq_len"  # or each row's length, [N] (or [N, 1])
 
 
 class TensorError(ValueError):
@@ -261,14 +266,17 @@ def token_text(ids: np.ndarray, mask: np.ndarray) -> str:
 
 
 def read_tokens(req: pb.ModelInferRequest) -> tuple[np.ndarray, np.ndarray]:
-    """`input_ids` [N, L] and `attention_mask` (all ones when absent), raw contents, INT64 or INT32."""
+    """`input_ids` [N, L] and the mask (`attention_mask`, ones when absent, zero past `seq_len` where
+    given), raw contents, INT64 or INT32."""
     out: dict[str, np.ndarray] = {}
     if len(req.raw_input_contents) != len(req.inputs):
         raise TensorError("token ids must come as raw contents")
     for t, raw in zip(req.inputs, req.raw_input_contents, strict=True):
         shape = list(t.shape)
-        if t.name not in (TOKEN_INPUT, MASK_INPUT) or t.datatype not in ("INT64", "INT32") or len(shape) != 2:
-            raise TensorError(f"input {t.name!r}: want input_ids / attention_mask INT64 [N, L]")
+        if t.name == LENGTHS_INPUT and t.datatype in ("INT64", "INT32") and 1 <= len(shape) <= 2:
+            shape = [math.prod(shape)]  # [N] or [N, 1]
+        elif t.name not in (TOKEN_INPUT, MASK_INPUT) or t.datatype not in ("INT64", "INT32") or len(shape) != 2:
+            raise TensorError(f"input {t.name!r}: want input_ids / attention_mask INT64 [N, L], seq_len [N]")
         dtype = np.dtype("<i8" if t.datatype == "INT64" else "<i4")
         if len(raw) != math.prod(shape) * dtype.itemsize:
             raise TensorError(f"input {t.name!r}: raw contents do not hold {shape}")
@@ -277,6 +285,11 @@ def read_tokens(req: pb.ModelInferRequest) -> tuple[np.ndarray, np.ndarray]:
     mask = out.get(MASK_INPUT, np.ones_like(ids))
     if mask.shape != ids.shape:
         raise TensorError("attention_mask must have input_ids' shape")
+    if LENGTHS_INPUT in out:
+        lengths = out[LENGTHS_INPUT]
+        if lengths.shape != (ids.shape[0],) or (lengths < 0).any() or (lengths > ids.shape[1]).any():
+            raise TensorError("seq_len must hold one length per row, each within the row")
+        mask = mask * (np.arange(ids.shape[1]) < lengths[:, None])
     return ids, mask
 
 
@@ -296,6 +309,54 @@ def read_texts(req: pb.ModelInferRequest) -> list[str]:
     if pos != len(raw) or len(out) != shape[0]:
         raise TensorError(f"input {t.name!r}: raw contents do not hold {shape[0]} texts")
     return out
+
+
+class _Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class _RestContext:
+    """What the servicer's `ModelInfer` needs of a gRPC context, for a REST call: abort raises."""
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Refused(code, details)
+
+
+def rest_routes(app: web.Application, servicer: KServeDemoServicer) -> None:
+    """KServe v2 REST (JSON) in front of the same servicer: the demo as a REST upstream."""
+
+    def _json(doc: Any, status: int = 200) -> web.Response:
+        return web.Response(status=status, body=orjson.dumps(doc), content_type="application/json")
+
+    async def ready(_: web.Request) -> web.Response:
+        return _json({"ready": True})
+
+    async def server(_: web.Request) -> web.Response:
+        return _json({"name": "modelyard-demo-kserve", "version": "1", "extensions": []})
+
+    async def model_ready(request: web.Request) -> web.Response:
+        known = request.match_info["name"] in servicer.models
+        return _json({"ready": known}, 200 if known else 404)
+
+    async def infer(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            req = kserve.parse_request(await request.read(), name).request
+            resp = await servicer.ModelInfer(req, _RestContext())
+        except ModelyardError as e:
+            return _json({"error": e.message}, 400)
+        except _Refused as e:
+            return _json({"error": e.details}, kserve.grpc_status_to_http(e.code.value[0]))
+        return web.Response(body=kserve.render_infer_reply(resp)[0], content_type="application/json")
+
+    app.router.add_get("/health", ready)
+    app.router.add_get("/v2", server)
+    app.router.add_get("/v2/health/ready", ready)
+    app.router.add_get("/v2/health/live", ready)
+    app.router.add_get("/v2/models/{name}/ready", model_ready)
+    app.router.add_post("/v2/models/{name}/infer", infer)
 
 
 def _code(value: int) -> tuple[int, str]:
@@ -363,6 +424,7 @@ async def start(
         app = web.Application()
         app.router.add_get("/stats", stats)
         app.router.add_post("/control", control)
+        rest_routes(app, servicer)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, stats_port)
@@ -390,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="demo KServe v2 gRPC model server (dominant-colour classifier)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8201)
-    p.add_argument("--stats-port", type=int, default=None, help="serve GET /stats here")
+    p.add_argument("--stats-port", type=int, default=None, help="serve GET /stats (and KServe v2 REST) here")
+    p.add_argument("--rest", action="store_true", help="serve KServe v2 REST (and /stats) on --port instead")
     p.add_argument("--models", nargs="+", default=["demo-colors", "demo-text"])
     p.add_argument("--labels", nargs="+", default=DEFAULT_LABELS)
     p.add_argument("--mean", nargs=3, type=float, default=[0.485, 0.456, 0.406])
@@ -407,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     model = ColourModel(list(a.labels), tuple(a.mean), tuple(a.std), a.scale, a.channel_order)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(
-            a.port, host=a.host, stats_port=a.stats_port, models=a.models, model=model,
+            0 if a.rest else a.port, host=a.host, stats_port=a.port if a.rest else a.stats_port, models=a.models, model=model,
             fixed_ms=a.fixed_ms, per_image_ms=a.per_image_ms, fail_rate=a.fail_rate,
             fail_next=a.fail_next, max_concurrency=a.max_concurrency,
         ))

@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 
 import grpc
+import orjson
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -57,6 +58,23 @@ SLICE_SERVICE = "modelyard.BatchSlice"
 SLICE_PATH = f"/{SLICE_SERVICE}/Reply"
 
 
+# Envoy's reverse bridge answers a REST error as grpc-status httpToGrpcStatus(HTTP status): the way back.
+_BRIDGED_HTTP = {13: 400, 16: 401, 7: 403, 12: 404, 14: 503}
+
+
+def _rest_refusal(body: bytes) -> str | None:
+    """A KServe REST error body (`{"error": "..."}`, no outputs): its text; None for anything else."""
+    if not body.startswith(b"{") or b'"error"' not in body:
+        return None
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict) or "outputs" in doc or not isinstance(doc.get("error"), str):
+        return None
+    return str(doc["error"])
+
+
 def _grpc_message(text: str) -> str:
     return urllib.parse.quote(text, safe=_MESSAGE_SAFE)
 
@@ -68,12 +86,15 @@ class GrpcInferFlow(KServeInferFlow):
         super().__init__(gw, ctx)
         self.grpc_error: tuple[int, str] | None = None  # ours, said in the trailers
         self.rest = False  # a REST deployment, reached through its bridge listener
+        self.bridge_refusal: tuple[bytes, str] | None = None  # a REST error body the bridge framed
 
     def _policy(self) -> BatchPolicy | None:
-        """Batched to a gRPC deployment only: the bridge hop to a REST one carries the REST body."""
-        # The transport, not a protocol quirk: only a gRPC deployment takes a merged tensor message.
+        """Batched to a gRPC deployment, and a text model's to a REST one (the extproc makes that
+        merged call itself; a caller that goes alone takes the bridge hop, which carries a REST body)."""
         choice = self.call.choice
-        if choice is None or choice.deployment.protocol != "kserve-grpc":
+        if choice is None or choice.deployment.protocol not in ("kserve-grpc", "kserve-rest"):
+            return None
+        if choice.deployment.protocol == "kserve-rest" and (self.model is None or self.model.vision is not None):
             return None
         return super()._policy()
 
@@ -88,15 +109,11 @@ class GrpcInferFlow(KServeInferFlow):
         dep = choice.deployment
         self.request_id = req.id
         if dep.protocol == "kserve-rest":
-            # One gRPC message holding the REST body, to the deployment's bridge listener: Envoy's
-            # reverse bridge there unframes it and turns the REST reply into a gRPC one.
             self.rest = True
-            binary = await self.gw.kserve_probe.takes_binary(dep)
-            rest, length = await asyncio.to_thread(kserve.infer_request_rest, req, binary=binary,
-                                                   binary_outputs=False)
-            extra = [] if length is None else [(kserve_binary.HEADER, str(length))]
-            return self._send(kserve.frame(rest), kserve.rest_infer_path(self.upstream_model, version or None),
-                              strip=["grpc-timeout"], extra=extra, cluster=grpc_bridge_cluster(dep.cluster))
+            self.request = req
+            # A text model's tensors batch to a REST deployment too (the extproc makes the merged call).
+            job = self._batch_job(req) if self.model.vision is None else None
+            return await self._dispatch(job) if job is not None else await self._send_alone()
         if not self.grpc:
             raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
         req.model_name = self.upstream_model
@@ -106,11 +123,26 @@ class GrpcInferFlow(KServeInferFlow):
             return self._send(kserve.encode_infer_request(req))
         return await self._dispatch(job)
 
+    async def _send_alone(self) -> msg.ProcessingResponse:
+        if not self.rest:
+            return await super()._send_alone()
+        # One gRPC message holding the REST body, to the deployment's bridge listener: Envoy's
+        # reverse bridge there unframes it and turns the REST reply into a gRPC one.
+        assert self.call.choice is not None  # routed before anything goes upstream
+        dep = self.call.choice.deployment
+        binary = await self.gw.kserve_probe.takes_binary(dep)
+        rest, length = await asyncio.to_thread(kserve.infer_request_rest, self.request, binary=binary,
+                                               binary_outputs=False)
+        extra = [] if length is None else [(kserve_binary.HEADER, str(length))]
+        return self._send(kserve.frame(rest), kserve.rest_infer_path(self.upstream_model, self.ctx.path_version),
+                          strip=["grpc-timeout"], extra=extra, cluster=grpc_bridge_cluster(dep.cluster))
+
     def _batch_job(self, req: Any) -> Job | None:
         job = super()._batch_job(req)
         if job is not None and job.text is not None:
             # Its reply must be a message with trailers: a refused batch's leader answering in the
-            # response-headers step cannot give one, so a REST member leads where there is one.
+            # response-headers step cannot give one, so a REST member leads where there is one; a
+            # batch of gRPC callers only has its merged call made by the extproc (`_lead_directly`).
             job.answers_alone = False
         return job
 
@@ -155,7 +187,13 @@ class GrpcInferFlow(KServeInferFlow):
             return msg.response_body()
         try:
             if self.rest:  # framed by the bridge: the REST reply, JSON
-                resp = kserve.parse_rest_reply(kserve.unframe(chunk), None)
+                body = kserve.unframe(chunk)
+                refusal = _rest_refusal(body)
+                if refusal is not None:  # a REST error the bridge framed; its status comes in the trailers
+                    self._fail_batch("upstream refused the call")
+                    self.bridge_refusal = (body, refusal)
+                    return msg.response_body(body=b"")
+                resp = kserve.parse_rest_reply(body, None)
             else:
                 resp = kserve.parse_grpc_response(chunk)
             resp = self._leader_share(resp)
@@ -168,6 +206,15 @@ class GrpcInferFlow(KServeInferFlow):
         return msg.response_body(body=kserve_grpc.render(resp))
 
     def response_trailers(self, trailers: dict[str, str]) -> msg.ProcessingResponse:
+        if self.bridge_refusal is not None:
+            # The bridge said the REST status as a gRPC one (Envoy's HTTP-to-gRPC mapping): back to HTTP.
+            gs = kserve.grpc_status_from_headers(trailers)
+            upstream = _BRIDGED_HTTP.get(gs.code if gs is not None else -1, 502)
+            status = upstream_error_status(upstream)
+            log.info("task %s: REST upstream refused the call (HTTP %d): %s", self.ctx.task_id, upstream,
+                     self.bridge_refusal[1][:2000])
+            self.grpc_error = (kserve_grpc.grpc_code(status),
+                               client_text(upstream, self.bridge_refusal[0], self.ctx.task_id))
         if self.grpc_error is not None:
             code, text = self.grpc_error
             self._finish(kserve.grpc_status_to_http(code))

@@ -3,7 +3,9 @@
 Both flows parse and validate in the client's shape, route and admit, then either send their own
 `ModelInfer` call upstream through Envoy or join a batch (`extproc/vision/batching.py`, docs/batching.md):
 the batch's leader carries the merged tensor upstream, the other members wait inside their
-request-body step and answer with an immediate response cut from the leader's reply.
+request-body step and answer with an immediate response cut from the leader's reply. A text batch
+with no REST caller to lead it, or to a KServe REST deployment, has its merged call made by the
+extproc itself (`_lead_directly`), and every caller answers with its slice.
 
 gRPC replies: errors usually come trailers-only (grpc-status in the response headers, no body),
 answered at once with an immediate response; a success has its message in the body and
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -71,7 +74,9 @@ class Job:
     images: list[np.ndarray] | None = None
     tensor: np.ndarray | None = None
     text: kserve.TensorRows | None = None  # a model without `vision`: raw rows of any tensor (BYTES texts, token ids)
-    answers_alone: bool = True  # as leader of a refused text batch, it can make its own call (a REST caller)
+    # A REST caller: leading a text batch, its stream may carry the merged call (if that is refused, it
+    # makes its own call). A batch with no such member has its merged call made by the extproc itself.
+    answers_alone: bool = True
 
 
 def _spec(ti: TensorInput) -> PreprocessSpec:
@@ -132,6 +137,10 @@ class _VisionFlow:
         with self.ctx.span("translate request"):
             return await self._single_body()
 
+    async def _send_alone(self) -> msg.ProcessingResponse:
+        """This request as its own upstream call through Envoy (no batch, or a batch that failed)."""
+        return self._send(await self._own_body())
+
     # -- routing and sending -----------------------------------------------------------------
     async def _route(self, name: str) -> Choice:
         ctx = self.ctx
@@ -182,14 +191,16 @@ class _VisionFlow:
             cluster = self.call.choice.deployment.cluster
             if job.text is not None:
                 t = job.text
-                key = BatchKey(self.model.name, cluster, t.row_shape, t.datatype, t.variant)
+                # The version asked for is part of the call: requests for different versions never merge.
+                key = BatchKey(self.model.name, cluster, t.row_shape, t.datatype,
+                               (t.variant, self.ctx.path_version or ""))
             else:
                 ti = self.model.vision.input
                 key = BatchKey(self.model.name, cluster, (3, ti.height, ti.width), ti.datatype)
             # The window counts from the request's arrival: its own parsing and routing are part of the wait.
             member = self._batcher.join(key, policy, job, job.rows, arrived=self.ctx.started)
         if member is None:
-            return self._send(await self._own_body())
+            return await self._send_alone()
         self.member = member
         with self.ctx.span("batching") as span:
             outcome = await self._batcher.wait(member, MEMBER_WAIT_S)
@@ -204,13 +215,13 @@ class _VisionFlow:
         else:
             log.info("task %s: batch fallback (%s)", self.ctx.task_id, outcome.reason)
         self.role = "single"
-        return self._send(await self._own_body())
+        return await self._send_alone()
 
     async def _lead(self, batch: Batch) -> msg.ProcessingResponse:
         self.role, self.batch = "leader", batch
         if self.job is not None and self.job.text is not None:
             if len(batch.members) == 1:  # alone in its batch: as sent, no merge, no padding, no split
-                return self._send(kserve.encode_infer_request(self.request))
+                return await self._send_alone()
             try:
                 pad = self.model.batching.pad if self.model.batching is not None else None
                 merged = kserve.merge_tensor_requests(self.request, [m.payload.text for m in batch.members],
@@ -218,6 +229,8 @@ class _VisionFlow:
             except BaseException:
                 self._batcher.fail(batch, "the leader could not build the merged tensor")
                 raise
+            if not self.grpc or not self.job.answers_alone:
+                return await self._lead_directly(batch, merged)
             return self._send(kserve.encode_infer_request(merged))
         v = self.model.vision
         try:
@@ -229,6 +242,45 @@ class _VisionFlow:
             self._batcher.fail(batch, "the leader could not build the merged tensor")
             raise
         return self._send(kserve.encode_infer_request(req))
+
+    async def _lead_directly(self, batch: Batch, merged: Any) -> msg.ProcessingResponse:
+        """The merged call made by the extproc itself, straight at the deployment, so that no caller's
+        stream spends its upstream call on it: a REST deployment's (its reply is JSON to cut), or a
+        batch of gRPC callers only (whose leader could not answer a refusal in its own protocol).
+        Every caller, this one too, is answered with its slice; if the call fails or is refused,
+        every caller's request goes on through Envoy unchanged as its own call, so only a bad
+        input's caller gets its error."""
+        choice, member, job = self.call.choice, self.member, self.job
+        assert choice is not None and member is not None and job is not None
+        dep = choice.deployment
+        endpoint = random.choice(dep.endpoints)  # the merged call's share of balancing over the endpoints
+        # Within what the members wait (then they make their own calls), under Envoy's ext_proc message timeout.
+        waited = self._batcher.clock() - member.joined
+        timeout = min(dep.timeout_ms / 1000, max(0.5, MEMBER_WAIT_S - waited))
+        try:
+            with self.ctx.span("batched call"):
+                if self.grpc:
+                    resp = await self.gw.kserve_probe.infer(dep, endpoint, merged, timeout)
+                else:
+                    resp = await self.gw.kserve_probe.infer_rest(dep, endpoint, self.upstream_model,
+                                                                 self.ctx.path_version, merged, timeout)
+            # Every output must hold one row per batch row before anyone gets a slice of it.
+            slice_response(resp, member.start, job.rows, total=batch.rows, request_id=self.request_id)
+        except (grpc.aio.AioRpcError, ModelyardError, ValueError) as e:
+            reason = f"the merged call failed ({e.code().name if isinstance(e, grpc.aio.AioRpcError) else e})"
+            log.info("task %s: %s; every caller makes its own call", self.ctx.task_id, reason)
+            self._batcher.fail(batch, reason)
+            self.role, self.batch = "single", None
+            return await self._send_alone()
+        except BaseException:
+            self._batcher.fail(batch, "the merged call did not finish")
+            raise
+        self._batcher.complete(batch, resp)
+        answer = self._answer_member(batch, resp, member.start)
+        if answer is not None:
+            return answer
+        self.role, self.batch = "single", None
+        return await self._send_alone()
 
     def _leader_share(self, resp: Any) -> Any:
         """The leader's own rows of a merged reply, after handing the whole reply to the batch's
@@ -357,6 +409,8 @@ class _VisionFlow:
 
     def _rest_reply(self, body: bytes) -> msg.ProcessingResponse:
         """A REST upstream's reply, JSON or binary, passed on under the gateway's model name."""
+        if self.role == "leader" and self.batch is not None:
+            self._batcher.complete(self.batch, None)  # a lone text batch that went as sent: its key frees up
         try:
             length = kserve_binary.header_length({kserve_binary.HEADER: self.rest_header_length}
                                                  if self.rest_header_length is not None else {})
@@ -411,6 +465,8 @@ class KServeInferFlow(_VisionFlow):
 
     def __init__(self, gw: Gateway, ctx: RequestContext):
         super().__init__(gw, ctx)
+        self.rest_body = b""  # a REST deployment's call: the caller's body, sent as is when it goes alone
+        self.rest_binary = False
 
     async def request_body(self, body: bytes) -> msg.ProcessingResponse:
         ctx = self.ctx
@@ -426,14 +482,12 @@ class KServeInferFlow(_VisionFlow):
         choice = await self._route(name)
         dep = choice.deployment
         if dep.protocol == "kserve-rest":
-            path = kserve.rest_infer_path(self.upstream_model, version or None)
-            if header_length is None:  # JSON passes through as sent; only the path names the upstream model
-                return self._send(body, path, "application/json")
-            if await self.gw.kserve_probe.takes_binary(dep):
-                return self._send(body, path, kserve_binary.CONTENT_TYPE)
-            # An upstream without the extension gets the same tensors as JSON (the reply is converted back).
-            body, _ = await asyncio.to_thread(kserve.infer_request_rest, req, binary=False)
-            return self._send(body, path, "application/json", strip=[kserve_binary.HEADER])
+            self.rest_body, self.rest_binary = body, header_length is not None
+            req.model_name = self.upstream_model
+            self.request, self.request_id = req, req.id
+            # A text model's tensors batch to a REST deployment too (the extproc makes the merged call).
+            job = self._batch_job(req) if self.model.vision is None else None
+            return await self._dispatch(job) if job is not None else await self._send_alone()
         if not self.grpc:
             raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
         req.model_name = self.upstream_model
@@ -469,6 +523,20 @@ class KServeInferFlow(_VisionFlow):
 
     async def _single_body(self) -> bytes:
         return kserve.encode_infer_request(self.request)
+
+    async def _send_alone(self) -> msg.ProcessingResponse:
+        if self.grpc:
+            return await super()._send_alone()
+        # A REST deployment: the caller's body as sent; only the path names the upstream model.
+        path = kserve.rest_infer_path(self.upstream_model, self.ctx.path_version or None)
+        if not self.rest_binary:
+            return self._send(self.rest_body, path, "application/json")
+        assert self.call.choice is not None  # routed before anything goes upstream
+        if await self.gw.kserve_probe.takes_binary(self.call.choice.deployment):
+            return self._send(self.rest_body, path, kserve_binary.CONTENT_TYPE)
+        # An upstream without the extension gets the same tensors as JSON (the reply is converted back).
+        body, _ = await asyncio.to_thread(kserve.infer_request_rest, self.request, binary=False)
+        return self._send(body, path, "application/json", strip=[kserve_binary.HEADER])
 
     def _render_ok(self, resp: Any) -> tuple[bytes, ContentHeaders]:
         resp.model_name = self.client_model

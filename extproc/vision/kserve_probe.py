@@ -23,7 +23,7 @@ import orjson
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
-from adapters import kserve_meta
+from adapters import kserve, kserve_binary, kserve_meta
 from contracts.config import Deployment
 from contracts.errors import ModelyardError, NotFound, Unavailable, UpstreamError
 
@@ -192,6 +192,29 @@ class KServeProbe:
         """One `ModelInfer` straight at an endpoint, on the probe's channel (a refused text batch's
         leader asks for its own rows: docs/batching.md); raises grpc.aio.AioRpcError as the upstream said."""
         return await (await self._stub(dep, endpoint)).ModelInfer(request, timeout=timeout_s)
+
+    async def infer_rest(self, dep: Deployment, endpoint: str, model: str, version: str | None,
+                         request: Any, timeout_s: float) -> Any:
+        """One v2 REST infer straight at an endpoint (a text batch's merged call to a `kserve-rest`
+        deployment: docs/batching.md); the reply as a ModelInferResponse. Raises UpstreamError for
+        an HTTP error (its status kept), Unavailable when the endpoint cannot be reached."""
+        binary = await self.takes_binary(dep)
+        body, length = await asyncio.to_thread(kserve.infer_request_rest, request, binary=binary)
+        headers = {"content-type": kserve_binary.CONTENT_TYPE if length is not None else "application/json"}
+        if length is not None:
+            headers[kserve_binary.HEADER] = str(length)
+        scheme = "https" if dep.tls else "http"
+        url = f"{scheme}://{endpoint}{kserve.rest_infer_path(model, version)}"
+        try:
+            async with self._session().post(url, data=body, headers=headers, ssl=await self._ssl_for(dep) or True,
+                                            timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                status, reply, reply_length = r.status, await r.read(), r.headers.get(kserve_binary.HEADER)
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise Unavailable(f"deployment {dep.cluster} is not reachable ({type(e).__name__})") from None
+        if status != 200:
+            raise UpstreamError(f"deployment {dep.cluster} answered HTTP {status}", status=status)
+        return await asyncio.to_thread(kserve.parse_rest_reply, reply,
+                                       int(reply_length) if reply_length and reply_length.isdigit() else None)
 
     async def _grpc(self, dep: Deployment, endpoint: str, method: str, request: Any) -> Any:
         self.calls += 1

@@ -672,6 +672,46 @@ def test_padding_only_for_declared_per_sequence_outputs() -> None:
         BatchPadConfig(input="input_ids", buckets=[64, 32], outputs=["embedding"])
 
 
+LENGTHS_PAD = BatchPadConfig(input="input_ids", lengths="seq_len", buckets=[16, 32], pad_id=7, outputs=["embedding"])
+
+
+def _ids_with_lengths(n: int, length: int, lengths: list[int], *, start: int = 1, rank: int = 1,
+                      datatype: str = "INT32") -> pb.ModelInferRequest:
+    r = pb.ModelInferRequest(model_name="m", id="caller")
+    r.inputs.add(name="seq_len", datatype=datatype, shape=[n] if rank == 1 else [n, 1])  # any input order
+    r.raw_input_contents.append(np.array(lengths, "<i4" if datatype == "INT32" else "<i8").tobytes())
+    r.inputs.add(name="input_ids", datatype="INT64", shape=[n, length])
+    r.raw_input_contents.append(np.arange(start, start + n * length, dtype="<i8").tobytes())
+    r.outputs.add(name="embedding")
+    return r
+
+
+def test_a_lengths_input_keeps_each_rows_own_length_when_padded() -> None:
+    from adapters.kserve import merge_tensor_requests, tensor_rows
+
+    a = tensor_rows(_ids_with_lengths(1, 20, [20]), LENGTHS_PAD)
+    b = tensor_rows(_ids_with_lengths(2, 30, [30, 25], start=100), LENGTHS_PAD)  # the caller's own shorter row
+    assert a is not None and b is not None and a.row_shape == b.row_shape == (32,) and a.variant == b.variant
+    merged = merge_tensor_requests(_ids_with_lengths(1, 20, [20]), [a, b], "task", LENGTHS_PAD)
+    assert [list(t.shape) for t in merged.inputs] == [[3], [3, 32]]
+    assert np.frombuffer(merged.raw_input_contents[0], "<i4").tolist() == [20, 30, 25]  # per row, as sent
+    ids = np.frombuffer(merged.raw_input_contents[1], "<i8").reshape(3, 32)
+    assert ids[0, :20].tolist() == list(range(1, 21)) and (ids[0, 20:] == 7).all()
+    assert ids[2, :30].tolist() == list(range(130, 160)) and (ids[1:, 30:] == 7).all()
+    # [n, 1] lengths merge among themselves (another key), and keep their rank.
+    c = tensor_rows(_ids_with_lengths(1, 10, [10], rank=2), LENGTHS_PAD)
+    assert c is not None and c.variant != a.variant
+    wide = merge_tensor_requests(_ids_with_lengths(1, 10, [10], rank=2), [c, c], "t", LENGTHS_PAD)
+    assert list(wide.inputs[0].shape) == [2, 1] and list(wide.inputs[1].shape) == [2, 16]
+    # Not padded: a length past its own sequence, a negative one, the wrong row count, no lengths input.
+    assert tensor_rows(_ids_with_lengths(1, 20, [21]), LENGTHS_PAD) is None
+    assert tensor_rows(_ids_with_lengths(1, 20, [-1]), LENGTHS_PAD) is None
+    assert tensor_rows(_ids_with_lengths(2, 20, [20]), LENGTHS_PAD) is None
+    assert tensor_rows(_ids(1, 20, mask=False), LENGTHS_PAD).seq_len == 0  # merged only at its exact length
+    with pytest.raises(ValueError):
+        BatchPadConfig(input="input_ids", lengths="input_ids", buckets=[32], outputs=["embedding"])
+
+
 async def test_a_batch_leaves_max_delay_after_its_first_member_arrived() -> None:
     b = Batcher()
     policy = BatchPolicy(max_delay_s=0.05, min_size=4, max_size=8)

@@ -28,7 +28,7 @@ def test_shared_demo_children_hold_every_http_demo_of_the_shipped_config() -> No
     # One segment per HTTP demo, its own arguments unchanged; ready when the last one answers.
     assert segments(host.argv[3:]) == [(c.argv[2], c.argv[3:]) for c in folded]
     assert host.ready == folded[-1].ready
-    # The KServe demo (gRPC) and the fake agents keep their own processes.
+    # The KServe demos (gRPC, and REST) and the fake agents keep their own processes.
     assert {c.name for c in shared} - {"demos"} == {c.name for c in apart if c not in folded}
 
 

@@ -18,7 +18,9 @@ import numpy as np
 import openai
 import pytest
 import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
 import yaml
+from tritonclient.utils import InferenceServerException
 
 from adapters.embeddings import EmbeddingRequest, estimate_tokens
 from devstack.demo.behaviour import demo_embedding
@@ -36,6 +38,8 @@ GEMINI_MODEL = "embed-batched-gemini"
 TEXT_MODEL = "text-kserve"  # a KServe v2 text model: BYTES in, the demo embedding (8 dims) out
 TEXT_CALLERS = 8
 TOKENS_MODEL = "tokens-kserve"  # the same text model fed token ids: padded to buckets (batching.pad)
+LENGTHS_MODEL = "tokens-lengths"  # token ids with a per-sequence lengths input (batching.pad.lengths)
+REST_TEXT_MODEL = "text-kserve-rest"  # the same text model behind the demo's KServe v2 REST front
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +67,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
                              "pad_id": 0, "outputs": ["embedding"]}},
         "deployments": [{"cluster": "tokens-kserve", "protocol": "kserve-grpc", "upstream_model": "demo-text",
                          "endpoints": [f"127.0.0.1:{kserve}"]}]})
+    data["models"].append({
+        "name": LENGTHS_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
+        "batching": {"max_delay_ms": 1000, "min_size": 4, "max_size": 32,  # 3 rows below: they wait for the window
+                     "pad": {"input": "input_ids", "lengths": "seq_len", "buckets": [16, 32, 64, 128],
+                             "pad_id": 0, "outputs": ["embedding"]}},
+        "deployments": [{"cluster": "tokens-lengths", "protocol": "kserve-grpc", "upstream_model": "demo-text",
+                         "endpoints": [f"127.0.0.1:{kserve}"]}]})
+    data["models"].append({
+        "name": REST_TEXT_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
+        "batching": {"max_delay_ms": 1000, "min_size": TEXT_CALLERS, "max_size": 32},
+        "deployments": [{"cluster": "text-kserve-rest", "protocol": "kserve-rest", "upstream_model": "demo-text",
+                         "endpoints": [f"127.0.0.1:{kstats}"]}]})
     _static_envoy(data)
     stack = start_stack(tmp_path_factory.mktemp("embed-batch"), data)
     from devstack.launcher import Child
@@ -211,20 +227,56 @@ def _text_rows(texts: list[str]) -> np.ndarray:
     return np.array([demo_embedding(t, 8) for t in texts], np.float32)
 
 
-def _rest_text(stack, texts: list[str]) -> httpx.Response:
+def _rest_text(stack, texts: list[str], model: str = TEXT_MODEL) -> httpx.Response:
     body = {"id": f"rest-{texts[0]}", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts)],
                                                   "data": texts}],
             "outputs": [{"name": "embedding"}]}
-    return httpx.post(f"{stack.url}/v2/models/{TEXT_MODEL}/infer", json=body, timeout=30,
+    return httpx.post(f"{stack.url}/v2/models/{model}/infer", json=body, timeout=30,
                       headers={"authorization": f"Bearer {DEMO_KEY}"})
 
 
-def _grpc_text(stack, texts: list[str]) -> triton_grpc.InferResult:
+def _grpc_text_or_error(stack, texts: list[str], model: str = TEXT_MODEL) -> triton_grpc.InferResult | InferenceServerException:
+    try:
+        return _grpc_text(stack, texts, model)
+    except InferenceServerException as e:
+        return e
+
+
+def _metered_statuses(stack, model: str, since: float, count: int, timeout: float = 5.0) -> list[int]:
+    """The statuses of the requests metered for `model` since `since` (wall clock), once `count` are there
+    (a row the writer commits late for an earlier test is older than `since`)."""
+    query = "SELECT status FROM requests WHERE model = ? AND ts >= ?"
+    deadline = time.monotonic() + timeout
+    while True:
+        with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+            rows = [r[0] for r in conn.execute(query, (model, since))]
+        if len(rows) >= count or time.monotonic() > deadline:
+            time.sleep(0.3)  # the writer gathers rows for 100 ms: a second row for one caller would show by now
+            with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+                return sorted(r[0] for r in conn.execute(query, (model, since)))
+        time.sleep(0.05)
+
+
+def _audited_statuses(stack, model: str, since: float, count: int, timeout: float = 5.0) -> list[int]:
+    """The statuses of the calls audited for `model` since `since`, once `count` are there."""
+    query = "SELECT status FROM audit WHERE model = ? AND time >= ?"
+    deadline = time.monotonic() + timeout
+    while True:
+        with sqlite3.connect(stack.cfg.extproc.audit_db) as conn:
+            rows = [r[0] for r in conn.execute(query, (model, since))]
+        if len(rows) >= count or time.monotonic() > deadline:
+            time.sleep(0.4)  # the writer gathers rows for 200 ms: a second row for one caller would show by now
+            with sqlite3.connect(stack.cfg.extproc.audit_db) as conn:
+                return sorted(r[0] for r in conn.execute(query, (model, since)))
+        time.sleep(0.05)
+
+
+def _grpc_text(stack, texts: list[str], model: str = TEXT_MODEL) -> triton_grpc.InferResult:
     inp = triton_grpc.InferInput("text", [len(texts)], "BYTES")
     inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
     client = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
     try:
-        return client.infer(TEXT_MODEL, [inp], outputs=[triton_grpc.InferRequestedOutput("embedding")],
+        return client.infer(model, [inp], outputs=[triton_grpc.InferRequestedOutput("embedding")],
                             request_id=f"grpc-{texts[0]}", headers={"authorization": f"Bearer {DEMO_KEY}"},
                             client_timeout=30)
     finally:
@@ -277,6 +329,129 @@ def test_a_refused_text_tensor_fails_only_its_own_caller(stack, bad_first: bool)
             got = np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8)
         assert np.array_equal(got, _text_rows([text]))
     # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
+    assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
+
+
+def test_grpc_callers_only_share_one_call_made_by_the_extproc(stack) -> None:
+    # No REST caller to lead: the extproc makes the merged call, every gRPC caller gets its slice.
+    texts = [[f"grpc only text {i}"] + ([f"its second row {i}"] if i == 2 else []) for i in range(4)]
+    before, mark = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], time.time()
+    with ThreadPoolExecutor(len(texts)) as pool:
+        results = list(pool.map(lambda t: _grpc_text(stack, t), texts))
+    assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
+    for t, res in zip(texts, results, strict=True):
+        assert res.get_response().id == f"grpc-{t[0]}" and res.get_response().model_name == TEXT_MODEL
+        assert np.array_equal(res.as_numpy("embedding"), _text_rows(t))
+    # Each caller metered and audited once, as itself (the extproc's own call is nobody's row).
+    assert _metered_statuses(stack, TEXT_MODEL, mark, len(texts)) == [200] * len(texts)
+    assert _audited_statuses(stack, TEXT_MODEL, mark, len(texts)) == [200] * len(texts)
+
+
+@pytest.mark.parametrize("bad_first", [True, False], ids=["bad-first", "bad-last"])
+def test_a_refused_input_of_grpc_callers_only_fails_its_own_caller(stack, bad_first: bool) -> None:
+    good = [[f"good grpc text {i}"] for i in range(3)]
+    bad = [f"grpc text {BAD_INPUT}"]
+    order = [bad, *good] if bad_first else [*good, bad]
+    before, mark = httpx.get(stack.kserve_stats, timeout=5).json(), time.time()
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(_grpc_text_or_error, stack, order[0])
+        time.sleep(0.3)  # the first to arrive would lead the batch
+        rest = [pool.submit(_grpc_text_or_error, stack, t) for t in order[1:]]
+        answers = [first.result(), *(f.result() for f in rest)]
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    for t, res in zip(order, answers, strict=True):
+        if t is bad:
+            assert isinstance(res, InferenceServerException), res
+            assert res.status() == "StatusCode.INVALID_ARGUMENT" and "refused on purpose" in res.message()
+        else:
+            assert isinstance(res, triton_grpc.InferResult), res
+            assert res.get_response().id == f"grpc-{t[0]}" and np.array_equal(res.as_numpy("embedding"), _text_rows(t))
+    # The merged call and the bad caller's own were refused; the three good callers' own calls answered.
+    assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
+    assert _metered_statuses(stack, TEXT_MODEL, mark, 4) == [200, 200, 200, 400]
+    assert _audited_statuses(stack, TEXT_MODEL, mark, 4) == [200, 200, 200, 400]
+
+
+def _rest_answer_rows(r: httpx.Response, texts: list[str]) -> np.ndarray:
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    out = doc["outputs"][0]
+    assert doc["model_name"] == REST_TEXT_MODEL and doc["id"] == f"rest-{texts[0]}" and out["shape"] == [len(texts), 8]
+    return np.array(out["data"], np.float32).reshape(out["shape"])
+
+
+def _binary_rest_text(stack, texts: list[str]) -> triton_http.InferResult:
+    """tritonclient.http: binary tensors in, the output asked for as binary."""
+    inp = triton_http.InferInput("text", [len(texts)], "BYTES")
+    inp.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_), binary_data=True)
+    client = triton_http.InferenceServerClient(stack.url.removeprefix("http://"), network_timeout=30)
+    try:
+        return client.infer(REST_TEXT_MODEL, [inp], outputs=[triton_http.InferRequestedOutput("embedding", binary_data=True)],
+                            request_id=f"rest-{texts[0]}", headers={"authorization": f"Bearer {DEMO_KEY}"})
+    finally:
+        client.close()
+
+
+def test_kserve_rest_text_deployment_batches_rest_callers(stack) -> None:
+    # JSON callers, a tritonclient.http caller with binary tensors (answered in binary, as it asked)
+    # and two tritonclient.grpc callers (answered through the echo; alone they take the bridge hop).
+    texts = [[f"rest upstream text {i}"] + ([f"and row two {i}"] if i % 3 == 0 else []) for i in range(6)]
+
+    def call(i: int):
+        if i == 3:
+            return _binary_rest_text(stack, texts[i])
+        if i in (1, 4):
+            return _grpc_text(stack, texts[i], REST_TEXT_MODEL)
+        return _rest_text(stack, texts[i], REST_TEXT_MODEL)
+
+    before, mark = httpx.get(stack.kserve_stats, timeout=5).json()["calls"], time.time()
+    with ThreadPoolExecutor(len(texts)) as pool:
+        results = list(pool.map(call, range(len(texts))))
+    assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 1
+    for t, r in zip(texts, results, strict=True):
+        if isinstance(r, triton_grpc.InferResult):
+            assert r.get_response().id == f"grpc-{t[0]}" and r.get_response().model_name == REST_TEXT_MODEL
+            got = r.as_numpy("embedding")
+        elif isinstance(r, triton_http.InferResult):
+            doc = r.get_response()
+            assert doc["id"] == f"rest-{t[0]}" and "binary_data_size" in doc["outputs"][0]["parameters"]
+            got = r.as_numpy("embedding")
+        else:
+            got = _rest_answer_rows(r, t)
+        assert np.array_equal(got, _text_rows(t)), "a caller got someone else's rows"
+    assert _metered_statuses(stack, REST_TEXT_MODEL, mark, len(texts)) == [200] * len(texts)
+
+
+def test_a_failed_merged_call_of_grpc_callers_sends_each_on_its_own(stack) -> None:
+    # The extproc's merged call answered UNAVAILABLE: every caller makes its own call and gets its own rows.
+    texts = [[f"unlucky grpc text {i}"] for i in range(3)]
+    httpx.post(stack.kserve_stats.removesuffix("/stats") + "/control", json={"fail_next": 1}, timeout=5).raise_for_status()
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(len(texts)) as pool:
+        results = list(pool.map(lambda t: _grpc_text(stack, t), texts))
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    for t, res in zip(texts, results, strict=True):
+        assert res.get_response().id == f"grpc-{t[0]}" and np.array_equal(res.as_numpy("embedding"), _text_rows(t))
+    assert after["failures"] - before["failures"] == 1 and after["calls"] - before["calls"] == len(texts)
+
+
+def test_a_refused_input_to_a_kserve_rest_deployment_fails_only_its_caller(stack) -> None:
+    # The bad REST caller first, then two good REST callers and a good gRPC one; then the same with
+    # the bad caller on gRPC (its own call through the bridge hop: the upstream's 400 as INVALID_ARGUMENT).
+    good = [[f"good rest upstream text {i}"] for i in range(3)]
+    bad = [f"rest text {BAD_INPUT}"]
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(_rest_text, stack, bad, REST_TEXT_MODEL)
+        time.sleep(0.3)
+        rest = [pool.submit(_grpc_text, stack, t, REST_TEXT_MODEL) if t is good[2] else
+                pool.submit(_rest_text, stack, t, REST_TEXT_MODEL) for t in good]
+        answers = [first.result(), *(f.result() for f in rest)]
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    assert answers[0].status_code == 400 and "refused on purpose" in answers[0].text
+    for t, r in zip(good, answers[1:], strict=True):
+        got = r.as_numpy("embedding") if isinstance(r, triton_grpc.InferResult) else _rest_answer_rows(r, t)
+        assert np.array_equal(got, _text_rows(t))
     assert after["failures"] - before["failures"] == 2 and after["calls"] - before["calls"] == 3
 
 
@@ -333,3 +508,61 @@ def test_a_lone_token_id_call_goes_as_sent(stack) -> None:
     assert r.status_code == 200, r.text
     assert httpx.get(stack.kserve_stats, timeout=5).json()["seq_lens"][-1] == 20
     assert np.array_equal(np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8), _token_rows(ids))
+
+
+def test_token_ids_with_a_lengths_input_share_one_call_padded_to_32(stack) -> None:
+    # A REST caller's 20 ids, a gRPC caller's two rows of 30 (its second only 25 long, by its own seq_len).
+    a, b = _token_ids(20, 2000), np.arange(7000, 7060, dtype=np.int64).reshape(2, 30)
+    body = {"id": "rest-lengths", "outputs": [{"name": "embedding"}], "inputs": [
+        {"name": "input_ids", "datatype": "INT64", "shape": [1, 20], "data": a.ravel().tolist()},
+        {"name": "seq_len", "datatype": "INT64", "shape": [1], "data": [20]}]}
+
+    def grpc_call() -> triton_grpc.InferResult:
+        inputs = [triton_grpc.InferInput("input_ids", [2, 30], "INT64"), triton_grpc.InferInput("seq_len", [2], "INT64")]
+        inputs[0].set_data_from_numpy(b)
+        inputs[1].set_data_from_numpy(np.array([30, 25], np.int64))
+        client = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
+        try:
+            return client.infer(LENGTHS_MODEL, inputs, outputs=[triton_grpc.InferRequestedOutput("embedding")],
+                                headers={"authorization": f"Bearer {DEMO_KEY}"}, client_timeout=30)
+        finally:
+            client.close()
+
+    before = httpx.get(stack.kserve_stats, timeout=5).json()
+    with ThreadPoolExecutor(2) as pool:
+        rest = pool.submit(httpx.post, f"{stack.url}/v2/models/{LENGTHS_MODEL}/infer", json=body, timeout=30,
+                           headers={"authorization": f"Bearer {DEMO_KEY}"})
+        g = pool.submit(grpc_call).result()
+        r = rest.result()
+    after = httpx.get(stack.kserve_stats, timeout=5).json()
+    assert after["calls"] - before["calls"] == 1 and after["seq_lens"][-1] == 32
+    assert r.status_code == 200, r.text
+    # Exact only if each row's own length went with it: the demo would embed the padding's 0s otherwise.
+    assert np.array_equal(np.array(r.json()["outputs"][0]["data"], np.float32).reshape(1, 8), _token_rows(a))
+    assert np.array_equal(g.as_numpy("embedding"), np.concatenate([_token_rows(b[:1]), _token_rows(b[1:, :25])]))
+
+
+def test_a_refused_grpc_input_to_a_kserve_rest_deployment_fails_only_its_caller(stack) -> None:
+    good = [[f"good rest-bound grpc text {i}"] for i in range(2)]
+    bad = [f"rest-bound grpc text {BAD_INPUT}"]
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(_grpc_text_or_error, stack, t, REST_TEXT_MODEL) for t in (good[0], bad, good[1])]
+        answers = [f.result() for f in futures]
+    assert isinstance(answers[1], InferenceServerException), answers[1]
+    assert answers[1].status() == "StatusCode.INVALID_ARGUMENT" and "refused on purpose" in answers[1].message()
+    for t, res in zip(good, (answers[0], answers[2]), strict=True):
+        assert isinstance(res, triton_grpc.InferResult), res
+        assert np.array_equal(res.as_numpy("embedding"), _text_rows(t))
+
+
+
+def test_text_tensors_for_different_versions_do_not_merge(stack) -> None:
+    body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["versioned text"]}]}
+    paths = [f"/v2/models/{TEXT_MODEL}/versions/1/infer", f"/v2/models/{TEXT_MODEL}/infer"]
+    before = httpx.get(stack.kserve_stats, timeout=5).json()["calls"]
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda p: httpx.post(f"{stack.url}{p}", json=body, timeout=30,
+                                                     headers={"authorization": f"Bearer {DEMO_KEY}"}), paths))
+    assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
+    # Each went as sent, alone in its own batch: one call per version.
+    assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 2

@@ -42,6 +42,10 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                    "batching": {"max_delay_ms": 1000, "min_size": TEXT_CALLERS, "max_size": 32},
                    "deployments": [{"cluster": "triton-text", "protocol": "kserve-grpc", "upstream_model": "textlen",
                                     "endpoints": [f"127.0.0.1:{ports['grpc']}"]}]})
+    # The same model on Triton's HTTP port: a KServe v2 REST deployment, its merged calls made by the extproc.
+    models.append({**models[-1], "name": "textlen-rest", "deployments": [
+        {"cluster": "triton-text-rest", "protocol": "kserve-rest", "upstream_model": "textlen",
+         "endpoints": [f"127.0.0.1:{ports['http']}"]}]})
     data = {"listener": {"address": "127.0.0.1", "port": free_port()},
             "extproc": {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}"},
             "models": models, "tenants": [_TENANT]}
@@ -100,10 +104,10 @@ def _features(texts: list[str]) -> np.ndarray:
     return np.array([(len(t.encode()), sum(t.encode())) for t in texts], np.float32)
 
 
-def _text_call(stack, i: int, texts: list[str]) -> np.ndarray:
+def _text_call(stack, i: int, texts: list[str], model: str = "textlen") -> np.ndarray:
     """Caller i: REST JSON (even) or tritonclient.grpc (odd), [n, 1] BYTES texts -> its features."""
     if i % 2 == 0:
-        r = httpx.post(f"{stack.url}/v2/models/textlen/infer", headers=dict(AUTH), timeout=30, json={
+        r = httpx.post(f"{stack.url}/v2/models/{model}/infer", headers=dict(AUTH), timeout=30, json={
             "id": f"rest-{i}", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts), 1],
                                            "data": texts}]})
         assert r.status_code == 200, r.text
@@ -114,19 +118,20 @@ def _text_call(stack, i: int, texts: list[str]) -> np.ndarray:
     inp.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
     c = triton_grpc.InferenceServerClient(stack.url.removeprefix("http://"))
     try:
-        res = c.infer("textlen", [inp], headers=dict(AUTH), request_id=f"grpc-{i}", client_timeout=30)
+        res = c.infer(model, [inp], headers=dict(AUTH), request_id=f"grpc-{i}", client_timeout=30)
     finally:
         c.close()
     assert res.get_response().id == f"grpc-{i}"
     return res.as_numpy("features")
 
 
-def test_text_tensors_of_concurrent_callers_are_batched_into_fewer_triton_calls(triton_stack) -> None:
+@pytest.mark.parametrize("model", ["textlen", "textlen-rest"], ids=["grpc-upstream", "rest-upstream"])
+def test_text_tensors_of_concurrent_callers_are_batched_into_fewer_triton_calls(triton_stack, model: str) -> None:
     texts = [[f"caller {i} text"] + ([f"a second, longer text from caller {i}"] if i % 3 == 0 else [])
              for i in range(TEXT_CALLERS)]
     before = _triton_requests(triton_stack, "textlen")
     with ThreadPoolExecutor(TEXT_CALLERS) as pool:
-        got = list(pool.map(lambda it: _text_call(triton_stack, *it), enumerate(texts)))
+        got = list(pool.map(lambda it: _text_call(triton_stack, *it, model=model), enumerate(texts)))
     calls = _triton_requests(triton_stack, "textlen") - before
     assert 1 <= calls < TEXT_CALLERS, f"{TEXT_CALLERS} callers made {calls} calls to Triton"
     for i, (t, rows) in enumerate(zip(texts, got, strict=True)):
