@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import socket
 import statistics
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"{client} round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
                                   f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
                                   f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
-                                  f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
+                                  f"{s['output_tok_s']:6.0f} tok/s (steady {s.get('steady_tok_s', math.nan):5.0f})  preempt {s['preemptions']:4d}  "
                                   f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
                                   f"per replica {s['per_replica']}  wall {s['wall_s']:.1f} s  "
                                   f"fleet late {s['fleet_late_s']:.1f} s"
@@ -364,6 +365,11 @@ def _write_json(path: str, results: dict[tuple[str, str, float], list[dict[str, 
     Path(path).write_text(json.dumps({f"{k[0]}:{k[1]}@{k[2]:g}": v for k, v in results.items()}, indent=1))
 
 
+def _round(x: float, nd: int = 1) -> float | None:
+    """JSON has no NaN (inference-perf's runs have no steady-state rate)."""
+    return None if math.isnan(x) else round(x, nd)
+
+
 def _proc_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -374,10 +380,10 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
             names: list[str], prefix: str = "") -> list[dict[str, Any]]:
     """The table (medians over rounds), the ratios the issue asks about, and the SUMMARY rows."""
     def med(name: str, rate: float, key: str) -> float:
-        return statistics.median(r[key] for r in results[(name, rate)])
+        return statistics.median(r.get(key, math.nan) for r in results[(name, rate)])
 
     print(f"\n{'rate/s':>6} {'strategy':<14}{'TTFT p50 ms':>12}{'p99 ms':>9}{'replica p50':>12}{'p99':>7}"
-          f"{'tok/s':>8}{'preempt':>9}{'hits':>6}")
+          f"{'tok/s':>8}{'steady':>8}{'preempt':>9}{'hits':>6}")
     rows: list[dict[str, Any]] = []
     for rate in rates:
         for name in names:
@@ -386,10 +392,12 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
             p50, p99, tps = med(name, rate, "ttft_p50_ms"), med(name, rate, "ttft_p99_ms"), med(name, rate,
                                                                                                "output_tok_s")
             pre, hits = med(name, rate, "preemptions"), med(name, rate, "prefix_hit_share")
+            sty = med(name, rate, "steady_tok_s")
             f50, f99 = med(name, rate, "fleet_ttft_p50_ms"), med(name, rate, "fleet_ttft_p99_ms")
-            print(f"{rate:>6g} {name:<14}{p50:>12.0f}{p99:>9.0f}{f50:>12.0f}{f99:>7.0f}{tps:>8.0f}{pre:>9.0f}{hits:>6.2f}")
+            print(f"{rate:>6g} {name:<14}{p50:>12.0f}{p99:>9.0f}{f50:>12.0f}{f99:>7.0f}{tps:>8.0f}{sty:>8.0f}{pre:>9.0f}{hits:>6.2f}")
             base_p99 = med("least_request", rate, "ttft_p99_ms") if ("least_request", rate) in results else None
             base_tps = med("round_robin", rate, "output_tok_s") if ("round_robin", rate) in results else None
+            base_sty = med("round_robin", rate, "steady_tok_s") if ("round_robin", rate) in results else None
             base_f99 = med("least_request", rate, "fleet_ttft_p99_ms") if ("least_request", rate) in results else None
             case = f"{prefix}{name}@{rate:g}"
             rows += [
@@ -400,6 +408,8 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
                  "ratio": round(f99 / base_f99, 3) if base_f99 else None},
                 {"bench": "replicas", "case": case, "metric": "output_tok_s", "value": round(tps, 1),
                  "unit": "tok/s", "ratio": round(tps / base_tps, 3) if base_tps else None},
+                {"bench": "replicas", "case": case, "metric": "steady_tok_s", "value": _round(sty),
+                 "unit": "tok/s", "ratio": _round(sty / base_sty, 3) if base_sty else None},
                 {"bench": "replicas", "case": case, "metric": "preemptions", "value": pre, "unit": "count"},
             ]
     if "picker" in names and "least_request" in names:
@@ -409,7 +419,9 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
             f99 = med("picker", rate, "fleet_ttft_p99_ms") / med("least_request", rate, "fleet_ttft_p99_ms")
             rt = (med("picker", rate, "output_tok_s") / med("round_robin", rate, "output_tok_s")
                   if "round_robin" in names else float("nan"))
-            print(f"  {rate:g}/s: p99 x{r99:.2f} (at the replicas x{f99:.2f})   tok/s x{rt:.2f}")
+            rs = (med("picker", rate, "steady_tok_s") / med("round_robin", rate, "steady_tok_s")
+                  if "round_robin" in names else float("nan"))
+            print(f"  {rate:g}/s: p99 x{r99:.2f} (at the replicas x{f99:.2f})   tok/s x{rt:.2f} (steady x{rs:.2f})")
     if SMOKE:
         print("(smoke mode: the figures mean nothing)")
     return rows
