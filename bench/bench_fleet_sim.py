@@ -316,25 +316,34 @@ class Policy:
     pull: int = 0
 
 
+def _const(route: Route) -> Callable[[], Route]:
+    return lambda: route
+
+
+def _picker(settings: ReplicaMetrics, load: str = "") -> Callable[[], Route]:
+    return lambda: picker(settings, load)
+
+
+def _oracle(eps: float) -> Callable[[], Route]:
+    return lambda: oracle(eps)
+
+
 def policies(names: str, variants: str) -> dict[str, Policy]:
     out: dict[str, Policy] = {}
     for name in names.split(","):
-        fixed = {"round_robin": round_robin, "least_request": least_request}.get(name)
-        if fixed is not None:
-            out[name] = Policy(lambda fixed=fixed: fixed)
+        if name in ("round_robin", "least_request"):
+            out[name] = Policy(_const(round_robin if name == "round_robin" else least_request))
         elif name == "picker":
-            out[name] = Policy(lambda: picker(ReplicaMetrics(**BASE)))  # type: ignore[arg-type]
+            out[name] = Policy(_picker(ReplicaMetrics.model_validate(BASE)))
         else:
             raise SystemExit(f"unknown policy {name!r}")
     for k, v in (x.split("=", 1) for x in variants.split(";") if x):
         over = json.loads(v)
         if "_oracle" in over:
-            eps = float(over["_oracle"])
-            out[f"oracle:{k}"] = Policy(lambda eps=eps: oracle(eps))
+            out[f"oracle:{k}"] = Policy(_oracle(float(over["_oracle"])))
             continue
         cap, pull, load = int(over.pop("_cap", 0)), int(over.pop("_pull", 0)), str(over.pop("_load", ""))
-        settings = ReplicaMetrics(**{**BASE, **over})
-        out[f"picker:{k}"] = Policy(lambda s=settings, ld=load: picker(s, ld), cap, pull)
+        out[f"picker:{k}"] = Policy(_picker(ReplicaMetrics.model_validate({**BASE, **over}), load), cap, pull)
     return out
 
 
