@@ -30,6 +30,7 @@ scrape lag, the most cached blocks within bounded.py's load bound).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import itertools
 import json
@@ -355,8 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", default="round_robin,least_request,picker")
     ap.add_argument("--variants", default="", help="'NAME=JSON;...': replica_metrics keys and the experiments "
                     "in the module's docstring")
+    ap.add_argument("--fleet", default="", help="EngineSpec fields over bench_replicas.py's fleet, as JSON "
+                    "(a what-if, e.g. '{\"decode_base_ms\": 8, \"decode_ms_per_seq\": 0.3}')")
     ap.add_argument("--json", default="", help="write every run's figures here")
     a = ap.parse_args(argv)
+    spec = dataclasses.replace(FLEET, **json.loads(a.fleet)) if a.fleet else FLEET
     chosen = policies(a.policies, a.variants)
     seeds = [int(s) for s in a.seeds.split(",")]
     runs_by: dict[str, list[dict[str, Any]]] = {}
@@ -366,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     for rate in [float(r) for r in a.rates.split(",")]:
         base: tuple[float, float] | None = None
         for name, pol in chosen.items():
-            runs = [Sim(rate, a.duration, 1000 * s + int(rate * 10), pol.route(), cap=pol.cap, pull=pol.pull).run()
-                    for s in seeds]
+            runs = [Sim(rate, a.duration, 1000 * s + int(rate * 10), pol.route(), spec, cap=pol.cap,
+                        pull=pol.pull).run() for s in seeds]
             runs_by[f"{name}@{rate:g}"] = runs
 
             def med(k: str, runs: list[dict[str, Any]] = runs) -> float:
