@@ -310,6 +310,36 @@ def oracle(eps: float, floor: float = 8.0) -> Route:
     return route
 
 
+def cache_aware(cache_threshold: float = 0.3, abs_threshold: float = 64, rel_threshold: float = 1.5,
+                block_chars: int = 64) -> Route:
+    """sglang-router's `cache_aware` (its defaults), approximated: past an imbalance of its own
+    in-flight counts (max - min > 64 and max > 1.5 min) the least loaded; else the replica whose
+    tree of prompts sent matches the most of this one, if over 30% of it, else the smallest tree.
+    Its radix tree over characters is approximated by chained blocks of `block_chars`."""
+    def route(sim: Sim, text: str) -> int:
+        trees: dict[str, set[bytes]] = sim.state.setdefault("trees", {r.name: set() for r in sim.replicas})
+        names = [r.name for r in sim.replicas]
+        loads = {n: sim.in_flight.get(n, 0) for n in sim.among}
+        hashes = block_hashes(text, block_chars, 1 << 16)
+        hi, lo = max(loads.values()), min(loads.values())
+        if hi - lo > abs_threshold and hi > lo * rel_threshold:
+            pick = min(sim.among, key=lambda n: (loads[n], names.index(n)))
+        else:
+            def matched(n: str) -> int:
+                k = 0
+                for h in hashes:
+                    if h not in trees[n]:
+                        break
+                    k += 1
+                return k
+            best = max(sim.among, key=lambda n: (matched(n), -names.index(n)))
+            share = matched(best) * block_chars / max(1, len(text))
+            pick = best if share > cache_threshold else min(sim.among, key=lambda n: (len(trees[n]), names.index(n)))
+        trees[pick].update(hashes)
+        return names.index(pick)
+    return route
+
+
 @dataclass(frozen=True)
 class Policy:
     route: Callable[[], Route]  # a fresh one per run (pickers keep a prefix index)
@@ -334,6 +364,8 @@ def policies(names: str, variants: str) -> dict[str, Policy]:
     for name in names.split(","):
         if name in ("round_robin", "least_request"):
             out[name] = Policy(_const(round_robin if name == "round_robin" else least_request))
+        elif name == "cache_aware":
+            out[name] = Policy(cache_aware)
         elif name == "picker":
             out[name] = Policy(_picker(ReplicaMetrics.model_validate(BASE)))
         else:
@@ -353,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default=scaled("8,12,16,20,24,32", "8"), help="arrivals per second, comma-separated")
     ap.add_argument("--duration", type=float, default=scaled(20.0, 3.0), help="seconds of arrivals")
     ap.add_argument("--seeds", default=scaled("0,1,2,3,4", "0"), help="one workload each; medians over them")
-    ap.add_argument("--policies", default="round_robin,least_request,picker")
+    ap.add_argument("--policies", default="round_robin,least_request,picker",
+                    help="of round_robin, least_request, picker, cache_aware (sglang-router's, approximated)")
     ap.add_argument("--variants", default="", help="'NAME=JSON;...': replica_metrics keys and the experiments "
                     "in the module's docstring")
     ap.add_argument("--fleet", default="", help="EngineSpec fields over bench_replicas.py's fleet, as JSON "

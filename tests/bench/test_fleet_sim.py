@@ -13,7 +13,7 @@ from bench.fleet_load import LoadRun, Result
 
 
 def _run(policy: str, variants: str = "") -> dict:
-    pol = sim.policies("round_robin,least_request,picker", variants)[policy]
+    pol = sim.policies("round_robin,least_request,picker,cache_aware", variants)[policy]
     return sim.Sim(12.0, 3.0, 7, pol.route(), cap=pol.cap, pull=pol.pull).run()
 
 
@@ -24,7 +24,7 @@ def test_a_seed_gives_the_same_run_to_the_token() -> None:
 
 
 def test_every_call_is_answered_whatever_routes_it() -> None:
-    runs = {p: _run(p) for p in ("round_robin", "least_request", "picker")}
+    runs = {p: _run(p) for p in ("round_robin", "least_request", "picker", "cache_aware")}
     runs["oracle:o"] = _run("oracle:o", 'o={"_oracle": 0.25}')
     runs["picker:held"] = _run("picker:held", 'held={"_cap": 2, "_pull": 8}')
     calls = {r["calls"] for r in runs.values()}
