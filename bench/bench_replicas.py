@@ -294,8 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         routers = Routers(Path(a.routers_venv), endpoints, wanted)
         for name, why in routers.missing.items():
             print(f"{name}: not run: {why}", flush=True)
-        with tempfile.TemporaryDirectory() as tmp, start_stack(Path(tmp), _fleet_config(endpoints, variants),
-                                                                demos=False) as stack:
+        config = _fleet_config(endpoints, variants)
+        picks_url = f"http://{config['extproc']['metrics_address']}/metrics"
+        with tempfile.TemporaryDirectory() as tmp, start_stack(Path(tmp), config, demos=False) as stack:
             gw = [stack.child("extproc").proc.pid, stack.child("envoy").proc.pid]
             targets: list[tuple[str, str, str, dict[str, str], list[int]]] = []
             for name, model in envoy.items():
@@ -321,7 +322,11 @@ def main(argv: list[str] | None = None) -> int:
                     for rate in rates if ip is None else [float(r) for r in a.ip_rates.split(",")]:
                         for name, url, model, hdrs, pids in targets:
                             seed = (0 if a.same_seed else 1000 * rnd) + int(rate * 10)
+                            picks0 = _picks(picks_url, model) if name.startswith("picker") else None
                             s = _run(name, url, model, rate, a.duration, seed, endpoints, hdrs, pids, ip, a.trace)
+                            if picks0 is not None:
+                                total, stale = (b - a for a, b in zip(picks0, _picks(picks_url, model)))
+                                s["stale_pick_share"] = stale / total if total else math.nan
                             results.setdefault((client, name, rate), []).append(s)
                             if a.json:  # after every run: a long bench stopped half way keeps what it ran
                                 _write_json(a.json, results)
@@ -332,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                                   f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
                                   f"per replica {s['per_replica']}  wall {s['wall_s']:.1f} s  "
                                   f"fleet late {s['fleet_late_s']:.1f} s"
+                                  + (f"  stale picks {s['stale_pick_share']:.1%}" if "stale_pick_share" in s else "")
                                   + (f"  idle-while-waiting {s['idle_while_waiting']:.0%} drain spread "
                                      f"{s['drain_spread_s']:.1f} s" if a.trace else ""), flush=True)
                             if s["errors"]:
@@ -363,6 +369,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write_json(path: str, results: dict[tuple[str, str, float], list[dict[str, Any]]]) -> None:
     Path(path).write_text(json.dumps({f"{k[0]}:{k[1]}@{k[2]:g}": v for k, v in results.items()}, indent=1))
+
+
+def _picks(url: str, cluster: str) -> tuple[float, float]:
+    """The extproc's replica picks for a cluster so far: (all, those where no reading was fresh and
+    Envoy balanced), from modelyard_replica_picks_total."""
+    total = stale = 0.0
+    for line in httpx.get(url, timeout=10).text.splitlines():
+        if line.startswith("modelyard_replica_picks_total{") and f'cluster="{cluster}"' in line:
+            n = float(line.rsplit(" ", 1)[1])
+            total += n
+            stale += n if 'endpoint=""' in line else 0.0
+    return total, stale
 
 
 def _round(x: float, nd: int = 1) -> float | None:
