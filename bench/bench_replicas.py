@@ -18,7 +18,10 @@ at each rate, the fleet emptied (caches, counters) before each run. Then, where 
 bench-routers` installed it, the same again driven by `inference-perf` (the Inference Extension's
 own benchmark client, bench/fleet_inference_perf.py: its shared_prefix workload, sent as
 /v1/completions) at the saturation rate (`--ip-rates`); `--client builtin|inference-perf|both`. Reported per strategy and
-rate: TTFT p50/p99, output tokens/s, preemptions, prefix-cache hit share. Strategies are
+rate: TTFT p50/p99, output tokens/s (over the wall, and `steady`: while arrivals last, past their
+first quarter), preemptions, prefix-cache hit share, and for the picker the share of its picks that
+found no fresh reading (Envoy balanced those). bench_fleet_sim.py runs the same fleet, workload and
+picker in simulated time, without the box's noise. Strategies are
 interleaved within a round, so a noisy neighbour on the box hits them alike.
 """
 
