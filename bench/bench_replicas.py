@@ -386,11 +386,6 @@ def _picks(url: str, cluster: str) -> tuple[float, float]:
     return total, stale
 
 
-def _round(x: float, nd: int = 1) -> float | None:
-    """JSON has no NaN (inference-perf's runs have no steady-state rate)."""
-    return None if math.isnan(x) else round(x, nd)
-
-
 def _proc_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -429,10 +424,11 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
                  "ratio": round(f99 / base_f99, 3) if base_f99 else None},
                 {"bench": "replicas", "case": case, "metric": "output_tok_s", "value": round(tps, 1),
                  "unit": "tok/s", "ratio": round(tps / base_tps, 3) if base_tps else None},
-                {"bench": "replicas", "case": case, "metric": "steady_tok_s", "value": _round(sty),
-                 "unit": "tok/s", "ratio": _round(sty / base_sty, 3) if base_sty else None},
                 {"bench": "replicas", "case": case, "metric": "preemptions", "value": pre, "unit": "count"},
             ]
+            if not math.isnan(sty):  # inference-perf's runs have no steady-state rate
+                rows.append({"bench": "replicas", "case": case, "metric": "steady_tok_s", "value": round(sty, 1),
+                             "unit": "tok/s", "ratio": round(sty / base_sty, 3) if base_sty else None})
     if "picker" in names and "least_request" in names:
         print("\npicker vs least_request TTFT p99, and vs round_robin output tok/s, per rate:")
         for rate in rates:
