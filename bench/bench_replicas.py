@@ -18,7 +18,10 @@ at each rate, the fleet emptied (caches, counters) before each run. Then, where 
 bench-routers` installed it, the same again driven by `inference-perf` (the Inference Extension's
 own benchmark client, bench/fleet_inference_perf.py: its shared_prefix workload, sent as
 /v1/completions) at the saturation rate (`--ip-rates`); `--client builtin|inference-perf|both`. Reported per strategy and
-rate: TTFT p50/p99, output tokens/s, preemptions, prefix-cache hit share. Strategies are
+rate: TTFT p50/p99, output tokens/s (over the wall, and `steady`: while arrivals last, past their
+first quarter), preemptions, prefix-cache hit share, and for the picker the share of its picks that
+found no fresh reading (Envoy balanced those). bench_fleet_sim.py runs the same fleet, workload and
+picker in simulated time, without the box's noise. Strategies are
 interleaved within a round, so a noisy neighbour on the box hits them alike.
 """
 
@@ -28,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import socket
 import statistics
@@ -293,8 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         routers = Routers(Path(a.routers_venv), endpoints, wanted)
         for name, why in routers.missing.items():
             print(f"{name}: not run: {why}", flush=True)
-        with tempfile.TemporaryDirectory() as tmp, start_stack(Path(tmp), _fleet_config(endpoints, variants),
-                                                                demos=False) as stack:
+        config = _fleet_config(endpoints, variants)
+        picks_url = f"http://{config['extproc']['metrics_address']}/metrics"
+        with tempfile.TemporaryDirectory() as tmp, start_stack(Path(tmp), config, demos=False) as stack:
             gw = [stack.child("extproc").proc.pid, stack.child("envoy").proc.pid]
             targets: list[tuple[str, str, str, dict[str, str], list[int]]] = []
             for name, model in envoy.items():
@@ -320,17 +325,22 @@ def main(argv: list[str] | None = None) -> int:
                     for rate in rates if ip is None else [float(r) for r in a.ip_rates.split(",")]:
                         for name, url, model, hdrs, pids in targets:
                             seed = (0 if a.same_seed else 1000 * rnd) + int(rate * 10)
+                            picks0 = _picks(picks_url, model) if name.startswith("picker") else None
                             s = _run(name, url, model, rate, a.duration, seed, endpoints, hdrs, pids, ip, a.trace)
+                            if picks0 is not None:
+                                total, stale = (b - a for a, b in zip(picks0, _picks(picks_url, model)))
+                                s["stale_pick_share"] = stale / total if total else math.nan
                             results.setdefault((client, name, rate), []).append(s)
                             if a.json:  # after every run: a long bench stopped half way keeps what it ran
                                 _write_json(a.json, results)
                             print(f"{client} round {rnd} rate {rate:g}/s {name:<14} ok {s['ok']:>4}/{s['requests']:<4} "
                                   f"ttft p50 {s['ttft_p50_ms']:7.0f} ms p99 {s['ttft_p99_ms']:7.0f} ms "
                                   f"(at replicas {s['fleet_ttft_p50_ms']:5.0f} / {s['fleet_ttft_p99_ms']:6.0f})  "
-                                  f"{s['output_tok_s']:6.0f} tok/s  preempt {s['preemptions']:4d}  "
+                                  f"{s['output_tok_s']:6.0f} tok/s (steady {s.get('steady_tok_s', math.nan):5.0f})  preempt {s['preemptions']:4d}  "
                                   f"hits {s['prefix_hit_share']:.2f}  router CPU {s['gateway_cpu_share']:.0%}  "
                                   f"per replica {s['per_replica']}  wall {s['wall_s']:.1f} s  "
                                   f"fleet late {s['fleet_late_s']:.1f} s"
+                                  + (f"  stale picks {s['stale_pick_share']:.1%}" if "stale_pick_share" in s else "")
                                   + (f"  idle-while-waiting {s['idle_while_waiting']:.0%} drain spread "
                                      f"{s['drain_spread_s']:.1f} s" if a.trace else ""), flush=True)
                             if s["errors"]:
@@ -364,6 +374,18 @@ def _write_json(path: str, results: dict[tuple[str, str, float], list[dict[str, 
     Path(path).write_text(json.dumps({f"{k[0]}:{k[1]}@{k[2]:g}": v for k, v in results.items()}, indent=1))
 
 
+def _picks(url: str, cluster: str) -> tuple[float, float]:
+    """The extproc's replica picks for a cluster so far: (all, those where no reading was fresh and
+    Envoy balanced), from modelyard_replica_picks_total."""
+    total = stale = 0.0
+    for line in httpx.get(url, timeout=10).text.splitlines():
+        if line.startswith("modelyard_replica_picks_total{") and f'cluster="{cluster}"' in line:
+            n = float(line.rsplit(" ", 1)[1])
+            total += n
+            stale += n if 'endpoint=""' in line else 0.0
+    return total, stale
+
+
 def _proc_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -374,10 +396,10 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
             names: list[str], prefix: str = "") -> list[dict[str, Any]]:
     """The table (medians over rounds), the ratios the issue asks about, and the SUMMARY rows."""
     def med(name: str, rate: float, key: str) -> float:
-        return statistics.median(r[key] for r in results[(name, rate)])
+        return statistics.median(r.get(key, math.nan) for r in results[(name, rate)])
 
     print(f"\n{'rate/s':>6} {'strategy':<14}{'TTFT p50 ms':>12}{'p99 ms':>9}{'replica p50':>12}{'p99':>7}"
-          f"{'tok/s':>8}{'preempt':>9}{'hits':>6}")
+          f"{'tok/s':>8}{'steady':>8}{'preempt':>9}{'hits':>6}")
     rows: list[dict[str, Any]] = []
     for rate in rates:
         for name in names:
@@ -386,10 +408,12 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
             p50, p99, tps = med(name, rate, "ttft_p50_ms"), med(name, rate, "ttft_p99_ms"), med(name, rate,
                                                                                                "output_tok_s")
             pre, hits = med(name, rate, "preemptions"), med(name, rate, "prefix_hit_share")
+            sty = med(name, rate, "steady_tok_s")
             f50, f99 = med(name, rate, "fleet_ttft_p50_ms"), med(name, rate, "fleet_ttft_p99_ms")
-            print(f"{rate:>6g} {name:<14}{p50:>12.0f}{p99:>9.0f}{f50:>12.0f}{f99:>7.0f}{tps:>8.0f}{pre:>9.0f}{hits:>6.2f}")
+            print(f"{rate:>6g} {name:<14}{p50:>12.0f}{p99:>9.0f}{f50:>12.0f}{f99:>7.0f}{tps:>8.0f}{sty:>8.0f}{pre:>9.0f}{hits:>6.2f}")
             base_p99 = med("least_request", rate, "ttft_p99_ms") if ("least_request", rate) in results else None
             base_tps = med("round_robin", rate, "output_tok_s") if ("round_robin", rate) in results else None
+            base_sty = med("round_robin", rate, "steady_tok_s") if ("round_robin", rate) in results else None
             base_f99 = med("least_request", rate, "fleet_ttft_p99_ms") if ("least_request", rate) in results else None
             case = f"{prefix}{name}@{rate:g}"
             rows += [
@@ -402,6 +426,9 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
                  "unit": "tok/s", "ratio": round(tps / base_tps, 3) if base_tps else None},
                 {"bench": "replicas", "case": case, "metric": "preemptions", "value": pre, "unit": "count"},
             ]
+            if not math.isnan(sty):  # inference-perf's runs have no steady-state rate
+                rows.append({"bench": "replicas", "case": case, "metric": "steady_tok_s", "value": round(sty, 1),
+                             "unit": "tok/s", "ratio": round(sty / base_sty, 3) if base_sty else None})
     if "picker" in names and "least_request" in names:
         print("\npicker vs least_request TTFT p99, and vs round_robin output tok/s, per rate:")
         for rate in rates:
@@ -409,7 +436,9 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
             f99 = med("picker", rate, "fleet_ttft_p99_ms") / med("least_request", rate, "fleet_ttft_p99_ms")
             rt = (med("picker", rate, "output_tok_s") / med("round_robin", rate, "output_tok_s")
                   if "round_robin" in names else float("nan"))
-            print(f"  {rate:g}/s: p99 x{r99:.2f} (at the replicas x{f99:.2f})   tok/s x{rt:.2f}")
+            rs = (med("picker", rate, "steady_tok_s") / med("round_robin", rate, "steady_tok_s")
+                  if "round_robin" in names else float("nan"))
+            print(f"  {rate:g}/s: p99 x{r99:.2f} (at the replicas x{f99:.2f})   tok/s x{rt:.2f} (steady x{rs:.2f})")
     if SMOKE:
         print("(smoke mode: the figures mean nothing)")
     return rows

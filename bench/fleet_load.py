@@ -67,6 +67,7 @@ class Result:
     tokens: int = 0
     status: int = 0
     error: str = ""
+    marks: list[tuple[float, int]] = field(default_factory=list)  # (when, tokens) per content chunk
 
 
 @dataclass
@@ -74,6 +75,16 @@ class LoadRun:
     results: list[Result] = field(default_factory=list)
     started: float = 0.0
     finished: float = 0.0
+    duration: float = 0.0  # how long arrivals lasted
+
+    def steady_tok_s(self) -> float:
+        """Output tokens received while arrivals lasted, past the first quarter (the batches filling):
+        the fleet's rate in steady state. tokens / wall also counts the drain after the last arrival,
+        whose longest answer takes as long whoever routed it, so it caps every router near the
+        offered load x duration / (duration + that answer's decode) and hides a saturated fleet."""
+        lo, hi = self.started + self.duration / 4, self.started + self.duration
+        n = sum(k for r in self.results for t, k in r.marks if lo <= t < hi)
+        return n / (hi - lo) if hi > lo else math.nan
 
     def summary(self) -> dict[str, Any]:
         ok = [r for r in self.results if r.status == 200 and r.ttft is not None and not r.error]
@@ -83,6 +94,7 @@ class LoadRun:
                 "ttft_p50_ms": pct(ttfts, 50) * 1000, "ttft_p99_ms": pct(ttfts, 99) * 1000,
                 "ttft_mean_ms": (statistics.fmean(ttfts) * 1000) if ttfts else math.nan,
                 "output_tok_s": sum(r.tokens for r in ok) / wall, "wall_s": wall,
+                "steady_tok_s": self.steady_tok_s(),
                 "first_errors": sorted({f"{r.status} {r.error}"[:160] for r in self.results if r not in ok})[:3]}
 
 
@@ -154,9 +166,12 @@ async def _one(session: aiohttp.ClientSession, url: str, headers: dict[str, str]
                     for c in data.get("choices") or ():
                         piece = (c.get("delta") or {}).get("content") or c.get("text") or ""
                         if piece:
+                            now = time.monotonic()
                             if res.ttft is None:
-                                res.ttft = time.monotonic() - res.sent_at
-                            res.tokens += piece.count(" t")
+                                res.ttft = now - res.sent_at
+                            n = piece.count(" t")
+                            res.tokens += n
+                            res.marks.append((now, n))
             res.end = time.monotonic()
     except (aiohttp.ClientError, TimeoutError, ValueError) as e:
         res.error = f"{type(e).__name__}: {e}"
@@ -190,5 +205,6 @@ async def open_loop(url: str, model: str, rate: float, duration_s: float, seed: 
             t += arrivals.expovariate(rate)
         await asyncio.gather(*tasks)
     run.started = start_mono
+    run.duration = duration_s
     run.finished = max((r.end or r.sent_at) for r in run.results) if run.results else start_mono
     return run
