@@ -80,7 +80,7 @@ test-compiled: $(STAMP) system-tools $(COMPILED_STAMP)
 	MODELYARD_EXPECT_BUILD=compiled PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile \
 	  $(COMPILED_SUBSET)
 COMPILED_SUBSET := tests/adapters tests/core/test_session.py tests/core/test_compiled_build.py \
-	tests/e2e/test_foundation.py tests/e2e/test_protocols.py
+	tests/e2e/test_foundation.py tests/e2e/test_protocols.py tests/e2e/test_completions.py
 
 # Style, types and the layering contracts in pyproject.toml ([tool.mypy], [tool.importlinter]).
 lint: $(STAMP)

@@ -36,6 +36,7 @@ MODULES: tuple[str, ...] = (
     "extproc.flows.chat",
     "extproc.flows.upstream",
     "extproc.flows.xlate",  # ChatFlow's subclass: an interpreted class cannot inherit from a compiled one
+    "extproc.flows.completions",  # ChatFlow's subclass too (it failed at its first call, compiled)
     "extproc.context",
     "extproc.routes",
     "extproc.errors",

@@ -90,3 +90,27 @@ def test_every_request_path_module_imports_on_the_build_under_test() -> None:
                 except TypeError as e:
                     failed.append(f"{info.name}: {e}")
     assert not failed
+
+
+def test_no_interpreted_class_subclasses_a_compiled_one() -> None:
+    # mypyc's native classes refuse an interpreted subclass when it is instantiated, not when it is
+    # defined: CompletionsFlow(ChatFlow) imported fine and failed every /v1/completions call, only in the
+    # compiled build. Read from the list, so the pure build (make test) catches it too.
+    import importlib
+    import inspect
+    import pkgutil
+
+    listed = set(compiled.MODULES)
+    wrong = []
+    for pkg in ("adapters", "extproc", "contracts", "ratelimit"):
+        for info in pkgutil.walk_packages(importlib.import_module(pkg).__path__, f"{pkg}."):
+            if info.name in listed or info.name.endswith("__main__"):
+                continue
+            mod = importlib.import_module(info.name)
+            for name, cls in vars(mod).items():
+                if not inspect.isclass(cls) or cls.__module__ != info.name:
+                    continue
+                native = [b.__qualname__ for b in cls.__mro__[1:] if b.__module__ in listed]
+                if native:
+                    wrong.append(f"{info.name}.{name} subclasses {native}")
+    assert not wrong
