@@ -148,6 +148,15 @@ def check_stream(gw: Gateway) -> int:
     return len(lines)
 
 
+def _by_round(results: dict, cpu: dict, num: tuple, den: tuple) -> str:
+    """The same ratio round by round (round i of each gateway ran in the same rotation)."""
+    def values(k: tuple) -> list[float]:
+        if k[3] == "cpu_us":
+            return cpu.get(k[:3], [])
+        return [r.ok_rps if k[3] == "rps" else getattr(r, k[3]) for r in results.get(k[:3], [])]
+    return " ".join(f"{a / b:.2f}" for a, b in zip(values(num), values(den)) if b)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=scaled(4.0, 0.5))
@@ -329,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
                             "cpu_us": statistics.median(cpu[key]) if cpu.get(key) else float("nan")}
                 m = med[key]
                 print(f"{gw.name:<11}{shape:<8}{conns:>6}{m['rps']:>10.0f}{m['p50_ms']:>9.2f}{m['p99_ms']:>9.2f}"
-                      f"{m['cpu_us']:>12.0f}")
+                      f"{m['cpu_us']:>12.0f}   rounds: cpu {'/'.join(f'{c:.0f}' for c in cpu.get(key, []))}, "
+                      f"p50 {'/'.join(f'{r.p50_ms:.2f}' for r in runs)}")
     rows = []
     for (name, shape, conns), m in med.items():
         for metric, unit in (("rps", "req/s"), ("p50_ms", "ms"), ("cpu_us", "us/req")):
@@ -358,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         ratio = n[num[3]] / d[den[3]]
         met = ratio <= goal if sense == "<=" else ratio >= goal
-        print(f"  {what:<34}{ratio:>7.2f}  goal {sense} {goal:g}: {'met' if met else 'NOT met'}")
+        print(f"  {what:<34}{ratio:>7.2f}  goal {sense} {goal:g}: {'met' if met else 'NOT met'}"
+              f"  (by round: {_by_round(results, cpu, num, den)})")
         rows.append({"bench": "peers", "case": what, "metric": "ratio", "value": round(ratio, 3), "unit": "x",
                      "baseline": goal, "ratio": round(ratio / goal, 3)})
     # Issue 38's levers, each a pair in this run: the compiler (comp-tcp / pure-tcp), the Unix socket

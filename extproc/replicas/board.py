@@ -13,9 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-
-import aiohttp
+from dataclasses import dataclass, field, replace
 
 from contracts.config import Deployment, GatewayConfig
 from contracts.config.balancing import ReplicaMetrics
@@ -23,6 +21,7 @@ from extproc.replicas.exposition import MetricsParseError
 from extproc.replicas.picker import Pick, pick_replica
 from extproc.replicas.prefix import PrefixIndex, block_hashes
 from extproc.replicas.readings import ReplicaReading, parse_replica_metrics
+from extproc.replicas.scrape import MetricsScrape
 from extproc.telemetry.metrics import REPLICA_PICKS, REPLICA_POLL_ERRORS, REPLICA_STATES, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -57,6 +56,11 @@ class ReplicaSet:
         host, _, port = endpoint.rpartition(":")
         return f"http://{host}:{self.settings.port or port}{self.settings.path}"
 
+    def metrics_target(self, endpoint: str) -> tuple[str, int, str]:
+        """(host, port, path) of `metrics_url`."""
+        host, _, port = endpoint.rpartition(":")
+        return host.strip("[]"), int(self.settings.port or port), self.settings.path
+
 
 @dataclass(frozen=True, slots=True)
 class Sent:
@@ -70,7 +74,11 @@ class ReplicaBoard:
     def __init__(self, deployments: list[Deployment], clock: Callable[[], float] = time.monotonic) -> None:
         self.sets: dict[str, ReplicaSet] = {}
         self._clock = clock
-        self._session: aiohttp.ClientSession | None = None
+        self._started = False
+        # Per endpoint: its kept-open scrape, and the last body with the reading parsed from it
+        # (an unchanged exposition, the common case between two polls 50 ms apart, is not parsed again).
+        self._scrapes: dict[tuple[str, str], MetricsScrape] = {}
+        self._last: dict[tuple[str, str], tuple[str, bytes, ReplicaReading]] = {}
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._errors: dict[tuple[str, str], str] = {}
         self.reconfigure(deployments)
@@ -156,6 +164,7 @@ class ReplicaBoard:
                 del self.sets[cluster]
                 for key in [k for k in self._tasks if k[0] == cluster]:
                     self._tasks.pop(key).cancel()
+                    self._forget(key)
                 continue
             if w[1] != rs.settings:
                 rs.retune(w[1])
@@ -166,6 +175,7 @@ class ReplicaBoard:
                     task = self._tasks.pop((cluster, ep), None)
                     if task is not None:
                         task.cancel()
+                    self._forget((cluster, ep))
                     rs.readings.pop(ep, None)
                     rs.failed_at.pop(ep, None)
         for cluster, (endpoints, settings) in wanted.items():
@@ -173,20 +183,37 @@ class ReplicaBoard:
                 self.sets[cluster] = ReplicaSet(cluster, list(endpoints), settings)
             for ep in endpoints:
                 REPLICA_POLL_ERRORS.labels(cluster, ep)  # a zero series from the start
-        if self._session is not None:
+        if self._started:
             self._start_missing()
 
+    def _forget(self, key: tuple[str, str]) -> None:
+        scrape = self._scrapes.pop(key, None)
+        if scrape is not None:
+            scrape.close()
+        self._last.pop(key, None)
+
     async def poll_once(self, rs: ReplicaSet, endpoint: str) -> ReplicaReading | None:
-        assert self._session is not None
         s = rs.settings
+        key = (rs.cluster, endpoint)
         try:
-            timeout = aiohttp.ClientTimeout(total=max(s.stale_after_s, 0.05))
-            async with self._session.get(rs.metrics_url(endpoint), timeout=timeout) as resp:
-                if resp.status != 200:
-                    raise MetricsParseError(f"HTTP {resp.status}")
-                body = await resp.read()
-            reading = parse_replica_metrics(s.kind, body, self._clock())
-        except (TimeoutError, aiohttp.ClientError, MetricsParseError, OSError) as e:
+            target = rs.metrics_target(endpoint)
+            scrape = self._scrapes.get(key)
+            if scrape is None or (scrape.host, scrape.port, scrape.path) != target:
+                if scrape is not None:
+                    scrape.close()
+                scrape = self._scrapes[key] = MetricsScrape(*target)
+            async with asyncio.timeout(max(s.stale_after_s, 0.05)):
+                status, body = await scrape.get()
+            if status != 200:
+                raise MetricsParseError(f"HTTP {status}")
+            now = self._clock()
+            last = self._last.get(key)
+            if last is not None and last[0] == s.kind and last[1] == body:
+                reading = replace(last[2], at=now)
+            else:
+                reading = parse_replica_metrics(s.kind, body, now)
+                self._last[key] = (s.kind, body, reading)
+        except (TimeoutError, MetricsParseError, OSError, ValueError) as e:
             REPLICA_POLL_ERRORS.labels(rs.cluster, endpoint).inc()
             msg = f"{type(e).__name__}: {e}"
             if self._errors.get((rs.cluster, endpoint)) != msg:  # log changes, not every failed poll
@@ -218,7 +245,7 @@ class ReplicaBoard:
                     self._tasks[(cluster, ep)] = asyncio.create_task(self._run(rs, ep), name=f"replica:{cluster}:{ep}")
 
     async def start(self, first_poll_timeout: float | None = None) -> None:
-        self._session = aiohttp.ClientSession()
+        self._started = True
         REPLICA_STATES.source = self.states  # one board per process: its state is what /metrics shows
         if first_poll_timeout:
             polls = [self.poll_once(rs, ep) for rs in self.sets.values() for ep in rs.endpoints]
@@ -234,6 +261,6 @@ class ReplicaBoard:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = {}
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self._started = False
+        for key in list(self._scrapes):
+            self._forget(key)

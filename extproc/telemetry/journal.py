@@ -14,6 +14,12 @@ whose process is dead (its lock free) is replayed by whichever process starts ne
 
 A segment begins with a header line, `h` + JSON of each table's highest rowid when it began: a row
 of that segment that did get committed has a higher rowid, which bounds replay's duplicate check.
+
+A segment is a file of `MAP_BYTES` written with zeros first and mapped shared: an append is a copy
+into the page cache, no system call (three a request were about 8% of the extproc's CPU, and each
+let go of the GIL). The zeros are real blocks, so a copy never needs the disk to find room (a full
+disk cannot fault it); past the map's end, or where the file cannot be made, lines go by `os.write`
+as before. Replay drops the NULs of a segment's unused tail.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import contextlib
 import fcntl
 import itertools
 import logging
+import mmap
 import os
 import re
 import threading
@@ -34,6 +41,8 @@ log = logging.getLogger("modelyard.journal")
 HEADER = b"h"
 # A segment past this size while rows stay pending is set aside and a new one started.
 ROTATE_BYTES = 16 << 20
+# A mapped segment's size; it rotates at half of it, so appends stay in the map while the writer keeps up.
+MAP_BYTES = 256 << 10
 _WARN_EVERY_S = 10.0
 
 
@@ -47,7 +56,7 @@ class Journal:
         self._settled = 0  # rows the writer is done with (committed, or dropped as unstorable)
         self._old_until: int | None = None  # rows in the `.old` segment end at this count
         self._warned_at = 0.0
-        self._fd = -1
+        self._seg: _Segment | None = None
         base = f"{db}.journal"
         self._lock_fd, slot, self._orphans = _claim(base)
         self._path = f"{base}.{slot}"
@@ -61,7 +70,7 @@ class Journal:
             for seg in (f"{path}.old", path):
                 try:
                     with open(seg, "rb") as f:
-                        lines.extend(line for line in f.read().split(b"\n") if line)
+                        lines.extend(line for raw in f.read().split(b"\n") if (line := raw.strip(b"\0")))
                 except FileNotFoundError:
                     pass
             if lines:
@@ -75,15 +84,20 @@ class Journal:
             os.close(lock_fd)
         self._orphans = []
         _drop(self._path)
-        # Owner-only, like the databases: rows may name tenants and keys' ids.
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(self._fd, header)
+        self._seg = _Segment(self._path, header)
 
     def append(self, line: bytes) -> None:
         """Call with `lock` held, after the row went on the queue."""
         self._appended += 1
+        seg = self._seg
+        assert seg is not None
+        end = seg.pos + len(line)
+        if seg.map is not None and end <= MAP_BYTES:
+            seg.map[seg.pos:end] = line
+            seg.pos = end
+            return
         try:
-            os.write(self._fd, line)
+            seg.write(line)
         except OSError as e:  # a full disk must not fail the request; the row is still queued
             now = time.monotonic()
             if now - self._warned_at > _WARN_EVERY_S:
@@ -107,44 +121,121 @@ class Journal:
                 log.error("journal %s: cannot trim (%s); it is trimmed once the disk takes writes", self._path, e)
 
     def _trim(self, header: Callable[[], bytes]) -> None:
+        seg = self._seg
+        assert seg is not None
         if self._appended == self._settled:  # unlocked peek; checked again under the lock
             line = header()  # outside the lock: a query must not hold up the request path
+            fresh = self._remapped(line) if seg.map is None else None
             with self.lock:
                 if self._appended == self._settled:
-                    os.ftruncate(self._fd, 0)
-                    os.write(self._fd, line)
+                    if fresh is None:
+                        seg.reset(line)
+                    else:  # the disk has room again: back to a mapped segment
+                        os.rename(f"{self._path}.new", self._path)
+                        self._seg = fresh
                     if self._old_until is not None:
                         _unlink(f"{self._path}.old")
                         self._old_until = None
+                    if fresh is not None:
+                        seg.close()
                     return
+            if fresh is not None:
+                fresh.close()
+                _unlink(f"{self._path}.new")
         if self._old_until is not None:
             if self._settled >= self._old_until:
                 _unlink(f"{self._path}.old")
                 self._old_until = None
-        elif os.fstat(self._fd).st_size > ROTATE_BYTES:
-            line = header()
-            fd = os.open(f"{self._path}.new", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, line)
-            except OSError:
-                os.close(fd)
-                raise
+        elif seg.size() > (min(ROTATE_BYTES, MAP_BYTES // 2) if seg.map is not None else ROTATE_BYTES):
+            fresh = _Segment(f"{self._path}.new", header())
             with self.lock:
                 os.rename(self._path, f"{self._path}.old")
                 os.rename(f"{self._path}.new", self._path)
-                old, self._fd = self._fd, fd
+                old, self._seg = seg, fresh
                 self._old_until = self._appended
-            os.close(old)
+            old.close()
+
+    def _remapped(self, header: bytes) -> _Segment | None:
+        """A new mapped segment at `.new` for an unmapped one (made while the disk was full), or None."""
+        try:
+            fresh = _Segment(f"{self._path}.new", header)
+        except OSError:
+            _unlink(f"{self._path}.new")
+            return None
+        if fresh.map is None:
+            fresh.close()
+            _unlink(f"{self._path}.new")
+            return None
+        return fresh
 
     def close(self) -> None:
         """After the writer drained everything (SIGTERM): nothing is pending, leave no file."""
         with self.lock:
             if self._appended == self._settled:
                 _drop(self._path)
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+            if self._seg is not None:
+                self._seg.close()
+                self._seg = None
         os.close(self._lock_fd)
+
+
+class _Segment:
+    """One journal file: mapped (`map`, lines up to `pos`, zeros after) or, where the zeros could
+    not be written, appended to by `os.write`; `spilled` once lines went past the map's end."""
+
+    def __init__(self, path: str, header: bytes) -> None:
+        # Owner-only, like the databases: rows may name tenants and keys' ids.
+        self.fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.map: mmap.mmap | None = None
+        self.spilled = False
+        try:
+            # Real blocks, not a hole: a copy into the map never faults on a full disk.
+            if os.write(self.fd, bytes(MAP_BYTES)) == MAP_BYTES:
+                self.map = mmap.mmap(self.fd, MAP_BYTES)
+        except (OSError, ValueError):  # the disk is full, or the file cannot be mapped: appends write
+            self.map = None
+        try:
+            if self.map is None:
+                os.ftruncate(self.fd, 0)
+                os.write(self.fd, header)
+            else:
+                self.map[:len(header)] = header
+        except BaseException:
+            self.close()
+            raise
+        self.pos = self.head = len(header)
+
+    def write(self, line: bytes) -> None:
+        """A line by `os.write`: past the map's end (after its zeros, which replay drops), or unmapped."""
+        if self.map is not None:
+            self.spilled = True
+            self.pos = MAP_BYTES  # the map takes no more lines: they stay in file order
+        os.write(self.fd, line)
+
+    def size(self) -> int:
+        return self.pos if self.map is not None and not self.spilled else os.fstat(self.fd).st_size
+
+    def reset(self, header: bytes) -> None:
+        """Every line committed: the header alone. Mapped, the lines are zeroed (and any past the
+        map cut off) before the header changes, so a crash between leaves the old header over
+        committed rows or nothing: replay skips those."""
+        if self.map is None:
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, header)
+            return
+        self.map[self.head:self.pos] = bytes(self.pos - self.head)
+        if self.spilled:
+            os.ftruncate(self.fd, MAP_BYTES)  # the map's own blocks stay: a later copy still cannot fault
+            self.spilled = False
+        width = max(len(header), self.head)
+        self.map[:width] = header.ljust(width, b"\0")
+        self.pos = self.head = len(header)
+
+    def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        os.close(self.fd)
 
 
 def first_header(lines: list[bytes]) -> bytes | None:

@@ -137,6 +137,11 @@ def _count(db: Path, table: str) -> int:
         return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
+def _lines(journal: Path) -> bytes:
+    """A segment's lines: a mapped one is MAP_BYTES long, zeros after its last line."""
+    return journal.read_bytes().rstrip(b"\0")
+
+
 def _journal_files(db: Path) -> list[Path]:
     return sorted(p for p in db.parent.glob(f"{db.name}.journal.*") if not p.name.endswith(".lock"))
 
@@ -181,7 +186,7 @@ def test_the_writer_trims_the_journal_once_every_row_is_committed(tmp_path: Path
         time.sleep(0.02)
     time.sleep(0.1)
     [journal] = _journal_files(db)
-    assert journal.read_bytes().count(b"\n") == 1 and journal.read_bytes().startswith(b"h")  # its header alone
+    assert _lines(journal).count(b"\n") == 1 and _lines(journal).startswith(b"h")  # its header alone
     store.close()
 
 
@@ -212,11 +217,52 @@ def test_a_journal_that_never_catches_up_rotates_and_drops_a_segment_once_it_is_
     assert lines[0] == b"h{}" and len([x for x in lines if x[:1] == b"r"]) == 11 and lines[-1] == b'r[010,"after"]'
     j.settle(5, lambda: b"h{}\n")  # the old segment's rows are all committed; the newest is not
     assert not old.exists()
-    assert (tmp_path / "x.sqlite.journal.0").read_bytes() == b'h{"new":1}\nr[010,"after"]\n'
+    assert _lines(tmp_path / "x.sqlite.journal.0") == b'h{"new":1}\nr[010,"after"]\n'
     j.settle(1, lambda: b"h{\"caught\":1}\n")
-    assert (tmp_path / "x.sqlite.journal.0").read_bytes() == b'h{"caught":1}\n'
+    assert _lines(tmp_path / "x.sqlite.journal.0") == b'h{"caught":1}\n'
     j.close()
     assert not (tmp_path / "x.sqlite.journal.0").exists()
+
+
+def test_lines_past_the_map_go_by_write_in_order_and_a_reset_maps_them_again(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(journal_module, "MAP_BYTES", 64)
+    j = Journal(tmp_path / "x.sqlite")
+    j.start(b"h{}\n")
+    path = tmp_path / "x.sqlite.journal.0"
+    assert path.stat().st_size == 64  # mapped: the zeros are written up front
+    for i in range(5):  # 5 rows of 20 bytes: the map holds two, the rest go past its end
+        with j.lock:
+            j.append(b"r[%03d,\"0123456789\"]\n" % i)
+    assert path.stat().st_size > 64
+    [lines] = j.segments()
+    assert lines == [b"h{}", *(b"r[%03d,\"0123456789\"]" % i for i in range(5))]
+    j.settle(5, lambda: b"h{\"n\":5}\n")
+    assert path.read_bytes() == b'h{"n":5}\n'.ljust(64, b"\0")  # the lines past the map cut off
+    with j.lock:
+        j.append(b"r[005,\"x\"]\n")
+    assert _lines(path) == b'h{"n":5}\nr[005,"x"]\n' and path.stat().st_size == 64
+    j.settle(1, lambda: b"h{}\n")
+    j.close()
+    assert not path.exists()
+
+
+def test_a_segment_that_cannot_be_mapped_is_written_and_mapped_once_it_can(tmp_path: Path, monkeypatch) -> None:
+    def refused(*_a, **_k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(journal_module.mmap, "mmap", refused)
+    j = Journal(tmp_path / "x.sqlite")
+    j.start(b"h{}\n")
+    path = tmp_path / "x.sqlite.journal.0"
+    with j.lock:
+        j.append(b"r[1]\n")
+    assert path.read_bytes() == b"h{}\nr[1]\n"  # by write(2), as before the map
+    monkeypatch.undo()
+    j.settle(1, lambda: b"h{\"n\":1}\n")  # caught up: a mapped segment replaces it
+    assert path.stat().st_size == journal_module.MAP_BYTES and _lines(path) == b'h{"n":1}\n'
+    with j.lock:
+        j.append(b"r[2]\n")
+    assert [*j.segments()] == [[b'h{"n":1}', b"r[2]"]]
+    j.close()
 
 
 # ---------------------------------------------------------------- key ids: a column added to older files
