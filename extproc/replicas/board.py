@@ -23,6 +23,7 @@ from extproc.replicas.exposition import MetricsParseError
 from extproc.replicas.picker import Pick, pick_replica
 from extproc.replicas.prefix import PrefixIndex, block_hashes
 from extproc.replicas.readings import ReplicaReading, parse_replica_metrics
+from extproc.shutdown import stop_polling
 from extproc.telemetry.metrics import REPLICA_PICKS, REPLICA_POLL_ERRORS, REPLICA_STATES, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -229,11 +230,5 @@ class ReplicaBoard:
         self._start_missing()
 
     async def stop(self) -> None:
-        tasks = list(self._tasks.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks = {}
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await stop_polling(self._tasks.values(), self._session)
+        self._tasks, self._session = {}, None
