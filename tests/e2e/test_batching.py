@@ -10,7 +10,6 @@ requests that go alone hold its one slot).
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -22,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 from contracts.config import TensorInput
 from kernels import PreprocessSpec, preprocess
 from tests.conftest import DEMO_KEY
+from tests.stack_config import until
 from tests.vision_stack import COLOURS, LABELS, classify_form, demo_stats, vision_stack
 
 pytestmark = pytest.mark.e2e
@@ -274,13 +274,6 @@ def _slot_metric(stack, name: str) -> float:
                if ln.startswith(name + "{") and f'cluster="{ONE_SLOT}"' in ln)
 
 
-def _until(cond, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
-
-
 def test_requests_that_cannot_batch_hold_a_slot(stack) -> None:
     """colors-one-slot batches and has max_inflight 1. A tensor that cannot join a batch (64x64 for a
     32x32 model) holds the one slot while upstream, so a request the batcher declines (5 rows, max_size
@@ -290,19 +283,19 @@ def test_requests_that_cannot_batch_hold_a_slot(stack) -> None:
     try:
         with ThreadPoolExecutor(2) as pool:
             first = pool.submit(_infer, stack.url, "colors-one-slot", ["red"], size=64)
-            _until(lambda: _slot_metric(stack, "modelyard_inflight") == 1)
+            until(lambda: _slot_metric(stack, "modelyard_inflight") == 1)
             second = pool.submit(_infer, stack.url, "colors-one-slot", ["green"] * 5)
-            _until(lambda: _slot_metric(stack, "modelyard_queue_depth") == 1)
+            until(lambda: _slot_metric(stack, "modelyard_queue_depth") == 1)
             assert _slot_metric(stack, "modelyard_inflight") == 1  # the one slot, still the first's
             one, two = first.result(), second.result()
         assert _labels(one) == ["red"] and _labels(two) == ["green"] * 5
         assert float(two.headers["x-modelyard-queue-wait-ms"]) > 0  # it waited for the first's slot
-        _until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)
+        until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)
         with pytest.raises(httpx.TimeoutException):  # gives up while holding the slot
             _infer(stack.url, "colors-one-slot", ["blue"], size=64, timeout=0.3)
     finally:
         httpx.post(control, json={"fixed_ms": 10}, timeout=5).raise_for_status()
-    _until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)
+    until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)
     again = _infer(stack.url, "colors-one-slot", ["white"], size=64)  # the slot is free again
     assert _labels(again) == ["white"] and _slot_metric(stack, "modelyard_queue_depth") == 0
 
