@@ -59,15 +59,15 @@ def _infer(url: str, model: str, colours: list[str], *, version: str = "", size:
     return httpx.post(f"{url}{path}", json=body, headers=AUTH, timeout=timeout)
 
 
-def _tensor(colours: list[str]) -> np.ndarray:
-    spec = PreprocessSpec.from_tensor_input(TensorInput(width=32, height=32))
+def _tensor(colours: list[str], size: int = 32) -> np.ndarray:
+    spec = PreprocessSpec.from_tensor_input(TensorInput(width=size, height=size))
     return preprocess([np.full((9, 7, 3), COLOURS[c], np.uint8) for c in colours], spec)
 
 
 def _grpc_infer(url: str, model: str, colours: list[str], request_id: str = "",
-                version: str = "") -> triton_grpc.InferResult:
+                version: str = "", size: int = 32) -> triton_grpc.InferResult:
     """tritonclient.grpc through the gateway's listener (gRPC ingress), binary raw contents as it sends them."""
-    x = _tensor(colours)
+    x = _tensor(colours, size)
     inp = triton_grpc.InferInput("input", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     client = triton_grpc.InferenceServerClient(url.removeprefix("http://"))
@@ -275,24 +275,29 @@ def _slot_metric(stack, name: str) -> float:
 
 
 def test_requests_that_cannot_batch_hold_a_slot(stack) -> None:
-    """colors-one-slot batches and has max_inflight 1. A tensor that cannot join a batch (64x64 for a
-    32x32 model) holds the one slot while upstream, so a request the batcher declines (5 rows, max_size
-    4) waits for it in the queue; a caller that gives up while holding the slot gives it back."""
+    """colors-one-slot batches and has max_inflight 1. A gRPC caller's tensor that cannot join a batch
+    (64x64 for a 32x32 model) holds the one slot while upstream, so a request the batcher declines
+    (5 rows, max_size 4) waits for it in the queue; a REST caller's 64x64 tensor holds it too, and
+    gives it back when its client gives up."""
     control = f"{stack.demo_stats}/control"
-    httpx.post(control, json={"fixed_ms": 800}, timeout=5).raise_for_status()
+    httpx.post(control, json={"fixed_ms": 1200}, timeout=5).raise_for_status()
     try:
         with ThreadPoolExecutor(2) as pool:
-            first = pool.submit(_infer, stack.url, "colors-one-slot", ["red"], size=64)
+            first = pool.submit(_grpc_infer, stack.url, "colors-one-slot", ["red"], size=64)
             until(lambda: _slot_metric(stack, "modelyard_inflight") == 1)
             second = pool.submit(_infer, stack.url, "colors-one-slot", ["green"] * 5)
             until(lambda: _slot_metric(stack, "modelyard_queue_depth") == 1)
             assert _slot_metric(stack, "modelyard_inflight") == 1  # the one slot, still the first's
             one, two = first.result(), second.result()
-        assert _labels(one) == ["red"] and _labels(two) == ["green"] * 5
+        assert [LABELS[k] for k in one.as_numpy("scores").argmax(1)] == ["red"]
+        assert _labels(two) == ["green"] * 5
         assert float(two.headers["x-modelyard-queue-wait-ms"]) > 0  # it waited for the first's slot
         until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)
-        with pytest.raises(httpx.TimeoutException):  # gives up while holding the slot
-            _infer(stack.url, "colors-one-slot", ["blue"], size=64, timeout=0.3)
+        with ThreadPoolExecutor(1) as pool:  # gives up while holding the slot
+            gone = pool.submit(_infer, stack.url, "colors-one-slot", ["blue"], size=64, timeout=0.8)
+            until(lambda: _slot_metric(stack, "modelyard_inflight") == 1)
+            with pytest.raises(httpx.TimeoutException):
+                gone.result()
     finally:
         httpx.post(control, json={"fixed_ms": 10}, timeout=5).raise_for_status()
     until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)
