@@ -4,14 +4,19 @@ and the calls the tests make through it to demo replicas that say who answered."
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
+
+from devstack.launcher import envoy_binary
 
 
 def inference_gateway_envoy(listen: int, admin: int, epp: int, pool: list[str]) -> dict[str, Any]:
@@ -99,6 +104,31 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, limit_s: floa
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"nothing listens on {port}; see {log}")
+
+
+@contextlib.contextmanager
+def gateway_processes(work: Path, demos: list[str], demo_port: int | None, epp_port: int, listen: int) -> Iterator[None]:
+    """The demo replicas (`devstack.demo.host` with `demos`), `modelyard epp` (work/epp.yaml) and Envoy
+    (work/envoy.yaml), each logging to work/<name>.log, each waited for on its port (the demos' when
+    given); all stopped after."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for name, cmd, port in (
+                ("demos", [sys.executable, "-m", "devstack.demo.host", *demos], demo_port),
+                ("epp", [sys.executable, "-m", "modelyard.cli", "epp", "--config", str(work / "epp.yaml")], epp_port),
+                ("envoy", [envoy_binary(), "-c", str(work / "envoy.yaml"), "--concurrency", "1",
+                           "--disable-hot-restart", "--log-level", "warn"], listen)):
+            log = work / f"{name}.log"
+            with open(log, "wb") as out:
+                procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
+            if port is not None:
+                wait_port(port, procs[-1], log)
+        yield
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=15)
 
 
 class Gateway:

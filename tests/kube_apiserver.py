@@ -1,6 +1,7 @@
 """A stand-in for kube-apiserver's list and watch of pods, InferencePools and InferenceObjectives,
 for the endpoint picker's end-to-end tests (no real apiserver installs here: see
-tests/replicas/kube/SOURCES.md). It answers from recorded real responses: each pod is the recorded
+tests/replicas/kube/SOURCES.md). Its objects, versions and history are devstack's demo API's
+(`devstack.demo.kube_api.KubeObjects`); this one adds what a test needs of a real server. It answers from recorded real responses: each pod is the recorded
 Running+Ready pod (tests/replicas/kube/pulumi-pod-ready.json) with its name, labels, podIP,
 readiness and resourceVersion set; the 410 and BOOKMARK frames are the recorded ones with their
 resourceVersion set. The protocol as the real server speaks it over HTTP/1.1:
@@ -28,53 +29,32 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from devstack.demo.kube_api import KINDS, OBJECTIVES, PODS, POOLS, KubeObjects, Selector, inference_pool
+
 RECORDED = Path(__file__).parent / "replicas" / "kube"
 POD = json.loads((RECORDED / "pulumi-pod-ready.json").read_text())
 EXPIRED_FRAME, BOOKMARK_FRAME = (json.loads(line) for line in (RECORDED / "watch-frames.jsonl").read_bytes().splitlines())
 
-PODS = "pods"
-OBJECTIVES = "inferenceobjectives"
-POOLS = "inferencepools"
 POOLS_PREFIX = "/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools/"
 COLLECTIONS = {"/api/v1/namespaces/{ns}/pods": PODS,
                "/apis/inference.networking.x-k8s.io/v1alpha2/namespaces/{ns}/inferenceobjectives": OBJECTIVES,
                "/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools": POOLS}
-KINDS = {PODS: "Pod", OBJECTIVES: "InferenceObjective", POOLS: "InferencePool"}
 _END = object()
 
 
-def _selects(selector: str, obj: dict[str, Any]) -> bool:
-    """`labelSelector=k=v,...`, and `fieldSelector=metadata.name=N` (written here as `name:N`)."""
-    meta = obj.get("metadata", {})
-    labels = meta.get("labels") or {}
-    for term in filter(None, selector.split(",")):
-        if term.startswith("name:"):
-            if meta.get("name") != term[5:]:
-                return False
-        elif labels.get(term.partition("=")[0]) != term.partition("=")[2]:
-            return False
-    return True
-
-
-class KubeApiStandIn:
+class KubeApiStandIn(KubeObjects):
     def __init__(self, namespace: str, pool_name: str, selector: dict[str, str], port: int, *,
                  tls: tuple[Path, Path] | None = None, token: str | None = None) -> None:
         """`tls`: (certificate, key) to serve HTTPS; `token`: the bearer token every request must carry
         (401 otherwise), as a real server with a service account's token would check it."""
         self.token = token
         self.gone_as_status = False  # a too-old watch gets HTTP 410 instead of 200 and the ERROR frame
+        super().__init__(inference_pool(namespace, pool_name, selector, [port]), rv=1000)
         self.ns = namespace
         self.selector = selector
-        self.pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-                     "metadata": {"name": pool_name, "namespace": namespace, "resourceVersion": "1"},
-                     "spec": {"selector": {"matchLabels": selector}, "targetPorts": [{"number": port}],
-                              "endpointPickerRef": {"name": "modelyard-epp", "port": {"number": 9002}}}}
-        self.items: dict[str, dict[str, dict[str, Any]]] = {PODS: {}, OBJECTIVES: {}, POOLS: {pool_name: self.pool}}
-        self.rv = 1000
-        self.history: list[tuple[int, str, bytes]] = []  # (resourceVersion, collection, frame)
         self.oldest = 0  # a watch from before this version is answered 410
         self.lock = threading.Lock()
-        self.watchers: list[tuple[str, str, queue.Queue[object]]] = []
+        self.watchers: list[tuple[str, Selector, queue.Queue[object]]] = []
         self.requests: list[tuple[str, dict[str, str]]] = []  # (collection or path, query)
         self.held = threading.Event()
         self.held.set()
@@ -165,28 +145,12 @@ class KubeApiStandIn:
     # -- the server's side -------------------------------------------------------------------
     def _change(self, collection: str, name: str, obj: dict[str, Any] | None) -> None:
         with self.lock:
-            self.rv += 1
-            old = self.items[collection].get(name)
-            if obj is None:
-                if old is None:
-                    return
-                del self.items[collection][name]
-                obj, kind = copy.deepcopy(old), "DELETED"
-            else:
-                kind = "MODIFIED" if old is not None else "ADDED"
-                self.items[collection][name] = obj
-            obj["metadata"]["resourceVersion"] = str(self.rv)
-            frame = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
-            self.history.append((self.rv, collection, frame))
-            for coll, selector, q in self.watchers:
-                if coll == collection and _selects(selector, obj):
-                    q.put(frame)
-
-    def _list(self, collection: str, selector: str) -> dict[str, Any]:
-        with self.lock:
-            return {"kind": f"{KINDS[collection]}List", "apiVersion": "v1",
-                    "metadata": {"resourceVersion": str(self.rv)},
-                    "items": [o for o in self.items[collection].values() if _selects(selector, o)]}
+            made = self.change(collection, name, obj)
+            if made is None:
+                return
+            for coll, selects, q in self.watchers:
+                if coll == collection and selects(made[1]):
+                    q.put(made[0])
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
@@ -228,15 +192,14 @@ class KubeApiStandIn:
                     return self._json(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                             "reason": "NotFound", "code": 404})
                 api.requests.append((collection, q))
-                selector = q.get("labelSelector", "")
-                field = q.get("fieldSelector", "")
-                if field.startswith("metadata.name="):
-                    selector = ",".join(filter(None, [selector, f"name:{field[len('metadata.name='):]}"]))
+                selector = Selector.from_query(q)
                 if q.get("watch") != "1":
-                    return self._json(200, api._list(collection, selector))
+                    with api.lock:
+                        listing = api.listing(collection, selector)
+                    return self._json(200, listing)
                 self._watch(collection, selector, q)
 
-            def _watch(self, collection: str, selector: str, q: dict[str, str]) -> None:
+            def _watch(self, collection: str, selector: Selector, q: dict[str, str]) -> None:
                 with api.lock:
                     api.waiting += 1
                 api.held.wait()
@@ -258,7 +221,7 @@ class KubeApiStandIn:
                     expired = since < api.oldest
                     if not expired:
                         for rv, coll, frame in api.history:
-                            if rv > since and coll == collection and _selects(selector, json.loads(frame)["object"]):
+                            if rv > since and coll == collection and selector(json.loads(frame)["object"]):
                                 events.put(frame)
                         watcher = (collection, selector, events)
                         api.watchers.append(watcher)

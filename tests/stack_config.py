@@ -7,6 +7,8 @@ import random
 import re
 import socket
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +206,11 @@ def without_watermarks(data: dict[str, Any]) -> dict[str, Any]:
         for d in m["deployments"]:
             d.pop("watermark", None)
     return data
+
+
+def until(cond: Callable[[], object], timeout: float = 20.0) -> None:
+    """Wait for a stack to reach a state (a metric, a count) that it reaches on its own time."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)

@@ -22,10 +22,10 @@ _DEMO_TENANT = {"name": "demo", "tier": "L1", "allowed_models": ["*"],
                 "api_keys": ["sha256:c898d9f492d2577070136e9b8f2852e4f208ee9f1f4a5dff1385dcea7966f81e"]}
 
 
-def vision_config(demo_port: int, models: dict[str, dict[str, Any] | None], dead: frozenset[str] = frozenset()
-                  ) -> dict[str, Any]:
+def vision_config(demo_port: int, models: dict[str, dict[str, Any] | None], dead: frozenset[str] = frozenset(),
+                  deployments: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Image models (name -> batching section, None = batching off) on one demo server; models in
-    `dead` point at a port nobody listens on."""
+    `dead` point at a port nobody listens on; `deployments` adds to a model's deployment (max_inflight...)."""
     out = []
     for i, (name, batching) in enumerate(models.items()):
         port = free_port() if name in dead else demo_port
@@ -36,7 +36,7 @@ def vision_config(demo_port: int, models: dict[str, dict[str, Any] | None], dead
                        "output": "scores", "labels": LABELS, "max_images": 32},
             "batching": batching if batching is not None else {"enabled": False},
             "deployments": [{"cluster": f"kserve-{i}", "protocol": "kserve-grpc", "upstream_model": "demo-colors",
-                             "endpoints": [f"127.0.0.1:{port}"]}],
+                             "endpoints": [f"127.0.0.1:{port}"], **(deployments or {}).get(name, {})}],
         })
     return {"listener": {"address": "127.0.0.1", "port": free_port()},
             "extproc": {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}",
@@ -46,14 +46,15 @@ def vision_config(demo_port: int, models: dict[str, dict[str, Any] | None], dead
 
 @contextlib.contextmanager
 def vision_stack(workdir: Path, models: dict[str, dict[str, Any] | None], demo_args: list[str] = (),
-                 dead: frozenset[str] = frozenset(), extproc: dict[str, Any] | None = None) -> Iterator[Any]:
+                 dead: frozenset[str] = frozenset(), extproc: dict[str, Any] | None = None,
+                 deployments: dict[str, dict[str, Any]] | None = None) -> Iterator[Any]:
     """Envoy + extproc + one demo KServe server (its own process, /stats and /control on `stack.demo_stats`);
     `extproc` adds to the config's extproc section."""
     from devstack.launcher import Child
     from tests.stack_config import start_stack
 
     port, stats = free_port(), free_port()
-    data = vision_config(port, models, dead)
+    data = vision_config(port, models, dead, deployments)
     data["extproc"].update(extproc or {})
     stack = start_stack(workdir, data, demos=False)
     argv = [sys.executable, "-m", "devstack.demo.kserve_server", "--port", str(port), "--stats-port", str(stats),

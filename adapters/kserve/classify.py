@@ -18,7 +18,7 @@ from contracts.errors import ModelyardError, UpstreamError
 
 def build_classify_request(
     model: str, tensor: np.ndarray, spec: Any, *, input_name: str | None = None,
-    output: str = "scores", request_id: str = "",
+    output: str = "scores", request_id: str = "", version: str = "",
 ) -> pb.ModelInferRequest:
     """One NCHW tensor (from `kernels.preprocess`) -> ModelInferRequest with raw_input_contents.
 
@@ -30,7 +30,7 @@ def build_classify_request(
     if getattr(spec, "datatype", datatype) != datatype:
         raise ModelyardError(f"classify tensor is {datatype} but the model declares {spec.datatype}", status=500)
     name = input_name or getattr(spec, "name", "input")
-    req = pb.ModelInferRequest(model_name=model, id=request_id)
+    req = pb.ModelInferRequest(model_name=model, model_version=version, id=request_id)
     req.inputs.add(name=name, datatype=datatype, shape=list(tensor.shape))
     req.outputs.add(name=output)
     req.raw_input_contents.append(np.ascontiguousarray(tensor, dtype=DTYPES[datatype]).tobytes())

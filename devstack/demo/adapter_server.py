@@ -144,6 +144,8 @@ class AdapterDemo:
             return self._error(500, "demo upstream failed on purpose", "api_error")
         if any(BAD_INPUT in t for t in req.inputs):
             return self._error(400, "an input was refused on purpose", "invalid_request_error")
+        if hold := max((hold_seconds(t) for t in req.inputs), default=0.0):
+            await asyncio.sleep(hold)  # `demo-hold-MS` in an input: tests keep a gateway slot busy
         if self.delay_s:
             self._device = self._device or asyncio.Lock()
             async with self._device:

@@ -11,7 +11,8 @@ A BYTES input is a text model's instead: one text per row in, `embedding` [N, 8]
 embedding of each text); a text holding `demo-bad-400` is refused (INVALID_ARGUMENT). INT64/INT32
 `input_ids` [N, L] (with an optional `attention_mask` [N, L] and/or `seq_len` [N]) are token ids:
 `embedding` [N, 8], each row the demo embedding of its ids where the mask is 1 and within its length
-(so right padding under a 0 mask or past `seq_len` changes nothing); `/stats` `seq_lens` lists the L of every such call. The stats port also speaks KServe v2
+(so right padding under a 0 mask or past `seq_len` changes nothing); `/stats` `seq_lens` lists the L of every such call
+(`versions`: the model version each image call asked for). The stats port also speaks KServe v2
 REST (JSON: `POST /v2/models/{m}/infer`, readiness, `GET /v2`) for the same models, a REST upstream;
 `--rest` serves that on `--port` (the gRPC server then takes any free port).
 
@@ -130,6 +131,7 @@ class Stats:
     images: int = 0
     failures: int = 0
     seq_lens: list[int] = field(default_factory=list)  # token-id calls: the sequence length each came with
+    versions: list[str] = field(default_factory=list)  # image calls: the model version each asked for ("" none)
 
 
 class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -195,6 +197,7 @@ class KServeDemoServicer(pb_grpc.GRPCInferenceServiceServicer):
         async with self._slots:
             self.stats.calls += 1
             self.stats.images += n
+            self.stats.versions.append(request.model_version)
             delay = (self.fixed_ms + self.per_image_ms * n) / 1000.0
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -407,7 +410,8 @@ async def start(
     if stats_port is not None:
         async def stats(_: web.Request) -> web.Response:
             s = servicer.stats
-            body = {"calls": s.calls, "images": s.images, "failures": s.failures, "seq_lens": s.seq_lens[-100:]}
+            body = {"calls": s.calls, "images": s.images, "failures": s.failures, "seq_lens": s.seq_lens[-100:],
+                    "versions": s.versions[-100:]}
             return web.Response(body=orjson.dumps(body), content_type="application/json")
 
         async def control(request: web.Request) -> web.Response:

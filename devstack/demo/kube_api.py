@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import itertools
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -37,37 +40,82 @@ def _status(code: int, reason: str, message: str) -> web.Response:
                               "message": message, "reason": reason, "code": code}, status=code)
 
 
-class DemoCluster:
-    def __init__(self, namespace: str, pool: str, target_ports: list[int], selector: dict[str, str]) -> None:
-        self.ns, self.pool_name, self.selector = namespace, pool, selector
-        self.pool = {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-                     "metadata": {"name": pool, "namespace": namespace, "resourceVersion": "1"},
-                     "spec": {"selector": {"matchLabels": selector},
-                              "targetPorts": [{"number": p} for p in target_ports],
-                              "endpointPickerRef": {"name": "modelyard-epp", "port": {"number": 9002}}}}
-        self.items: dict[str, dict[str, dict[str, Any]]] = {PODS: {}, OBJECTIVES: {}, POOLS: {pool: self.pool}}
-        self.rv = 100
-        self.history: list[tuple[int, str, bytes]] = []  # kept whole: a demo's history is short
-        self.watchers: list[tuple[str, asyncio.Queue[bytes | None]]] = []
-        self._uids = itertools.count(1)
+def inference_pool(namespace: str, name: str, selector: dict[str, str], target_ports: list[int]) -> dict[str, Any]:
+    """An InferencePool (inference.networking.k8s.io/v1) selecting pods by labels, served at these ports."""
+    return {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
+            "spec": {"selector": {"matchLabels": selector}, "targetPorts": [{"number": p} for p in target_ports],
+                     "endpointPickerRef": {"name": "modelyard-epp", "port": {"number": 9002}}}}
 
-    def put(self, collection: str, name: str, obj: dict[str, Any] | None) -> None:
+
+@dataclass(frozen=True)
+class Selector:
+    """What a list or watch asks for: `labelSelector=k=v,...` and `fieldSelector=metadata.name=N`."""
+
+    labels: tuple[tuple[str, str], ...] = ()
+    name: str | None = None
+
+    @classmethod
+    def from_query(cls, q: Mapping[str, str]) -> Selector:
+        labels = tuple((t.partition("=")[0], t.partition("=")[2]) for t in q.get("labelSelector", "").split(",") if t)
+        field = q.get("fieldSelector", "")
+        return cls(labels, field.removeprefix("metadata.name=") if field.startswith("metadata.name=") else None)
+
+    def __call__(self, obj: dict[str, Any]) -> bool:
+        meta = obj.get("metadata", {})
+        labels = meta.get("labels") or {}
+        return all(labels.get(k) == v for k, v in self.labels) and self.name in (None, meta.get("name"))
+
+
+class KubeObjects:
+    """One namespace's pods, InferencePools and InferenceObjectives as kube-apiserver keeps them: every
+    change takes the next resourceVersion and is kept as the watch event it makes (the history a watch
+    resuming from a version replays)."""
+
+    def __init__(self, pool: dict[str, Any], rv: int) -> None:
+        self.pool = pool
+        self.items: dict[str, dict[str, dict[str, Any]]] = {PODS: {}, OBJECTIVES: {},
+                                                            POOLS: {pool["metadata"]["name"]: pool}}
+        self.rv = rv
+        self.history: list[tuple[int, str, bytes]] = []  # (resourceVersion, collection, frame)
+
+    def change(self, collection: str, name: str, obj: dict[str, Any] | None) -> tuple[bytes, dict[str, Any]] | None:
+        """Put `obj` (None: delete it); the watch frame and the object it carries (None: nothing to delete)."""
         self.rv += 1
         old = self.items[collection].get(name)
         if obj is None:
             if old is None:
-                return
+                return None
             del self.items[collection][name]
-            obj, kind = old, "DELETED"
+            obj, kind = copy.deepcopy(old), "DELETED"
         else:
             kind = "MODIFIED" if old is not None else "ADDED"
             self.items[collection][name] = obj
         obj["metadata"]["resourceVersion"] = str(self.rv)
         frame = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
         self.history.append((self.rv, collection, frame))
+        return frame, obj
+
+    def listing(self, collection: str, selects: Selector) -> dict[str, Any]:
+        """A list's answer: the selected objects and the version the list is as of."""
+        return {"kind": f"{KINDS[collection]}List", "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)},
+                "items": [o for o in self.items[collection].values() if selects(o)]}
+
+
+class DemoCluster(KubeObjects):
+    def __init__(self, namespace: str, pool: str, target_ports: list[int], selector: dict[str, str]) -> None:
+        super().__init__(inference_pool(namespace, pool, selector, target_ports), rv=100)
+        self.ns, self.pool_name, self.selector = namespace, pool, selector
+        self.watchers: list[tuple[str, asyncio.Queue[bytes | None]]] = []
+        self._uids = itertools.count(1)
+
+    def put(self, collection: str, name: str, obj: dict[str, Any] | None) -> None:
+        made = self.change(collection, name, obj)  # a demo's history is short: kept whole
+        if made is None:
+            return
         for coll, q in self.watchers:
             if coll == collection:
-                q.put_nowait(frame)
+                q.put_nowait(made[0])
 
     def pod(self, name: str, ip: str, ready: bool) -> dict[str, Any]:
         cond = "True" if ready else "False"
@@ -97,14 +145,9 @@ class DemoCluster:
             return web.json_response({"kind": f"{KINDS[coll]}List", "apiVersion": "v1",
                                       "metadata": {"resourceVersion": str(self.rv)}, "items": []})
         q = request.query
-        wanted = dict(t.partition("=")[::2] for t in q.get("labelSelector", "").split(",") if t)
-        named = q.get("fieldSelector", "").partition("metadata.name=")[2] or None  # the picker's pool watch
-        match = lambda o: (all(o["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())  # noqa: E731
-                           and named in (None, o["metadata"]["name"]))
+        match = Selector.from_query(q)  # the picker's pool watch names its pool
         if q.get("watch") not in ("1", "true"):
-            return web.json_response({"kind": f"{KINDS[coll]}List", "apiVersion": "v1",
-                                      "metadata": {"resourceVersion": str(self.rv)},
-                                      "items": [o for o in self.items[coll].values() if match(o)]})
+            return web.json_response(self.listing(coll, match))
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)

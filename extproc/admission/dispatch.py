@@ -9,7 +9,7 @@ from typing import Protocol
 
 from adapters.internal import ChatRequest, ImagePart, estimate_prompt_tokens
 from contracts.config import GatewayConfig
-from contracts.envoy_names import CHANNEL_HEADER, STRATEGY_HEADER
+from contracts.envoy_names import CHANNEL_HEADER, QUEUE_WAIT_HEADER, STRATEGY_HEADER
 from contracts.errors import BudgetExhausted, ClientError, ModelyardError
 from contracts.watermarks import Reading
 from extproc.admission.budget_guard import BudgetGuard
@@ -215,6 +215,16 @@ class Dispatcher:
             if self.limiter is not None and choice.reservation is not None:
                 await self.limiter.reconcile(choice.reservation, 0)
             raise
+
+    async def own_call_slot(self, ctx: RequestContext, choice: Choice) -> None:
+        """A batching model's request that makes its own upstream call after all (it cannot join a batch,
+        the batcher declines it, or its batch fell back) holds a slot like any other request: taken once,
+        released when it is metered or its stream ends. A batch's merged call takes none."""
+        if choice.slot is not None:
+            return
+        await self.wait_for_slot(ctx, choice)
+        if choice.slot is not None:  # routing's headers went out before the slot: add its queue wait
+            ctx.response_headers.append((QUEUE_WAIT_HEADER, f"{choice.slot.waited_s * 1000:.1f}"))
 
     async def admit(self, ctx: RequestContext, choice: Choice, est_tokens: int, *, budgets: bool = True) -> None:
         """Refuse a caller whose key's or tenant's budget is spent; then charge the key's own, tenant's,

@@ -32,6 +32,7 @@ from contracts.config.endpoint_picker import KubernetesSource
 from contracts.errors import ConfigError
 from extproc.epp import cluster
 from extproc.epp.watch import Collection, Expired, WatchFailed, status_error
+from extproc.shutdown import stop_polling
 
 log = logging.getLogger(__name__)
 
@@ -303,11 +304,5 @@ class ClusterSource:
                 self._nothing))
 
     async def stop(self) -> None:
-        tasks = list(self._tasks.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks = {}
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await stop_polling(self._tasks.values(), self._session)
+        self._tasks, self._session = {}, None

@@ -88,6 +88,9 @@ class EmbeddingFlow:
             answer = await self._batched(self.gw.batcher, self.member, auth.credential)
             if answer is not None:
                 return answer
+        if self._solo is None:
+            # Its own call after all (the batcher declined it, or its batch fell back): a slot, like any call.
+            await self.gw.dispatcher.own_call_slot(ctx, choice)
         render = functools.partial(self._upstream_request, body, req, dep.upstream_model or choice.model.name,
                                    auth.credential)
         with ctx.span("translate request"):

@@ -113,13 +113,14 @@ class GrpcInferFlow(KServeInferFlow):
             self.request = req
             # A text model's tensors batch to a REST deployment too (the extproc makes the merged call).
             job = self._batch_job(req) if self.model.vision is None else None
-            return await self._dispatch(job) if job is not None else await self._send_alone()
+            return await self._dispatch(job) if job is not None else await self._go_alone()
         if not self.grpc:
             raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
         req.model_name = self.upstream_model
         self.request = req
         job = self._batch_job(req)
         if job is None:
+            await self._own_slot()  # not batchable (its shape, datatype, parameters or outputs): alone
             return self._send(kserve.encode_infer_request(req))
         return await self._dispatch(job)
 

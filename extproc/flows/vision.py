@@ -141,6 +141,17 @@ class _VisionFlow:
         """This request as its own upstream call through Envoy (no batch, or a batch that failed)."""
         return self._send(await self._own_body())
 
+    async def _own_slot(self) -> None:
+        """A batching model's request routed without a slot (it was to share a batch's call) that makes
+        its own call after all: it waits for a slot first, like any other request."""
+        if self.call.choice is not None:
+            await self.gw.dispatcher.own_call_slot(self.ctx, self.call.choice)
+
+    async def _go_alone(self) -> msg.ProcessingResponse:
+        """This request's own call (not a batch's), holding a slot of the deployment's `max_inflight`."""
+        await self._own_slot()
+        return await self._send_alone()
+
     # -- routing and sending -----------------------------------------------------------------
     async def _route(self, name: str) -> Choice:
         ctx = self.ctx
@@ -196,11 +207,13 @@ class _VisionFlow:
                                (t.variant, self.ctx.path_version or ""))
             else:
                 ti = self.model.vision.input
-                key = BatchKey(self.model.name, cluster, (3, ti.height, ti.width), ti.datatype)
+                # Tensors for another version go to another model on the server: they never merge.
+                key = BatchKey(self.model.name, cluster, (3, ti.height, ti.width), ti.datatype,
+                               self.ctx.path_version or None)
             # The window counts from the request's arrival: its own parsing and routing are part of the wait.
             member = self._batcher.join(key, policy, job, job.rows, arrived=self.ctx.started)
         if member is None:
-            return await self._send_alone()
+            return await self._go_alone()
         self.member = member
         with self.ctx.span("batching") as span:
             outcome = await self._batcher.wait(member, MEMBER_WAIT_S)
@@ -215,7 +228,7 @@ class _VisionFlow:
         else:
             log.info("task %s: batch fallback (%s)", self.ctx.task_id, outcome.reason)
         self.role = "single"
-        return await self._send_alone()
+        return await self._go_alone()
 
     async def _lead(self, batch: Batch) -> msg.ProcessingResponse:
         self.role, self.batch = "leader", batch
@@ -237,7 +250,7 @@ class _VisionFlow:
             with self.ctx.span("translate request"):  # the whole batch's tensor, built by its leader
                 tensor = await asyncio.to_thread(merge_batch, batch, self._backend(), _spec(v.input))
                 req = kserve.build_classify_request(self.upstream_model, tensor, v.input, output=v.output,
-                                                    request_id=self.ctx.task_id)
+                                                    request_id=self.ctx.task_id, version=self.ctx.path_version or "")
         except BaseException:
             self._batcher.fail(batch, "the leader could not build the merged tensor")
             raise
@@ -271,7 +284,7 @@ class _VisionFlow:
             log.info("task %s: %s; every caller makes its own call", self.ctx.task_id, reason)
             self._batcher.fail(batch, reason)
             self.role, self.batch = "single", None
-            return await self._send_alone()
+            return await self._go_alone()
         except BaseException:
             self._batcher.fail(batch, "the merged call did not finish")
             raise
@@ -280,7 +293,7 @@ class _VisionFlow:
         if answer is not None:
             return answer
         self.role, self.batch = "single", None
-        return await self._send_alone()
+        return await self._go_alone()
 
     def _leader_share(self, resp: Any) -> Any:
         """The leader's own rows of a merged reply, after handing the whole reply to the batch's
@@ -487,13 +500,14 @@ class KServeInferFlow(_VisionFlow):
             self.request, self.request_id = req, req.id
             # A text model's tensors batch to a REST deployment too (the extproc makes the merged call).
             job = self._batch_job(req) if self.model.vision is None else None
-            return await self._dispatch(job) if job is not None else await self._send_alone()
+            return await self._dispatch(job) if job is not None else await self._go_alone()
         if not self.grpc:
             raise UpstreamError(f"deployment {dep.cluster} speaks {dep.protocol}, not KServe")
         req.model_name = self.upstream_model
         self.request, self.request_id = req, req.id
         job = self._batch_job(req)
         if job is None:
+            await self._own_slot()  # not batchable (its shape, datatype, parameters or outputs): alone
             return self._send(kserve.encode_infer_request(req))
         return await self._dispatch(job)
 

@@ -22,6 +22,7 @@ from extproc.replicas.picker import Pick, pick_replica
 from extproc.replicas.prefix import PrefixIndex, block_hashes
 from extproc.replicas.readings import ReplicaReading, parse_replica_metrics
 from extproc.replicas.scrape import MetricsScrape
+from extproc.shutdown import stop_polling
 from extproc.telemetry.metrics import REPLICA_PICKS, REPLICA_POLL_ERRORS, REPLICA_STATES, ReplicaState
 
 log = logging.getLogger(__name__)
@@ -256,10 +257,7 @@ class ReplicaBoard:
         self._start_missing()
 
     async def stop(self) -> None:
-        tasks = list(self._tasks.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_polling(self._tasks.values(), None)
         self._tasks = {}
         self._started = False
         for key in list(self._scrapes):

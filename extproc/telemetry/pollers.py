@@ -17,6 +17,7 @@ import aiohttp
 from contracts.config import GatewayConfig, WatermarkSource
 from contracts.watermarks import Reading, WatermarkParseError
 from extproc.routing.watermarks import parse_reading
+from extproc.shutdown import stop_polling
 from extproc.telemetry.metrics import WATERMARK_POLL_ERRORS, WATERMARK_READ_AT
 
 log = logging.getLogger(__name__)
@@ -145,13 +146,7 @@ class WatermarkBoard:
         }
 
     async def stop(self) -> None:
-        tasks = list(self._running.values())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._running = {}
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await stop_polling(self._running.values(), self._session)
+        self._running, self._session = {}, None
 
     close = stop  # the gateway closes its parts with `close()`

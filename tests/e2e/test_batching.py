@@ -3,8 +3,8 @@
 One stack for the module: Envoy + extproc + the demo KServe server (own process, /stats and
 /control). Three models on it: `colors-batched` (short window), `colors-wide` (a 1 s window, wide
 enough on a loaded machine, and min_size 16, so every request fired together lands in one batch:
-deterministic), and
-`colors-single` (batching off).
+deterministic), `colors-single` (batching off), and `colors-one-slot` (batching on, `max_inflight: 1`:
+requests that go alone hold its one slot).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 from contracts.config import TensorInput
 from kernels import PreprocessSpec, preprocess
 from tests.conftest import DEMO_KEY
+from tests.stack_config import until
 from tests.vision_stack import COLOURS, LABELS, classify_form, demo_stats, vision_stack
 
 pytestmark = pytest.mark.e2e
@@ -31,13 +32,15 @@ MODELS = {
     "colors-wide": {"enabled": True, "max_delay_ms": 1000, "min_size": 16, "max_size": 16},
     "colors-single": None,
     "colors-down": {"enabled": True, "max_delay_ms": 200, "min_size": 16, "max_size": 16},  # nobody listens
+    "colors-one-slot": {"enabled": True, "max_delay_ms": 30, "min_size": 4, "max_size": 4},
 }
+ONE_SLOT = f"kserve-{list(MODELS).index('colors-one-slot')}"  # its cluster (tests/vision_stack.py names them)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory):
     with vision_stack(tmp_path_factory.mktemp("batching"), MODELS, ["--fixed-ms", "10", "--per-image-ms", "1"],
-                      dead=frozenset({"colors-down"})) as s:
+                      dead=frozenset({"colors-down"}), deployments={"colors-one-slot": {"max_inflight": 1}}) as s:
         yield s
 
 
@@ -47,26 +50,29 @@ def _classify(url: str, model: str, colours: list[str], timeout: float = 20, fmt
                       timeout=timeout)
 
 
-def _infer(url: str, model: str, colours: list[str]) -> httpx.Response:
-    spec = PreprocessSpec.from_tensor_input(TensorInput(width=32, height=32))
+def _infer(url: str, model: str, colours: list[str], *, version: str = "", size: int = 32,
+           timeout: float = 20) -> httpx.Response:
+    spec = PreprocessSpec.from_tensor_input(TensorInput(width=size, height=size))
     x = preprocess([np.full((9, 7, 3), COLOURS[c], np.uint8) for c in colours], spec)
     body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
-    return httpx.post(f"{url}/v2/models/{model}/infer", json=body, headers=AUTH, timeout=20)
+    path = f"/v2/models/{model}/versions/{version}/infer" if version else f"/v2/models/{model}/infer"
+    return httpx.post(f"{url}{path}", json=body, headers=AUTH, timeout=timeout)
 
 
-def _tensor(colours: list[str]) -> np.ndarray:
-    spec = PreprocessSpec.from_tensor_input(TensorInput(width=32, height=32))
+def _tensor(colours: list[str], size: int = 32) -> np.ndarray:
+    spec = PreprocessSpec.from_tensor_input(TensorInput(width=size, height=size))
     return preprocess([np.full((9, 7, 3), COLOURS[c], np.uint8) for c in colours], spec)
 
 
-def _grpc_infer(url: str, model: str, colours: list[str], request_id: str = "") -> triton_grpc.InferResult:
+def _grpc_infer(url: str, model: str, colours: list[str], request_id: str = "",
+                version: str = "", size: int = 32) -> triton_grpc.InferResult:
     """tritonclient.grpc through the gateway's listener (gRPC ingress), binary raw contents as it sends them."""
-    x = _tensor(colours)
+    x = _tensor(colours, size)
     inp = triton_grpc.InferInput("input", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     client = triton_grpc.InferenceServerClient(url.removeprefix("http://"))
     try:
-        return client.infer(model, [inp], outputs=[triton_grpc.InferRequestedOutput("scores")],
+        return client.infer(model, [inp], model_version=version, outputs=[triton_grpc.InferRequestedOutput("scores")],
                             request_id=request_id, headers=dict(AUTH), client_timeout=20)
     finally:
         client.close()
@@ -240,6 +246,63 @@ def test_grpc_leader_failure_falls_back_for_every_member(stack) -> None:
     after = demo_stats(stack)
     assert after["failures"] - before["failures"] == 1
     assert after["calls"] - before["calls"] == len(wants) - 1
+
+
+def test_versions_never_merge_and_each_merged_call_keeps_its_version(stack) -> None:
+    """Image tensors for version 2 (REST and gRPC) and for no version, fired together at a model with a
+    1 s window: one merged call per version, each sent under the version its callers asked for."""
+    before = demo_stats(stack)
+    calls = [lambda: _infer(stack.url, "colors-wide", ["red"], version="2"),
+             lambda: _infer(stack.url, "colors-wide", ["green", "blue"], version="2"),
+             lambda: _grpc_infer(stack.url, "colors-wide", ["yellow"], version="2"),
+             lambda: _infer(stack.url, "colors-wide", ["cyan"]),
+             lambda: _classify(stack.url, "colors-wide", ["magenta"])]
+    results = _together(calls)
+    assert [_labels(r) for r in results[:2]] == [["red"], ["green", "blue"]]
+    assert isinstance(results[2], triton_grpc.InferResult), results[2]
+    assert [LABELS[k] for k in results[2].as_numpy("scores").argmax(1)] == ["yellow"]
+    assert [_labels(r) for r in results[3:]] == [["cyan"], ["magenta"]]
+    after = demo_stats(stack)
+    assert after["calls"] - before["calls"] == 2 and after["images"] - before["images"] == 6
+    assert sorted(after["versions"][-2:]) == ["", "2"]
+
+
+def _slot_metric(stack, name: str) -> float:
+    """A series of colors-one-slot's deployment, summed over its other labels (tiers)."""
+    text = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+               if ln.startswith(name + "{") and f'cluster="{ONE_SLOT}"' in ln)
+
+
+def test_requests_that_cannot_batch_hold_a_slot(stack) -> None:
+    """colors-one-slot batches and has max_inflight 1. A gRPC caller's tensor that cannot join a batch
+    (64x64 for a 32x32 model) holds the one slot while upstream, so a request the batcher declines
+    (5 rows, max_size 4) waits for it in the queue; a REST caller's 64x64 tensor holds it too, and
+    gives it back when its client gives up."""
+    control = f"{stack.demo_stats}/control"
+    httpx.post(control, json={"fixed_ms": 1200}, timeout=5).raise_for_status()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(_grpc_infer, stack.url, "colors-one-slot", ["red"], size=64)
+            until(lambda: _slot_metric(stack, "modelyard_inflight") == 1)
+            second = pool.submit(_infer, stack.url, "colors-one-slot", ["green"] * 5)
+            until(lambda: _slot_metric(stack, "modelyard_queue_depth") == 1)
+            assert _slot_metric(stack, "modelyard_inflight") == 1  # the one slot, still the first's
+            one, two = first.result(), second.result()
+        assert [LABELS[k] for k in one.as_numpy("scores").argmax(1)] == ["red"]
+        assert _labels(two) == ["green"] * 5
+        assert float(two.headers["x-modelyard-queue-wait-ms"]) > 0  # it waited for the first's slot
+        until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)
+        with ThreadPoolExecutor(1) as pool:  # gives up while holding the slot
+            gone = pool.submit(_infer, stack.url, "colors-one-slot", ["blue"], size=64, timeout=0.8)
+            until(lambda: _slot_metric(stack, "modelyard_inflight") == 1)
+            with pytest.raises(httpx.TimeoutException):
+                gone.result()
+    finally:
+        httpx.post(control, json={"fixed_ms": 10}, timeout=5).raise_for_status()
+    until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)
+    again = _infer(stack.url, "colors-one-slot", ["white"], size=64)  # the slot is free again
+    assert _labels(again) == ["white"] and _slot_metric(stack, "modelyard_queue_depth") == 0
 
 
 def test_service_still_serves_after_the_batching_tests(stack) -> None:

@@ -28,7 +28,7 @@ from devstack.demo.faults import BAD_INPUT
 from extproc.flows.offload import INLINE_PARSE_BYTES
 from tests.conftest import DEMO_KEY
 from tests.e2e.metered import metered_row
-from tests.stack_config import ROOT, _remap, _static_envoy, free_port, start_stack, without_mcp
+from tests.stack_config import ROOT, _remap, _static_envoy, free_port, start_stack, until, without_mcp
 
 pytestmark = pytest.mark.e2e
 MODEL = "demo-embed-batched"
@@ -40,6 +40,7 @@ TEXT_CALLERS = 8
 TOKENS_MODEL = "tokens-kserve"  # the same text model fed token ids: padded to buckets (batching.pad)
 LENGTHS_MODEL = "tokens-lengths"  # token ids with a per-sequence lengths input (batching.pad.lengths)
 REST_TEXT_MODEL = "text-kserve-rest"  # the same text model behind the demo's KServe v2 REST front
+ONE_SLOT_MODEL, ONE_SLOT = "embed-one-slot", "demo-embed-one-slot"  # its model and cluster
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     # The same batching in front of a Gemini-speaking upstream (batchEmbedContents; no usage reported).
     data["models"].append({**data["models"][0], "name": GEMINI_MODEL, "deployments": [
         {"cluster": "demo-gemini-batch", "protocol": "gemini", "endpoints": [f"127.0.0.1:{free_port()}"]}]})
+    # The same upstream with one slot (max_inflight 1): requests the batcher declines (over max_size) hold it.
+    data["models"].append({**data["models"][0], "name": ONE_SLOT_MODEL,
+                           "batching": {"max_delay_ms": 5, "min_size": 2, "max_size": 4},
+                           "deployments": [{**data["models"][0]["deployments"][0], "cluster": ONE_SLOT,
+                                            "max_inflight": 1}]})
     kserve, kstats = free_port(), free_port()
     data["models"].append({
         "name": TEXT_MODEL, "task_types": ["infer"], "capabilities": {"streaming": False},
@@ -566,3 +572,34 @@ def test_text_tensors_for_different_versions_do_not_merge(stack) -> None:
     assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
     # Each went as sent, alone in its own batch: one call per version.
     assert httpx.get(stack.kserve_stats, timeout=5).json()["calls"] - before == 2
+
+
+def _slot_metric(stack, name: str) -> float:
+    text = httpx.get(f"http://{stack.cfg.extproc.metrics_address}/metrics", timeout=5).text
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+               if ln.startswith(name + "{") and f'cluster="{ONE_SLOT}"' in ln)
+
+
+def test_requests_the_batcher_declines_hold_a_slot(stack) -> None:
+    """embed-one-slot batches (max_size 4) and has max_inflight 1: a 5-input request goes alone and holds
+    the one slot while upstream, so the next such request waits for it in the queue; both are answered
+    and the slot is free after."""
+    def embed(texts: list[str]) -> httpx.Response:
+        return httpx.post(f"{stack.url}/v1/embeddings", json={"model": ONE_SLOT_MODEL, "input": texts},
+                          headers={"authorization": f"Bearer {DEMO_KEY}"}, timeout=30)
+
+    first_texts = ["demo-hold-1000 one", "two", "three", "four", "five"]
+    second_texts = [f"second {i}" for i in range(5)]
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(embed, first_texts)
+        until(lambda: _slot_metric(stack, "modelyard_inflight") == 1)
+        second = pool.submit(embed, second_texts)
+        until(lambda: _slot_metric(stack, "modelyard_queue_depth") == 1)
+        assert _slot_metric(stack, "modelyard_inflight") == 1  # still the first's
+        one, two = first.result(), second.result()
+    for r, texts in ((one, first_texts), (two, second_texts)):
+        assert r.status_code == 200, r.text
+        got = np.array([d["embedding"] for d in r.json()["data"]], np.float32)
+        np.testing.assert_allclose(got, _expected(texts), rtol=1e-5)
+    assert float(two.headers["x-modelyard-queue-wait-ms"]) > 0
+    until(lambda: _slot_metric(stack, "modelyard_inflight") == 0)

@@ -9,8 +9,6 @@ header-to-metadata rule (as a comma-separated string) and forwarded by ext_proc'
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,13 +17,11 @@ import openai
 import pytest
 import yaml
 
-from devstack.launcher import envoy_binary
-from tests.inference_gateway import Gateway, inference_gateway_envoy
+from tests.inference_gateway import Gateway, gateway_processes, inference_gateway_envoy
 from tests.inference_gateway import chat as _chat
 from tests.inference_gateway import client as _client
 from tests.inference_gateway import fake as _fake
 from tests.inference_gateway import settle as _settle
-from tests.inference_gateway import wait_port as _wait_port
 from tests.stack_config import free_port
 
 SYSTEM = "You are the demo assistant of the endpoint-picker tests. " * 12  # several prompt blocks
@@ -43,24 +39,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "replica_metrics": {"kind": "vllm", "interval_ms": 50, "stale_after_ms": 400},
         "shed_queue": 10, "objectives": {"batch-jobs": -1, "chat": 2}}))
     (work / "envoy.yaml").write_text(yaml.safe_dump(inference_gateway_envoy(listen, admin, epp_port, replicas)))
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for name, cmd, port in (
-                ("demos", [sys.executable, "-m", "devstack.demo.host", "devstack.demo.openai_server", "--port",
-                           str(a_port), "--", "devstack.demo.openai_server", "--port", str(b_port)], b_port),
-                ("epp", [sys.executable, "-m", "modelyard.cli", "epp", "--config", str(work / "epp.yaml")], epp_port),
-                ("envoy", [envoy_binary(), "-c", str(work / "envoy.yaml"), "--concurrency", "1",
-                           "--disable-hot-restart", "--log-level", "warn"], listen)):
-            log = work / f"{name}.log"
-            with open(log, "wb") as out:
-                procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
-            _wait_port(port, procs[-1], log)
+    demos = ["devstack.demo.openai_server", "--port", str(a_port), "--", "devstack.demo.openai_server",
+             "--port", str(b_port)]
+    with gateway_processes(work, demos, b_port, epp_port, listen):
         yield Gateway(f"http://127.0.0.1:{listen}", replicas)
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=15)
 
 
 def test_every_call_lands_on_the_replica_with_the_short_queue(gateway: Gateway) -> None:

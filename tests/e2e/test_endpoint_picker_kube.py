@@ -10,8 +10,6 @@ share the pool's targetPort); each answer says which one served it."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,13 +20,11 @@ import openai
 import pytest
 import yaml
 
-from devstack.launcher import envoy_binary
-from tests.inference_gateway import Gateway, inference_gateway_envoy
+from tests.inference_gateway import Gateway, gateway_processes, inference_gateway_envoy
 from tests.inference_gateway import chat as _chat
 from tests.inference_gateway import client as _client
 from tests.inference_gateway import fake as _fake
 from tests.inference_gateway import settle as _settle
-from tests.inference_gateway import wait_port as _wait_port
 from tests.kube_apiserver import OBJECTIVES, PODS, POOLS, KubeApiStandIn
 from tests.stack_config import free_port
 
@@ -84,25 +80,12 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     demos: list[str] = []
     for ip in IPS:
         demos += ["--", "devstack.demo.openai_server", "--host", ip, "--port", str(port)]
-    procs: list[subprocess.Popen[bytes]] = []
     try:
-        for name, cmd, wait in (
-                ("demos", [sys.executable, "-m", "devstack.demo.host", *demos[1:]], None),
-                ("epp", [sys.executable, "-m", "modelyard.cli", "epp", "--config", str(work / "epp.yaml")], epp_port),
-                ("envoy", [envoy_binary(), "-c", str(work / "envoy.yaml"), "--concurrency", "1",
-                           "--disable-hot-restart", "--log-level", "warn"], listen)):
-            log = work / f"{name}.log"
-            with open(log, "wb") as out:
-                procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
-            if wait is not None:
-                _wait_port(wait, procs[-1], log)
-        api.wait_for(lambda: api.watches(PODS) and api.watches(OBJECTIVES))
-        yield Pool(Gateway(f"http://127.0.0.1:{listen}", [a, b]), api, a, b, c, f"http://127.0.0.1:{metrics}/metrics")
+        with gateway_processes(work, demos[1:], None, epp_port, listen):  # pods on 127.0.0.2-4: not waited for
+            api.wait_for(lambda: api.watches(PODS) and api.watches(OBJECTIVES))
+            yield Pool(Gateway(f"http://127.0.0.1:{listen}", [a, b]), api, a, b, c,
+                       f"http://127.0.0.1:{metrics}/metrics")
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=15)
         api.stop()
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from tests.conftest import DEMO_KEY
 from tests.stack_config import ROOT, small_config, start_stack
+from tests.stack_config import until as _until
 
 pytestmark = pytest.mark.e2e
 CLUSTER = "demo-openai"
@@ -43,13 +44,6 @@ def _metric(stack, name: str, **labels: str) -> float:
     want = [f'{k}="{v}"' for k, v in labels.items()]
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
                if ln.startswith(name + "{") and all(w in ln for w in want))
-
-
-def _until(cond, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def _idle(stack) -> None:

@@ -96,7 +96,7 @@ async def test_stats_count_calls_and_images(server, stub):
     for _ in range(2):
         await stub.ModelInfer(kserve.build_classify_request("demo-colors", x, TensorInput()))
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{server.stats_port}/stats") as r:
-        assert await r.json() == {"calls": 2, "images": 6, "failures": 0, "seq_lens": []}
+        assert await r.json() == {"calls": 2, "images": 6, "failures": 0, "seq_lens": [], "versions": ["", ""]}
 
 
 async def test_fail_next_then_recovers():
