@@ -225,7 +225,9 @@ def test_client_reset_frees_the_slot_at_once(one_slot) -> None:
 
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory):
-    data = _queued_config(1, bound={"L1": 2, "L2": 2, "L3": 2}, max_wait_s={"L1": 2, "L2": 2, "L3": 2},
+    # 4 s: the first waiter must still be queued when the second joins it, a 429 later (a loaded box
+    # took over 2 s between the two, and the first left at its 2 s bound before the queue held two).
+    data = _queued_config(1, bound={"L1": 2, "L2": 2, "L3": 2}, max_wait_s={"L1": 4, "L2": 4, "L3": 4},
                           tenant_share=0.5)
     with start_stack(tmp_path_factory.mktemp("tight"), data) as stack:
         stack.metrics = f"http://{data['extproc']['metrics_address']}/metrics"
@@ -236,7 +238,7 @@ def test_refusals_in_the_callers_shape(tight) -> None:
     _idle(tight)
 
     async def run() -> tuple:
-        holder = asyncio.ensure_future(_ask(_client(tight, L3), "demo-hold-5000 holder"))
+        holder = asyncio.ensure_future(_ask(_client(tight, L3), "demo-hold-8000 holder"))
         await _wait_metric(tight, "modelyard_inflight", 1, cluster=CLUSTER)
         first = asyncio.ensure_future(_ask(_client(tight, L3), "waits"))
         await _wait_metric(tight, "modelyard_queue_depth", 1, cluster=CLUSTER, tier="L3")
@@ -262,11 +264,11 @@ def test_refusals_in_the_callers_shape(tight) -> None:
     assert own_share.response.json()["error"]["type"] == "rate_limit_error"  # Anthropic's error shape
     assert int(own_share.response.headers["retry-after"]) >= 1
     assert no_room is not None and no_room.status_code == 503 and int(no_room.response.headers["retry-after"]) >= 1
-    # Both queued requests waited past the L3 max wait (2 s) behind a 5 s holder: 503 + retry-after.
+    # Both queued requests waited past the L3 max wait (4 s) behind an 8 s holder: 503 + retry-after.
     for r in results:
         assert isinstance(r, openai.APIStatusError) and r.status_code == 503, r
         assert int(r.response.headers["retry-after"]) >= 1
-        assert "no free capacity within 2s" in r.response.json()["error"]["message"]
+        assert "no free capacity within 4s" in r.response.json()["error"]["message"]
     assert _metric(tight, "modelyard_queue_refused_total", cluster=CLUSTER, reason="max_wait") >= 2
     assert _metric(tight, "modelyard_queue_refused_total", cluster=CLUSTER, reason="tenant_share") >= 1
 
