@@ -32,7 +32,7 @@ class Weights(_Model):
     # Differences within noise do not decide: the latency term scales by at least this share of the
     # fastest candidate's expected latency (and by at least latency_tolerance_ms), so 3 ms on 100 ms
     # is a small term while 100 ms against 300 ms is still the full one (docs/routing.md).
-    latency_tolerance: float = Field(0.5, ge=0)
+    latency_tolerance: float = Field(1.0, ge=0)
     latency_tolerance_ms: float = Field(10.0, ge=0)
     # The same for cost, as a share of the cheapest candidate's estimated cost.
     cost_tolerance: float = Field(0.5, ge=0)
