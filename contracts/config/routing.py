@@ -55,6 +55,7 @@ class Weights(_Model):
         return {t: getattr(self, t) for t in TERMS}
 
     def tolerances(self) -> dict[str, float]:
+        """How far apart latencies and costs must be to count in full (`route explain` shows them)."""
         return {"latency": self.latency_tolerance, "latency_ms": self.latency_tolerance_ms,
                 "cost": self.cost_tolerance}
 

@@ -45,7 +45,7 @@ def scaled(values: list[float], tolerance: float, floor: float) -> tuple[list[fl
     spread = max(max(values) - lo, tolerance * lo, floor)
     if spread <= 0:
         return [1.0] * len(values), 0.0
-    return [max(0.0, 1.0 - (x - lo) / spread) for x in values], spread
+    return [1.0 - (x - lo) / spread for x in values], spread
 
 
 @dataclass(slots=True)
@@ -61,8 +61,6 @@ class Scores:
     latency: list[float]
     cost: list[float]
     score: list[float]
-    latency_spread_s: float = 0.0  # what one whole latency term stood for in this decision
-    cost_spread: float = 0.0
 
     def candidate(self, i: int) -> Candidate:
         e, wm, fast = self.admitted[i]
@@ -94,14 +92,14 @@ def score(
     lats = [expected_latency(e, st, stream, prior_weight) for (e, _, _), st in zip(admitted, sts)]
     costs = [cost_estimate(e, prompt_tokens, output_tokens) for e, _, _ in admitted]
     errs = [st.error_rate if st is not None else 0.0 for st in sts]
-    t_lat, lat_spread = scaled(lats, weights.latency_tolerance, weights.latency_tolerance_ms / 1000.0)
-    t_cost, cost_spread = scaled(costs, weights.cost_tolerance, 0.0)
+    t_lat, _ = scaled(lats, weights.latency_tolerance, weights.latency_tolerance_ms / 1000.0)
+    t_cost, _ = scaled(costs, weights.cost_tolerance, 0.0)
     wq, wl, wc, wload = weights.normalised()
     scores = [
         (wq * e.quality + wl * tl + wc * tc + wload * (1.0 - wm)) * (1.0 - err)
         for (e, wm, _), tl, tc, err in zip(admitted, t_lat, t_cost, errs)
     ]
-    return Scores(admitted, lats, costs, errs, t_lat, t_cost, scores, lat_spread, cost_spread)
+    return Scores(admitted, lats, costs, errs, t_lat, t_cost, scores)
 
 
 def pick(scores: Scores, limit: int, idle_spot: Callable[[Entry], bool] | None = None) -> list[int]:
