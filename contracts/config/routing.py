@@ -22,12 +22,20 @@ class _Model(BaseModel):
 
 
 class Weights(_Model):
-    """Weights of the four score terms; only their ratios matter (the score divides by the sum)."""
+    """Weights of the four score terms; only their ratios matter (the score divides by the sum).
+    The tolerances set how far apart two candidates' latencies (or costs) must be to move the score."""
 
     quality: float = Field(0.0, ge=0)
     latency: float = Field(0.0, ge=0)
     cost: float = Field(0.0, ge=0)
     load: float = Field(0.0, ge=0)
+    # Differences within noise do not decide: the latency term scales by at least this share of the
+    # fastest candidate's expected latency (and by at least latency_tolerance_ms), so 3 ms on 100 ms
+    # is a small term while 100 ms against 300 ms is still the full one (docs/routing.md).
+    latency_tolerance: float = Field(1.0, ge=0)
+    latency_tolerance_ms: float = Field(10.0, ge=0)
+    # The same for cost, as a share of the cheapest candidate's estimated cost.
+    cost_tolerance: float = Field(0.5, ge=0)
 
     @model_validator(mode="after")
     def _positive(self) -> Weights:
@@ -41,6 +49,15 @@ class Weights(_Model):
     def normalised(self) -> tuple[float, float, float, float]:
         t = self.total()
         return (self.quality / t, self.latency / t, self.cost / t, self.load / t)
+
+    def terms(self) -> dict[str, float]:
+        """The four weights alone, by term name."""
+        return {t: getattr(self, t) for t in TERMS}
+
+    def tolerances(self) -> dict[str, float]:
+        """How far apart latencies and costs must be to count in full (`route explain` shows them)."""
+        return {"latency": self.latency_tolerance, "latency_ms": self.latency_tolerance_ms,
+                "cost": self.cost_tolerance}
 
 
 DEFAULT_STRATEGIES: dict[str, Weights] = {

@@ -121,7 +121,8 @@ def explain(
             status=200,
             strategy=d.strategy,
             arm=d.arm,
-            weights=d.weights.model_dump(),
+            weights=d.weights.terms(),
+            tolerance=d.weights.tolerances(),
             channel=d.channel,
             downgraded=d.downgraded,
             chosen=d.chosen.cluster,
@@ -167,6 +168,7 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             head,
             f"strategy={doc['strategy']} arm={doc['arm']} weights="
             + " ".join(f"{k}={v:g}" for k, v in w.items()),
+            _tolerance_line(doc.get("tolerance")),
             f"-> {doc['chosen']} on the {doc['channel']} channel"
             + (" (fast not admitted: downgraded)" if doc["downgraded"] else "")
             + (f"; queue: {doc['queue']}" if doc.get("queue") else ""),
@@ -209,6 +211,14 @@ def format_explain(doc: Mapping[str, Any]) -> str:
             lines.append(f"    {r['cluster']:<20} {q['inflight']}/{q['max_inflight']} in flight, waiting {waiting}: "
                          f"{q['outlook']}")
     return "\n".join(lines)
+
+
+def _tolerance_line(tol: Mapping[str, float] | None) -> str:
+    """How far apart latencies and costs must be to count in full (score.scaled)."""
+    if not tol:
+        return "latency and cost scaled min-max"
+    return (f"latency scaled over max(spread, {tol['latency']:.0%} of the fastest, {tol['latency_ms']:g} ms); "
+            f"cost over max(spread, {tol['cost']:.0%} of the cheapest)")
 
 
 def format_replicas(cluster: str, p: Mapping[str, Any]) -> list[str]:

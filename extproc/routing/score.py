@@ -1,7 +1,9 @@
 """The weighted score: each surviving deployment's terms, computed once, and the pick order.
 
-Latency and cost are min-max normalised across the candidates of one decision (the fastest or
-cheapest gets 1, the slowest or priciest 0); quality is the configured one; load is 1 - watermark.
+Latency and cost are scaled against the best candidate of one decision: the fastest (cheapest)
+gets 1, and one `spread` slower (dearer) gets 0, where spread = max(max - min, tolerance * min,
+floor). Between candidates far apart that is min-max; between near-equal ones ("twins") a few ms of
+noise stay a small term, so load decides. Quality is the configured one; load is 1 - watermark.
 The weighted sum is scaled down by the observed error rate.
 """
 
@@ -33,6 +35,17 @@ def expected_latency(e: Entry, stats: ClusterStats | None, stream: bool, prior_w
 
 def cost_estimate(e: Entry, prompt_tokens: int, output_tokens: int) -> float:
     return (prompt_tokens * e.cost_in + output_tokens * e.cost_out) / 1000.0
+
+
+def scaled(values: list[float], tolerance: float, floor: float) -> tuple[list[float], float]:
+    """Each value's term in [0, 1], lower values better, and the spread it was scaled by: the best
+    gets 1, one spread worse 0. The spread is at least `tolerance` times the best value and at least
+    `floor`, so differences within noise stay small; 0 when every value is equal and both are 0."""
+    lo = min(values)
+    spread = max(max(values) - lo, tolerance * lo, floor)
+    if spread <= 0:
+        return [1.0] * len(values), 0.0
+    return [1.0 - (x - lo) / spread for x in values], spread
 
 
 @dataclass(slots=True)
@@ -79,11 +92,8 @@ def score(
     lats = [expected_latency(e, st, stream, prior_weight) for (e, _, _), st in zip(admitted, sts)]
     costs = [cost_estimate(e, prompt_tokens, output_tokens) for e, _, _ in admitted]
     errs = [st.error_rate if st is not None else 0.0 for st in sts]
-    # Min-max across the candidate set: the fastest / cheapest gets 1, the slowest 0.
-    lat_lo, cost_lo = min(lats), min(costs)
-    lat_span, cost_span = max(lats) - lat_lo, max(costs) - cost_lo
-    t_lat = [1.0 - (x - lat_lo) / lat_span for x in lats] if lat_span > 0 else [1.0] * len(lats)
-    t_cost = [1.0 - (x - cost_lo) / cost_span for x in costs] if cost_span > 0 else [1.0] * len(costs)
+    t_lat, _ = scaled(lats, weights.latency_tolerance, weights.latency_tolerance_ms / 1000.0)
+    t_cost, _ = scaled(costs, weights.cost_tolerance, 0.0)
     wq, wl, wc, wload = weights.normalised()
     scores = [
         (wq * e.quality + wl * tl + wc * tc + wload * (1.0 - wm)) * (1.0 - err)

@@ -91,6 +91,9 @@ def test_unknown_strategy_is_400(demo_stack) -> None:
     assert r.status_code == 400 and r.json()["error"]["message"]
 
 
+TWIN_MS = 200
+
+
 def _twin_config() -> dict:
     agents = {n: free_port() for n in ("a", "b", "fast")}
 
@@ -100,13 +103,13 @@ def _twin_config() -> dict:
                 "watermark": {"url": f"http://127.0.0.1:{agents[name]}/watermarks"}}
 
     data = small_config()
-    data["models"] = [{"name": "twin", "quality": 0.7, "deployments": [dep("a"), dep("b"), dep("fast", "fast")]}]
+    # The twins answer in about TWIN_MS (the fixture slows both demo upstreams), as configured.
+    data["models"] = [{"name": "twin", "quality": 0.7, "latency_ms": TWIN_MS,
+                       "deployments": [dep("a"), dep("b"), dep("fast", "fast")]}]
     for t in data["tenants"]:
         t["allowed_models"] = ["twin"]
-    # Load alone decides here: the latency term is min-max scaled between the twins, so a few ms of noise
-    # in their observed latency outweighed 0.5 against 0.1 watermarks (CI saw the hotter twin chosen).
-    data["routing"] = {"strategies": {"balanced": {"load": 1.0}},
-                       "watermarks": {"interval_s": INTERVAL, "stale_after_intervals": 3},
+    # The default strategy decides: the twins' few ms of latency noise stay within its tolerance (score.scaled).
+    data["routing"] = {"watermarks": {"interval_s": INTERVAL, "stale_after_intervals": 3},
                        "cooldown": {"failures": 2, "window_s": 30, "cooldown_s": 5},
                        "admission": {"L3": {"max_watermark": 0.4, "trial_per_minute": 100}}}
     return data
@@ -115,6 +118,10 @@ def _twin_config() -> dict:
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory: pytest.TempPathFactory):
     with start_stack(tmp_path_factory.mktemp("twins"), _twin_config()) as stack:
+        # Near-equal twins, as in production: each observed latency is TWIN_MS plus a few ms of the box's
+        # noise, which under min-max scaling was the whole latency term and outweighed the watermarks.
+        for d in stack.cfg.models[0].deployments[:2]:
+            httpx.post(f"http://{d.endpoints[0]}/fake-queue", json={"delay_ms": TWIN_MS}, timeout=5).raise_for_status()
         yield stack
 
 

@@ -44,6 +44,16 @@ def test_explain_does_not_spend_quota():
     assert doc["channel"] == "fast" and "demo-openai-fast" in format_explain(doc)
 
 
+def test_explain_shows_the_strategy_tolerances():
+    cfg = load_config(CONFIG)
+    l1 = next(t for t in cfg.tenants if t.tier == "L1")
+    doc = explain(Scheduler(cfg), RouteRequest("auto", l1), 0.0, {c: Reading(0.0, 0.0) for c in cfg.clusters()})
+    assert set(doc["weights"]) == {"quality", "latency", "cost", "load"}
+    assert doc["tolerance"] == {"latency": 1.0, "latency_ms": 10.0, "cost": 0.5}
+    assert "latency scaled over max(spread, 100% of the fastest, 10 ms); cost over max(spread, 50% of the cheapest)" \
+        in format_explain(doc)
+
+
 def test_explain_reads_queue_state_from_metrics_text():
     from extproc.routing.explain import queue_states
 

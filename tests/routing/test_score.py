@@ -129,3 +129,101 @@ def test_ab_only_for_strategies_with_a_b_set(two_models):
 def test_no_ab_by_default(two_models):
     s = Scheduler(two_models)
     assert {s.arm_for(str(i)) for i in range(1000)} == {"A"}
+
+
+# -- tolerance: differences within noise do not decide (score.scaled) --------------------------------
+
+
+def _twins(**routing):
+    cfg = make_config([model("twin", [dep("a"), dep("b")], latency_ms=100)], routing=routing or None)
+    return cfg, Scheduler(cfg)
+
+
+def _observe(s, cluster: str, latency_s: float, n: int = 30) -> None:
+    for _ in range(n):
+        s.record(cluster, latency_s, True, now=NOW)
+
+
+def test_near_equal_latencies_let_load_decide():
+    """Twins observed at 101 and 104 ms: the 3 ms are a small term, so the cooler twin wins (under
+    min-max they were the whole latency term, 0.25 against load's 0.15 x 0.4, and the hotter won)."""
+    cfg, s = _twins()
+    _observe(s, "a", 0.101)
+    _observe(s, "b", 0.104)
+    d = s.decide(RouteRequest("twin", cfg.tenants[0]), NOW, fresh(cfg, overrides={"a": 0.5, "b": 0.1}))
+    assert d.chosen.cluster == "b"
+    by = {c.cluster: c.terms for c in d.candidates}
+    assert by["a"]["latency"] == 1.0 and 0.9 < by["b"]["latency"] < 1.0
+    # The other way round too: load, not config order, decides.
+    d = s.decide(RouteRequest("twin", cfg.tenants[0]), NOW, fresh(cfg, overrides={"a": 0.1, "b": 0.5}))
+    assert d.chosen.cluster == "a"
+
+
+def test_tolerance_zero_is_min_max_per_strategy():
+    """The tolerance is the strategy's: 0 scales min-max, and then the same 3 ms outweigh the load."""
+    cfg, s = _twins(strategies={"balanced": {"quality": 0.35, "latency": 0.25, "cost": 0.25, "load": 0.15,
+                                             "latency_tolerance": 0, "latency_tolerance_ms": 0}})
+    _observe(s, "a", 0.101)
+    _observe(s, "b", 0.104)
+    d = s.decide(RouteRequest("twin", cfg.tenants[0]), NOW, fresh(cfg, overrides={"a": 0.5, "b": 0.1}))
+    assert d.chosen.cluster == "a"
+    assert {c.cluster: c.terms["latency"] for c in d.candidates} == {"a": 1.0, "b": 0.0}
+
+
+def test_clearly_different_latencies_still_dominate():
+    """100 ms against 300 ms: the full term, as under min-max, so the faster twin wins though hotter."""
+    cfg, s = _twins()
+    _observe(s, "a", 0.1, n=50)
+    _observe(s, "b", 0.3, n=50)
+    d = s.decide(RouteRequest("twin", cfg.tenants[0]), NOW, fresh(cfg, overrides={"a": 0.5, "b": 0.1}))
+    assert d.chosen.cluster == "a"
+    assert {c.cluster: c.terms["latency"] for c in d.candidates} == {"a": 1.0, "b": 0.0}
+
+
+def test_single_candidate_scores_full_terms():
+    cfg = make_config([model("solo", [dep("only")], latency_ms=100, cost={"input_per_1k": 1.0})])
+    s = Scheduler(cfg)
+    _observe(s, "only", 0.25)
+    d = s.decide(RouteRequest("solo", cfg.tenants[0], est_prompt_tokens=100), NOW, fresh(cfg, overrides={"only": 0.2}))
+    (c,) = d.candidates
+    assert c.terms["latency"] == 1.0 and c.terms["cost"] == 1.0
+    assert c.score == pytest.approx(0.35 * 0.5 + 0.25 + 0.25 + 0.15 * 0.8)  # the default quality, 0.5
+
+
+def test_missing_latency_readings_use_the_prior():
+    """A twin with no readings scores its configured latency: near an observed one, load decides; far
+    from it, latency does."""
+    cfg, s = _twins()
+    _observe(s, "a", 0.102)  # b has none: 100 ms, the prior
+    d = s.decide(RouteRequest("twin", cfg.tenants[0]), NOW, fresh(cfg, overrides={"a": 0.1, "b": 0.5}))
+    assert d.chosen.cluster == "a"
+    assert d.candidates[1].terms["latency_s"] == pytest.approx(0.1)
+    cfg, s = _twins()
+    d = s.decide(RouteRequest("twin", cfg.tenants[0]), NOW, fresh(cfg, overrides={"a": 0.5, "b": 0.1}))
+    assert d.chosen.cluster == "b"  # neither has readings: equal terms, load decides
+    assert [c.terms["latency"] for c in d.candidates] == [1.0, 1.0]
+    _observe(s, "a", 1.0, n=50)  # now a is measured slow against b's 100 ms prior
+    d = s.decide(RouteRequest("twin", cfg.tenants[0]), NOW, fresh(cfg, overrides={"a": 0.1, "b": 0.5}))
+    assert d.chosen.cluster == "b"
+
+
+def test_near_equal_costs_do_not_decide():
+    """1% apart in price is a small cost term; 3x apart is the full one."""
+    cfg = make_config([model("m", [dep("a", cost={"input_per_1k": 1.00}), dep("b", cost={"input_per_1k": 1.01})],
+                             latency_ms=100)])
+    d = Scheduler(cfg).decide(RouteRequest("m", cfg.tenants[0], est_prompt_tokens=1000), NOW,
+                              fresh(cfg, overrides={"a": 0.5, "b": 0.1}))
+    assert d.chosen.cluster == "b"
+    assert {c.cluster: round(c.terms["cost"], 3) for c in d.candidates} == {"a": 1.0, "b": 0.98}
+
+
+def test_scaled_edges():
+    from extproc.routing.score import scaled
+
+    assert scaled([0.1, 0.3], 0.5, 0.01) == ([1.0, 0.0], pytest.approx(0.2))
+    terms, spread = scaled([0.100, 0.103], 0.5, 0.01)
+    assert spread == pytest.approx(0.05) and terms == [1.0, pytest.approx(0.94)]
+    assert scaled([0.002, 0.005], 0.5, 0.01)[0] == [1.0, pytest.approx(0.7)]  # the ms floor on tiny latencies
+    assert scaled([0.0, 0.0], 0.5, 0.0) == ([1.0, 1.0], 0.0)  # free and equal: full terms, no division
+    assert scaled([0.0, 0.02], 0.5, 0.0)[0] == [1.0, 0.0]  # free against priced: the full term
+    assert scaled([0.7], 0.0, 0.0) == ([1.0], 0.0)
