@@ -68,9 +68,10 @@ test: $(STAMP) system-tools
 	  -n 3 --dist loadfile $(addprefix --ignore=,$(BENCH_SMOKES) $(CHAOS_TESTS))
 
 # The chaos tests in their short mode (killed extprocs, Redis, PostgreSQL and upstream outages, a full
-# disk: about 4 minutes of worker time, which took `make test` past 10 minutes on 2 cores); CI (.ci/run)
-# runs them after `make test`. `make chaos` is their long mode.
-CHAOS_TESTS := tests/chaos
+# disk) and the scale-out ones (two extproc replicas sharing keys in PostgreSQL and tasks in Redis):
+# about 5 minutes of worker time, which took `make test` past 10 minutes on 2 cores; CI (.ci/run) runs
+# them after `make test`. `make chaos` is the chaos tests' long mode.
+CHAOS_TESTS := tests/chaos tests/e2e/test_keys_postgres.py tests/e2e/test_tasks_redis.py
 test-chaos: $(STAMP) system-tools
 	MODELYARD_PURE_PYTHON=1 MODELYARD_EXPECT_BUILD=pure PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider \
 	  -n 3 --dist loadfile $(CHAOS_TESTS)
