@@ -248,33 +248,31 @@ def _grpc_text_or_error(stack, texts: list[str], model: str = TEXT_MODEL) -> tri
         return e
 
 
-def _metered_statuses(stack, model: str, since: float, count: int, timeout: float = 5.0) -> list[int]:
-    """The statuses of the requests metered for `model` since `since` (wall clock), once `count` are there
-    (a row the writer commits late for an earlier test is older than `since`)."""
-    query = "SELECT status FROM requests WHERE model = ? AND ts >= ?"
+def _statuses(db: str, query: str, model: str, since: float, count: int, settle: float, timeout: float) -> list[int]:
+    """The statuses `query` finds for `model` since `since` (wall clock), once `count` are there (a row the
+    writer commits late for an earlier test is older than `since`); `settle` outlasts the writer's gathering,
+    so a second row for one caller would show by then."""
     deadline = time.monotonic() + timeout
     while True:
-        with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+        with sqlite3.connect(db) as conn:
             rows = [r[0] for r in conn.execute(query, (model, since))]
         if len(rows) >= count or time.monotonic() > deadline:
-            time.sleep(0.3)  # the writer gathers rows for 100 ms: a second row for one caller would show by now
-            with sqlite3.connect(stack.cfg.extproc.metering_db) as conn:
+            time.sleep(settle)
+            with sqlite3.connect(db) as conn:
                 return sorted(r[0] for r in conn.execute(query, (model, since)))
         time.sleep(0.05)
+
+
+def _metered_statuses(stack, model: str, since: float, count: int, timeout: float = 5.0) -> list[int]:
+    # The metering writer gathers rows for 100 ms.
+    return _statuses(stack.cfg.extproc.metering_db, "SELECT status FROM requests WHERE model = ? AND ts >= ?",
+                     model, since, count, 0.3, timeout)
 
 
 def _audited_statuses(stack, model: str, since: float, count: int, timeout: float = 5.0) -> list[int]:
-    """The statuses of the calls audited for `model` since `since`, once `count` are there."""
-    query = "SELECT status FROM audit WHERE model = ? AND time >= ?"
-    deadline = time.monotonic() + timeout
-    while True:
-        with sqlite3.connect(stack.cfg.extproc.audit_db) as conn:
-            rows = [r[0] for r in conn.execute(query, (model, since))]
-        if len(rows) >= count or time.monotonic() > deadline:
-            time.sleep(0.4)  # the writer gathers rows for 200 ms: a second row for one caller would show by now
-            with sqlite3.connect(stack.cfg.extproc.audit_db) as conn:
-                return sorted(r[0] for r in conn.execute(query, (model, since)))
-        time.sleep(0.05)
+    # The audit writer gathers rows for 200 ms.
+    return _statuses(stack.cfg.extproc.audit_db, "SELECT status FROM audit WHERE model = ? AND time >= ?",
+                     model, since, count, 0.4, timeout)
 
 
 def _grpc_text(stack, texts: list[str], model: str = TEXT_MODEL) -> triton_grpc.InferResult:
