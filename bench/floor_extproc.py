@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -90,9 +91,17 @@ def is_sse(req: pb.ProcessingRequest) -> bool:
                for h in req.response_headers.headers.headers)
 
 
+def busy(seconds: float) -> None:
+    """`seconds` of this thread's CPU, spent on nothing (bench/floor_work.py: the cost of work per message)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
 class FloorProcessor(ext_grpc.ExternalProcessorServicer):
-    def __init__(self, cluster: str, shape: str = "floor", body_length: int = 0) -> None:
+    def __init__(self, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0) -> None:
         self.replies = replies(cluster, shape, body_length)
+        self.work_s = work_us / 1e6
 
     async def Process(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         # read()/write(), as extproc/server.py does: the cheapest way grpc.aio offers.
@@ -100,12 +109,14 @@ class FloorProcessor(ext_grpc.ExternalProcessorServicer):
             kind = req.WhichOneof("request")
             if kind == "response_headers" and is_sse(req):
                 kind = "sse"
+            if self.work_s:
+                busy(self.work_s)
             await context.write(self.replies[kind])
 
 
-async def serve(address: str, cluster: str, shape: str = "floor", body_length: int = 0) -> None:
+async def serve(address: str, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0) -> None:
     server = grpc.aio.server()
-    ext_grpc.add_ExternalProcessorServicer_to_server(FloorProcessor(cluster, shape, body_length), server)
+    ext_grpc.add_ExternalProcessorServicer_to_server(FloorProcessor(cluster, shape, body_length, work_us), server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     server.add_insecure_port(address)
@@ -123,9 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replies", choices=("floor", "request-side", "modelyard"), default="floor",
                    help="bare replies, or Modelyard's own header mutations in them (bench/floor_replies.py)")
     p.add_argument("--body-length", type=int, default=0, help="the request body's length, for content-length")
+    p.add_argument("--work-us", type=float, default=0.0,
+                   help="busy CPU per message before each reply (bench/floor_work.py)")
     a = p.parse_args(argv)
     with asyncio.Runner(loop_factory=loop_factory(a.loop)) as runner:
-        runner.run(serve(a.address, a.cluster, a.replies, a.body_length))
+        runner.run(serve(a.address, a.cluster, a.replies, a.body_length, a.work_us))
     return 0
 
 

@@ -1,0 +1,90 @@
+"""What a microsecond of work per message costs the whole gateway, in one run.
+
+The do-nothing ext_proc (bench/floor_extproc.py) behind the same Envoy config, once as it is and
+once per `--work` level with that much busy CPU per message before each reply (spent on the thread's
+own clock, so it is exactly that much of the loop thread's CPU). Interleaved rounds: Envoy's and the
+extproc's CPU per request at c=16 and p50 at one connection; then the amplification, the gateway
+CPU added per request over the CPU the work itself took (four messages x the work). In-process
+benches (bench_session.py) measure the session's own CPU; this says what each of its microseconds
+costs live. docs/performance.md has the figures.
+
+    .venv/bin/python bench/floor_work.py [--rounds 5] [--work 30,60]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid  # noqa: E402
+from bench.floor_designs import floor_bench  # noqa: E402
+from bench.outcomes import Tally, report  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
+from bench.wrk_load import post_script, run_wrk  # noqa: E402
+
+MESSAGES = 4  # a unary call's ext_proc messages (request headers and body, response headers and body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    levels = [0.0]
+    if "--work" in argv:
+        i = argv.index("--work")
+        levels += [float(w) for w in argv[i + 1].split(",")]
+        del argv[i:i + 2]
+    else:
+        levels += [30.0, 60.0]
+    a, work, env = floor_bench(argv, "floor-work-")
+    stacks = {}
+    for us in levels:
+        s = _floor_stack(work / f"work-{us:g}", env)
+        s.child("extproc").argv += ["--work-us", str(us)]
+        stacks[us] = s
+    script = work / "post.lua"
+    script.write_text(post_script(BODY, HEADERS))
+    tallies: list[Tally] = []
+    envoy: dict[float, list[float]] = {u: [] for u in levels}
+    extproc: dict[float, list[float]] = {u: [] for u in levels}
+    p50: dict[float, list[float]] = {u: [] for u in levels}
+    for s in stacks.values():
+        s.start()
+    try:
+        for us, s in stacks.items():
+            tallies.append(Tally("floor-work", f"{us:g} us warm-up"))
+            run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, tallies[-1])
+        for i in range(a.rounds):
+            for us, s in stacks.items():
+                pe, px = _pid(s, "envoy"), _pid(s, "extproc")
+                before_e, before_x = cpu_seconds(pe), cpu_seconds(px)
+                tallies.append(Tally("floor-work", f"{us:g} us c=16 round {i + 1}"))
+                run = run_wrk(f"{s.url}/v1/chat/completions", 16, 3, script, tallies[-1])
+                if run.tally.ok:
+                    envoy[us].append((cpu_seconds(pe) - before_e) / run.tally.ok * 1e6)
+                    extproc[us].append((cpu_seconds(px) - before_x) / run.tally.ok * 1e6)
+                tallies.append(Tally("floor-work", f"{us:g} us c=1 round {i + 1}"))
+                p50[us].append(run_wrk(f"{s.url}/v1/chat/completions", 1, 2, script, tallies[-1]).p50_ms)
+    finally:
+        for s in stacks.values():
+            s.stop()
+    base = statistics.median(envoy[0.0]) + statistics.median(extproc[0.0])
+    base_p50 = statistics.median(p50[0.0])
+    rows = []
+    for us in levels:
+        e, x, lat = statistics.median(envoy[us]), statistics.median(extproc[us]), statistics.median(p50[us])
+        added = MESSAGES * us
+        amp = f"{(e + x - base) / added:.2f}x" if added else "-"
+        print(f"work {us:5.0f} us/message  Envoy {e:6.0f} + extproc {x:6.0f} = {e + x:6.0f} us/req "
+              f"(+{e + x - base:5.0f} for {added:4.0f} us of work: {amp})  c=1 p50 {lat:.2f} ms (+{lat - base_p50:.2f})")
+        rows.append({"bench": "floor-work", "case": f"work {us:g} us/message", "metric": "cpu_us",
+                     "value": round(e + x, 1), "unit": "us/req", "baseline": round(base, 1),
+                     "ratio": round((e + x) / base, 3)})
+    print("SUMMARY " + json.dumps(rows))
+    return report(tallies)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
