@@ -8,6 +8,11 @@ system of every process of the gateway: Envoy + extproc for Modelyard, node for 
 and its children for LiteLLM, from /proc over the round, divided by its 200s). Then the ratios
 issue 38's goals name. LiteLLM runs the unary shape only (its streams are not a goal).
 
+Beside the goals, no goal yet: the latency each gateway adds at fixed open-loop rates (`--rates`,
+100 and 300 calls/s: bench/open_loop.py, p50 and p99 less the upstream's own at the same rate; a
+gateway that serves under 1.25x a rate closed-loop is left out of it), and each gateway's resident
+memory (every process of it) at idle and the highest during its rounds.
+
     make bench-peers      # installs Portkey into .peers/portkey and LiteLLM into .venv-peers, then runs this
     .venv/bin/python bench/bench_peers.py --builds --floor   # + the shipped config over TCP, compiled and pure
 
@@ -29,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_gateway import _floor_stack, _pid, only_demo_gpt_upstreams  # noqa: E402
 from bench.floor_designs import skipping_response_headers  # noqa: E402
+from bench.open_loop import OpenLoopResult, open_loop  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
@@ -100,6 +107,54 @@ def tree_cpu_s(roots: list[int]) -> float:
         total += times[pid]
         todo += [c for c, p in parent.items() if p == pid]
     return total
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0.0
+
+
+def tree_rss_mb(roots: list[int]) -> float:
+    """Resident memory of `roots` and every live descendant (MB), from /proc."""
+    parent = {int(e): int(f[1]) for e in os.listdir("/proc") if e.isdigit() and (f := _stat(int(e))) is not None}
+    total, todo, seen = 0.0, list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += _rss_mb(pid)
+        todo += [c for c, p in parent.items() if p == pid]
+    return total
+
+
+class PeakRss:
+    """The highest `tree_rss_mb` of some processes while the block runs (sampled every 0.2 s)."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots, self.peak = roots, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, tree_rss_mb(self.roots))
+            if self._stop.wait(0.2):
+                return
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, tree_rss_mb(self.roots))
 
 
 def pids_of(proc: subprocess.Popen) -> Callable[[], list[int]]:
@@ -171,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
                         "the commit before a change): its before/after ratios in the same run")
     p.add_argument("--floor3", action="store_true",
                    help="also the 3-message floor (response headers skipped, bench/floor_designs.py), unary only")
+    p.add_argument("--rates", default="100,300",
+                   help="open-loop rates (calls/s) for the added-latency table, comma-separated; '' for none")
+    p.add_argument("--open-seconds", type=float, default=scaled(5.0, 0.5), help="seconds per open-loop run")
     a = p.parse_args(argv)
+    rates = [float(r) for r in a.rates.split(",") if r.strip()]
     have_portkey = not SMOKE and PORTKEY.exists() and shutil.which("node") is not None
     have_litellm = not SMOKE and LITELLM.exists()
     a.floor = a.floor or SMOKE  # a smoke run has no peer to stand beside: the floor takes its place
@@ -247,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str, int], list[WrkResult]] = {}
     cpu: dict[tuple[str, str, int], list[float]] = {}
     chunks: dict[str, int] = {}
+    idle_rss: dict[str, float] = {}
+    load_rss: dict[str, float] = {}  # the highest during its unary and stream rounds
+    opened: dict[tuple[str, float], list[OpenLoopResult]] = {}
     logs = open(work / "peers.log", "wb")  # noqa: SIM115  (closed below, after the peers stopped)
     try:
         with stack, floor if floor is not None else contextlib.nullcontext(), \
@@ -280,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                 gateways.append(Gateway("litellm", f"http://127.0.0.1:{port}/v1/chat/completions",
                                         {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
                                         pids_of(proc), shapes=("unary",)))
+            # Resident memory at idle: every gateway up, none called yet (each stack's start-up checks aside).
+            idle_rss = {gw.name: tree_rss_mb(gw.pids()) for gw in gateways}
             scripts: dict[tuple[str, str], Path] = {}
             for gw in gateways:
                 if "stream" in gw.shapes:
@@ -310,11 +374,26 @@ def main(argv: list[str] | None = None) -> int:
                             tallies.append(Tally("peers", f"{gw.name} {shape} c={conns} round {i + 1}"))
                             roots = gw.pids()
                             before = tree_cpu_s(roots)
-                            run = run_wrk(gw.url, conns, a.seconds, scripts[(gw.name, shape)], tallies[-1])
+                            with PeakRss(roots) as mem:
+                                run = run_wrk(gw.url, conns, a.seconds, scripts[(gw.name, shape)], tallies[-1])
                             used = tree_cpu_s(roots) - before
                             results.setdefault(key, []).append(run)
+                            load_rss[gw.name] = max(load_rss.get(gw.name, 0.0), mem.peak)
                             if run.tally.ok:
                                 cpu.setdefault(key, []).append(used / run.tally.ok * 1e6)
+            # Open loop: the unary call at fixed rates, through each gateway and straight to the upstream.
+            direct = Gateway("direct", f"http://{upstream['endpoints'][0]}/v1/chat/completions",
+                             {**json_headers, "Authorization": f"Bearer {os.environ[upstream['api_key_env']]}"},
+                             lambda: [], shapes=("unary",))
+            for i in range(a.rounds if rates else 0):
+                for rate in rates:
+                    for gw in [direct, *gateways]:
+                        closed = results.get((gw.name, "unary", 16))
+                        if closed and statistics.median(r.ok_rps for r in closed) < rate * 1.25:
+                            continue  # past (or near) what it serves at all: its latency would be its queue's
+                        tallies.append(Tally("peers", f"{gw.name} open loop {rate:g}/s round {i + 1}"))
+                        opened.setdefault((gw.name, rate), []).append(
+                            open_loop(gw.url, UNARY, gw.headers, rate, a.open_seconds, tallies[-1]))
     finally:
         for proc in procs:
             proc.terminate()
@@ -397,6 +476,37 @@ def main(argv: list[str] | None = None) -> int:
         if n and d and d[metric]:
             what = f"{name} {fshape} c={fconns} {'cpu/req' if metric == 'cpu_us' else 'p50'} vs portkey"
             print(f"  {what:<34}{n[metric] / d[metric]:>7.2f}  (the floor, for reference)")
+    # No goal yet (issue 38): the latency each gateway adds at a fixed open-loop rate, and its memory.
+    if opened:
+        print("\nopen loop, unary: p50 / p99 ms, and added over direct (the upstream itself at the same rate)")
+    for rate in rates:
+        straight = opened.get(("direct", rate))
+        if not straight:
+            continue
+        d50 = statistics.median(r.percentile(50) for r in straight)
+        d99 = statistics.median(r.percentile(99) for r in straight)
+        for gw in gateways:
+            tries = opened.get((gw.name, rate))
+            if not tries:
+                print(f"  {gw.name:<11}{rate:>6g}/s  not run: it serves under {rate * 1.25:g}/s closed-loop")
+                continue
+            p50 = statistics.median(r.percentile(50) for r in tries)
+            p99 = statistics.median(r.percentile(99) for r in tries)
+            lag = max(r.behind_ms for r in tries)
+            print(f"  {gw.name:<11}{rate:>6g}/s  p50 {p50:6.2f} (+{p50 - d50:5.2f})  p99 {p99:6.2f} (+{p99 - d99:5.2f})"
+                  f"   direct p50 {d50:.2f} p99 {d99:.2f}{f'   (client behind by {lag:.0f} ms)' if lag > 5 else ''}")
+            for figure, added in (("added_p50_ms", p50 - d50), ("added_p99_ms", p99 - d99)):
+                rows.append({"bench": "peers", "case": f"{gw.name} open loop {rate:g}/s", "metric": figure,
+                             "value": round(added, 3), "unit": "ms"})
+    if idle_rss:
+        print("\nresident memory, MB (every process of the gateway): idle / highest under load")
+    for gw in gateways:
+        if gw.name in idle_rss:
+            print(f"  {gw.name:<11}{idle_rss[gw.name]:8.0f} / {load_rss.get(gw.name, float('nan')):8.0f}")
+            rows += [{"bench": "peers", "case": f"{gw.name} memory", "metric": "idle_rss_mb",
+                      "value": round(idle_rss[gw.name], 1), "unit": "MB"},
+                     {"bench": "peers", "case": f"{gw.name} memory", "metric": "load_rss_mb",
+                      "value": round(load_rss.get(gw.name, 0.0), 1), "unit": "MB"}]
     print("SUMMARY " + json.dumps(rows))
     return report(tallies)
 
