@@ -18,7 +18,8 @@ The CPU rounds run two shapes: `unary` (the call above) and `stream` (a ~100-chu
 floor switches it to STREAMED as Modelyard does). Per shape and stack they report CPU per request
 (Envoy + extproc), Modelyard's share above the floor (`above_floor_us`, and as a fraction of its
 own CPU) and the ext_proc messages per request (`extproc_msgs`: Envoy's
-`http.modelyard.ext_proc.stream_msgs_sent` over `streams_started`, from its admin).
+`http.modelyard.ext_proc.stream_msgs_sent` over `streams_started`, from its admin), and the replies
+each request waits on in turn (`sequential_waits`, from the processing mode in Envoy's config dump).
 """
 
 from __future__ import annotations
@@ -117,6 +118,44 @@ def _pid(stack: Stack, child: str) -> int:
 
 
 
+def processing_mode(stack: Stack) -> dict[str, str]:
+    """The ext_proc filter's processing mode as the running Envoy holds it (its config dump; an
+    omitted field is the proto's default)."""
+    dump = httpx.get(f"{stack.admin_url()}/config_dump", timeout=5).json()
+    found: list[dict[str, str]] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if str(node.get("@type", "")).endswith("ext_proc.v3.ExternalProcessor"):
+                found.append(node.get("processing_mode", {}))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(dump)
+    mode = found[0] if found else {}
+    return {"request_header_mode": mode.get("request_header_mode", "SEND"),
+            "request_body_mode": mode.get("request_body_mode", "NONE"),
+            "response_header_mode": mode.get("response_header_mode", "SEND"),
+            "response_body_mode": mode.get("response_body_mode", "NONE")}
+
+
+def sequential_waits(mode: dict[str, str]) -> int:
+    """ext_proc replies a request waits on in turn: a sent headers message and a sent body each one,
+    a full-duplex body's headers and body one together. An SSE answer's BUFFERED body is switched to
+    STREAMED, still one: its chunks' replies overlap, the last one holds the end back."""
+    waits = 0
+    for side in ("request", "response"):
+        body = mode[f"{side}_body_mode"]
+        if body == "FULL_DUPLEX_STREAMED":
+            waits += 1
+            continue
+        waits += (mode[f"{side}_header_mode"] != "SKIP") + (body != "NONE")
+    return waits
+
+
 def extproc_stats(stack: Stack) -> dict[str, int]:
     """The main listener's ext_proc counters (streams_started, stream_msgs_sent, ...) from Envoy's admin."""
     text = httpx.get(f"{stack.admin_url()}/stats", params={"filter": "^" + EXTPROC_STATS.replace(".", r"\.")},
@@ -202,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu_targets = {"floor": (floor_stack, targets["floor"]), "minimal": (stack, targets["modelyard"]),
                        "demo": (demo_stack, f"{demo_stack.url}/v1/chat/completions")}
         # Warm up connections and code paths (a smoke run's one round runs the same path).
+        modes = {label: processing_mode(s_) for label, (s_, _url) in cpu_targets.items()}
         warm_ups = {} if SMOKE else {**targets, "demo": cpu_targets["demo"][1]}
         for name, url in warm_ups.items():
             load(name, url, 4, 1.0, "warm-up")
@@ -282,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             row.update(baseline=round(statistics.median(floor), 1),
                        ratio=round(statistics.median(v) / statistics.median(floor), 3))
         rows.append(row)
-    print("\nby shape, c=16, median of rounds: CPU per request (Envoy + extproc), above the floor, ext_proc messages")
+    print("\nby shape, c=16, median of rounds: CPU per request (Envoy + extproc), above the floor, ext_proc "
+          "messages, and the replies each request waits on in turn")
     for shape in shape_scripts:
         floor_total = sum(statistics.median(shape_cpu[(shape, "floor", p)]) for p in ("extproc", "envoy")
                           if shape_cpu.get((shape, "floor", p)))
@@ -293,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             msgs = statistics.median(shape_msgs[(shape, label)]) if shape_msgs.get((shape, label)) else float("nan")
             above = total - floor_total
             share = f", {above:.0f} us above the floor ({above / total:.0%} of it)" if label != "floor" else ""
-            print(f"  {shape:<7}{label:<9}{total:>7.0f} us/req{share}; {msgs:.1f} ext_proc messages per request")
+            waits = sequential_waits(modes[label])
+            print(f"  {shape:<7}{label:<9}{total:>7.0f} us/req{share}; {msgs:.1f} ext_proc messages per request, "
+                  f"{waits} sequential waits")
+            rows.append({"bench": "gateway", "case": f"{label} {shape}", "metric": "sequential_waits",
+                         "value": waits, "unit": "waits/req"})
             rows.append({"bench": "gateway", "case": f"{label} {shape} c=16", "metric": "gateway_cpu_us",
                          "value": round(total, 1), "unit": "us/req", "baseline": round(floor_total, 1),
                          "ratio": round(total / floor_total, 3) if floor_total else None})
