@@ -27,7 +27,10 @@ _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 # Streamed text and tool arguments, for the estimate a cut stream is charged (StreamUsage.partial).
 _NO_CHOICES = re.compile(rb'"choices": ?\[\]')  # the usage-only chunk's mark (is_usage_chunk confirms)
-_TEXT = re.compile(rb'"(?:content|refusal|arguments|text)":"((?:[^"\\]|\\.)*)"')  # text: a completion's
+# Text: a completion's. The unrolled loop (runs of plain bytes, then one escape) is 0.7x the time of
+# `(?:[^"\\]|\\.)*`, the same strings.
+_TEXT = re.compile(rb'"(?:content|refusal|arguments|text)":"([^"\\]*(?:\\.[^"\\]*)*)"')
+_DONE = b"data: [DONE]\n\n"  # the stream's end marker, as a region's last event
 
 
 def is_usage_chunk(raw: bytes) -> bool:
@@ -83,26 +86,59 @@ class InjectedUsageFilter:
             self._buf = buf  # no whole event yet (or a CRLF may be cut in two)
             return b""
         region, self._buf = buf[:end], buf[end:]
-        self._scan(region)
-        if b'"choices":[]' not in region and b'"choices": []' not in region:
-            return region
+        if not self._scan(region) or (b'"choices":[]' not in region and b'"choices": []' not in region):
+            return region  # no usage object went by: no usage-only chunk to cut
         return self._strip(region)
 
-    def _scan(self, region: bytes) -> None:
+    def _scan(self, region: bytes) -> bool:
         """Meter whole events by byte scans: only the events that can change the outcome (usage,
-        errors, [DONE], anything not a one-line `data: {...}`) go through the real decoder."""
+        errors, [DONE], anything not a one-line `data: {...}`) go through the real decoder. True
+        where a usage object went by (only then can the region hold the usage-only chunk)."""
         # Parsing every chunk cost more CPU than a whole peer gateway spends on the stream (docs/performance.md).
         if b"\r" in region:  # CR line ends: the decoder's own framing
             self._track(self._decoder.feed(region))
-            return
-        chars = sum(len(t) for t in _TEXT.findall(region))  # content chunks: their text counted, not parsed
+            return True
+        n = len(region)
+        # The stream's end marker, after the last chunk: read apart, so the region's chunks stay one shape.
+        stop = n - len(_DONE) if region.endswith(_DONE) and region.endswith(b"}\n\n", 0, n - len(_DONE)) else n
+        # Every event a one-line `data: {...}`: all its line ends are the blank lines between such events.
+        if not (region.startswith(b"data: {") and region.endswith(b"}\n\n", 0, stop)
+                and region.count(b"\n", 0, stop) == 2 * region.count(b"}\n\ndata: {", 0, stop) + 2):
+            return self._scan_events(region)
+        # Region-wide searches, not a loop over its ~100 events; only the events they hit are decoded.
+        marks = [m.start() for m in _USAGE.finditer(region, 0, stop)]
+        usage = bool(marks)
+        i = region.find(b'"error"', 0, stop)
+        while i >= 0:
+            marks.append(i)
+            i = region.find(b'"error"', i + 7, stop)
+        chars = sum(map(len, _TEXT.findall(region, 0, stop)))
+        last = -1  # the start of the last event decoded (one event may hold several marks)
+        for i in sorted(marks) if len(marks) > 1 else marks:
+            j = region.rfind(b"\n\n", 0, i)
+            start = j + 2 if j >= 0 else 0
+            if start == last:
+                continue
+            last = start
+            ev = region[start:region.find(b"\n\n", i) + 2]
+            chars -= sum(map(len, _TEXT.findall(ev)))  # the decoder counts this one's text itself
+            self._track(self._decoder.feed(ev))
+        if stop < n:
+            self._track(self._decoder.feed(region[stop:]))
+        self.meter.streamed_chars += chars
+        return usage
+
+    def _scan_events(self, region: bytes) -> bool:
+        """`_scan` event by event: a region with events of other shapes (comments, fields, multi-line data)."""
+        chars = sum(map(len, _TEXT.findall(region)))
         for ev in region.split(b"\n\n"):
             if not ev or (ev.startswith(b"data: {") and ev.endswith(b"}") and b"\n" not in ev
                           and b'"error"' not in ev and _USAGE.search(ev) is None):
                 continue
-            chars -= sum(len(t) for t in _TEXT.findall(ev))  # the decoder counts this one's text itself
+            chars -= sum(map(len, _TEXT.findall(ev)))  # the decoder counts this one's text itself
             self._track(self._decoder.feed(ev + b"\n\n"))
         self.meter.streamed_chars += chars
+        return True
 
     @staticmethod
     def _strip(region: bytes) -> bytes:
