@@ -14,12 +14,12 @@ import re
 import orjson
 
 from adapters import openai
-from adapters.internal import StreamEnd, StreamError, StreamEvent
+from adapters.internal import StreamEnd, StreamError, StreamEvent, Usage
 from adapters.protocol import StreamDecoder
 from adapters.sse import SSEFramer, encode_event
 from adapters.stream_usage import StreamUsage
 
-__all__ = ["InjectedUsageFilter", "is_usage_chunk"]
+__all__ = ["DeferredTextUsage", "InjectedUsageFilter", "is_usage_chunk"]
 
 # A blank line ends an SSE event; a lone CR is a line end too, CRLF is one line end, not two.
 _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
@@ -31,6 +31,8 @@ _NO_CHOICES = re.compile(rb'"choices": ?\[\]')  # the usage-only chunk's mark (i
 # `(?:[^"\\]|\\.)*`, the same strings.
 _TEXT = re.compile(rb'"(?:content|refusal|arguments|text)":"([^"\\]*(?:\\.[^"\\]*)*)"')
 _DONE = b"data: [DONE]\n\n"  # the stream's end marker, as a region's last event
+# Regions whose text waits to be counted, at most (then counted): what a stream holds on to for it.
+_DEFER_BYTES = 64 * 1024
 
 
 def is_usage_chunk(raw: bytes) -> bool:
@@ -49,6 +51,37 @@ def is_usage_chunk(raw: bytes) -> bool:
     return type(obj) is dict and obj.get("choices") == [] and type(obj.get("usage")) is dict
 
 
+class DeferredTextUsage(StreamUsage):
+    """A passthrough stream's usage, its streamed text counted only when an estimate needs it: a
+    stream that reaches its end marker is charged the upstream's own usage, and never counts the
+    regions still waiting (up to _DEFER_BYTES of its end; all of a short one)."""
+
+    __slots__ = ("_regions", "_size")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._regions: list[bytes] = []
+        self._size = 0
+
+    def defer(self, region: bytes) -> None:
+        """`region`'s text (what `_TEXT` finds) is streamed text, counted later."""
+        self._regions.append(region)
+        self._size += len(region)
+        if self._size > _DEFER_BYTES:
+            self.count()
+
+    def count(self) -> None:
+        """`streamed_chars` made whole: the waiting regions counted."""
+        if self._regions:
+            self.streamed_chars += sum(sum(map(len, _TEXT.findall(r))) for r in self._regions)
+            self._regions.clear()
+            self._size = 0
+
+    def partial(self, est_input_tokens: int) -> Usage:
+        self.count()
+        return super().partial(est_input_tokens)
+
+
 class InjectedUsageFilter:
     """Upstream OpenAI SSE bytes in, the same bytes out minus the usage chunk; `meter` still sees
     the usage. Same attributes as `registry.StreamTranslator`, so a flow drives either."""
@@ -59,7 +92,7 @@ class InjectedUsageFilter:
         self._buf = b""
         # A reader alongside, for usage and the stream's end: Chat Completions', or Completions' chunks.
         self._decoder = decoder if decoder is not None else openai.StreamDecoder()
-        self.meter = StreamUsage()
+        self.meter = DeferredTextUsage()
         self.finished = False
         self.error: str | None = None
 
@@ -112,7 +145,8 @@ class InjectedUsageFilter:
         while i >= 0:
             marks.append(i)
             i = region.find(b'"error"', i + 7, stop)
-        chars = sum(map(len, _TEXT.findall(region, 0, stop)))
+        self.meter.defer(region)  # its text is counted when a cut stream's estimate needs it
+        chars = 0
         last = -1  # the start of the last event decoded (one event may hold several marks)
         for i in sorted(marks) if len(marks) > 1 else marks:
             j = region.rfind(b"\n\n", 0, i)
@@ -160,6 +194,8 @@ class InjectedUsageFilter:
         """End of the upstream body: what is left, and an error event if the stream was cut."""
         tail, self._buf = self._buf, b""
         cut = self._track(self._decoder.feed(tail) + self._decoder.close())
+        if not self.finished:
+            self.meter.count()  # no end marker: the estimate may be charged
         out = self._strip(tail) if tail else b""
         if cut is not None:
             out += encode_event(openai.render_error(500, cut.message, cut.type))

@@ -96,6 +96,7 @@ def test_the_region_wide_scan_meters_as_the_event_by_event_one() -> None:
         for step in (1, 7, 64, 333, len(raw)):
             f, out = _run(raw, step)
             outs.add(out)
+            f.meter.count()  # a stream that ended whole has not counted its text: nothing charges it
             got = (f.meter.streamed_chars, f.meter.input_tokens, f.meter.output_tokens, f.meter.ended, f.finished,
                    f.error)
             assert got == (want.meter.streamed_chars, want.meter.input_tokens, want.meter.output_tokens,
@@ -113,4 +114,18 @@ def test_one_region_with_the_whole_stream_reads_its_usage_and_end() -> None:
     assert out == b"".join(CONTENT) + FINISH + DONE
     assert f.finished and f.error is None
     assert (f.meter.input_tokens, f.meter.output_tokens) == (7, 4)
+    f.meter.count()
     assert f.meter.streamed_chars == sum(len(orjson.dumps(t)) - 2 for t in TEXTS)
+
+
+def test_a_long_cut_stream_is_charged_for_all_its_text() -> None:
+    raw = b"".join(CONTENT) * 2000  # past the text the meter lets wait uncounted
+    want = 2000 * sum(len(orjson.dumps(t)) - 2 for t in TEXTS)
+    for step in (4096, 10_000, len(raw)):
+        f, _ = _run(raw, step)
+        assert f.meter.streamed_chars == want
+    f = InjectedUsageFilter()
+    for i in range(0, len(raw), 5000):
+        f.feed(raw[i:i + 5000])
+    # The client hung up before the end (no finish): the estimate counts what waited as well.
+    assert (f.meter.partial(9).input_tokens, f.meter.partial(9).output_tokens) == (9, -(-want // 4))
