@@ -526,8 +526,7 @@ class ChatFlow:
                 if self.stream_guard is not None and self.stream_guard.blocked is not None:
                     self._blocked_usage(self.stream_guard)
                 self._finish()
-            # Passed on as it came (whole events, no usage chunk): no body mutation, Envoy sends its own bytes.
-            return msg.response_body() if out == chunk else msg.response_body(body=out)
+            return msg.response_body(body=out)
         tail = b""
         decoder, request = self.decoder, self.request
         assert decoder is not None and request is not None  # set when the stream's headers came
