@@ -14,12 +14,12 @@ import re
 import orjson
 
 from adapters import openai
-from adapters.internal import StreamEnd, StreamError, StreamEvent
+from adapters.internal import StreamEnd, StreamError, StreamEvent, Usage
 from adapters.protocol import StreamDecoder
 from adapters.sse import SSEFramer, encode_event
 from adapters.stream_usage import StreamUsage
 
-__all__ = ["InjectedUsageFilter", "is_usage_chunk"]
+__all__ = ["DeferredTextUsage", "InjectedUsageFilter", "is_usage_chunk"]
 
 # A blank line ends an SSE event; a lone CR is a line end too, CRLF is one line end, not two.
 _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
@@ -27,7 +27,12 @@ _EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)")
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 # Streamed text and tool arguments, for the estimate a cut stream is charged (StreamUsage.partial).
 _NO_CHOICES = re.compile(rb'"choices": ?\[\]')  # the usage-only chunk's mark (is_usage_chunk confirms)
-_TEXT = re.compile(rb'"(?:content|refusal|arguments|text)":"((?:[^"\\]|\\.)*)"')  # text: a completion's
+# Text: a completion's. The unrolled loop (runs of plain bytes, then one escape) is 0.7x the time of
+# `(?:[^"\\]|\\.)*`, the same strings.
+_TEXT = re.compile(rb'"(?:content|refusal|arguments|text)":"([^"\\]*(?:\\.[^"\\]*)*)"')
+_DONE = b"data: [DONE]\n\n"  # the stream's end marker, as a region's last event
+# Regions whose text waits to be counted, at most (then counted): what a stream holds on to for it.
+_DEFER_BYTES = 64 * 1024
 
 
 def is_usage_chunk(raw: bytes) -> bool:
@@ -46,6 +51,37 @@ def is_usage_chunk(raw: bytes) -> bool:
     return type(obj) is dict and obj.get("choices") == [] and type(obj.get("usage")) is dict
 
 
+class DeferredTextUsage(StreamUsage):
+    """A passthrough stream's usage, its streamed text counted only when an estimate needs it: a
+    stream that reaches its end marker is charged the upstream's own usage, and never counts the
+    regions still waiting (up to _DEFER_BYTES of its end; all of a short one)."""
+
+    __slots__ = ("_regions", "_size")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._regions: list[bytes] = []
+        self._size = 0
+
+    def defer(self, region: bytes) -> None:
+        """`region`'s text (what `_TEXT` finds) is streamed text, counted later."""
+        self._regions.append(region)
+        self._size += len(region)
+        if self._size > _DEFER_BYTES:
+            self.count()
+
+    def count(self) -> None:
+        """`streamed_chars` made whole: the waiting regions counted."""
+        if self._regions:
+            self.streamed_chars += sum(sum(map(len, _TEXT.findall(r))) for r in self._regions)
+            self._regions.clear()
+            self._size = 0
+
+    def partial(self, est_input_tokens: int) -> Usage:
+        self.count()
+        return super().partial(est_input_tokens)
+
+
 class InjectedUsageFilter:
     """Upstream OpenAI SSE bytes in, the same bytes out minus the usage chunk; `meter` still sees
     the usage. Same attributes as `registry.StreamTranslator`, so a flow drives either."""
@@ -56,7 +92,7 @@ class InjectedUsageFilter:
         self._buf = b""
         # A reader alongside, for usage and the stream's end: Chat Completions', or Completions' chunks.
         self._decoder = decoder if decoder is not None else openai.StreamDecoder()
-        self.meter = StreamUsage()
+        self.meter = DeferredTextUsage()
         self.finished = False
         self.error: str | None = None
 
@@ -83,26 +119,60 @@ class InjectedUsageFilter:
             self._buf = buf  # no whole event yet (or a CRLF may be cut in two)
             return b""
         region, self._buf = buf[:end], buf[end:]
-        self._scan(region)
-        if b'"choices":[]' not in region and b'"choices": []' not in region:
-            return region
+        if not self._scan(region) or (b'"choices":[]' not in region and b'"choices": []' not in region):
+            return region  # no usage object went by: no usage-only chunk to cut
         return self._strip(region)
 
-    def _scan(self, region: bytes) -> None:
+    def _scan(self, region: bytes) -> bool:
         """Meter whole events by byte scans: only the events that can change the outcome (usage,
-        errors, [DONE], anything not a one-line `data: {...}`) go through the real decoder."""
+        errors, [DONE], anything not a one-line `data: {...}`) go through the real decoder. True
+        where a usage object went by (only then can the region hold the usage-only chunk)."""
         # Parsing every chunk cost more CPU than a whole peer gateway spends on the stream (docs/performance.md).
         if b"\r" in region:  # CR line ends: the decoder's own framing
             self._track(self._decoder.feed(region))
-            return
-        chars = sum(len(t) for t in _TEXT.findall(region))  # content chunks: their text counted, not parsed
+            return True
+        n = len(region)
+        # The stream's end marker, after the last chunk: read apart, so the region's chunks stay one shape.
+        stop = n - len(_DONE) if region.endswith(_DONE) and region.endswith(b"}\n\n", 0, n - len(_DONE)) else n
+        # Every event a one-line `data: {...}`: all its line ends are the blank lines between such events.
+        if not (region.startswith(b"data: {") and region.endswith(b"}\n\n", 0, stop)
+                and region.count(b"\n", 0, stop) == 2 * region.count(b"}\n\ndata: {", 0, stop) + 2):
+            return self._scan_events(region)
+        # Region-wide searches, not a loop over its ~100 events; only the events they hit are decoded.
+        marks = [m.start() for m in _USAGE.finditer(region, 0, stop)]
+        usage = bool(marks)
+        i = region.find(b'"error"', 0, stop)
+        while i >= 0:
+            marks.append(i)
+            i = region.find(b'"error"', i + 7, stop)
+        self.meter.defer(region)  # its text is counted when a cut stream's estimate needs it
+        chars = 0
+        last = -1  # the start of the last event decoded (one event may hold several marks)
+        for i in sorted(marks) if len(marks) > 1 else marks:
+            j = region.rfind(b"\n\n", 0, i)
+            start = j + 2 if j >= 0 else 0
+            if start == last:
+                continue
+            last = start
+            ev = region[start:region.find(b"\n\n", i) + 2]
+            chars -= sum(map(len, _TEXT.findall(ev)))  # the decoder counts this one's text itself
+            self._track(self._decoder.feed(ev))
+        if stop < n:
+            self._track(self._decoder.feed(region[stop:]))
+        self.meter.streamed_chars += chars
+        return usage
+
+    def _scan_events(self, region: bytes) -> bool:
+        """`_scan` event by event: a region with events of other shapes (comments, fields, multi-line data)."""
+        chars = sum(map(len, _TEXT.findall(region)))
         for ev in region.split(b"\n\n"):
             if not ev or (ev.startswith(b"data: {") and ev.endswith(b"}") and b"\n" not in ev
                           and b'"error"' not in ev and _USAGE.search(ev) is None):
                 continue
-            chars -= sum(len(t) for t in _TEXT.findall(ev))  # the decoder counts this one's text itself
+            chars -= sum(map(len, _TEXT.findall(ev)))  # the decoder counts this one's text itself
             self._track(self._decoder.feed(ev + b"\n\n"))
         self.meter.streamed_chars += chars
+        return True
 
     @staticmethod
     def _strip(region: bytes) -> bytes:
@@ -124,6 +194,8 @@ class InjectedUsageFilter:
         """End of the upstream body: what is left, and an error event if the stream was cut."""
         tail, self._buf = self._buf, b""
         cut = self._track(self._decoder.feed(tail) + self._decoder.close())
+        if not self.finished:
+            self.meter.count()  # no end marker: the estimate may be charged
         out = self._strip(tail) if tail else b""
         if cut is not None:
             out += encode_event(openai.render_error(500, cut.message, cut.type))

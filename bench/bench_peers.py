@@ -15,6 +15,7 @@ memory (every process of it) at idle and the highest during its rounds.
 
     make bench-peers      # installs Portkey into .peers/portkey and LiteLLM into .venv-peers, then runs this
     .venv/bin/python bench/bench_peers.py --builds --floor   # + the shipped config over TCP, compiled and pure
+    .venv/bin/python bench/bench_peers.py --floor --base DIR --shapes stream --conns 16   # one lever's own case
 
 A gateway that is not installed is left out and said so; with neither peer it prints an empty
 summary (so `make bench` passes by). Any non-200 (or a socket error) fails the bench. Smoke mode
@@ -229,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rates", default="100,300",
                    help="open-loop rates (calls/s) for the added-latency table, comma-separated; '' for none")
     p.add_argument("--open-seconds", type=float, default=scaled(5.0, 0.5), help="seconds per open-loop run")
+    p.add_argument("--shapes", default=",".join(SHAPES), help="the shapes to run (a lever's own shape: `stream`)")
+    p.add_argument("--conns", default=",".join(map(str, CONNS)), help="the connection counts to run (`16`)")
     a = p.parse_args(argv)
+    shapes = [s for s in SHAPES if s in a.shapes.split(",")]
+    conns_run = [c for c in CONNS if str(c) in a.conns.split(",")]
     rates = [float(r) for r in a.rates.split(",") if r.strip()]
     have_portkey = not SMOKE and PORTKEY.exists() and shutil.which("node") is not None
     have_litellm = not SMOKE and LITELLM.exists()
@@ -346,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             idle_rss = {gw.name: tree_rss_mb(gw.pids()) for gw in gateways}
             scripts: dict[tuple[str, str], Path] = {}
             for gw in gateways:
+                gw.shapes = tuple(s for s in gw.shapes if s in shapes)
                 if "stream" in gw.shapes:
                     try:
                         chunks[gw.name] = check_stream(gw)
@@ -364,8 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                         run_wrk(gw.url, 4, 2.0, scripts[(gw.name, shape)], tallies[-1])
             print("stream data events per call: " + ", ".join(f"{k} {v}" for k, v in chunks.items()), flush=True)
             for i in range(a.rounds):
-                for shape in SHAPES:
-                    for conns in CONNS:
+                for shape in shapes:
+                    for conns in conns_run:
                         # Rotated each round: no gateway always runs first (or right after a given one).
                         for gw in gateways[i % len(gateways):] + gateways[:i % len(gateways)]:
                             if shape not in gw.shapes:
@@ -385,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             direct = Gateway("direct", f"http://{upstream['endpoints'][0]}/v1/chat/completions",
                              {**json_headers, "Authorization": f"Bearer {os.environ[upstream['api_key_env']]}"},
                              lambda: [], shapes=("unary",))
-            for i in range(a.rounds if rates else 0):
+            for i in range(a.rounds if rates and "unary" in shapes else 0):  # the unary call's, as above
                 for rate in rates:
                     for gw in [direct, *gateways]:
                         closed = results.get((gw.name, "unary", 16))

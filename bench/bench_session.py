@@ -3,6 +3,7 @@ against another checkout, rounds alternated.
 
     .venv/bin/python bench/bench_session.py [BASE] [--rounds 8] [--requests 2000] [--concurrency 16]
     .venv/bin/python bench/bench_session.py --pure-base   # this tree: pure Python (base) vs its compiled build
+    .venv/bin/python bench/bench_session.py --stream [BASE] [--body-messages 4]   # the streamed call
 
 Each round runs one child process per tree (its code on PYTHONPATH, this file's method): the
 gateway `extproc.service.build_gateway` builds from the shipped config (auth, scheduler, rate
@@ -12,6 +13,12 @@ sessions at once. A child reports the process's CPU per request (every thread, t
 drained by closing the gateway inside the measurement) and the event-loop thread's CPU per step.
 Without BASE only this tree runs. Rows are medians over rounds; the last stdout line is
 `SUMMARY [...]`.
+
+`--stream`: bench_peers.py's streamed call instead (demo-gpt, `stream: true`, the client not asking
+for usage, so the gateway injects `stream_options.include_usage` and strips the usage chunk): the
+demo upstream's ~126 SSE events as its own encoder writes them, sent as Envoy sends them on loopback,
+in `--body-messages` large messages cut at event ends, then an empty end-of-stream one. The
+`response_body` column is all of a stream's body messages together. A smoke run measures both shapes.
 """
 
 from __future__ import annotations
@@ -33,7 +40,33 @@ ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("request_headers", "request_body", "response_headers", "response_body", "close")
 
 
-def _child(requests: int, concurrency: int, warmup: int) -> dict[str, Any]:
+def _stream_body(body: bytes) -> bytes:
+    """The SSE bytes the demo OpenAI upstream answers the gateway's upstream request for `body`."""
+    from adapters import openai
+    from devstack.demo.behaviour import demo_reply, demo_stream_events
+
+    req = openai.parse_request(body)
+    up, injected = openai.passthrough_body(body, req, upstream_model=req.model)
+    assert injected, "the bench's stream asks for no usage: the gateway must inject it"
+    up_req = openai.parse_request(up)
+    resp = demo_reply(up_req, "[demo-openai]", response_id="demo-openai-1")
+    encoder = openai.StreamEncoder(model=up_req.model, request=up_req)
+    return b"".join(encoder.encode([ev]) for ev in demo_stream_events(resp))
+
+
+def _cut(raw: bytes, parts: int) -> list[bytes]:
+    """`raw` in `parts` pieces of about equal size, each ending at an event's end (as the demo's writes)."""
+    out, start = [], 0
+    for i in range(1, parts):
+        end = raw.find(b"\n\n", len(raw) * i // parts) + 2
+        if end > start + 1:
+            out.append(raw[start:end])
+            start = end
+    return [*out, raw[start:]]
+
+
+def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
+           body_messages: int = 4) -> dict[str, Any]:
     """One tree's figures (its code is first on sys.path: PYTHONPATH)."""
     import orjson
     import yaml
@@ -49,8 +82,8 @@ def _child(requests: int, concurrency: int, warmup: int) -> dict[str, Any]:
         h = pb.HttpHeaders(headers=hm, end_of_stream=False)
         return pb.ProcessingRequest(response_headers=h) if response else pb.ProcessingRequest(request_headers=h)
 
-    def body(data: bytes, response: bool = False) -> Any:
-        b = pb.HttpBody(body=data, end_of_stream=True)
+    def body(data: bytes, response: bool = False, end: bool = True) -> Any:
+        b = pb.HttpBody(body=data, end_of_stream=end)
         return pb.ProcessingRequest(response_body=b) if response else pb.ProcessingRequest(request_body=b)
 
     # Envoy's header sets as it sends them for `openai` SDK-like calls (pseudo-headers, forwarding).
@@ -70,6 +103,16 @@ def _child(requests: int, concurrency: int, warmup: int) -> dict[str, Any]:
                            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}),
              response=True),
     ]
+    if stream:  # bench_peers.py's STREAM call; its answer as Envoy forwards an SSE body
+        req_body = orjson.dumps({"model": "demo-gpt", "stream": True, "messages": [
+            {"role": "user", "content": " ".join(["hello from the streaming benchmark"] * 24 + ["now"])}]})
+        messages[1] = body(req_body)
+        messages[2] = headers([(":status", "200"), ("content-type", "text/event-stream"),
+                               ("cache-control", "no-cache"), ("date", "Fri, 04 Dec 2026 07:00:00 GMT"),
+                               ("server", "envoy"), ("x-envoy-upstream-service-time", "1")], response=True)
+        sse = _stream_body(req_body)
+        messages[3:] = [*(body(piece, response=True, end=False) for piece in _cut(sse, body_messages)),
+                        body(b"", response=True)]
     data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
     for m in data["models"]:
         for d in m["deployments"]:
@@ -84,7 +127,8 @@ def _child(requests: int, concurrency: int, warmup: int) -> dict[str, Any]:
 
     async def one() -> None:
         s = Session(gw, routes)
-        for name, m in zip(STEPS, messages, strict=False):
+        for i, m in enumerate(messages):
+            name = STEPS[min(i, 3)]  # every body message of a stream counts as its response_body
             t0 = time.thread_time_ns()
             r = await s.handle(m)
             steps[name] += time.thread_time_ns() - t0
@@ -127,8 +171,9 @@ def _run_child(tree: Path, a: argparse.Namespace, pure: bool = False) -> dict[st
     env.pop("MODELYARD_PURE_PYTHON", None)
     if pure:  # contracts/compiled.py: the pure-Python modules even where a compiled build sits beside them
         env["MODELYARD_PURE_PYTHON"] = "1"
+    shape = ["--stream", "--body-messages", str(a.body_messages)] if a.stream else []
     out = subprocess.run([sys.executable, __file__, "--child", "--requests", str(a.requests), "--concurrency",
-                          str(a.concurrency), "--warmup", str(a.warmup)], env=env, cwd=tree, check=True,
+                          str(a.concurrency), "--warmup", str(a.warmup), *shape], env=env, cwd=tree, check=True,
                          capture_output=True, text=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if got.pop("tree") != str(tree):  # the child must have measured the tree it was given
@@ -142,7 +187,7 @@ def _run_child(tree: Path, a: argparse.Namespace, pure: bool = False) -> dict[st
 def main(argv: list[str] | None = None) -> int:
     # Not at import: a child must import its tree's modules (PYTHONPATH), not this one's.
     sys.path.insert(0, str(ROOT))
-    from bench.smoke import scaled
+    from bench.smoke import SMOKE, scaled
 
     p = argparse.ArgumentParser()
     p.add_argument("base", type=Path, nargs="?", help="another checkout (a git worktree)")
@@ -152,12 +197,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=scaled(400, 16))
     p.add_argument("--pure-base", action="store_true",
                    help="base: this tree's pure-Python build; this: its compiled build (make compiled)")
+    p.add_argument("--stream", action="store_true", help="the streamed call (bench_peers.py's stream shape)")
+    p.add_argument("--body-messages", type=int, default=4, help="--stream: the SSE body's messages before its end")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         sys.path.remove(str(ROOT))  # PYTHONPATH's tree first
-        print(json.dumps(_child(a.requests, a.concurrency, a.warmup)))
+        print(json.dumps(_child(a.requests, a.concurrency, a.warmup, a.stream, a.body_messages)))
         return 0
+    if SMOKE and not a.stream:  # smoke: both shapes' code paths
+        rows = _measure(a)
+        a.stream = True
+        print("SUMMARY " + json.dumps(rows + _measure(a)))
+        return 0
+    print("SUMMARY " + json.dumps(_measure(a)))
+    return 0
+
+
+def _measure(a: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run the rounds, print the table, return the SUMMARY rows."""
     trees = {"this": ROOT} if a.base is None and not a.pure_base else {"base": (a.base or ROOT).resolve(), "this": ROOT}
     got: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
     for i in range(a.rounds):
@@ -166,20 +224,21 @@ def main(argv: list[str] | None = None) -> int:
             got[who].append(_run_child(tree, a, pure=a.pure_base and who == "base"))
     rows = []
     cols = ("process", "loop", *STEPS)
-    print(f"CPU us per request, median of {a.rounds} rounds, {a.requests} requests, c={a.concurrency}")
+    shape = "stream" if a.stream else "unary"
+    print(f"{shape}: CPU us per request, median of {a.rounds} rounds, {a.requests} requests, c={a.concurrency}")
     print(f"{'':<8}" + "".join(f"{c:>18}" for c in cols))
     med = {who: {c: statistics.median(r[c] for r in runs) for c in cols} for who, runs in got.items()}
     for who in trees:
         print(f"{who:<8}" + "".join(f"{med[who][c]:>18.1f}" for c in cols))
-        rows += [{"bench": "session", "case": f"{who} {c}", "metric": "cpu_per_request",
+        rows += [{"bench": "session", "case": f"{who} {c}" if not a.stream else f"stream {who} {c}",
+                  "metric": "cpu_per_request",
                   "value": round(med[who][c], 1), "unit": "us"} for c in cols]
     if "base" in med:
         print(f"{'ratio':<8}" + "".join(f"{med['this'][c] / med['base'][c]:>18.2f}" for c in cols))
         # the ratio per round pair as well: the spread says how far to trust the medians
         pairs = [t["process"] / b["process"] for b, t in zip(got["base"], got["this"], strict=True)]
         print("process ratio per round: " + " ".join(f"{r:.2f}" for r in pairs))
-    print("SUMMARY " + json.dumps(rows))
-    return 0
+    return rows
 
 
 if __name__ == "__main__":
