@@ -116,9 +116,7 @@ class Accountant:
                 cache.read, cache.write, cache.write_1h, saved, 0, choice.propensity))
         if choice.reservation is not None and self.limiter is not None:
             # Hand back (or take) the difference between the estimate and the reported usage.
-            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, tin + tout))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._reconcile(choice, tin + tout)
 
     def _arm_outcome(self, ctx: RequestContext, choice: Choice, upstream_ok: bool | None, latency_s: float,
                      cost: float) -> None:
@@ -151,9 +149,7 @@ class Accountant:
                 latency_s * 1000, None, 0, 0, 0.0, choice.strategy, choice.arm,
                 ctx.caller.key_id if ctx.caller is not None else None, 0, 0, 0, saved, 1, None))
         if choice.reservation is not None and self.limiter is not None:  # the request counted; no tokens
-            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, 0))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._reconcile(choice, 0)
         return saved
 
     def release(self, choice: Choice) -> None:
@@ -161,9 +157,17 @@ class Accountant:
         the replay is charged, reconciled and metered as the request itself."""
         choice.release_slot()  # none is taken for a deferred request; never keep one if it was
         if choice.reservation is not None and self.limiter is not None:
-            task = asyncio.get_running_loop().create_task(self.limiter.reconcile(choice.reservation, 0))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._reconcile(choice, 0)
+
+    def _reconcile(self, choice: Choice, tokens: int) -> None:
+        """The reservation corrected to `tokens`: in place for memory buckets; a task for Redis's."""
+        limiter = self.limiter
+        assert limiter is not None
+        if limiter.reconcile_now(choice.reservation, tokens):
+            return
+        task = asyncio.get_running_loop().create_task(limiter.reconcile(choice.reservation, tokens))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def record_failure(self, cluster: str, tenant: str) -> None:
         """A deployment failed `tenant`'s call before answering (Envoy failed over to a peer)."""

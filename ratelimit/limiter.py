@@ -133,22 +133,35 @@ class Limiter:
         Taking may push a bucket below zero (down to -burst): later requests wait out the debt.
         Calling it twice for one reservation does nothing the second time.
         """
-        if reservation is None or reservation.settled or not reservation.token_charges:
+        if self.reconcile_now(reservation, actual_tokens):
             return
+        assert reservation is not None and self._redis is not None
         reservation.settled = True
         delta = reservation.est_tokens - max(0, actual_tokens)
         if delta == 0:
             return
         metrics.RECONCILED_TOKENS.labels("returned" if delta > 0 else "taken").inc(abs(delta))
-        charges = reservation.token_charges
+        try:
+            await self._redis.adjust([(c, delta * NANO) for c in reservation.token_charges])
+        except Exception as e:  # noqa: BLE001 - a lost correction must never fail a response
+            self._redis_failed(e)
+
+    def reconcile_now(self, reservation: Reservation | None, actual_tokens: int) -> bool:
+        """`reconcile` done in place where no Redis call is needed (memory or local buckets, or
+        nothing to correct): True; False, nothing changed, where Redis holds the buckets (then
+        `reconcile` does it). No task per request for an in-memory limiter."""
+        if reservation is None or reservation.settled or not reservation.token_charges:
+            return True
         if reservation.store == "redis" and self._redis is not None:
-            try:
-                await self._redis.adjust([(c, delta * NANO) for c in charges])
-            except Exception as e:  # noqa: BLE001 - a lost correction must never fail a response
-                self._redis_failed(e)
-            return
+            return False
+        reservation.settled = True
+        delta = reservation.est_tokens - max(0, actual_tokens)
+        if delta == 0:
+            return True
+        metrics.RECONCILED_TOKENS.labels("returned" if delta > 0 else "taken").inc(abs(delta))
         # "memory" or "local": the reservation holds the (already scaled) charges it was made with
-        self._memory.adjust_now([(c, delta * NANO) for c in charges])
+        self._memory.adjust_now([(c, delta * NANO) for c in reservation.token_charges])
+        return True
 
     def reload(self, cfg: RateLimitConfig) -> None:
         """Swap the limits without a restart; existing buckets keep their level (capped at burst)."""

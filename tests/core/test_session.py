@@ -76,3 +76,29 @@ async def test_upstream_5xx_becomes_502_in_client_shape(gateway: Gateway) -> Non
     r = await s.handle(body_msg(b"upstream exploded", response=True))
     out = orjson.loads(r.response_body.response.body_mutation.body)
     assert "upstream" in out["error"]["message"]
+
+
+async def test_an_in_memory_token_reservation_is_reconciled_in_place() -> None:
+    """An L3 tenant's token estimate is corrected when the call is metered, with no task per request."""
+    import yaml
+
+    from contracts.config import parse_config
+    from ratelimit import Limiter
+    from tests.stack_config import ROOT, without_watermarks
+
+    config = parse_config(without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text())))
+    limiter = Limiter(config.ratelimit)
+    gw = Gateway.build(config, limiter=limiter)
+    s = Session(gw, ROUTES)
+    await s.handle(headers_msg(chat_headers("sk-modelyard-demo-l3")))
+    await s.handle(body_msg(orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]})))
+    choice = s.flow.call.choice  # type: ignore[union-attr]
+    assert choice is not None and choice.reservation is not None and not choice.reservation.settled
+    await s.handle(headers_msg({":status": "200", "content-type": "application/json"}, response=True))
+    await s.handle(body_msg(orjson.dumps({
+        "id": "x", "object": "chat.completion", "created": 1, "model": "demo-gpt",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "yo"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}), response=True))
+    assert choice.reservation.settled and not gw.accountant._background
+    s.close()
+    await gw.close()

@@ -91,6 +91,18 @@ async def test_reconcile_returns_and_takes_with_debt():
     assert (await lim.acquire(CTX, 1)).allowed
 
 
+async def test_reconcile_now_corrects_memory_buckets_in_place_once():
+    """The accountant's path for an in-memory limiter: no task per request, the same correction."""
+    lim, _ = _limiter([{"scope": "tenant", "match": "*", "unit": "tokens", "rate": 10, "burst": 1000}])
+    d = await lim.acquire(CTX, 500)
+    assert lim.reconcile_now(d.reservation, 200)  # over-estimate: 300 come back, now
+    assert (await lim.acquire(CTX, 0)).views[0].level_nano == 800 * NANO
+    assert lim.reconcile_now(d.reservation, 10_000)  # settled: a second call changes nothing
+    await lim.reconcile(d.reservation, 10_000)
+    assert (await lim.acquire(CTX, 0)).views[0].level_nano == 800 * NANO
+    assert lim.reconcile_now(None, 5)
+
+
 async def test_cost_over_burst_is_too_large_not_retryable():
     lim, _ = _limiter([{"scope": "tenant", "match": "*", "unit": "tokens", "rate": 10, "burst": 100}])
     d = await lim.acquire(CTX, 101)
