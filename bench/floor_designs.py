@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,40 @@ def floor_bench(argv: list[str] | None, prefix: str) -> tuple[argparse.Namespace
         os.environ.setdefault(k, v)
     work = Path(tempfile.mkdtemp(prefix=prefix))
     return a, work, EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
+
+
+@dataclass
+class FloorRounds:
+    """Per stack, one figure a round: Envoy's and the extproc's CPU per request at c=16, p50 at c=1."""
+
+    envoy: dict[str, list[float]] = field(default_factory=dict)
+    extproc: dict[str, list[float]] = field(default_factory=dict)
+    p50: dict[str, list[float]] = field(default_factory=dict)
+    tallies: list[Tally] = field(default_factory=list)
+
+
+def floor_rounds(bench: str, stacks: dict[str, Stack], script: Path, rounds: int, *,
+                 one_connection: bool = False) -> FloorRounds:
+    """Warm each started stack up, then `rounds` interleaved rounds of 3 s at c=16 (and of 2 s at one
+    connection with `one_connection`): the floor scripts' measure."""
+    out = FloorRounds()
+    for name, s in stacks.items():
+        out.tallies.append(Tally(bench, f"{name} warm-up"))
+        run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, out.tallies[-1])
+    for i in range(rounds):
+        for name, s in stacks.items():
+            pe, px = _pid(s, "envoy"), _pid(s, "extproc")
+            before_e, before_x = cpu_seconds(pe), cpu_seconds(px)
+            out.tallies.append(Tally(bench, f"{name} c=16 round {i + 1}"))
+            run = run_wrk(f"{s.url}/v1/chat/completions", 16, 3, script, out.tallies[-1])
+            if run.tally.ok:
+                out.envoy.setdefault(name, []).append((cpu_seconds(pe) - before_e) / run.tally.ok * 1e6)
+                out.extproc.setdefault(name, []).append((cpu_seconds(px) - before_x) / run.tally.ok * 1e6)
+            if one_connection:
+                out.tallies.append(Tally(bench, f"{name} c=1 round {i + 1}"))
+                out.p50.setdefault(name, []).append(
+                    run_wrk(f"{s.url}/v1/chat/completions", 1, 2, script, out.tallies[-1]).p50_ms)
+    return out
 
 
 @contextlib.contextmanager

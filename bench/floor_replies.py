@@ -19,11 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid  # noqa: E402
-from bench.floor_designs import floor_bench  # noqa: E402
-from bench.outcomes import Tally, report  # noqa: E402
-from bench.proc_cpu import cpu_seconds  # noqa: E402
-from bench.wrk_load import post_script, run_wrk  # noqa: E402
+from bench.bench_gateway import BODY, HEADERS, _floor_stack  # noqa: E402
+from bench.floor_designs import floor_bench, floor_rounds  # noqa: E402
+from bench.outcomes import report  # noqa: E402
+from bench.wrk_load import post_script  # noqa: E402
 
 SHAPES = ("floor", "request-side", "modelyard")
 
@@ -37,27 +36,14 @@ def main(argv: list[str] | None = None) -> int:
         stacks[shape] = s
     script = work / "post.lua"
     script.write_text(post_script(BODY, HEADERS))
-    tallies: list[Tally] = []
-    envoy: dict[str, list[float]] = {s: [] for s in SHAPES}
-    extproc: dict[str, list[float]] = {s: [] for s in SHAPES}
     for s in stacks.values():
         s.start()
     try:
-        for shape, s in stacks.items():
-            tallies.append(Tally("floor-replies", f"{shape} warm-up"))
-            run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, tallies[-1])
-        for i in range(a.rounds):
-            for shape, s in stacks.items():
-                pe, px = _pid(s, "envoy"), _pid(s, "extproc")
-                before_e, before_x = cpu_seconds(pe)(px)
-                tallies.append(Tally("floor-replies", f"{shape} c=16 round {i + 1}"))
-                run = run_wrk(f"{s.url}/v1/chat/completions", 16, 3, script, tallies[-1])
-                if run.tally.ok:
-                    envoy[shape].append((cpu_seconds(pe) - before_e) / run.tally.ok * 1e6)
-                    extproc[shape].append((cpu_seconds(px) - before_x) / run.tally.ok * 1e6)
+        got = floor_rounds("floor-replies", stacks, script, a.rounds)
     finally:
         for s in stacks.values():
             s.stop()
+    envoy, extproc, tallies = got.envoy, got.extproc, got.tallies
     base_e, base_x = statistics.median(envoy["floor"]), statistics.median(extproc["floor"])
     for shape in SHAPES:
         e, x = statistics.median(envoy[shape]), statistics.median(extproc[shape])

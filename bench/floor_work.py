@@ -20,11 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid  # noqa: E402
-from bench.floor_designs import floor_bench  # noqa: E402
-from bench.outcomes import Tally, report  # noqa: E402
-from bench.proc_cpu import cpu_seconds  # noqa: E402
-from bench.wrk_load import post_script, run_wrk  # noqa: E402
+from bench.bench_gateway import BODY, HEADERS, _floor_stack  # noqa: E402
+from bench.floor_designs import floor_bench, floor_rounds  # noqa: E402
+from bench.outcomes import report  # noqa: E402
+from bench.wrk_load import post_script  # noqa: E402
 
 MESSAGES = 4  # a unary call's ext_proc messages (request headers and body, response headers and body)
 
@@ -43,33 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     for us in levels:
         s = _floor_stack(work / f"work-{us:g}", env)
         s.child("extproc").argv += ["--work-us", str(us)]
-        stacks[us] = s
+        stacks[f"{us:g}"] = s
     script = work / "post.lua"
     script.write_text(post_script(BODY, HEADERS))
-    tallies: list[Tally] = []
-    envoy: dict[float, list[float]] = {u: [] for u in levels}
-    extproc: dict[float, list[float]] = {u: [] for u in levels}
-    p50: dict[float, list[float]] = {u: [] for u in levels}
     for s in stacks.values():
         s.start()
     try:
-        for us, s in stacks.items():
-            tallies.append(Tally("floor-work", f"{us:g} us warm-up"))
-            run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, tallies[-1])
-        for i in range(a.rounds):
-            for us, s in stacks.items():
-                pe, px = _pid(s, "envoy"), _pid(s, "extproc")
-                before_e, before_x = cpu_seconds(pe), cpu_seconds(px)
-                tallies.append(Tally("floor-work", f"{us:g} us c=16 round {i + 1}"))
-                run = run_wrk(f"{s.url}/v1/chat/completions", 16, 3, script, tallies[-1])
-                if run.tally.ok:
-                    envoy[us].append((cpu_seconds(pe) - before_e) / run.tally.ok * 1e6)
-                    extproc[us].append((cpu_seconds(px) - before_x) / run.tally.ok * 1e6)
-                tallies.append(Tally("floor-work", f"{us:g} us c=1 round {i + 1}"))
-                p50[us].append(run_wrk(f"{s.url}/v1/chat/completions", 1, 2, script, tallies[-1]).p50_ms)
+        got = floor_rounds("floor-work", stacks, script, a.rounds, one_connection=True)
     finally:
         for s in stacks.values():
             s.stop()
+    envoy = {float(k): v for k, v in got.envoy.items()}
+    extproc = {float(k): v for k, v in got.extproc.items()}
+    p50 = {float(k): v for k, v in got.p50.items()}
+    tallies = got.tallies
     base = statistics.median(envoy[0.0]) + statistics.median(extproc[0.0])
     base_p50 = statistics.median(p50[0.0])
     rows = []
