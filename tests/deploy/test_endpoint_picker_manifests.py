@@ -191,7 +191,9 @@ def test_the_images_epp_role_serves_the_shipped_config_and_is_healthy(tmp_path: 
             time.sleep(0.2)
         assert healthy is not None and healthy.returncode == 0, (healthy and healthy.stderr, said())
         assert (tmp_path / "role").read_text().strip() == "epp"
-        assert api.watches("pods") and api.watches("inferenceobjectives")  # it read the cluster
+        assert api.lists("pods")  # ready only once the first pod list is in (extproc/epp/server.py)
+        # The watches follow that list on their own: waited for, not raced (ready came first in a CI run).
+        api.wait_for(lambda: api.watches("pods") and api.watches("inferenceobjectives"))
     finally:
         proc.terminate()
         code = proc.wait(timeout=15)
