@@ -136,11 +136,9 @@ class Limiter:
         if self.reconcile_now(reservation, actual_tokens):
             return
         assert reservation is not None and self._redis is not None
-        reservation.settled = True
-        delta = reservation.est_tokens - max(0, actual_tokens)
+        delta = _settle(reservation, actual_tokens)
         if delta == 0:
             return
-        metrics.RECONCILED_TOKENS.labels("returned" if delta > 0 else "taken").inc(abs(delta))
         try:
             await self._redis.adjust([(c, delta * NANO) for c in reservation.token_charges])
         except Exception as e:  # noqa: BLE001 - a lost correction must never fail a response
@@ -154,11 +152,9 @@ class Limiter:
             return True
         if reservation.store == "redis" and self._redis is not None:
             return False
-        reservation.settled = True
-        delta = reservation.est_tokens - max(0, actual_tokens)
+        delta = _settle(reservation, actual_tokens)
         if delta == 0:
             return True
-        metrics.RECONCILED_TOKENS.labels("returned" if delta > 0 else "taken").inc(abs(delta))
         # "memory" or "local": the reservation holds the (already scaled) charges it was made with
         self._memory.adjust_now([(c, delta * NANO) for c in reservation.token_charges])
         return True
@@ -218,3 +214,12 @@ class Limiter:
 
 
 __all__ = ["Decision", "KeyLimits", "Limiter", "RequestContext", "Reservation"]
+
+
+def _settle(reservation: Reservation, actual_tokens: int) -> int:
+    """Mark `reservation` settled; the tokens to hand back (negative: to take), counted."""
+    reservation.settled = True
+    delta = reservation.est_tokens - max(0, actual_tokens)
+    if delta:
+        metrics.RECONCILED_TOKENS.labels("returned" if delta > 0 else "taken").inc(abs(delta))
+    return delta
