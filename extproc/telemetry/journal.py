@@ -18,8 +18,9 @@ of that segment that did get committed has a higher rowid, which bounds replay's
 A segment is a file of `MAP_BYTES` written with zeros first and mapped shared: an append is a copy
 into the page cache, no system call (three a request were about 8% of the extproc's CPU, and each
 let go of the GIL). The zeros are real blocks, so a copy never needs the disk to find room (a full
-disk cannot fault it); past the map's end, or where the file cannot be made, lines go by `os.write`
-as before. Replay drops the NULs of a segment's unused tail.
+disk cannot fault it); past the map's end, where the file cannot be made, or where the disk has
+less than `MAP_ROOM` maps' worth free (a small run disk keeps its room for the databases), lines go
+by `os.write` as before. Replay drops the NULs of a segment's unused tail.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ ROTATE_BYTES = 16 << 20
 # A request appends ~480 bytes (two metering rows, one audit row); at 256 KiB a writer the loop starved of
 # the GIL fell behind at ~1,500 req/s in one process and 2/3 of the appends spilled to os.write.
 MAP_BYTES = 1 << 20
+# A segment is mapped only where the disk has this many maps' worth free: on a small run disk two
+# stores' maps (and a rotation's next one) would take the room the databases need.
+MAP_ROOM = 4
 _WARN_EVERY_S = 10.0
 
 
@@ -159,6 +163,8 @@ class Journal:
 
     def _remapped(self, header: bytes) -> _Segment | None:
         """A new mapped segment at `.new` for an unmapped one (made while the disk was full), or None."""
+        if not _room_for_map(os.path.dirname(self._path) or "."):
+            return None
         try:
             fresh = _Segment(f"{self._path}.new", header)
         except OSError:
@@ -192,7 +198,7 @@ class _Segment:
         self.spilled = False
         try:
             # Real blocks, not a hole: a copy into the map never faults on a full disk.
-            if os.write(self.fd, bytes(MAP_BYTES)) == MAP_BYTES:
+            if _room_for_map(self.fd) and os.write(self.fd, bytes(MAP_BYTES)) == MAP_BYTES:
                 self.map = mmap.mmap(self.fd, MAP_BYTES)
         except (OSError, ValueError):  # the disk is full, or the file cannot be mapped: appends write
             self.map = None
@@ -238,6 +244,12 @@ class _Segment:
             self.map.close()
             self.map = None
         os.close(self.fd)
+
+
+def _room_for_map(where: int | str) -> bool:
+    """Whether the filesystem holding `where` (an fd or a directory) has room for a map to spare."""
+    st = os.fstatvfs(where) if isinstance(where, int) else os.statvfs(where)
+    return st.f_bavail * st.f_frsize >= MAP_ROOM * MAP_BYTES
 
 
 def first_header(lines: list[bytes]) -> bytes | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from extproc.telemetry.journal import MAP_BYTES
 from tests.chaos.figures import record
 from tests.chaos.observe import metered_rows, metric
 from tests.chaos.small_disk import fill, small_disk
@@ -20,6 +21,8 @@ from tests.stack_config import small_config, start_stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e]
 MAX_FULL_REQUESTS = 300  # the writers must have met the full disk well before this many
+# Room for both stores' mapped journals (MAP_ROOM maps free each) and their databases before the fill.
+DISK_KIB = 8192
 
 
 def _audit_calls(db: Path, task_ids: set[str]) -> int:
@@ -37,7 +40,7 @@ def _until(ok, within: float = 30.0) -> bool:
 
 
 def test_a_full_run_disk_loses_no_metering_or_audit_row_and_recovers(tmp_path: Path) -> None:
-    with small_disk(tmp_path / "run", 2048) as run:
+    with small_disk(tmp_path / "run", DISK_KIB) as run:
         data = small_config()
         data["extproc"].update(metering_db=str(run / "metering.sqlite"), audit_db=str(run / "audit.sqlite"),
                                tasks=None, batches=None)
@@ -55,6 +58,8 @@ def test_a_full_run_disk_loses_no_metering_or_audit_row_and_recovers(tmp_path: P
             for i in range(10):
                 ask(f"before {i}")
             assert len(metered_rows(stack.cfg.extproc.metering_db, set(ids))) == 10
+            # Mapped journals: their copies must not fault once the disk is full (zeros written up front).
+            assert all((run / f"{db}.sqlite.journal.0").stat().st_size >= MAP_BYTES for db in ("metering", "audit"))
             filler = fill(run)
             full_from = len(ids)
             for i in range(MAX_FULL_REQUESTS):  # every one answered while the writers meet the full disk
@@ -78,7 +83,7 @@ def test_a_full_run_disk_loses_no_metering_or_audit_row_and_recovers(tmp_path: P
             metered = metered_rows(stack.cfg.extproc.metering_db, set(ids))
             assert _until(lambda: _audit_calls(run / "audit.sqlite", set(ids)) == len(ids))
             log = next(c for c in stack.children if c.name == "extproc").log_path(stack.log_dir).read_text()
-    record("run disk full", f"the run dir's {2048 // 1024} MiB filesystem filled mid-load, then freed",
+    record("run disk full", f"the run dir's {DISK_KIB // 1024} MiB filesystem filled mid-load, then freed",
            ok_rps="n/a", lost=len(ids) - len(metered), recovery_s=round(stored_s, 2),
            detail=f"{during} requests (all 200) on the full disk; {held:.0f} metering rows held in memory "
                   f"and {len(ids)} metering + {len(ids)} audit rows stored once it was freed")

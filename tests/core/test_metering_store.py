@@ -265,6 +265,19 @@ def test_a_segment_that_cannot_be_mapped_is_written_and_mapped_once_it_can(tmp_p
     j.close()
 
 
+def test_a_disk_without_room_to_spare_gets_no_map_and_no_attempt_at_one(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(journal_module, "MAP_BYTES", 1 << 50)  # no disk here has four of these free
+    j = Journal(tmp_path / "x.sqlite")
+    j.start(b"h{}\n")
+    path = tmp_path / "x.sqlite.journal.0"
+    with j.lock:
+        j.append(b"r[1]\n")
+    assert path.read_bytes() == b"h{}\nr[1]\n"  # by write(2): the map would take the databases' room
+    j.settle(1, lambda: b"h{\"n\":1}\n")  # caught up: no mapped segment is tried where none fits
+    assert path.read_bytes() == b'h{"n":1}\n' and not (tmp_path / "x.sqlite.journal.0.new").exists()
+    j.close()
+
+
 # ---------------------------------------------------------------- key ids: a column added to older files
 
 _OLD_REQUESTS = """CREATE TABLE requests (
