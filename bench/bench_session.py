@@ -133,7 +133,7 @@ def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
             r = await s.handle(m)
             steps[name] += time.thread_time_ns() - t0
             # A request the gateway answered itself (a refusal, an error) is not the path measured.
-            if r.WhichOneof("response") == "immediate_response":
+            if isinstance(r, pb.ProcessingResponse) and r.WhichOneof("response") == "immediate_response":
                 raise SystemExit(f"the gateway answered {r.immediate_response.status.code}: "
                                  f"{r.immediate_response.body[:200]!r}")
             await asyncio.sleep(0)  # one loop turn per message, as the servicer's reads give
