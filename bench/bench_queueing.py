@@ -133,15 +133,16 @@ def in_process() -> list[dict]:
 
 def through_envoy(seconds: float, rounds: int, tallies: list[Tally]) -> list[dict]:
     cases = {"plain": None, "free-slots": 64, "queued": 4}
+    clusters = {name: f"demo-bench-{name}" for name in cases}
     models = [{"name": f"bench-{name}", "deployments": [
-        {"cluster": f"demo-bench-{name}", "protocol": "openai", "endpoints": [f"127.0.0.1:{free_port()}"],
+        {"cluster": clusters[name], "protocol": "openai", "endpoints": [f"127.0.0.1:{free_port()}"],
          **({"max_inflight": limit, "queue": {"bound": 256, "tenant_share": 1.0}} if limit else {})}]}
         for name, limit in cases.items()]
     data = {"listener": {"address": "127.0.0.1", "port": free_port()},
             "extproc": {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}"},
             "models": models, "tenants": [{"name": "bench", "tier": "L1", "api_keys": [KEY_DIGEST]}],
             # `modelyard up` starts only the demo upstreams a config declares (none by its cluster's name).
-            "devstack": {"demo_upstreams": [m["deployments"][0]["cluster"] for m in models]}}
+            "devstack": {"demo_upstreams": list(clusters.values())}}
     work = Path(tempfile.mkdtemp(prefix="bench-queue-"))
     cfg_path = work / "modelyard.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
@@ -154,7 +155,10 @@ def through_envoy(seconds: float, rounds: int, tallies: list[Tally]) -> list[dic
                   config_path=cfg_path, workdir=work, quiet=True)
     per_case: dict[str, list[float]] = {name: [] for name in cases}
     with stack:
-        pid = stack.child("extproc").proc.pid
+        extproc = stack.child("extproc").proc
+        if extproc is None:  # the stack starts every child on entry
+            raise SystemExit("queueing: the stack's extproc did not start")
+        pid = extproc.pid
         url = f"{stack.url}/v1/chat/completions"
         for name in () if SMOKE else cases:  # a smoke run's one round runs the same path
             tallies.append(Tally("queueing", f"{name} warm-up"))
