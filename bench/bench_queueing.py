@@ -33,6 +33,7 @@ from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
 from contracts.config.queueing import QueueSettings  # noqa: E402
+from contracts.config.service_levels import Tier  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
 from devstack.launcher import Stack  # noqa: E402
 from extproc.admission.concurrency import ConcurrencyLimits  # noqa: E402
@@ -41,7 +42,7 @@ from tests.stack_config import free_port  # noqa: E402
 
 KEY_DIGEST = "sha256:c898d9f492d2577070136e9b8f2852e4f208ee9f1f4a5dff1385dcea7966f81e"  # sk-modelyard-demo
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-modelyard-demo"}
-TIERS = ("L1", "L2", "L3")
+TIERS: tuple[Tier, ...] = ("L1", "L2", "L3")
 BIG = QueueSettings(bound=100_000, tenant_share=1.0)
 
 
@@ -69,12 +70,12 @@ def pure_contended(n: int) -> None:
     q = DeploymentQueue(4, BIG)
     held = []
     for i in range(1004):
-        t = Ticket(f"t{i % 10}", TIERS[i % 3], 0.0)  # type: ignore[arg-type]
+        t = Ticket(f"t{i % 10}", TIERS[i % 3], 0.0)
         q.offer(t, 0.0)
         if t.state == "granted":
             held.append(t)
     for i in range(n):
-        q.offer(Ticket(f"t{i % 10}", TIERS[i % 3], 0.0), 0.0)  # type: ignore[arg-type]
+        q.offer(Ticket(f"t{i % 10}", TIERS[i % 3], 0.0), 0.0)
         nxt = q.release(held.pop(0), 0.0)
         assert nxt is not None
         held.append(nxt)
@@ -98,7 +99,7 @@ def shell_case(cluster: str, max_inflight: int, callers: int):
 
             async def caller(i: int) -> None:
                 for _ in range(per):
-                    slot = await limits.acquire(cluster, "m", f"t{i % 10}", TIERS[i % 3])  # type: ignore[arg-type]
+                    slot = await limits.acquire(cluster, "m", f"t{i % 10}", TIERS[i % 3])
                     await asyncio.sleep(0)
                     if slot is not None:
                         slot.release()
