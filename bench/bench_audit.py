@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TypedDict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -28,7 +29,14 @@ from tests.stack_config import small_config, start_stack  # noqa: E402
 
 BODY = '{"model":"demo-gpt","messages":[{"role":"user","content":"hello from the audit benchmark, ACCT-123456"}]}'
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-modelyard-demo"}
-CASES = {
+
+
+class AuditCase(TypedDict, total=False):
+    audit_db: str  # the audit log's file, in the run's directory; none: the log is off
+    capture: bool  # the tenant's bodies are captured (redacted, capped)
+
+
+CASES: dict[str, AuditCase] = {
     "off": {},
     "on": {"audit_db": "audit.sqlite"},
     "on+bodies": {"audit_db": "audit.sqlite", "capture": True},

@@ -56,7 +56,8 @@ def _prompt(target: int) -> bytes:
                 "mention the refund timeline and the support hours. ")
     extras = ["Contact ana.lopez@example.com or +1 415 555 0100.", "Card on file 4111 1111 1111 1111.",
               "Their IBAN is DE89 3704 0044 0532 0130 00.", "Ticket TICKET-123456 mentions project falcon."]
-    parts, i = [], 0
+    parts: list[str] = []
+    i = 0
     while sum(len(p) for p in parts) < target - 200:
         parts.append(sentence + (extras[i % len(extras)] if i % 3 == 0 else ""))
         i += 1
@@ -137,7 +138,7 @@ def main() -> None:
         return detect(req.messages[0].content[0].text)  # type: ignore[union-attr]
 
     cache = VerdictCache()
-    text = "\n".join(p.text for m in openai.parse_request(body).messages for p in m.content  # type: ignore[union-attr]
+    text = "\n".join(p.text for m in openai.parse_request(body).messages for p in m.content
                      if hasattr(p, "text"))
     cache.put(VerdictCache.key("p/c/m", text), [], 300)
 

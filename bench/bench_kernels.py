@@ -46,7 +46,7 @@ def pillow_baseline(images: list[np.ndarray], spec: PreprocessSpec) -> np.ndarra
     std = np.array(spec.std, np.float32)
     out = []
     for im in images:
-        r = np.asarray(Image.fromarray(im).resize((spec.width, spec.height), Image.BILINEAR), dtype=np.float32)
+        r = np.asarray(Image.fromarray(im).resize((spec.width, spec.height), Image.Resampling.BILINEAR), dtype=np.float32)
         out.append(((r * spec.scale - mean) / std).transpose(2, 0, 1))
     return np.stack(out)
 

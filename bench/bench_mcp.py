@@ -67,8 +67,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=scaled(3, 1))
     a = p.parse_args(argv)
     failures: list[str] = []
-    call = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "bench"}}}
-    gw_call = {**call, "params": {**call["params"], "name": "demo-http__echo"}}
+    params = {"name": "echo", "arguments": {"text": "bench"}}
+    call = {"jsonrpc": "2.0", "method": "tools/call", "params": params}
+    gw_call = {**call, "params": {**params, "name": "demo-http__echo"}}
     listing = {"jsonrpc": "2.0", "method": "tools/list", "params": {}}
     with tempfile.TemporaryDirectory(prefix="bench-mcp-") as tmp:
         data = small_config()

@@ -29,6 +29,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb  # noqa: E402
+
 from adapters import embeddings  # noqa: E402
 from adapters.embeddings import EmbeddingRequest, EmbeddingResponse  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
@@ -93,7 +95,7 @@ async def _translate(gw: Gateway, headers: dict[str, str], body: bytes, answer: 
     s = Session(gw, ROUTES)
     await s.handle(headers_msg(headers))
     r = await s.handle(body_msg(body))
-    if r.WhichOneof("response") != "request_body":
+    if not isinstance(r, pb.ProcessingResponse) or r.WhichOneof("response") != "request_body":
         print(f"FAILED: request not forwarded: {r}")
         sys.exit(1)
     await s.handle(headers_msg({":status": "200", "content-type": "application/json",
@@ -118,6 +120,9 @@ async def _translate(gw: Gateway, headers: dict[str, str], body: bytes, answer: 
     stop = True
     await tick
     s.close()
+    if not isinstance(r, pb.ProcessingResponse):  # not an Interim (a step that waits): the answer is translated at once
+        print(f"FAILED: no reply to the answer: {r!r}")
+        sys.exit(1)
     return worst, wall, r.response_body.response.body_mutation.body
 
 

@@ -162,6 +162,11 @@ def pids_of(proc: subprocess.Popen) -> Callable[[], list[int]]:
     return lambda: [proc.pid]
 
 
+def stack_pids(stack: Stack) -> Callable[[], list[int]]:
+    """The stack's Envoy and extproc, looked up at each call (a restarted child has a new pid)."""
+    return lambda: [_pid(stack, c) for c in ("envoy", "extproc")]
+
+
 def litellm_config(data: dict) -> dict:
     """demo-gpt's deployments (the same upstreams Modelyard's demo config routes to), one model name."""
     model = next(m for m in data["models"] if m["name"] == "demo-gpt")
@@ -260,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     extra_stacks: list[Stack] = []
     gateways = [Gateway("modelyard", f"{stack.url}/v1/chat/completions",
                         {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
-                        lambda: [_pid(stack, c) for c in ("envoy", "extproc")],
+                        stack_pids(stack),
                         metrics=f"http://{data['extproc']['metrics_address']}/metrics")]
     stack.child("extproc").env.pop(PURE_ENV, None)
     if a.builds:
@@ -277,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             extra_stacks.append(bstack)
             gateways.append(Gateway(name, f"{bstack.url}/v1/chat/completions",
                                     {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
-                                    lambda s=bstack: [_pid(s, c) for c in ("envoy", "extproc")],
+                                    stack_pids(bstack),
                                     metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
     if a.base is not None:  # the same shipped config and stack; only the extproc's code is the other checkout's
         bdata, _ = demo_config_free_ports()
@@ -289,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         extra_stacks.append(bstack)
         gateways.append(Gateway("base", f"{bstack.url}/v1/chat/completions",
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
-                                lambda s=bstack: [_pid(s, c) for c in ("envoy", "extproc")],
+                                stack_pids(bstack),
                                 metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
     # The floor of the 4-message design beside the peers: what no gateway logic at all costs here.
     floor = _floor_stack(work / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor \
@@ -297,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if floor is not None:
         gateways.append(Gateway("floor", f"{floor.url}/v1/chat/completions",
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
-                                lambda: [_pid(floor, c) for c in ("envoy", "extproc")]))
+                                stack_pids(floor)))
     # The cheapest unary design Envoy 1.40 allows, where the stream choice is known from the headers
     # (it is not, for the call measured: SSE would be buffered, so unary only).
     floor3 = _floor_stack(work / "floor3", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor3 \
@@ -305,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if floor3 is not None:
         gateways.append(Gateway("floor3", f"{floor3.url}/v1/chat/completions",
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
-                                lambda: [_pid(floor3, c) for c in ("envoy", "extproc")], shapes=("unary",)))
+                                stack_pids(floor3), shapes=("unary",)))
     procs: list[subprocess.Popen] = []
     tallies: list[Tally] = []
     results: dict[tuple[str, str, int], list[WrkResult]] = {}
@@ -430,9 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         for metric, unit in (("rps", "req/s"), ("p50_ms", "ms"), ("cpu_us", "us/req")):
             row = {"bench": "peers", "case": f"{name} {shape} c={conns}", "metric": metric,
                    "value": round(m[metric], 3), "unit": unit}
-            base = med.get(("portkey", shape, conns)) if name != "portkey" else None
-            if base and base[metric]:
-                row.update(baseline=round(base[metric], 3), ratio=round(m[metric] / base[metric], 3))
+            portkey = med.get(("portkey", shape, conns)) if name != "portkey" else None
+            if portkey and portkey[metric]:
+                row.update(baseline=round(portkey[metric], 3), ratio=round(m[metric] / portkey[metric], 3))
             rows.append(row)
     # Issue 38's goals, each a ratio of medians in this run: (what, numerator, denominator, goal, <= or >=).
     goals = [("unary c=16 cpu/req vs portkey", ("modelyard", "unary", 16, "cpu_us"), ("portkey", "unary", 16, "cpu_us"),

@@ -33,6 +33,7 @@ from bench.smoke import SMOKE, scaled  # noqa: E402
 from bench.wrk_load import post_script, run_wrk  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
 from contracts.config.queueing import QueueSettings  # noqa: E402
+from contracts.config.service_levels import Tier  # noqa: E402
 from controlplane.environments import EnvironmentConfig  # noqa: E402
 from devstack.launcher import Stack  # noqa: E402
 from extproc.admission.concurrency import ConcurrencyLimits  # noqa: E402
@@ -41,7 +42,7 @@ from tests.stack_config import free_port  # noqa: E402
 
 KEY_DIGEST = "sha256:c898d9f492d2577070136e9b8f2852e4f208ee9f1f4a5dff1385dcea7966f81e"  # sk-modelyard-demo
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-modelyard-demo"}
-TIERS = ("L1", "L2", "L3")
+TIERS: tuple[Tier, ...] = ("L1", "L2", "L3")
 BIG = QueueSettings(bound=100_000, tenant_share=1.0)
 
 
@@ -69,12 +70,12 @@ def pure_contended(n: int) -> None:
     q = DeploymentQueue(4, BIG)
     held = []
     for i in range(1004):
-        t = Ticket(f"t{i % 10}", TIERS[i % 3], 0.0)  # type: ignore[arg-type]
+        t = Ticket(f"t{i % 10}", TIERS[i % 3], 0.0)
         q.offer(t, 0.0)
         if t.state == "granted":
             held.append(t)
     for i in range(n):
-        q.offer(Ticket(f"t{i % 10}", TIERS[i % 3], 0.0), 0.0)  # type: ignore[arg-type]
+        q.offer(Ticket(f"t{i % 10}", TIERS[i % 3], 0.0), 0.0)
         nxt = q.release(held.pop(0), 0.0)
         assert nxt is not None
         held.append(nxt)
@@ -98,7 +99,7 @@ def shell_case(cluster: str, max_inflight: int, callers: int):
 
             async def caller(i: int) -> None:
                 for _ in range(per):
-                    slot = await limits.acquire(cluster, "m", f"t{i % 10}", TIERS[i % 3])  # type: ignore[arg-type]
+                    slot = await limits.acquire(cluster, "m", f"t{i % 10}", TIERS[i % 3])
                     await asyncio.sleep(0)
                     if slot is not None:
                         slot.release()
@@ -133,15 +134,16 @@ def in_process() -> list[dict]:
 
 def through_envoy(seconds: float, rounds: int, tallies: list[Tally]) -> list[dict]:
     cases = {"plain": None, "free-slots": 64, "queued": 4}
+    clusters = {name: f"demo-bench-{name}" for name in cases}
     models = [{"name": f"bench-{name}", "deployments": [
-        {"cluster": f"demo-bench-{name}", "protocol": "openai", "endpoints": [f"127.0.0.1:{free_port()}"],
+        {"cluster": clusters[name], "protocol": "openai", "endpoints": [f"127.0.0.1:{free_port()}"],
          **({"max_inflight": limit, "queue": {"bound": 256, "tenant_share": 1.0}} if limit else {})}]}
         for name, limit in cases.items()]
     data = {"listener": {"address": "127.0.0.1", "port": free_port()},
             "extproc": {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}"},
             "models": models, "tenants": [{"name": "bench", "tier": "L1", "api_keys": [KEY_DIGEST]}],
             # `modelyard up` starts only the demo upstreams a config declares (none by its cluster's name).
-            "devstack": {"demo_upstreams": [m["deployments"][0]["cluster"] for m in models]}}
+            "devstack": {"demo_upstreams": list(clusters.values())}}
     work = Path(tempfile.mkdtemp(prefix="bench-queue-"))
     cfg_path = work / "modelyard.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
@@ -154,7 +156,10 @@ def through_envoy(seconds: float, rounds: int, tallies: list[Tally]) -> list[dic
                   config_path=cfg_path, workdir=work, quiet=True)
     per_case: dict[str, list[float]] = {name: [] for name in cases}
     with stack:
-        pid = stack.child("extproc").proc.pid
+        extproc = stack.child("extproc").proc
+        if extproc is None:  # the stack starts every child on entry
+            raise SystemExit("queueing: the stack's extproc did not start")
+        pid = extproc.pid
         url = f"{stack.url}/v1/chat/completions"
         for name in () if SMOKE else cases:  # a smoke run's one round runs the same path
             tallies.append(Tally("queueing", f"{name} warm-up"))

@@ -69,7 +69,7 @@ def _numpy(rows: np.ndarray) -> Search:
 
 
 def _hnswlib(rows: np.ndarray) -> Search:
-    import hnswlib
+    hnswlib = importlib.import_module("hnswlib")  # bench-ann's libraries ship no types: imported by name
 
     index = hnswlib.Index(space="ip", dim=rows.shape[1])
     index.init_index(max_elements=len(rows), M=16, ef_construction=200)
@@ -85,9 +85,9 @@ def _hnswlib(rows: np.ndarray) -> Search:
 
 
 def _usearch(rows: np.ndarray) -> Search:
-    from usearch.index import Index
+    usearch_index = importlib.import_module("usearch.index")  # no types, as hnswlib
 
-    index = Index(ndim=rows.shape[1], metric="ip", dtype="f32")
+    index = usearch_index.Index(ndim=rows.shape[1], metric="ip", dtype="f32")
     index.add(np.arange(len(rows)), rows, threads=BUILD_THREADS)
 
     def search(q: np.ndarray) -> int:
@@ -96,7 +96,7 @@ def _usearch(rows: np.ndarray) -> Search:
 
 
 def _faiss(rows: np.ndarray, hnsw: bool) -> Search:
-    import faiss
+    faiss = importlib.import_module("faiss")  # no types, as hnswlib
 
     faiss.omp_set_num_threads(BUILD_THREADS)
     if hnsw:
@@ -149,7 +149,10 @@ def _redis_fetch(rows: np.ndarray, queries: int) -> list[float] | None:
         lat = []
         for _ in range(queries):
             t = time.perf_counter()
-            m = np.frombuffer(r.get("m"), np.float32).reshape(rows.shape)
+            blob = r.get("m")
+            if not isinstance(blob, bytes):  # a client without decode_responses: a key just set reads as bytes
+                raise SystemExit(f"redis-fetch: GET m gave {type(blob).__name__}, not the matrix's bytes")
+            m = np.frombuffer(blob, np.float32).reshape(rows.shape)
             int(np.argmax(m @ rows[0]))
             lat.append(time.perf_counter() - t)
         r.close()

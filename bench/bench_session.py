@@ -132,6 +132,9 @@ def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
             t0 = time.thread_time_ns()
             r = await s.handle(m)
             steps[name] += time.thread_time_ns() - t0
+            # Not Interim (a step that waits; a revision compared may not have it): this chat answers each at once.
+            if not isinstance(r, pb.ProcessingResponse):
+                raise SystemExit(f"no reply to {name}: {r!r}")
             # A request the gateway answered itself (a refusal, an error) is not the path measured.
             if isinstance(r, pb.ProcessingResponse) and r.WhichOneof("response") == "immediate_response":
                 raise SystemExit(f"the gateway answered {r.immediate_response.status.code}: "

@@ -97,9 +97,9 @@ def main(argv: list[str]) -> int:
         {"bench": "tasks", "case": "accepted -> all done", "metric": "throughput",
          "value": a.n / (t_last - t_first), "unit": "tasks/s"},
     ]
-    for r in rows:
-        ratio = f" (x{r['ratio']:.2f})" if "ratio" in r else ""
-        print(f"{r['case']:<28} {r['metric']:<12} {r['value']:10.1f} {r['unit']}{ratio}")
+    for row in rows:
+        ratio = f" (x{row['ratio']:.2f})" if "ratio" in row else ""
+        print(f"{row['case']:<28} {row['metric']:<12} {row['value']:10.1f} {row['unit']}{ratio}")
     print("SUMMARY " + json.dumps(rows))
     return 1 if failures else 0
 

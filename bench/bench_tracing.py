@@ -89,6 +89,9 @@ async def _run(gw: Gateway, n: int) -> float:
         s = Session(gw, routes)
         for m in MESSAGES:
             r = await s.handle(m)
+            if not isinstance(r, pb.ProcessingResponse):  # not an Interim (a step that waits): a chat answers at once
+                print(f"FAILED: tracing: no reply to {m.WhichOneof('request')}: {r!r}", flush=True)
+                raise SystemExit(1)
             # A request the gateway answered itself (a refusal, an error) is not the path measured.
             if r.WhichOneof("response") == "immediate_response":
                 print(f"FAILED: tracing: the gateway answered {r.immediate_response.status.code}: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ def vision_config(demo_port: int, models: dict[str, dict[str, Any] | None], dead
 
 
 @contextlib.contextmanager
-def vision_stack(workdir: Path, models: dict[str, dict[str, Any] | None], demo_args: list[str] = (),
+def vision_stack(workdir: Path, models: dict[str, dict[str, Any] | None], demo_args: Sequence[str] = (),
                  dead: frozenset[str] = frozenset(), extproc: dict[str, Any] | None = None,
                  deployments: dict[str, dict[str, Any]] | None = None) -> Iterator[Any]:
     """Envoy + extproc + one demo KServe server (its own process, /stats and /control on `stack.demo_stats`);
