@@ -136,7 +136,7 @@ def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
             if not isinstance(r, pb.ProcessingResponse):
                 raise SystemExit(f"no reply to {name}: {r!r}")
             # A request the gateway answered itself (a refusal, an error) is not the path measured.
-            if isinstance(r, pb.ProcessingResponse) and r.WhichOneof("response") == "immediate_response":
+            if r.WhichOneof("response") == "immediate_response":
                 raise SystemExit(f"the gateway answered {r.immediate_response.status.code}: "
                                  f"{r.immediate_response.body[:200]!r}")
             await asyncio.sleep(0)  # one loop turn per message, as the servicer's reads give
