@@ -55,6 +55,7 @@ class AdapterDemo:
         self.requests = 0
         self.paths: Counter[str] = Counter()  # calls per path (/stats): which API a gateway used upstream
         self.in_flight = 0  # reported as vllm:num_requests_running
+        self.streams_abandoned = 0  # streams whose caller left before their end
         self.fake_waiting = 0.0  # vllm:num_requests_waiting, set by POST /fake-queue (a deep queue on demand)
         self.fake_kv = 0.0  # vllm:kv_cache_usage_perc
         self.metrics_off = False  # POST /fake-queue {"metrics": false}: /metrics answers 503 (readings go stale)
@@ -116,16 +117,19 @@ class AdapterDemo:
                                 content_type="application/json")
         ctype = getattr(adapter, "STREAM_CONTENT_TYPE", "text/event-stream")  # Bedrock's is binary
         out = web.StreamResponse(headers={"content-type": ctype, "cache-control": "no-cache"})
-        await out.prepare(request)
         encoder = adapter.StreamEncoder(model=req.model, request=req)
         events = demo_stream_events(resp)
-        for ev in events[: len(events) // 2] if fault == CUT else events:
-            data = encoder.encode([ev])
-            if data:
-                await out.write(data)
-                if self.chunk_delay:
-                    await asyncio.sleep(self.chunk_delay)
-        await out.write_eof()  # a CUT stream ends here: no terminator
+        try:
+            await out.prepare(request)
+            for ev in events[: len(events) // 2] if fault == CUT else events:
+                data = encoder.encode([ev])
+                if data:
+                    await out.write(data)
+                    if self.chunk_delay:
+                        await asyncio.sleep(self.chunk_delay)
+            await out.write_eof()  # a CUT stream ends here: no terminator
+        except ConnectionResetError:  # the caller left mid-stream (a load tool stopping): nobody to answer
+            self.streams_abandoned += 1
         return out
 
     async def embed(self, request: web.Request, route: EmbeddingRoute) -> web.Response:
@@ -178,7 +182,8 @@ class AdapterDemo:
             return web.json_response({"status": "ok", "name": self.prefix.strip("[]")})
 
         async def stats(_: web.Request) -> web.Response:
-            return web.json_response({"requests": self.requests, "paths": dict(self.paths)})
+            return web.json_response({"requests": self.requests, "paths": dict(self.paths),
+                                      "streams_abandoned": self.streams_abandoned})
 
         async def metrics(_: web.Request) -> web.Response:
             """The load a vLLM server reports, under vLLM's names (the replica picker reads them)."""

@@ -53,6 +53,36 @@ async def test_anthropic_demo_plain_and_stream_with_sdk(anthropic_url: str) -> N
     await client.close()
 
 
+async def test_a_caller_leaving_mid_stream_is_counted_not_logged_as_a_server_error(caplog) -> None:
+    """wrk stopping, or a client timing out, closes a stream's connection: the demo notes it, no traceback."""
+    # As the demo runs (web.run_app; TestServer would cancel the handler): its writes fail instead.
+    runner = web.AppRunner(anthropic_server.make_app(chunk_delay=0.05))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        body = orjson.dumps({"model": "c", "max_tokens": 50, "stream": True,
+                             "messages": [{"role": "user", "content": "a stream cut short by its caller"}]})
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        writer.close()  # gone after the first bytes, with the stream's events still to come
+        async with aiohttp.ClientSession() as s:
+            for _ in range(100):
+                async with s.get(f"http://127.0.0.1:{port}/stats") as r:
+                    stats = await r.json()
+                if stats["streams_abandoned"]:
+                    break
+                await asyncio.sleep(0.05)
+        assert stats["streams_abandoned"] == 1
+    finally:
+        await runner.cleanup()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
 async def test_anthropic_demo_tool_call_and_result(anthropic_url: str) -> None:
     client = anthropic_sdk.AsyncAnthropic(api_key="ak-1", base_url=anthropic_url)
     q = [{"role": "user", "content": "What is the weather in Paris?"}]
