@@ -148,7 +148,7 @@ class InjectedUsageFilter:
         self.meter.defer(region)  # its text is counted when a cut stream's estimate needs it
         chars = 0
         last = -1  # the start of the last event decoded (one event may hold several marks)
-        for i in sorted(marks) if len(marks) > 1 else marks:
+        for i in sorted(marks):
             j = region.rfind(b"\n\n", 0, i)
             start = j + 2 if j >= 0 else 0
             if start == last:
