@@ -230,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", type=Path, default=None,
                    help="also the shipped config with another checkout's extproc (a `git worktree` or `git archive` of "
                         "the commit before a change): its before/after ratios in the same run")
+    p.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable for the base stack's extproc (a lever that is a setting, such as grpc "
+                        "core's GRPC_EXPERIMENTS); without --base the base stack runs this tree's code")
     p.add_argument("--floor3", action="store_true",
                    help="also the 3-message floor (response headers skipped, bench/floor_designs.py), unary only")
     p.add_argument("--rates", default="100,300",
@@ -238,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default=",".join(SHAPES), help="the shapes to run (a lever's own shape: `stream`)")
     p.add_argument("--conns", default=",".join(map(str, CONNS)), help="the connection counts to run (`16`)")
     a = p.parse_args(argv)
+    base_env = {name: value for name, sep, value in (pair.partition("=") for pair in a.base_env) if name and sep}
+    if len(base_env) < len(a.base_env):
+        p.error(f"--base-env takes NAME=VALUE, once per name: {a.base_env}")
     shapes = [s for s in SHAPES if s in a.shapes.split(",")]
     conns_run = [c for c in CONNS if str(c) in a.conns.split(",")]
     rates = [float(r) for r in a.rates.split(",") if r.strip()]
@@ -284,13 +290,15 @@ def main(argv: list[str] | None = None) -> int:
                                     {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
                                     stack_pids(bstack),
                                     metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
-    if a.base is not None:  # the same shipped config and stack; only the extproc's code is the other checkout's
+    if a.base is not None or base_env:  # the same shipped config and stack; only the extproc's code or environment differs
         bdata, _ = demo_config_free_ports()
         (work / "base").mkdir()
         bstack = start_stack(work / "base", bdata)
         bstack.quiet = True
-        bstack.child("extproc").cwd = a.base.resolve()
-        bstack.child("extproc").env["PYTHONPATH"] = str(a.base.resolve())
+        if a.base is not None:
+            bstack.child("extproc").cwd = a.base.resolve()
+            bstack.child("extproc").env["PYTHONPATH"] = str(a.base.resolve())
+        bstack.child("extproc").env.update(base_env)
         extra_stacks.append(bstack)
         gateways.append(Gateway("base", f"{bstack.url}/v1/chat/completions",
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
