@@ -55,16 +55,24 @@ def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
         return ClientRoute("responses")
     if p == "/v1/completions" or p == "/completions":
         return ClientRoute("completions")
+    found = gemini_action(p)
+    if found is not None:
+        model, action = found
+        if action == "generateContent":
+            return ClientRoute("gemini", model, False)
+        if action == "streamGenerateContent":
+            return ClientRoute("gemini", model, True)
+    return None
+
+
+def gemini_action(path: str) -> tuple[str, str] | None:
+    """(model, action) of a Gemini model call, `/v1beta/models/{model}:{action}` (or `/v1/`, google-genai's
+    default), query string ignored."""
+    p = path.split("?", 1)[0]
     for prefix in _GEMINI_PREFIXES:
         if p.startswith(prefix):
             model, sep, action = p[len(prefix):].rpartition(":")
-            if not sep or not model:
-                return None
-            if action == "generateContent":
-                return ClientRoute("gemini", unquote(model), False)
-            if action == "streamGenerateContent":
-                return ClientRoute("gemini", unquote(model), True)
-            return None
+            return (unquote(model), action) if sep and model and action else None
     return None
 
 

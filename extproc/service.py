@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from adapters import embeddings, kserve, kserve_grpc, media
-from adapters.registry import detect_client_protocol
+from adapters.registry import detect_client_protocol, gemini_action
 from contracts.config import GatewayConfig, config_path, load_config
 from contracts.errors import ConfigError, ModelyardError
 from contracts.live_config import config_version
@@ -241,10 +241,23 @@ def _chat(method: str, path: str) -> Route | None:
     return Route(client.protocol, path_model=client.model, stream=client.stream, translatable=True, flow=ChatFlow)
 
 
+def _gemini_actions(method: str, path: str) -> Route | None:
+    # Gemini's model actions past generation and embeddings: countTokens answered here, any other a 404
+    # in Gemini's shape (after _chat and _embeddings, which claim theirs).
+    found = gemini_action(path) if method == "POST" else None
+    if found is None:
+        return None
+    if found[1] == "countTokens":
+        return Route("gemini", path_model=found[0], flow=functools.partial(BodyAnswer, handler=local.gemini_count_tokens),
+                     operation="count_tokens")
+    return Route("gemini", public=True, answer=local.not_found)
+
+
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
     return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin, _console,
-                       _batches, _gemini_models, _count_tokens, _feedback, _media, _mcp, _chat],
+                       _batches, _gemini_models, _count_tokens, _feedback, _media, _mcp, _chat,
+                       _gemini_actions],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 
 

@@ -163,6 +163,12 @@ def any_client_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str 
     return None
 
 
+def speaks_gemini(headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+    """The key came in Gemini's header or `?key=`: on a path any protocol may call (`/v1/models`, task
+    polls) the answer and its errors are in Gemini's shape."""
+    return bool(PROTOCOLS["gemini"].client_api_key(headers, query))
+
+
 def client_key(protocol: str, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The caller's API key, from its own protocol's header (or Gemini's `?key=`)."""
     adapter = PROTOCOLS.get(protocol)

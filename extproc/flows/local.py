@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from adapters import anthropic, kserve, kserve_meta
+from adapters import anthropic, gemini, kserve, kserve_meta
 from adapters.internal import estimate_prompt_tokens
 from contracts.config import KSERVE_PROTOCOLS, ModelConfig
 from contracts.errors import ClientError, NotFound, UnknownModel
@@ -133,7 +133,10 @@ def speaks_anthropic(ctx: RequestContext) -> bool:
 
 
 def list_models_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
-    """`GET /v1/models` in the shape of the client that asks (OpenAI's list, or Anthropic's page)."""
+    """`GET /v1/models` in the shape of the client that asks (OpenAI's list, Anthropic's page, or Gemini's
+    list: google-genai asks on `/v1/` by default)."""
+    if ctx.protocol == "gemini":
+        return gemini_list_models(gw, ctx)
     if not speaks_anthropic(ctx):
         return list_models(gw, ctx)
     assert ctx.tenant is not None
@@ -143,6 +146,8 @@ def list_models_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
 
 
 def get_model_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
+    if ctx.protocol == "gemini":
+        return gemini_get_model(gw, ctx)
     if not speaks_anthropic(ctx):
         return get_model(gw, ctx)
     return json_response(200, _anthropic_card(gw.catalog.model_for(ctx.tenant, ctx.path_model or "")), ctx)
@@ -178,3 +183,13 @@ async def count_tokens(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Pro
     req = anthropic.parse_request(orjson.dumps(doc))
     gw.catalog.model_for(ctx.tenant, req.model)  # unknown or not the tenant's: 404, as a call would get
     return json_response(200, {"input_tokens": estimate_prompt_tokens(req)}, ctx)
+
+
+async def gemini_count_tokens(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
+    """`POST .../models/{model}:countTokens`: the same estimate in Gemini's shape, of the body's `contents`
+    or of a whole `generateContentRequest` (its system instruction and tools too)."""
+    doc = json_object(body)
+    inner = doc.get("generateContentRequest")
+    req = gemini.parse_request(orjson.dumps(inner) if isinstance(inner, dict) else body, path_model=ctx.path_model)
+    gw.catalog.model_for(ctx.tenant, req.model)  # unknown or not the tenant's: 404, as a call would get
+    return json_response(200, {"totalTokens": estimate_prompt_tokens(req)}, ctx)

@@ -69,7 +69,10 @@ CASES = [
     ("GET", "/v1/completions", "openai", local.not_found, None, None, False, True),
     ("POST", "/v1/models", "openai", local.not_found, None, None, False, True),
     ("GET", "/v2/models/colors/infer", "openai", local.not_found, None, None, False, True),
-    ("POST", "/v1beta/models/gemini-x:countTokens", "openai", local.not_found, None, None, False, True),
+    # A Gemini model action the gateway does not serve: the public 404 in Gemini's shape.
+    ("POST", "/v1beta/models/gemini-x:fooBar", "gemini", local.not_found, None, None, False, True),
+    ("POST", "/v1/models/gemini-x:predict", "gemini", local.not_found, None, None, False, True),
+    ("POST", "/v1beta/models/gemini-x:", "openai", local.not_found, None, None, False, True),
     ("DELETE", "/v1/messages", "openai", local.not_found, None, None, False, True),
     ("GET", "/nope", "openai", local.not_found, None, None, False, True),
 ]
@@ -88,10 +91,13 @@ def test_route_table(method, path, protocol, handler, model, version, stream, pu
     ("POST", "/v1/files", "openai", batches.upload), ("POST", "/v1/batches", "openai", batches.create_batch),
     ("POST", "/v1/messages/batches", "anthropic", batches.create_message_batch),
     ("POST", "/v1/messages/count_tokens", "anthropic", local.count_tokens),
+    ("POST", "/v1beta/models/a%2Fb:countTokens", "gemini", local.gemini_count_tokens),
+    ("POST", "/v1/models/a%2Fb:countTokens", "gemini", local.gemini_count_tokens),  # google-genai's default
 ])
 def test_answers_made_from_the_body(method: str, path: str, protocol: str, handler: object) -> None:
     r = ROUTES.match(method, path)
     assert r.protocol == protocol and isinstance(r.flow, functools.partial) and r.flow.keywords["handler"] is handler
+    assert r.path_model == ("a/b" if protocol == "gemini" else None)
 
 
 @pytest.mark.parametrize("path", ["/v1/images/generations", "/v1/images/edits", "/v1/audio/transcriptions",

@@ -67,6 +67,39 @@ async def test_models_list_without_upstream(gateway: Gateway) -> None:
     assert data["object"] == "list" and {m["id"] for m in data["data"]} >= {"demo-gpt", "demo-colors"}
 
 
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/models/demo-gemini", "/v1/models/no-such-model"])
+async def test_the_shared_model_paths_answer_a_gemini_key_in_geminis_shape(gateway: Gateway, path: str) -> None:
+    # google-genai asks on /v1/ with its own header: the list, a model and an unknown one in its shape
+    r = await Session(gateway, ROUTES).handle(headers_msg({":method": "GET", ":path": path,
+                                                           "x-goog-api-key": KEY}, eos=True))
+    data = orjson.loads(r.immediate_response.body)
+    if path.endswith("no-such-model"):
+        assert r.immediate_response.status.code == 404 and data["error"]["status"] == "NOT_FOUND"
+    elif path == "/v1/models":
+        assert "models/demo-gemini" in {m["name"] for m in data["models"]}
+    else:
+        assert data["name"] == "models/demo-gemini" and "generateContent" in data["supportedGenerationMethods"]
+    r = await Session(gateway, ROUTES).handle(headers_msg({":method": "GET", ":path": path,
+                                                           "authorization": f"Bearer {KEY}"}, eos=True))
+    assert "models" not in orjson.loads(r.immediate_response.body)  # a bearer key: OpenAI's shape, as before
+
+
+async def test_gemini_count_tokens_counts_a_whole_generate_content_request(gateway: Gateway) -> None:
+    async def count(body: dict) -> int:
+        s = Session(gateway, ROUTES)
+        await s.handle(headers_msg({":method": "POST", ":path": "/v1beta/models/demo-gemini:countTokens",
+                                    "x-goog-api-key": KEY, "content-type": "application/json"}))
+        r = await s.handle(body_msg(orjson.dumps(body)))
+        assert r.immediate_response.status.code == 200
+        return int(orjson.loads(r.immediate_response.body)["totalTokens"])
+
+    contents = [{"role": "user", "parts": [{"text": "how many tokens is this"}]}]
+    plain = await count({"contents": contents})
+    whole = await count({"generateContentRequest": {"model": "models/demo-gemini", "contents": contents,
+                                                    "systemInstruction": {"parts": [{"text": "answer in verse " * 20}]}}})
+    assert 0 < plain < whole  # the system instruction counts too
+
+
 async def test_upstream_5xx_becomes_502_in_client_shape(gateway: Gateway) -> None:
     s = Session(gateway, ROUTES)
     await s.handle(headers_msg(chat_headers()))

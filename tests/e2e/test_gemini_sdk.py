@@ -1,0 +1,103 @@
+"""Google's own SDK (google-genai) through a real Envoy, on both API versions it speaks (v1, its default,
+and v1beta): generation and streams from every protocol's demo upstream, countTokens, the model list,
+embeddings, and errors in Gemini's shape."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as gt
+
+from tests.conftest import DEMO_KEY
+
+pytestmark = pytest.mark.e2e
+
+# model -> the prefix its demo upstream puts on every answer (proves which upstream answered)
+MODELS = {"demo-gemini": "[demo-gemini]", "demo-gpt": "[demo-openai]", "demo-claude": "[demo-anthropic]"}
+VERSIONS = ("v1", "v1beta")
+
+
+def client(stack, version: str, key: str = DEMO_KEY) -> genai.Client:
+    return genai.Client(api_key=key, http_options=gt.HttpOptions(base_url=stack.url, api_version=version,
+                                                                 timeout=30_000))
+
+
+@pytest.fixture(scope="module")
+def clients(demo_stack) -> dict[str, genai.Client]:
+    # held for the module: a Client closes its connections when it is collected, under its `.models`
+    return {version: client(demo_stack, version) for version in VERSIONS}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("model", MODELS)
+def test_generate_content_from_every_protocols_upstream(clients, model: str, version: str) -> None:
+    out = clients[version].models.generate_content(
+        model=model, contents=f"hello {model} on {version}",
+        config=gt.GenerateContentConfig(system_instruction="be brief", max_output_tokens=64))
+    assert out.text == f"{MODELS[model]} echo: hello {model} on {version}"
+    assert out.candidates[0].finish_reason == gt.FinishReason.STOP
+    usage = out.usage_metadata
+    assert usage.prompt_token_count > 0 and usage.candidates_token_count > 0
+    assert usage.total_token_count == usage.prompt_token_count + usage.candidates_token_count
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_stream_from_every_protocols_upstream(clients, model: str) -> None:
+    chunks = list(clients["v1"].models.generate_content_stream(
+        model=model, contents="stream these words please"))
+    assert len([c for c in chunks if c.text]) > 1  # really streamed
+    assert "".join(c.text or "" for c in chunks) == f"{MODELS[model]} echo: stream these words please"
+    assert chunks[-1].usage_metadata.candidates_token_count > 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_count_tokens_is_the_gateways_estimate_in_geminis_shape(clients, version: str) -> None:
+    models = clients[version].models
+    short = models.count_tokens(model="demo-gemini", contents="count me").total_tokens
+    long = models.count_tokens(model="demo-gemini", contents="count me " * 50).total_tokens
+    assert 0 < short < long
+    # the same estimate whatever protocol the model's upstream speaks: nothing is sent upstream
+    assert models.count_tokens(model="demo-gpt", contents="count me").total_tokens == short
+    with pytest.raises(genai_errors.ClientError) as e:
+        models.count_tokens(model="no-such-model", contents="x")
+    assert e.value.code == 404 and e.value.status == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_model_list_and_a_model_in_geminis_shape(clients, version: str) -> None:
+    models = clients[version].models
+    listed = {m.name: m for m in models.list()}
+    assert "generateContent" in listed["models/demo-gemini"].supported_actions
+    assert "embedContent" in listed["models/demo-embed-gemini"].supported_actions
+    got = models.get(model="demo-gemini")
+    assert got.name == "models/demo-gemini" and got.input_token_limit
+    with pytest.raises(genai_errors.ClientError) as e:
+        models.get(model="no-such-model")
+    assert e.value.code == 404 and e.value.status == "NOT_FOUND"
+
+
+def test_embeddings_one_per_input_from_either_upstream(clients) -> None:
+    models = clients["v1"].models
+    # a name without "gemini": the SDK sends one request per input (batchEmbedContents), here to an OpenAI upstream
+    two = models.embed_content(model="demo-embed", contents=["one", "two"]).embeddings
+    assert len(two) == 2 and two[0].values and two[0].values != two[1].values
+    # a "gemini" name: the SDK sends the inputs as one multimodal content, so one embedding comes back
+    one = models.embed_content(model="demo-embed-gemini", contents=["one", "two"]).embeddings
+    assert len(one) == 1 and one[0].values
+
+
+def test_errors_in_geminis_shape(demo_stack, clients) -> None:
+    stranger = client(demo_stack, "v1", key="sk-not-a-key")
+    with pytest.raises(genai_errors.ClientError) as e:
+        stranger.models.generate_content(model="demo-gemini", contents="x")
+    assert e.value.code == 401 and e.value.status == "UNAUTHENTICATED"
+    with pytest.raises(genai_errors.ClientError) as e:
+        clients["v1"].models.generate_content(model="no-such-model", contents="x")
+    assert e.value.code == 404 and e.value.status == "NOT_FOUND"
+    # an action the gateway does not serve: a 404 a Gemini client can read, not another protocol's shape
+    r = httpx.post(f"{demo_stack.url}/v1beta/models/demo-gemini:fooBar", json={},
+                   headers={"x-goog-api-key": DEMO_KEY})
+    assert r.status_code == 404
+    assert r.json()["error"]["status"] == "NOT_FOUND" and "fooBar" in r.json()["error"]["message"]
