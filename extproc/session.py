@@ -205,9 +205,9 @@ class Session:
             if named is not None:
                 ctx.tenant, ctx.caller = named.tenant, named.caller
         else:
-            if route.any_key:  # task polls: the caller may speak any protocol
+            if route.any_key:  # task polls, /v1/models: the caller may speak any protocol
                 key = any_client_key(ctx.headers, ctx.query)
-                if speaks_gemini(ctx.headers, ctx.query):
+                if speaks_gemini(ctx.headers, ctx.query):  # google-genai lists models on /v1/
                     ctx.protocol = "gemini"
             else:
                 key = client_key(ctx.protocol, ctx.headers, ctx.query)
