@@ -21,7 +21,7 @@ import orjson
 from contracts.envoy_names import CLUSTER_HEADER, TASK_ID_HEADER, TENANT_HEADER, parse_xlate_metadata
 from contracts.errors import ClientError, ModelyardError, NotFound, Unavailable, UpstreamError, default_type
 from extproc import messages as msg
-from extproc.admission.auth import EXPIRED, Identity, any_client_key, client_key, key_digest, speaks_gemini
+from extproc.admission.auth import EXPIRED, Identity, any_client_key, caller_protocol, client_key, key_digest
 from extproc.audit_trail import CallTrail
 from extproc.batches.ids import is_batch_line
 from extproc.context import Flow, Interim, RequestContext
@@ -207,8 +207,7 @@ class Session:
         else:
             if route.any_key:  # task polls, /v1/models: the caller may speak any protocol
                 key = any_client_key(ctx.headers, ctx.query)
-                if speaks_gemini(ctx.headers, ctx.query):  # google-genai lists models on /v1/
-                    ctx.protocol = "gemini"
+                ctx.protocol = caller_protocol(ctx.headers, ctx.query) or ctx.protocol  # google-genai lists on /v1/
             else:
                 key = client_key(ctx.protocol, ctx.headers, ctx.query)
             digest = key_digest(key) if key else None  # once: the key lookup's and the audit row's

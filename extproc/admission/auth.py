@@ -8,7 +8,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Literal, Protocol
 
 from adapters.registry import PROTOCOLS
 from contracts.config import TenantConfig
@@ -163,10 +163,15 @@ def any_client_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str 
     return None
 
 
-def speaks_gemini(headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
-    """The key came in Gemini's header or `?key=`: on a path any protocol may call (`/v1/models`, task
-    polls) the answer and its errors are in Gemini's shape."""
-    return bool(PROTOCOLS["gemini"].client_api_key(headers, query))
+def caller_protocol(headers: Mapping[str, str], query: Mapping[str, str]) -> Literal["gemini", "anthropic"] | None:
+    """On a path any protocol may call (`/v1/models`, task polls), the protocol the caller speaks if not
+    the path's: Gemini's by its key's header (or `?key=`), Anthropic's by its version header; the answer
+    and its errors take that shape."""
+    if PROTOCOLS["gemini"].client_api_key(headers, query):
+        return "gemini"
+    if "anthropic-version" in headers:
+        return "anthropic"
+    return None
 
 
 def client_key(protocol: str, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:

@@ -127,17 +127,12 @@ def _anthropic_card(m: ModelConfig) -> dict[str, Any]:
     return {"type": "model", "id": m.name, "display_name": m.name, "created_at": _EPOCH}
 
 
-def speaks_anthropic(ctx: RequestContext) -> bool:
-    """`GET /v1/models` is OpenAI's and Anthropic's path both: Anthropic's clients send their version header."""
-    return "anthropic-version" in ctx.headers
-
-
 def list_models_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
-    """`GET /v1/models` in the shape of the client that asks (OpenAI's list, Anthropic's page, or Gemini's
-    list: google-genai asks on `/v1/` by default)."""
+    """`GET /v1/models` in the shape of the client that asks (the session's `caller_protocol`: OpenAI's list,
+    Anthropic's page, or Gemini's list: google-genai asks on `/v1/` by default)."""
     if ctx.protocol == "gemini":
         return gemini_list_models(gw, ctx)
-    if not speaks_anthropic(ctx):
+    if ctx.protocol != "anthropic":
         return list_models(gw, ctx)
     assert ctx.tenant is not None
     cards = [_anthropic_card(m) for m in gw.catalog.visible(ctx.tenant)]
@@ -148,7 +143,7 @@ def list_models_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
 def get_model_any(gw: Gateway, ctx: RequestContext) -> msg.ProcessingResponse:
     if ctx.protocol == "gemini":
         return gemini_get_model(gw, ctx)
-    if not speaks_anthropic(ctx):
+    if ctx.protocol != "anthropic":
         return get_model(gw, ctx)
     return json_response(200, _anthropic_card(gw.catalog.model_for(ctx.tenant, ctx.path_model or "")), ctx)
 

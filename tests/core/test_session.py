@@ -84,6 +84,16 @@ async def test_the_shared_model_paths_answer_a_gemini_key_in_geminis_shape(gatew
     assert "models" not in orjson.loads(r.immediate_response.body)  # a bearer key: OpenAI's shape, as before
 
 
+async def test_an_anthropic_caller_on_the_shared_model_paths_gets_anthropics_errors(gateway: Gateway) -> None:
+    for key, status, kind in ((KEY, 404, "not_found_error"), ("sk-not-a-key", 401, "authentication_error")):
+        r = await Session(gateway, ROUTES).handle(headers_msg({":method": "GET", ":path": "/v1/models/no-such-model",
+                                                               "x-api-key": key, "anthropic-version": "2023-06-01"},
+                                                              eos=True))
+        data = orjson.loads(r.immediate_response.body)
+        assert r.immediate_response.status.code == status
+        assert data["type"] == "error" and data["error"]["type"] == kind
+
+
 async def test_gemini_count_tokens_counts_a_whole_generate_content_request(gateway: Gateway) -> None:
     async def count(body: dict) -> int:
         s = Session(gateway, ROUTES)

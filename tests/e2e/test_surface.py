@@ -80,8 +80,13 @@ def test_each_protocol_lists_models_from_config(stack) -> None:
     assert "demo-claude" in ids and "demo-image" in ids
     card = client.models.retrieve("demo-claude")
     assert card.type == "model" and card.id == "demo-claude"
-    with pytest.raises(anthropic.NotFoundError):
+    with pytest.raises(anthropic.NotFoundError) as e:
         client.models.retrieve("no-such-model")
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "not_found_error"  # Anthropic's shape
+    stranger = anthropic.Anthropic(base_url=stack.url, api_key="sk-not-a-key", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as e:
+        stranger.models.list()
+    assert e.value.body["error"]["type"] == "authentication_error" and e.value.body["type"] == "error"
     assert "demo-claude" in [m.id for m in _oai(stack).models.list()]  # OpenAI's shape on the same path
     r = httpx.get(f"{stack.url}/v1beta/models", headers={"x-goog-api-key": DEMO_KEY}, timeout=10)
     assert r.status_code == 200, r.text
