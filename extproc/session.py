@@ -207,7 +207,7 @@ class Session:
         else:
             if route.any_key:  # task polls, /v1/models: the caller may speak any protocol
                 key = any_client_key(ctx.headers, ctx.query)
-                ctx.protocol = caller_protocol(ctx.headers, ctx.query) or ctx.protocol  # google-genai lists on /v1/
+                ctx.protocol = caller_protocol(ctx.headers, ctx.query) or ctx.protocol  # its answer, its errors' shape
             else:
                 key = client_key(ctx.protocol, ctx.headers, ctx.query)
             digest = key_digest(key) if key else None  # once: the key lookup's and the audit row's
