@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,12 @@ import pytest
 import yaml
 
 from contracts.config.endpoint_picker import load_endpoint_picker
+from tests.deploy.entrypoint import ENTRYPOINT, wait_healthy
 from tests.deploy.tools import tool
 from tests.kube_apiserver import KubeApiStandIn
 from tests.stack_config import ROOT, free_port
 
 EPP = ROOT / "deploy/kubernetes/endpoint-picker"
-ENTRYPOINT = ROOT / "deploy/docker/entrypoint.sh"
 KUBERNETES_VERSION = "1.37.0"
 
 # The InferencePool v1 CRD's constraints, transcribed (not copied) from
@@ -180,15 +179,10 @@ def test_the_images_epp_role_serves_the_shipped_config_and_is_healthy(tmp_path: 
     # The picker's own log goes with any failure: a start that fails must say why, not only its signal.
     said = lambda: (tmp_path / "epp.log").read_text(errors="replace")[-3000:]  # noqa: E731
     try:
-        deadline = time.monotonic() + 30
-        healthy = None
-        while time.monotonic() < deadline:
+        def alive() -> None:
             assert proc.poll() is None, said()
-            healthy = subprocess.run(["sh", str(ENTRYPOINT), "healthcheck"], env=env, capture_output=True,
-                                     text=True, timeout=30)
-            if healthy.returncode == 0:
-                break
-            time.sleep(0.2)
+
+        healthy = wait_healthy(env, tmp_path / "role", alive=alive)
         assert healthy is not None and healthy.returncode == 0, (healthy and healthy.stderr, said())
         assert (tmp_path / "role").read_text().strip() == "epp"
         assert api.lists("pods")  # ready only once the first pod list is in (extproc/epp/server.py)

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.deploy.entrypoint import ENTRYPOINT, wait_healthy
 from tests.deploy.tools import tool
 from tests.stack_config import ROOT, free_port
-
-ENTRYPOINT = ROOT / "deploy/docker/entrypoint.sh"
 
 
 def test_hadolint_finds_no_errors() -> None:
@@ -66,14 +65,7 @@ def test_entrypoint_runs_the_agent_role_and_health_checks_it(tmp_path: Path) -> 
     proc = subprocess.Popen(["sh", str(ENTRYPOINT), "agent", "--fake", "--fake-util", "0.4", "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        healthy = None
-        while time.monotonic() < deadline:
-            healthy = subprocess.run(["sh", str(ENTRYPOINT), "healthcheck"], env=env, capture_output=True,
-                                     text=True, timeout=30)
-            if healthy.returncode == 0:
-                break
-            time.sleep(0.2)
+        healthy = wait_healthy(env, tmp_path / "role")
         assert healthy is not None and healthy.returncode == 0, healthy and healthy.stderr
         assert (tmp_path / "role").read_text().strip() == "agent"
     finally:
