@@ -17,13 +17,13 @@ from adapters.gemini.render import (
     request_target,
     unsupported_controls,
 )
-from adapters.gemini.request import CLIENT_AUTH_HEADERS, check_query, client_api_key, parse_request
+from adapters.gemini.request import CLIENT_AUTH_HEADERS, check_query, client_api_key, parse_count_tokens, parse_request
 from adapters.gemini.response import parse_response, render_response
 from adapters.gemini.schema import gemini_schema, json_schema
 from adapters.gemini.stream import StreamDecoder, StreamEncoder
 
 __all__ = [
-    "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response", "render_response",
+    "CLIENT_AUTH_HEADERS", "parse_request", "parse_count_tokens", "request_target", "render_request", "parse_response", "render_response",
     "StreamDecoder", "StreamEncoder", "render_error", "parse_error", "client_api_key", "request_path",
     "SKIP_SIGNATURE", "gemini_schema", "json_schema", "check_query", "passthrough_body",
     "unsupported_controls",

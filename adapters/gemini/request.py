@@ -304,7 +304,17 @@ def _sampling(obj: JSONObject) -> _Sampling:
 
 
 def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bool = False) -> ChatRequest:
+    return _request(load_object(body, max_values=MAX_CHAT_JSON_VALUES), path_model, stream_hint)
+
+
+def parse_count_tokens(body: bytes, *, path_model: str | None = None) -> ChatRequest:
+    """`:countTokens`' body: `contents`, or a whole `generateContentRequest` (system instruction and tools too)."""
     obj = load_object(body, max_values=MAX_CHAT_JSON_VALUES)
+    inner = obj.get("generateContentRequest")
+    return _request(inner if isinstance(inner, dict) else obj, path_model, False)
+
+
+def _request(obj: JSONObject, path_model: str | None, stream_hint: bool) -> ChatRequest:
     model = _model(obj, path_model)
     messages = _messages(obj)
     system = _system(obj)

@@ -181,10 +181,7 @@ async def count_tokens(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Pro
 
 
 async def gemini_count_tokens(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
-    """`POST .../models/{model}:countTokens`: the same estimate in Gemini's shape, of the body's `contents`
-    or of a whole `generateContentRequest` (its system instruction and tools too)."""
-    doc = json_object(body)
-    inner = doc.get("generateContentRequest")
-    req = gemini.parse_request(orjson.dumps(inner) if isinstance(inner, dict) else body, path_model=ctx.path_model)
+    """`POST .../models/{model}:countTokens`: the same estimate in Gemini's shape."""
+    req = gemini.parse_count_tokens(body, path_model=ctx.path_model)
     gw.catalog.model_for(ctx.tenant, req.model)  # unknown or not the tenant's: 404, as a call would get
     return json_response(200, {"totalTokens": estimate_prompt_tokens(req)}, ctx)
