@@ -99,9 +99,11 @@ def busy(seconds: float) -> None:
 
 
 class FloorProcessor(ext_grpc.ExternalProcessorServicer):
-    def __init__(self, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0) -> None:
+    def __init__(self, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0,
+                 after_us: float = 0.0) -> None:
         self.replies = replies(cluster, shape, body_length)
         self.work_s = work_us / 1e6
+        self.after_s = after_us / 1e6
 
     async def Process(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         # read()/write(), as extproc/server.py does: the cheapest way grpc.aio offers.
@@ -112,11 +114,15 @@ class FloorProcessor(ext_grpc.ExternalProcessorServicer):
             if self.work_s:
                 busy(self.work_s)
             await context.write(self.replies[kind])
+            if self.after_s:
+                busy(self.after_s)
 
 
-async def serve(address: str, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0) -> None:
+async def serve(address: str, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0,
+                after_us: float = 0.0) -> None:
     server = grpc.aio.server()
-    ext_grpc.add_ExternalProcessorServicer_to_server(FloorProcessor(cluster, shape, body_length, work_us), server)
+    ext_grpc.add_ExternalProcessorServicer_to_server(
+        FloorProcessor(cluster, shape, body_length, work_us, after_us), server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     server.add_insecure_port(address)
@@ -136,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--body-length", type=int, default=0, help="the request body's length, for content-length")
     p.add_argument("--work-us", type=float, default=0.0,
                    help="busy CPU per message before each reply (bench/floor_work.py)")
+    p.add_argument("--after-us", type=float, default=0.0,
+                   help="busy CPU per message after each reply's write (bench/floor_work.py's a<N> levels)")
     a = p.parse_args(argv)
     with asyncio.Runner(loop_factory=loop_factory(a.loop)) as runner:
-        runner.run(serve(a.address, a.cluster, a.replies, a.body_length, a.work_us))
+        runner.run(serve(a.address, a.cluster, a.replies, a.body_length, a.work_us, a.after_us))
     return 0
 
 

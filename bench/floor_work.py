@@ -8,7 +8,10 @@ CPU added per request over the CPU the work itself took (four messages x the wor
 benches (bench_session.py) measure the session's own CPU; this says what each of its microseconds
 costs live. docs/performance.md has the figures.
 
-    .venv/bin/python bench/floor_work.py [--rounds 5] [--work 30,60]
+    .venv/bin/python bench/floor_work.py [--rounds 5] [--work 30,60,a60]
+
+A level `a60` spends its work after each reply's write instead of before it: what work that the
+reply does not wait for costs, at c=16 and at one connection.
 """
 
 from __future__ import annotations
@@ -28,21 +31,27 @@ from bench.wrk_load import post_script  # noqa: E402
 MESSAGES = 4  # a unary call's ext_proc messages (request headers and body, response headers and body)
 
 
+def _level(spec: str) -> tuple[float, bool]:
+    """`60`: 60 us before each reply; `a60`: 60 us after each reply's write."""
+    return float(spec.removeprefix("a")), spec.startswith("a")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    levels = [0.0]
+    levels = ["0"]
     if "--work" in argv:
         i = argv.index("--work")
-        levels += [float(w) for w in argv[i + 1].split(",")]
+        levels += argv[i + 1].split(",")
         del argv[i:i + 2]
     else:
-        levels += [30.0, 60.0]
+        levels += ["30", "60"]
     a, work, env = floor_bench(argv, "floor-work-")
     stacks = {}
-    for us in levels:
-        s = _floor_stack(work / f"work-{us:g}", env)
-        s.child("extproc").argv += ["--work-us", str(us)]
-        stacks[f"{us:g}"] = s
+    for spec in levels:
+        us, after = _level(spec)
+        s = _floor_stack(work / f"work-{spec}", env)
+        s.child("extproc").argv += ["--after-us" if after else "--work-us", str(us)]
+        stacks[spec] = s
     script = work / "post.lua"
     script.write_text(post_script(BODY, HEADERS))
     for s in stacks.values():
@@ -52,21 +61,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in stacks.values():
             s.stop()
-    envoy = {float(k): v for k, v in got.envoy.items()}
-    extproc = {float(k): v for k, v in got.extproc.items()}
-    p50 = {float(k): v for k, v in got.p50.items()}
-    tallies = got.tallies
-    base = statistics.median(envoy[0.0]) + statistics.median(extproc[0.0])
-    base_p50 = statistics.median(p50[0.0])
+    envoy, extproc, p50, tallies = got.envoy, got.extproc, got.p50, got.tallies
+    base = statistics.median(envoy["0"]) + statistics.median(extproc["0"])
+    base_p50 = statistics.median(p50["0"])
     rows = []
-    for us in levels:
-        e, x, lat = statistics.median(envoy[us]), statistics.median(extproc[us]), statistics.median(p50[us])
+    for spec in levels:
+        us, after = _level(spec)
+        e, x, lat = statistics.median(envoy[spec]), statistics.median(extproc[spec]), statistics.median(p50[spec])
         added = MESSAGES * us
         amp = f"{(e + x - base) / added:.2f}x" if added else "-"
-        print(f"work {us:5.0f} us/message  Envoy {e:6.0f} + extproc {x:6.0f} = {e + x:6.0f} us/req "
+        where = "after " if after else "before"
+        print(f"work {us:5.0f} us/message {where}  Envoy {e:6.0f} + extproc {x:6.0f} = {e + x:6.0f} us/req "
               f"(+{e + x - base:5.0f} for {added:4.0f} us of work: {amp})  c=1 p50 {lat:.2f} ms (+{lat - base_p50:.2f})")
-        rows.append({"bench": "floor-work", "case": f"work {us:g} us/message", "metric": "cpu_us",
-                     "value": round(e + x, 1), "unit": "us/req", "baseline": round(base, 1),
+        rows.append({"bench": "floor-work", "case": f"work {us:g} us/message {where.strip()} the reply",
+                     "metric": "cpu_us", "value": round(e + x, 1), "unit": "us/req", "baseline": round(base, 1),
                      "ratio": round((e + x) / base, 3)})
     print("SUMMARY " + json.dumps(rows))
     return report(tallies)

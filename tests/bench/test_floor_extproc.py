@@ -39,3 +39,21 @@ def test_the_floor_routes_through_envoy_to_the_upstream(tmp_path: Path) -> None:
     assert len(events) > 100 and events[-1] == "data: [DONE]"  # the bench's ~100-chunk stream, whole
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "[demo-openai] echo: hello from the benchmark"
+
+
+def test_a_work_level_says_whether_its_work_comes_after_the_reply() -> None:
+    from bench.floor_work import _level
+    assert _level("60") == (60.0, False)
+    assert _level("a60") == (60.0, True)
+
+
+@pytest.mark.e2e
+def test_the_floor_with_work_after_each_reply_still_answers_every_message(tmp_path: Path) -> None:
+    for name, value in UPSTREAM_KEYS.items():
+        os.environ.setdefault(name, value)
+    stack = _floor_stack(tmp_path / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1))
+    stack.child("extproc").argv += ["--after-us", "200"]
+    with stack:
+        got = [httpx.post(f"{stack.url}/v1/chat/completions", content=BODY, headers=HEADERS, timeout=10)
+               for _ in range(3)]
+    assert [r.status_code for r in got] == [200, 200, 200], got[-1].text
