@@ -72,8 +72,11 @@ def parse_request(endpoint: Endpoint, body: bytes, content_type: str | None, lim
     if not endpoint.multipart:
         obj = load_object(body)
         model = obj.get("model")
-        if type(model) is not str or not model:
+        if model is None and endpoint.kind == "moderations":
+            model = ""  # optional in OpenAI's API (its default model): the flow names the caller's own
+        elif type(model) is not str or not model:
             raise ClientError("model is required and must be a non-empty string")
+        assert isinstance(model, str)
         if endpoint.kind == "moderations":
             return MediaRequest(endpoint, model, False, float(moderation_chars(obj.get("input"))), json=obj)
         if endpoint.kind == "audio.speech":
@@ -148,8 +151,9 @@ def wav_seconds(data: bytes) -> float | None:
 
 
 def render_body(req: MediaRequest, body: bytes, content_type: str | None, upstream_model: str) -> bytes | None:
-    """The upstream body with the model renamed; None when the caller's bytes go as they are."""
-    if upstream_model == req.model:
+    """The upstream body with the model renamed (or named, where the caller left it out); None when
+    the caller's bytes go as they are."""
+    if upstream_model == req.model and (req.json is None or "model" in req.json):
         return None
     if req.json is not None:
         return orjson.dumps({**req.json, "model": upstream_model})

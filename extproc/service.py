@@ -122,8 +122,12 @@ def _feedback(method: str, path: str) -> Route | None:
 
 
 def _count_tokens(method: str, path: str) -> Route | None:
+    # Anthropic's and the Responses API's token counts: the gateway's own estimate (Gemini's: _gemini_actions).
     if method == "POST" and path == "/v1/messages/count_tokens":
         return Route("anthropic", flow=functools.partial(BodyAnswer, handler=local.count_tokens),
+                     operation="count_tokens")
+    if method == "POST" and path == "/v1/responses/input_tokens":
+        return Route("responses", flow=functools.partial(BodyAnswer, handler=local.responses_input_tokens),
                      operation="count_tokens")
     return None
 
@@ -255,8 +259,8 @@ def _gemini_actions(method: str, path: str) -> Route | None:
 
 def build_routes() -> RouteTable:
     """Every endpoint the gateway serves, in match order; anything else is a 404."""
-    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _stored_responses, _keys_admin, _console,
-                       _batches, _gemini_models, _count_tokens, _feedback, _media, _mcp, _chat,
+    return RouteTable([_openai_models, _tasks, _kserve, _kserve_grpc, _embeddings, _count_tokens, _stored_responses,
+                       _keys_admin, _console, _batches, _gemini_models, _feedback, _media, _mcp, _chat,
                        _gemini_actions],
                       fallback=Route("openai", public=True, answer=local.not_found), hop=XlateFlow)
 

@@ -17,6 +17,7 @@ from adapters.responses.request import (
     check_query,
     client_api_key,
     parse_error,
+    parse_input_tokens,
     parse_request,
     render_error,
 )
@@ -26,5 +27,5 @@ from adapters.responses.stream import StreamDecoder, StreamEncoder
 __all__ = [
     "PATH", "CLIENT_AUTH_HEADERS", "parse_request", "request_target", "render_request", "parse_response",
     "render_response", "StreamDecoder", "StreamEncoder", "render_error", "parse_error", "client_api_key",
-    "check_query", "passthrough_body", "unsupported_controls",
+    "check_query", "passthrough_body", "unsupported_controls", "parse_input_tokens",
 ]

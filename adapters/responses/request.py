@@ -270,6 +270,20 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     model = obj.get("model", path_model)
     if type(model) is not str or not model:
         raise ClientError("model is required and must be a non-empty string")
+    return _request(obj, model, stream_hint)
+
+
+def parse_input_tokens(body: bytes) -> ChatRequest:
+    """`POST /v1/responses/input_tokens`' body: a Responses request whose model may be left out (its
+    `model` is then ""), read as a call would be (stored state refused the same way)."""
+    obj = load_object(body, max_values=MAX_CHAT_JSON_VALUES)
+    model = obj.get("model")
+    if model is not None and (type(model) is not str or not model):
+        raise ClientError("model must be a non-empty string")
+    return _request(obj, model or "", False)
+
+
+def _request(obj: JSONObject, model: str, stream_hint: bool) -> ChatRequest:
     native: list[str] = []  # what only a Responses deployment can take (the request passes through)
     _refuse_unsupported(obj, native)
     system, messages = _input(obj, native)

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from adapters import anthropic, gemini, kserve, kserve_meta
+from adapters import anthropic, gemini, kserve, kserve_meta, responses
 from adapters.internal import estimate_prompt_tokens
 from contracts.config import KSERVE_PROTOCOLS, ModelConfig
 from contracts.errors import ClientError, NotFound, UnknownModel
@@ -185,3 +185,12 @@ async def gemini_count_tokens(gw: Gateway, ctx: RequestContext, body: bytes) -> 
     req = gemini.parse_count_tokens(body, path_model=ctx.path_model)
     gw.catalog.model_for(ctx.tenant, req.model)  # unknown or not the tenant's: 404, as a call would get
     return json_response(200, {"totalTokens": estimate_prompt_tokens(req)}, ctx)
+
+
+async def responses_input_tokens(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.ProcessingResponse:
+    """`POST /v1/responses/input_tokens`: the same estimate in the Responses API's shape. Its model is
+    optional (the estimate is every model's); one named must be the tenant's, as a call's."""
+    req = responses.parse_input_tokens(body)
+    if req.model:
+        gw.catalog.model_for(ctx.tenant, req.model)
+    return json_response(200, {"object": "response.input_tokens", "input_tokens": estimate_prompt_tokens(req)}, ctx)

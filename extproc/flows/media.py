@@ -9,6 +9,7 @@ otherwise). Speech audio, and any streamed answer, goes back to the caller as th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -53,6 +54,8 @@ class MediaFlow:
         content_type = ctx.headers.get("content-type")
         limits = MultipartLimits(max_body_bytes=gw.config.extproc.max_body_bytes, max_parts=64)
         req = await sized(functools.partial(media.parse_request, self.endpoint, body, content_type, limits), len(body))
+        if not req.model:
+            req = dataclasses.replace(req, model=self._callers_only_model())
         self.request = req
         choice = gw.dispatcher.choose_for(ctx, RouteRequest(
             model=req.model, tenant=ctx.tenant, strategy_override=ctx.headers.get(STRATEGY_HEADER),
@@ -82,6 +85,18 @@ class MediaFlow:
                               len(body))
         return self.call.request(self.endpoint.path, renamed if renamed is not None else body, headers,
                                  cluster=dep.cluster, replace_body=renamed is not None)
+
+    def _callers_only_model(self) -> str:
+        """A moderation call without a model (OpenAI's default one): the caller's only model of the
+        endpoint's task type stands in; with none or several, the caller must name one."""
+        assert self.ctx.tenant is not None
+        task = self.endpoint.task_type
+        names = [m.name for m in self.gw.catalog.visible(self.ctx.tenant) if task in m.task_types]
+        if len(names) == 1:
+            return names[0]
+        if not names:
+            raise ClientError(f"model is required: this key has no {task} model to stand in for OpenAI's default")
+        raise ClientError(f"model is required: this key has several {task} models ({', '.join(names[:8])})")
 
     # -- response --------------------------------------------------------------------------
     def response_headers(self, status: int, headers: dict[str, str]) -> msg.ProcessingResponse:

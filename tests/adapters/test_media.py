@@ -3,6 +3,8 @@ and the units an answer bills."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 import pytest
 
@@ -73,6 +75,18 @@ def test_the_upstream_body_is_the_callers_with_the_model_renamed() -> None:
                                                              ("file", b"\x00\x01", "a.wav"), ("language", b"en", None)]
     gen = parse_request(ENDPOINTS["/v1/images/generations"], b'{"model": "a", "prompt": "p"}', None, LIMITS)
     assert orjson.loads(render_body(gen, b"", None, "dall-e-3") or b"") == {"model": "dall-e-3", "prompt": "p"}
+
+
+def test_a_moderation_may_leave_its_model_out_and_goes_upstream_named() -> None:
+    ep = ENDPOINTS["/v1/moderations"]
+    req = parse_request(ep, b'{"input": "hello"}', None, LIMITS)
+    assert (req.model, req.est_units) == ("", 5.0)  # the flow names the caller's own moderation model
+    named = dataclasses.replace(req, model="mod")
+    assert orjson.loads(render_body(named, b"", None, "mod") or b"") == {"input": "hello", "model": "mod"}
+    with pytest.raises(ClientError):
+        parse_request(ep, b'{"model": "", "input": "hello"}', None, LIMITS)  # named, it must be a name
+    with pytest.raises(ClientError):
+        parse_request(ENDPOINTS["/v1/audio/speech"], b'{"input": "hello", "voice": "a"}', None, LIMITS)
 
 
 def test_answer_units() -> None:

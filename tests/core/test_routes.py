@@ -91,6 +91,7 @@ def test_route_table(method, path, protocol, handler, model, version, stream, pu
     ("POST", "/v1/files", "openai", batches.upload), ("POST", "/v1/batches", "openai", batches.create_batch),
     ("POST", "/v1/messages/batches", "anthropic", batches.create_message_batch),
     ("POST", "/v1/messages/count_tokens", "anthropic", local.count_tokens),
+    ("POST", "/v1/responses/input_tokens", "responses", local.responses_input_tokens),  # not a stored response's id
     ("POST", "/v1beta/models/a%2Fb:countTokens", "gemini", local.gemini_count_tokens),
     ("POST", "/v1/models/a%2Fb:countTokens", "gemini", local.gemini_count_tokens),  # google-genai's default
 ])

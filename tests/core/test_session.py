@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from extproc import messages as msg
 from extproc.gateway import Gateway
 from extproc.session import Session
 from tests.core.session_driver import KEY, ROUTES, body_msg, chat_headers, headers_msg, set_headers
@@ -108,6 +109,42 @@ async def test_gemini_count_tokens_counts_a_whole_generate_content_request(gatew
     whole = await count({"generateContentRequest": {"model": "models/demo-gemini", "contents": contents,
                                                     "systemInstruction": {"parts": [{"text": "answer in verse " * 20}]}}})
     assert 0 < plain < whole  # the system instruction counts too
+
+
+async def test_responses_input_tokens_counts_with_or_without_a_model(gateway: Gateway) -> None:
+    async def count(body: dict) -> tuple[int, dict]:
+        s = Session(gateway, ROUTES)
+        await s.handle(headers_msg({":method": "POST", ":path": "/v1/responses/input_tokens",
+                                    "authorization": f"Bearer {KEY}", "content-type": "application/json"}))
+        r = await s.handle(body_msg(orjson.dumps(body)))
+        return r.immediate_response.status.code, orjson.loads(r.immediate_response.body)
+
+    short = await count({"model": "demo-gpt", "input": "how many tokens is this"})
+    assert short[0] == 200 and short[1]["object"] == "response.input_tokens" and short[1]["input_tokens"] > 0
+    unnamed = await count({"input": "how many tokens is this"})  # the model is optional: the estimate is every model's
+    assert unnamed == short
+    long = await count({"model": "demo-gpt", "input": "how many tokens is this", "instructions": "answer in verse " * 20})
+    assert long[1]["input_tokens"] > short[1]["input_tokens"]  # the instructions count too
+    status, err = await count({"model": "no-such-model", "input": "x"})
+    assert status == 404 and err["error"]["code"] == "model_not_found"
+    status, err = await count({"input": "x", "previous_response_id": "resp_1"})  # refused as a call would be
+    assert status == 400 and "does not store responses" in err["error"]["message"]
+    status, err = await count({"model": 5, "input": "x"})
+    assert status == 400 and err["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_moderation_without_a_model_needs_the_caller_to_have_exactly_one(gateway: Gateway) -> None:
+    async def moderate(key: str) -> msg.ProcessingResponse:
+        s = Session(gateway, ROUTES)
+        await s.handle(headers_msg({":method": "POST", ":path": "/v1/moderations", "authorization": f"Bearer {key}",
+                                    "content-type": "application/json"}))
+        return await s.handle(body_msg(b'{"input": "hello"}'))
+
+    sent = await moderate(KEY)  # tenant demo: demo-moderation alone stands in, named in the upstream's body
+    assert orjson.loads(sent.request_body.response.body_mutation.body) == {"input": "hello", "model": "demo-moderation"}
+    refused = await moderate("sk-modelyard-demo-l3")  # tenant demo-l3 has none
+    err = orjson.loads(refused.immediate_response.body)["error"]
+    assert refused.immediate_response.status.code == 400 and "no moderation model" in err["message"]
 
 
 async def test_upstream_5xx_becomes_502_in_client_shape(gateway: Gateway) -> None:

@@ -122,6 +122,9 @@ def test_the_gateways_moderations_endpoint_answers_as_openais(stack: Any) -> Non
     assert [x.flagged for x in many.results] == [False, True]
     with pytest.raises(openai.BadRequestError):
         _oa(stack).moderations.create(model="demo-moderation", input=[])
+    # No model (OpenAI's default one): the caller's only moderation model stands in, named upstream.
+    unnamed = _oa(stack).moderations.create(input="I will kill the process")
+    assert unnamed.model == "demo-moderation" and unnamed.results[0].flagged
 
 
 def test_shipped_safety_policy_moderates_redacts_ids_and_limits_languages(stack: Any) -> None:

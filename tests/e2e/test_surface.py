@@ -1,5 +1,5 @@
-"""The rest of the surface through a real Envoy with the real SDKs: Anthropic's count_tokens and
-each protocol's model listing from config; OpenAI images (generations, edits) and audio
+"""The rest of the surface through a real Envoy with the real SDKs: Anthropic's count_tokens, the
+Responses API's input-token count and each protocol's model listing from config; OpenAI images (generations, edits) and audio
 (transcriptions, translations, streamed speech) passed through to the demo upstreams `demo-image`,
 `demo-whisper` and `demo-tts`, metered per image, second and character. One stack for the module.
 """
@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from adapters import anthropic as anthropic_adapter
+from adapters import responses as responses_adapter
 from adapters.internal import estimate_prompt_tokens
 from devstack.demo.media import PNG, wav
 from tests.conftest import DEMO_KEY, UPSTREAM_KEYS
@@ -72,6 +73,21 @@ def test_count_tokens_is_the_gateways_own_estimate(stack) -> None:
         client.messages.count_tokens(model="no-such-model", messages=messages)  # type: ignore[arg-type]
     with pytest.raises(anthropic.BadRequestError):
         client.messages.count_tokens(model="demo-claude", messages="nope")  # type: ignore[arg-type]
+
+
+def test_responses_input_tokens_is_the_same_estimate_in_openais_shape(stack) -> None:
+    client = _oai(stack)
+    got = client.responses.input_tokens.count(model="demo-gpt", instructions="Be brief.",
+                                              input="How many tokens is this sentence, roughly?")
+    req = responses_adapter.parse_request(__import__("orjson").dumps(
+        {"model": "demo-gpt", "instructions": "Be brief.", "input": "How many tokens is this sentence, roughly?"}))
+    assert got.object == "response.input_tokens" and got.input_tokens == estimate_prompt_tokens(req) > 0
+    assert client.responses.input_tokens.count(input="How many tokens is this sentence, roughly?").input_tokens > 0
+    with pytest.raises(openai.NotFoundError) as e:
+        client.responses.input_tokens.count(model="no-such-model", input="x")
+    assert e.value.body["code"] == "model_not_found"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as e:  # no stored state here: refused as a call would be
+        client.responses.input_tokens.count(model="demo-gpt", input="x", previous_response_id="resp_1")
 
 
 def test_each_protocol_lists_models_from_config(stack) -> None:
