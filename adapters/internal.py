@@ -142,6 +142,9 @@ class ChatRequest:
     # What only a deployment speaking the client's own protocol can take (Responses hosted tools,
     # reasoning options and items): such a request passes through there, and is a 400 elsewhere.
     native_only: str | None = None
+    # Answers asked for (OpenAI's `n`): more than one only from a deployment speaking the client's
+    # protocol (`native_only` says "n > 1"); the internal response carries the first.
+    choices: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from adapters.limits import MAX_CHAT_JSON_VALUES, MAX_CONTENT_PARTS, MAX_MESSAGE
 from contracts.errors import ClientError
 
 PATH = "/v1/chat/completions"
+MAX_CHOICES = 128  # OpenAI's own bound on `n`
 CLIENT_AUTH_HEADERS: tuple[str, ...] = ("authorization",)
 _ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
 
@@ -182,10 +183,14 @@ def _stop(obj: JSONObject) -> tuple[str, ...]:
     raise ClientError("stop must be a string or an array of strings")
 
 
-def _max_tokens(obj: JSONObject) -> int | None:
+def _choices(obj: JSONObject) -> int:
     n = opt_int(obj, "n", "body")
-    if n is not None and n != 1:
-        raise ClientError("n other than 1 is not supported")
+    if n is not None and not 1 <= n <= MAX_CHOICES:
+        raise ClientError(f"n must be from 1 to {MAX_CHOICES}")
+    return n or 1
+
+
+def _max_tokens(obj: JSONObject) -> int | None:
     max_tokens = opt_int(obj, "max_completion_tokens", "body")
     return opt_int(obj, "max_tokens", "body") if max_tokens is None else max_tokens
 
@@ -221,6 +226,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     tool_choice = _tool_choice(obj)
     stop = _stop(obj)
     max_tokens = _max_tokens(obj)
+    choices = _choices(obj)
     so = obj.get("stream_options")
     include_usage = opt_bool(as_object(so, "stream_options"), "include_usage", "stream_options") if so is not None else False
     ptc = obj.get("parallel_tool_calls")
@@ -243,6 +249,8 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         response_format=_response_format(obj),
         stream=opt_bool(obj, "stream", "body") or stream_hint,
         include_usage=include_usage,
+        choices=choices,
+        native_only="n > 1" if choices > 1 else None,
     )
 
 

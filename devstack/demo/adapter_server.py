@@ -26,6 +26,7 @@ from devstack.demo.behaviour import (
     demo_stream_events,
     last_user_text,
 )
+from devstack.demo.choices import several, several_events
 from devstack.demo.faults import (
     BAD_INPUT,
     CUT,
@@ -111,10 +112,11 @@ class AdapterDemo:
             return web.Response(body=GARBAGE_BODY, content_type="application/json")
         resp = demo_reply(req, self.prefix, response_id=f"{self.prefix.strip('[]')}-{self.requests}",
                           explicit_cache=self.explicit_cache)
+        n = req.choices  # OpenAI's `n` (only its parser reads one)
         if not req.stream:
             # With the request: an answer that echoes its settings (Responses) echoes them, as upstream.
-            return web.Response(body=adapter.render_response(resp, model=req.model, request=req),
-                                content_type="application/json")
+            body = adapter.render_response(resp, model=req.model, request=req)
+            return web.Response(body=several(body, n) if n > 1 else body, content_type="application/json")
         ctype = getattr(adapter, "STREAM_CONTENT_TYPE", "text/event-stream")  # Bedrock's is binary
         out = web.StreamResponse(headers={"content-type": ctype, "cache-control": "no-cache"})
         encoder = adapter.StreamEncoder(model=req.model, request=req)
@@ -123,6 +125,8 @@ class AdapterDemo:
             await out.prepare(request)
             for ev in events[: len(events) // 2] if fault == CUT else events:
                 data = encoder.encode([ev])
+                if data and n > 1:
+                    data = several_events(data, n)
                 if data:
                     await out.write(data)
                     if self.chunk_delay:

@@ -102,6 +102,8 @@ class ChatFlow:
         self.client.check_query(ctx.query, stream_hint=ctx.stream_hint)
         req = await self._parse(body)
         if (guard := guard_for(self.gw, ctx, req)) is not None:
+            if req.choices > 1 and guard.checks.guards_output:
+                raise ClientError("n > 1: this model's guardrails check its answers one at a time; ask for one")
             self.guard = guard
             req = self.request = await self._guarded_request(guard, req, body)
             if guard.checks.remote_inputs:

@@ -68,6 +68,14 @@ def test_streaming_paths_and_flags() -> None:
     assert orjson.loads(anthropic.render_request(req, upstream_model="m", credential=None).body)["stream"] is True
 
 
+def test_openai_n_asks_for_several_choices_only_a_same_protocol_upstream_gives() -> None:
+    ask = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    three = openai.parse_request(orjson.dumps({**ask, "n": 3}))
+    assert (three.choices, three.native_only) == (3, "n > 1")
+    one = openai.parse_request(orjson.dumps({**ask, "n": 1}))
+    assert (one.choices, one.native_only) == (1, None)
+
+
 def test_openai_details() -> None:
     r = openai.parse_request(body({
         "model": "m", "messages": [{"role": "developer", "content": "a"}, {"role": "system", "content": [
@@ -130,7 +138,8 @@ BAD = {
         b'{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3}',
         b'{"model":"m","messages":[{"role":"tool","content":"x"}]}',
         b'{"model":"m","messages":[{"role":"system","content":"x"}]}',
-        b'{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}',
+        b'{"model":"m","messages":[{"role":"user","content":"x"}],"n":0}',
+        b'{"model":"m","messages":[{"role":"user","content":"x"}],"n":129}',
         b'{"model":"m","messages":[{"role":"user","content":"x"}],"stop":[1]}',
         b'{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio"}]}]}',
     ],
@@ -153,7 +162,7 @@ BAD = {
 # What is wrong with each BAD body, in order.
 BAD_NAMES = {
     "openai": ["empty", "not-json", "array", "no-model", "no-messages", "unknown-role", "content-number",
-               "temperature-string", "temperature-3", "tool-without-call-id", "system-only", "n-2", "stop-number",
+               "temperature-string", "temperature-3", "tool-without-call-id", "system-only", "n-0", "n-129", "stop-number",
                "input-audio"],
     "anthropic": ["truncated", "no-max_tokens", "no-messages", "system-role", "max_tokens-0", "document-no-source",
                   "server-tool"],

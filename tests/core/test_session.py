@@ -147,6 +147,15 @@ async def test_a_moderation_without_a_model_needs_the_caller_to_have_exactly_one
     assert refused.immediate_response.status.code == 400 and "no moderation model" in err["message"]
 
 
+async def test_several_choices_are_refused_where_guardrails_check_answers(gateway: Gateway) -> None:
+    s = Session(gateway, ROUTES)
+    await s.handle(headers_msg(chat_headers()))
+    r = await s.handle(body_msg(orjson.dumps({"model": "demo-guarded", "n": 2,  # demo-safety moderates answers
+                                              "messages": [{"role": "user", "content": "hello"}]})))
+    assert r.immediate_response.status.code == 400
+    assert "n > 1" in orjson.loads(r.immediate_response.body)["error"]["message"]
+
+
 async def test_upstream_5xx_becomes_502_in_client_shape(gateway: Gateway) -> None:
     s = Session(gateway, ROUTES)
     await s.handle(headers_msg(chat_headers()))

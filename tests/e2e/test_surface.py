@@ -90,6 +90,35 @@ def test_responses_input_tokens_is_the_same_estimate_in_openais_shape(stack) -> 
         client.responses.input_tokens.count(model="demo-gpt", input="x", previous_response_id="resp_1")
 
 
+def test_several_choices_pass_through_to_an_openai_upstream_and_are_refused_in_translation(stack) -> None:
+    client, ask = _oai(stack), [{"role": "user", "content": "three takes please"}]
+    one = client.chat.completions.create(model="demo-gpt", messages=ask)  # type: ignore[arg-type]
+    raw = client.chat.completions.with_raw_response.create(model="demo-gpt", n=3, messages=ask)  # type: ignore[arg-type]
+    got = raw.parse()
+    assert [c.index for c in got.choices] == [0, 1, 2]
+    assert {c.message.content for c in got.choices} == {one.choices[0].message.content}
+    assert one.usage is not None and got.usage is not None
+    assert got.usage.completion_tokens == 3 * one.usage.completion_tokens  # the upstream's own count, metered
+    task = raw.headers["x-modelyard-task-id"]
+    with sqlite3.connect(stack.cfg.extproc.metering_db) as db:
+        _metered(stack, task)
+        assert db.execute("SELECT output_tokens FROM requests WHERE task_id = ?", (task,)).fetchone() == (
+            got.usage.completion_tokens,)
+    texts: dict[int, str] = {}
+    usage = None
+    for chunk in client.chat.completions.create(model="demo-gpt", n=2, stream=True, messages=ask,  # type: ignore[arg-type]
+                                                stream_options={"include_usage": True}):
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+        usage = chunk.usage or usage
+    assert texts == {0: one.choices[0].message.content, 1: one.choices[0].message.content}
+    assert usage is not None and usage.completion_tokens == 2 * one.usage.completion_tokens
+    with pytest.raises(openai.BadRequestError, match=r"n > 1.*speaks anthropic"):  # one answer per Messages call
+        client.chat.completions.create(model="demo-claude", n=2, messages=ask)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError, match=r"n must be"):
+        client.chat.completions.create(model="demo-gpt", n=0, messages=ask)  # type: ignore[arg-type]
+
+
 def test_each_protocol_lists_models_from_config(stack) -> None:
     client = anthropic.Anthropic(base_url=stack.url, api_key=DEMO_KEY, max_retries=0)
     ids = [m.id for m in client.models.list()]
