@@ -196,7 +196,9 @@ def _system(obj: JSONObject) -> str | None:
     return "".join(texts)
 
 
-def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
+def _tools(obj: JSONObject, native: list[str]) -> tuple[ToolDef, ...]:
+    """Function declarations; Gemini's own tools (googleSearch, codeExecution, urlContext, ...) are
+    named in `native`: only a Gemini deployment runs them."""
     tools: list[ToolDef] = []
     raw_tools = _get(obj, "tools", "tools")
     if raw_tools is not None and type(raw_tools) is not list:
@@ -204,9 +206,13 @@ def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
     check_count(raw_tools or (), MAX_TOOLS, "tools")
     for j, t in enumerate(raw_tools or ()):
         t = as_object(t, f"tools[{j}]")
+        own = [k for k in t if k not in ("functionDeclarations", "function_declarations")]
+        native += [f"tools[{j}].{k}" for k in own]
         decls = _get(t, "functionDeclarations", "function_declarations")
+        if decls is None and own:
+            continue
         if type(decls) is not list:
-            raise ClientError(f"tools[{j}]: only functionDeclarations tools are supported")
+            raise ClientError(f"tools[{j}] must declare functions (functionDeclarations) or name a Gemini tool")
         if len(tools) + len(decls) > MAX_TOOLS:
             raise ClientError(f"function declarations exceed the limit of {MAX_TOOLS}", status=413)
         for k, d in enumerate(decls):
@@ -254,8 +260,11 @@ class _Sampling:
     max_tokens: int | None
     stop: tuple[str, ...]
     response_format: ResponseFormat | None
+    choices: int
 
 
+# Gemini's own bound on generationConfig.candidateCount.
+MAX_CANDIDATES = 8
 # generationConfig fields as Google's REST examples also spell them (snake_case).
 _SNAKE = {"candidateCount": "candidate_count", "stopSequences": "stop_sequences", "temperature": "temperature",
           "topP": "top_p", "topK": "top_k", "seed": "seed", "maxOutputTokens": "max_output_tokens",
@@ -287,8 +296,8 @@ def _sampling(obj: JSONObject) -> _Sampling:
     gc = {camel: _get(raw, camel, snake) for camel, snake in _SNAKE.items()}
     w = "generationConfig"
     cc = opt_int(gc, "candidateCount", w)
-    if cc is not None and cc != 1:
-        raise ClientError("generationConfig.candidateCount other than 1 is not supported")
+    if cc is not None and not 1 <= cc <= MAX_CANDIDATES:
+        raise ClientError(f"generationConfig.candidateCount must be from 1 to {MAX_CANDIDATES}")
     stop = opt_list(gc, "stopSequences", w)
     if not all(type(s) is str for s in stop):
         raise ClientError("generationConfig.stopSequences must be an array of strings")
@@ -300,6 +309,7 @@ def _sampling(obj: JSONObject) -> _Sampling:
         max_tokens=opt_int(gc, "maxOutputTokens", w),
         stop=tuple(stop),
         response_format=_response_format(gc),
+        choices=cc or 1,
     )
 
 
@@ -318,9 +328,12 @@ def _request(obj: JSONObject, path_model: str | None, stream_hint: bool) -> Chat
     model = _model(obj, path_model)
     messages = _messages(obj)
     system = _system(obj)
-    tools = _tools(obj)
+    native: list[str] = []  # what only a Gemini deployment can take (the request passes through)
+    tools = _tools(obj, native)
     tool_choice = _tool_choice(obj)
     sampling = _sampling(obj)
+    if sampling.choices > 1:
+        native.append("generationConfig.candidateCount > 1")
     return ChatRequest(
         model=model,
         messages=messages,
@@ -336,6 +349,8 @@ def _request(obj: JSONObject, path_model: str | None, stream_hint: bool) -> Chat
         response_format=sampling.response_format,
         stream=stream_hint,
         include_usage=True,  # Gemini chunks always carry usageMetadata
+        choices=sampling.choices,
+        native_only=", ".join(native) or None,
     )
 
 

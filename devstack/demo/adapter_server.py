@@ -112,7 +112,7 @@ class AdapterDemo:
             return web.Response(body=GARBAGE_BODY, content_type="application/json")
         resp = demo_reply(req, self.prefix, response_id=f"{self.prefix.strip('[]')}-{self.requests}",
                           explicit_cache=self.explicit_cache)
-        n = req.choices  # OpenAI's `n` (only its parser reads one)
+        n = req.choices  # OpenAI's `n`, Gemini's candidateCount (the other parsers read none)
         if not req.stream:
             # With the request: an answer that echoes its settings (Responses) echoes them, as upstream.
             body = adapter.render_response(resp, model=req.model, request=req)

@@ -76,6 +76,16 @@ def test_openai_n_asks_for_several_choices_only_a_same_protocol_upstream_gives()
     assert (one.choices, one.native_only) == (1, None)
 
 
+def test_gemini_candidates_and_own_tools_are_for_a_gemini_deployment_only() -> None:
+    ask = {"contents": [{"parts": [{"text": "x"}]}]}
+    got = gemini.parse_request(orjson.dumps({**ask, "generationConfig": {"candidateCount": 3},
+                                             "tools": [{"googleSearch": {}}, {"code_execution": {}}]}), path_model="m")
+    assert got.choices == 3 and got.tools == ()
+    assert got.native_only == "tools[0].googleSearch, tools[1].code_execution, generationConfig.candidateCount > 1"
+    plain = gemini.parse_request(orjson.dumps(ask), path_model="m")
+    assert (plain.choices, plain.native_only) == (1, None)
+
+
 def test_openai_details() -> None:
     r = openai.parse_request(body({
         "model": "m", "messages": [{"role": "developer", "content": "a"}, {"role": "system", "content": [
@@ -154,8 +164,8 @@ BAD = {
     "gemini": [
         b"null", b'{"contents":[]}', b'{"contents":[{"role":"bot","parts":[{"text":"x"}]}]}',
         b'{"contents":[{"parts":[]}]}', b'{"contents":[{"parts":[{"executableCode":{}}]}]}',
-        b'{"contents":[{"parts":[{"text":"x"}]}],"generationConfig":{"candidateCount":2}}',
-        b'{"contents":[{"parts":[{"text":"x"}]}],"tools":[{"googleSearch":{}}]}',
+        b'{"contents":[{"parts":[{"text":"x"}]}],"generationConfig":{"candidateCount":9}}',
+        b'{"contents":[{"parts":[{"text":"x"}]}],"tools":[{}]}',
     ],
 }
 
@@ -166,8 +176,8 @@ BAD_NAMES = {
                "input-audio"],
     "anthropic": ["truncated", "no-max_tokens", "no-messages", "system-role", "max_tokens-0", "document-no-source",
                   "server-tool"],
-    "gemini": ["null", "no-contents", "unknown-role", "no-parts", "executable-code", "candidateCount-2",
-               "google-search"],
+    "gemini": ["null", "no-contents", "unknown-role", "no-parts", "executable-code", "candidateCount-9",
+               "empty-tool"],
 }
 assert {p: len(n) for p, n in BAD_NAMES.items()} == {p: len(r) for p, r in BAD.items()}
 

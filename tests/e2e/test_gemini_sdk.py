@@ -101,3 +101,24 @@ def test_errors_in_geminis_shape(demo_stack, clients) -> None:
                    headers={"x-goog-api-key": DEMO_KEY})
     assert r.status_code == 404
     assert r.json()["error"]["status"] == "NOT_FOUND" and "fooBar" in r.json()["error"]["message"]
+
+
+def test_candidates_and_geminis_own_tools_pass_through_to_a_gemini_upstream_only(clients) -> None:
+    models = clients["v1beta"].models
+    one = models.generate_content(model="demo-gemini", contents="two takes")
+    two = models.generate_content(model="demo-gemini", contents="two takes",
+                                  config=gt.GenerateContentConfig(candidate_count=2))
+    assert [c.content.parts[0].text for c in two.candidates] == [one.text, one.text]
+    assert two.usage_metadata.candidates_token_count == 2 * one.usage_metadata.candidates_token_count
+    streamed = list(models.generate_content_stream(model="demo-gemini", contents="two takes",
+                                                   config=gt.GenerateContentConfig(candidate_count=2)))
+    assert {len(c.candidates) for c in streamed if c.candidates} == {2}
+    search = gt.GenerateContentConfig(tools=[gt.Tool(google_search=gt.GoogleSearch())])
+    assert models.generate_content(model="demo-gemini", contents="search this", config=search).text == \
+        "[demo-gemini] echo: search this"
+    for model in ("demo-gpt", "demo-claude"):  # translated: nothing there runs Google Search or answers twice
+        with pytest.raises(genai_errors.ClientError) as e:
+            models.generate_content(model=model, contents="search this", config=search)
+        assert e.value.code == 400 and "tools[0].googleSearch" in str(e.value)
+        with pytest.raises(genai_errors.ClientError, match="candidateCount > 1"):
+            models.generate_content(model=model, contents="x", config=gt.GenerateContentConfig(candidate_count=2))
