@@ -169,6 +169,9 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cache: CacheTokens = NO_CACHE
+    # Web searches the provider ran and bills apart from tokens (Gemini's grounding queries, the
+    # Responses API's web_search calls): priced by the model's `per_web_search` and `per_grounded_prompt`.
+    web_searches: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -262,6 +265,7 @@ class UsageUpdate:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache: CacheTokens | None = None  # cumulative too: the cache part of input_tokens
+    web_searches: int | None = None  # cumulative too (Usage.web_searches)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,3 +39,8 @@ def charge(price: Cost, input_tokens: int, output_tokens: int, cache_read: int =
             + output_tokens * o) / 1000
     full = (input_tokens * i + output_tokens * o) / 1000
     return Charge(cost, full - cost)
+
+
+def search_cost(price: Cost, searches: int) -> float:
+    """The web searches an answer ran, as the provider bills them: per search, and per answer that searched."""
+    return searches * price.per_web_search + (price.per_grounded_prompt if searches else 0.0)

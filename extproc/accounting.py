@@ -7,7 +7,7 @@ import logging
 import time
 
 from adapters.internal import NO_CACHE, Usage
-from budgets.pricing import charge
+from budgets.pricing import charge, search_cost
 from contracts.config import Cost
 from extproc.admission.budget_guard import BudgetGuard
 from extproc.admission.choice import Choice
@@ -22,6 +22,7 @@ from extproc.telemetry.metrics import (
     ARM_REWARD,
     BREAKER_TRIPS,
     MEDIA_UNITS,
+    WEB_SEARCHES,
     cache_series,
     channel_series,
     cost_series,
@@ -88,6 +89,9 @@ class Accountant:
         ctx.outcome = CallOutcome(model.name, choice.deployment.cluster, status, tin, tout)
         price = choice.deployment.cost or model.cost  # a deployment's own price (spot) bills as it routed
         cost, saved = charge(price, tin, tout, cache.read, cache.write, cache.write_1h)
+        if usage is not None and usage.web_searches:  # a search tool's calls: billed apart from tokens
+            cost += search_cost(price, usage.web_searches)
+            WEB_SEARCHES.labels(model.name, choice.deployment.cluster).inc(usage.web_searches)
         if media is not None:  # images, audio seconds, speech characters: the provider's own units
             cost += media_cost(price, *media)
             MEDIA_UNITS.labels(model.name, media[0]).inc(media[1])

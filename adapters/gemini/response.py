@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import orjson
 
 from adapters.call_ids import new_call_id
 from adapters.fields import arguments_object, bad_upstream, load_object, upstream_error
-from adapters.gemini.usage import read_usage, render_usage
+from adapters.gemini.usage import read_usage, render_usage, web_searches
 from adapters.gemini.wire import (
     _FINISH_IN,
     _FINISH_OUT,
@@ -89,8 +90,11 @@ def parse_response(body: bytes) -> ChatResponse:
             reason = "tool_calls"
     u = obj.get("usageMetadata")
     model = obj.get("modelVersion")
+    usage = read_usage(u) if type(u) is dict else Usage()
+    if searches := web_searches(obj):
+        usage = dataclasses.replace(usage, web_searches=searches)
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(texts),
-                        tuple(calls), reason, read_usage(u) if type(u) is dict else Usage(), reasoning=tuple(reasoning))
+                        tuple(calls), reason, usage, reasoning=tuple(reasoning))
 
 
 def render_response(resp: ChatResponse, *, model: str, request: ChatRequest | None = None) -> bytes:

@@ -10,7 +10,7 @@ import orjson
 from adapters.fields import arguments_object, bad_upstream, error_message, upstream_error
 from adapters.gemini.errors import render_error
 from adapters.gemini.response import _candidate_parts, _response_call, reasoning_out, thought_part
-from adapters.gemini.usage import read_usage, render_usage
+from adapters.gemini.usage import read_usage, render_usage, web_searches
 from adapters.gemini.wire import (
     _FINISH_IN,
     _FINISH_OUT,
@@ -103,8 +103,10 @@ class StreamDecoder(SSEDecoder):
             self._finished = True
             reason = _FINISH_IN.get(fr, "stop")
             out.append(StreamFinish("tool_calls" if reason == "stop" and self._ntools else reason))
-        if us is not None:
-            out.append(UsageUpdate(us.input_tokens, us.output_tokens, us.cache or None))
+        searches = web_searches(obj) or None  # grounding's queries, on the chunks that carry them
+        if us is not None or searches is not None:
+            out.append(UsageUpdate(us.input_tokens if us else None, us.output_tokens if us else None,
+                                   (us.cache or None) if us else None, searches))
 
     def _function_call(self, part: JSONObject, fc: JSONObject, out: list[StreamEvent]) -> None:
         """A whole call, or (streamed arguments) its start, argument pieces and closing `{}`."""

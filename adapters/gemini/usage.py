@@ -24,3 +24,18 @@ def render_usage(u: Usage) -> UsageMetadata:
     if u.cache.read:
         out["cachedContentTokenCount"] = u.cache.read
     return out
+
+
+def web_searches(obj: JSONObject) -> int:
+    """The Google Search queries grounding ran for an answer (or a streamed chunk): every candidate's
+    `groundingMetadata.webSearchQueries`, as Google bills them."""
+    candidates = obj.get("candidates")
+    if type(candidates) is not list:
+        return 0
+    n = 0
+    for c in candidates:
+        meta = c.get("groundingMetadata") if type(c) is dict else None
+        queries = meta.get("webSearchQueries") if type(meta) is dict else None
+        if type(queries) is list:
+            n += sum(1 for q in queries if type(q) is str)
+    return n

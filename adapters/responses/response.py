@@ -190,5 +190,5 @@ def parse_response(body: bytes) -> ChatResponse:
     if refusal and reason == "stop":
         reason = "content_filter"  # a refusal ends the turn as a refusal, as the OpenAI adapter reads it
     return ChatResponse(rid if type(rid) is str else "", model if type(model) is str else "", "".join(text),
-                        tuple(calls), reason, read_usage(obj.get("usage")), "".join(refusal) or None,
+                        tuple(calls), reason, read_usage(obj.get("usage"), output), "".join(refusal) or None,
                         untranslatable(problem) if problem else None, tuple(reasoning))

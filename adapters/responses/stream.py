@@ -157,12 +157,13 @@ class StreamDecoder(SSEDecoder):
             msg = err.get("message") if type(err) is dict else None
             out.append(StreamError(msg if type(msg) is str else "upstream response failed", "api_error"))
             return
-        u = read_usage(resp.get("usage"))
+        u = read_usage(resp.get("usage"), resp.get("output"))
         if self._problem is not None:
-            out += [UsageUpdate(u.input_tokens, u.output_tokens, u.cache or None),
+            out += [UsageUpdate(u.input_tokens, u.output_tokens, u.cache or None, u.web_searches or None),
                     StreamUntranslatable(untranslatable(self._problem), "api_error")]
             return
-        out += [StreamFinish(_reason_of(resp, bool(self._calls))), UsageUpdate(u.input_tokens, u.output_tokens, u.cache or None),
+        out += [StreamFinish(_reason_of(resp, bool(self._calls))),
+                UsageUpdate(u.input_tokens, u.output_tokens, u.cache or None, u.web_searches or None),
                 StreamEnd()]
 
     def _cut(self) -> StreamEvent:

@@ -196,6 +196,10 @@ class Cost(_Model):
     per_image: float = Field(0.0, ge=0)
     per_audio_second: float = Field(0.0, ge=0)  # transcriptions and translations, per second of audio
     per_1k_characters: float = Field(0.0, ge=0)  # speech, per 1k characters of `input`
+    # Web search a provider runs as a tool and bills apart from tokens: per search (Gemini 3's grounding
+    # queries, a Responses web_search call), and per answer that searched at all (Gemini 2.x's grounded prompts).
+    per_web_search: float = Field(0.0, ge=0)
+    per_grounded_prompt: float = Field(0.0, ge=0)
 
     @model_validator(mode="before")
     @classmethod

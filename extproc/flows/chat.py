@@ -567,7 +567,7 @@ class ChatFlow:
         reported = self.usage or Usage()
         est_in = choice.est_prompt_tokens if choice is not None else 0
         self.usage = Usage(input_tokens=reported.input_tokens or est_in, output_tokens=-(-guard.released_chars // 4),
-                           cache=reported.cache)
+                           cache=reported.cache, web_searches=reported.web_searches)  # the searches ran, billed
         self.client_status = 400
         self.answer = None
 

@@ -29,6 +29,9 @@ CACHE_SAVED = Counter("modelyard_cache_saved_total", "Cost the prompt cache save
 # Images, seconds of audio and characters of speech (/v1/images, /v1/audio), as each provider bills them.
 MEDIA_UNITS = Counter("modelyard_media_units_total", "Images, audio seconds and speech characters metered",
                       ["model", "unit"])
+# Web searches a provider ran as a tool (Gemini's grounding, a Responses web_search call), billed apart from tokens.
+WEB_SEARCHES = Counter("modelyard_web_searches_total", "Web searches upstream tools ran, as their providers bill them",
+                       ["model", "cluster"])
 CHANNEL = Counter("modelyard_channel_requests_total", "Requests by serving channel",
                   ["channel", "tier"])
 STREAMS = Gauge("modelyard_extproc_open_streams", "ext_proc streams open now")

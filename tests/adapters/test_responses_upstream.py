@@ -150,7 +150,8 @@ def test_a_stream_with_untranslatable_output_ends_in_an_error_after_its_usage(ca
     last = events[-1]
     assert isinstance(last, StreamUntranslatable) and what in last.message
     assert sum(isinstance(e, (StreamEnd, StreamError)) for e in events) == 1
-    assert events[-2] == UsageUpdate(11, 2)
+    # A web search ran (and is billed) whether or not its answer can be translated.
+    assert events[-2] == UsageUpdate(11, 2, web_searches=1 if item["type"] == "web_search_call" else None)
     # Nothing after the item is passed on as if it were the whole answer.
     assert not [e for e in events if isinstance(e, TextDelta)]
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import yaml
 
-from budgets.pricing import charge
+from budgets.pricing import charge, search_cost
 from contracts.config import DEFAULT_CONFIG, Cost, parse_config
 from contracts.config.prices import PRICE_TABLE, table_models
 from contracts.errors import ConfigError
@@ -76,3 +76,10 @@ def test_long_prompt_steps_must_go_up() -> None:
     with pytest.raises(ConfigError, match="steps must go up"):
         parse_config(_config({"input_per_1k": 1, "long_prompt": [{"above_prompt_tokens": 200},
                                                                  {"above_prompt_tokens": 100}]}), "test")
+
+
+def test_web_searches_bill_per_search_and_per_grounded_answer() -> None:
+    per_query = Cost(per_web_search=0.014)
+    assert search_cost(per_query, 3) == pytest.approx(0.042)
+    per_prompt = Cost(per_grounded_prompt=0.035)  # Gemini 2.x: one grounded prompt, however many queries
+    assert search_cost(per_prompt, 3) == pytest.approx(0.035) and search_cost(per_prompt, 0) == 0.0

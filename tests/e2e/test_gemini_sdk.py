@@ -11,6 +11,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as gt
 
 from tests.conftest import DEMO_KEY
+from tests.e2e.metered import metered_row
 
 pytestmark = pytest.mark.e2e
 
@@ -122,3 +123,27 @@ def test_candidates_and_geminis_own_tools_pass_through_to_a_gemini_upstream_only
         assert e.value.code == 400 and "tools[0].googleSearch" in str(e.value)
         with pytest.raises(genai_errors.ClientError, match="candidateCount > 1"):
             models.generate_content(model=model, contents="x", config=gt.GenerateContentConfig(candidate_count=2))
+
+
+def test_google_search_grounding_is_billed_per_query_as_gemini_reports_it(demo_stack, clients) -> None:
+    # demo-gemini: $1.25 / $5 per 1M tokens and $0.014 a search query (Gemini 3's grounding price)
+    search = gt.GenerateContentConfig(tools=[gt.Tool(google_search=gt.GoogleSearch())])
+    out = clients["v1beta"].models.generate_content(model="demo-gemini", contents="who won", config=search)
+    meta = out.candidates[0].grounding_metadata
+    assert meta is not None and meta.web_search_queries == ["who won"]
+    u = out.usage_metadata
+    tokens = (u.prompt_token_count * 1.25 + u.candidates_token_count * 5.0) / 1000
+    row = metered_row(demo_stack, out.sdk_http_response.headers["x-modelyard-task-id"])
+    assert row[0] == "demo-gemini" and row[5] == pytest.approx(tokens + 0.014)
+    chunks = list(clients["v1beta"].models.generate_content_stream(model="demo-gemini", contents="who won",
+                                                                   config=search))
+    assert [c.candidates[0].grounding_metadata.web_search_queries for c in chunks
+            if c.candidates and c.candidates[0].grounding_metadata] == [["who won"]]
+    u = chunks[-1].usage_metadata
+    tokens = (u.prompt_token_count * 1.25 + u.candidates_token_count * 5.0) / 1000
+    row = metered_row(demo_stack, chunks[-1].sdk_http_response.headers["x-modelyard-task-id"])
+    assert row[5] == pytest.approx(tokens + 0.014)
+    plain = clients["v1beta"].models.generate_content(model="demo-gemini", contents="who won")
+    u = plain.usage_metadata
+    assert metered_row(demo_stack, plain.sdk_http_response.headers["x-modelyard-task-id"])[5] == pytest.approx(
+        (u.prompt_token_count * 1.25 + u.candidates_token_count * 5.0) / 1000)  # no search, no search price

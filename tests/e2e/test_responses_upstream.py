@@ -190,13 +190,26 @@ def test_responses_create_stream_passes_through(oai: openai.OpenAI, stack: Any) 
     assert row[:5] == (MODEL, "demo-responses", 200, usage.input_tokens, usage.output_tokens)
 
 
-def test_a_responses_caller_gets_hosted_tool_output_as_sent(oai: openai.OpenAI) -> None:
-    # A hosted tool in the request, and its call in the answer: both pass through untouched.
-    resp = oai.responses.create(model=MODEL, input=f"look it up {WEB_SEARCH}", tools=[{"type": "web_search"}])
+def test_a_responses_caller_gets_hosted_tool_output_as_sent(stack: Any, oai: openai.OpenAI) -> None:
+    # A hosted tool in the request, and its call in the answer: both pass through untouched, the
+    # search billed apart from the tokens (demo-gpt-responses: $2.50 / $10 per 1M, $0.01 a search).
+    raw = oai.responses.with_raw_response.create(model=MODEL, input=f"look it up {WEB_SEARCH}",
+                                                 tools=[{"type": "web_search"}])
+    resp = raw.parse()
     assert [o.type for o in resp.output] == ["web_search_call", "message"]
-    events = list(oai.responses.create(model=MODEL, stream=True, input=f"look it up {WEB_SEARCH}"))
+    assert resp.usage is not None
+    tokens = (resp.usage.input_tokens * 2.5 + resp.usage.output_tokens * 10.0) / 1000
+    assert metered_row(stack, raw.headers["x-modelyard-task-id"])[5] == pytest.approx(tokens + 0.01)
+    streamed = oai.responses.with_streaming_response.create(model=MODEL, stream=True, input=f"look it up {WEB_SEARCH}")
+    with streamed as r:
+        events = list(r.parse())
+        task = r.headers["x-modelyard-task-id"]
     assert events[-1].type == "response.completed"
     assert [o.type for o in events[-1].response.output] == ["web_search_call", "message"]
+    usage = events[-1].response.usage
+    assert usage is not None
+    tokens = (usage.input_tokens * 2.5 + usage.output_tokens * 10.0) / 1000
+    assert metered_row(stack, task)[5] == pytest.approx(tokens + 0.01)
 
 
 # ---- what a chat caller's protocol cannot express: a clear error -------------------------------
