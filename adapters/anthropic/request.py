@@ -125,8 +125,9 @@ def _system(raw: object) -> tuple[str, tuple[TextPart, ...]]:
     return text, tuple(out) if any(p.cache is not None for p in out) else ()
 
 
-def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> None:
-    """One `messages[i]` turn appended to msgs; each tool_result block becomes its own tool message."""
+def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message], native: list[str]) -> None:
+    """One `messages[i]` turn appended to msgs; each tool_result block becomes its own tool message; a
+    server tool's blocks (web search, code execution) are named in `native`: only Anthropic reads them."""
     m = as_object(m, where)
     role = m.get("role")
     if role != "user" and role != "assistant":
@@ -167,13 +168,15 @@ def _turn(m: object, where: str, names: dict[str, str], msgs: list[Message]) -> 
                                 cache=cache_mark(b, bw)))
         elif t in ("thinking", "redacted_thinking") and role == "assistant":
             continue  # reasoning traces do not cross protocols
+        elif role == "assistant" and type(t) is str and (t == "server_tool_use" or t.endswith("_tool_result")):
+            native.append(f"{bw}.{t}")
         else:
             raise ClientError(f"{bw}.type {t!r} is not supported in a {role} message")
     if parts or calls:
         msgs.append(Message(role, tuple(parts), tuple(calls)))
 
 
-def _messages(obj: JSONObject) -> tuple[Message, ...]:
+def _messages(obj: JSONObject, native: list[str]) -> tuple[Message, ...]:
     raw_msgs = obj.get("messages")
     if type(raw_msgs) is not list or not raw_msgs:
         raise ClientError("messages must be a non-empty array")
@@ -181,21 +184,27 @@ def _messages(obj: JSONObject) -> tuple[Message, ...]:
     msgs: list[Message] = []
     names: dict[str, str] = {}  # tool_use id -> name, so tool results know their function
     for i, m in enumerate(raw_msgs):
-        _turn(m, f"messages[{i}]", names, msgs)
+        _turn(m, f"messages[{i}]", names, msgs, native)
     if not msgs:
         raise ClientError("messages carry no content")
     return tuple(msgs)
 
 
-def _tools(obj: JSONObject) -> tuple[ToolDef, ...]:
+def _tools(obj: JSONObject, native: list[str]) -> tuple[ToolDef, ...]:
+    """Custom tools; Anthropic's server tools (web_search_20250305, code_execution_..., ...) are named in
+    `native`: only an Anthropic deployment runs them."""
     tools = []
     raw_tools = opt_list(obj, "tools", "body")
     check_count(raw_tools, MAX_TOOLS, "tools")
     for j, t in enumerate(raw_tools):
         tw = f"tools[{j}]"
         t = as_object(t, tw)
-        if t.get("type", "custom") != "custom":
-            raise ClientError(f"{tw}.type {t.get('type')!r}: server tools are not supported")
+        kind = t.get("type", "custom")
+        if kind != "custom":
+            if type(kind) is not str or not kind:
+                raise ClientError(f"{tw}.type must be a string")
+            native.append(f"{tw}.{kind}")
+            continue
         schema = t.get("input_schema")
         if type(schema) is not dict:
             raise ClientError(f"{tw}.input_schema must be an object")
@@ -245,10 +254,11 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     max_tokens = opt_int(obj, "max_tokens", "body")
     if max_tokens is None:
         raise ClientError("max_tokens is required")
-    messages = _messages(obj)
+    native: list[str] = []  # what only an Anthropic deployment can take (the request passes through)
+    messages = _messages(obj, native)
     system = obj.get("system")
     system_text, system_blocks = _system(system) if system is not None else (None, ())
-    tools = _tools(obj)
+    tools = _tools(obj, native)
     tool_choice = _tool_choice(obj)
     response_format = _output_format(obj)
     structured = next((t for t in tools if t.name == JSON_TOOL), None)
@@ -279,6 +289,7 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
         stream=opt_bool(obj, "stream", "body") or stream_hint,
         # Anthropic streams always carry usage.
         include_usage=True,
+        native_only=", ".join(native) or None,
     )
 
 

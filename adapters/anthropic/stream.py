@@ -7,7 +7,7 @@ import uuid
 import orjson
 
 from adapters.anthropic.render import tool_id
-from adapters.anthropic.usage import READ, WRITE, cache_of, one_hour_writes, render_usage
+from adapters.anthropic.usage import READ, WRITE, cache_of, one_hour_writes, render_usage, web_searches
 from adapters.anthropic.wire import (
     _FINISH_IN,
     _FINISH_OUT,
@@ -161,7 +161,8 @@ class StreamDecoder(SSEDecoder):
                 out.append(StreamFinish(reason))
             u = obj.get("usage")
             if type(u) is dict:
-                out.append(UsageUpdate(self._input_update(u), token_count(u.get("output_tokens")), self._cache_update(u)))
+                out.append(UsageUpdate(self._input_update(u), token_count(u.get("output_tokens")), self._cache_update(u),
+                                       web_searches(u) or None))
         elif t == "message_stop":
             self._done = True
             out.append(StreamEnd())

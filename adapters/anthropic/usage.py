@@ -21,10 +21,16 @@ def cache_of(read: int, write: int, write_1h: int) -> CacheTokens:
     return CacheTokens(read, write, min(write_1h, write)) if read or write else NO_CACHE
 
 
+def web_searches(u: JSONObject) -> int:
+    """The web searches a server tool ran (`server_tool_use.web_search_requests`), billed per search."""
+    server = u.get("server_tool_use")
+    return token_count(server.get("web_search_requests")) if type(server) is dict else 0
+
+
 def read_usage(u: JSONObject) -> Usage:
     read, write = token_count(u.get(READ)), token_count(u.get(WRITE))
     return Usage(token_count(u.get("input_tokens")) + read + write, token_count(u.get("output_tokens")),
-                 cache_of(read, write, one_hour_writes(u)))
+                 cache_of(read, write, one_hour_writes(u)), web_searches(u))
 
 
 def render_usage(u: Usage) -> UsageOut:

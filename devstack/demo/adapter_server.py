@@ -40,7 +40,7 @@ from devstack.demo.faults import (
     fault_in,
     hold_seconds,
 )
-from devstack.demo.grounding import asked, grounded, grounded_events
+from devstack.demo.web_search import asked, searched, searched_events
 
 # The request's model and stream flag from its path (Gemini), or (None, False).
 PathInfo = Callable[[web.Request], tuple[str | None, bool] | None]
@@ -114,12 +114,12 @@ class AdapterDemo:
         resp = demo_reply(req, self.prefix, response_id=f"{self.prefix.strip('[]')}-{self.requests}",
                           explicit_cache=self.explicit_cache)
         n = req.choices  # OpenAI's `n`, Gemini's candidateCount (the other parsers read none)
-        searched = asked(req.native_only)  # a googleSearch tool (Gemini's parser names it)
+        search = asked(req.native_only)  # the provider's own web search tool (its parser names it)
         if not req.stream:
             # With the request: an answer that echoes its settings (Responses) echoes them, as upstream.
             body = adapter.render_response(resp, model=req.model, request=req)
-            if searched:
-                body = grounded(body, text)
+            if search:
+                body = searched(body, text)
             return web.Response(body=several(body, n) if n > 1 else body, content_type="application/json")
         ctype = getattr(adapter, "STREAM_CONTENT_TYPE", "text/event-stream")  # Bedrock's is binary
         out = web.StreamResponse(headers={"content-type": ctype, "cache-control": "no-cache"})
@@ -129,8 +129,8 @@ class AdapterDemo:
             await out.prepare(request)
             for ev in events[: len(events) // 2] if fault == CUT else events:
                 data = encoder.encode([ev])
-                if data and searched:
-                    data = grounded_events(data, text)
+                if data and search:
+                    data = searched_events(data, text)
                 if data and n > 1:
                     data = several_events(data, n)
                 if data:

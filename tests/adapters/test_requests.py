@@ -159,7 +159,7 @@ BAD = {
         b'{"model":"m","max_tokens":1,"messages":[{"role":"system","content":"x"}]}',
         b'{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]}',
         b'{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"document"}]}]}',
-        b'{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search_20250305","name":"w"}]}',
+        b'{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}],"tools":[{"type":5,"name":"w"}]}',
     ],
     "gemini": [
         b"null", b'{"contents":[]}', b'{"contents":[{"role":"bot","parts":[{"text":"x"}]}]}',
@@ -175,7 +175,7 @@ BAD_NAMES = {
                "temperature-string", "temperature-3", "tool-without-call-id", "system-only", "n-0", "n-129", "stop-number",
                "input-audio"],
     "anthropic": ["truncated", "no-max_tokens", "no-messages", "system-role", "max_tokens-0", "document-no-source",
-                  "server-tool"],
+                  "tool-type-number"],
     "gemini": ["null", "no-contents", "unknown-role", "no-parts", "executable-code", "candidateCount-9",
                "empty-tool"],
 }

@@ -119,6 +119,28 @@ def test_several_choices_pass_through_to_an_openai_upstream_and_are_refused_in_t
         client.chat.completions.create(model="demo-gpt", n=0, messages=ask)  # type: ignore[arg-type]
 
 
+def test_anthropics_web_search_passes_through_to_claude_and_is_billed_per_search(stack) -> None:
+    # demo-claude: $3 / $15 per 1M tokens, $0.01 a search (Anthropic's $10 per 1,000)
+    client = anthropic.Anthropic(base_url=stack.url, api_key=DEMO_KEY, max_retries=0)
+    tools = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]
+    ask = [{"role": "user", "content": "who won the final"}]
+    raw = client.messages.with_raw_response.create(model="demo-claude", max_tokens=64, tools=tools,  # type: ignore[arg-type]
+                                                   messages=ask)  # type: ignore[arg-type]
+    msg = raw.parse()
+    assert [b.type for b in msg.content] == ["server_tool_use", "web_search_tool_result", "text"]
+    assert msg.usage.server_tool_use is not None and msg.usage.server_tool_use.web_search_requests == 1
+    tokens = (msg.usage.input_tokens * 3.0 + msg.usage.output_tokens * 15.0) / 1000
+    assert _metered(stack, raw.headers["x-modelyard-task-id"])[2] == pytest.approx(tokens + 0.01)
+    with client.messages.stream(model="demo-claude", max_tokens=64, tools=tools, messages=ask) as s:  # type: ignore[arg-type]
+        final = s.get_final_message()
+        task = s.response.headers["x-modelyard-task-id"]
+    assert final.usage.server_tool_use is not None and final.usage.server_tool_use.web_search_requests == 1
+    tokens = (final.usage.input_tokens * 3.0 + final.usage.output_tokens * 15.0) / 1000
+    assert _metered(stack, task)[2] == pytest.approx(tokens + 0.01)
+    with pytest.raises(anthropic.BadRequestError, match=r"tools\[0\]\.web_search_20250305.*speaks openai"):
+        client.messages.create(model="demo-gpt", max_tokens=64, tools=tools, messages=ask)  # type: ignore[arg-type]
+
+
 def test_each_protocol_lists_models_from_config(stack) -> None:
     client = anthropic.Anthropic(base_url=stack.url, api_key=DEMO_KEY, max_retries=0)
     ids = [m.id for m in client.models.list()]
