@@ -103,7 +103,8 @@ class ChatFlow:
         req = await self._parse(body)
         if (guard := guard_for(self.gw, ctx, req)) is not None:
             if req.choices > 1 and guard.checks.guards_output:
-                raise ClientError("n > 1: this model's guardrails check its answers one at a time; ask for one")
+                raise ClientError("several answers to one call (n or candidateCount > 1): this model's guardrails "
+                                  "check one answer a call; ask for one")
             self.guard = guard
             req = self.request = await self._guarded_request(guard, req, body)
             if guard.checks.remote_inputs:

@@ -153,7 +153,7 @@ async def test_several_choices_are_refused_where_guardrails_check_answers(gatewa
     r = await s.handle(body_msg(orjson.dumps({"model": "demo-guarded", "n": 2,  # demo-safety moderates answers
                                               "messages": [{"role": "user", "content": "hello"}]})))
     assert r.immediate_response.status.code == 400
-    assert "n > 1" in orjson.loads(r.immediate_response.body)["error"]["message"]
+    assert "several answers to one call" in orjson.loads(r.immediate_response.body)["error"]["message"]
 
 
 async def test_upstream_5xx_becomes_502_in_client_shape(gateway: Gateway) -> None:
