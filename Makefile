@@ -25,11 +25,15 @@ COMPILED_STAMP := build/.compiled-stamp
 compiled: $(COMPILED_STAMP)
 $(COMPILED_STAMP): $(STAMP) $(COMPILED_SOURCES) | system-tools
 	mkdir -p build
+	# The sources as this build reads them: a source edited while it runs stays newer than the build,
+	# so contracts/compiled.py runs it pure (and the next `make compiled` rebuilds).
+	touch build/.compile-start
 	find contracts extproc adapters ratelimit -name '*.so' -delete  # none left from an older module list
 	MODELYARD_COMPILE=1 $(PY) setup.py -q build_ext --inplace -j 2 >build/compile.log 2>&1 || { cat build/compile.log; exit 1; }
-	# setuptools keeps an unchanged extension's old mtime: touched, so none looks older than its source.
-	find contracts extproc adapters ratelimit -name '*.so' -exec touch {} +
-	touch $@
+	# setuptools keeps an unchanged extension's old mtime: set to the build's start, so none looks
+	# older than the source it was built from (nor newer than one edited since).
+	find contracts extproc adapters ratelimit -name '*.so' -exec touch -r build/.compile-start {} +
+	touch -r build/.compile-start $@
 pure:
 	rm -f $(COMPILED_STAMP) *__mypyc.*.so; find contracts extproc adapters ratelimit -name '*.so' -delete
 
