@@ -218,6 +218,14 @@ def _by_round(results: dict, cpu: dict, num: tuple, den: tuple) -> str:
     return " ".join(f"{a / b:.2f}" for a, b in zip(values(num), values(den)) if b)
 
 
+def base_config(base: Path | None) -> dict:
+    """The base stack's config: the base checkout's own shipped modelyard.yaml, which its extproc can
+    read (this tree's may name fields added since), on free ports; without a base, this tree's."""
+    shipped = base / "modelyard.yaml" if base is not None else None
+    return demo_config_free_ports(shipped=shipped)[0] if shipped is not None and shipped.exists() \
+        else demo_config_free_ports()[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=scaled(4.0, 0.5))
@@ -228,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also the shipped config over loopback TCP, compiled and pure-Python (issue 38: pure vs "
                         "compiled vs compiled + Unix socket; `make compiled` first)")
     p.add_argument("--base", type=Path, default=None,
-                   help="also the shipped config with another checkout's extproc (a `git worktree` or `git archive` of "
-                        "the commit before a change): its before/after ratios in the same run")
+                   help="also another checkout's extproc (a `git worktree` or `git archive` of the commit before a "
+                        "change) on that checkout's own shipped config: its before/after ratios in the same run")
     p.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                    help="an environment variable for the base stack's extproc (a lever that is a setting, such as grpc "
                         "core's GRPC_EXPERIMENTS); without --base the base stack runs this tree's code")
@@ -290,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                                     {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
                                     stack_pids(bstack),
                                     metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
-    if a.base is not None or base_env:  # the same shipped config and stack; only the extproc's code or environment differs
-        bdata, _ = demo_config_free_ports()
+    if a.base is not None or base_env:  # the same stack; only the extproc's code (and its shipped config) or environment differs
+        bdata = base_config(a.base)
         (work / "base").mkdir()
         bstack = start_stack(work / "base", bdata)
         bstack.quiet = True

@@ -92,10 +92,11 @@ def without_mcp(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def demo_config_free_ports(**overrides: Any) -> tuple[dict[str, Any], dict[str, int]]:
-    """The shipped modelyard.yaml (its MCP servers left out), every 127.0.0.1 port replaced; returns
-    (config, old->new ports)."""
-    data = without_mcp(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+def demo_config_free_ports(*, shipped: Path = ROOT / "modelyard.yaml",
+                           **overrides: Any) -> tuple[dict[str, Any], dict[str, int]]:
+    """The shipped modelyard.yaml (its MCP servers left out; `shipped`: another checkout's), every
+    127.0.0.1 port replaced; returns (config, old->new ports)."""
+    data = without_mcp(yaml.safe_load(shipped.read_text()))
     ports: dict[str, int] = {}
     data = _remap(data, ports)
     data["listener"]["port"] = free_port()
