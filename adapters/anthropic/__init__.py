@@ -12,6 +12,7 @@ from adapters.anthropic.request import (
     PATH,
     check_query,
     client_api_key,
+    parse_count_tokens,
     parse_request,
 )
 from adapters.anthropic.response import parse_response, render_response
@@ -19,7 +20,7 @@ from adapters.anthropic.stream import StreamDecoder, StreamEncoder
 from adapters.anthropic.wire import JSON_TOOL
 
 __all__ = [
-    "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request", "request_target",
+    "PATH", "API_VERSION", "DEFAULT_MAX_TOKENS", "CLIENT_AUTH_HEADERS", "parse_request", "parse_count_tokens", "request_target",
     "render_request", "parse_response", "render_response", "StreamDecoder", "StreamEncoder", "render_error",
     "parse_error", "client_api_key", "JSON_TOOL", "tool_id", "check_query", "passthrough_body",
     "unsupported_controls",

@@ -254,6 +254,19 @@ def parse_request(body: bytes, *, path_model: str | None = None, stream_hint: bo
     max_tokens = opt_int(obj, "max_tokens", "body")
     if max_tokens is None:
         raise ClientError("max_tokens is required")
+    return _request(obj, model, max_tokens, stream_hint)
+
+
+def parse_count_tokens(body: bytes) -> ChatRequest:
+    """`POST /v1/messages/count_tokens`' body: a Messages request that takes no `max_tokens`."""
+    obj = load_object(body, max_values=MAX_CHAT_JSON_VALUES)
+    model = obj.get("model")
+    if type(model) is not str or not model:
+        raise ClientError("model is required and must be a non-empty string")
+    return _request(obj, model, opt_int(obj, "max_tokens", "body"), False)
+
+
+def _request(obj: JSONObject, model: str, max_tokens: int | None, stream_hint: bool) -> ChatRequest:
     native: list[str] = []  # what only an Anthropic deployment can take (the request passes through)
     messages = _messages(obj, native)
     system = obj.get("system")

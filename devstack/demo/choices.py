@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from devstack.demo.sse_rewrite import rewrite_events
+
 
 def _counted(obj: dict[str, Any], n: int) -> None:
     usage = obj.get("usage")
@@ -36,16 +38,8 @@ def several(body: bytes, n: int) -> bytes:
 def several_events(data: bytes, n: int) -> bytes:
     """Streamed chunks (whole SSE events): OpenAI's each choice's chunk once per index, Gemini's
     the candidates of a chunk n times in it."""
-    out: list[bytes] = []
-    for event in data.split(b"\n\n"):
-        if not event.startswith(b"data: {"):
-            if event:
-                out.append(event)
-            continue
-        obj = orjson.loads(event[len(b"data: "):])
+    def chunk(obj: dict[str, Any]) -> list[dict[str, Any]]:
         if obj.get("choices"):
-            out += [b"data: " + orjson.dumps({**obj, "choices": [{**obj["choices"][0], "index": i}]})
-                    for i in range(n)]
-        else:  # OpenAI's usage chunk, or a Gemini chunk
-            out.append(b"data: " + orjson.dumps(_repeated(obj, n)))
-    return b"".join(e + b"\n\n" for e in out)
+            return [{**obj, "choices": [{**obj["choices"][0], "index": i}]} for i in range(n)]
+        return [_repeated(obj, n)]  # OpenAI's usage chunk, or a Gemini chunk
+    return rewrite_events(data, chunk)

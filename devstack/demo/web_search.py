@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from devstack.demo.sse_rewrite import rewrite_events
+
 
 def asked(native_only: str | None) -> bool:
     """The parsed request named Gemini's googleSearch or Anthropic's web_search tool (each adapter
@@ -47,12 +49,4 @@ def searched(body: bytes, query: str) -> bytes:
 def searched_events(data: bytes, query: str) -> bytes:
     """Streamed events (whole SSE events) of an answer that searched once: the search reported where
     the provider reports it."""
-    out = []
-    for event in data.split(b"\n\n"):
-        lines = event.split(b"\n")
-        for i, line in enumerate(lines):
-            if line.startswith(b"data: {"):
-                lines[i] = b"data: " + orjson.dumps(_searched(orjson.loads(line[len(b"data: "):]), query, whole=False))
-        if event:
-            out.append(b"\n".join(lines) + b"\n\n")
-    return b"".join(out)
+    return rewrite_events(data, lambda obj: [_searched(obj, query, whole=False)])

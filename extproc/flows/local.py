@@ -15,7 +15,7 @@ from contracts.config import KSERVE_PROTOCOLS, ModelConfig
 from contracts.errors import ClientError, NotFound, UnknownModel
 from extproc import messages as msg
 from extproc.admission.choice import Choice
-from extproc.context import RequestContext, json_object, json_response
+from extproc.context import RequestContext, json_response
 from extproc.gateway import Gateway
 from extproc.routing import RouteRequest
 
@@ -173,9 +173,7 @@ async def count_tokens(gw: Gateway, ctx: RequestContext, body: bytes) -> msg.Pro
     """`POST /v1/messages/count_tokens`: the gateway's own estimate (about four characters a token,
     plus per-message and per-image overheads), the one its token buckets charge on arrival and its
     metering falls back to when an upstream reports no usage; no provider tokenizer is asked."""
-    doc = json_object(body)
-    doc.setdefault("max_tokens", 1)  # count_tokens takes no max_tokens; the Messages parser requires one
-    req = anthropic.parse_request(orjson.dumps(doc))
+    req = anthropic.parse_count_tokens(body)
     gw.catalog.model_for(ctx.tenant, req.model)  # unknown or not the tenant's: 404, as a call would get
     return json_response(200, {"input_tokens": estimate_prompt_tokens(req)}, ctx)
 
