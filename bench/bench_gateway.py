@@ -90,15 +90,20 @@ def _bare_envoy(cfg_obj, env: EnvironmentConfig, port: int) -> dict:
     return boot
 
 
-def _floor_stack(workdir: Path, env: EnvironmentConfig) -> Stack:
-    """The minimal config's Envoy and upstream with bench/floor_extproc.py as its ext_proc."""
+def _floor_stack(workdir: Path, env: EnvironmentConfig, socket_server: str | None = None) -> Stack:
+    """The minimal config's Envoy and upstream with bench/floor_extproc.py as its ext_proc; with
+    `socket_server` (grpclib or grpcio) Envoy reaches it over a Unix socket that one serves."""
     workdir.mkdir(parents=True)
     data = _config()
+    if socket_server:
+        data["extproc"]["unix_socket"] = str(workdir / "extproc.sock")
     (workdir / "modelyard.yaml").write_text(yaml.safe_dump(data))
     cfg = parse_config(data)
     s = Stack(cfg, env, config_path=workdir / "modelyard.yaml", workdir=workdir, quiet=True)
     s.child("extproc").argv = [sys.executable, str(ROOT / "bench" / "floor_extproc.py"), cfg.extproc.address,
                                "demo-openai", "--loop", cfg.extproc.event_loop]
+    if socket_server:
+        s.child("extproc").argv += ["--socket", str(workdir / "extproc.sock"), "--server", socket_server]
     # The floor answers only the routed request, not Envoy's readiness path: wait for the listener.
     s.child("envoy").ready = ("tcp", s.url.removeprefix("http://"))
     return s

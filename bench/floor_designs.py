@@ -71,6 +71,7 @@ class FloorRounds:
     envoy: dict[str, list[float]] = field(default_factory=dict)
     extproc: dict[str, list[float]] = field(default_factory=dict)
     p50: dict[str, list[float]] = field(default_factory=dict)
+    p99_c16: dict[str, list[float]] = field(default_factory=dict)
     tallies: list[Tally] = field(default_factory=list)
 
 
@@ -88,6 +89,7 @@ def floor_rounds(bench: str, stacks: dict[str, Stack], script: Path, rounds: int
             before_e, before_x = cpu_seconds(pe), cpu_seconds(px)
             out.tallies.append(Tally(bench, f"{name} c=16 round {i + 1}"))
             run = run_wrk(f"{s.url}/v1/chat/completions", 16, 3, script, out.tallies[-1])
+            out.p99_c16.setdefault(name, []).append(run.p99_ms)
             if run.tally.ok:
                 out.envoy.setdefault(name, []).append((cpu_seconds(pe) - before_e) / run.tally.ok * 1e6)
                 out.extproc.setdefault(name, []).append((cpu_seconds(px) - before_x) / run.tally.ok * 1e6)

@@ -1,12 +1,15 @@
-"""The thin grpc.aio shell: ExternalProcessor streams in, one `Session` per stream.
+"""The thin gRPC shell: ExternalProcessor streams in, one `Session` per stream.
 
 Also serves gRPC health (NOT_SERVING while draining) and, on the same port, any extra services
-(Envoy's rate limit service). SIGTERM/SIGINT: stop accepting, drain open streams, exit 0.
+(Envoy's rate limit service). grpc.aio serves TCP; the Unix socket Envoy uses when the extproc is
+local is served by grpclib (extproc/grpclib_shell.py) unless `extproc.unix_socket_server: grpcio`.
+SIGTERM/SIGINT: stop accepting, drain open streams, exit 0.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +24,7 @@ from contracts.config import GatewayConfig
 from contracts.envoy_names import XLATE_METADATA
 from extproc.context import Interim
 from extproc.gateway import Gateway, LiveGateway
+from extproc.grpclib_shell import GrpclibServer, Services
 from extproc.routes import RouteTable
 from extproc.session import Session
 from extproc.telemetry.metrics import BUILD
@@ -58,6 +62,13 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
             session.close()
 
 
+def settle_heap() -> None:
+    """Put what start-up built (config, protos, the gateway: ~100k objects) out of the cyclic collector's
+    sight: a full collection walked it all, 40-70 ms with every call waiting (docs/performance.md)."""
+    gc.collect()
+    gc.freeze()
+
+
 class ExtprocServer:
     """Owns the gRPC server's lifecycle; `build_gateway` wires the feature parts from config."""
 
@@ -70,13 +81,18 @@ class ExtprocServer:
             ("grpc.max_receive_message_length", config.extproc.max_body_bytes + 1024 * 1024),
             ("grpc.max_send_message_length", config.extproc.max_body_bytes + 1024 * 1024),
         ])
+        # Every servicer is added here: grpc.aio gets it, and the grpclib socket serves the same handlers.
+        self.services = Services(self.server)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
-        ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(self.live, routes), self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(self.live, routes), self.services)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.services)
         self.port = self._listen(config.extproc.address, "extproc.address")
-        if config.extproc.unix_socket:  # Envoy's way in when local; TCP stays for probes and remote peers
-            Path(config.extproc.unix_socket).parent.mkdir(parents=True, exist_ok=True)
-            self._listen(f"unix:{config.extproc.unix_socket}", "extproc.unix_socket")
+        self.socket: GrpclibServer | None = None
+        sock = config.extproc.unix_socket
+        if sock:  # Envoy's way in when local; TCP stays for probes and remote peers
+            Path(sock).parent.mkdir(parents=True, exist_ok=True)
+            if config.extproc.unix_socket_server == "grpcio":
+                self._listen(f"unix:{sock}", "extproc.unix_socket")
         self._stopping = asyncio.Event()
 
     def _listen(self, address: str, field: str) -> int:
@@ -92,11 +108,20 @@ class ExtprocServer:
 
     async def start(self) -> None:
         await self.server.start()
+        sock = self.config.extproc.unix_socket
+        if sock and self.config.extproc.unix_socket_server == "grpclib":
+            # Built at start: every servicer has been added by now (run_service adds some after __init__).
+            self.socket = GrpclibServer(self.services, sock)
+            try:
+                await self.socket.start()
+            except OSError as e:
+                raise OSError(f"extproc.unix_socket {sock}: cannot listen there ({e.strerror})") from None
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.gateway.start()
         BUILD.labels(loaded()).set(1)
-        log.info("extproc listening on %s%s (%s build)", self.config.extproc.address,
-                 f" and unix:{self.config.extproc.unix_socket}" if self.config.extproc.unix_socket else "", loaded())
+        ext = self.config.extproc
+        log.info("extproc listening on %s%s (%s build)", ext.address,
+                 f" and unix:{ext.unix_socket} ({ext.unix_socket_server})" if ext.unix_socket else "", loaded())
 
     async def _set_health(self, status: int) -> None:
         for name in ("", _SERVICE):
@@ -107,8 +132,12 @@ class ExtprocServer:
     async def stop(self, grace: float | None = None) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         self.gateway.drain()
-        # grpc.aio's grace lets open streams finish while refusing new ones.
-        await self.server.stop(self.config.extproc.drain_seconds if grace is None else grace)
+        # grpc.aio's grace lets open streams finish while refusing new ones; the socket's does the same.
+        grace = self.config.extproc.drain_seconds if grace is None else grace
+        if self.socket is not None:
+            await asyncio.gather(self.server.stop(grace), self.socket.stop(grace))
+        else:
+            await self.server.stop(grace)
         await self.gateway.close()
 
     def request_stop(self) -> None:
@@ -120,6 +149,7 @@ class ExtprocServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         await self.start()
+        settle_heap()
         await self._stopping.wait()
         if on_stop is not None:
             on_stop()

@@ -338,10 +338,10 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     limiter = gateway.dispatcher.limiter
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
     server = ExtprocServer(config, live, build_routes())
-    add_kserve_answers(server.server, live)  # gRPC ingress calls answered without an inference
+    add_kserve_answers(server.services, live)  # gRPC ingress calls answered without an inference
     if limiter is not None:  # the limiter lives across reloads (bucket levels): its rules are swapped
-        add_to_server(server.server, limiter, _rls_decisions(gateway))
-        ratelimit_status.add_to_server(server.server, limiter)  # `modelyard ratelimit status`
+        add_to_server(server.services, limiter, _rls_decisions(gateway))
+        ratelimit_status.add_to_server(server.services, limiter)  # `modelyard ratelimit status`
     warmer = Warmer(config, gateway.dispatcher.scheduler)
     waker = Waker(config, lambda: live.current.dispatcher.limits)  # scale_from_zero: held until a replica is ready
     reloader = Reloader(live, warmer, waker)

@@ -19,6 +19,7 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
 
 from contracts.config.ratelimit import MAX_BURST, UNITS, Scope, Unit
+from contracts.grpc_services import ServiceTable
 
 from .backend import BucketView
 from .bucket import NANO, US, reset_us
@@ -136,7 +137,7 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
         return build_response(groups, decision)
 
 
-def add_to_server(server: grpc.aio.Server, limiter: Limiter,
+def add_to_server(server: ServiceTable, limiter: Limiter,
                   on_decision: DecisionHook | None = None) -> RateLimitService:
     """Register the RLS servicer on a grpc.aio server (the extproc server or a separate one);
     `on_decision` is told of every decision (the extproc records them in the metering store)."""

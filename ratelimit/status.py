@@ -20,6 +20,8 @@ import grpc
 import orjson
 import yaml
 
+from contracts.grpc_services import ServiceTable
+
 from .bucket import MILLI, NANO
 from .limiter import Limiter
 
@@ -48,7 +50,7 @@ async def snapshot(limiter: Limiter, window_s: float = 60.0) -> dict[str, Any]:
             "refusals": sum(recent.values()), "buckets": buckets}
 
 
-def add_to_server(server: grpc.aio.Server, limiter: Limiter) -> None:
+def add_to_server(server: ServiceTable, limiter: Limiter) -> None:
     async def get(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
             window = float(orjson.loads(request or b"{}").get("window_s", 60))

@@ -151,6 +151,9 @@ class ExtprocConfig(_Model):
     # A local extproc also listens on this Unix socket (worker i on `<path>.<i>`), and the rendered
     # Envoy reaches it there instead of loopback TCP (docs/performance.md); listed or TLS extprocs stay on TCP.
     unix_socket: str | None = None
+    # Who serves that socket: grpclib parses HTTP/2 on the event loop (no grpc core threads to hand
+    # each message between: lower latency, docs/performance.md); grpcio is grpc.aio, as TCP is.
+    unix_socket_server: Literal["grpclib", "grpcio"] = "grpclib"
 
     @model_validator(mode="after")
     def _batches_need_tasks(self) -> ExtprocConfig:

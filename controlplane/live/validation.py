@@ -32,6 +32,8 @@ def restart_only(old: GatewayConfig, new: GatewayConfig) -> list[str]:
         changed.append("extproc.workers")
     if old.extproc.unix_socket != new.extproc.unix_socket:
         changed.append("extproc.unix_socket")
+    if old.extproc.unix_socket_server != new.extproc.unix_socket_server:  # the workers' servers are built at start
+        changed.append("extproc.unix_socket_server")
     if old.listener != new.listener:
         changed.append("listener")
     if old.controlplane != new.controlplane:

@@ -37,6 +37,7 @@ from adapters.kserve import slice_response
 from adapters.upstream_errors import client_text, sanitize
 from contracts.envoy_names import CLUSTER_HEADER, EXTPROC_CLUSTER, grpc_bridge_cluster
 from contracts.errors import ClientError, ModelyardError, UpstreamError
+from contracts.grpc_services import ServiceTable
 from extproc import messages as msg
 from extproc.admission.auth import Identity, client_key, key_digest
 from extproc.context import RequestContext
@@ -302,7 +303,7 @@ async def _echo_slice(request: bytes, context: Any) -> bytes:
     return request
 
 
-def add_to_server(server: grpc.aio.Server, gw: Gateway | LiveGateway) -> None:
+def add_to_server(server: ServiceTable, gw: Gateway | LiveGateway) -> None:
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(KServeAnswers(gw), server)
     # Raw bytes both ways (no (de)serializer): the slice is never parsed again.
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(

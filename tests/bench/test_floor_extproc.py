@@ -57,3 +57,26 @@ def test_the_floor_with_work_after_each_reply_still_answers_every_message(tmp_pa
         got = [httpx.post(f"{stack.url}/v1/chat/completions", content=BODY, headers=HEADERS, timeout=10)
                for _ in range(3)]
     assert [r.status_code for r in got] == [200, 200, 200], got[-1].text
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("server", ["grpclib", "grpcio"])
+def test_the_floor_over_each_socket_server(tmp_path: Path, server: str) -> None:
+    # bench/floor_servers.py: Envoy reaches the floor over the Unix socket, served by grpclib or grpc.aio.
+    for name, value in UPSTREAM_KEYS.items():
+        os.environ.setdefault(name, value)
+    env = EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
+    stack = _floor_stack(tmp_path / "floor", env, socket_server=server)
+    with stack:
+        assert (tmp_path / "floor" / "extproc.sock").is_socket()
+        got = [httpx.post(f"{stack.url}/v1/chat/completions", content=BODY, headers=HEADERS, timeout=10)
+               for _ in range(3)]
+        streamed = httpx.post(f"{stack.url}/v1/chat/completions", content=STREAM_BODY, headers=HEADERS, timeout=10)
+        cluster = httpx.get(f"{stack.admin_url()}/clusters", timeout=5).text
+    assert [r.status_code for r in got] == [200, 200, 200], got[-1].text
+    events = [ln for ln in streamed.text.splitlines() if ln.startswith("data: ")]
+    assert len(events) > 100 and events[-1] == "data: [DONE]"
+    # the extproc cluster's only endpoint is the socket, and it took the calls
+    rows = [ln for ln in cluster.splitlines() if ln.startswith("modelyard-extproc::") and "rq_total" in ln]
+    assert rows and all("extproc.sock" in ln for ln in rows), rows
+    assert sum(int(ln.rpartition(":")[2]) for ln in rows) >= 4

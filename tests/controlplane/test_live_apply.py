@@ -80,6 +80,8 @@ def test_restart_only_settings(base: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="extproc.address cannot change"):
         candidate(text_of(moved), ENV, old)
     assert restart_only(old, candidate(text_of(with_model(base)), ENV, None).cfg) == []
+    served = {**base, "extproc": {**base["extproc"], "unix_socket_server": "grpcio"}}
+    assert restart_only(old, candidate(text_of(served), ENV, None).cfg) == ["extproc.unix_socket_server"]
 
 
 async def test_a_file_that_does_not_validate_changes_nothing(client: TestClient, base: dict[str, Any]) -> None:

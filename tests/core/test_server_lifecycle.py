@@ -6,14 +6,17 @@ import asyncio
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import grpc
 import orjson
+import pytest
 import yaml
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from extproc.server import UNREADY_BEFORE_DRAIN_S
 from tests.core.session_driver import body_msg, chat_headers, headers_msg
 from tests.stack_config import free_port, without_watermarks
 
@@ -67,3 +70,40 @@ async def test_a_taken_port_stops_the_start_instead_of_sharing_it(tmp_path: Path
         assert f"127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
     finally:
         await other.stop(0)
+
+
+async def test_sigterm_drains_the_grpclib_socket_too(tmp_path: Path) -> None:
+    # Envoy's way in when local: the Unix socket, served by grpclib (extproc/grpclib_shell.py).
+    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
+    sock = str(Path(tempfile.mkdtemp(prefix="drain-", dir="/tmp")) / "x.sock")
+    data["extproc"] = {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}",
+                       "drain_seconds": 10, "unix_socket": sock}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    proc = subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(cfg)])
+    try:
+        async with grpc.aio.insecure_channel(f"unix:{sock}") as ch:
+            await asyncio.wait_for(ch.channel_ready(), 20)
+            health = health_pb2_grpc.HealthStub(ch)
+            r = await health.Check(health_pb2.HealthCheckRequest(service="envoy.service.ext_proc.v3.ExternalProcessor"))
+            assert r.status == health_pb2.HealthCheckResponse.SERVING
+            call = ext_grpc.ExternalProcessorStub(ch).Process()
+            await call.write(headers_msg(chat_headers()))
+            assert (await call.read()).WhichOneof("response") == "request_headers"
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)  # told NOT_SERVING first, so Envoy's health check takes it out
+            r = await health.Check(health_pb2.HealthCheckRequest(service="envoy.service.ext_proc.v3.ExternalProcessor"))
+            assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            await asyncio.sleep(UNREADY_BEFORE_DRAIN_S + 0.5)  # now draining: new calls are refused
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await health.Check(health_pb2.HealthCheckRequest())
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            body = orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "x"}]})
+            await call.write(body_msg(body))  # the open stream is served to its end
+            assert (await call.read()).WhichOneof("response") == "request_body"
+            await call.done_writing()
+        assert proc.wait(timeout=20) == 0
+        assert not Path(sock).exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

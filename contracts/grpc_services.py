@@ -1,0 +1,15 @@
+"""Where a servicer is added: a grpc.aio server, or the extproc's table that serves it on both
+grpc.aio and grpclib (extproc/grpclib_shell.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import grpc
+
+
+class ServiceTable(Protocol):
+    def add_generic_rpc_handlers(self, generic_rpc_handlers: Sequence[grpc.GenericRpcHandler]) -> None: ...
+
+    def add_registered_method_handlers(self, service_name: str, method_handlers: dict[str, Any]) -> None: ...

@@ -1,0 +1,181 @@
+"""extproc/grpclib_shell.py: grpc.aio servicers served by grpclib on a Unix socket, called by grpcio's
+own client (a part nobody here wrote), as Envoy calls the socket: every cardinality, raw bytes,
+metadata, aborts, and a drain that lets open calls finish and refuses new ones."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from extproc.grpclib_shell import GrpclibServer, Services
+
+SERVICE = "test.Shell"
+
+
+async def _echo(request: bytes, context: Any) -> bytes:
+    return request
+
+
+async def _who(request: bytes, context: Any) -> bytes:
+    meta = dict(context.invocation_metadata())
+    return f"{meta.get('x-tenant')}|{meta.get('x-trace-bin')!r}".encode()
+
+
+async def _refuse(request: bytes, context: Any) -> bytes:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "invalid or missing API key")
+    raise AssertionError("abort returns only by raising")
+
+
+async def _count(request: bytes, context: Any) -> AsyncIterator[bytes]:
+    for i in range(int(request)):
+        yield str(i).encode()
+
+
+async def _chat(requests: object, context: Any) -> None:
+    # the ExternalProcessor's way: read() until EOF, a write() per message
+    while (got := await context.read()) is not grpc.aio.EOF:
+        if got == b"slow":
+            await asyncio.sleep(0.5)
+        await context.write(b"re:" + got)
+
+
+async def _total(requests: AsyncIterator[bytes], context: Any) -> bytes:
+    return b"+".join([r async for r in requests])
+
+
+def _handlers() -> grpc.GenericRpcHandler:
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "Echo": grpc.unary_unary_rpc_method_handler(_echo),
+        "Who": grpc.unary_unary_rpc_method_handler(_who),
+        "Refuse": grpc.unary_unary_rpc_method_handler(_refuse),
+        "Count": grpc.unary_stream_rpc_method_handler(_count),
+        "Chat": grpc.stream_stream_rpc_method_handler(_chat),
+        "Total": grpc.stream_unary_rpc_method_handler(_total),
+    })
+
+
+class Served:
+    def __init__(self, aio: grpc.aio.Server, socket: GrpclibServer, checks: Any) -> None:
+        self.aio, self.socket, self.checks = aio, socket, checks
+
+    def channel(self) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(f"unix:{self.socket.path}")
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    aio = grpc.aio.server()
+    services = Services(aio)
+    services.add_generic_rpc_handlers([_handlers()])
+    checks = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checks, services)
+    await checks.set("", health_pb2.HealthCheckResponse.SERVING)
+    path = str(Path(tempfile.mkdtemp(prefix="shell-", dir="/tmp")) / "s.sock")
+    Path(path).write_text("left by a killed process")  # a stale file at the path is replaced
+    socket = GrpclibServer(services, path)
+    await socket.start()
+    try:
+        yield Served(aio, socket, checks)
+    finally:
+        if not socket._draining:
+            await socket.stop(0)
+
+
+def _method(ch: grpc.aio.Channel, kind: str, name: str) -> Any:
+    return getattr(ch, kind)(f"/{SERVICE}/{name}")
+
+
+async def test_the_grpc_aio_server_gets_the_same_handlers() -> None:
+    aio = grpc.aio.server()
+    services = Services(aio)
+    services.add_generic_rpc_handlers([_handlers()])
+    port = aio.add_insecure_port("127.0.0.1:0")
+    await aio.start()
+    try:
+        assert sorted(services.handlers) == sorted(f"/{SERVICE}/{m}" for m in
+                                                   ("Echo", "Who", "Refuse", "Count", "Chat", "Total"))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            assert await _method(ch, "unary_unary", "Echo")(b"over tcp") == b"over tcp"
+    finally:
+        await aio.stop(0)
+
+
+async def test_every_cardinality_raw_bytes_and_metadata(served: Served) -> None:
+    async with served.channel() as ch:
+        assert await _method(ch, "unary_unary", "Echo")(b"\x00raw\xff") == b"\x00raw\xff"
+        who = await _method(ch, "unary_unary", "Who")(b"", metadata=(("x-tenant", "acme"), ("x-trace-bin", b"\x01\x02")))
+        assert who == b"acme|b'\\x01\\x02'"
+        assert [r async for r in _method(ch, "unary_stream", "Count")(b"3")] == [b"0", b"1", b"2"]
+        call = _method(ch, "stream_stream", "Chat")()
+        for word in (b"a", b"b"):
+            await call.write(word)
+            assert await call.read() == b"re:" + word
+        await call.done_writing()
+        assert await call.read() == grpc.aio.EOF
+        assert await call.code() == grpc.StatusCode.OK
+
+        async def parts() -> AsyncIterator[bytes]:
+            for p in (b"1", b"2", b"3"):
+                yield p
+        assert await _method(ch, "stream_unary", "Total")(parts()) == b"1+2+3"
+
+
+async def test_abort_and_unknown_methods_are_grpc_statuses(served: Served) -> None:
+    async with served.channel() as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await _method(ch, "unary_unary", "Refuse")(b"")
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert refused.value.details() == "invalid or missing API key"
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await ch.unary_unary(f"/{SERVICE}/Nope")(b"")
+        assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_health_check_and_watch_follow_the_status(served: Served) -> None:
+    async with served.channel() as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        assert (await stub.Check(health_pb2.HealthCheckRequest())).status == health_pb2.HealthCheckResponse.SERVING
+        watch = stub.Watch(health_pb2.HealthCheckRequest())
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        await served.checks.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        watch.cancel()
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await stub.Check(health_pb2.HealthCheckRequest(service="nope"))
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_stop_lets_an_open_stream_finish_and_refuses_new_calls(served: Served) -> None:
+    async with served.channel() as ch:
+        call = _method(ch, "stream_stream", "Chat")()
+        await call.write(b"first")
+        assert await call.read() == b"re:first"
+        stopping = asyncio.create_task(served.socket.stop(5))
+        await asyncio.sleep(0.2)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await _method(ch, "unary_unary", "Echo")(b"late")
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        await call.write(b"second")  # the open stream is still served while the server drains
+        assert await call.read() == b"re:second"
+        await call.done_writing()
+        assert await call.code() == grpc.StatusCode.OK
+        await asyncio.wait_for(stopping, 5)
+    assert not Path(served.socket.path).exists()
+
+
+async def test_stop_cancels_what_is_still_open_after_the_grace(served: Served) -> None:
+    async with served.channel() as ch:
+        call = _method(ch, "stream_stream", "Chat")()
+        await call.write(b"open")
+        assert await call.read() == b"re:open"
+        started = asyncio.get_running_loop().time()
+        await served.socket.stop(0.3)  # the stream never ends on its own: cut after the grace
+        assert asyncio.get_running_loop().time() - started < 3
+        assert await call.code() != grpc.StatusCode.OK
