@@ -100,6 +100,19 @@ def floor_rounds(bench: str, stacks: dict[str, Stack], script: Path, rounds: int
     return out
 
 
+def run_floor_rounds(bench: str, stacks: dict[str, Stack], work: Path, rounds: int) -> FloorRounds:
+    """Start `stacks`, measure them with `floor_rounds` (one connection too) on the bench's call, stop them."""
+    script = work / "post.lua"
+    script.write_text(post_script(BODY, HEADERS))
+    for s in stacks.values():
+        s.start()
+    try:
+        return floor_rounds(bench, stacks, script, rounds, one_connection=True)
+    finally:
+        for s in stacks.values():
+            s.stop()
+
+
 @contextlib.contextmanager
 def skipping_response_headers(stack: Stack) -> Iterator[None]:
     """Run `stack` with its Envoy rendered with `response_header_mode: SKIP` (rendered at start)."""

@@ -125,7 +125,9 @@ class FloorProcessor(ext_grpc.ExternalProcessorServicer):
 
 async def serve(address: str, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0,
                 after_us: float = 0.0, socket: str | None = None, socket_server: str = "grpclib") -> None:
-    server = grpc.aio.server()
+    limit = 33 * 1024 * 1024  # the extproc's own: max_body_bytes' default and a MiB
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+                                      ("grpc.max_send_message_length", limit)])
     services = Services(server)
     ext_grpc.add_ExternalProcessorServicer_to_server(
         FloorProcessor(cluster, shape, body_length, work_us, after_us), services)

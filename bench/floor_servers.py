@@ -20,11 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_gateway import BODY, HEADERS, _floor_stack  # noqa: E402
-from bench.floor_designs import floor_bench, floor_rounds  # noqa: E402
+from bench.bench_gateway import _floor_stack  # noqa: E402
+from bench.floor_designs import floor_bench, run_floor_rounds  # noqa: E402
 from bench.floor_work import MESSAGES  # noqa: E402
 from bench.outcomes import report  # noqa: E402
-from bench.wrk_load import post_script  # noqa: E402
 
 SERVERS = ("grpcio", "grpclib")
 
@@ -44,15 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             s = _floor_stack(work / f"{server}-work", env, socket_server=server)
             s.child("extproc").argv += ["--work-us", str(work_us)]
             stacks[f"{server}+{work_us:g}us"] = s
-    script = work / "post.lua"
-    script.write_text(post_script(BODY, HEADERS))
-    for s in stacks.values():
-        s.start()
-    try:
-        got = floor_rounds("floor-servers", stacks, script, a.rounds, one_connection=True)
-    finally:
-        for s in stacks.values():
-            s.stop()
+    got = run_floor_rounds("floor-servers", stacks, work, a.rounds)
     med = statistics.median
     cpu = {n: med(got.envoy[n]) + med(got.extproc[n]) for n in stacks}
     rows = []

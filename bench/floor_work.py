@@ -23,10 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_gateway import BODY, HEADERS, _floor_stack  # noqa: E402
-from bench.floor_designs import floor_bench, floor_rounds  # noqa: E402
+from bench.bench_gateway import _floor_stack  # noqa: E402
+from bench.floor_designs import floor_bench, run_floor_rounds  # noqa: E402
 from bench.outcomes import report  # noqa: E402
-from bench.wrk_load import post_script  # noqa: E402
 
 MESSAGES = 4  # a unary call's ext_proc messages (request headers and body, response headers and body)
 
@@ -52,15 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         s = _floor_stack(work / f"work-{spec}", env)
         s.child("extproc").argv += ["--after-us" if after else "--work-us", str(us)]
         stacks[spec] = s
-    script = work / "post.lua"
-    script.write_text(post_script(BODY, HEADERS))
-    for s in stacks.values():
-        s.start()
-    try:
-        got = floor_rounds("floor-work", stacks, script, a.rounds, one_connection=True)
-    finally:
-        for s in stacks.values():
-            s.stop()
+    got = run_floor_rounds("floor-work", stacks, work, a.rounds)
     envoy, extproc, p50, tallies = got.envoy, got.extproc, got.p50, got.tallies
     base = statistics.median(envoy["0"]) + statistics.median(extproc["0"])
     base_p50 = statistics.median(p50["0"])

@@ -5,6 +5,7 @@ metadata, aborts, and a drain that lets open calls finish and refuses new ones."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from extproc.grpclib_shell import GrpclibServer, Services
+from extproc.grpclib_shell import MAX_FRAME, GrpclibServer, Services
 
 SERVICE = "test.Shell"
 
@@ -179,3 +180,22 @@ async def test_stop_cancels_what_is_still_open_after_the_grace(served: Served) -
         await served.socket.stop(0.3)  # the stream never ends on its own: cut after the grace
         assert asyncio.get_running_loop().time() - started < 3
         assert await call.code() != grpc.StatusCode.OK
+
+
+async def test_peers_may_send_large_frames(served: Served) -> None:
+    # A 30 MB image body in 16 KiB DATA frames is 1,900 h2 events in Python; the socket allows 1 MiB.
+    import h2.config
+    import h2.connection
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    reader, writer = await asyncio.open_unix_connection(served.socket.path)
+    writer.write(client.data_to_send())
+    deadline = asyncio.get_running_loop().time() + 5
+    # The server's SETTINGS may come in more than one frame and read: read until ours is in, or 5 s.
+    while client.remote_settings.max_frame_size != MAX_FRAME and asyncio.get_running_loop().time() < deadline:
+        with contextlib.suppress(asyncio.TimeoutError):
+            client.receive_data(await asyncio.wait_for(reader.read(65536), 0.5))
+        writer.write(client.data_to_send())
+    writer.close()
+    assert client.remote_settings.max_frame_size == MAX_FRAME == 1 << 20

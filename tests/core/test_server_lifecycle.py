@@ -23,20 +23,29 @@ from tests.stack_config import free_port, without_watermarks
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def test_sigterm_drains_open_stream(tmp_path: Path) -> None:
+def _serve(tmp_path: Path, **extproc: object) -> tuple[subprocess.Popen[bytes], str]:
+    """`modelyard serve` on the shipped config with these extproc settings; (the process, its TCP address)."""
     data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
     addr = f"127.0.0.1:{free_port()}"
-    data["extproc"] = {"address": addr, "metrics_address": f"127.0.0.1:{free_port()}", "drain_seconds": 10}
+    data["extproc"] = {"address": addr, "metrics_address": f"127.0.0.1:{free_port()}", "drain_seconds": 10, **extproc}
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    proc = subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(cfg)])
+    return subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(cfg)]), addr
+
+
+async def _serving(ch: grpc.aio.Channel) -> health_pb2_grpc.HealthStub:
+    await asyncio.wait_for(ch.channel_ready(), 20)
+    health = health_pb2_grpc.HealthStub(ch)
+    r = await health.Check(health_pb2.HealthCheckRequest(service="envoy.service.ext_proc.v3.ExternalProcessor"))
+    assert r.status == health_pb2.HealthCheckResponse.SERVING
+    return health
+
+
+async def test_sigterm_drains_open_stream(tmp_path: Path) -> None:
+    proc, addr = _serve(tmp_path)
     try:
         async with grpc.aio.insecure_channel(addr) as ch:
-            await asyncio.wait_for(ch.channel_ready(), 20)
-            health = health_pb2_grpc.HealthStub(ch)
-            r = await health.Check(health_pb2.HealthCheckRequest(service="envoy.service.ext_proc.v3.ExternalProcessor"))
-            assert r.status == health_pb2.HealthCheckResponse.SERVING
-
+            await _serving(ch)
             call = ext_grpc.ExternalProcessorStub(ch).Process()
             await call.write(headers_msg(chat_headers()))
             first = await call.read()
@@ -74,19 +83,11 @@ async def test_a_taken_port_stops_the_start_instead_of_sharing_it(tmp_path: Path
 
 async def test_sigterm_drains_the_grpclib_socket_too(tmp_path: Path) -> None:
     # Envoy's way in when local: the Unix socket, served by grpclib (extproc/grpclib_shell.py).
-    data = without_watermarks(yaml.safe_load((ROOT / "modelyard.yaml").read_text()))
     sock = str(Path(tempfile.mkdtemp(prefix="drain-", dir="/tmp")) / "x.sock")
-    data["extproc"] = {"address": f"127.0.0.1:{free_port()}", "metrics_address": f"127.0.0.1:{free_port()}",
-                       "drain_seconds": 10, "unix_socket": sock}
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    proc = subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(cfg)])
+    proc, _ = _serve(tmp_path, unix_socket=sock)
     try:
         async with grpc.aio.insecure_channel(f"unix:{sock}") as ch:
-            await asyncio.wait_for(ch.channel_ready(), 20)
-            health = health_pb2_grpc.HealthStub(ch)
-            r = await health.Check(health_pb2.HealthCheckRequest(service="envoy.service.ext_proc.v3.ExternalProcessor"))
-            assert r.status == health_pb2.HealthCheckResponse.SERVING
+            health = await _serving(ch)
             call = ext_grpc.ExternalProcessorStub(ch).Process()
             await call.write(headers_msg(chat_headers()))
             assert (await call.read()).WhichOneof("response") == "request_headers"

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.chaos.observe import metric
 from tests.conftest import DEMO_KEY
 from tests.stack_config import free_port, small_config, start_stack
 
@@ -29,6 +30,13 @@ def unlearnt(demo_stack):
     """The shared stack with a new extproc: earlier modules' injected upstream faults (cut streams
     are the upstream's failures) may have cooled deployments down, which moves the scores."""
     demo_stack.restart("extproc")
+    # Ready is its port open; the strategies pick from warm deployments only once the warm-up calls
+    # made at start have answered (demo-openai-mini declares one): wait for them, not for luck.
+    deadline = time.monotonic() + 15
+    while any(metric(demo_stack.cfg.extproc.metrics_address, "modelyard_deployment_warming", cluster=c)
+              for c in ("demo-openai", "demo-openai-mini")):
+        assert time.monotonic() < deadline, "demo-openai(-mini) still warming 15 s after the restart"
+        time.sleep(0.05)
     return demo_stack
 
 
