@@ -106,6 +106,7 @@ class GrpclibServer:
         self.path = path
         self._open: set[asyncio.Task[Any]] = set()
         self._draining = False
+        self._inode = 0
         # Envoy resets each ext_proc stream once its request is done (before our end of it closes):
         # grpclib tells every one at INFO, a log line per request; its warnings and errors stay.
         logging.getLogger("grpclib.server").setLevel(logging.WARNING)
@@ -155,6 +156,7 @@ class GrpclibServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a socket left by a killed process
         await self._server.start(path=self.path)
+        self._inode = os.stat(self.path).st_ino
 
     async def stop(self, grace: float) -> None:
         """Like grpc.aio's: no new calls, the open ones get `grace` seconds, then are cancelled."""
@@ -169,7 +171,8 @@ class GrpclibServer:
         for conn in list(self._server.connections):  # as grpc.aio does: their callers see the channel go
             conn.processor.close("server stopped")
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+            if os.stat(self.path).st_ino == self._inode:  # not a successor's socket, bound while this one drained
+                os.unlink(self.path)
 
 
 class _Server(Server):

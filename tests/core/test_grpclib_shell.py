@@ -135,7 +135,7 @@ async def test_abort_and_unknown_methods_are_grpc_statuses(served: Served) -> No
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert refused.value.details() == "invalid or missing API key"
         with pytest.raises(grpc.aio.AioRpcError) as unknown:
-            await ch.unary_unary(f"/{SERVICE}/Nope")(b"")
+            await _method(ch, "unary_unary", "Nope")(b"")
         assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -199,3 +199,15 @@ async def test_peers_may_send_large_frames(served: Served) -> None:
         writer.write(client.data_to_send())
     writer.close()
     assert client.remote_settings.max_frame_size == MAX_FRAME == 1 << 20
+
+
+async def test_stop_leaves_a_successors_socket_in_place(served: Served) -> None:
+    # A process that took the path over while this one drained keeps its socket file.
+    successor = GrpclibServer(Services(grpc.aio.server()), served.socket.path)
+    await successor.start()
+    try:
+        await served.socket.stop(0)
+        assert Path(served.socket.path).is_socket()
+    finally:
+        await successor.stop(0)
+    assert not Path(served.socket.path).exists()
