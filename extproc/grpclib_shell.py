@@ -104,14 +104,14 @@ class GrpclibServer:
 
     def __init__(self, services: Services, path: str) -> None:
         self.path = path
+        self._services = services  # read at start: servicers may still be added until then
+        self._server: _Server | None = None
         self._open: set[asyncio.Task[Any]] = set()
         self._draining = False
         self._inode = 0
         # Envoy resets each ext_proc stream once its request is done (before our end of it closes):
         # grpclib tells every one at INFO, a log line per request; its warnings and errors stay.
         logging.getLogger("grpclib.server").setLevel(logging.WARNING)
-        mapping = {name: self._handler(h) for name, h in services.handlers.items()}
-        self._server = _Server([_Mapping(mapping)], codec=_Codec())
 
     def _handler(self, h: grpc.RpcMethodHandler) -> Handler:
         wire = _Wire(h.request_deserializer, h.response_serializer)
@@ -153,6 +153,8 @@ class GrpclibServer:
             await stream.send_message(reply)
 
     async def start(self) -> None:
+        mapping = {name: self._handler(h) for name, h in self._services.handlers.items()}
+        self._server = _Server([_Mapping(mapping)], codec=_Codec())
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a socket left by a killed process
         await self._server.start(path=self.path)
@@ -161,6 +163,8 @@ class GrpclibServer:
     async def stop(self, grace: float) -> None:
         """Like grpc.aio's: no new calls, the open ones get `grace` seconds, then are cancelled."""
         self._draining = True
+        if self._server is None:  # never started
+            return
         listener = self._server._server  # grpclib's asyncio server: stop accepting connections first
         if listener is not None:
             listener.close()

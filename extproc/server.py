@@ -91,7 +91,9 @@ class ExtprocServer:
         sock = config.extproc.unix_socket
         if sock:  # Envoy's way in when local; TCP stays for probes and remote peers
             Path(sock).parent.mkdir(parents=True, exist_ok=True)
-            if config.extproc.unix_socket_server == "grpcio":
+            if config.extproc.unix_socket_server == "grpclib":
+                self.socket = GrpclibServer(self.services, sock)
+            else:
                 self._listen(f"unix:{sock}", "extproc.unix_socket")
         self._stopping = asyncio.Event()
 
@@ -108,14 +110,11 @@ class ExtprocServer:
 
     async def start(self) -> None:
         await self.server.start()
-        sock = self.config.extproc.unix_socket
-        if sock and self.config.extproc.unix_socket_server == "grpclib":
-            # Built at start: every servicer has been added by now (run_service adds some after __init__).
-            self.socket = GrpclibServer(self.services, sock)
+        if self.socket is not None:
             try:
                 await self.socket.start()
             except OSError as e:
-                raise OSError(f"extproc.unix_socket {sock}: cannot listen there ({e.strerror})") from None
+                raise OSError(f"extproc.unix_socket {self.socket.path}: cannot listen there ({e.strerror})") from None
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.gateway.start()
         BUILD.labels(loaded()).set(1)
