@@ -211,3 +211,10 @@ async def test_stop_leaves_a_successors_socket_in_place(served: Served) -> None:
     finally:
         await successor.stop(0)
     assert not Path(served.socket.path).exists()
+
+
+async def test_a_stop_before_the_start_leaves_nothing_to_do(tmp_path: Path) -> None:
+    # ExtprocServer makes the socket's server with itself; a start that failed earlier still stops.
+    never = GrpclibServer(Services(grpc.aio.server()), str(tmp_path / "never.sock"))
+    await never.stop(0)
+    assert not (tmp_path / "never.sock").exists()
