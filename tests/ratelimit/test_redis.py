@@ -54,23 +54,27 @@ async def test_two_replicas_share_one_bucket_under_concurrent_load(redis_server)
     rate, burst = 200, 20
     cfg = _cfg(redis_server.url, [{"scope": "tenant", "match": "*", "rate": rate, "burst": burst}], replicas=2)
     a, b = Limiter(parse_config(cfg)), Limiter(parse_config(cfg))
-    admitted = 0
-    stop = time.monotonic() + 0.6
+    admitted = tried = 0
+    t0 = time.monotonic()
+    stop = t0 + 0.6
 
     async def worker(lim):
-        nonlocal admitted
+        nonlocal admitted, tried
         while time.monotonic() < stop:
             d = await lim.acquire(CTX)
             assert d.store == "redis"
             admitted += d.allowed
+            tried += 1
 
-    t0 = time.monotonic()
     await asyncio.gather(*(worker(lim) for lim in (a, b) for _ in range(8)))
     elapsed = time.monotonic() - t0
     await a.close()
     await b.close()
     assert burst <= admitted <= rate * elapsed + burst
-    assert admitted >= rate * elapsed * 0.5  # and it does admit at the rate, not starve
+    # And it admits at the rate, not starving: half of what the window's rate allows, or of what was
+    # asked when a busy box let the workers ask less (a CI run: 98 admitted, the last call back 0.4 s
+    # after the window, so a bound on the whole elapsed time asked for 99).
+    assert admitted >= 0.5 * min(tried, rate * (stop - t0))
 
 
 async def test_redis_down_fallback_then_recovery(redis_server):
