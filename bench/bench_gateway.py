@@ -92,7 +92,7 @@ def _bare_envoy(cfg_obj, env: EnvironmentConfig, port: int) -> dict:
 
 def _floor_stack(workdir: Path, env: EnvironmentConfig, socket_server: str | None = None) -> Stack:
     """The minimal config's Envoy and upstream with bench/floor_extproc.py as its ext_proc; with
-    `socket_server` (grpclib or grpcio) Envoy reaches it over a Unix socket that one serves."""
+    `socket_server` (h2 or grpcio) Envoy reaches it over a Unix socket that one serves."""
     workdir.mkdir(parents=True)
     data = _config()
     if socket_server:

@@ -7,10 +7,10 @@ Envoy, and switches an SSE answer's body to STREAMED (each chunk a message), as 
 and four ext_proc round trips cost, the part of `extproc_cpu_us` no gateway logic can remove.
 bench/bench_gateway.py runs it beside Modelyard and reports Modelyard's CPU as a ratio to it.
 
-    python bench/floor_extproc.py HOST:PORT CLUSTER [--loop uvloop|asyncio] [--socket PATH [--server grpclib|grpcio]]
+    python bench/floor_extproc.py HOST:PORT CLUSTER [--loop uvloop|asyncio] [--socket PATH [--server h2|grpcio]]
 
-With `--socket` it also listens on a Unix socket, served by grpclib through the extproc's own shell
-(extproc/grpclib_shell.py) or by grpc.aio: bench/floor_servers.py compares the two.
+With `--socket` it also listens on a Unix socket, served straight on h2 by the extproc's own server
+(extproc/h2_grpc.py) or by grpc.aio: bench/floor_servers.py compares the two.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contracts.envoy_names import CLUSTER_HEADER  # noqa: E402
-from extproc.grpclib_shell import GrpclibServer, Services  # noqa: E402
+from extproc.grpc_services import Services  # noqa: E402
+from extproc.h2_grpc import H2GrpcServer  # noqa: E402
 from extproc.server import settle_heap  # noqa: E402
 from extproc.service import loop_factory  # noqa: E402
 
@@ -124,7 +125,7 @@ class FloorProcessor(ext_grpc.ExternalProcessorServicer):
 
 
 async def serve(address: str, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0,
-                after_us: float = 0.0, socket: str | None = None, socket_server: str = "grpclib") -> None:
+                after_us: float = 0.0, socket: str | None = None, socket_server: str = "h2") -> None:
     limit = 33 * 1024 * 1024  # the extproc's own: max_body_bytes' default and a MiB
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit)])
@@ -137,7 +138,7 @@ async def serve(address: str, cluster: str, shape: str = "floor", body_length: i
     if socket and socket_server == "grpcio":
         server.add_insecure_port(f"unix:{socket}")
     await server.start()
-    served = GrpclibServer(services, socket) if socket and socket_server == "grpclib" else None
+    served = H2GrpcServer(services, socket, max_message=limit) if socket and socket_server == "h2" else None
     if served is not None:  # held here: the loop keeps no strong reference to a listening server
         await served.start()
     settle_heap()  # as the extproc does once it serves
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after-us", type=float, default=0.0,
                    help="busy CPU per message after each reply's write (bench/floor_work.py's a<N> levels)")
     p.add_argument("--socket", default=None, help="also listen on this Unix socket (Envoy's way in when local)")
-    p.add_argument("--server", choices=("grpclib", "grpcio"), default="grpclib", help="who serves --socket")
+    p.add_argument("--server", choices=("h2", "grpcio"), default="h2", help="who serves --socket")
     a = p.parse_args(argv)
     with asyncio.Runner(loop_factory=loop_factory(a.loop)) as runner:
         runner.run(serve(a.address, a.cluster, a.replies, a.body_length, a.work_us, a.after_us, a.socket, a.server))

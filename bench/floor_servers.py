@@ -1,12 +1,11 @@
-"""The do-nothing floor on each server of the extproc's Unix socket, grpc.aio against grpclib, in one run.
+"""The do-nothing floor on each server of the extproc's Unix socket, grpc.aio against h2, in one run.
 
 The same floor ext_proc (bench/floor_extproc.py) behind the same Envoy, reached over a Unix socket
 served by grpc.aio (grpc core's poller and event-engine threads hand each message to the loop) or
-by grpclib through the extproc's own shell (extproc/grpclib_shell.py: HTTP/2 parsed on the loop's
-thread). With `--work 60` each also runs with 60 us of busy CPU per message, so the amplification
+straight on h2 by the extproc's own server (extproc/h2_grpc.py: HTTP/2 parsed on the loop's thread). With `--work 60` each also runs with 60 us of busy CPU per message, so the amplification
 (gateway CPU added per microsecond of extproc work, bench/floor_work.py) is read per server.
 Interleaved rounds: Envoy + extproc CPU per request and p99 at c=16, p50 at one connection.
-docs/performance.md ("Issue 38, eighth pass") has the figures.
+docs/performance.md ("Issue 38, eighth pass" and "ninth pass") has the figures.
 
     .venv/bin/python bench/floor_servers.py [--rounds 5] [--work 60]
 """
@@ -25,7 +24,7 @@ from bench.floor_designs import floor_bench, run_floor_rounds  # noqa: E402
 from bench.floor_work import MESSAGES  # noqa: E402
 from bench.outcomes import report  # noqa: E402
 
-SERVERS = ("grpcio", "grpclib")
+SERVERS = ("grpcio", "h2")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{med(got.p50[name]):.2f} ms{amp}  (rounds: extproc "
               f"{'/'.join(f'{x:.0f}' for x in got.extproc[name])}, p50 {'/'.join(f'{x:.2f}' for x in got.p50[name])})")
     for name in stacks:
-        if name.startswith("grpclib"):
-            base = name.replace("grpclib", "grpcio")
+        if name.startswith("h2"):
+            base = name.replace("h2", "grpcio")
             for metric, value, ref in (("cpu_us", cpu[name], cpu[base]),
                                        ("p50_ms", med(got.p50[name]), med(got.p50[base]))):
                 rows.append({"bench": "floor-servers", "case": f"{name} vs {base}", "metric": metric,

@@ -1,5 +1,5 @@
 """Where a servicer is added: a grpc.aio server, or the extproc's table that serves it on both
-grpc.aio and grpclib (extproc/grpclib_shell.py)."""
+grpc.aio and the Unix socket's server (extproc/grpc_services.py, extproc/h2_grpc.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Also serves gRPC health (NOT_SERVING while draining) and, on the same port, any extra services
 (Envoy's rate limit service). grpc.aio serves TCP; the Unix socket Envoy uses when the extproc is
-local is served by grpclib (extproc/grpclib_shell.py) unless `extproc.unix_socket_server: grpcio`.
+local is served straight on h2 (extproc/h2_grpc.py) unless `extproc.unix_socket_server: grpcio`.
 SIGTERM/SIGINT: stop accepting, drain open streams, exit 0.
 """
 
@@ -24,7 +24,8 @@ from contracts.config import GatewayConfig
 from contracts.envoy_names import XLATE_METADATA
 from extproc.context import Interim
 from extproc.gateway import Gateway, LiveGateway
-from extproc.grpclib_shell import GrpclibServer, Services
+from extproc.grpc_services import Services
+from extproc.h2_grpc import H2GrpcServer
 from extproc.routes import RouteTable
 from extproc.session import Session
 from extproc.telemetry.metrics import BUILD
@@ -75,24 +76,25 @@ class ExtprocServer:
     def __init__(self, config: GatewayConfig, gateway: Gateway | LiveGateway, routes: RouteTable):
         self.config = config
         self.live = gateway if isinstance(gateway, LiveGateway) else LiveGateway(gateway)
+        limit = config.extproc.max_body_bytes + 1024 * 1024  # a body and its message's other fields
         # gRPC binds with SO_REUSEPORT by default: a second server on a taken port would silently share it.
         self.server = grpc.aio.server(options=[
             ("grpc.so_reuseport", 0),
-            ("grpc.max_receive_message_length", config.extproc.max_body_bytes + 1024 * 1024),
-            ("grpc.max_send_message_length", config.extproc.max_body_bytes + 1024 * 1024),
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
         ])
-        # Every servicer is added here: grpc.aio gets it, and the grpclib socket serves the same handlers.
+        # Every servicer is added here: grpc.aio gets it, and the h2 socket serves the same handlers.
         self.services = Services(self.server)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(self.live, routes), self.services)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.services)
         self.port = self._listen(config.extproc.address, "extproc.address")
-        self.socket: GrpclibServer | None = None
+        self.socket: H2GrpcServer | None = None
         sock = config.extproc.unix_socket
         if sock:  # Envoy's way in when local; TCP stays for probes and remote peers
             Path(sock).parent.mkdir(parents=True, exist_ok=True)
-            if config.extproc.unix_socket_server == "grpclib":
-                self.socket = GrpclibServer(self.services, sock)
+            if config.extproc.unix_socket_server == "h2":
+                self.socket = H2GrpcServer(self.services, sock, max_message=limit)
             else:
                 self._listen(f"unix:{sock}", "extproc.unix_socket")
         self._stopping = asyncio.Event()

@@ -151,9 +151,19 @@ class ExtprocConfig(_Model):
     # A local extproc also listens on this Unix socket (worker i on `<path>.<i>`), and the rendered
     # Envoy reaches it there instead of loopback TCP (docs/performance.md); listed or TLS extprocs stay on TCP.
     unix_socket: str | None = None
-    # Who serves that socket: grpclib parses HTTP/2 on the event loop (no grpc core threads to hand
-    # each message between: lower latency, docs/performance.md); grpcio is grpc.aio, as TCP is.
-    unix_socket_server: Literal["grpclib", "grpcio"] = "grpclib"
+    # Who serves that socket: h2 parses HTTP/2 on the event loop (no grpc core threads to hand each
+    # message between: less CPU and latency, docs/performance.md); grpcio is grpc.aio, as TCP is.
+    unix_socket_server: Literal["h2", "grpcio"] = "h2"
+
+    @field_validator("unix_socket_server", mode="before")
+    @classmethod
+    def _grpclib_is_h2_now(cls, v: Any) -> Any:
+        # The last release's default; h2 took its place (the same HTTP/2 on the loop, less of it in Python).
+        if v == "grpclib":
+            logging.getLogger("modelyard.config").warning(
+                "extproc.unix_socket_server: grpclib is served by h2 now; write h2 (or grpcio)")
+            return "h2"
+        return v
 
     @model_validator(mode="after")
     def _batches_need_tasks(self) -> ExtprocConfig:

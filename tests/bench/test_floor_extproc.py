@@ -60,9 +60,9 @@ def test_the_floor_with_work_after_each_reply_still_answers_every_message(tmp_pa
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("server", ["grpclib", "grpcio"])
+@pytest.mark.parametrize("server", ["h2", "grpcio"])
 def test_the_floor_over_each_socket_server(tmp_path: Path, server: str) -> None:
-    # bench/floor_servers.py: Envoy reaches the floor over the Unix socket, served by grpclib or grpc.aio.
+    # bench/floor_servers.py: Envoy reaches the floor over the Unix socket, served by h2 or grpc.aio.
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
     env = EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)

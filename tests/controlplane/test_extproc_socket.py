@@ -56,3 +56,13 @@ def test_tcp_without_a_socket_for_listed_replicas_and_for_tls() -> None:
     assert _endpoints(extproc_cluster(_config(unix_socket="/tmp/e.sock"), listed)) == ["10.0.0.5:50051"]
     tls = EnvironmentConfig(name="t", extproc_tls=ExtprocTlsSettings(ca_file="/dev/null"))
     assert _endpoints(extproc_cluster(_config(unix_socket="/tmp/e.sock", workers=1), tls)) == ["127.0.0.1:50051"]
+
+
+def test_the_socket_server_setting_and_the_last_releases_spelling(caplog: pytest.LogCaptureFixture) -> None:
+    assert _config().extproc.unix_socket_server == "h2"
+    assert _config(unix_socket_server="grpcio").extproc.unix_socket_server == "grpcio"
+    with caplog.at_level("WARNING", logger="modelyard.config"):
+        assert _config(unix_socket_server="grpclib").extproc.unix_socket_server == "h2"
+    assert "grpclib is served by h2 now" in caplog.text
+    with pytest.raises(ConfigError):
+        _config(unix_socket_server="hyper")

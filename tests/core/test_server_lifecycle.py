@@ -81,8 +81,8 @@ async def test_a_taken_port_stops_the_start_instead_of_sharing_it(tmp_path: Path
         await other.stop(0)
 
 
-async def test_sigterm_drains_the_grpclib_socket_too(tmp_path: Path) -> None:
-    # Envoy's way in when local: the Unix socket, served by grpclib (extproc/grpclib_shell.py).
+async def test_sigterm_drains_the_h2_socket_too(tmp_path: Path) -> None:
+    # Envoy's way in when local: the Unix socket, served straight on h2 (extproc/h2_grpc.py).
     sock = str(Path(tempfile.mkdtemp(prefix="drain-", dir="/tmp")) / "x.sock")
     proc, _ = _serve(tmp_path, unix_socket=sock)
     try:
