@@ -312,9 +312,10 @@ def main(argv: list[str] | None = None) -> int:
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
                                 stack_pids(bstack),
                                 metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
-    # The floor of the 4-message design beside the peers: what no gateway logic at all costs here.
-    floor = _floor_stack(work / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor \
-        else None
+    # The floor of the 4-message design beside the peers: what no gateway logic at all costs here, reached
+    # as the shipped config reaches the extproc (its Unix socket, served by h2).
+    floor = _floor_stack(work / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1),
+                         socket_server="h2") if a.floor else None
     if floor is not None:
         gateways.append(Gateway("floor", f"{floor.url}/v1/chat/completions",
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},

@@ -359,3 +359,53 @@ async def test_a_stop_before_the_start_leaves_nothing_to_do(tmp_path: Path) -> N
     never = H2GrpcServer(Services(grpc.aio.server()), str(tmp_path / "never.sock"))
     await never.stop(0)
     assert not (tmp_path / "never.sock").exists()
+
+
+async def _raw_chat(served: Served, pieces: list[bytes], replies: int) -> list[bytes]:
+    """A Chat call from h2's own client, its request bytes cut into DATA frames exactly as given."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    reader, writer = await asyncio.open_unix_connection(served.socket.path)
+    client.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", f"/{SERVICE}/Chat"),
+                            (":authority", "x"), ("content-type", "application/grpc"), ("te", "trailers")])
+    for piece in pieces:
+        client.send_data(1, piece)
+    writer.write(client.data_to_send())
+    got = bytearray()
+    deadline = asyncio.get_running_loop().time() + 5
+    while asyncio.get_running_loop().time() < deadline:
+        for ev in client.receive_data(await asyncio.wait_for(reader.read(65536), 5)):
+            if isinstance(ev, h2.events.DataReceived):
+                got += ev.data
+                client.acknowledge_received_data(ev.flow_controlled_length, 1)
+        writer.write(client.data_to_send())
+        out, rest = [], bytes(got)
+        while len(rest) >= 5 and len(rest) >= 5 + int.from_bytes(rest[1:5], "big"):
+            n = int.from_bytes(rest[1:5], "big")
+            out.append(rest[5:5 + n])
+            rest = rest[5 + n:]
+        if len(out) >= replies:
+            writer.close()
+            return out
+    raise AssertionError(f"{len(got)} bytes of replies in 5 s")
+
+
+async def test_messages_cut_anywhere_across_frames(served: Served) -> None:
+    # A prefix split over two frames, an empty message, two messages in one frame, a body over two.
+    pieces = [b"\x00\x00\x00", b"\x00\x02hi\x00\x00\x00\x00\x00", b"\x00\x00\x00\x00\x03ab", b"c"]
+    assert await _raw_chat(served, pieces, 3) == [b"re:hi", b"re:", b"re:abc"]
+
+
+def test_a_data_frames_payload_is_left_out_of_the_repr_h2_makes_of_it() -> None:
+    # h2 reprs every frame it receives; hyperframe's repr of a DATA frame hex-encodes all of its payload.
+    from hyperframe.frame import DataFrame
+
+    from extproc.h2_grpc import _Frames
+
+    frame = DataFrame(1, data=b"\xab" * 1000)
+    frames = _Frames(server=False)
+    frames.max_frame_size = 1 << 14
+    frames.add_data(frame.serialize())
+    got = next(frames)
+    assert got.data == frame.data  # the frame itself is untouched
+    assert "abab" not in repr(got) and len(repr(got)) < 200
