@@ -2,8 +2,9 @@
 
 The same floor ext_proc (bench/floor_extproc.py) behind the same Envoy, reached over a Unix socket
 served by grpc.aio (grpc core's poller and event-engine threads hand each message to the loop) or
-straight on h2 by the extproc's own server (extproc/h2_grpc.py: HTTP/2 parsed on the loop's thread). With `--work 60` each also runs with 60 us of busy CPU per message, so the amplification
-(gateway CPU added per microsecond of extproc work, bench/floor_work.py) is read per server.
+straight on h2 by the extproc's own server (extproc/h2_grpc.py: HTTP/2 parsed on the loop's thread).
+With `--work 60` each also runs with 60 us of busy CPU per message, so the amplification (gateway CPU
+added per microsecond of extproc work, bench/floor_work.py) is read per server.
 Interleaved rounds: Envoy + extproc CPU per request and p99 at c=16, p50 at one connection.
 docs/performance.md ("Issue 38, eighth pass" and "ninth pass") has the figures.
 

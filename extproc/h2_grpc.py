@@ -2,8 +2,8 @@
 
 The Unix socket Envoy uses for a local extproc carries one short bidirectional stream per request
 and four small messages each way. grpclib served it from the loop's own thread (no grpc core thread
-trips), but half the loop's time went to its per-stream machinery: events, queues, codecs and tasks
-around h2's. This server keeps h2 (frames, HPACK, flow control, its state machines) and does only
+trips), but a quarter of the loop's time went to its per-stream machinery around h2's: events,
+queues, codecs, tasks (docs/performance.md, "Issue 38, ninth pass"). This server keeps h2 (frames, HPACK, flow control, its state machines) and does only
 what gRPC adds over HTTP/2 itself: the 5-byte message prefix, `grpc-status` trailers, deadlines.
 A read with a message waiting returns it without a suspension; a write that fits the peer's window
 is framed at once and goes out with the others of the same turn of the loop, in one syscall.
@@ -49,7 +49,7 @@ log = logging.getLogger("modelyard.socket")
 # Envoy sends DATA frames as large as the peer allows, 16 KiB by default: each is an h2 event and a
 # buffer append in Python, which a 30 MB image body would pay 1,900 times.
 MAX_FRAME = 1 << 20
-# Inbound windows, per stream and for the connection (grpclib's defaults): a large body flows
+# Inbound windows, per stream and for the connection (4 MiB, as grpclib had): a large body flows
 # without waiting on a window update per 64 KiB.
 WINDOW = 4 << 20
 
@@ -354,29 +354,32 @@ class _Connection(asyncio.Protocol):
     async def send(self, call: _Call, data: bytes) -> None:
         h = self.h2
         sid = call.sid
-        if call.reset or self.transport is None:
-            raise asyncio.CancelledError()  # the caller is gone: as grpc.aio, the handler is cancelled
-        if not call.headers_sent:
-            h.send_headers(sid, _REPLY_HEADERS)
-            call.headers_sent = True
-        if not self._paused and len(data) <= min(h.local_flow_control_window(sid), h.max_outbound_frame_size):
-            h.send_data(sid, data)
-            self._flush_soon()
-            return
-        view = memoryview(data)
-        while view:
+        try:
             if call.reset or self.transport is None:
-                raise asyncio.CancelledError()
-            room = min(h.local_flow_control_window(sid), h.max_outbound_frame_size)
-            if room <= 0 or self._paused:
-                self._flush()
-                waiter = self.loop.create_future()
-                self._writable.append(waiter)
-                await waiter
-                continue
-            h.send_data(sid, view[:room].tobytes())
-            view = view[room:]
-        self._flush()
+                raise asyncio.CancelledError()  # the caller is gone: as grpc.aio, the handler is cancelled
+            if not call.headers_sent:
+                h.send_headers(sid, _REPLY_HEADERS)
+                call.headers_sent = True
+            if not self._paused and len(data) <= min(h.local_flow_control_window(sid), h.max_outbound_frame_size):
+                h.send_data(sid, data)
+                self._flush_soon()
+                return
+            view = memoryview(data)
+            while view:
+                if call.reset or self.transport is None:
+                    raise asyncio.CancelledError()
+                room = min(h.local_flow_control_window(sid), h.max_outbound_frame_size)
+                if room <= 0 or self._paused:
+                    self._flush()
+                    waiter = self.loop.create_future()
+                    self._writable.append(waiter)
+                    await waiter
+                    continue
+                h.send_data(sid, view[:room].tobytes())
+                view = view[room:]
+            self._flush()
+        except H2Error:  # the stream or the connection closed under it (a peer's error or GOAWAY): as a reset
+            raise asyncio.CancelledError() from None
 
     def finish(self, call: _Call, code: grpc.StatusCode, details: str = "") -> None:
         """The call's trailers (with the reply headers if none went out), unless the stream is gone."""
