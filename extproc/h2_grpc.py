@@ -20,6 +20,7 @@ import contextlib
 import inspect
 import logging
 import os
+import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -440,6 +441,7 @@ class H2GrpcServer:
         self.handlers: dict[str, grpc.RpcMethodHandler] = {}
         self.connections: set[_Connection] = set()
         self.draining = False
+        self._sock: socket.socket | None = None
         self._listener: asyncio.AbstractServer | None = None
         self._open: set[asyncio.Task[None]] = set()
         self._inode = 0
@@ -485,18 +487,35 @@ class H2GrpcServer:
             self._open.discard(task)
             call._conn.finish(call, code, details)
 
-    async def start(self) -> None:
-        self.handlers = dict(self._services.handlers)
+    def bind(self) -> None:
+        """Listen on the path now (connections wait in the kernel's queue until `start`)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a socket left by a killed process
-        loop = asyncio.get_running_loop()
-        self._listener = await loop.create_unix_server(lambda: _Connection(self), self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(self.path)
+            sock.listen(1024)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self._sock = sock
         self._inode = os.stat(self.path).st_ino
+
+    async def start(self) -> None:
+        self.handlers = dict(self._services.handlers)
+        if self._sock is None:
+            self.bind()
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_unix_server(lambda: _Connection(self), sock=self._sock)
 
     async def stop(self, grace: float) -> None:
         """Like grpc.aio's: no new calls, the open ones get `grace` seconds, then are cancelled."""
         self.draining = True
         if self._listener is None:  # never started
+            if self._sock is not None:
+                self._sock.close()
+                self._unlink()
             return
         self._listener.close()  # no new connections
         if self._open:
@@ -507,6 +526,9 @@ class H2GrpcServer:
             await asyncio.wait(set(self._open), timeout=1.0)
         for conn in list(self.connections):  # as grpc.aio does: their callers see the channel go
             conn.close("server stopped")
+        self._unlink()
+
+    def _unlink(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             if os.stat(self.path).st_ino == self._inode:  # not a successor's socket, bound while this one drained
                 os.unlink(self.path)

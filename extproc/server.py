@@ -88,15 +88,21 @@ class ExtprocServer:
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         ext_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(self.live, routes), self.services)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.services)
-        self.port = self._listen(config.extproc.address, "extproc.address")
+        # The socket before the TCP port: whoever waits for the port (a supervisor, a test's stack) then finds
+        # Envoy's way in bound too, not a killed predecessor's socket file refusing connections.
         self.socket: H2GrpcServer | None = None
         sock = config.extproc.unix_socket
         if sock:  # Envoy's way in when local; TCP stays for probes and remote peers
             Path(sock).parent.mkdir(parents=True, exist_ok=True)
             if config.extproc.unix_socket_server == "h2":
                 self.socket = H2GrpcServer(self.services, sock, max_message=limit)
+                try:
+                    self.socket.bind()
+                except OSError as e:
+                    raise OSError(f"extproc.unix_socket {sock}: cannot listen there ({e.strerror})") from None
             else:
                 self._listen(f"unix:{sock}", "extproc.unix_socket")
+        self.port = self._listen(config.extproc.address, "extproc.address")
         self._stopping = asyncio.Event()
 
     def _listen(self, address: str, field: str) -> int:
@@ -111,12 +117,9 @@ class ExtprocServer:
         return self.live.current
 
     async def start(self) -> None:
-        await self.server.start()
         if self.socket is not None:
-            try:
-                await self.socket.start()
-            except OSError as e:
-                raise OSError(f"extproc.unix_socket {self.socket.path}: cannot listen there ({e.strerror})") from None
+            await self.socket.start()
+        await self.server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self.gateway.start()
         BUILD.labels(loaded()).set(1)

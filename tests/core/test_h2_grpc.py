@@ -359,6 +359,11 @@ async def test_a_stop_before_the_start_leaves_nothing_to_do(tmp_path: Path) -> N
     never = H2GrpcServer(Services(grpc.aio.server()), str(tmp_path / "never.sock"))
     await never.stop(0)
     assert not (tmp_path / "never.sock").exists()
+    bound = H2GrpcServer(Services(grpc.aio.server()), str(tmp_path / "bound.sock"))
+    bound.bind()  # the extproc binds the socket with the TCP port, before its loop serves either
+    assert (tmp_path / "bound.sock").is_socket()
+    await bound.stop(0)
+    assert not (tmp_path / "bound.sock").exists()
 
 
 async def _raw_chat(served: Served, pieces: list[bytes], replies: int) -> list[bytes]:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import grpc
@@ -108,3 +109,32 @@ async def test_sigterm_drains_the_h2_socket_too(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_socket_is_bound_once_the_tcp_port_answers(tmp_path: Path) -> None:
+    # A restart after a SIGKILL: the dead process's socket file is still there and refuses connections.
+    # Readiness is the TCP port (devstack's supervisor and the test stacks wait for it), so by the time
+    # it answers, Envoy's way in must answer too (a CI run got 503s in that gap, before the order was fixed).
+    import socket
+
+    sock = str(Path(tempfile.mkdtemp(prefix="order-", dir="/tmp")) / "x.sock")
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(sock)
+    stale.close()  # the file stays, nobody listens
+    proc, addr = _serve(tmp_path, unix_socket=sock)
+    host, _, port = addr.rpartition(":")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline and proc.poll() is None, "the extproc never listened"
+            try:
+                socket.create_connection((host, int(port)), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.002)
+        unix = socket.socket(socket.AF_UNIX)
+        unix.connect(sock)  # refused if the TCP port opened first
+        unix.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
