@@ -24,7 +24,6 @@ import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 import grpc
 from h2.config import H2Configuration
@@ -43,6 +42,7 @@ from h2.frame_buffer import FrameBuffer
 from h2.settings import SettingCodes
 from hyperframe.frame import DataFrame, Frame
 
+from adapters.kserve.status import encode_grpc_message, frame
 from extproc.grpc_services import Services
 
 log = logging.getLogger("modelyard.socket")
@@ -71,8 +71,8 @@ class _Abort(Exception):
 def _trailers(code: grpc.StatusCode, details: str, headers_sent: bool) -> list[tuple[bytes, bytes]]:
     out = [] if headers_sent else list(_REPLY_HEADERS)
     out.append((b"grpc-status", str(code.value[0]).encode()))
-    if details:  # grpc's percent-encoding of grpc-message
-        out.append((b"grpc-message", quote(details, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode()))
+    if details:
+        out.append((b"grpc-message", encode_grpc_message(details).encode()))
     return out
 
 
@@ -160,8 +160,7 @@ class _Call:
             raise _Abort(grpc.StatusCode.INTERNAL, "could not parse the request message") from None
 
     async def write(self, message: Any) -> None:
-        data = self._dump(message) if self._dump is not None else message
-        await self._conn.send(self, b"\x00" + len(data).to_bytes(4, "big") + data)
+        await self._conn.send(self, frame(self._dump(message) if self._dump is not None else message))
 
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Sequence[Any] = ()) -> None:
         raise _Abort(code, details)
@@ -443,13 +442,9 @@ class H2GrpcServer:
         self.draining = False
         self._sock: socket.socket | None = None
         self._listener: asyncio.AbstractServer | None = None
-        self._open: set[asyncio.Task[None]] = set()
         self._inode = 0
 
     async def serve(self, call: _Call, h: grpc.RpcMethodHandler) -> None:
-        task = call.task
-        assert task is not None
-        self._open.add(task)
         code, details = grpc.StatusCode.OK, ""
         behaviour: Any = None
         try:
@@ -484,7 +479,6 @@ class H2GrpcServer:
             log.exception("gRPC handler %s failed", getattr(behaviour, "__qualname__", "?"))
             code, details = grpc.StatusCode.UNKNOWN, "Unexpected error"
         finally:
-            self._open.discard(task)
             call._conn.finish(call, code, details)
 
     def bind(self) -> None:
@@ -518,15 +512,18 @@ class H2GrpcServer:
                 self._unlink()
             return
         self._listener.close()  # no new connections
-        if self._open:
-            await asyncio.wait(set(self._open), timeout=grace)
-        for task in list(self._open):
+        if open_calls := self._open_tasks():
+            await asyncio.wait(open_calls, timeout=grace)
+        for task in self._open_tasks():
             task.cancel()
-        if self._open:
-            await asyncio.wait(set(self._open), timeout=1.0)
+        if open_calls := self._open_tasks():
+            await asyncio.wait(open_calls, timeout=1.0)
         for conn in list(self.connections):  # as grpc.aio does: their callers see the channel go
             conn.close("server stopped")
         self._unlink()
+
+    def _open_tasks(self) -> set[asyncio.Task[None]]:
+        return {c.task for conn in self.connections for c in conn.calls.values() if c.task is not None and not c.task.done()}
 
     def _unlink(self) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -38,6 +38,7 @@ from adapters.kserve.response import (
 from adapters.kserve.rest import infer_request_rest, parse_rest_reply
 from adapters.kserve.status import (
     GrpcStatus,
+    encode_grpc_message,
     frame,
     grpc_status_from_headers,
     grpc_status_to_http,
@@ -60,7 +61,7 @@ __all__ = [
     "TensorRows", "tensor_rows", "merge_tensor_requests",
     "GRPC_SERVICE", "GRPC_INFER_PATH", "GRPC_CONTENT_TYPE", "MAX_DIMS", "DTYPES", "DATATYPES", "GRPC_TO_HTTP",
     "KServeError", "render_error", "grpc_status_to_http", "GrpcStatus", "grpc_status_from_headers", "frame",
-    "unframe", "ParsedInfer", "parse_infer_request", "parse_request", "encode_infer_request", "output_array",
+    "unframe", "encode_grpc_message", "ParsedInfer", "parse_infer_request", "parse_request", "encode_infer_request", "output_array",
     "infer_response_dict", "render_infer_response", "render_infer_reply", "rename_rest_reply",
     "parse_grpc_response", "infer_request_rest", "parse_rest_reply", "build_classify_request", "classify_scores",
     "top_k_labels", "parse_classify_response", "slice_response", "render_classify_response", "RouteKind",

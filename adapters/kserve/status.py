@@ -50,9 +50,18 @@ def grpc_status_from_headers(headers: Mapping[str, str]) -> GrpcStatus | None:
     return GrpcStatus(code, message)
 
 
+# grpc-message is percent-encoded: everything printable but '%' passes as is.
+_MESSAGE_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def encode_grpc_message(text: str) -> str:
+    """A `grpc-message` value, as `grpc_status_from_headers` reads it back."""
+    return urllib.parse.quote(text, safe=_MESSAGE_SAFE)
+
+
 def frame(msg: bytes) -> bytes:
     """One uncompressed gRPC length-prefixed message: flag 0, 4-byte big-endian length, body."""
-    return b"\x00" + struct.pack(">I", len(msg)) + msg
+    return struct.pack(">BI", 0, len(msg)) + msg  # one copy of the body
 
 
 def unframe(body: bytes) -> bytes:

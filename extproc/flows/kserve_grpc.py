@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import urllib.parse
 import uuid
 from typing import Any
 
@@ -50,8 +49,6 @@ from extproc.vision.batching import Batch, BatchPolicy
 log = logging.getLogger("modelyard.kserve_grpc")
 
 _GRPC_TRAILERS = ["grpc-status", "grpc-message", "grpc-status-details-bin"]
-# grpc-message is percent-encoded: everything printable but '%' passes as is.
-_MESSAGE_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 
 
 # The extproc's own echo: a batch member's slice goes up as the request and comes back as the reply.
@@ -74,10 +71,6 @@ def _rest_refusal(body: bytes) -> str | None:
     if not isinstance(doc, dict) or "outputs" in doc or not isinstance(doc.get("error"), str):
         return None
     return str(doc["error"])
-
-
-def _grpc_message(text: str) -> str:
-    return urllib.parse.quote(text, safe=_MESSAGE_SAFE)
 
 
 class GrpcInferFlow(KServeInferFlow):
@@ -171,7 +164,7 @@ class GrpcInferFlow(KServeInferFlow):
             log.info("task %s: upstream answered gRPC status %d: %r", self.ctx.task_id, gs.code, gs.message[:2000])
             self._finish(gs.http_status)
             text = sanitize(gs.message) or f"upstream gRPC status {gs.code}"
-            return msg.response_headers([*set_h, ("grpc-message", _grpc_message(text))], ["content-length"])
+            return msg.response_headers([*set_h, ("grpc-message", kserve.encode_grpc_message(text))], ["content-length"])
         if status != 200:  # a REST upstream's refusal (through the bridge): a status in the trailers
             self._fail_batch(f"upstream answered HTTP {status}")
             self.grpc_error = (kserve_grpc.grpc_code(upstream_error_status(status)), f"upstream answered HTTP {status}")
@@ -220,7 +213,7 @@ class GrpcInferFlow(KServeInferFlow):
         if self.grpc_error is not None:
             code, text = self.grpc_error
             self._finish(kserve.grpc_status_to_http(code))
-            return msg.response_trailers([("grpc-status", str(code)), ("grpc-message", _grpc_message(text))],
+            return msg.response_trailers([("grpc-status", str(code)), ("grpc-message", kserve.encode_grpc_message(text))],
                                          ["grpc-status-details-bin"])
         gs = kserve.grpc_status_from_headers(trailers)
         if gs is None or gs.code != 0:
@@ -230,7 +223,7 @@ class GrpcInferFlow(KServeInferFlow):
             return msg.response_trailers([("grpc-status", "13"), ("grpc-message", "upstream sent no status")])
         if gs.code != 0:  # the upstream's own status; its message sanitized as for REST callers
             text = sanitize(gs.message) or f"upstream gRPC status {gs.code}"
-            return msg.response_trailers([("grpc-message", _grpc_message(text))])
+            return msg.response_trailers([("grpc-message", kserve.encode_grpc_message(text))])
         return msg.response_trailers()
 
 
