@@ -66,7 +66,8 @@ def _config(workers: int = 1) -> dict:
     return {
         "listener": {"address": "127.0.0.1", "port": free_port()},
         "extproc": {"address": f"127.0.0.1:{free_ports_run(workers)}",
-                    "metrics_address": f"127.0.0.1:{free_ports_run(workers)}", "workers": workers},
+                    "metrics_address": f"127.0.0.1:{free_ports_run(workers)}", "workers": workers,
+                    "bodies": "duplex"},  # the shipped config's design: the floor's too
         "models": [{"name": "demo-gpt", "deployments": [
             {"cluster": "demo-openai", "protocol": "openai", "endpoints": [f"127.0.0.1:{up}"]}]}],
         "tenants": [{"name": "bench", "tier": "L1", "api_keys": [

@@ -5,6 +5,8 @@ response headers, buffered response body) and, like Modelyard, sets the cluster 
 the route cache on the body step, so the request reaches the same upstream through the same
 Envoy, and switches an SSE answer's body to STREAMED (each chunk a message), as Modelyard does. No auth, no parsing, no routing, no metering: what it costs per request is what grpc.aio
 and four ext_proc round trips cost, the part of `extproc_cpu_us` no gateway logic can remove.
+On a stream the Envoy config runs full duplex (its metadata says so, as for the extproc: extproc/duplex.py)
+it holds each headers reply until its body has come, then sends it with the body back whole (two waits).
 bench/bench_gateway.py runs it beside Modelyard and reports Modelyard's CPU as a ratio to it.
 
     python bench/floor_extproc.py HOST:PORT CLUSTER [--loop uvloop|asyncio] [--socket PATH [--server h2|grpcio]]
@@ -30,9 +32,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from contracts.envoy_names import CLUSTER_HEADER  # noqa: E402
+from contracts.envoy_names import BODIES_METADATA, CLUSTER_HEADER  # noqa: E402
 from extproc.grpc_services import Services  # noqa: E402
 from extproc.h2_grpc import H2GrpcServer  # noqa: E402
+from extproc.messages import streamed_body  # noqa: E402
 from extproc.server import settle_heap  # noqa: E402
 from extproc.service import loop_factory  # noqa: E402
 
@@ -78,7 +81,7 @@ def replies(cluster: str, shape: str = "floor", body_length: int = 0) -> dict[st
     common.clear_route_cache = True
     _set(common.header_mutation, CLUSTER_HEADER, cluster)
     out: dict[str | None, pb.ProcessingResponse] = {"request_body": body}
-    for kind in ("request_headers", "response_headers", "response_body", "response_trailers"):
+    for kind in ("request_headers", "response_headers", "response_body", "request_trailers", "response_trailers"):
         r = pb.ProcessingResponse()
         getattr(r, kind).SetInParent()
         out[kind] = r
@@ -110,8 +113,15 @@ class FloorProcessor(ext_grpc.ExternalProcessorServicer):
         self.replies = replies(cluster, shape, body_length)
         self.work_s = work_us / 1e6
         self.after_s = after_us / 1e6
+        # Duplex: the request's route choice rides on its headers reply (nothing else answers before the body).
+        request = pb.ProcessingResponse()
+        request.CopyFrom(self.replies["request_headers"])
+        request.request_headers.response.MergeFrom(self.replies["request_body"].request_body.response)
+        self.duplex_headers = {"request_headers": request, "response_headers": self.replies["response_headers"]}
 
     async def Process(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
+        if any(k == BODIES_METADATA for k, _ in context.invocation_metadata() or ()):
+            return await self._duplex(context)
         # read()/write(), as extproc/server.py does: the cheapest way grpc.aio offers.
         while (req := await context.read()) is not grpc.aio.EOF:
             kind = req.WhichOneof("request")
@@ -122,6 +132,31 @@ class FloorProcessor(ext_grpc.ExternalProcessorServicer):
             await context.write(self.replies[kind])
             if self.after_s:
                 busy(self.after_s)
+
+    async def _duplex(self, context: grpc.aio.ServicerContext) -> None:
+        chunks: list[bytes] = []
+        held: pb.ProcessingResponse | None = None
+        while (req := await context.read()) is not grpc.aio.EOF:
+            kind = req.WhichOneof("request")
+            if self.work_s:
+                busy(self.work_s)
+            if kind in ("request_trailers", "response_trailers"):
+                await context.write(self.replies[kind])
+            elif kind == "request_headers" or kind == "response_headers":
+                held, chunks = self.duplex_headers[kind], []
+                if getattr(req, kind).end_of_stream or (kind == "response_headers" and is_sse(req)):
+                    await context.write(held)
+                    held = None
+            elif held is None:  # a stream's chunk: back as it came
+                part = getattr(req, kind)
+                await context.write(streamed_body(kind, part.body, part.end_of_stream))
+            else:
+                part = getattr(req, kind)
+                chunks.append(part.body)
+                if part.end_of_stream:
+                    await context.write(held)
+                    await context.write(streamed_body(kind, b"".join(chunks), True))
+                    held = None
 
 
 async def serve(address: str, cluster: str, shape: str = "floor", body_length: int = 0, work_us: float = 0.0,

@@ -42,6 +42,11 @@ ARM_HEADER = "x-modelyard-arm"  # the A/B arm a request fell in
 WAIT_MARGIN_S = 2.0
 # gRPC metadata on a translation hop's ext_proc streams: "<from protocol>~<target cluster>".
 XLATE_METADATA = "x-modelyard-xlate"
+# gRPC metadata on an ext_proc stream whose route runs the bodies FULL_DUPLEX_STREAMED: "duplex"
+# (controlplane.bootstrap's per-route override; extproc/duplex.py speaks it).
+BODIES_METADATA = "x-modelyard-bodies"
+# Beside it: the environment's buffer_limit_bytes, the most of a body the extproc gathers (Envoy buffers none).
+BUFFER_LIMIT_METADATA = "x-modelyard-buffer-limit"
 # On a reply from a deployment with max_inflight: milliseconds the request waited for a slot.
 QUEUE_WAIT_HEADER = "x-modelyard-queue-wait-ms"
 # On a reply that a peer deployment took after the chosen one's cluster bucket or queue refused it:

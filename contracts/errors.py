@@ -46,6 +46,13 @@ MODEL_NOT_FOUND = "model_not_found"
 INSUFFICIENT_QUOTA = "insufficient_quota"
 
 
+def answer_too_large(buffer_limit_bytes: int) -> str:
+    """What a caller hears when an answer without a content-length outgrew the gateway's buffer (Envoy's
+    local reply, controlplane.local_replies, or the extproc's own on a duplex body, extproc/duplex.py)."""
+    return (f"the upstream's answer came without a content-length and outgrew the gateway's buffer "
+            f"({buffer_limit_bytes} bytes, the environment's buffer_limit_bytes): ask for less")
+
+
 def default_type(status: int) -> str:
     """The canonical error type for an HTTP status."""
     if status in DEFAULT_TYPES:

@@ -95,6 +95,8 @@ from envoy_data_plane.envoy.extensions.bootstrap.internal_listener.v3 import Int
 from envoy_data_plane.envoy.extensions.clusters.aggregate.v3 import ClusterConfig as AggregateClusterConfig
 from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
     ExternalProcessor,
+    ExtProcOverrides,
+    ExtProcPerRoute,
     ProcessingMode,
     ProcessingModeBodySendMode,
     ProcessingModeHeaderSendMode,
@@ -123,6 +125,8 @@ from google.protobuf import json_format
 from contracts.config import Deployment, GatewayConfig
 from contracts.config.mcp import longest_call_s
 from contracts.envoy_names import (
+    BODIES_METADATA,
+    BUFFER_LIMIT_METADATA,
     CLUSTER_HEADER,
     EXT_PROC_FILTER,
     EXTPROC_CLUSTER,
@@ -339,7 +343,7 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
             response_header_mode=ProcessingModeHeaderSendMode.SEND,
             request_body_mode=ProcessingModeBodySendMode.BUFFERED,
             response_body_mode=ProcessingModeBodySendMode.BUFFERED,
-            request_trailer_mode=ProcessingModeHeaderSendMode.SKIP,
+            request_trailer_mode=ProcessingModeHeaderSendMode.SEND,
             response_trailer_mode=ProcessingModeHeaderSendMode.SEND,
         ),
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
@@ -417,11 +421,46 @@ def _routes(cfg: GatewayConfig, env: EnvironmentConfig) -> RouteConfiguration:
                       route=action, response_headers_to_add=answered_by,
                       # Routing inputs stay inside the gateway: the upstream never sees them.
                       request_headers_to_remove=[CLUSTER_HEADER, TENANT_HEADER]),
+                *_duplex_routes(cfg, env, not_routed),
                 Route(match=RouteMatch(prefix="/"),
                       direct_response=DirectResponseAction(status=404, body=DataSource(inline_string=not_routed))),
             ],
         )],
     )
+
+
+# The calls whose bodies run full duplex (`extproc.bodies: duplex`): chat in each protocol (adapters.registry),
+# small bodies both ways, answers that may stream. Not embeddings: an answer past max_body_bytes passes
+# through Envoy untouched (body mode NONE), which a duplex body cannot do.
+DUPLEX_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses", "/responses",
+                "/v1/completions", "/completions")
+_DUPLEX = ProcessingMode(
+    request_header_mode=ProcessingModeHeaderSendMode.SEND,
+    response_header_mode=ProcessingModeHeaderSendMode.SEND,
+    request_body_mode=ProcessingModeBodySendMode.FULL_DUPLEX_STREAMED,
+    response_body_mode=ProcessingModeBodySendMode.FULL_DUPLEX_STREAMED,
+    # Envoy requires trailers sent with a duplex body: they may be what ends it.
+    request_trailer_mode=ProcessingModeHeaderSendMode.SEND,
+    response_trailer_mode=ProcessingModeHeaderSendMode.SEND,
+)
+
+
+def _duplex_routes(cfg: GatewayConfig, env: EnvironmentConfig, not_routed: str) -> list[Route]:
+    """Routes that match only before the extproc picks a cluster: their per-route override sets the
+    ext_proc modes of the stream (Envoy fixes them at the request headers, so a route picked later
+    cannot) and marks the stream for the extproc in its gRPC metadata (extproc/duplex.py)."""
+    if cfg.extproc.bodies != "duplex":
+        return []
+    override = AnyMsg.pack(ExtProcPerRoute(overrides=ExtProcOverrides(
+        processing_mode=_DUPLEX, grpc_initial_metadata=[HeaderValue(key=BODIES_METADATA, value="duplex"),
+                                                        HeaderValue(key=BUFFER_LIMIT_METADATA,
+                                                                    value=str(env.buffer_limit_bytes))])))
+    # A compressed body stays buffered: the decompressor ends it with trailers, and a duplex body
+    # ended by trailers does not reach the upstream (Envoy 1.40; the route matches on the headers as sent).
+    plain = [HeaderMatcher(name="content-encoding", present_match=True, invert_match=True)]
+    return [Route(match=RouteMatch(path=p, headers=plain), typed_per_filter_config={EXT_PROC_FILTER: override},
+                  direct_response=DirectResponseAction(status=404, body=DataSource(inline_string=not_routed)))
+            for p in DUPLEX_PATHS]
 
 
 def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: EnvironmentConfig) -> Listener:

@@ -32,7 +32,7 @@ from envoy_data_plane.envoy.type.v3 import HttpStatus, StatusCode
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 
 from adapters.error_bodies import render_error_body
-from contracts.errors import default_type
+from contracts.errors import answer_too_large, default_type
 
 STATUS = 503
 # The supervisor restarts a dead extproc within about a second (devstack.supervisor).
@@ -85,8 +85,7 @@ def _too_large_mapper(buffer_limit_bytes: int) -> ResponseMapper:
     """By the time Envoy fails the answer the extproc has rewritten :path to the upstream's, so the
     caller's protocol is not on the request any more: one body every shape's parser reads (OpenAI's
     and Gemini's `error.message`, Anthropic's `type` and `error.type`, Gemini's `error.code`)."""
-    text = (f"the upstream's answer came without a content-length and outgrew the gateway's buffer "
-            f"({buffer_limit_bytes} bytes, the environment's buffer_limit_bytes): ask for less")
+    text = answer_too_large(buffer_limit_bytes)
     body = orjson.dumps({"type": "error", "error": {"message": text, "type": "api_error", "code": TOO_LARGE_STATUS,
                                                     "status": "INTERNAL"}})
     return ResponseMapper(filter=_cel(ANSWER_TOO_LARGE), status_code=TOO_LARGE_STATUS,

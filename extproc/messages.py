@@ -129,6 +129,16 @@ def replaced_body(body: bytes | None, status: int | None = None) -> pb.Processin
     return response_body(headers, body=body)
 
 
+def streamed_body(kind: str, body: bytes, end: bool) -> pb.ProcessingResponse:
+    """A FULL_DUPLEX_STREAMED body reply (`kind`: request_body or response_body): these bytes go on in
+    place of the message's, and `end` closes the body."""
+    r = pb.ProcessingResponse()
+    sr = getattr(r, kind).response.body_mutation.streamed_response
+    sr.body = body
+    sr.end_of_stream = end
+    return r
+
+
 def response_trailers(set_headers: HeaderPairs = (), remove: Iterable[str] = ()) -> pb.ProcessingResponse:
     r, part = _reply("response_trailers")
     fill_mutation(part.header_mutation, set_headers, remove)

@@ -21,8 +21,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from contracts.compiled import loaded
 from contracts.config import GatewayConfig
-from contracts.envoy_names import XLATE_METADATA
+from contracts.envoy_names import BODIES_METADATA, BUFFER_LIMIT_METADATA, XLATE_METADATA
 from extproc.context import Interim
+from extproc.duplex import DuplexSession
 from extproc.gateway import Gateway, LiveGateway
 from extproc.grpc_services import Services
 from extproc.h2_grpc import H2GrpcServer
@@ -44,11 +45,24 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         self.routes = routes
 
     async def Process(self, request_iterator: AsyncIterator, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
-        # Translation hops (Envoy internal listeners) mark their streams in the gRPC metadata.
-        xlate = next((v if isinstance(v, str) else v.decode("ascii", "replace")
-                      for k, v in context.invocation_metadata() or () if k == XLATE_METADATA), None)
+        # Translation hops (Envoy internal listeners) mark their streams in the gRPC metadata, and so do
+        # the routes whose bodies run full duplex.
+        xlate = limit = None
+        duplex = False
+        for k, v in context.invocation_metadata() or ():
+            value = v if isinstance(v, str) else v.decode("ascii", "replace")
+            if k == XLATE_METADATA:
+                xlate = value
+            elif k == BODIES_METADATA:
+                duplex = value == "duplex"
+            elif k == BUFFER_LIMIT_METADATA and value.isdigit():
+                limit = int(value)
         # The snapshot running now: this stream keeps it to its end, whatever a reload swaps in meanwhile.
-        session = Session(self.live.current, self.routes, xlate=xlate)
+        gateway = self.live.current
+        session = Session(gateway, self.routes, xlate=xlate)
+        if duplex:  # gathering no more of a body than Envoy would have buffered
+            await self._duplex(DuplexSession(session, limit or gateway.config.extproc.max_body_bytes), context)
+            return
         # read()/write() on the context, not the iterator and a generator: grpc.aio's iterator
         # wrappers cost about a fifth of the extproc's CPU per request under load.
         try:
@@ -58,6 +72,18 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
                     await context.write(resp.message)
                     resp = await resp.then()
                 if resp is not None:
+                    await context.write(resp)
+        finally:
+            session.close()
+
+    @staticmethod
+    async def _duplex(session: DuplexSession, context: grpc.aio.ServicerContext) -> None:
+        try:
+            while (req := await context.read()) is not grpc.aio.EOF:
+                for resp in await session.handle(req):
+                    while isinstance(resp, Interim):
+                        await context.write(resp.message)
+                        resp = await resp.then()
                     await context.write(resp)
         finally:
             session.close()

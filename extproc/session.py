@@ -72,10 +72,10 @@ class Session:
             if isinstance(resp, msg.ProcessingResponse) and resp.WhichOneof("response") == "request_body":
                 self.dispatched = True  # answered later, but sent upstream (an MCP stream): the response is the flow's
         except ModelyardError as e:
-            resp = self._error(e)
+            resp = self.error(e)
         except Exception:  # as in _handle: our bug, answered 502 with the traceback in our log
             log.exception("task %s: unexpected error resuming a step", self.ctx.task_id if self.ctx else "-")
-            resp = self._error(ModelyardError("the gateway could not process this request", status=502))
+            resp = self.error(ModelyardError("the gateway could not process this request", status=502))
         out = self._outgoing(req, req.WhichOneof("request"), resp)
         assert out is not None
         return out
@@ -135,12 +135,12 @@ class Session:
                 return self.flow.response_trailers(msg.header_map(req.response_trailers))
             return _passthrough(kind)
         except ModelyardError as e:
-            return self._error(e)
+            return self.error(e)
         except Exception:  # a bug of ours must not become a 500 without a trace, nor kill the stream
             log.exception("task %s: unexpected error in %s", self.ctx.task_id if self.ctx else "-", kind)
             if kind in ("request_headers", "request_body"):
                 # 502, not 500: callers and SDKs retry a bad gateway; the traceback is in our log.
-                return self._error(ModelyardError("the gateway could not process this request", status=502))
+                return self.error(ModelyardError("the gateway could not process this request", status=502))
             return _passthrough(kind)
 
     def _local_reply(self, req: msg.ProcessingRequest) -> msg.ProcessingResponse:
@@ -159,7 +159,7 @@ class Session:
         body = render_error_body(self.ctx.protocol, status, text, default_type(status))
         return msg.response_body([("content-length", str(len(body)))], body=body)
 
-    def _error(self, e: ModelyardError) -> msg.ProcessingResponse:
+    def error(self, e: ModelyardError) -> msg.ProcessingResponse:
         protocol = self.ctx.protocol if self.ctx else "openai"
         if self.ctx is not None and self.ctx.trace is not None:
             self.ctx.trace.failed(e)

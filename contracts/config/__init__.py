@@ -154,6 +154,11 @@ class ExtprocConfig(_Model):
     # Who serves that socket: h2 parses HTTP/2 on the event loop (no grpc core threads to hand each
     # message between: less CPU and latency, docs/performance.md); grpcio is grpc.aio, as TCP is.
     unix_socket_server: Literal["h2", "grpcio"] = "h2"
+    # How Envoy hands the chat calls' bodies over: duplex (FULL_DUPLEX_STREAMED: each headers reply waits
+    # for its body, two sequential waits per call instead of four; docs/operations.md) or buffered (four).
+    # Buffered unless set: an extproc of an earlier release cannot answer a duplex stream, so a config turns
+    # it on once every extproc runs this one. Every other path stays buffered.
+    bodies: Literal["duplex", "buffered"] = "buffered"
 
     @field_validator("unix_socket_server", mode="before")
     @classmethod

@@ -70,12 +70,12 @@ class EppStream:
             if not part.end_of_stream:
                 return []
             body, self.body = bytes(self.body), bytearray()  # not held while the answer streams
-            return [self._route(decision.read_body(body), len(body)), _streamed("request_body", body, end=True)]
+            return [self._route(decision.read_body(body), len(body)), msg.streamed_body("request_body", body, end=True)]
         if kind == "request_trailers":  # the body's end came as trailers
             body, self.body = bytes(self.body), bytearray()
             out = [self._route(decision.read_body(body), len(body))]
             if body:
-                out.append(_streamed("request_body", body, end=False))
+                out.append(msg.streamed_body("request_body", body, end=False))
             r = pb.ProcessingResponse()
             r.request_trailers.SetInParent()
             return [*out, r]
@@ -90,7 +90,7 @@ class EppStream:
         if kind == "response_body":
             if req.response_body.end_of_stream:
                 self._finish()
-            return [_streamed("response_body", req.response_body.body, req.response_body.end_of_stream)]
+            return [msg.streamed_body("response_body", req.response_body.body, req.response_body.end_of_stream)]
         if kind == "response_trailers":
             self._finish()
             return [msg.response_trailers()]
@@ -133,13 +133,5 @@ def destination_reply(value: str, content_length: int | None) -> pb.ProcessingRe
     r = msg.request_headers(headers, clear_route_cache=True)
     r.dynamic_metadata.fields[decision.DESTINATION_NAMESPACE].struct_value.fields[
         decision.DESTINATION_KEY].string_value = value
-    return r
-
-
-def _streamed(kind: str, body: bytes, end: bool) -> pb.ProcessingResponse:
-    r = pb.ProcessingResponse()
-    sr = getattr(r, kind).response.body_mutation.streamed_response
-    sr.body = body
-    sr.end_of_stream = end
     return r
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from contracts.config import load_config
+from contracts.config import load_config, parse_config
 from contracts.errors import ConfigError
 from controlplane.bootstrap import render_bootstrap
 from controlplane.environments import ENVIRONMENTS_DIR, load_environment
@@ -110,3 +110,33 @@ def test_tls_and_dns_upstreams_validate(tmp_path: Path) -> None:
     v = subprocess.run([envoy_binary(), "--mode", "validate", "-c", str(out)], capture_output=True, text=True,
                        timeout=60)
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+def _main_routes(cfg) -> list[dict]:
+    boot = yaml.safe_load(render_bootstrap(cfg, load_environment("staging")))
+    hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    return hcm["route_config"]["virtual_hosts"][0]["routes"]
+
+
+def test_duplex_bodies_ride_on_routes_matched_before_the_cluster_is_picked() -> None:
+    shipped = load_config(ROOT / "modelyard.yaml")
+    assert shipped.extproc.bodies == "duplex"
+    routes = _main_routes(shipped)
+    duplex = [r for r in routes if "typed_per_filter_config" in r]
+    assert {r["match"]["path"] for r in duplex} >= {"/v1/chat/completions", "/v1/messages", "/v1/responses"}
+    assert routes[0]["route"]["cluster_header"] == "x-modelyard-cluster"  # a picked cluster matches first
+    assert "prefix" in routes[-1]["match"] and routes[-1]["direct_response"]["status"] == 404
+    for r in duplex:
+        assert r["direct_response"]["status"] == 404  # nothing picked: as the catch-all
+        # a compressed body stays buffered (a duplex body ended by the decompressor's trailers is lost)
+        assert r["match"]["headers"] == [{"name": "content-encoding", "present_match": True, "invert_match": True}]
+        over = r["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["overrides"]
+        mode = over["processing_mode"]
+        assert mode["request_body_mode"] == mode["response_body_mode"] == "FULL_DUPLEX_STREAMED"
+        assert mode["request_trailer_mode"] == mode["response_trailer_mode"] == "SEND"
+        meta = {m["key"]: m["value"] for m in over["grpc_initial_metadata"]}
+        assert meta == {"x-modelyard-bodies": "duplex", "x-modelyard-buffer-limit": str(32 * 1024 * 1024)}
+    # unset: the four-message design on every path (an extproc of an earlier release reads no duplex)
+    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    del data["extproc"]["bodies"]
+    assert not [r for r in _main_routes(parse_config(data)) if "typed_per_filter_config" in r]

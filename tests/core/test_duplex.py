@@ -1,0 +1,149 @@
+"""extproc/duplex.py: a session's buffered steps spoken in FULL_DUPLEX_STREAMED, driven with plain
+messages in the order Envoy sends them (headers, then the body's chunks without waiting)."""
+
+from __future__ import annotations
+
+import orjson
+
+from extproc import messages as msg
+from extproc.duplex import DuplexSession, _fold_mutation
+from extproc.gateway import Gateway
+from extproc.session import Session
+from tests.core.session_driver import KEY, ROUTES, body_msg, chat_headers, headers_msg, set_headers
+
+CHAT = orjson.dumps({"model": "demo-gpt", "messages": [{"role": "user", "content": "hi"}]})
+ANSWER = orjson.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "demo-gpt",
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "yo"},
+                                    "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+JSON = {":status": "200", "content-type": "application/json"}
+
+
+def _duplex(gateway: Gateway, limit: int = 1 << 20) -> DuplexSession:
+    return DuplexSession(Session(gateway, ROUTES), limit)
+
+
+def _streamed(r: msg.ProcessingResponse, kind: str) -> tuple[bytes, bool]:
+    sr = getattr(r, kind).response.body_mutation.streamed_response
+    return sr.body, sr.end_of_stream
+
+
+async def _request(d: DuplexSession, headers: dict[str, str], body: bytes, pieces: int = 2) -> list:
+    assert await d.handle(headers_msg(headers)) == []  # held: the body decides the route
+    cut = len(body) // pieces
+    for i in range(pieces - 1):
+        assert await d.handle(body_msg(body[i * cut:(i + 1) * cut], eos=False)) == []
+    return await d.handle(body_msg(body[(pieces - 1) * cut:]))
+
+
+async def test_a_unary_call_answers_each_side_once_its_body_has_come(gateway: Gateway) -> None:
+    d = _duplex(gateway)
+    headers, body = await _request(d, chat_headers(), CHAT, pieces=3)
+    # the headers reply carries the body step's route choice and header changes, then the body comes back whole
+    common = headers.request_headers.response
+    hs = set_headers(common.header_mutation)
+    assert hs["x-modelyard-cluster"] == "demo-openai" and common.clear_route_cache
+    assert "x-modelyard-tenant" not in common.header_mutation.remove_headers  # set by the body step: it stands
+    # the caller's key never goes upstream (removed, or replaced by the deployment's where one is configured)
+    assert "authorization" in common.header_mutation.remove_headers or "authorization" in hs
+    sent, end = _streamed(body, "request_body")
+    assert end and orjson.loads(sent)["messages"] == [{"role": "user", "content": "hi"}]
+
+    assert await d.handle(headers_msg(JSON, response=True)) == []
+    assert await d.handle(body_msg(ANSWER[:40], response=True, eos=False)) == []
+    headers, body = await d.handle(body_msg(ANSWER[40:], response=True))
+    assert not headers.HasField("mode_override")  # duplex modes are fixed for the stream
+    assert len(set_headers(headers.response_headers.response.header_mutation)["x-modelyard-task-id"]) == 32
+    sent, end = _streamed(body, "response_body")
+    assert end and orjson.loads(sent)["choices"][0]["message"]["content"] == "yo"
+    d.close()
+
+
+async def test_the_sessions_shared_replies_are_never_changed(gateway: Gateway) -> None:
+    # The session hands every call the same prebuilt headers reply: folding into it would pile each
+    # call's headers onto the next (Envoy refuses a mutation of more than 100 headers).
+    counts = set()
+    for _ in range(3):
+        d = _duplex(gateway)
+        headers, _ = await _request(d, chat_headers(), CHAT)
+        counts.add(len(headers.request_headers.response.header_mutation.remove_headers))
+        d.close()
+    assert len(counts) == 1
+
+
+async def test_the_answer_equals_the_buffered_sessions(gateway: Gateway) -> None:
+    # An Anthropic caller on an OpenAI deployment: the same rendering and translation either way.
+    h = {":method": "POST", ":path": "/v1/messages", "content-type": "application/json", "x-api-key": KEY,
+         "anthropic-version": "2023-06-01"}
+    req = orjson.dumps({"model": "demo-gpt", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]})
+    s = Session(gateway, ROUTES)
+    await s.handle(headers_msg(h))
+    buffered = await s.handle(body_msg(req))
+    await s.handle(headers_msg(JSON, response=True))
+    answer = await s.handle(body_msg(ANSWER, response=True))
+    s.close()
+    d = _duplex(gateway)
+    _, body = await _request(d, h, req)
+    assert _streamed(body, "request_body")[0] == buffered.request_body.response.body_mutation.body
+    await d.handle(headers_msg(JSON, response=True))
+    _, body = await d.handle(body_msg(ANSWER, response=True))
+    mine, theirs = orjson.loads(_streamed(body, "response_body")[0]), orjson.loads(
+        answer.response_body.response.body_mutation.body)
+    assert mine["type"] == "message" and mine["content"] == theirs["content"] and mine["usage"] == theirs["usage"]
+    d.close()
+
+
+async def test_an_sse_answer_goes_chunk_by_chunk(gateway: Gateway) -> None:
+    d = _duplex(gateway)
+    stream = orjson.loads(CHAT) | {"stream": True}
+    await _request(d, chat_headers(), orjson.dumps(stream))
+    [headers] = await d.handle(headers_msg({":status": "200", "content-type": "text/event-stream"}, response=True))
+    assert headers.WhichOneof("response") == "response_headers" and not headers.HasField("mode_override")
+    chunk = b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"demo-gpt","choices":' \
+            b'[{"index":0,"delta":{"content":"yo"},"finish_reason":null}]}\n\n'
+    [first] = await d.handle(body_msg(chunk, response=True, eos=False))
+    sent, end = _streamed(first, "response_body")
+    assert b'"yo"' in sent and not end
+    [last] = await d.handle(body_msg(b"data: [DONE]\n\n", response=True, eos=True))
+    assert _streamed(last, "response_body")[1]
+    d.close()
+
+
+async def test_refusals_come_at_once_in_the_callers_shape(gateway: Gateway) -> None:
+    [r] = await _duplex(gateway).handle(headers_msg(chat_headers("sk-nope")))
+    assert r.immediate_response.status.code == 401
+    d = _duplex(gateway)
+    [r] = await _request(d, chat_headers(), b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}')
+    assert r.immediate_response.status.code == 404  # the body step's answer stands for both replies
+    d.close()
+
+
+async def test_a_body_past_the_limit_is_a_413_in_the_callers_protocol(gateway: Gateway) -> None:
+    d = _duplex(gateway, limit=2048)
+    h = {":method": "POST", ":path": "/v1/messages", "content-type": "application/json", "x-api-key": KEY}
+    assert await d.handle(headers_msg(h)) == []
+    assert await d.handle(body_msg(b"x" * 2000, eos=False)) == []
+    [r] = await d.handle(body_msg(b"x" * 100, eos=False))
+    assert r.immediate_response.status.code == 413
+    assert orjson.loads(r.immediate_response.body)["type"] == "error"  # Anthropic's error shape
+    d.close()
+
+
+async def test_a_bodiless_call_and_trailers(gateway: Gateway) -> None:
+    [r] = await _duplex(gateway).handle(headers_msg(chat_headers() | {":method": "GET"}, eos=True))
+    assert r.immediate_response.status.code == 404
+    d = _duplex(gateway)
+    assert await d.handle(headers_msg(chat_headers())) == []
+    assert await d.handle(body_msg(CHAT, eos=False)) == []
+    headers, body, trailers = await d.handle(msg.ProcessingRequest(request_trailers=msg.pb.HttpTrailers()))
+    # the body's last bytes do not end the message: its trailers (a decompressor's counts) do
+    assert headers.request_headers.response.clear_route_cache and _streamed(body, "request_body") == (CHAT, False)
+    assert trailers.WhichOneof("response") == "request_trailers"
+    d.close()
+
+
+def test_the_later_mutation_wins_where_both_touch_a_header() -> None:
+    into = msg.mutation([("a", "1"), ("b", "1")], ["c", "d"])
+    _fold_mutation(into, msg.mutation([("c", "2")], ["a"]))
+    assert set_headers(into) == {"b": "1", "c": "2"}
+    assert list(into.remove_headers) == ["d", "a"]
