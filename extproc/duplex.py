@@ -38,13 +38,19 @@ class DuplexSession:
         self._size = 0
         self._response = "buffer"  # the response body: buffer (then one reply), stream (chunk by chunk) or pass
 
-    async def handle(self, req: msg.ProcessingRequest) -> list[Reply]:
-        """The replies to `req`, in order: none while a body is still coming, two when it ends."""
+    async def handle(self, req: msg.ProcessingRequest, more: bool = False) -> list[Reply]:
+        """The replies to `req`, in order: none while a body is still coming, two when it ends. `more`: the
+        stream's next message is already here (an SSE answer's chunks that came together go on together)."""
         kind = req.WhichOneof("request")
         if kind == "request_body" or kind == "response_body":
             part = getattr(req, kind)
             if kind == "response_body" and self._response == "stream":
-                return [_as_streamed(await self._one(req), part.body, part.end_of_stream)]
+                if more and not part.end_of_stream:
+                    self._chunks.append(part.body)
+                    return []
+                if not self._chunks:
+                    return [_as_streamed(await self._one(req), part.body, part.end_of_stream)]
+                return [await self._stream_chunk(part.body, part.end_of_stream)]
             if self._held is None:  # answered already (or passed on): the body goes back as it came
                 return [msg.streamed_body(kind, part.body, part.end_of_stream)]
             if self._size + len(part.body) > self.max_body:
@@ -57,7 +63,8 @@ class DuplexSession:
             done = await self._body_ended("request_body", False) if self._held is not None else []
             return [*done, msg.ProcessingResponse(request_trailers=msg.pb.TrailersResponse())]
         if kind == "response_trailers":
-            done = await self._body_ended("response_body", False) if self._held is not None else []
+            done = await self._body_ended("response_body", False) if self._held is not None else \
+                [await self._stream_chunk(b"", False)] if self._chunks else []
             return [*done, await self._one(req)]
         if kind == "request_headers":
             first = await self.session.handle(req)
@@ -86,6 +93,16 @@ class DuplexSession:
         out = await self.session.handle(req)
         assert isinstance(out, msg.ProcessingResponse)  # only request steps wait on purpose (an Interim)
         return out
+
+    async def _stream_chunk(self, body: bytes, end: bool) -> msg.ProcessingResponse:
+        """A streamed answer's bytes (with any gathered before them) through the flow's chunk step."""
+        if self._chunks:
+            self._chunks.append(body)
+            body, self._chunks = b"".join(self._chunks), []
+        step = msg.ProcessingRequest()
+        step.response_body.body = body
+        step.response_body.end_of_stream = end
+        return _as_streamed(await self._one(step), body, end)
 
     def _hold(self, reply: msg.ProcessingResponse) -> None:
         self._held, self._chunks, self._size = reply, [], 0

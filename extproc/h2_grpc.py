@@ -162,6 +162,10 @@ class _Call:
     async def write(self, message: Any) -> None:
         await self._conn.send(self, frame(self._dump(message) if self._dump is not None else message))
 
+    def waiting(self) -> bool:
+        """Whether another message has come and waits to be read (a reader may gather before it answers)."""
+        return bool(self._messages)
+
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Sequence[Any] = ()) -> None:
         raise _Abort(code, details)
 

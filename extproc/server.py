@@ -78,15 +78,22 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
 
     @staticmethod
     async def _duplex(session: DuplexSession, context: grpc.aio.ServicerContext) -> None:
+        # The h2 socket says when Envoy's next message is already here: a stream's chunks that came
+        # together are answered together (grpc.aio cannot tell).
+        waiting: Callable[[], bool] = getattr(context, "waiting", _nothing_waits)
         try:
             while (req := await context.read()) is not grpc.aio.EOF:
-                for resp in await session.handle(req):
+                for resp in await session.handle(req, more=waiting()):
                     while isinstance(resp, Interim):
                         await context.write(resp.message)
                         resp = await resp.then()
                     await context.write(resp)
         finally:
             session.close()
+
+
+def _nothing_waits() -> bool:
+    return False
 
 
 def settle_heap() -> None:

@@ -147,3 +147,23 @@ def test_the_later_mutation_wins_where_both_touch_a_header() -> None:
     _fold_mutation(into, msg.mutation([("c", "2")], ["a"]))
     assert set_headers(into) == {"b": "1", "c": "2"}
     assert list(into.remove_headers) == ["d", "a"]
+
+
+async def test_stream_chunks_that_came_together_go_on_together(gateway: Gateway) -> None:
+    d = _duplex(gateway)
+    await _request(d, chat_headers(), orjson.dumps(orjson.loads(CHAT) | {"stream": True}))
+    await d.handle(headers_msg({":status": "200", "content-type": "text/event-stream"}, response=True))
+    event = b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"demo-gpt","choices":' \
+            b'[{"index":0,"delta":{"content":"%s"},"finish_reason":null}]}\n\n'
+    # the next message already waits: nothing yet, then one reply with both events (cut mid-event, too)
+    second = event % b"two"
+    assert await d.handle(body_msg(event % b"one" + second[:20], response=True, eos=False), more=True) == []
+    [both] = await d.handle(body_msg(second[20:], response=True, eos=False), more=False)
+    sent, end = _streamed(both, "response_body")
+    assert b'"one"' in sent and b'"two"' in sent and not end
+    assert await d.handle(body_msg(event % b"three", response=True, eos=False), more=True) == []
+    # trailers end it: the gathered event goes first
+    last, trailers = await d.handle(msg.ProcessingRequest(response_trailers=msg.pb.HttpTrailers()))
+    assert b'"three"' in _streamed(last, "response_body")[0]
+    assert trailers.WhichOneof("response") == "response_trailers"
+    d.close()
