@@ -10,12 +10,12 @@ system) over a c=16 round divided by that round's 200s, median of the rounds, fo
 interleaved in the same rounds: `minimal` (one tenant, one OpenAI deployment, nothing else),
 `demo` (the shipped modelyard.yaml on free ports: auth, scheduler with watermarks, rate limits,
 metering, audit, A/B) and `floor`: the minimal stack's Envoy config with a do-nothing grpc.aio
-ext_proc (bench/floor_extproc.py) in Modelyard's place. The floor is what the four ext_proc round
-trips cost before any gateway logic; Modelyard's CPU rows carry their ratio to it, and
+ext_proc (bench/floor_extproc.py) in Modelyard's place, chat bodies in full duplex as shipped. The floor
+is what the ext_proc round trips cost before any gateway logic; Modelyard's CPU rows carry their ratio to it, and
 `added_p50_ms` is Modelyard's (and the floor's) p50 at one connection less bare Envoy's.
 
 The CPU rounds run two shapes: `unary` (the call above) and `stream` (a ~100-chunk SSE stream; the
-floor switches it to STREAMED as Modelyard does). Per shape and stack they report CPU per request
+floor answers it chunk by chunk as Modelyard does). Per shape and stack they report CPU per request
 (Envoy + extproc), Modelyard's share above the floor (`above_floor_us`, and as a fraction of its
 own CPU) and the ext_proc messages per request (`extproc_msgs`: Envoy's
 `http.modelyard.ext_proc.stream_msgs_sent` over `streams_started`, from its admin), and the replies
@@ -91,11 +91,14 @@ def _bare_envoy(cfg_obj, env: EnvironmentConfig, port: int) -> dict:
     return boot
 
 
-def _floor_stack(workdir: Path, env: EnvironmentConfig, socket_server: str | None = None) -> Stack:
+def _floor_stack(workdir: Path, env: EnvironmentConfig, socket_server: str | None = None,
+                 bodies: str = "duplex") -> Stack:
     """The minimal config's Envoy and upstream with bench/floor_extproc.py as its ext_proc; with
-    `socket_server` (h2 or grpcio) Envoy reaches it over a Unix socket that one serves."""
+    `socket_server` (h2 or grpcio) Envoy reaches it over a Unix socket that one serves; `bodies` as
+    `extproc.bodies` (the floor answers either design)."""
     workdir.mkdir(parents=True)
     data = _config()
+    data["extproc"]["bodies"] = bodies
     if socket_server:
         data["extproc"]["unix_socket"] = str(workdir / "extproc.sock")
     (workdir / "modelyard.yaml").write_text(yaml.safe_dump(data))
@@ -125,14 +128,18 @@ def _pid(stack: Stack, child: str) -> int:
 
 
 def processing_mode(stack: Stack) -> dict[str, str]:
-    """The ext_proc filter's processing mode as the running Envoy holds it (its config dump; an
-    omitted field is the proto's default)."""
+    """The ext_proc filter's processing mode for the bench's chat call as the running Envoy holds it (its
+    config dump: a chat route's per-route override where there is one, else the filter's; an omitted
+    field is the proto's default)."""
     dump = httpx.get(f"{stack.admin_url()}/config_dump", timeout=5).json()
     found: list[dict[str, str]] = []
 
     def walk(node: object) -> None:
         if isinstance(node, dict):
-            if str(node.get("@type", "")).endswith("ext_proc.v3.ExternalProcessor"):
+            kind = str(node.get("@type", ""))
+            if kind.endswith("ext_proc.v3.ExtProcPerRoute"):  # the chat paths' own (extproc.bodies: duplex)
+                found.insert(0, node.get("overrides", {}).get("processing_mode", {}))
+            elif kind.endswith("ext_proc.v3.ExternalProcessor"):
                 found.append(node.get("processing_mode", {}))
             for v in node.values():
                 walk(v)

@@ -312,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},
                                 stack_pids(bstack),
                                 metrics=f"http://{bdata['extproc']['metrics_address']}/metrics"))
-    # The floor of the 4-message design beside the peers: what no gateway logic at all costs here, reached
-    # as the shipped config reaches the extproc (its Unix socket, served by h2).
+    # The floor of the shipped design beside the peers (chat bodies in full duplex): what no gateway logic at
+    # all costs here, reached as the shipped config reaches the extproc (its Unix socket, served by h2).
     floor = _floor_stack(work / "floor", EnvironmentConfig(name="bench", admin=None, concurrency=1),
                          socket_server="h2") if a.floor else None
     if floor is not None:
@@ -322,8 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                                 stack_pids(floor)))
     # The cheapest unary design Envoy 1.40 allows, where the stream choice is known from the headers
     # (it is not, for the call measured: SSE would be buffered, so unary only).
-    floor3 = _floor_stack(work / "floor3", EnvironmentConfig(name="bench", admin=None, concurrency=1)) if a.floor3 \
-        else None
+    floor3 = _floor_stack(work / "floor3", EnvironmentConfig(name="bench", admin=None, concurrency=1),
+                          bodies="buffered") if a.floor3 else None
     if floor3 is not None:
         gateways.append(Gateway("floor3", f"{floor3.url}/v1/chat/completions",
                                 {**json_headers, "Authorization": f"Bearer {DEMO_KEY}"},

@@ -1,10 +1,12 @@
-"""The floor of the 3-message unary design beside today's 4-message floor, in one run.
+"""The floors of the unary designs side by side, in one run: buffered bodies (4 messages), buffered
+with the response headers skipped (3) and full-duplex bodies (`extproc.bodies: duplex`).
 
-A do-nothing ext_proc (bench/floor_extproc.py) behind Modelyard's Envoy config twice: as rendered
-(request headers, request body, response headers, response body) and with the response headers
-skipped (the design issue 26 asks about: status from `response.code`, headers set at request
-time). Interleaved rounds: CPU per request (Envoy + extproc) at c=16, ext_proc messages per
-request from Envoy's stats, p50 at one connection. docs/performance.md has the figures.
+A do-nothing ext_proc (bench/floor_extproc.py) behind Modelyard's Envoy config three times: buffered as
+rendered (request headers, request body, response headers, response body, each answered before the
+next), with the response headers skipped (the design issue 26 asks about: status from `response.code`,
+headers set at request time), and duplex (each body sent behind its headers, the headers answered
+once it has come: two waits). Interleaved rounds: CPU per request (Envoy + extproc) at c=16, ext_proc
+messages per request from Envoy's stats, p50 at one connection. docs/performance.md has the figures.
 
     .venv/bin/python bench/floor_designs.py [--rounds 5]
 """
@@ -129,14 +131,16 @@ def skipping_response_headers(stack: Stack) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     a, work, env = floor_bench(argv, "floor-designs-")
-    stacks = {"4 messages": _floor_stack(work / "four", env), "3 messages": _floor_stack(work / "three", env)}
+    stacks = {"4 messages": _floor_stack(work / "four", env, bodies="buffered"),
+              "3 messages": _floor_stack(work / "three", env, bodies="buffered"),
+              "duplex": _floor_stack(work / "duplex", env)}
     script = work / "post.lua"
     script.write_text(post_script(BODY, HEADERS))
     tallies: list[Tally] = []
     cpu: dict[str, list[float]] = {}
     msgs: dict[str, list[float]] = {}
     p50: dict[str, list[float]] = {}
-    with stacks["4 messages"], skipping_response_headers(stacks["3 messages"]):
+    with stacks["4 messages"], skipping_response_headers(stacks["3 messages"]), stacks["duplex"]:
         for name, s in stacks.items():
             tallies.append(Tally("floor-designs", f"{name} warm-up"))
             run_wrk(f"{s.url}/v1/chat/completions", 4, 1, script, tallies[-1])
@@ -159,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: Envoy + extproc CPU {statistics.median(cpu[name]):.0f} us/req (rounds "
               f"{', '.join(f'{x:.0f}' for x in cpu[name])}), {statistics.median(msgs[name]):.2f} ext_proc messages "
               f"per request, p50 at c=1 {statistics.median(p50[name]):.2f} ms")
-    ratio = statistics.median(cpu["3 messages"]) / statistics.median(cpu["4 messages"])
-    print(f"3 messages / 4 messages CPU: {ratio:.3f}")
+    for name in ("3 messages", "duplex"):
+        print(f"{name} / 4 messages: CPU {statistics.median(cpu[name]) / statistics.median(cpu['4 messages']):.3f}, "
+              f"c=1 p50 {statistics.median(p50[name]) / statistics.median(p50['4 messages']):.3f}")
     return report(tallies)
 
 

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     a, work, env = floor_bench(argv, "floor-replies-")
     stacks = {}
     for shape in SHAPES:
-        s = _floor_stack(work / shape, env)
+        s = _floor_stack(work / shape, env, bodies="buffered")
         s.child("extproc").argv += ["--replies", shape, "--body-length", str(len(BODY))]
         stacks[shape] = s
     script = work / "post.lua"

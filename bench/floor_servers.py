@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     a, work, env = floor_bench(argv, "floor-servers-")
     stacks = {}
     for server in SERVERS:
-        stacks[server] = _floor_stack(work / server, env, socket_server=server)
+        stacks[server] = _floor_stack(work / server, env, socket_server=server, bodies="buffered")
         if work_us:
-            s = _floor_stack(work / f"{server}-work", env, socket_server=server)
+            s = _floor_stack(work / f"{server}-work", env, socket_server=server, bodies="buffered")
             s.child("extproc").argv += ["--work-us", str(work_us)]
             stacks[f"{server}+{work_us:g}us"] = s
     got = run_floor_rounds("floor-servers", stacks, work, a.rounds)

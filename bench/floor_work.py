@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     stacks = {}
     for spec in levels:
         us, after = _level(spec)
-        s = _floor_stack(work / f"work-{spec}", env)
+        s = _floor_stack(work / f"work-{spec}", env, bodies="buffered")  # MESSAGES: the buffered design's
         s.child("extproc").argv += ["--after-us" if after else "--work-us", str(us)]
         stacks[spec] = s
     got = run_floor_rounds("floor-work", stacks, work, a.rounds)
