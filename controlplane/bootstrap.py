@@ -153,6 +153,7 @@ from controlplane.environments import EnvironmentConfig, RateLimitServiceSetting
 from controlplane.inference_pool import pool_resources
 from controlplane.local_replies import extproc_down_replies, status_on_error
 from controlplane.overload import overload_manager
+from controlplane.processing_modes import duplex_mode
 from controlplane.stats_listener import admin_cluster, stats_listener
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 
@@ -434,15 +435,6 @@ def _routes(cfg: GatewayConfig, env: EnvironmentConfig) -> RouteConfiguration:
 # through Envoy untouched (body mode NONE), which a duplex body cannot do.
 DUPLEX_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses", "/responses",
                 "/v1/completions", "/completions")
-_DUPLEX = ProcessingMode(
-    request_header_mode=ProcessingModeHeaderSendMode.SEND,
-    response_header_mode=ProcessingModeHeaderSendMode.SEND,
-    request_body_mode=ProcessingModeBodySendMode.FULL_DUPLEX_STREAMED,
-    response_body_mode=ProcessingModeBodySendMode.FULL_DUPLEX_STREAMED,
-    # Envoy requires trailers sent with a duplex body: they may be what ends it.
-    request_trailer_mode=ProcessingModeHeaderSendMode.SEND,
-    response_trailer_mode=ProcessingModeHeaderSendMode.SEND,
-)
 
 
 def _duplex_routes(cfg: GatewayConfig, env: EnvironmentConfig, not_routed: str) -> list[Route]:
@@ -452,7 +444,7 @@ def _duplex_routes(cfg: GatewayConfig, env: EnvironmentConfig, not_routed: str) 
     if cfg.extproc.bodies != "duplex":
         return []
     override = AnyMsg.pack(ExtProcPerRoute(overrides=ExtProcOverrides(
-        processing_mode=_DUPLEX, grpc_initial_metadata=[HeaderValue(key=BODIES_METADATA, value="duplex"),
+        processing_mode=duplex_mode(), grpc_initial_metadata=[HeaderValue(key=BODIES_METADATA, value="duplex"),
                                                         HeaderValue(key=BUFFER_LIMIT_METADATA,
                                                                     value=str(env.buffer_limit_bytes))])))
     # A compressed body stays buffered: the decompressor ends it with trailers, and a duplex body

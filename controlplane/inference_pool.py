@@ -29,9 +29,6 @@ from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
     ExternalProcessor,
     MetadataOptions,
     MetadataOptionsMetadataNamespaces,
-    ProcessingMode,
-    ProcessingModeBodySendMode,
-    ProcessingModeHeaderSendMode,
 )
 from envoy_data_plane.envoy.extensions.filters.http.router.v3 import Router
 from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -46,6 +43,7 @@ from envoy_data_plane.google.protobuf import Any as AnyMsg
 
 from contracts.config.endpoint_picker import EndpointPickerConfig
 from contracts.envoy_names import DESTINATION_ENDPOINT_HEADER, EPP_DESTINATION_NAMESPACE, EPP_SUBSET_NAMESPACE
+from controlplane.processing_modes import duplex_mode
 
 
 def _secs(s: float) -> datetime.timedelta:
@@ -65,13 +63,7 @@ def pool_resources(ep: EndpointPickerConfig, route_timeout_s: float,
     picker, pool = f"{name}~epp", f"{name}~endpoints"
     ext = ExternalProcessor(
         grpc_service=GrpcService(envoy_grpc=GrpcServiceEnvoyGrpc(cluster_name=picker), timeout=_secs(10)),
-        processing_mode=ProcessingMode(
-            request_header_mode=ProcessingModeHeaderSendMode.SEND,
-            response_header_mode=ProcessingModeHeaderSendMode.SEND,
-            request_body_mode=ProcessingModeBodySendMode.FULL_DUPLEX_STREAMED,
-            response_body_mode=ProcessingModeBodySendMode.FULL_DUPLEX_STREAMED,
-            request_trailer_mode=ProcessingModeHeaderSendMode.SEND,
-            response_trailer_mode=ProcessingModeHeaderSendMode.SEND),
+        processing_mode=duplex_mode(),
         metadata_options=MetadataOptions(
             forwarding_namespaces=MetadataOptionsMetadataNamespaces(untyped=[EPP_SUBSET_NAMESPACE]),
             receiving_namespaces=MetadataOptionsMetadataNamespaces(untyped=[EPP_DESTINATION_NAMESPACE])),
