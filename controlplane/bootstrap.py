@@ -344,7 +344,7 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
             response_header_mode=ProcessingModeHeaderSendMode.SEND,
             request_body_mode=ProcessingModeBodySendMode.BUFFERED,
             response_body_mode=ProcessingModeBodySendMode.BUFFERED,
-            request_trailer_mode=ProcessingModeHeaderSendMode.SEND,
+            request_trailer_mode=ProcessingModeHeaderSendMode.SKIP,
             response_trailer_mode=ProcessingModeHeaderSendMode.SEND,
         ),
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.

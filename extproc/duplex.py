@@ -24,7 +24,6 @@ from extproc.context import Interim
 from extproc.session import Session
 
 Reply = msg.ProcessingResponse | Interim
-_BODY_OF = {"request_headers": "request_body", "response_headers": "response_body"}
 _STREAMED = processing_mode_pb2.ProcessingMode.STREAMED
 _NONE = processing_mode_pb2.ProcessingMode.NONE
 
@@ -75,8 +74,13 @@ class DuplexSession:
             return [] if first is None else [first]
         out = await self._one(req)
         if kind == "response_headers" and _is(out, "response_headers"):
-            override = out.mode_override.response_body_mode if out.HasField("mode_override") else None
-            out.ClearField("mode_override")  # duplex modes are fixed for the stream: Envoy refuses a change
+            override = None
+            if out.HasField("mode_override"):  # duplex modes are fixed for the stream: Envoy refuses a change
+                override = out.mode_override.response_body_mode
+                mine = msg.pb.ProcessingResponse()
+                mine.CopyFrom(out)  # not the flow's own object, which it may share
+                mine.ClearField("mode_override")
+                out = mine
             if override == _STREAMED:
                 self._response = "stream"
             elif override == _NONE or out.response_headers.response.status == msg.pb.CommonResponse.CONTINUE_AND_REPLACE:
