@@ -40,6 +40,12 @@ class ClientRoute:
 
 
 _GEMINI_PREFIXES = ("/v1beta/models/", "/v1/models/")
+# The chat APIs at fixed paths (Gemini's carry the model in theirs): the Envoy config names them too
+# (controlplane.bootstrap's duplex routes).
+CHAT_PATHS: dict[str, ChatProtocolName] = {
+    "/v1/chat/completions": "openai", "/chat/completions": "openai", "/v1/messages": "anthropic",
+    "/v1/responses": "responses", "/responses": "responses", "/v1/completions": "completions",
+    "/completions": "completions"}
 
 
 def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
@@ -47,14 +53,9 @@ def detect_client_protocol(method: str, path: str) -> ClientRoute | None:
     if method.upper() != "POST":
         return None
     p = path.split("?", 1)[0]
-    if p == "/v1/chat/completions" or p == "/chat/completions":
-        return ClientRoute("openai")
-    if p == "/v1/messages":
-        return ClientRoute("anthropic")
-    if p == "/v1/responses" or p == "/responses":
-        return ClientRoute("responses")
-    if p == "/v1/completions" or p == "/completions":
-        return ClientRoute("completions")
+    protocol = CHAT_PATHS.get(p)
+    if protocol is not None:
+        return ClientRoute(protocol)
     found = gemini_action(p)
     if found is not None:
         model, action = found

@@ -122,6 +122,7 @@ from envoy_data_plane.envoy.extensions.upstreams.http.v3 import (
 from envoy_data_plane.google.protobuf import Any as AnyMsg
 from google.protobuf import json_format
 
+from adapters.registry import CHAT_PATHS
 from contracts.config import Deployment, GatewayConfig
 from contracts.config.mcp import longest_call_s
 from contracts.envoy_names import (
@@ -430,17 +431,12 @@ def _routes(cfg: GatewayConfig, env: EnvironmentConfig) -> RouteConfiguration:
     )
 
 
-# The calls whose bodies run full duplex (`extproc.bodies: duplex`): chat in each protocol (adapters.registry),
-# small bodies both ways, answers that may stream. Not embeddings: an answer past max_body_bytes passes
-# through Envoy untouched (body mode NONE), which a duplex body cannot do.
-DUPLEX_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses", "/responses",
-                "/v1/completions", "/completions")
-
-
 def _duplex_routes(cfg: GatewayConfig, env: EnvironmentConfig, not_routed: str) -> list[Route]:
     """Routes that match only before the extproc picks a cluster: their per-route override sets the
     ext_proc modes of the stream (Envoy fixes them at the request headers, so a route picked later
-    cannot) and marks the stream for the extproc in its gRPC metadata (extproc/duplex.py)."""
+    cannot) and marks the stream for the extproc in its gRPC metadata (extproc/duplex.py). The chat APIs'
+    paths: small bodies both ways, answers that may stream. Not embeddings: an answer past max_body_bytes
+    passes through Envoy untouched (body mode NONE), which a duplex body cannot do."""
     if cfg.extproc.bodies != "duplex":
         return []
     override = AnyMsg.pack(ExtProcPerRoute(overrides=ExtProcOverrides(
@@ -452,7 +448,7 @@ def _duplex_routes(cfg: GatewayConfig, env: EnvironmentConfig, not_routed: str) 
     plain = [HeaderMatcher(name="content-encoding", present_match=True, invert_match=True)]
     return [Route(match=RouteMatch(path=p, headers=plain), typed_per_filter_config={EXT_PROC_FILTER: override},
                   direct_response=DirectResponseAction(status=404, body=DataSource(inline_string=not_routed)))
-            for p in DUPLEX_PATHS]
+            for p in CHAT_PATHS]
 
 
 def _hop_listener(from_protocol: str, target: str, cfg: GatewayConfig, env: EnvironmentConfig) -> Listener:

@@ -103,10 +103,7 @@ class DuplexSession:
         if self._chunks:
             self._chunks.append(body)
             body, self._chunks = b"".join(self._chunks), []
-        step = msg.ProcessingRequest()
-        step.response_body.body = body
-        step.response_body.end_of_stream = end
-        return _as_streamed(await self._one(step), body, end)
+        return _as_streamed(await self._one(_body_message("response_body", body, end)), body, end)
 
     def _hold(self, reply: msg.ProcessingResponse) -> None:
         self._held, self._chunks, self._size = reply, [], 0
@@ -116,11 +113,7 @@ class DuplexSession:
         (`end`: the body ends the message; else trailers follow it, as a buffered body step was told)."""
         body = b"".join(self._chunks)
         self._chunks, self._size = [], 0
-        whole = msg.ProcessingRequest()
-        part = getattr(whole, kind)
-        part.body = body
-        part.end_of_stream = end
-        return self._fold(kind, body, end, await self.session.handle(whole))
+        return self._fold(kind, body, end, await self.session.handle(_body_message(kind, body, end)))
 
     def _fold(self, kind: str, body: bytes, end: bool, out: Reply | None) -> list[Reply]:
         if isinstance(out, Interim):  # a step that waits on purpose: its timer extension now, the rest after
@@ -165,6 +158,15 @@ class DuplexSession:
         else:
             e = UpstreamError(answer_too_large(self.max_body))
         return self.session.error(e)
+
+
+def _body_message(kind: str, body: bytes, end: bool) -> msg.ProcessingRequest:
+    """The body message a buffered (or STREAMED) step is written for: `body` whole, `end` as Envoy would say."""
+    req = msg.ProcessingRequest()
+    part = getattr(req, kind)
+    part.body = body
+    part.end_of_stream = end
+    return req
 
 
 def _is(reply: msg.ProcessingResponse | Interim | None, kind: str) -> bool:

@@ -27,6 +27,7 @@ from extproc.duplex import DuplexSession
 from extproc.gateway import Gateway, LiveGateway
 from extproc.grpc_services import Services
 from extproc.h2_grpc import H2GrpcServer
+from extproc.messages import ProcessingResponse
 from extproc.routes import RouteTable
 from extproc.session import Session
 from extproc.telemetry.metrics import BUILD
@@ -50,13 +51,12 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         xlate = limit = None
         duplex = False
         for k, v in context.invocation_metadata() or ():
-            value = v if isinstance(v, str) else v.decode("ascii", "replace")
             if k == XLATE_METADATA:
-                xlate = value
+                xlate = v if isinstance(v, str) else v.decode("ascii", "replace")
             elif k == BODIES_METADATA:
-                duplex = value == "duplex"
-            elif k == BUFFER_LIMIT_METADATA and value.isdigit():
-                limit = int(value)
+                duplex = v in ("duplex", b"duplex")
+            elif k == BUFFER_LIMIT_METADATA and v.isdigit():
+                limit = int(v)
         # The snapshot running now: this stream keeps it to its end, whatever a reload swaps in meanwhile.
         gateway = self.live.current
         session = Session(gateway, self.routes, xlate=xlate)
@@ -68,11 +68,8 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         try:
             while (req := await context.read()) is not grpc.aio.EOF:
                 resp = await session.handle(req)
-                while isinstance(resp, Interim):  # a step that waits on purpose keeps Envoy's timer going
-                    await context.write(resp.message)
-                    resp = await resp.then()
                 if resp is not None:
-                    await context.write(resp)
+                    await _write(context, resp)
         finally:
             session.close()
 
@@ -84,12 +81,16 @@ class ExternalProcessor(ext_grpc.ExternalProcessorServicer):
         try:
             while (req := await context.read()) is not grpc.aio.EOF:
                 for resp in await session.handle(req, more=waiting()):
-                    while isinstance(resp, Interim):
-                        await context.write(resp.message)
-                        resp = await resp.then()
-                    await context.write(resp)
+                    await _write(context, resp)
         finally:
             session.close()
+
+
+async def _write(context: grpc.aio.ServicerContext, resp: ProcessingResponse | Interim) -> None:
+    while isinstance(resp, Interim):  # a step that waits on purpose keeps Envoy's timer going
+        await context.write(resp.message)
+        resp = await resp.then()
+    await context.write(resp)
 
 
 def _nothing_waits() -> bool:
