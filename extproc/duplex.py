@@ -184,20 +184,16 @@ def _as_streamed(out: msg.ProcessingResponse, body: bytes, end: bool) -> msg.Pro
 
 
 def _fold_mutation(into: msg.pb.HeaderMutation, later: msg.pb.HeaderMutation) -> None:
-    """`later`'s header changes applied after `into`'s, as two replies in turn would have been (Envoy
-    applies one mutation's removals before its sets: a header both touch takes `later`'s word)."""
-    if into.set_headers or into.remove_headers:  # what `later` touches goes from `into` first
-        set_now = {h.header.key for h in later.set_headers}
-        if into.set_headers:
-            removed = set(later.remove_headers)
-            keep = [h for h in into.set_headers if h.header.key not in removed and h.header.key not in set_now]
-            if len(keep) < len(into.set_headers):
-                del into.set_headers[:]
-                into.set_headers.extend(keep)
-        drop = [k for k in into.remove_headers if k not in set_now]
-        if len(drop) < len(into.remove_headers):
-            del into.remove_headers[:]
-            into.remove_headers.extend(drop)
+    """`later`'s header changes applied after `into`'s, as two replies in turn would have been. Envoy applies
+    one mutation's removals before its sets, and its sets in order: appended after `into`'s, `later`'s sets
+    already win, and a removal of `into`'s only stands for a header `later` sets anew. So only what
+    `later` removes must first go from `into`'s sets."""
+    if later.remove_headers and into.set_headers:
+        removed = set(later.remove_headers)
+        keep = [h for h in into.set_headers if h.header.key not in removed]
+        if len(keep) < len(into.set_headers):
+            del into.set_headers[:]
+            into.set_headers.extend(keep)
     into.MergeFrom(later)  # appends `later`'s sets and removals in one call (no copy per header in Python)
 
 

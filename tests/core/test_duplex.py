@@ -4,6 +4,7 @@ messages in the order Envoy sends them (headers, then the body's chunks without 
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from extproc import messages as msg
 from extproc.duplex import DuplexSession, _fold_mutation
@@ -43,7 +44,9 @@ async def test_a_unary_call_answers_each_side_once_its_body_has_come(gateway: Ga
     common = headers.request_headers.response
     hs = set_headers(common.header_mutation)
     assert hs["x-modelyard-cluster"] == "demo-openai" and common.clear_route_cache
-    assert "x-modelyard-tenant" not in common.header_mutation.remove_headers  # set by the body step: it stands
+    # a spoofed internal header is removed and the body step's own value stands (removals go before sets)
+    sent_upstream = _applied({**chat_headers(), "x-modelyard-tenant": "spoofed"}, common.header_mutation)
+    assert sent_upstream["x-modelyard-tenant"] == "demo"
     # the caller's key never goes upstream (removed, or replaced by the deployment's where one is configured)
     assert "authorization" in common.header_mutation.remove_headers or "authorization" in hs
     sent, end = _streamed(body, "request_body")
@@ -142,11 +145,27 @@ async def test_a_bodiless_call_and_trailers(gateway: Gateway) -> None:
     d.close()
 
 
-def test_the_later_mutation_wins_where_both_touch_a_header() -> None:
-    into = msg.mutation([("a", "1"), ("b", "1")], ["c", "d"])
-    _fold_mutation(into, msg.mutation([("c", "2")], ["a"]))
-    assert set_headers(into) == {"b": "1", "c": "2"}
-    assert list(into.remove_headers) == ["d", "a"]
+def _applied(headers: dict[str, str], m: msg.pb.HeaderMutation) -> dict[str, str]:
+    """`headers` after Envoy applies `m`: its removals first, then its sets in order."""
+    out = {k: v for k, v in headers.items() if k not in set(m.remove_headers)}
+    for h in m.set_headers:
+        assert h.append_action == h.OVERWRITE_IF_EXISTS_OR_ADD  # the only action the session sets
+        out[h.header.key] = h.header.raw_value.decode()
+    return out
+
+
+@pytest.mark.parametrize(("first", "then"), [
+    (([("a", "1"), ("b", "1")], ["c", "d"]), ([("c", "2")], ["a"])),  # each removes what the other sets
+    (([("a", "1")], []), ([("a", "2")], [])),  # both set one header
+    (([], ["a", "b"]), ([("a", "2")], ["b"])),  # both remove one; the later sets what the first removed
+    (([("a", "1"), ("b", "1"), ("a", "3")], ["x"]), ([], ["a", "x"])),  # the later removes a header set twice
+])
+def test_the_folded_mutation_does_what_the_two_in_turn_would(first: tuple, then: tuple) -> None:
+    start = {"a": "0", "b": "0", "c": "0", "d": "0", "x": "0"}
+    into, later = msg.mutation(*first), msg.mutation(*then)
+    in_turn = _applied(_applied(start, into), later)
+    _fold_mutation(into, later)
+    assert _applied(start, into) == in_turn
 
 
 async def test_stream_chunks_that_came_together_go_on_together(gateway: Gateway) -> None:

@@ -96,9 +96,12 @@ def test_malformed_json_is_400(demo_stack, raw: bytes) -> None:
 
 def test_client_cannot_pick_cluster(demo_stack) -> None:
     r = httpx.post(f"{demo_stack.url}/v1/chat/completions", json=_chat(),
-                   headers={"authorization": f"Bearer {DEMO_KEY}", "x-modelyard-cluster": "demo-anthropic"},
+                   headers={"authorization": f"Bearer {DEMO_KEY}", "x-modelyard-cluster": "demo-anthropic",
+                            "x-modelyard-tenant": "someone-else"},
                    timeout=10)
     assert r.status_code == 200 and r.headers["x-modelyard-cluster"] == "demo-openai"
+    # the caller's header was removed and the gateway's own choice routed the call (not only its label)
+    assert r.json()["choices"][0]["message"]["content"].startswith("[demo-openai] ")
 
 
 def test_unknown_path_is_404(demo_stack) -> None:
