@@ -4,6 +4,7 @@ against another checkout, rounds alternated.
     .venv/bin/python bench/bench_session.py [BASE] [--rounds 8] [--requests 2000] [--concurrency 16]
     .venv/bin/python bench/bench_session.py --pure-base   # this tree: pure Python (base) vs its compiled build
     .venv/bin/python bench/bench_session.py --stream [BASE] [--body-messages 4]   # the streamed call
+    .venv/bin/python bench/bench_session.py --ledger   # this tree with each feature off in turn, then all
 
 Each round runs one child process per tree (its code on PYTHONPATH, this file's method): the
 gateway `extproc.service.build_gateway` builds from the shipped config (auth, scheduler, rate
@@ -19,6 +20,10 @@ for usage, so the gateway injects `stream_options.include_usage` and strips the 
 demo upstream's ~126 SSE events as its own encoder writes them, sent as Envoy sends them on loopback,
 in `--body-messages` large messages cut at event ends, then an empty end-of-stream one. The
 `response_body` column is all of a stream's body messages together. A smoke run measures both shapes.
+
+`--ledger`: what each feature of the shipped config costs the unary call, as this tree with that one
+feature off (`WITHOUT`) against all on, rounds alternated, then with every one of them off at once
+(`bare`: what auth, the one deployment's routing, the translation and the replies cost alone).
 """
 
 from __future__ import annotations
@@ -38,6 +43,37 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("request_headers", "request_body", "response_headers", "response_body", "close")
+
+
+def _without_audit(data: dict) -> None:
+    data["extproc"]["audit_db"] = None
+
+
+def _without_metering(data: dict) -> None:
+    data["extproc"]["metering_db"] = None
+
+
+def _without_limits(data: dict) -> None:
+    data.pop("ratelimit", None)
+
+
+def _without_routing_extras(data: dict) -> None:
+    data["routing"] = {}  # A/B weights, the bandit, the breakers and the share breakers
+
+
+def _without_second_deployment(data: dict) -> None:
+    model = next(m for m in data["models"] if m["name"] == "demo-gpt")
+    model["deployments"] = model["deployments"][:1]  # nothing to score between
+
+
+def _without_guardrails(data: dict) -> None:
+    data.pop("guardrails", None)
+
+
+# --ledger: the shipped config's features the bench's call runs through, each one that can be turned off.
+WITHOUT = {"audit": _without_audit, "metering": _without_metering, "limits": _without_limits,
+           "routing-extras": _without_routing_extras, "second-deployment": _without_second_deployment,
+           "guardrails": _without_guardrails}
 
 
 def _stream_body(body: bytes) -> bytes:
@@ -66,7 +102,7 @@ def _cut(raw: bytes, parts: int) -> list[bytes]:
 
 
 def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
-           body_messages: int = 4) -> dict[str, Any]:
+           body_messages: int = 4, without: tuple[str, ...] = ()) -> dict[str, Any]:
     """One tree's figures (its code is first on sys.path: PYTHONPATH)."""
     import orjson
     import yaml
@@ -117,6 +153,8 @@ def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
     for m in data["models"]:
         for d in m["deployments"]:
             d.pop("watermark", None)  # no agents run here
+    for name in without:
+        WITHOUT[name](data)
     run = Path(tempfile.mkdtemp(prefix="bench-session-"))
     data["extproc"]["metering_db"] = str(run / "metering.sqlite")
     data["extproc"]["audit_db"] = str(run / "audit.sqlite")
@@ -169,12 +207,14 @@ def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
     return {"tree": str(Path(extproc.__file__).resolve().parent.parent), "build": build, "process": process_s / n * 1e6, "loop": loop_s / n * 1e6, **{k: v / n / 1e3 for k, v in steps.items()}}
 
 
-def _run_child(tree: Path, a: argparse.Namespace, pure: bool = False) -> dict[str, float]:
+def _run_child(tree: Path, a: argparse.Namespace, pure: bool = False,
+               without: tuple[str, ...] = ()) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("MODELYARD_PURE_PYTHON", None)
     if pure:  # contracts/compiled.py: the pure-Python modules even where a compiled build sits beside them
         env["MODELYARD_PURE_PYTHON"] = "1"
     shape = ["--stream", "--body-messages", str(a.body_messages)] if a.stream else []
+    shape += ["--without", ",".join(without)] if without else []
     out = subprocess.run([sys.executable, __file__, "--child", "--requests", str(a.requests), "--concurrency",
                           str(a.concurrency), "--warmup", str(a.warmup), *shape], env=env, cwd=tree, check=True,
                          capture_output=True, text=True)
@@ -202,19 +242,44 @@ def main(argv: list[str] | None = None) -> int:
                    help="base: this tree's pure-Python build; this: its compiled build (make compiled)")
     p.add_argument("--stream", action="store_true", help="the streamed call (bench_peers.py's stream shape)")
     p.add_argument("--body-messages", type=int, default=4, help="--stream: the SSE body's messages before its end")
+    p.add_argument("--ledger", action="store_true", help="each feature's cost: this tree with it off, then all off")
+    p.add_argument("--without", default="", help=argparse.SUPPRESS)  # a child's features off (WITHOUT's names)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         sys.path.remove(str(ROOT))  # PYTHONPATH's tree first
-        print(json.dumps(_child(a.requests, a.concurrency, a.warmup, a.stream, a.body_messages)))
+        without = tuple(n for n in a.without.split(",") if n)
+        print(json.dumps(_child(a.requests, a.concurrency, a.warmup, a.stream, a.body_messages, without)))
         return 0
-    if SMOKE and not a.stream:  # smoke: both shapes' code paths
-        rows = _measure(a)
+    if a.ledger:
+        print("SUMMARY " + json.dumps(_ledger(a)))
+        return 0
+    if SMOKE and not a.stream:  # smoke: both shapes' code paths, and the ledger's with one feature off
+        rows = _measure(a) + _ledger(a, features=tuple(WITHOUT)[:1])
         a.stream = True
         print("SUMMARY " + json.dumps(rows + _measure(a)))
         return 0
     print("SUMMARY " + json.dumps(_measure(a)))
     return 0
+
+
+def _ledger(a: argparse.Namespace, features: tuple[str, ...] = tuple(WITHOUT)) -> list[dict[str, Any]]:
+    """This tree with each feature off in turn and with all off, against all on: rounds alternated."""
+    cases = {"all on": (), **{f"without {n}": (n,) for n in features}, "bare": tuple(WITHOUT)}
+    got: dict[str, list[float]] = {c: [] for c in cases}
+    pure = os.environ.get("MODELYARD_PURE_PYTHON", "") not in ("", "0")  # the build asked for, as `modelyard up`
+    for i in range(a.rounds):
+        names = list(cases)
+        for case in names[i % len(names):] + names[:i % len(names)]:  # rotated: none always first
+            got[case].append(_run_child(ROOT, a, pure=pure, without=cases[case])["process"])
+    med = {c: statistics.median(v) for c, v in got.items()}
+    print(f"unary: process CPU us per request by feature ({'pure' if pure else 'the build present'}), median of "
+          f"{a.rounds} rounds, {a.requests} requests, c={a.concurrency}")
+    print(f"{'':<28}{'us':>10}{'less than all on':>20}{'ratio':>10}")
+    for c, v in med.items():
+        print(f"{c:<28}{v:>10.1f}{med['all on'] - v:>20.1f}{v / med['all on']:>10.2f}")
+    return [{"bench": "session", "case": f"ledger {c}", "metric": "cpu_per_request", "value": round(v, 1),
+             "unit": "us"} for c, v in med.items()]
 
 
 def _measure(a: argparse.Namespace) -> list[dict[str, Any]]:
