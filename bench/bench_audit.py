@@ -13,7 +13,6 @@ import json
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TypedDict
@@ -21,6 +20,7 @@ from typing import TypedDict
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import scratch  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
@@ -54,7 +54,7 @@ def run_case(name: str, seconds: float, rounds: int, tallies: list[Tally]) -> tu
         data["extproc"]["audit_db"] = opts["audit_db"]
     if opts.get("capture"):
         data["tenants"][0]["audit"] = {"capture_bodies": True, "max_body_bytes": 4096, "redact": [r"ACCT-\d{6}"]}
-    work = Path(tempfile.mkdtemp(prefix=f"bench-audit-{name}-"))
+    work = scratch.folder(f"bench-audit-{name}-")
     script = work / "post.lua"
     script.write_text(post_script(BODY, HEADERS))
     per_req: list[float] = []
@@ -110,4 +110,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import scratch  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
 from devstack.demo.scaler import Scaler  # noqa: E402
 from tests.stack_config import free_port, small_config, start_stack  # noqa: E402
@@ -55,7 +55,7 @@ def _ask(client: httpx.Client, url: str, model: str) -> float:
 
 
 def main() -> int:
-    work = Path(tempfile.mkdtemp(prefix="bench-coldstart-"))
+    work = scratch.folder("bench-coldstart-")
     token = work / "token"
     token.write_text("bench-token")
     scalers = [Scaler(free_port(), name=f"cold-{i}", start_delay_s=START_DELAY_S) for i in range(ROUNDS)]
@@ -96,4 +96,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

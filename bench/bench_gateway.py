@@ -31,7 +31,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import httpx
@@ -40,6 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import scratch  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_gateway: wrk is not installed (apt-get install wrk); skipped")
         print("SUMMARY []")
         return 0
-    work = Path(tempfile.mkdtemp(prefix="bench-gw-"))
+    work = scratch.folder("bench-gw-")
     data = _config()
     cfg_path = work / "modelyard.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
@@ -381,4 +381,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

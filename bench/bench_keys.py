@@ -15,7 +15,6 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
+from bench import scratch  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
 from contracts.config import parse_config  # noqa: E402
 from extproc.admission.auth import Identity, KeyRing  # noqa: E402
@@ -77,7 +77,7 @@ def identify_rows() -> list[dict]:
 
 
 def propagation_rows() -> list[dict]:
-    dsn = f"sqlite:///{tempfile.mkdtemp(prefix='bench-keys-')}/keys.db"
+    dsn = f"sqlite:///{scratch.folder('bench-keys-')}/keys.db"
     cache = KeyCache()
     refresher = KeyRefresher(lambda: KeyStore(connect(dsn)), cache, REFRESH_S)
     refresher.start()
@@ -114,7 +114,7 @@ def miss_rows() -> list[dict]:
     data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
     data["keys"] = {"lookup_burst": 100_000}
     cfg = parse_config(data)
-    dsn = f"sqlite:///{tempfile.mkdtemp(prefix='bench-keys-')}/keys.db"
+    dsn = f"sqlite:///{scratch.folder('bench-keys-')}/keys.db"
     writer = KeyStore(connect(dsn))
     secrets = [writer.create(KeySpec(tenant="demo"))[1] for _ in range(scaled(500, 20))]
     writer.close()
@@ -149,4 +149,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

@@ -34,7 +34,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +46,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import scratch  # noqa: E402
 from bench.bench_gateway import _floor_stack, _pid, only_demo_gpt_upstreams  # noqa: E402
 from bench.floor_designs import skipping_response_headers  # noqa: E402
 from bench.open_loop import OpenLoopResult, open_loop  # noqa: E402
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
-    work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    work = scratch.folder("bench-peers-")
     data, _ = demo_config_free_ports()
     (work / "modelyard").mkdir()
     stack = start_stack(work / "modelyard", data)
@@ -382,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                             raise
                         # Portkey 1.15.2 on @hono/node-server >= 1.14.2 answers every stream 500 ("immutable"
                         # headers); the Makefile pins 1.14.1 (docs/performance.md, "Portkey's streams").
+                        scratch.keep(work)  # the log it points at outlives the run
                         print(f"{e}: its stream shape is left out (see {work / 'peers.log'})", flush=True)
                         gw.shapes = tuple(s for s in gw.shapes if s != "stream")
                 for shape in gw.shapes:
@@ -540,4 +541,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

@@ -18,7 +18,6 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import scratch  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.proc_cpu import cpu_seconds  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
@@ -144,7 +144,7 @@ def through_envoy(seconds: float, rounds: int, tallies: list[Tally]) -> list[dic
             "models": models, "tenants": [{"name": "bench", "tier": "L1", "api_keys": [KEY_DIGEST]}],
             # `modelyard up` starts only the demo upstreams a config declares (none by its cluster's name).
             "devstack": {"demo_upstreams": list(clusters.values())}}
-    work = Path(tempfile.mkdtemp(prefix="bench-queue-"))
+    work = scratch.folder("bench-queue-")
     cfg_path = work / "modelyard.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
     scripts = {}
@@ -205,4 +205,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

@@ -23,7 +23,6 @@ import base64
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import scratch  # noqa: E402
 from bench.smoke import scaled  # noqa: E402
 from devstack.child import Child  # noqa: E402
 from devstack.demo.behaviour import demo_embedding  # noqa: E402
@@ -158,7 +158,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def main() -> int:
-    work = Path(tempfile.mkdtemp(prefix="bench-embed-batch-"))
+    work = scratch.folder("bench-embed-batch-")
     ports = {"embed-batched": free_port(), "embed-alone": free_port()}
     kserve = {n: (free_port(), free_port()) for n in MODELS[2:]}
     data = small_config()
@@ -252,4 +252,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

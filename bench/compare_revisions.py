@@ -20,7 +20,6 @@ import contextlib
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -28,6 +27,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import scratch  # noqa: E402
 from bench.bench_gateway import BODY, HEADERS, STREAM_BODY, _config, _pid  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.proc_cpu import cpu_seconds  # noqa: E402
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     for name, value in UPSTREAM_KEYS.items():
         os.environ.setdefault(name, value)
-    work = Path(tempfile.mkdtemp(prefix="bench-revs-"))
+    work = scratch.folder("bench-revs-")
     script = work / "post.lua"
     script.write_text(post_script(STREAM_BODY if a.stream else BODY, HEADERS))
     stacks = {f"{who} {config}": _stack(work / f"{who}-{config}", config, code)
@@ -94,4 +94,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

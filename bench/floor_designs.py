@@ -18,7 +18,6 @@ import contextlib
 import os
 import statistics
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (  # noqa
 )
 from envoy_data_plane.google.protobuf import Any as AnyMsg  # noqa: E402
 
+from bench import scratch  # noqa: E402
 from bench.bench_gateway import BODY, HEADERS, _floor_stack, _pid, extproc_stats  # noqa: E402
 from bench.outcomes import Tally, report  # noqa: E402
 from bench.proc_cpu import cpu_seconds  # noqa: E402
@@ -62,7 +62,7 @@ def floor_bench(argv: list[str] | None, prefix: str) -> tuple[argparse.Namespace
     a = p.parse_args(argv)
     for k, v in UPSTREAM_KEYS.items():
         os.environ.setdefault(k, v)
-    work = Path(tempfile.mkdtemp(prefix=prefix))
+    work = scratch.folder(prefix)
     return a, work, EnvironmentConfig(name="bench", admin={"address": "127.0.0.1", "port": 0}, concurrency=1)
 
 
@@ -170,4 +170,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))

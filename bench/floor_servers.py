@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import scratch  # noqa: E402
 from bench.bench_gateway import _floor_stack  # noqa: E402
 from bench.floor_designs import floor_bench, run_floor_rounds  # noqa: E402
 from bench.floor_work import MESSAGES  # noqa: E402
@@ -68,4 +69,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))
