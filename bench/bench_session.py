@@ -153,12 +153,12 @@ def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
     for m in data["models"]:
         for d in m["deployments"]:
             d.pop("watermark", None)  # no agents run here
-    for name in without:
-        WITHOUT[name](data)
     run = Path(tempfile.mkdtemp(prefix="bench-session-"))
     data["extproc"]["metering_db"] = str(run / "metering.sqlite")
     data["extproc"]["audit_db"] = str(run / "audit.sqlite")
     data["extproc"]["tasks"]["sqlite_path"] = str(run / "tasks.sqlite")
+    for name in without:  # after the paths above: a feature off stays off
+        WITHOUT[name](data)
     gw = build_gateway(parse_config(data))
     routes = build_routes()
     steps = dict.fromkeys(STEPS, 0)
