@@ -185,9 +185,8 @@ def _as_streamed(out: msg.ProcessingResponse, body: bytes, end: bool) -> msg.Pro
 
 def _fold_mutation(into: msg.pb.HeaderMutation, later: msg.pb.HeaderMutation) -> None:
     """`later`'s header changes applied after `into`'s, as two replies in turn would have been. Envoy applies
-    one mutation's removals before its sets, and its sets in order: appended after `into`'s, `later`'s sets
-    already win, and a removal of `into`'s only stands for a header `later` sets anew. So only what
-    `later` removes must first go from `into`'s sets."""
+    one mutation's removals first, then its sets in order: appended to `into`'s, `later`'s sets win, and
+    `into`'s removals still go before them. Only a header `later` removes must first leave `into`'s sets."""
     if later.remove_headers and into.set_headers:
         removed = set(later.remove_headers)
         keep = [h for h in into.set_headers if h.header.key not in removed]

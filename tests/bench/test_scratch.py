@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_a_failed_run_keeps_and_names_them(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert all(f"kept {p}" in err for p in made)
     for p in made:
-        scratch.shutil.rmtree(p)
+        shutil.rmtree(p)
 
 
 def test_a_bench_that_raises_keeps_them() -> None:
@@ -51,10 +52,10 @@ def test_a_bench_that_raises_keeps_them() -> None:
     kept = list(scratch._made)
     assert len(kept) == 2 and all(p.exists() for p in kept)
     for p in kept:
-        scratch.shutil.rmtree(p)
+        shutil.rmtree(p)
 
 
 def test_a_folder_the_bench_pointed_at_outlives_a_good_run() -> None:
     made, rc = _bench(0, pointed_at=True)
     assert rc == 0 and not made[0].exists() and made[1].exists()
-    scratch.shutil.rmtree(made[1])
+    shutil.rmtree(made[1])
