@@ -47,7 +47,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import fleet_inference_perf  # noqa: E402
+from bench import (
+    fleet_inference_perf,  # noqa: E402
+    scratch,  # noqa: E402
+)
 from bench.fleet_load import WorkloadSpec, open_loop, pct  # noqa: E402
 from bench.smoke import SMOKE, scaled  # noqa: E402
 from tests.stack_config import free_port, small_config, start_stack  # noqa: E402
@@ -102,7 +105,7 @@ def _fleet_config(endpoints: list[str], variants: dict[str, dict[str, Any]]) -> 
 class Routers:
     """The Rust routers installed by `make bench-routers`, each on its own port, or why not."""
 
-    def __init__(self, venv: Path, endpoints: list[str], wanted: list[str]) -> None:
+    def __init__(self, venv: Path, endpoints: list[str], wanted: list[str], logs: Path) -> None:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
         self.missing: dict[str, str] = {}
@@ -119,7 +122,7 @@ class Routers:
             cmd = [str(py), "-m", module, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls,
                    "--policy", "cache_aware", "--prometheus-port", str(free_port()), "--log-level", "warning" if
                    name == "vllm-router" else "warn"]
-            log = open(Path(tempfile.gettempdir()) / f"bench-replicas-{name}-{port}.log", "wb")  # noqa: SIM115
+            log = open(logs / f"{name}.log", "wb")  # noqa: SIM115
             self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             self.ports[name] = port
         for name, proc in list(self.procs.items()):
@@ -283,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     ports = [free_port() for _ in range(a.replicas)]
     endpoints = [f"127.0.0.1:{p}" for p in ports]
     # The fleet's log (a router's HTTP/2 probe, say) stays out of the report; its tail shows if it dies.
-    fleet_log = open(Path(tempfile.gettempdir()) / f"bench-replicas-fleet-{ports[0]}.log", "wb")  # noqa: SIM115
+    work = scratch.folder("bench-replicas-")
+    fleet_log = open(work / "fleet.log", "wb")  # noqa: SIM115
     fleet = subprocess.Popen([sys.executable, "-m", "devstack.fleet.server", "--ports", ",".join(map(str, ports)),
                               *FLEET_ARGS, *a.fleet_args.split()], cwd=ROOT, stdout=fleet_log, stderr=subprocess.STDOUT,
                              start_new_session=True)
@@ -294,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in ports:
             _wait_port(p, fleet, "fleet")
         fleet_cpu0 = _proc_cpu(fleet.pid)
-        routers = Routers(Path(a.routers_venv), endpoints, wanted)
+        routers = Routers(Path(a.routers_venv), endpoints, wanted, work)
         for name, why in routers.missing.items():
             print(f"{name}: not run: {why}", flush=True)
         config = _fleet_config(endpoints, variants)
@@ -445,4 +449,4 @@ def _report(results: dict[tuple[str, float], list[dict[str, Any]]], rates: list[
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(scratch.run(main))
