@@ -97,9 +97,6 @@ from envoy_data_plane.envoy.extensions.filters.http.ext_proc.v3 import (
     ExternalProcessor,
     ExtProcOverrides,
     ExtProcPerRoute,
-    ProcessingMode,
-    ProcessingModeBodySendMode,
-    ProcessingModeHeaderSendMode,
 )
 from envoy_data_plane.envoy.extensions.filters.http.grpc_http1_reverse_bridge.v3 import (
     FilterConfig as GrpcBridgeConfig,
@@ -154,7 +151,7 @@ from controlplane.environments import EnvironmentConfig, RateLimitServiceSetting
 from controlplane.inference_pool import pool_resources
 from controlplane.local_replies import extproc_down_replies, status_on_error
 from controlplane.overload import overload_manager
-from controlplane.processing_modes import duplex_mode
+from controlplane.processing_modes import buffered_mode, duplex_mode
 from controlplane.stats_listener import admin_cluster, stats_listener
 from controlplane.upstream_tls import TlsSettings, tls_transport_socket
 
@@ -340,14 +337,7 @@ def _ext_proc_filter(env: EnvironmentConfig, xlate: str | None = None, queue_wai
         # No extproc answered (all dead or restarting, or one died mid-request): 503, which the
         # listener's local reply mapper turns into JSON with retry-after (controlplane.local_replies).
         status_on_error=status_on_error(),
-        processing_mode=ProcessingMode(
-            request_header_mode=ProcessingModeHeaderSendMode.SEND,
-            response_header_mode=ProcessingModeHeaderSendMode.SEND,
-            request_body_mode=ProcessingModeBodySendMode.BUFFERED,
-            response_body_mode=ProcessingModeBodySendMode.BUFFERED,
-            request_trailer_mode=ProcessingModeHeaderSendMode.SKIP,
-            response_trailer_mode=ProcessingModeHeaderSendMode.SEND,
-        ),
+        processing_mode=buffered_mode(),
         # Streams (SSE) switch the response body to STREAMED from the response-headers reply.
         allow_mode_override=True,
         # A queued request's body reply comes only when it gets a slot: the queue's max wait on top.
