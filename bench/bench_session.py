@@ -5,6 +5,7 @@ against another checkout, rounds alternated.
     .venv/bin/python bench/bench_session.py --pure-base   # this tree: pure Python (base) vs its compiled build
     .venv/bin/python bench/bench_session.py --stream [BASE] [--body-messages 4]   # the streamed call
     .venv/bin/python bench/bench_session.py --ledger   # this tree with each feature off in turn, then all
+    .venv/bin/python bench/bench_session.py --duplex [BASE]   # through the duplex wrapper, as shipped
 
 Each round runs one child process per tree (its code on PYTHONPATH, this file's method): the
 gateway `extproc.service.build_gateway` builds from the shipped config (auth, scheduler, rate
@@ -20,6 +21,11 @@ for usage, so the gateway injects `stream_options.include_usage` and strips the 
 demo upstream's ~126 SSE events as its own encoder writes them, sent as Envoy sends them on loopback,
 in `--body-messages` large messages cut at event ends, then an empty end-of-stream one. The
 `response_body` column is all of a stream's body messages together. A smoke run measures both shapes.
+
+`--duplex`: the same messages through `extproc.duplex.DuplexSession`, as the shipped config's paths run
+(FULL_DUPLEX_STREAMED): the header steps' replies held for their bodies, each body step answering both.
+Without it the session is driven buffered, as before the duplex design (a base that predates it can run).
+A smoke run measures both shapes both ways.
 
 `--ledger`: what each feature of the shipped config costs the unary call, as this tree with that one
 feature off (`WITHOUT`) against all on, rounds alternated, then with every one of them off at once
@@ -102,7 +108,7 @@ def _cut(raw: bytes, parts: int) -> list[bytes]:
 
 
 def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
-           body_messages: int = 4, without: tuple[str, ...] = ()) -> dict[str, Any]:
+           body_messages: int = 4, without: tuple[str, ...] = (), duplex: bool = False) -> dict[str, Any]:
     """One tree's figures (its code is first on sys.path: PYTHONPATH)."""
     import orjson
     import yaml
@@ -162,14 +168,24 @@ def _child(requests: int, concurrency: int, warmup: int, stream: bool = False,
     gw = build_gateway(parse_config(data))
     routes = build_routes()
     steps = dict.fromkeys(STEPS, 0)
+    def session() -> Any:
+        if not duplex:
+            return Session(gw, routes)
+        from extproc.duplex import DuplexSession  # the shipped paths' design: behind the FULL_DUPLEX_STREAMED wrapper
+        return DuplexSession(Session(gw, routes), gw.config.extproc.max_body_bytes)
 
     async def one() -> None:
-        s = Session(gw, routes)
+        s = session()
         for i, m in enumerate(messages):
             name = STEPS[min(i, 3)]  # every body message of a stream counts as its response_body
             t0 = time.thread_time_ns()
-            r = await s.handle(m)
+            r: Any = await s.handle(m)
             steps[name] += time.thread_time_ns() - t0
+            if duplex:  # a list: none for headers held for their body, then the headers' reply and the body's
+                if not r and name.endswith("_headers"):
+                    await asyncio.sleep(0)
+                    continue
+                r = r[-1] if r else None
             # Not Interim (a step that waits; a revision compared may not have it): this chat answers each at once.
             if not isinstance(r, pb.ProcessingResponse):
                 raise SystemExit(f"no reply to {name}: {r!r}")
@@ -214,6 +230,7 @@ def _run_child(tree: Path, a: argparse.Namespace, pure: bool = False,
     if pure:  # contracts/compiled.py: the pure-Python modules even where a compiled build sits beside them
         env["MODELYARD_PURE_PYTHON"] = "1"
     shape = ["--stream", "--body-messages", str(a.body_messages)] if a.stream else []
+    shape += ["--duplex"] if a.duplex else []
     shape += ["--without", ",".join(without)] if without else []
     out = subprocess.run([sys.executable, __file__, "--child", "--requests", str(a.requests), "--concurrency",
                           str(a.concurrency), "--warmup", str(a.warmup), *shape], env=env, cwd=tree, check=True,
@@ -242,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="base: this tree's pure-Python build; this: its compiled build (make compiled)")
     p.add_argument("--stream", action="store_true", help="the streamed call (bench_peers.py's stream shape)")
     p.add_argument("--body-messages", type=int, default=4, help="--stream: the SSE body's messages before its end")
+    p.add_argument("--duplex", action="store_true",
+                   help="through extproc.duplex's wrapper, as the shipped paths run (FULL_DUPLEX_STREAMED)")
     p.add_argument("--ledger", action="store_true", help="each feature's cost: this tree with it off, then all off")
     p.add_argument("--without", default="", help=argparse.SUPPRESS)  # a child's features off (WITHOUT's names)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -249,13 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         sys.path.remove(str(ROOT))  # PYTHONPATH's tree first
         without = tuple(n for n in a.without.split(",") if n)
-        print(json.dumps(_child(a.requests, a.concurrency, a.warmup, a.stream, a.body_messages, without)))
+        print(json.dumps(_child(a.requests, a.concurrency, a.warmup, a.stream, a.body_messages, without,
+                                        a.duplex)))
         return 0
     if a.ledger:
         print("SUMMARY " + json.dumps(_ledger(a)))
         return 0
     if SMOKE and not a.stream:  # smoke: both shapes' code paths, and the ledger's with one feature off
         rows = _measure(a) + _ledger(a, features=tuple(WITHOUT)[:1])
+        a.stream = True
+        rows += _measure(a)
+        a.duplex = True  # and both through the shipped paths' wrapper
+        a.stream = False
+        rows += _measure(a)
         a.stream = True
         print("SUMMARY " + json.dumps(rows + _measure(a)))
         return 0
@@ -292,13 +317,14 @@ def _measure(a: argparse.Namespace) -> list[dict[str, Any]]:
             got[who].append(_run_child(tree, a, pure=a.pure_base and who == "base"))
     rows = []
     cols = ("process", "loop", *STEPS)
-    shape = "stream" if a.stream else "unary"
+    shape = ("stream" if a.stream else "unary") + (" duplex" if a.duplex else "")
+    label = ("stream " if a.stream else "") + ("duplex " if a.duplex else "")
     print(f"{shape}: CPU us per request, median of {a.rounds} rounds, {a.requests} requests, c={a.concurrency}")
     print(f"{'':<8}" + "".join(f"{c:>18}" for c in cols))
     med = {who: {c: statistics.median(r[c] for r in runs) for c in cols} for who, runs in got.items()}
     for who in trees:
         print(f"{who:<8}" + "".join(f"{med[who][c]:>18.1f}" for c in cols))
-        rows += [{"bench": "session", "case": f"{who} {c}" if not a.stream else f"stream {who} {c}",
+        rows += [{"bench": "session", "case": f"{label}{who} {c}",
                   "metric": "cpu_per_request",
                   "value": round(med[who][c], 1), "unit": "us"} for c in cols]
     if "base" in med:
