@@ -1,10 +1,11 @@
-"""The extproc's gRPC services straight on h2: HTTP/2 by the h2 library, gRPC's few rules here.
+"""The extproc's gRPC services on its own HTTP/2 (extproc/http2.py), gRPC's few rules here.
 
 The Unix socket Envoy uses for a local extproc carries one short bidirectional stream per request
 and four small messages each way. grpclib served it from the loop's own thread (no grpc core thread
 trips), but a quarter of the loop's time went to its per-stream machinery around h2's: events,
-queues, codecs, tasks (docs/performance.md, "Issue 38, ninth pass"). This server keeps h2 (frames, HPACK, flow control, its state machines) and does only
-what gRPC adds over HTTP/2 itself: the 5-byte message prefix, `grpc-status` trailers, deadlines.
+queues, codecs, tasks (docs/performance.md, "Issue 38, ninth pass"); then h2's own state machines were
+a fifth of it (the twelfth pass), and extproc/http2.py took its place. This server does only what gRPC
+adds over HTTP/2 itself: the 5-byte message prefix, `grpc-status` trailers, deadlines.
 A read with a message waiting returns it without a suspension; a write that fits the peer's window
 is framed at once and goes out with the others of the same turn of the loop, in one syscall.
 
@@ -26,28 +27,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
-from h2.config import H2Configuration
-from h2.connection import H2Connection
-from h2.errors import ErrorCodes
-from h2.events import (
-    ConnectionTerminated,
-    DataReceived,
-    RequestReceived,
-    StreamEnded,
-    StreamReset,
-    WindowUpdated,
-)
-from h2.exceptions import H2Error, ProtocolError
-from h2.frame_buffer import FrameBuffer
-from h2.settings import SettingCodes
-from hyperframe.frame import DataFrame, Frame
 
 from adapters.kserve.status import encode_grpc_message, frame
+from extproc import http2
 from extproc.grpc_services import Services
+from extproc.http2 import Http2Error, ProtocolError
 
 log = logging.getLogger("modelyard.socket")
 
-# Envoy sends DATA frames as large as the peer allows, 16 KiB by default: each is an h2 event and a
+# Envoy sends DATA frames as large as the peer allows, 16 KiB by default: each is an event and a
 # buffer append in Python, which a 30 MB image body would pay 1,900 times.
 MAX_FRAME = 1 << 20
 # Inbound windows, per stream and for the connection (4 MiB, as grpclib had): a large body flows
@@ -56,6 +44,9 @@ WINDOW = 4 << 20
 
 _REPLY_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
 _OK_TRAILERS = ((b"grpc-status", b"0"),)
+# Every call sends these two blocks: coded once (they use no dynamic table, so any connection takes them).
+_REPLY_BLOCK = http2.encode_headers(_REPLY_HEADERS)
+_OK_BLOCK = http2.encode_headers(_OK_TRAILERS)
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
 
@@ -97,22 +88,6 @@ def _timeout(value: bytes) -> float | None:
     if unit is None or not value[:-1].isdigit():
         return None
     return int(value[:-1]) * unit
-
-
-def _no_body_repr() -> str:
-    return "<data>"
-
-
-class _Frames(FrameBuffer):
-    """h2's frame reader, minus a cost: h2 reprs every frame it receives for a trace log it writes only
-    when asked, and a DATA frame's repr hex-encodes its whole payload (a third of the extproc's time
-    on a 30 MB body). Its body is left out of that repr."""
-
-    def __next__(self) -> Frame:
-        frame = super().__next__()
-        if type(frame) is DataFrame:
-            frame._body_repr = _no_body_repr  # type: ignore[method-assign]
-        return frame
 
 
 class _Call:
@@ -245,16 +220,13 @@ async def _requests(call: _Call) -> AsyncIterator[Any]:
 
 
 class _Connection(asyncio.Protocol):
-    """One HTTP/2 connection (Envoy keeps a few): h2's state, the calls open on it."""
+    """One HTTP/2 connection (Envoy keeps a few): its HTTP/2 state, the calls open on it."""
 
     def __init__(self, server: H2GrpcServer) -> None:
         self.server = server
         self.loop = asyncio.get_running_loop()
-        self.h2 = H2Connection(H2Configuration(
-            client_side=False, header_encoding=None,
-            validate_inbound_headers=False, normalize_inbound_headers=False,
-            validate_outbound_headers=False, normalize_outbound_headers=False))
-        self.h2.incoming_buffer = _Frames(server=True)
+        # Streams as grpc.aio allows (a limit would make a busier Envoy's next stream a connection error).
+        self.h2 = http2.Http2Server(max_frame=MAX_FRAME, window=WINDOW)
         self.calls: dict[int, _Call] = {}
         self.transport: asyncio.Transport | None = None
         self._paused = False
@@ -264,17 +236,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:  # uvloop's is no asyncio.Transport subclass
         self.transport = transport
         self.server.connections.add(self)
-        h = self.h2
-        h.initiate_connection()
-        # Sent right after the preface; h2 applies them once Envoy acknowledges. Streams as grpc.aio
-        # allows (h2's 100 would make a busier Envoy's next stream a connection error).
-        h.update_settings({SettingCodes.MAX_FRAME_SIZE: MAX_FRAME, SettingCodes.INITIAL_WINDOW_SIZE: WINDOW,
-                           SettingCodes.MAX_CONCURRENT_STREAMS: (1 << 31) - 1})
-        h.increment_flow_control_window(WINDOW - h.local_settings.initial_window_size)
-        # Taken now, not at the peer's ACK: h2 sizes a read's frames by the limit it had when the read began,
-        # so a large frame in the same read as the ACK would be a connection error.
-        h.max_inbound_frame_size = MAX_FRAME
-        transport.write(h.data_to_send())
+        transport.write(self.h2.data_to_send())  # the server's SETTINGS and its connection window
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -292,38 +254,36 @@ class _Connection(asyncio.Protocol):
         self._wake_writers()
 
     def data_received(self, data: bytes) -> None:
-        h = self.h2
         try:
-            events = h.receive_data(data)
+            events = self.h2.receive(data)
         except ProtocolError as e:  # a peer that does not speak HTTP/2 as it should: tell it, and hang up
             log.warning("HTTP/2 error on the extproc socket, connection closed: %s", e)
-            self._flush()  # h2's GOAWAY
+            self._flush()  # the GOAWAY
             if self.transport is not None:
                 self.transport.close()
             return
+        calls = self.calls
         for ev in events:
-            if isinstance(ev, DataReceived):
-                call = self.calls.get(ev.stream_id)
+            kind = ev[0]
+            if kind == http2.DATA_RECEIVED:
+                call = calls.get(ev[1])
                 if call is not None:
-                    call.feed(ev.data)
-                if ev.flow_controlled_length:
-                    with contextlib.suppress(H2Error):  # a stream already closed: the connection's window still counts
-                        h.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-            elif isinstance(ev, RequestReceived):
-                self._open(ev.stream_id, ev.headers)
-            elif isinstance(ev, StreamEnded):
-                call = self.calls.get(ev.stream_id)
+                    call.feed(ev[2])
+            elif kind == http2.REQUEST:
+                self._open(ev[1], ev[2])
+            elif kind == http2.ENDED:
+                call = calls.get(ev[1])
                 if call is not None:
                     call.end()
-            elif isinstance(ev, StreamReset):
-                call = self.calls.pop(ev.stream_id, None)
+            elif kind == http2.RESET:
+                call = calls.pop(ev[1], None)
                 if call is not None:
                     call.reset = True
                     call.cancel()
                 self._wake_writers()
-            elif isinstance(ev, WindowUpdated):
+            elif kind == http2.WINDOW_OPENED:
                 self._wake_writers()
-            elif isinstance(ev, ConnectionTerminated):  # the peer's GOAWAY: h2 sends nothing more on this connection
+            elif kind == http2.GOAWAY_RECEIVED:  # the peer's GOAWAY: nothing more goes out on this connection
                 self._flush()
                 self.close()
                 return
@@ -352,7 +312,7 @@ class _Connection(asyncio.Protocol):
         call.task = self.loop.create_task(server.serve(call, handler))
 
     def _refuse(self, sid: int, code: grpc.StatusCode, details: str) -> None:
-        with contextlib.suppress(H2Error):
+        with contextlib.suppress(Http2Error):
             self.h2.send_headers(sid, _trailers(code, details, False), end_stream=True)
 
     async def send(self, call: _Call, data: bytes) -> None:
@@ -362,7 +322,7 @@ class _Connection(asyncio.Protocol):
             if call.reset or self.transport is None:
                 raise asyncio.CancelledError()  # the caller is gone: as grpc.aio, the handler is cancelled
             if not call.headers_sent:
-                h.send_headers(sid, _REPLY_HEADERS)
+                h.send_headers(sid, _REPLY_HEADERS, block=_REPLY_BLOCK)
                 call.headers_sent = True
             if not self._paused and len(data) <= min(h.local_flow_control_window(sid), h.max_outbound_frame_size):
                 h.send_data(sid, data)
@@ -382,7 +342,7 @@ class _Connection(asyncio.Protocol):
                 h.send_data(sid, view[:room].tobytes())
                 view = view[room:]
             self._flush()
-        except H2Error:  # the stream or the connection closed under it (a peer's error or GOAWAY): as a reset
+        except Http2Error:  # the stream or the connection closed under it (a peer's error or GOAWAY): as a reset
             raise asyncio.CancelledError() from None
 
     def finish(self, call: _Call, code: grpc.StatusCode, details: str = "") -> None:
@@ -390,17 +350,18 @@ class _Connection(asyncio.Protocol):
         call.stop_timer()
         if self.calls.pop(call.sid, None) is None or call.reset or self.transport is None:
             return
-        trailers = _OK_TRAILERS if code is grpc.StatusCode.OK and call.headers_sent else \
-            _trailers(code, details, call.headers_sent)
         try:
-            self.h2.send_headers(call.sid, trailers, end_stream=True)
-        except H2Error:  # closed meanwhile (the peer's END_STREAM and RST crossing ours)
+            if code is grpc.StatusCode.OK and call.headers_sent:
+                self.h2.send_headers(call.sid, _OK_TRAILERS, end_stream=True, block=_OK_BLOCK)
+            else:
+                self.h2.send_headers(call.sid, _trailers(code, details, call.headers_sent), end_stream=True)
+        except Http2Error:  # closed meanwhile (the peer's END_STREAM and RST crossing ours)
             return
         self._flush_soon()
 
     def stop_sending(self, sid: int) -> None:
-        with contextlib.suppress(H2Error):
-            self.h2.reset_stream(sid, ErrorCodes.NO_ERROR)
+        with contextlib.suppress(Http2Error):
+            self.h2.reset_stream(sid, http2.NO_ERROR)
         self._flush()
 
     def _flush_soon(self) -> None:
@@ -428,8 +389,7 @@ class _Connection(asyncio.Protocol):
     def close(self, reason: str = "") -> None:
         if self.transport is None:
             return
-        with contextlib.suppress(H2Error):
-            self.h2.close_connection(ErrorCodes.NO_ERROR, additional_data=reason.encode() or None)
+        self.h2.close(http2.NO_ERROR, reason.encode())
         self._flush()
         self.transport.close()
 
