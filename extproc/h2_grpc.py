@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -67,7 +68,12 @@ def _trailers(code: grpc.StatusCode, details: str, headers_sent: bool) -> list[t
     return out
 
 
-def _metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, Any], ...]:
+Headers = tuple[tuple[bytes, bytes], ...]
+
+
+# Envoy sends one header block for all its streams, which extproc/http2.py hands back as one tuple.
+@functools.lru_cache(maxsize=64)
+def _metadata(headers: Headers) -> tuple[tuple[str, Any], ...]:
     """The caller's metadata as grpc.aio gives it: str keys, str values, `-bin` values decoded."""
     out: list[tuple[str, Any]] = []
     for k, v in headers:
@@ -81,6 +87,19 @@ def _metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, Any], ...]
             continue
         out.append((key, v.decode("ascii", "replace")))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _target(headers: Headers) -> tuple[str, float | None]:
+    """The method a call's headers ask for, and its deadline in seconds (none without `grpc-timeout`)."""
+    path = b""
+    timeout = None
+    for k, v in headers:
+        if k == b":path":
+            path = v
+        elif k == b"grpc-timeout":
+            timeout = _timeout(v)
+    return path.decode("ascii", "replace"), timeout
 
 
 def _timeout(value: bytes) -> float | None:
@@ -97,7 +116,7 @@ class _Call:
                  "_waiter", "ended", "reset", "task", "headers_sent", "expired", "_timer")
 
     def __init__(self, conn: _Connection, sid: int, handler: grpc.RpcMethodHandler,
-                 headers: list[tuple[bytes, bytes]]) -> None:
+                 headers: Headers) -> None:
         self._conn = conn
         self.sid = sid
         self._load: Callable[[Any], Any] | None = handler.request_deserializer  # bytes or a bytearray
@@ -289,18 +308,12 @@ class _Connection(asyncio.Protocol):
                 return
         self._flush()
 
-    def _open(self, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
-        path = b""
-        timeout = None
-        for k, v in headers:
-            if k == b":path":
-                path = v
-            elif k == b"grpc-timeout":
-                timeout = _timeout(v)
+    def _open(self, sid: int, headers: Headers) -> None:
+        path, timeout = _target(headers)
         server = self.server
-        handler = server.handlers.get(path.decode("ascii", "replace"))
+        handler = server.handlers.get(path)
         if handler is None:
-            self._refuse(sid, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path.decode('ascii', 'replace')}")
+            self._refuse(sid, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path}")
             return
         if server.draining:
             self._refuse(sid, grpc.StatusCode.UNAVAILABLE, "the extproc is draining")

@@ -19,6 +19,7 @@ from typing import Any
 
 from hpack import Decoder
 from hpack.exceptions import HPACKError
+from hpack.table import HeaderTable
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -37,7 +38,7 @@ ENHANCE_YOUR_CALM = 11
 # Settings.
 HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 1, 2, 3, 4, 5
 
-# Events: (REQUEST, stream, headers), (DATA_RECEIVED, stream, payload), (ENDED, stream),
+# Events: (REQUEST, stream, headers: a tuple of (name, value) bytes pairs), (DATA_RECEIVED, stream, payload), (ENDED, stream),
 # (RESET, stream, code), (WINDOW_OPENED, stream or 0 for the connection), (GOAWAY_RECEIVED, 0, code).
 REQUEST, DATA_RECEIVED, ENDED, RESET, WINDOW_OPENED, GOAWAY_RECEIVED = range(6)
 
@@ -45,6 +46,7 @@ DEFAULT_WINDOW = 65535
 DEFAULT_FRAME = 16384
 MAX_WINDOW = (1 << 31) - 1
 MAX_HEADER_BLOCK = 1 << 20  # a header block and its CONTINUATIONs, before HPACK's own list limit
+KEPT_BLOCKS = 64  # header blocks kept decoded (Envoy's gRPC client sends one for all of a connection's streams)
 
 _HEAD = struct.Struct(">HBBBL")  # the 24-bit length as 16 + 8 bits, type, flags, stream (its top bit reserved)
 _U32 = struct.Struct(">L")
@@ -108,6 +110,42 @@ def encode_headers(headers: Any) -> bytes:
     return bytes(out)
 
 
+class _WatchedTable(HeaderTable):
+    """The decoder's dynamic table, watched (`Http2Server._decode`): a block that read none of its entries
+    decodes to the same headers every time, and what it did to the table (`changes`) can be done again
+    without decoding it; one that read entries but changed none decodes the same while `version` stays.
+    Envoy's gRPC client sends the first kind on a connection's first stream, then the second on each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.version = 0  # one more at each change
+        self.changes: list[tuple[bytes | None, bytes | int]] = []  # (name, value) added, or (None, new size)
+
+    def get_by_index(self, index: int) -> tuple[bytes, bytes]:
+        if index > HeaderTable.STATIC_TABLE_LENGTH:
+            self.reads += 1
+        return super().get_by_index(index)
+
+    def add(self, name: bytes, value: bytes) -> None:
+        self.changes.append((name, value))
+        self.version += 1
+        super().add(name, value)
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    @maxsize.setter
+    def maxsize(self, value: int) -> None:
+        self.changes.append((None, value))
+        self.version += 1
+        _resize(self, value)
+
+
+_resize = HeaderTable.maxsize.fset  # type: ignore[attr-defined]
+
+
 class _Stream:
     __slots__ = ("window", "remote_open", "local_open", "unacked")
 
@@ -130,12 +168,16 @@ class Http2Server:
         self.max_outbound_frame_size = DEFAULT_FRAME  # the peer's, from its SETTINGS
         self._peer_window = DEFAULT_WINDOW  # the peer's initial stream window
         self._send_window = DEFAULT_WINDOW  # the connection's, for what we send
-        self._recv_window = window  # the connection's, for what the peer may still send
+        # What the peer may still send on the connection, and on a stream before its WINDOW_UPDATE: never
+        # under HTTP/2's default, which a peer uses until it has our SETTINGS (windows only grow by updates).
+        self._recv_window = self._stream_limit = max(window, DEFAULT_WINDOW)
         self._unacked = 0
         self.streams: dict[int, _Stream] = {}
         self.last_stream = 0
         self.closed = False  # a GOAWAY went out: nothing more is sent, no new streams are taken
         self._decoder = Decoder()
+        self._table = self._decoder.header_table = _WatchedTable()
+        self._blocks: dict[bytes, tuple[tuple[tuple[bytes, bytes], ...], tuple, int | None]] = {}
         self._buf = bytearray()
         self._preface = False
         self._settings_seen = False
@@ -152,9 +194,8 @@ class Http2Server:
 
     # What goes out.
 
-    def data_to_send(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
+    def data_to_send(self) -> bytearray:
+        out, self._out = self._out, bytearray()  # handed over whole: not copied, never written to again
         return out
 
     def local_flow_control_window(self, sid: int) -> int:
@@ -342,7 +383,7 @@ class Http2Server:
                 events.append((RESET, sid, STREAM_CLOSED))
             return  # else closed (reset, or both sides done): frames in flight are dropped
         s.unacked += n
-        if s.unacked > self.window:
+        if s.unacked > self._stream_limit:
             del self.streams[sid]
             self._rst(sid, FLOW_CONTROL_ERROR)
             events.append((RESET, sid, FLOW_CONTROL_ERROR))
@@ -386,7 +427,7 @@ class Http2Server:
             self._header_block(sid, block, self._block_end, events)
 
     def _header_block(self, sid: int, block: bytes, end: bool, events: list[tuple]) -> None:
-        headers = self._decoder.decode(block, raw=True)  # always: the peer's table moved whatever follows
+        headers = self._decode(block)  # always: the peer's table may have moved, and what follows with it
         s = self.streams.get(sid)
         if s is not None:  # trailers: they must end the stream
             if not s.remote_open or not end:
@@ -397,8 +438,8 @@ class Http2Server:
                 return
             self._end_remote(sid, s, events)
             return
-        if sid <= self.last_stream:
-            raise ProtocolError(STREAM_CLOSED, f"HEADERS on stream {sid}, closed")
+        if sid <= self.last_stream:  # closed: trailers in flight when our reset or our end crossed them
+            return
         if not sid & 1:
             raise ProtocolError(PROTOCOL_ERROR, f"a client's stream must be odd, not {sid}")
         self.last_stream = sid
@@ -408,6 +449,30 @@ class Http2Server:
         events.append((REQUEST, sid, headers))
         if end:
             self._end_remote(sid, s, events)
+
+    def _decode(self, block: bytes) -> tuple[tuple[bytes, bytes], ...]:
+        table = self._table
+        kept = self._blocks.get(block)
+        if kept is not None:
+            headers, changes, version = kept
+            if version is None:  # the block alone says its headers: the table changed as decoding it would have
+                for name, value in changes:
+                    if name is None:
+                        _resize(table, value)
+                    else:
+                        HeaderTable.add(table, name, value)
+                table.version += bool(changes)
+                return headers
+            if version == table.version:  # the entries it read are as they were
+                return headers
+        reads, version = table.reads, table.version
+        table.changes = []
+        headers = tuple((bytes(k), bytes(v)) for k, v in self._decoder.decode(block, raw=True))
+        if table.reads == reads or table.version == version:  # kept for the next time it comes
+            if len(self._blocks) >= KEPT_BLOCKS:
+                self._blocks.clear()
+            self._blocks[block] = (headers, tuple(table.changes), None if table.reads == reads else version)
+        return headers
 
     def _window(self, sid: int, payload: bytes | bytearray, events: list[tuple]) -> None:
         if len(payload) != 4:

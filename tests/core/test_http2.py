@@ -169,10 +169,13 @@ def test_what_the_peer_sends_is_handed_back_to_it_at_half_the_window() -> None:
 
 
 def test_data_past_the_window_is_a_flow_control_error() -> None:
-    s = Http2Server(max_frame=1 << 20, window=1000)
+    s = Http2Server(max_frame=1 << 20, window=1000)  # no smaller than HTTP/2's default in fact: 65,535
+    s.receive(_preface_and_settings() + HeadersFrame(1, Encoder().encode(REQUEST), flags=["END_HEADERS"]).serialize())
+    assert s.receive(DataFrame(1, data=b"x" * 65535).serialize())[0][:2] == (http2.DATA_RECEIVED, 1)
+    s = Http2Server(max_frame=1 << 20)
     s.receive(_preface_and_settings() + HeadersFrame(1, Encoder().encode(REQUEST), flags=["END_HEADERS"]).serialize())
     with pytest.raises(ProtocolError) as e:
-        s.receive(DataFrame(1, data=b"x" * 1001).serialize())
+        s.receive(DataFrame(1, data=b"x" * 65536).serialize())
     assert e.value.code == http2.FLOW_CONTROL_ERROR
 
 
@@ -290,3 +293,37 @@ def test_any_frames_are_events_or_a_protocol_error(frames: list[tuple[int, int, 
         s.receive(wire)
     except ProtocolError:
         assert s.closed
+
+
+def test_headers_on_a_stream_already_reset_are_dropped_but_still_decoded() -> None:
+    enc = Encoder()
+    s = Http2Server()
+    s.receive(_preface_and_settings() + HeadersFrame(1, enc.encode(REQUEST), flags=["END_HEADERS"]).serialize())
+    s.reset_stream(1, http2.CANCEL)
+    late = enc.encode([("x-trailer", "t1")])  # indexed by the peer's table: ours must follow it
+    assert s.receive(HeadersFrame(1, late, flags=["END_HEADERS", "END_STREAM"]).serialize()) == []
+    got = s.receive(HeadersFrame(3, enc.encode(REQUEST + [("x-trailer", "t1")]), flags=["END_HEADERS"]).serialize())
+    assert got[0][:2] == (http2.REQUEST, 3) and got[0][2][-1] == (b"x-trailer", b"t1")
+
+
+def test_header_blocks_are_decoded_once_while_what_they_say_cannot_change() -> None:
+    s = Http2Server()
+    s.receive(_preface_and_settings())
+    reference = Decoder()  # the same blocks in the same order: what each must decode to
+    enc = Encoder()
+    static = http2.encode_headers([(k.encode(), v.encode()) for k, v in REQUEST])
+    adds = enc.encode(REQUEST + [("x-a", "1")])  # literals the table keeps (Envoy's first block on a connection)
+    reads = enc.encode(REQUEST + [("x-a", "1")])  # the same by their indexes (Envoy's every block after it)
+    other = Encoder().encode([("x-b", "2")])  # adds x-b: reads' indexes now name other entries
+    order = [static, static, adds, reads, reads, other, reads, adds, reads, reads]
+    got = []
+    for sid, block in enumerate(order):
+        want = tuple(reference.decode(block, raw=True))
+        events = s.receive(HeadersFrame(2 * sid + 1, block, flags=["END_HEADERS"]).serialize())
+        assert events[0][2] == want, sid
+        got.append(events[0][2])
+    assert got[6][-1] == (b"x-b", b"2") and got[6] != got[3]  # decoded again once the table moved
+    assert got[8] == got[3]  # after `adds` came again, from the kept: its entries were added all the same
+    assert got[0] is got[1] and got[2] is got[7] and got[3] is got[4] and got[8] is got[9]  # decoded once each
+    assert s._blocks[reads][2] == s._table.version  # kept for the table as it is now
+    assert list(s._table.dynamic_entries) == list(reference.header_table.dynamic_entries)
