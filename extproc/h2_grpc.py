@@ -44,10 +44,9 @@ MAX_FRAME = 1 << 20
 WINDOW = 4 << 20
 
 _REPLY_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
-_OK_TRAILERS = ((b"grpc-status", b"0"),)
 # Every call sends these two blocks: coded once (they use no dynamic table, so any connection takes them).
 _REPLY_BLOCK = http2.encode_headers(_REPLY_HEADERS)
-_OK_BLOCK = http2.encode_headers(_OK_TRAILERS)
+_OK_BLOCK = http2.encode_headers(((b"grpc-status", b"0"),))
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
 
@@ -335,7 +334,7 @@ class _Connection(asyncio.Protocol):
             if call.reset or self.transport is None:
                 raise asyncio.CancelledError()  # the caller is gone: as grpc.aio, the handler is cancelled
             if not call.headers_sent:
-                h.send_headers(sid, _REPLY_HEADERS, block=_REPLY_BLOCK)
+                h.send_block(sid, _REPLY_BLOCK)
                 call.headers_sent = True
             if not self._paused and len(data) <= min(h.local_flow_control_window(sid), h.max_outbound_frame_size):
                 h.send_data(sid, data)
@@ -365,7 +364,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             if code is grpc.StatusCode.OK and call.headers_sent:
-                self.h2.send_headers(call.sid, _OK_TRAILERS, end_stream=True, block=_OK_BLOCK)
+                self.h2.send_block(call.sid, _OK_BLOCK, end_stream=True)
             else:
                 self.h2.send_headers(call.sid, _trailers(code, details, call.headers_sent), end_stream=True)
         except Http2Error:  # closed meanwhile (the peer's END_STREAM and RST crossing ours)

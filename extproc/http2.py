@@ -204,10 +204,14 @@ class Http2Server:
             raise StreamClosed(f"stream {sid} is closed")
         return min(s.window, self._send_window)
 
-    def send_headers(self, sid: int, headers: Any, end_stream: bool = False, block: bytes | None = None) -> None:
-        """`headers` as a block (or `block`, already coded by `encode_headers`), CONTINUATIONs past a frame."""
+    def send_headers(self, sid: int, headers: Any, end_stream: bool = False) -> None:
+        """`headers`, (name, value) bytes pairs, coded by `encode_headers`."""
+        self.send_block(sid, encode_headers(headers), end_stream)
+
+    def send_block(self, sid: int, block: bytes, end_stream: bool = False) -> None:
+        """A header block `encode_headers` coded (reply headers coded once for every call), CONTINUATIONs past
+        the peer's frame size."""
         s = self._sending(sid)
-        block = encode_headers(headers) if block is None else block
         flags = END_STREAM if end_stream else 0
         size = self.max_outbound_frame_size
         if len(block) <= size:
