@@ -1,8 +1,8 @@
 """HTTP/2's server side as the extproc's gRPC socket needs it: frames, HPACK, flow control (RFC 9113).
 
 Sans-I/O: `receive(bytes)` returns events (tuples: the kind first, then the stream), the replies are
-framed by `send_headers`, `send_data`, `reset_stream` and `close`, and `data_to_send()` hands back the
-bytes to write. It replaces the h2 library under extproc/h2_grpc.py: h2 runs a general state machine
+framed by `send_headers` (or `send_block`, a block coded once beforehand), `send_data`, `reset_stream`
+and `close`, and `data_to_send()` hands back the bytes to write. It replaces the h2 library under extproc/h2_grpc.py: h2 runs a general state machine
 per frame and an event object per frame, a fifth of the extproc's CPU per call on the socket's four
 small messages each way (docs/performance.md, "Issue 38, twelfth pass"). What a client may send is all
 handled: PADDED and PRIORITY flags, CONTINUATION, SETTINGS and their acknowledgement, PING,
@@ -38,8 +38,9 @@ ENHANCE_YOUR_CALM = 11
 # Settings.
 HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE = 1, 2, 3, 4, 5
 
-# Events: (REQUEST, stream, headers: a tuple of (name, value) bytes pairs), (DATA_RECEIVED, stream, payload), (ENDED, stream),
-# (RESET, stream, code), (WINDOW_OPENED, stream or 0 for the connection), (GOAWAY_RECEIVED, 0, code).
+# Events: (REQUEST, stream, headers: a tuple of (name, value) bytes pairs), (DATA_RECEIVED, stream, payload),
+# (ENDED, stream), (RESET, stream, code), (WINDOW_OPENED, stream or 0 for the connection),
+# (GOAWAY_RECEIVED, 0, code).
 REQUEST, DATA_RECEIVED, ENDED, RESET, WINDOW_OPENED, GOAWAY_RECEIVED = range(6)
 
 DEFAULT_WINDOW = 65535
