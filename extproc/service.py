@@ -335,6 +335,15 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
     gateway = build_gateway(config, config_path(path))
     live = LiveGateway(gateway, running_version(path))
     show_version("", live.version)
+    # /metrics first: the gRPC port accepts connections from the moment it is bound (below), and whoever
+    # takes that for "up" (a supervisor, the devstack launcher) may read /metrics at once.
+    if metrics and config.extproc.metrics_address:
+        DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
+        DEMAND.clusters = lambda: iter(live.current.dispatcher.scheduler.config.clusters())
+        DEMAND.loads = lambda: live.current.dispatcher.limits.loads()
+        LATENCY_OBJECTIVES.source = lambda: live.current.dispatcher.scheduler.latency.exposition(time.monotonic())
+        LEARNING_STATE.source = lambda: live.current.dispatcher.scheduler.learning_state(time.monotonic())
+        serve_metrics(config.extproc.metrics_address)
     limiter = gateway.dispatcher.limiter
     # Envoy's native ratelimit filter (staging env) asks the same buckets on the same port.
     server = ExtprocServer(config, live, build_routes())
@@ -352,13 +361,6 @@ async def run_service(config: GatewayConfig, *, path: str | None = None, metrics
         await gateway.watermarks.start(first_poll_timeout=2.0)
     if gateway.replicas is not None:
         await gateway.replicas.start(first_poll_timeout=1.0)
-    if metrics and config.extproc.metrics_address:
-        DEPLOYMENT_STATES.source = lambda: live.current.dispatcher.deployment_states()
-        DEMAND.clusters = lambda: iter(live.current.dispatcher.scheduler.config.clusters())
-        DEMAND.loads = lambda: live.current.dispatcher.limits.loads()
-        LATENCY_OBJECTIVES.source = lambda: live.current.dispatcher.scheduler.latency.exposition(time.monotonic())
-        LEARNING_STATE.source = lambda: live.current.dispatcher.scheduler.learning_state(time.monotonic())
-        serve_metrics(config.extproc.metrics_address)
     if gateway.key_admin is not None:  # the store's keys are in before traffic is accepted (or a bounded wait)
         gateway.key_admin.refresher.start()
         if not await asyncio.to_thread(gateway.key_admin.refresher.wait_loaded, 5.0):

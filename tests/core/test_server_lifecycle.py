@@ -138,3 +138,41 @@ def test_the_socket_is_bound_once_the_tcp_port_answers(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_metrics_answer_once_the_tcp_port_answers(tmp_path: Path) -> None:
+    # The TCP port accepts connections from the moment it is bound, before the pollers' first readings (up
+    # to 2 s from a slow watermark agent). Whoever takes it for "up" may read /metrics at once: a chaos
+    # test's first metric read got "connection refused" in that gap, before /metrics came first.
+    import socket
+
+    import httpx
+
+    silent = socket.socket()  # a watermark agent that takes the connection and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    data = yaml.safe_load((ROOT / "modelyard.yaml").read_text())
+    for m in data["models"]:
+        for d in m["deployments"]:
+            if "watermark" in d:
+                d["watermark"] = {"url": f"http://127.0.0.1:{silent.getsockname()[1]}/watermarks"}
+    addr, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    data["extproc"] = {"address": addr, "metrics_address": metrics}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    proc = subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(cfg)])
+    host, _, port = addr.rpartition(":")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline and proc.poll() is None, "the extproc never listened"
+            try:
+                socket.create_connection((host, int(port)), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.002)
+        assert httpx.get(f"http://{metrics}/metrics", timeout=5).status_code == 200
+    finally:
+        proc.kill()
+        proc.wait(10)
+        silent.close()
