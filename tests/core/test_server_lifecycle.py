@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,19 @@ def _serve(tmp_path: Path, **extproc: object) -> tuple[subprocess.Popen[bytes], 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(data))
     return subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(cfg)]), addr
+
+
+def _first_connect(proc: subprocess.Popen[bytes], addr: str) -> None:
+    """Return as soon as the TCP port takes a connection: what a supervisor or a test stack calls "up"."""
+    host, _, port = addr.rpartition(":")
+    deadline = time.monotonic() + 30
+    while True:
+        assert time.monotonic() < deadline and proc.poll() is None, "the extproc never listened"
+        try:
+            socket.create_connection((host, int(port)), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.002)
 
 
 async def _serving(ch: grpc.aio.Channel) -> health_pb2_grpc.HealthStub:
@@ -115,23 +129,13 @@ def test_the_socket_is_bound_once_the_tcp_port_answers(tmp_path: Path) -> None:
     # A restart after a SIGKILL: the dead process's socket file is still there and refuses connections.
     # Readiness is the TCP port (devstack's supervisor and the test stacks wait for it), so by the time
     # it answers, Envoy's way in must answer too (a CI run got 503s in that gap, before the order was fixed).
-    import socket
-
     sock = str(Path(tempfile.mkdtemp(prefix="order-", dir="/tmp")) / "x.sock")
     stale = socket.socket(socket.AF_UNIX)
     stale.bind(sock)
     stale.close()  # the file stays, nobody listens
     proc, addr = _serve(tmp_path, unix_socket=sock)
-    host, _, port = addr.rpartition(":")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert time.monotonic() < deadline and proc.poll() is None, "the extproc never listened"
-            try:
-                socket.create_connection((host, int(port)), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.002)
+        _first_connect(proc, addr)
         unix = socket.socket(socket.AF_UNIX)
         unix.connect(sock)  # refused if the TCP port opened first
         unix.close()
@@ -144,8 +148,6 @@ def test_metrics_answer_once_the_tcp_port_answers(tmp_path: Path) -> None:
     # The TCP port accepts connections from the moment it is bound, before the pollers' first readings (up
     # to 2 s from a slow watermark agent). Whoever takes it for "up" may read /metrics at once: a chaos
     # test's first metric read got "connection refused" in that gap, before /metrics came first.
-    import socket
-
     import httpx
 
     silent = socket.socket()  # a watermark agent that takes the connection and never answers
@@ -161,16 +163,8 @@ def test_metrics_answer_once_the_tcp_port_answers(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(data))
     proc = subprocess.Popen([sys.executable, "-m", "modelyard.cli", "serve", "--config", str(cfg)])
-    host, _, port = addr.rpartition(":")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert time.monotonic() < deadline and proc.poll() is None, "the extproc never listened"
-            try:
-                socket.create_connection((host, int(port)), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.002)
+        _first_connect(proc, addr)
         assert httpx.get(f"http://{metrics}/metrics", timeout=5).status_code == 200
     finally:
         proc.kill()
