@@ -19,6 +19,7 @@ from typing import Any
 
 from hpack import Decoder
 from hpack.exceptions import HPACKError
+from hpack.hpack import encode_integer
 from hpack.table import HeaderTable
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -74,24 +75,14 @@ def frame_header(length: int, kind: int, flags: int, sid: int) -> bytes:
     return _HEAD.pack(length >> 8, length & 0xFF, kind, flags, sid)
 
 
-def _integer(value: int, prefix_bits: int, first: int) -> bytes:
-    """HPACK's integer (RFC 7541 5.1) in a `prefix_bits` prefix, `first`'s high bits kept."""
-    top = (1 << prefix_bits) - 1
-    if value < top:
-        return bytes((first | value,))
-    out = bytearray((first | top,))
-    value -= top
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+def _integer(value: int, prefix_bits: int, first: int) -> bytearray:
+    """HPACK's integer (RFC 7541 5.1) in a `prefix_bits` prefix, with `first`'s high bits set."""
+    out = encode_integer(value, prefix_bits)
+    out[0] |= first
+    return out
 
 
-# The static table's entries a gRPC server's replies use (RFC 7541 Appendix A).
-_STATIC_FIELDS = {(b":status", b"200"): 8, (b":status", b"204"): 9, (b":status", b"400"): 12,
-                  (b":status", b"404"): 13, (b":status", b"500"): 14}
-_STATIC_NAMES = {b":status": 8, b"content-length": 28, b"content-type": 31, b"date": 33, b"server": 54}
+_STATIC = HeaderTable.STATIC_TABLE_MAPPING  # name -> (its index, {value: the full entry's index})
 
 
 def encode_headers(headers: Any) -> bytes:
@@ -99,11 +90,10 @@ def encode_headers(headers: Any) -> bytes:
     not indexed (the name by index when the static table has it), strings without Huffman coding."""
     out = bytearray()
     for name, value in headers:
-        index = _STATIC_FIELDS.get((name, value))
-        if index is not None:
-            out += _integer(index, 7, 0x80)
+        index, values = _STATIC.get(name, (0, {}))
+        if value in values:
+            out += _integer(values[value], 7, 0x80)
             continue
-        index = _STATIC_NAMES.get(name, 0)
         out += _integer(index, 4, 0x00)
         if not index:
             out += _integer(len(name), 7, 0x00) + name
